@@ -1,0 +1,280 @@
+//! Where every byte of a transfer lives: files cut into blocks, blocks dealt to channels.
+//!
+//! Both peers build the same [`Layout`] from the manifest (file sizes), the block size and the
+//! channel count, so neither has to tell the other who sends what. Block `k` of the whole transfer
+//! (blocks numbered across files in manifest order; a file's last block may be short; an empty file
+//! has none) belongs to channel `k % channels`. Each channel sees its blocks laid end to end as one
+//! contiguous *stripe*: stripe positions are what its loss tracking, NACKs and final marker talk
+//! about, and [`Layout::locate`] / [`Layout::resolve`] translate between `(file, offset)` (what a
+//! datagram carries) and `(channel, stripe position)`.
+//!
+//! A datagram never crosses a block boundary, so each block is received, hashed and verified on
+//! its own.
+
+use std::ops::Range;
+
+/// Smallest block size allowed (one BLAKE3 chunk).
+pub const MIN_BLOCK_SIZE: u64 = 1024;
+/// Largest block size allowed.
+pub const MAX_BLOCK_SIZE: u64 = 64 << 20;
+/// Most channels a session may have.
+pub const MAX_CHANNELS: u16 = 256;
+
+/// Why a layout could not be built, or a position is not part of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// The block size is not a power of two within bounds.
+    #[error("block size {0} must be a power of two between 1 KiB and 64 MiB")]
+    BadBlockSize(u64),
+    /// The channel count is zero or too large.
+    #[error("channel count {0} must be between 1 and {MAX_CHANNELS}")]
+    BadChannels(u16),
+    /// The file id is not in the manifest.
+    #[error("no file with id {0}")]
+    NoSuchFile(u32),
+    /// The range is empty, outside the file, or crosses a block boundary.
+    #[error("range {start}..{end} is not inside one block of file {file}")]
+    BadRange {
+        /// File id.
+        file: u32,
+        /// Start offset.
+        start: u64,
+        /// End offset.
+        end: u64,
+    },
+    /// The transfer has more blocks than a u64 stripe can address (not reachable in practice).
+    #[error("transfer too large")]
+    TooLarge,
+}
+
+/// A resolved stripe position: which file bytes it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSpan {
+    /// File id (index into the manifest).
+    pub file: u32,
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Global block number.
+    pub block: u64,
+    /// Bytes from `offset` to the end of the block.
+    pub to_block_end: u64,
+}
+
+/// The shared map of files, blocks, channels and stripes. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    block_size: u64,
+    channels: u16,
+    sizes: Vec<u64>,
+    /// First global block of each file (equal to the next file's for an empty file).
+    first_block: Vec<u64>,
+    total_blocks: u64,
+    /// Per channel: stripe start of each of its blocks, plus the stripe length at the end.
+    stripe_starts: Vec<Vec<u64>>,
+}
+
+impl Layout {
+    /// Builds the layout for files of the given sizes.
+    pub fn new(sizes: &[u64], block_size: u64, channels: u16) -> Result<Self, LayoutError> {
+        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+        {
+            return Err(LayoutError::BadBlockSize(block_size));
+        }
+        if channels == 0 || channels > MAX_CHANNELS {
+            return Err(LayoutError::BadChannels(channels));
+        }
+        let mut first_block = Vec::with_capacity(sizes.len());
+        let mut total_blocks: u64 = 0;
+        for &size in sizes {
+            first_block.push(total_blocks);
+            total_blocks = total_blocks
+                .checked_add(size.div_ceil(block_size))
+                .ok_or(LayoutError::TooLarge)?;
+        }
+        let c = u64::from(channels);
+        let mut stripe_starts: Vec<Vec<u64>> = (0..c)
+            .map(|ch| Vec::with_capacity((total_blocks / c + 2) as usize + usize::from(ch == 0)))
+            .collect();
+        let mut lens = vec![0u64; channels as usize];
+        let mut file = 0usize;
+        for k in 0..total_blocks {
+            while file + 1 < sizes.len() && first_block[file + 1] <= k {
+                file += 1;
+            }
+            let within = k - first_block[file];
+            let len = (sizes[file] - within * block_size).min(block_size);
+            let ch = (k % c) as usize;
+            stripe_starts[ch].push(lens[ch]);
+            lens[ch] = lens[ch].checked_add(len).ok_or(LayoutError::TooLarge)?;
+        }
+        for (starts, len) in stripe_starts.iter_mut().zip(lens) {
+            starts.push(len);
+        }
+        Ok(Layout {
+            block_size,
+            channels,
+            sizes: sizes.to_vec(),
+            first_block,
+            total_blocks,
+            stripe_starts,
+        })
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+    /// Number of channels.
+    pub fn channels(&self) -> u16 {
+        self.channels
+    }
+    /// Number of files.
+    pub fn file_count(&self) -> usize {
+        self.sizes.len()
+    }
+    /// Size of file `file`, if it exists.
+    pub fn file_size(&self, file: u32) -> Option<u64> {
+        self.sizes.get(file as usize).copied()
+    }
+    /// Total bytes of all files.
+    pub fn total_bytes(&self) -> u64 {
+        self.sizes.iter().sum()
+    }
+    /// Total number of blocks.
+    pub fn total_blocks(&self) -> u64 {
+        self.total_blocks
+    }
+    /// Length of channel `ch`'s stripe in bytes (0 for an unknown channel).
+    pub fn stripe_len(&self, ch: u16) -> u64 {
+        self.stripe_starts
+            .get(ch as usize)
+            .and_then(|s| s.last().copied())
+            .unwrap_or(0)
+    }
+    /// The global blocks of file `file`.
+    pub fn blocks_of(&self, file: u32) -> Range<u64> {
+        let f = file as usize;
+        match self.first_block.get(f) {
+            Some(&first) => first..first + self.sizes[f].div_ceil(self.block_size),
+            None => 0..0,
+        }
+    }
+    /// Which file block `block` belongs to, and its index within that file.
+    pub fn file_of_block(&self, block: u64) -> Option<(u32, u64)> {
+        if block >= self.total_blocks {
+            return None;
+        }
+        let f = self.first_block.partition_point(|&b| b <= block) - 1;
+        Some((f as u32, block - self.first_block[f]))
+    }
+    /// The byte range of block `block` within its file.
+    pub fn block_file_range(&self, block: u64) -> Option<(u32, Range<u64>)> {
+        let (file, idx) = self.file_of_block(block)?;
+        let start = idx * self.block_size;
+        let end = (start + self.block_size).min(self.sizes[file as usize]);
+        Some((file, start..end))
+    }
+    /// The channel and stripe range that carry block `block`.
+    pub fn block_stripe_range(&self, block: u64) -> Option<(u16, Range<u64>)> {
+        if block >= self.total_blocks {
+            return None;
+        }
+        let c = u64::from(self.channels);
+        let ch = (block % c) as usize;
+        let j = (block / c) as usize;
+        let starts = &self.stripe_starts[ch];
+        Some((ch as u16, starts[j]..starts[j + 1]))
+    }
+
+    /// Maps `len` bytes at `offset` of `file` to `(channel, stripe position)`, checking that the
+    /// range is non-empty, inside the file and inside a single block.
+    pub fn locate(&self, file: u32, offset: u64, len: u64) -> Result<(u16, u64), LayoutError> {
+        let size = self.file_size(file).ok_or(LayoutError::NoSuchFile(file))?;
+        let bad = LayoutError::BadRange {
+            file,
+            start: offset,
+            end: offset.saturating_add(len),
+        };
+        let end = offset.checked_add(len).ok_or(bad.clone())?;
+        if len == 0 || end > size || offset / self.block_size != (end - 1) / self.block_size {
+            return Err(bad);
+        }
+        let block = self.first_block[file as usize] + offset / self.block_size;
+        let (ch, range) = self.block_stripe_range(block).ok_or(bad)?;
+        Ok((ch, range.start + offset % self.block_size))
+    }
+
+    /// Maps a position of channel `ch`'s stripe back to the file bytes it stands for.
+    pub fn resolve(&self, ch: u16, pos: u64) -> Option<FileSpan> {
+        let starts = self.stripe_starts.get(ch as usize)?;
+        if pos >= *starts.last()? {
+            return None;
+        }
+        let j = starts.partition_point(|&s| s <= pos) - 1;
+        let block = j as u64 * u64::from(self.channels) + u64::from(ch);
+        let (file, idx) = self.file_of_block(block)?;
+        let within = pos - starts[j];
+        Some(FileSpan {
+            file,
+            offset: idx * self.block_size + within,
+            block,
+            to_block_end: starts[j + 1] - pos,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn deals_blocks_round_robin() {
+        // files: 2.5 blocks, empty, 1 block; block size 1024; 2 channels.
+        let l = Layout::new(&[2560, 0, 1024], 1024, 2).unwrap();
+        assert_eq!(l.total_blocks(), 4);
+        assert_eq!(l.stripe_len(0), 1024 + 512);
+        assert_eq!(l.stripe_len(1), 1024 + 1024);
+        assert_eq!(l.blocks_of(1), 3..3);
+        assert_eq!(l.file_of_block(3), Some((2, 0)));
+        assert_eq!(l.locate(0, 2048, 512), Ok((0, 1024)));
+        assert_eq!(l.locate(2, 0, 10), Ok((1, 1024)));
+        assert!(l.locate(0, 1000, 100).is_err(), "crosses a block boundary");
+        assert!(l.locate(0, 2560, 1).is_err(), "past end of file");
+        assert!(l.locate(1, 0, 1).is_err(), "empty file has no bytes");
+        assert!(l.locate(9, 0, 1).is_err());
+        assert!(l.locate(0, u64::MAX, 2).is_err());
+        assert_eq!(l.resolve(0, 1024).unwrap().offset, 2048);
+        assert_eq!(l.resolve(0, 1536), None);
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        assert!(Layout::new(&[1], 1000, 1).is_err());
+        assert!(Layout::new(&[1], 1024, 0).is_err());
+        assert!(Layout::new(&[], 1024, 3).unwrap().total_blocks() == 0);
+    }
+
+    proptest! {
+        /// Every byte of every file maps to exactly one stripe position and back.
+        #[test]
+        fn locate_and_resolve_are_inverse(
+            sizes in proptest::collection::vec(0u64..9000, 0..6),
+            channels in 1u16..5,
+        ) {
+            let l = Layout::new(&sizes, 1024, channels).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            for (f, &size) in sizes.iter().enumerate() {
+                for off in (0..size).step_by(97) {
+                    let (ch, pos) = l.locate(f as u32, off, 1).unwrap();
+                    prop_assert!(seen.insert((ch, pos)));
+                    let span = l.resolve(ch, pos).unwrap();
+                    prop_assert_eq!((span.file, span.offset), (f as u32, off));
+                    prop_assert!(span.to_block_end >= 1 && span.to_block_end <= 1024);
+                }
+            }
+            let total: u64 = (0..channels).map(|c| l.stripe_len(c)).sum();
+            prop_assert_eq!(total, sizes.iter().sum::<u64>());
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The receiving side of one data channel: what arrived, what is missing, when to ask again.
+//!
+//! A [`ChannelReceiver`] keeps the received stripe ranges of its channel. New data arrives in
+//! stripe order, so everything below the *frontier* (the furthest new byte seen) that is still
+//! missing was lost or reordered. A gap is only reported once the frontier passed it more than
+//! `reorder_wait` ago, so ordinary reordering costs nothing. Reported ranges are remembered and
+//! reported again after `nack_retry` if they are still missing (the repair itself may be lost).
+//! The channel's final marker moves the frontier to the end of the stripe, which catches tail
+//! loss; the sender repeats the marker until the receiver answers `ChannelDone`.
+//!
+//! Call order per driver turn: `on_data` / `on_final` for each datagram; `reject` when a block
+//! failed verification; then `poll_nack(now)` and `poll_done()`; sleep until `next_timeout`.
+
+use crate::ranges::RangeSet;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// Tunables of a channel receiver.
+#[derive(Debug, Clone)]
+pub struct RecvConfig {
+    /// How long a gap below the frontier may be a mere reordering before it is reported.
+    pub reorder_wait: Duration,
+    /// How long to wait for a repair before asking for it again.
+    pub nack_retry: Duration,
+    /// Most ranges in one NACK message; the rest follow in the next.
+    pub max_nack_ranges: usize,
+}
+
+impl Default for RecvConfig {
+    fn default() -> Self {
+        RecvConfig {
+            reorder_wait: Duration::from_millis(5),
+            nack_retry: Duration::from_millis(150),
+            max_nack_ranges: 1024,
+        }
+    }
+}
+
+/// What a data datagram did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataOutcome {
+    /// Bytes never seen before (0 means a duplicate).
+    pub new_bytes: u64,
+    /// This datagram completed its block.
+    pub completes_block: bool,
+}
+
+/// Counters of one channel receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvStats {
+    /// New payload bytes.
+    pub new_bytes: u64,
+    /// Duplicate payload bytes.
+    pub duplicate_bytes: u64,
+    /// NACK messages produced.
+    pub nacks: u64,
+    /// Bytes those NACKs asked for.
+    pub nacked_bytes: u64,
+    /// Blocks rejected by verification.
+    pub rejected_blocks: u64,
+}
+
+/// The receiving state of one channel. See the module docs.
+#[derive(Debug, Clone)]
+pub struct ChannelReceiver {
+    channel: u16,
+    stripe_len: u64,
+    received: RangeSet,
+    frontier: u64,
+    /// Frontier samples, oldest first: (sample opened, frontier last raised, frontier). A new
+    /// sample opens at most every `reorder_wait / 4`, so the list stays short.
+    history: VecDeque<(Instant, Instant, u64)>,
+    final_at: Option<Instant>,
+    /// Ranges asked for, grouped by when; generations older than `nack_retry` are forgotten.
+    asked: VecDeque<(Instant, RangeSet)>,
+    done_sent: bool,
+    cfg: RecvConfig,
+    stats: RecvStats,
+}
+
+impl ChannelReceiver {
+    /// A receiver for `channel`, whose stripe is `stripe_len` bytes.
+    pub fn new(channel: u16, stripe_len: u64, cfg: RecvConfig) -> Self {
+        ChannelReceiver {
+            channel,
+            stripe_len,
+            received: RangeSet::new(),
+            frontier: 0,
+            history: VecDeque::new(),
+            final_at: None,
+            asked: VecDeque::new(),
+            done_sent: false,
+            cfg,
+            stats: RecvStats::default(),
+        }
+    }
+
+    /// The channel index.
+    pub fn channel(&self) -> u16 {
+        self.channel
+    }
+    /// Counters so far.
+    pub fn stats(&self) -> RecvStats {
+        self.stats
+    }
+    /// Bytes of the stripe held.
+    pub fn received_bytes(&self) -> u64 {
+        self.received.total()
+    }
+    /// True when the whole stripe is held.
+    pub fn is_complete(&self) -> bool {
+        self.received.covers(0..self.stripe_len)
+    }
+
+    /// Records `len` bytes at stripe position `pos` (already checked against the layout), which
+    /// lie in the block occupying stripe range `block`.
+    pub fn on_data(
+        &mut self,
+        now: Instant,
+        pos: u64,
+        len: u64,
+        retransmit: bool,
+        block: Range<u64>,
+    ) -> DataOutcome {
+        let end = pos.saturating_add(len).min(self.stripe_len);
+        let new_bytes = self.received.insert(pos..end);
+        self.stats.new_bytes += new_bytes;
+        self.stats.duplicate_bytes += (end - pos.min(end)) - new_bytes;
+        if !retransmit && end > self.frontier {
+            self.frontier = end;
+            let sample_every = self.cfg.reorder_wait / 4;
+            match self.history.back_mut() {
+                Some((opened, raised, f))
+                    if now.saturating_duration_since(*opened) < sample_every =>
+                {
+                    *raised = now;
+                    *f = end;
+                }
+                _ => self.history.push_back((now, now, end)),
+            }
+        }
+        DataOutcome {
+            new_bytes,
+            completes_block: new_bytes > 0 && self.received.covers(block),
+        }
+    }
+
+    /// The sender says it has sent the whole stripe of `stripe_len` bytes. Returns false (and
+    /// changes nothing) if that length is not this channel's.
+    pub fn on_final(&mut self, now: Instant, stripe_len: u64) -> bool {
+        if stripe_len != self.stripe_len {
+            return false;
+        }
+        if self.final_at.is_none() {
+            self.final_at = Some(now);
+        }
+        // A repeated marker after completion means our ChannelDone may not have arrived yet;
+        // the session answers markers of complete channels again.
+        true
+    }
+
+    /// A block failed verification: forget its bytes so they are asked for again at once.
+    pub fn reject(&mut self, block: Range<u64>) {
+        self.stats.rejected_blocks += 1;
+        self.received.remove(block.clone());
+        for (_, set) in self.asked.iter_mut() {
+            set.remove(block.clone());
+        }
+        self.done_sent = false;
+    }
+
+    /// The position below which missing bytes count as lost at `now`.
+    fn loss_horizon(&mut self, now: Instant) -> u64 {
+        if self
+            .final_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.reorder_wait)
+        {
+            return self.stripe_len;
+        }
+        let Some(cutoff) = now.checked_sub(self.cfg.reorder_wait) else {
+            return 0;
+        };
+        // Drop samples made obsolete by a newer sample that is also older than the cutoff.
+        while self.history.len() >= 2 && self.history[1].1 <= cutoff {
+            self.history.pop_front();
+        }
+        match self.history.front() {
+            Some(&(_, raised, f)) if raised <= cutoff => f,
+            _ => 0,
+        }
+    }
+
+    /// Stripe ranges to ask for now, if any.
+    pub fn poll_nack(&mut self, now: Instant) -> Option<Vec<(u64, u64)>> {
+        while self
+            .asked
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.cfg.nack_retry)
+        {
+            self.asked.pop_front();
+        }
+        let horizon = self.loss_horizon(now);
+        if horizon == 0 || self.received.covers(0..horizon) {
+            return None;
+        }
+        let mut wanted: RangeSet = self.received.gaps(0..horizon).into_iter().collect();
+        for (_, set) in &self.asked {
+            wanted.subtract(set);
+            if wanted.is_empty() {
+                return None;
+            }
+        }
+        let ranges: Vec<(u64, u64)> = wanted
+            .iter()
+            .take(self.cfg.max_nack_ranges)
+            .map(|r| (r.start, r.end))
+            .collect();
+        let generation_span = self.cfg.nack_retry / 4;
+        if self
+            .asked
+            .back()
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= generation_span)
+        {
+            self.asked.push_back((now, RangeSet::new()));
+        }
+        if let Some((_, set)) = self.asked.back_mut() {
+            for &(s, e) in &ranges {
+                set.insert(s..e);
+                self.stats.nacked_bytes += e - s;
+            }
+        }
+        self.stats.nacks += 1;
+        Some(ranges)
+    }
+
+    /// True once when the stripe becomes complete (send `ChannelDone`); again after a rejected
+    /// block was repaired.
+    pub fn poll_done(&mut self) -> bool {
+        if !self.done_sent && self.is_complete() {
+            self.done_sent = true;
+            return true;
+        }
+        false
+    }
+
+    /// The final marker arrived for a channel that is already complete: answer it again.
+    pub fn resend_done(&mut self) {
+        if self.is_complete() {
+            self.done_sent = false;
+        }
+    }
+
+    /// When `poll_nack` could next have something to say.
+    pub fn next_timeout(&self, now: Instant) -> Option<Instant> {
+        if self.is_complete() {
+            return None;
+        }
+        let soonest_retry = self.asked.front().map(|(t, _)| *t + self.cfg.nack_retry);
+        let reorder = now + self.cfg.reorder_wait / 2;
+        Some(soonest_retry.map_or(reorder, |r| r.min(reorder)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn reports_a_gap_after_reorder_wait_and_again_after_retry() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::default());
+        r.on_data(t0, 0, 1000, false, 0..10_000);
+        r.on_data(t0, 2000, 1000, false, 0..10_000);
+        assert_eq!(r.poll_nack(t0 + ms(1)), None, "could still be reordering");
+        assert_eq!(r.poll_nack(t0 + ms(6)), Some(vec![(1000, 2000)]));
+        assert_eq!(r.poll_nack(t0 + ms(50)), None, "already asked");
+        assert_eq!(
+            r.poll_nack(t0 + ms(160)),
+            Some(vec![(1000, 2000)]),
+            "repair lost, ask again"
+        );
+        let out = r.on_data(t0 + ms(170), 1000, 1000, true, 0..3000);
+        assert!(out.completes_block);
+        assert_eq!(r.poll_nack(t0 + ms(400)), None);
+    }
+
+    #[test]
+    fn final_marker_exposes_tail_loss() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::default());
+        r.on_data(t0, 0, 4000, false, 0..10_000);
+        assert!(!r.on_final(t0, 9_999), "wrong stripe length is refused");
+        assert!(r.on_final(t0, 10_000));
+        assert_eq!(r.poll_nack(t0 + ms(10)), Some(vec![(4000, 10_000)]));
+        r.on_data(t0, 4000, 6000, true, 0..10_000);
+        assert!(r.poll_done());
+        assert!(!r.poll_done());
+        r.reject(0..5000);
+        assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(0, 5000)]));
+    }
+
+    #[test]
+    fn duplicates_are_counted_not_completing() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 100, RecvConfig::default());
+        assert!(r.on_data(t0, 0, 100, false, 0..100).completes_block);
+        let again = r.on_data(t0, 0, 100, true, 0..100);
+        assert_eq!(
+            again,
+            DataOutcome {
+                new_bytes: 0,
+                completes_block: false
+            }
+        );
+        assert_eq!(r.stats().duplicate_bytes, 100);
+    }
+}

@@ -1,0 +1,355 @@
+//! The sending side of one data channel, and the pacer.
+//!
+//! A [`ChannelSender`] owns its channel's stripe (see [`crate::layout`]): a cursor over new data,
+//! a [`RangeSet`] of ranges the receiver asked for again, and the channel's final marker. The
+//! driver asks it for the next *run* (contiguous stripe bytes inside one block), reads those
+//! bytes, cuts them into datagrams and sends them; it feeds NACKs and the receiver's
+//! `ChannelDone` back in. Call order per driver turn:
+//!
+//! 1. `on_nack` / `on_channel_done` for every control message addressed to this channel;
+//! 2. while the [`Pacer`] allows: `poll_run`, then send the run;
+//! 3. `poll_final(now)`: send a final marker when it says so;
+//! 4. sleep until the earliest of the pacer's and `next_timeout()`'s deadlines.
+//!
+//! Repairs go first, but while new data is still flowing they may take at most
+//! `repair_share` of the bytes sent (a token bucket capped at `credit_cap`), so a loss storm
+//! cannot starve the new data; once the stripe is fully sent, repairs get the whole rate.
+
+use crate::layout::Layout;
+use crate::ranges::RangeSet;
+use std::time::{Duration, Instant};
+
+/// Tunables of a channel sender.
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    /// Largest share of sent bytes that repairs may take while new data remains (0..1).
+    pub repair_share: f64,
+    /// Largest repair credit that can accumulate, in bytes.
+    pub credit_cap: u64,
+    /// How long to wait for `ChannelDone` before sending the final marker again.
+    pub final_interval: Duration,
+}
+
+impl Default for SendConfig {
+    fn default() -> Self {
+        SendConfig {
+            repair_share: 0.5,
+            credit_cap: 1 << 20,
+            final_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why a run is being sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// First transmission.
+    New,
+    /// Resent because the receiver asked.
+    Repair,
+}
+
+/// Contiguous stripe bytes within one block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// Stripe position of the first byte.
+    pub pos: u64,
+    /// Length in bytes (never 0, never past the block's end).
+    pub len: u64,
+    /// New data or repair.
+    pub kind: RunKind,
+}
+
+/// Counters of one channel sender.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendStats {
+    /// Bytes sent for the first time.
+    pub new_bytes: u64,
+    /// Bytes resent.
+    pub repair_bytes: u64,
+    /// NACK messages handled.
+    pub nacks: u64,
+    /// Bytes those NACKs asked for (before de-duplication).
+    pub nacked_bytes: u64,
+    /// Final markers sent.
+    pub finals: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Final {
+    NotSent,
+    Sent(Instant),
+    Acked,
+}
+
+/// The sending state of one channel. See the module docs for the call order.
+#[derive(Debug, Clone)]
+pub struct ChannelSender {
+    channel: u16,
+    stripe_len: u64,
+    next_new: u64,
+    repair: RangeSet,
+    credit: f64,
+    fin: Final,
+    cfg: SendConfig,
+    stats: SendStats,
+}
+
+impl ChannelSender {
+    /// A sender for `channel` of `layout`.
+    pub fn new(layout: &Layout, channel: u16, cfg: SendConfig) -> Self {
+        ChannelSender {
+            channel,
+            stripe_len: layout.stripe_len(channel),
+            next_new: 0,
+            repair: RangeSet::new(),
+            credit: 0.0,
+            fin: Final::NotSent,
+            cfg,
+            stats: SendStats::default(),
+        }
+    }
+
+    /// The channel index.
+    pub fn channel(&self) -> u16 {
+        self.channel
+    }
+    /// Counters so far.
+    pub fn stats(&self) -> SendStats {
+        self.stats
+    }
+    /// Bytes of the stripe not yet sent once.
+    pub fn new_remaining(&self) -> u64 {
+        self.stripe_len - self.next_new
+    }
+    /// Bytes waiting to be resent.
+    pub fn repair_pending(&self) -> u64 {
+        self.repair.total()
+    }
+    /// True once the receiver confirmed the whole stripe and nothing is pending.
+    pub fn is_done(&self) -> bool {
+        self.fin == Final::Acked && self.repair.is_empty()
+    }
+
+    /// The next run to send, at most `max_len` bytes, or `None` when there is nothing to send.
+    pub fn poll_run(&mut self, layout: &Layout, max_len: u64) -> Option<Run> {
+        let max_len = max_len.max(1);
+        let new_left = self.next_new < self.stripe_len;
+        let repair_allowed = !self.repair.is_empty() && (!new_left || self.credit >= 0.0);
+        if repair_allowed {
+            let first = self.repair.first()?;
+            let to_block_end = layout.resolve(self.channel, first.start)?.to_block_end;
+            let len = (first.end - first.start).min(to_block_end).min(max_len);
+            self.repair.remove(first.start..first.start + len);
+            if new_left {
+                self.credit -= len as f64;
+            }
+            self.stats.repair_bytes += len;
+            return Some(Run {
+                pos: first.start,
+                len,
+                kind: RunKind::Repair,
+            });
+        }
+        if !new_left {
+            return None;
+        }
+        let pos = self.next_new;
+        let to_block_end = layout.resolve(self.channel, pos)?.to_block_end;
+        let len = to_block_end.min(max_len).min(self.stripe_len - pos);
+        self.next_new += len;
+        self.stats.new_bytes += len;
+        let share = self.cfg.repair_share.clamp(0.0, 0.95);
+        self.credit =
+            (self.credit + len as f64 * share / (1.0 - share)).min(self.cfg.credit_cap as f64);
+        Some(Run {
+            pos,
+            len,
+            kind: RunKind::New,
+        })
+    }
+
+    /// The receiver asks for these stripe ranges again. Ranges beyond what was sent are ignored
+    /// (that data is on its way); returns the bytes newly queued.
+    pub fn on_nack(&mut self, ranges: &[(u64, u64)]) -> u64 {
+        self.stats.nacks += 1;
+        let mut queued = 0;
+        for &(s, e) in ranges {
+            let e = e.min(self.next_new);
+            if s < e {
+                self.stats.nacked_bytes += e - s;
+                queued += self.repair.insert(s..e);
+            }
+        }
+        if queued > 0 && self.fin == Final::Acked {
+            // A block failed verification after the stripe was confirmed: confirm again later.
+            self.fin = Final::NotSent;
+        }
+        queued
+    }
+
+    /// The receiver holds the whole stripe.
+    pub fn on_channel_done(&mut self) {
+        if self.repair.is_empty() {
+            self.fin = Final::Acked;
+        }
+    }
+
+    /// True when a final marker should be sent now (everything sent once, no repair pending,
+    /// not yet confirmed, and the last marker is older than the resend interval).
+    pub fn poll_final(&mut self, now: Instant) -> bool {
+        if self.next_new < self.stripe_len || !self.repair.is_empty() {
+            return false;
+        }
+        let due = match self.fin {
+            Final::NotSent => true,
+            Final::Sent(at) => now.saturating_duration_since(at) >= self.cfg.final_interval,
+            Final::Acked => false,
+        };
+        if due {
+            self.fin = Final::Sent(now);
+            self.stats.finals += 1;
+        }
+        due
+    }
+
+    /// When `poll_final` may next return true, if the channel is waiting on its marker.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        match self.fin {
+            Final::Sent(at) if self.repair.is_empty() => Some(at + self.cfg.final_interval),
+            _ => None,
+        }
+    }
+
+    /// True when `poll_run` would return a run.
+    pub fn has_work(&self) -> bool {
+        self.next_new < self.stripe_len || !self.repair.is_empty()
+    }
+
+    /// Stripe length, which the final marker announces.
+    pub fn stripe_len(&self) -> u64 {
+        self.stripe_len
+    }
+}
+
+/// Paces sending to a rate: a virtual clock that advances by each send's serialization time.
+///
+/// Up to `burst` of unused time is forgiven, so a driver that wakes late may catch up a little
+/// but never floods.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    bytes_per_sec: f64,
+    next: Option<Instant>,
+    burst: Duration,
+}
+
+impl Pacer {
+    /// A pacer for `bits_per_sec` (clamped to at least 8 kbit/s) allowing `burst` of catch-up.
+    pub fn new(bits_per_sec: u64, burst: Duration) -> Self {
+        Pacer {
+            bytes_per_sec: (bits_per_sec.max(8_000) as f64) / 8.0,
+            next: None,
+            burst,
+        }
+    }
+    /// Changes the rate from now on.
+    pub fn set_rate(&mut self, bits_per_sec: u64) {
+        self.bytes_per_sec = (bits_per_sec.max(8_000) as f64) / 8.0;
+    }
+    /// The current rate in bits per second.
+    pub fn rate(&self) -> u64 {
+        (self.bytes_per_sec * 8.0) as u64
+    }
+    /// When the next send may happen (`None`: now).
+    pub fn ready_at(&self) -> Option<Instant> {
+        self.next
+    }
+    /// True if a send may happen at `now`.
+    pub fn can_send(&self, now: Instant) -> bool {
+        self.next.is_none_or(|n| n <= now)
+    }
+    /// Accounts for `bytes` sent at `now`.
+    pub fn on_sent(&mut self, now: Instant, bytes: u64) {
+        let floor = now.checked_sub(self.burst).unwrap_or(now);
+        let base = match self.next {
+            Some(n) if n > floor => n,
+            _ => floor,
+        };
+        self.next = Some(base + Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout::new(&[10_000], 4096, 1).unwrap()
+    }
+
+    #[test]
+    fn sends_new_data_in_block_sized_runs_then_final() {
+        let l = layout();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        let runs: Vec<Run> = std::iter::from_fn(|| s.poll_run(&l, 3000)).collect();
+        let lens: Vec<u64> = runs.iter().map(|r| r.len).collect();
+        assert_eq!(lens, vec![3000, 1096, 3000, 1096, 1808]);
+        let t0 = Instant::now();
+        assert!(s.poll_final(t0));
+        assert!(!s.poll_final(t0 + Duration::from_millis(10)));
+        assert!(s.poll_final(t0 + Duration::from_millis(100)));
+        s.on_channel_done();
+        assert!(s.is_done());
+        assert_eq!(s.next_timeout(), None);
+    }
+
+    #[test]
+    fn repairs_are_bounded_while_new_data_flows() {
+        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
+        let cfg = SendConfig {
+            repair_share: 0.25,
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&l, 0, cfg);
+        for _ in 0..100 {
+            s.poll_run(&l, 1000);
+        }
+        s.on_nack(&[(0, 100_000)]);
+        let (mut new, mut rep) = (0, 0);
+        for _ in 0..200 {
+            let r = s.poll_run(&l, 1000).unwrap();
+            match r.kind {
+                RunKind::New => new += r.len,
+                RunKind::Repair => rep += r.len,
+            }
+        }
+        let share = rep as f64 / (new + rep) as f64;
+        assert!(share > 0.2 && share < 0.4, "repair share {share}");
+    }
+
+    #[test]
+    fn nacks_for_unsent_data_are_ignored_and_reopen_a_confirmed_channel() {
+        let l = layout();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        assert_eq!(s.on_nack(&[(0, 100)]), 0);
+        while s.poll_run(&l, 5000).is_some() {}
+        s.poll_final(Instant::now());
+        s.on_channel_done();
+        assert!(s.is_done());
+        assert_eq!(s.on_nack(&[(4096, 8192), (9000, 20_000)]), 4096 + 1000);
+        assert!(!s.is_done());
+        let r = s.poll_run(&l, 5000).unwrap();
+        assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
+    }
+
+    #[test]
+    fn pacer_spaces_sends_at_the_rate() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(8_000_000, Duration::ZERO);
+        assert!(p.can_send(t0));
+        p.on_sent(t0, 1000);
+        assert_eq!(p.ready_at(), Some(t0 + Duration::from_millis(1)));
+        assert!(!p.can_send(t0 + Duration::from_micros(999)));
+        assert!(p.can_send(t0 + Duration::from_millis(1)));
+    }
+}

@@ -1,0 +1,484 @@
+//! Wire formats: the UDP datagram header and the TCP control messages.
+//!
+//! # Datagrams (UDP, one per data channel)
+//!
+//! Every datagram starts with a fixed 40-byte header, big-endian:
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0 | kind | 1 = data, 2 = channel final, 3 = path probe |
+//! | 1 | flags | bit 0 = retransmit |
+//! | 2..4 | channel | data channel index |
+//! | 4..12 | session | random session id from the hello; anything else is dropped |
+//! | 12..20 | packet number | per channel, strictly increasing; the future AEAD nonce |
+//! | 20..24 | file | file id (manifest index) |
+//! | 24..32 | offset | byte offset in the file (data), stripe length (final), probe size (probe) |
+//! | 32..34 | length | payload bytes following the header |
+//! | 34..36 | reserved | zero; for the key phase and tag length once datagrams are encrypted |
+//! | 36..40 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
+//!
+//! The payload follows. A datagram whose real length differs from `40 + length` is malformed.
+//! [`DATAGRAM_OVERHEAD`] adds 16 bytes to the header for the authentication tag that encryption
+//! will append, so today's default sizes still fit a 1500-byte path once it lands.
+//!
+//! # Control messages (TCP)
+//!
+//! Each message is a frame: a 4-byte big-endian length, then the postcard encoding of a
+//! [`Control`] value. Frames longer than [`MAX_FRAME`] are refused before they are read. The call
+//! order of a session is described in the crate docs.
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes of the datagram header.
+pub const HEADER_LEN: usize = 40;
+/// Header plus the space reserved for a future 16-byte AEAD tag.
+pub const DATAGRAM_OVERHEAD: usize = HEADER_LEN + 16;
+/// Default payload per datagram: 40 + 16 + 1384 = 1440 bytes, which fits a 1500-byte MTU under
+/// both IPv4 (20 + 8 bytes of headers) and IPv6 (40 + 8).
+pub const DEFAULT_PAYLOAD: u16 = 1384;
+/// Smallest payload hurtle will fall back to on a path that drops large datagrams.
+pub const MIN_PAYLOAD: u16 = 512;
+/// Largest payload hurtle will accept (a 9000-byte jumbo frame path).
+pub const MAX_PAYLOAD: u16 = 8900;
+/// Largest control frame (bytes after the length prefix).
+pub const MAX_FRAME: usize = 4 << 20;
+/// Magic bytes at the start of a hello.
+pub const MAGIC: [u8; 4] = *b"HRTL";
+/// Protocol version spoken by this build.
+pub const VERSION: u16 = 1;
+
+/// What a datagram is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// File bytes.
+    Data = 1,
+    /// "This channel has sent its whole stripe"; `offset` holds the stripe length.
+    Final = 2,
+    /// Path probe of a given size; `offset` holds the datagram size being probed.
+    Probe = 3,
+}
+
+/// Flag: this datagram repeats data sent before.
+pub const FLAG_RETRANSMIT: u8 = 1;
+
+/// The decoded datagram header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// What the datagram is.
+    pub kind: Kind,
+    /// Flag bits (`FLAG_*`).
+    pub flags: u8,
+    /// Data channel index.
+    pub channel: u16,
+    /// Session id.
+    pub session: u64,
+    /// Per-channel packet number.
+    pub packet: u64,
+    /// File id.
+    pub file: u32,
+    /// File offset, stripe length or probe size (see [`Kind`]).
+    pub offset: u64,
+    /// Payload length.
+    pub len: u16,
+    /// Sender timestamp in microseconds (wrapping).
+    pub sent_us: u32,
+}
+
+/// Why a datagram was rejected. Each is counted by the receiver, never trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// Fewer bytes than a header.
+    #[error("datagram shorter than its header")]
+    Truncated,
+    /// Unknown kind byte.
+    #[error("unknown datagram kind {0}")]
+    BadKind(u8),
+    /// The length field does not match the bytes received.
+    #[error("length field says {claimed} but {actual} payload bytes arrived")]
+    BadLength {
+        /// What the header claims.
+        claimed: u16,
+        /// What arrived.
+        actual: usize,
+    },
+    /// The reserved bytes are not zero.
+    #[error("reserved header bytes are not zero")]
+    Reserved,
+}
+
+impl Header {
+    /// Writes the header into the first [`HEADER_LEN`] bytes of `out`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than [`HEADER_LEN`] (a bug in the caller, never peer input).
+    pub fn encode(&self, out: &mut [u8]) {
+        let out = &mut out[..HEADER_LEN];
+        out[0] = self.kind as u8;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.channel.to_be_bytes());
+        out[4..12].copy_from_slice(&self.session.to_be_bytes());
+        out[12..20].copy_from_slice(&self.packet.to_be_bytes());
+        out[20..24].copy_from_slice(&self.file.to_be_bytes());
+        out[24..32].copy_from_slice(&self.offset.to_be_bytes());
+        out[32..34].copy_from_slice(&self.len.to_be_bytes());
+        out[34..36].copy_from_slice(&[0, 0]);
+        out[36..40].copy_from_slice(&self.sent_us.to_be_bytes());
+    }
+
+    /// Parses a whole datagram, returning the header and the payload.
+    pub fn decode(datagram: &[u8]) -> Result<(Header, &[u8]), DatagramError> {
+        if datagram.len() < HEADER_LEN {
+            return Err(DatagramError::Truncated);
+        }
+        let (h, payload) = datagram.split_at(HEADER_LEN);
+        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let be64 = |i: usize| (u64::from(be32(i)) << 32) | u64::from(be32(i + 4));
+        let kind = match h[0] {
+            1 => Kind::Data,
+            2 => Kind::Final,
+            3 => Kind::Probe,
+            k => return Err(DatagramError::BadKind(k)),
+        };
+        if h[34] != 0 || h[35] != 0 {
+            return Err(DatagramError::Reserved);
+        }
+        let len = be16(32);
+        if usize::from(len) != payload.len() {
+            return Err(DatagramError::BadLength {
+                claimed: len,
+                actual: payload.len(),
+            });
+        }
+        let header = Header {
+            kind,
+            flags: h[1],
+            channel: be16(2),
+            session: be64(4),
+            packet: be64(12),
+            file: be32(20),
+            offset: be64(24),
+            len,
+            sent_us: be32(36),
+        };
+        Ok((header, payload))
+    }
+}
+
+/// One entry of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Relative path, `/`-separated. The receiver sanitizes it before use.
+    pub path: String,
+    /// File or directory.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for a directory).
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+}
+
+/// What a manifest entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryKind {
+    /// A regular file; it gets a file id (its index among the manifest's files).
+    File,
+    /// A directory, created empty if nothing lands in it.
+    Dir,
+}
+
+/// The receiver's answer for one manifest entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Send the whole file.
+    SendAll,
+    /// The receiver will not take this entry; the text says why.
+    Refuse(String),
+}
+
+/// A message on the control connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Control {
+    /// Sender -> receiver, first message.
+    Hello {
+        /// Must be [`MAGIC`].
+        magic: [u8; 4],
+        /// Protocol version.
+        version: u16,
+        /// Capability bits (none defined yet).
+        caps: u64,
+        /// Channels the sender offers.
+        channels: u16,
+        /// Largest payload the sender wants to use.
+        payload: u16,
+        /// Block size for hashing and striping (power of two).
+        block_size: u64,
+        /// Random session id that every datagram will carry.
+        session: u64,
+    },
+    /// Receiver -> sender: the agreed parameters.
+    HelloAck {
+        /// Protocol version.
+        version: u16,
+        /// Capability bits.
+        caps: u64,
+        /// UDP ports of the receiver's channels; their count is the agreed channel count.
+        ports: Vec<u16>,
+        /// Largest payload the receiver accepts.
+        payload: u16,
+        /// What the receiver can absorb, bits per second (0 = unknown).
+        rate_ceiling: u64,
+    },
+    /// Sender -> receiver: part of the manifest; `last` closes it.
+    Manifest {
+        /// The entries, in order.
+        entries: Vec<Entry>,
+        /// True on the final part.
+        last: bool,
+    },
+    /// Receiver -> sender: one decision per manifest entry, in order.
+    ManifestReply {
+        /// Decisions for every entry of the manifest.
+        decisions: Vec<Decision>,
+    },
+    /// Receiver -> sender: a probe datagram of `size` bytes arrived on `channel`.
+    ProbeAck {
+        /// Channel.
+        channel: u16,
+        /// Datagram size.
+        size: u16,
+    },
+    /// Sender -> receiver: the payload size chosen after probing; data follows.
+    Start {
+        /// Payload bytes per datagram.
+        payload: u16,
+    },
+    /// Sender -> receiver: BLAKE3 chaining values of blocks, as the sender read them.
+    BlockHashes {
+        /// `(global block, chaining value)` pairs.
+        blocks: Vec<(u64, [u8; 32])>,
+    },
+    /// Receiver -> sender: stripe ranges of a channel to send again.
+    Nack {
+        /// Channel.
+        channel: u16,
+        /// Half-open stripe ranges `(start, end)`.
+        ranges: Vec<(u64, u64)>,
+    },
+    /// Receiver -> sender: the channel's whole stripe has arrived (acknowledges its final marker).
+    ChannelDone {
+        /// Channel.
+        channel: u16,
+    },
+    /// Receiver -> sender: a file is verified, synced and in place.
+    FileDone {
+        /// File id.
+        file: u32,
+        /// BLAKE3 of the whole file as received.
+        hash: [u8; 32],
+    },
+    /// Receiver -> sender: progress and what the receiver has seen (about once per RTT).
+    Report {
+        /// Bytes of payload accepted so far (new, not duplicates).
+        received: u64,
+        /// Datagrams dropped as malformed, foreign or out of bounds.
+        rejected: u64,
+        /// Kernel socket drops, if known.
+        socket_drops: u64,
+    },
+    /// Sender -> receiver: everything is confirmed; the session ends.
+    Done,
+    /// Either side: the session fails; the text says why.
+    Abort {
+        /// One-line cause.
+        reason: String,
+    },
+}
+
+/// Why a control frame could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The length prefix exceeds [`MAX_FRAME`].
+    #[error("control frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLong(usize),
+    /// The bytes are not a valid message.
+    #[error("malformed control message: {0}")]
+    Malformed(#[from] postcard::Error),
+}
+
+impl Control {
+    /// Encodes the message as a frame (length prefix included).
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut out = vec![0u8; 4];
+        // Serializing into a Vec cannot fail for these types.
+        let body = postcard::to_allocvec(self).unwrap_or_default();
+        out.extend_from_slice(&body);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+
+    /// Checks a frame's length prefix and returns the body length to read next.
+    pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
+        let len = u32::from_be_bytes(prefix) as usize;
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLong(len));
+        }
+        Ok(len)
+    }
+
+    /// Decodes a frame body (the bytes after the length prefix). Trailing bytes are an error.
+    pub fn from_body(body: &[u8]) -> Result<Control, FrameError> {
+        let (msg, rest) = postcard::take_from_bytes::<Control>(body)?;
+        if !rest.is_empty() {
+            return Err(FrameError::Malformed(
+                postcard::Error::DeserializeBadEncoding,
+            ));
+        }
+        Ok(msg)
+    }
+
+    /// Short name of the message kind, for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Control::Hello { .. } => "Hello",
+            Control::HelloAck { .. } => "HelloAck",
+            Control::Manifest { .. } => "Manifest",
+            Control::ManifestReply { .. } => "ManifestReply",
+            Control::ProbeAck { .. } => "ProbeAck",
+            Control::Start { .. } => "Start",
+            Control::BlockHashes { .. } => "BlockHashes",
+            Control::Nack { .. } => "Nack",
+            Control::ChannelDone { .. } => "ChannelDone",
+            Control::FileDone { .. } => "FileDone",
+            Control::Report { .. } => "Report",
+            Control::Done => "Done",
+            Control::Abort { .. } => "Abort",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header() -> impl Strategy<Value = Header> {
+        (
+            prop_oneof![Just(Kind::Data), Just(Kind::Final), Just(Kind::Probe)],
+            any::<(u8, u16, u64, u64, u32, u64, u16, u32)>(),
+        )
+            .prop_map(
+                |(kind, (flags, channel, session, packet, file, offset, len, sent_us))| Header {
+                    kind,
+                    flags,
+                    channel,
+                    session,
+                    packet,
+                    file,
+                    offset,
+                    len: len % 2000,
+                    sent_us,
+                },
+            )
+    }
+
+    #[test]
+    fn header_test_vector() {
+        let h = Header {
+            kind: Kind::Data,
+            flags: FLAG_RETRANSMIT,
+            channel: 3,
+            session: 0x0102030405060708,
+            packet: 9,
+            file: 10,
+            offset: 0x1_0000_0000,
+            len: 2,
+            sent_us: 77,
+        };
+        let mut buf = [0u8; HEADER_LEN + 2];
+        h.encode(&mut buf);
+        buf[HEADER_LEN..].copy_from_slice(b"hi");
+        assert_eq!(
+            buf[..HEADER_LEN],
+            [
+                1, 1, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 10, 0, 0, 0,
+                1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 77
+            ]
+        );
+        assert_eq!(Header::decode(&buf).unwrap(), (h, &b"hi"[..]));
+        assert_eq!(
+            Header::decode(&buf[..HEADER_LEN + 1]).unwrap_err(),
+            DatagramError::BadLength {
+                claimed: 2,
+                actual: 1
+            }
+        );
+    }
+
+    #[test]
+    fn control_round_trip_and_limits() {
+        let msgs = vec![
+            Control::Hello {
+                magic: MAGIC,
+                version: VERSION,
+                caps: 0,
+                channels: 4,
+                payload: 1384,
+                block_size: 1 << 20,
+                session: 42,
+            },
+            Control::Manifest {
+                entries: vec![Entry {
+                    path: "a/日本.txt".into(),
+                    kind: EntryKind::File,
+                    size: 5,
+                    mode: 0o644,
+                    mtime_ns: -1,
+                }],
+                last: true,
+            },
+            Control::Nack {
+                channel: 1,
+                ranges: vec![(0, 10), (20, 30)],
+            },
+            Control::Done,
+        ];
+        for m in msgs {
+            let frame = m.to_frame();
+            let len = Control::frame_len(frame[..4].try_into().unwrap()).unwrap();
+            assert_eq!(len, frame.len() - 4);
+            assert_eq!(Control::from_body(&frame[4..]).unwrap(), m);
+        }
+        assert!(Control::frame_len((MAX_FRAME as u32 + 1).to_be_bytes()).is_err());
+        let mut frame = Control::Done.to_frame();
+        frame.push(0);
+        assert!(Control::from_body(&frame[4..]).is_err(), "trailing bytes");
+    }
+
+    proptest! {
+        #[test]
+        fn header_round_trips(h in header(), extra in any::<u8>()) {
+            let mut buf = vec![extra; HEADER_LEN + usize::from(h.len)];
+            h.encode(&mut buf);
+            let (back, payload) = Header::decode(&buf).unwrap();
+            prop_assert_eq!(back, h);
+            prop_assert_eq!(payload.len(), usize::from(h.len));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Header::decode(&bytes);
+            let _ = Control::from_body(&bytes);
+        }
+
+        #[test]
+        fn nack_round_trips(channel in any::<u16>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
+            let m = Control::Nack { channel, ranges };
+            let f = m.to_frame();
+            prop_assert_eq!(Control::from_body(&f[4..]).unwrap(), m);
+        }
+    }
+}
