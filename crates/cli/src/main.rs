@@ -1,1 +1,270 @@
-fn main() {}
+//! The `hurtle` command: `send`, `receive` and `demo`.
+//!
+//! This file parses flags and maps outcomes to output and exit codes; transfers are done by
+//! `hurtle-engine`. Progress bars go to stderr on a terminal only; `--json` prints one summary
+//! object on stdout at the end.
+
+mod demo;
+mod ui;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Fast, verified file transfer over long, fat, lossy networks.
+#[derive(Parser)]
+#[command(name = "hurtle", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Receive one transfer (or, with --serve, transfers until interrupted).
+    Receive(ReceiveArgs),
+    /// Send files and directories to a receiver.
+    Send(SendArgs),
+    /// Send a file of random bytes to a receiver on this machine and compare with plain TCP.
+    Demo(DemoArgs),
+}
+
+/// Output flags shared by every command.
+#[derive(Args, Clone)]
+pub struct OutputArgs {
+    /// Print one JSON summary object on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print more detail (warnings, counters).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Write one network log per channel into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReceiveArgs {
+    /// Address to listen on for the control connection (UDP ports are chosen per transfer).
+    #[arg(long, default_value = "0.0.0.0:7400")]
+    listen: String,
+    /// Directory to receive into (created if missing).
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Keep receiving transfers until interrupted.
+    #[arg(long)]
+    serve: bool,
+    /// Replace files that already exist.
+    #[arg(long)]
+    overwrite: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Args)]
+struct SendArgs {
+    /// Files and directories to send (directories recursively).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// The receiver's address, HOST:PORT.
+    #[arg(long)]
+    to: String,
+    /// Number of UDP data channels [default: one per core, 2 to 8].
+    #[arg(long)]
+    channels: Option<u16>,
+    /// Pacing rate in bits per second, with k/M/G suffixes (e.g. 800M).
+    #[arg(long, value_parser = parse_rate, default_value = "2G")]
+    rate: u64,
+    /// Largest datagram payload to try, in bytes (lowered automatically if the path drops it).
+    #[arg(long, default_value_t = hurtle_proto::wire::DEFAULT_PAYLOAD)]
+    payload: u16,
+    /// Follow symbolic links instead of skipping them.
+    #[arg(long)]
+    follow_symlinks: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Size of the random file, with K/M/G suffixes (binary).
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    size: u64,
+    /// Number of UDP data channels [default: one per core, 2 to 8].
+    #[arg(long)]
+    channels: Option<u16>,
+    /// Pacing rate in bits per second, with k/M/G suffixes.
+    #[arg(long, value_parser = parse_rate, default_value = "2G")]
+    rate: u64,
+    /// Skip the plain-TCP comparison.
+    #[arg(long)]
+    no_tcp: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// Parses "800M", "1.5G", "250k" or a plain number as bits per second.
+fn parse_rate(s: &str) -> Result<u64, String> {
+    parse_scaled(s, 1000.0).map_err(|e| format!("{e} (expected bits per second like 800M or 2G)"))
+}
+
+/// Parses "1G", "64M", "4096" as bytes (binary multiples).
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_scaled(s, 1024.0).map_err(|e| format!("{e} (expected a size like 1G or 64M)"))
+}
+
+fn parse_scaled(s: &str, base: f64) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches(['b', 'B', 'i']);
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_lowercase() {
+                'k' => base,
+                'm' => base * base,
+                'g' => base * base * base,
+                't' => base * base * base * base,
+                _ => return Err(format!("unknown suffix in {s:?}")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("must be positive: {s:?}"));
+    }
+    Ok((v * mult) as u64)
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, SessionError> {
+    addr.to_socket_addrs()
+        .map_err(|e| SessionError::io(format!("cannot resolve {addr}"), e))?
+        .next()
+        .ok_or_else(|| {
+            SessionError::io(
+                format!("cannot resolve {addr}"),
+                std::io::Error::other("no address"),
+            )
+        })
+}
+
+/// Exit codes: 1 other failure, 2 usage, 3 refused by the receiver, 4 network, 5 verification,
+/// 6 local storage (disk full, permissions, unsafe path).
+fn exit_code(e: &SessionError) -> u8 {
+    match e {
+        SessionError::Refused { .. } => 3,
+        SessionError::Connect { .. }
+        | SessionError::Listen { .. }
+        | SessionError::Control(_)
+        | SessionError::UdpBlocked { .. }
+        | SessionError::Stalled(_)
+        | SessionError::Udp(_) => 4,
+        SessionError::Verification { .. }
+        | SessionError::HashMismatch { .. }
+        | SessionError::SourceChanged(_) => 5,
+        SessionError::Store(_) | SessionError::Path(_) | SessionError::Walk(_) => 6,
+        _ => 1,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Receive(a) => receive(a),
+        Command::Send(a) => send(a),
+        Command::Demo(a) => {
+            demo::run(&a.output, a.size, a.channels, a.rate, !a.no_tcp).map_err(|e| (1, e))
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, e)) => {
+            eprintln!("hurtle: error: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+type Outcome = std::result::Result<(), (u8, anyhow::Error)>;
+
+fn fail(e: SessionError) -> (u8, anyhow::Error) {
+    (exit_code(&e), anyhow::Error::new(e))
+}
+
+fn receive(a: ReceiveArgs) -> Outcome {
+    let addr = resolve(&a.listen).map_err(fail)?;
+    let opts = ReceiveOptions {
+        out_dir: a.out.clone(),
+        overwrite: a.overwrite,
+        log_dir: a.output.log_dir.clone(),
+        ..ReceiveOptions::default()
+    };
+    let receiver = Receiver::bind(addr, opts).map_err(fail)?;
+    let bound = receiver.local_addr().map_err(fail)?;
+    ui::say(
+        &a.output,
+        &format!(
+            "hurtle: listening on {bound}, receiving into {}",
+            a.out.display()
+        ),
+    );
+    loop {
+        let (progress, bar) = ui::progress_bar(&a.output, "receiving");
+        let result = receiver.accept_one(progress);
+        bar.finish();
+        match result {
+            Ok(s) => ui::print_receive_summary(&a.output, &s),
+            Err(e) if a.serve => {
+                eprintln!("hurtle: transfer failed: {e}");
+                continue;
+            }
+            Err(e) => return Err(fail(e)),
+        }
+        if !a.serve {
+            return Ok(());
+        }
+    }
+}
+
+fn send(a: SendArgs) -> Outcome {
+    let to = resolve(&a.to).map_err(fail)?;
+    let mut opts = SendOptions {
+        rate_bps: a.rate,
+        payload: a.payload,
+        follow_symlinks: a.follow_symlinks,
+        log_dir: a.output.log_dir.clone(),
+        ..SendOptions::default()
+    };
+    if let Some(c) = a.channels {
+        opts.channels = c;
+    }
+    let (progress, bar) = ui::progress_bar(&a.output, "sending");
+    let result = hurtle_engine::send(&a.paths, to, &opts, progress);
+    bar.finish();
+    let s = result.map_err(fail)?;
+    ui::print_send_summary(&a.output, &s);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_sizes_parse() {
+        assert_eq!(parse_rate("800M"), Ok(800_000_000));
+        assert_eq!(parse_rate("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("250k"), Ok(250_000));
+        assert_eq!(parse_rate("1000"), Ok(1000));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-5M").is_err());
+        assert!(parse_rate("5X").is_err());
+    }
+}

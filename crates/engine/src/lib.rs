@@ -1,9 +1,23 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
+//! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
 //! - [`udp`]: batched UDP data channels (GSO/GRO and multi-message syscalls via quinn-udp).
+//! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
+//! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
+pub mod control;
+pub mod error;
+pub mod netlog;
+pub mod progress;
+pub mod receiver;
+pub mod sender;
 pub mod store;
 pub mod udp;
 pub mod walk;
+
+pub use error::SessionError;
+pub use progress::Progress;
+pub use receiver::{ReceiveOptions, ReceiveSummary, Receiver};
+pub use sender::{send, SendOptions, SendSummary};

@@ -1,1 +1,1134 @@
-//! placeholder, being written
+//! File storage and path safety.
+//!
+//! This module owns every filesystem write the receiver makes, and the sender's reads:
+//!
+//! - [`sanitize_rel_path`] and [`resolve_under`] check a peer-supplied relative path before it
+//!   touches the disk: only plain `/`-separated components, and no pre-existing symlink between
+//!   the output root and the target.
+//! - [`PartFile`] is a file being received. It is written positionally into
+//!   `.<name>.hurtle-part` beside its final name (preallocated, so a full disk shows at once),
+//!   and [`PartFile::finish`] fsyncs it, applies mode and mtime, renames it into place and fsyncs
+//!   the directory. Nothing is ever written under the final name before that rename.
+//! - [`make_dir`], [`set_dir_mode`] and [`set_dir_times`] create directories and apply their
+//!   metadata once their contents are done.
+//! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
+//!   changes underneath the transfer.
+//!
+//! Errors are [`PathError`] (a refused path) and [`StoreError`] (everything else); every message
+//! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
+
+use std::fs::{self, File, Metadata, OpenOptions, Permissions};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// Suffix of the temporary file a file is received into: `.<name>.hurtle-part`.
+pub const PART_SUFFIX: &str = ".hurtle-part";
+
+/// Longest accepted path component, in bytes (`NAME_MAX` on Linux).
+pub const MAX_COMPONENT_LEN: usize = 255;
+
+/// Longest accepted relative path, in bytes (`PATH_MAX` on Linux).
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Permission bits the receiver applies. Set-user-ID, set-group-ID and sticky bits coming from
+/// the peer are dropped.
+const MODE_MASK: u32 = 0o777;
+
+/// Why a relative path was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathError {
+    /// The path is the empty string.
+    #[error("refusing empty path")]
+    Empty,
+    /// The path starts with `/`.
+    #[error("refusing absolute path {path:?}")]
+    Absolute {
+        /// The refused path.
+        path: String,
+    },
+    /// A component is `..`.
+    #[error("refusing path {path:?}: it contains a '..' component")]
+    ParentDir {
+        /// The refused path.
+        path: String,
+    },
+    /// A component is `.`.
+    #[error("refusing path {path:?}: it contains a '.' component")]
+    CurDir {
+        /// The refused path.
+        path: String,
+    },
+    /// Two `/` in a row, or a trailing `/`.
+    #[error("refusing path {path:?}: it contains an empty component")]
+    EmptyComponent {
+        /// The refused path.
+        path: String,
+    },
+    /// The path contains a NUL byte.
+    #[error("refusing path {path:?}: it contains a NUL byte")]
+    Nul {
+        /// The refused path.
+        path: String,
+    },
+    /// The path contains a backslash.
+    #[error("refusing path {path:?}: it contains a backslash")]
+    Backslash {
+        /// The refused path.
+        path: String,
+    },
+    /// A component starts like a Windows drive prefix (`C:`).
+    #[error("refusing path {path:?}: a component starts like a Windows drive prefix")]
+    DrivePrefix {
+        /// The refused path.
+        path: String,
+    },
+    /// A component is longer than [`MAX_COMPONENT_LEN`] bytes.
+    #[error("refusing path {path:?}: a component is longer than {MAX_COMPONENT_LEN} bytes")]
+    ComponentTooLong {
+        /// The refused path.
+        path: String,
+    },
+    /// The path is longer than [`MAX_PATH_LEN`] bytes.
+    #[error("refusing path {path:?}: it is {len} bytes long, the limit is {MAX_PATH_LEN}")]
+    TooLong {
+        /// The refused path.
+        path: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// An existing directory on the way to the target is a symbolic link.
+    #[error("refusing path {path:?}: {link:?} is a symbolic link")]
+    SymlinkInPath {
+        /// The refused relative path.
+        path: String,
+        /// The symlink found on the way.
+        link: PathBuf,
+    },
+    /// Inspecting a directory on the way to the target failed.
+    #[error("cannot inspect {path:?}: {source}")]
+    Io {
+        /// The directory being inspected.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// A storage operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The relative path was refused.
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The final name already exists and overwriting was not allowed.
+    #[error("destination already exists: {path:?}")]
+    DestinationExists {
+        /// The existing path.
+        path: PathBuf,
+    },
+    /// The destination filesystem is full, or a quota is exhausted (`ENOSPC`, `EDQUOT`).
+    #[error("destination full: {}", no_space_detail(.path, *.needed))]
+    NoSpace {
+        /// The file or directory being written.
+        path: PathBuf,
+        /// How many bytes the failed operation asked for (0 when not about data, e.g. mkdir).
+        needed: u64,
+    },
+    /// A positional access fell outside the file's declared size.
+    #[error("{path:?}: {len} bytes at offset {offset} lie outside the file's {size} bytes")]
+    OutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// Offset of the access.
+        offset: u64,
+        /// Length of the access.
+        len: u64,
+        /// The file's declared size.
+        size: u64,
+    },
+    /// The source file's size or modification time changed since it was opened, or it is
+    /// shorter than its recorded size.
+    #[error("source file changed while sending: {path:?}")]
+    SourceChanged {
+        /// The source file.
+        path: PathBuf,
+    },
+    /// Any other I/O failure.
+    #[error("cannot {op} {path:?}: {source}")]
+    Io {
+        /// What was being done ("create", "write", "rename", ...).
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+fn no_space_detail(path: &Path, needed: u64) -> String {
+    if needed == 0 {
+        format!("no room for {path:?}")
+    } else {
+        format!("no room for {needed} bytes of {path:?}")
+    }
+}
+
+/// Maps an I/O error to a [`StoreError`]: `ENOSPC` and `EDQUOT` become
+/// [`StoreError::NoSpace`], everything else [`StoreError::Io`].
+pub(crate) fn map_io(path: &Path, op: &'static str, needed: u64, err: io::Error) -> StoreError {
+    let full = matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || matches!(
+            err.kind(),
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded
+        );
+    if full {
+        StoreError::NoSpace {
+            path: path.to_path_buf(),
+            needed,
+        }
+    } else {
+        StoreError::Io {
+            op,
+            path: path.to_path_buf(),
+            source: err,
+        }
+    }
+}
+
+/// Checks a peer-supplied relative path and converts it to a [`PathBuf`].
+///
+/// Accepted: a non-empty, `/`-separated sequence of plain components. Refused: absolute paths,
+/// `.` and `..` components, empty components (`a//b`, trailing `/`), NUL bytes, backslashes,
+/// components that start like a Windows drive (`C:`), components over [`MAX_COMPONENT_LEN`]
+/// bytes and paths over [`MAX_PATH_LEN`] bytes.
+pub fn sanitize_rel_path(p: &str) -> Result<PathBuf, PathError> {
+    let path = || p.to_owned();
+    if p.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if p.len() > MAX_PATH_LEN {
+        return Err(PathError::TooLong {
+            path: path(),
+            len: p.len(),
+        });
+    }
+    if p.contains('\0') {
+        return Err(PathError::Nul { path: path() });
+    }
+    if p.contains('\\') {
+        return Err(PathError::Backslash { path: path() });
+    }
+    if p.starts_with('/') {
+        return Err(PathError::Absolute { path: path() });
+    }
+    let mut out = PathBuf::with_capacity(p.len());
+    for c in p.split('/') {
+        match c {
+            "" => return Err(PathError::EmptyComponent { path: path() }),
+            "." => return Err(PathError::CurDir { path: path() }),
+            ".." => return Err(PathError::ParentDir { path: path() }),
+            _ if c.len() > MAX_COMPONENT_LEN => {
+                return Err(PathError::ComponentTooLong { path: path() })
+            }
+            _ if is_drive_prefix(c) => return Err(PathError::DrivePrefix { path: path() }),
+            _ => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+fn is_drive_prefix(component: &str) -> bool {
+    let b = component.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+}
+
+/// Sanitizes `rel` and joins it to `root`, refusing if any existing directory between `root`
+/// and the target is a symbolic link (so a pre-existing symlink inside the output directory
+/// cannot redirect writes outside it).
+///
+/// `root` itself may be a symlink, and the target itself is not checked: callers that open it
+/// do so without following symlinks, and a rename replaces a symlink rather than following it.
+pub fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, PathError> {
+    let rel_path = sanitize_rel_path(rel)?;
+    let (dirs, _) = split_parent(rel);
+    let mut cur = root.to_path_buf();
+    for comp in Path::new(dirs).components() {
+        cur.push(comp);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(PathError::SymlinkInPath {
+                    path: rel.to_owned(),
+                    link: cur,
+                })
+            }
+            Ok(_) => {}
+            // Nothing deeper exists, so nothing deeper can be a symlink.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => break,
+            Err(e) => {
+                return Err(PathError::Io {
+                    path: cur,
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(root.join(rel_path))
+}
+
+/// Splits a sanitized relative path into its directory part ("" if none) and its last
+/// component.
+fn split_parent(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
+}
+
+/// Makes sure `path` is a real directory, creating it if missing. Returns whether it was
+/// created. A symlink is refused, whatever it points to.
+fn ensure_real_dir(path: &Path, rel: &str) -> Result<bool, StoreError> {
+    // A concurrent creator can make create_dir fail with AlreadyExists; look again then.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(PathError::SymlinkInPath {
+                    path: rel.to_owned(),
+                    link: path.to_path_buf(),
+                }
+                .into())
+            }
+            Ok(m) if m.is_dir() => return Ok(false),
+            Ok(_) => {
+                return Err(StoreError::Io {
+                    op: "create directory",
+                    path: path.to_path_buf(),
+                    source: io::Error::new(
+                        ErrorKind::NotADirectory,
+                        "a non-directory is in the way",
+                    ),
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => match fs::create_dir(path) {
+                Ok(()) => return Ok(true),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 3 => continue,
+                Err(e) => return Err(map_io(path, "create directory", 0, e)),
+            },
+            Err(e) => return Err(map_io(path, "inspect", 0, e)),
+        }
+    }
+}
+
+/// Creates `root` if missing, then each directory of `dirs` (a sanitized relative path, possibly
+/// empty) below it, refusing symlinks on the way. Returns `root/dirs`.
+fn ensure_dirs(root: &Path, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
+    fs::create_dir_all(root).map_err(|e| map_io(root, "create directory", 0, e))?;
+    let mut cur = root.to_path_buf();
+    for comp in Path::new(dirs).components() {
+        cur.push(comp);
+        ensure_real_dir(&cur, rel)?;
+    }
+    Ok(cur)
+}
+
+/// Opens an existing directory under `root` for metadata changes, refusing symlinks anywhere
+/// from `root` down to and including the directory itself.
+fn open_dir_under(root: &Path, rel: &str) -> Result<(PathBuf, File), StoreError> {
+    let path = resolve_under(root, rel)?;
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(PathError::SymlinkInPath {
+                path: rel.to_owned(),
+                link: path,
+            }
+            .into())
+        }
+        Ok(_) => {}
+        Err(e) => return Err(map_io(&path, "inspect", 0, e)),
+    }
+    // O_NOFOLLOW also covers a symlink swapped in after the check above.
+    let dir = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| map_io(&path, "open directory", 0, e))?;
+    Ok((path, dir))
+}
+
+/// Creates directory `rel` under `root`, and any missing parents, refusing symlinks on the way.
+/// Returns its path.
+///
+/// If it is created here it gets `mode`'s permission bits plus owner read/write/execute, so that
+/// its contents can be written; apply the exact mode with [`set_dir_mode`] once they are done.
+/// An existing directory is left as it is. Missing parents get default permissions.
+pub fn make_dir(root: &Path, rel: &str, mode: u32) -> Result<PathBuf, StoreError> {
+    sanitize_rel_path(rel)?;
+    let (dirs, _) = split_parent(rel);
+    ensure_dirs(root, dirs, rel)?;
+    let path = resolve_under(root, rel)?;
+    if ensure_real_dir(&path, rel)? {
+        fs::set_permissions(&path, Permissions::from_mode((mode & MODE_MASK) | 0o700))
+            .map_err(|e| map_io(&path, "set permissions of", 0, e))?;
+    }
+    Ok(path)
+}
+
+/// Sets the permission bits of existing directory `rel` under `root` (set-ID and sticky bits
+/// dropped). Call it after the directory's contents are written: a read-only mode would
+/// otherwise stop them from being created.
+pub fn set_dir_mode(root: &Path, rel: &str, mode: u32) -> Result<(), StoreError> {
+    let (path, dir) = open_dir_under(root, rel)?;
+    dir.set_permissions(Permissions::from_mode(mode & MODE_MASK))
+        .map_err(|e| map_io(&path, "set permissions of", 0, e))
+}
+
+/// Sets the modification time of existing directory `rel` under `root`. Call it after the
+/// directory's contents are written, since creating a file in it changes its mtime.
+pub fn set_dir_times(root: &Path, rel: &str, mtime_ns: i64) -> Result<(), StoreError> {
+    let (path, dir) = open_dir_under(root, rel)?;
+    let t = system_time_from_ns(&path, mtime_ns)?;
+    dir.set_modified(t)
+        .map_err(|e| map_io(&path, "set modification time of", 0, e))
+}
+
+/// Converts nanoseconds since the Unix epoch (possibly negative) to a [`SystemTime`].
+fn system_time_from_ns(path: &Path, ns: i64) -> Result<SystemTime, StoreError> {
+    let d = Duration::from_nanos(ns.unsigned_abs());
+    let t = if ns >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(d)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(d)
+    };
+    t.ok_or_else(|| StoreError::Io {
+        op: "set modification time of",
+        path: path.to_path_buf(),
+        source: io::Error::new(ErrorKind::InvalidInput, "time out of range"),
+    })
+}
+
+/// Modification time of `meta` in nanoseconds since the Unix epoch (saturating far outside
+/// ±292 years).
+pub(crate) fn mtime_ns(meta: &Metadata) -> i64 {
+    meta.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(meta.mtime_nsec())
+}
+
+/// Name of the temporary file for final name `name`: `.<name>.hurtle-part`, or, when that would
+/// exceed [`MAX_COMPONENT_LEN`], a shortened name that keeps a hash of the full one (so it is
+/// still unique and stable across runs).
+fn part_file_name(name: &str) -> String {
+    let plain = format!(".{name}{PART_SUFFIX}");
+    if plain.len() <= MAX_COMPONENT_LEN {
+        return plain;
+    }
+    const HASH_HEX: usize = 16;
+    let hash = blake3::hash(name.as_bytes()).to_hex();
+    let hash = hash.get(..HASH_HEX).unwrap_or_default();
+    // "." + prefix + "~" + hash + suffix
+    let budget = MAX_COMPONENT_LEN - 2 - HASH_HEX - PART_SUFFIX.len();
+    let mut cut = budget.min(name.len());
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(".{}~{hash}{PART_SUFFIX}", &name[..cut])
+}
+
+/// Extends `file` to `size` bytes with the blocks actually allocated, so a full disk is
+/// reported now rather than halfway through the transfer. Filesystems without allocation
+/// support just get the length set.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+#[allow(unsafe_code)]
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if size == 0 {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "file too large"))?;
+    loop {
+        // SAFETY: the descriptor belongs to `file`, which outlives the call; posix_fallocate
+        // only uses it during the call and touches no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            libc::EOPNOTSUPP | libc::EINVAL => return file.set_len(size),
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// Sets `file`'s length to `size` (no preallocation on this platform).
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    file.set_len(size)
+}
+
+/// A file being received: written positionally into `.<name>.hurtle-part` beside its final
+/// name, then moved into place by [`PartFile::finish`].
+///
+/// All I/O methods take `&self`, so several threads can share one `Arc<PartFile>`. Dropping it
+/// without `finish` leaves the `.hurtle-part` file in place (it is the partial a resume starts
+/// from); nothing is ever written under the final name until `finish` renames it.
+#[derive(Debug)]
+pub struct PartFile {
+    file: File,
+    dir: PathBuf,
+    final_path: PathBuf,
+    part_path: PathBuf,
+    size: u64,
+    overwrite: bool,
+}
+
+impl PartFile {
+    /// Starts receiving `rel` (a peer-supplied relative path) of `size` bytes under `root`.
+    ///
+    /// Creates `root` and the parent directories as needed (refusing symlinks on the way),
+    /// refuses with [`StoreError::DestinationExists`] if the final name exists and `overwrite`
+    /// is false, creates or truncates `.<name>.hurtle-part` (mode 0600, not following a symlink)
+    /// and preallocates `size` bytes. If preallocation fails (for instance
+    /// [`StoreError::NoSpace`]) the part file is removed again.
+    pub fn create(
+        root: &Path,
+        rel: &str,
+        size: u64,
+        overwrite: bool,
+    ) -> Result<PartFile, StoreError> {
+        sanitize_rel_path(rel)?;
+        let (dirs, name) = split_parent(rel);
+        let dir = ensure_dirs(root, dirs, rel)?;
+        let final_path = dir.join(name);
+        match fs::symlink_metadata(&final_path) {
+            Ok(_) if !overwrite => {
+                return Err(StoreError::DestinationExists { path: final_path });
+            }
+            Ok(m) if m.is_dir() => {
+                return Err(StoreError::Io {
+                    op: "replace",
+                    path: final_path,
+                    source: io::Error::new(ErrorKind::IsADirectory, "it is a directory"),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(map_io(&final_path, "inspect", 0, e)),
+        }
+        let part_path = dir.join(part_file_name(name));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&part_path)
+            .map_err(|e| map_io(&part_path, "create", 0, e))?;
+        if let Err(e) = preallocate(&file, size) {
+            drop(file);
+            // Best effort: the error below is what matters, and the file holds nothing yet.
+            let _ = fs::remove_file(&part_path);
+            return Err(map_io(&part_path, "preallocate", size, e));
+        }
+        Ok(PartFile {
+            file,
+            dir,
+            final_path,
+            part_path,
+            size,
+            overwrite,
+        })
+    }
+
+    /// The name the file gets once [`PartFile::finish`] succeeds.
+    pub fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
+    /// The temporary `.hurtle-part` file being written.
+    pub fn part_path(&self) -> &Path {
+        &self.part_path
+    }
+
+    /// The file's declared size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<(), StoreError> {
+        let len = len as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(StoreError::OutOfRange {
+                path: self.part_path.clone(),
+                offset,
+                len,
+                size: self.size,
+            }),
+        }
+    }
+
+    /// Writes all of `data` at `offset`. Refuses with [`StoreError::OutOfRange`] anything past
+    /// the declared size.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.check_range(offset, data.len())?;
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| map_io(&self.part_path, "write", data.len() as u64, e))
+    }
+
+    /// Fills `buf` from `offset` (for instance to hash what was written). Refuses with
+    /// [`StoreError::OutOfRange`] anything past the declared size.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.check_range(offset, buf.len())?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| map_io(&self.part_path, "read", 0, e))
+    }
+
+    /// Flushes written data to stable storage (`fdatasync`).
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.file
+            .sync_data()
+            .map_err(|e| map_io(&self.part_path, "sync", 0, e))
+    }
+
+    /// Completes the file: sets its permission bits (`mode`, set-ID and sticky bits dropped)
+    /// and modification time, fsyncs it, renames it to its final name and fsyncs the
+    /// directory. Returns the final path.
+    ///
+    /// Without `overwrite` the final name is checked again just before the rename and
+    /// [`StoreError::DestinationExists`] returned if something appeared there meanwhile. On
+    /// error the `.hurtle-part` file stays.
+    pub fn finish(self, mode: u32, mtime_ns: i64) -> Result<PathBuf, StoreError> {
+        self.commit(mode, mtime_ns)
+    }
+
+    /// [`PartFile::finish`] for a file shared between threads (behind an `Arc`): the same steps;
+    /// the caller must not write to it afterwards.
+    pub fn commit(&self, mode: u32, mtime_ns: i64) -> Result<PathBuf, StoreError> {
+        let part = &self.part_path;
+        self.file
+            .set_permissions(Permissions::from_mode(mode & MODE_MASK))
+            .map_err(|e| map_io(part, "set permissions of", 0, e))?;
+        let t = system_time_from_ns(part, mtime_ns)?;
+        self.file
+            .set_modified(t)
+            .map_err(|e| map_io(part, "set modification time of", 0, e))?;
+        self.file
+            .sync_all()
+            .map_err(|e| map_io(part, "sync", 0, e))?;
+        if !self.overwrite {
+            match fs::symlink_metadata(&self.final_path) {
+                Ok(_) => {
+                    return Err(StoreError::DestinationExists {
+                        path: self.final_path.clone(),
+                    })
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(map_io(&self.final_path, "inspect", 0, e)),
+            }
+        }
+        fs::rename(part, &self.final_path)
+            .map_err(|e| map_io(&self.final_path, "rename into place", 0, e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| map_io(&self.dir, "sync directory", 0, e))?;
+        Ok(self.final_path.clone())
+    }
+}
+
+/// A file being sent: positional reads, with its size and modification time recorded at open
+/// so that changes during the transfer are noticed.
+#[derive(Debug)]
+pub struct SourceFile {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl SourceFile {
+    /// Opens `path` (following symlinks) and records its size and modification time. Refuses
+    /// anything but a regular file.
+    pub fn open(path: &Path) -> Result<SourceFile, StoreError> {
+        let file = File::open(path).map_err(|e| map_io(path, "open", 0, e))?;
+        let meta = file.metadata().map_err(|e| map_io(path, "inspect", 0, e))?;
+        if !meta.is_file() {
+            return Err(StoreError::Io {
+                op: "send",
+                path: path.to_path_buf(),
+                source: io::Error::new(ErrorKind::InvalidInput, "not a regular file"),
+            });
+        }
+        Ok(SourceFile {
+            file,
+            path: path.to_path_buf(),
+            size: meta.len(),
+            mtime_ns: mtime_ns(&meta),
+        })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size recorded at open.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Modification time recorded at open, nanoseconds since the Unix epoch.
+    pub fn mtime_ns(&self) -> i64 {
+        self.mtime_ns
+    }
+
+    /// Reads from `offset` into `buf`, up to the recorded size: returns `buf.len()`, or fewer
+    /// bytes when the recorded end of file comes first (0 at or past it). Returns
+    /// [`StoreError::SourceChanged`] if the file is now shorter than its recorded size. Bytes
+    /// beyond the recorded size are never read; use [`SourceFile::check_unchanged`] to notice
+    /// growth or rewrites.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        let remaining = self.size.saturating_sub(offset);
+        let want = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+        let mut got = 0;
+        while got < want {
+            match self.file.read_at(&mut buf[got..want], offset + got as u64) {
+                Ok(0) => {
+                    return Err(StoreError::SourceChanged {
+                        path: self.path.clone(),
+                    })
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(map_io(&self.path, "read", 0, e)),
+            }
+        }
+        Ok(want)
+    }
+
+    /// Stats the open file again and returns [`StoreError::SourceChanged`] if its size or
+    /// modification time differ from those recorded at open.
+    pub fn check_unchanged(&self) -> Result<(), StoreError> {
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| map_io(&self.path, "inspect", 0, e))?;
+        if meta.len() != self.size || mtime_ns(&meta) != self.mtime_ns {
+            return Err(StoreError::SourceChanged {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::os::unix::fs::symlink;
+    use std::sync::Arc;
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn mode_of(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn sanitize_table() {
+        let long_comp = "x".repeat(256);
+        let max_comp = "x".repeat(255);
+        let long_path = vec!["abcdefg"; 600].join("/");
+        let accept = [
+            ("a", "a"),
+            ("a/b/c.txt", "a/b/c.txt"),
+            ("ok/日本.txt", "ok/日本.txt"),
+            ("résumé/日本.txt", "résumé/日本.txt"),
+            (".hidden", ".hidden"),
+            ("...", "..."),
+            ("a..b", "a..b"),
+            ("notes: todo", "notes: todo"),
+            ("1:x", "1:x"),
+            (max_comp.as_str(), max_comp.as_str()),
+        ];
+        for (input, want) in accept {
+            let got = sanitize_rel_path(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
+            assert_eq!(got, Path::new(want), "{input:?}");
+        }
+        type IsExpected = fn(&PathError) -> bool;
+        let refuse: &[(&str, IsExpected)] = &[
+            ("", |e| matches!(e, PathError::Empty)),
+            ("/etc/passwd", |e| matches!(e, PathError::Absolute { .. })),
+            ("/", |e| matches!(e, PathError::Absolute { .. })),
+            ("..", |e| matches!(e, PathError::ParentDir { .. })),
+            ("a/../b", |e| matches!(e, PathError::ParentDir { .. })),
+            ("a/..", |e| matches!(e, PathError::ParentDir { .. })),
+            (".", |e| matches!(e, PathError::CurDir { .. })),
+            ("./a", |e| matches!(e, PathError::CurDir { .. })),
+            ("a/./b", |e| matches!(e, PathError::CurDir { .. })),
+            ("a//b", |e| matches!(e, PathError::EmptyComponent { .. })),
+            ("a/", |e| matches!(e, PathError::EmptyComponent { .. })),
+            ("a\\b", |e| matches!(e, PathError::Backslash { .. })),
+            ("..\\x", |e| matches!(e, PathError::Backslash { .. })),
+            ("a\0b", |e| matches!(e, PathError::Nul { .. })),
+            ("C:x", |e| matches!(e, PathError::DrivePrefix { .. })),
+            ("c:", |e| matches!(e, PathError::DrivePrefix { .. })),
+            ("a/D:/b", |e| matches!(e, PathError::DrivePrefix { .. })),
+            (long_comp.as_str(), |e| {
+                matches!(e, PathError::ComponentTooLong { .. })
+            }),
+            (long_path.as_str(), |e| {
+                matches!(e, PathError::TooLong { len: 4799, .. })
+            }),
+        ];
+        for (input, is_expected) in refuse {
+            match sanitize_rel_path(input) {
+                Ok(p) => panic!("{input:?} accepted as {p:?}"),
+                Err(e) => {
+                    assert!(is_expected(&e), "{input:?}: unexpected error {e:?}");
+                    let msg = e.to_string();
+                    assert!(!msg.contains('\n') && !msg.contains('\0'), "{msg:?}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn sanitized_paths_stay_under_root(s in "[a-zA-Z0-9./\\\\:\u{0}é]{0,24}") {
+            if let Ok(p) = sanitize_rel_path(&s) {
+                prop_assert!(p.is_relative());
+                for c in p.components() {
+                    prop_assert!(matches!(c, std::path::Component::Normal(_)), "{:?}", p);
+                }
+                prop_assert_eq!(p.to_str(), Some(s.as_str()));
+            }
+        }
+    }
+
+    #[test]
+    fn resolve_under_refuses_symlinked_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(root.join("real")).unwrap();
+        fs::create_dir(&outside).unwrap();
+        symlink(&outside, root.join("evil")).unwrap();
+        symlink(&outside, root.join("real/evil2")).unwrap();
+
+        assert_eq!(
+            resolve_under(&root, "real/new/x.txt").unwrap(),
+            root.join("real/new/x.txt")
+        );
+        assert_eq!(resolve_under(&root, "x").unwrap(), root.join("x"));
+        for rel in ["evil/x", "evil/sub/x", "real/evil2/x"] {
+            let e = resolve_under(&root, rel).unwrap_err();
+            assert!(matches!(e, PathError::SymlinkInPath { .. }), "{rel}: {e:?}");
+            let e = PartFile::create(&root, rel, 3, false).unwrap_err();
+            assert!(
+                matches!(e, StoreError::Path(PathError::SymlinkInPath { .. })),
+                "{rel}: {e:?}"
+            );
+            let e = make_dir(&root, rel, 0o755).unwrap_err();
+            assert!(matches!(
+                e,
+                StoreError::Path(PathError::SymlinkInPath { .. })
+            ));
+        }
+        // Directory-level operations refuse the symlink itself too.
+        assert!(make_dir(&root, "evil", 0o755).is_err());
+        assert!(set_dir_times(&root, "evil", 0).is_err());
+        assert!(set_dir_mode(&root, "evil", 0o700).is_err());
+        assert!(names_in(&outside).is_empty(), "nothing written outside");
+        // Refused paths are refused before touching the disk.
+        assert!(matches!(
+            resolve_under(&root, "../x"),
+            Err(PathError::ParentDir { .. })
+        ));
+    }
+
+    #[test]
+    fn part_file_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let size = 100_000u64;
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        let pf = Arc::new(PartFile::create(&root, "résumé/sub/日本.bin", size, false).unwrap());
+        let dir = root.join("résumé/sub");
+        assert_eq!(pf.part_path(), dir.join(".日本.bin.hurtle-part"));
+        assert_eq!(pf.final_path(), dir.join("日本.bin"));
+        assert_eq!(fs::metadata(pf.part_path()).unwrap().len(), size);
+        assert!(!pf.final_path().exists());
+
+        // Four threads write interleaved chunks, in reverse.
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let pf = Arc::clone(&pf);
+                let data = &data;
+                s.spawn(move || {
+                    for chunk in (0..size.div_ceil(1000)).rev().filter(|c| c % 4 == t) {
+                        let start = chunk * 1000;
+                        let end = (start + 1000).min(size);
+                        pf.write_at(start, &data[start as usize..end as usize])
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        pf.sync().unwrap();
+        let mut back = vec![0u8; 5000];
+        pf.read_at(50_000, &mut back).unwrap();
+        assert_eq!(&back[..], &data[50_000..55_000]);
+        assert!(matches!(
+            pf.write_at(size - 1, b"xy"),
+            Err(StoreError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            pf.write_at(u64::MAX, b"x"),
+            Err(StoreError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            pf.read_at(size, &mut [0u8; 1]),
+            Err(StoreError::OutOfRange { .. })
+        ));
+
+        let pf = Arc::into_inner(pf).unwrap();
+        let mtime = 1_234_567_890_123_456_789i64;
+        let final_path = pf.finish(0o4640, mtime).unwrap();
+        assert_eq!(final_path, dir.join("日本.bin"));
+        assert_eq!(fs::read(&final_path).unwrap(), data);
+        assert_eq!(mode_of(&final_path), 0o640, "set-ID bit dropped");
+        assert_eq!(mtime_ns(&fs::metadata(&final_path).unwrap()), mtime);
+        assert_eq!(names_in(&dir), vec!["日本.bin"], "no .hurtle-part left");
+    }
+
+    #[test]
+    fn empty_file_and_negative_mtime() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pf = PartFile::create(tmp.path(), "empty", 0, false).unwrap();
+        let p = pf.finish(0o600, -1_500_000_000).unwrap();
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.len(), 0);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (-2, 500_000_000));
+        assert_eq!(mtime_ns(&m), -1_500_000_000);
+    }
+
+    #[test]
+    fn drop_without_finish_leaves_only_part() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pf = PartFile::create(tmp.path(), "a/f.txt", 10, false).unwrap();
+        pf.write_at(0, b"hello").unwrap();
+        drop(pf);
+        assert_eq!(names_in(&tmp.path().join("a")), vec![".f.txt.hurtle-part"]);
+        // Creating again truncates the partial and starts over.
+        let pf = PartFile::create(tmp.path(), "a/f.txt", 3, false).unwrap();
+        let mut buf = [9u8; 3];
+        pf.read_at(0, &mut buf).unwrap();
+        assert_eq!(buf, [0, 0, 0]);
+    }
+
+    #[test]
+    fn destination_exists() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::write(root.join("f"), b"old").unwrap();
+        let e = PartFile::create(root, "f", 3, false).unwrap_err();
+        assert!(matches!(e, StoreError::DestinationExists { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("destination already exists: "));
+        assert_eq!(names_in(root), vec!["f"]);
+
+        // A dangling symlink counts as existing too.
+        symlink(root.join("nowhere"), root.join("l")).unwrap();
+        assert!(matches!(
+            PartFile::create(root, "l", 3, false),
+            Err(StoreError::DestinationExists { .. })
+        ));
+
+        // With overwrite, the old file is replaced, and a symlink is replaced, not followed.
+        let pf = PartFile::create(root, "f", 3, true).unwrap();
+        pf.write_at(0, b"new").unwrap();
+        pf.finish(0o644, 0).unwrap();
+        assert_eq!(fs::read(root.join("f")).unwrap(), b"new");
+        let pf = PartFile::create(root, "l", 1, true).unwrap();
+        pf.write_at(0, b"x").unwrap();
+        pf.finish(0o644, 0).unwrap();
+        assert!(fs::symlink_metadata(root.join("l")).unwrap().is_file());
+        assert!(!root.join("nowhere").exists());
+
+        // Something appearing under the final name during the transfer is not clobbered.
+        let pf = PartFile::create(root, "g", 1, false).unwrap();
+        fs::write(root.join("g"), b"theirs").unwrap();
+        assert!(matches!(
+            pf.finish(0o644, 0),
+            Err(StoreError::DestinationExists { .. })
+        ));
+        assert_eq!(fs::read(root.join("g")).unwrap(), b"theirs");
+
+        // A directory in the way is refused up front, even with overwrite.
+        fs::create_dir(root.join("d")).unwrap();
+        assert!(matches!(
+            PartFile::create(root, "d", 1, true),
+            Err(StoreError::Io { .. })
+        ));
+        // So is a file where a parent directory should be.
+        assert!(PartFile::create(root, "f/x", 1, false).is_err());
+    }
+
+    #[test]
+    fn part_file_name_fits() {
+        assert_eq!(part_file_name("a.txt"), ".a.txt.hurtle-part");
+        let n242 = "n".repeat(242);
+        assert_eq!(part_file_name(&n242).len(), 255);
+        let long = "日".repeat(85); // 255 bytes
+        let p = part_file_name(&long);
+        assert!(p.len() <= MAX_COMPONENT_LEN, "{}", p.len());
+        assert!(p.starts_with(".日") && p.ends_with(PART_SUFFIX));
+        let other = format!("{}x", "日".repeat(84));
+        assert_ne!(part_file_name(&other), p, "hash keeps names distinct");
+        // And it really works on disk.
+        let tmp = tempfile::tempdir().unwrap();
+        let pf = PartFile::create(tmp.path(), &long, 2, false).unwrap();
+        pf.write_at(0, b"ok").unwrap();
+        let f = pf.finish(0o600, 0).unwrap();
+        assert_eq!(fs::read(f).unwrap(), b"ok");
+    }
+
+    #[test]
+    fn dirs_mode_and_times() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let d = make_dir(root, "x/y/ro", 0o555).unwrap();
+        assert_eq!(d, root.join("x/y/ro"));
+        assert_eq!(mode_of(&d), 0o755, "owner can still write into it");
+        // Contents can be written, then the exact mode and time applied.
+        let pf = PartFile::create(root, "x/y/ro/f", 1, false).unwrap();
+        pf.write_at(0, b"z").unwrap();
+        pf.finish(0o444, 0).unwrap();
+        set_dir_times(root, "x/y/ro", -5_000_000_123).unwrap();
+        set_dir_mode(root, "x/y/ro", 0o2555).unwrap();
+        assert_eq!(mode_of(&d), 0o555);
+        assert_eq!(mtime_ns(&fs::metadata(&d).unwrap()), -5_000_000_123);
+        // Existing directories are accepted and left alone.
+        assert_eq!(make_dir(root, "x/y/ro", 0o700).unwrap(), d);
+        assert_eq!(mode_of(&d), 0o555);
+        fs::set_permissions(&d, Permissions::from_mode(0o755)).unwrap();
+        // A file in the way is an error.
+        fs::write(root.join("file"), b"").unwrap();
+        assert!(matches!(
+            make_dir(root, "file", 0o755),
+            Err(StoreError::Io { .. })
+        ));
+        assert!(set_dir_times(root, "missing", 0).is_err());
+    }
+
+    #[test]
+    fn no_space_mapping() {
+        let p = Path::new("/out/big.iso");
+        for errno in [libc::ENOSPC, libc::EDQUOT] {
+            let e = map_io(p, "write", 4096, io::Error::from_raw_os_error(errno));
+            assert!(
+                matches!(&e, StoreError::NoSpace { path, needed: 4096 } if path == p),
+                "{e:?}"
+            );
+            assert_eq!(
+                e.to_string(),
+                "destination full: no room for 4096 bytes of \"/out/big.iso\""
+            );
+        }
+        let e = map_io(
+            p,
+            "create directory",
+            0,
+            io::Error::from(ErrorKind::StorageFull),
+        );
+        assert_eq!(
+            e.to_string(),
+            "destination full: no room for \"/out/big.iso\""
+        );
+        let e = map_io(p, "write", 1, io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, StoreError::Io { op: "write", .. }));
+        assert!(e.to_string().starts_with("cannot write \"/out/big.iso\": "));
+
+        // A real ENOSPC from the kernel, where /dev/full exists.
+        if let Ok(mut full) = OpenOptions::new().write(true).open("/dev/full") {
+            use std::io::Write;
+            let err = full.write_all(&[0u8; 64]).and_then(|()| full.flush());
+            let err = err.expect_err("/dev/full accepted a write");
+            assert!(matches!(
+                map_io(p, "write", 64, err),
+                StoreError::NoSpace { needed: 64, .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn source_file_reads_and_notices_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("src.bin");
+        fs::write(&p, b"0123456789").unwrap();
+        let sf = SourceFile::open(&p).unwrap();
+        assert_eq!(sf.size(), 10);
+        assert_eq!(sf.path(), p);
+        let mut buf = [0u8; 4];
+        assert_eq!(sf.read_at(0, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"0123");
+        assert_eq!(sf.read_at(8, &mut buf).unwrap(), 2, "short at recorded EOF");
+        assert_eq!(&buf[..2], b"89");
+        assert_eq!(sf.read_at(10, &mut buf).unwrap(), 0);
+        assert_eq!(sf.read_at(u64::MAX, &mut buf).unwrap(), 0);
+        sf.check_unchanged().unwrap();
+
+        // A touched mtime is noticed; restoring it makes the file look unchanged again.
+        let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1))
+            .unwrap();
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        let recorded = SystemTime::UNIX_EPOCH + Duration::from_nanos(sf.mtime_ns() as u64);
+        f.set_modified(recorded).unwrap();
+        sf.check_unchanged().unwrap();
+        // Growth: reads stay within the recorded size, the check notices.
+        {
+            use std::io::{Seek, Write};
+            f.seek(io::SeekFrom::End(0)).unwrap();
+            f.write_all(b"more").unwrap();
+        }
+        f.set_modified(recorded).unwrap();
+        assert_eq!(sf.read_at(8, &mut buf).unwrap(), 2);
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        // Truncation: reading where data should be is an error.
+        f.set_len(6).unwrap();
+        let e = sf.read_at(4, &mut buf).unwrap_err();
+        assert!(matches!(e, StoreError::SourceChanged { .. }), "{e:?}");
+        assert!(e
+            .to_string()
+            .starts_with("source file changed while sending: "));
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+
+        assert!(SourceFile::open(tmp.path()).is_err(), "a directory");
+        assert!(matches!(
+            SourceFile::open(&tmp.path().join("nope")),
+            Err(StoreError::Io { op: "open", .. })
+        ));
+    }
+}

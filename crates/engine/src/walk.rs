@@ -1,1 +1,542 @@
-//! placeholder, being written
+//! Source-side tree walking: turns the paths given to `hurtle send` into a manifest.
+//!
+//! This module owns the naming and ordering rules of what gets sent:
+//!
+//! - a file argument becomes one entry named by its file name; a directory argument `photos/`
+//!   becomes `photos` plus everything below it (`photos/a/b.jpg`);
+//! - directories come before their contents, and the entries of one directory are sorted by
+//!   name (byte order), so the same tree always gives the same manifest;
+//! - empty files and empty directories are included;
+//! - symlinks found inside directories are skipped with a warning unless
+//!   [`WalkOptions::follow_symlinks`] is set (then followed, with directory loops skipped with a
+//!   warning); symlinks named as arguments are always followed, like `find -H`;
+//! - fifos, sockets and devices are skipped with a warning;
+//! - names that are not UTF-8, or that the receiver would refuse (see
+//!   [`sanitize_rel_path`]), two arguments with the same name, and missing arguments are errors.
+//!
+//! Warnings are one line each, naming the path.
+
+use std::collections::HashMap;
+use std::fs::{self, FileType, Metadata};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use hurtle_proto::wire;
+
+use crate::store::{mtime_ns, sanitize_rel_path, PathError};
+
+/// What an entry is (the manifest's own type).
+pub use hurtle_proto::wire::EntryKind;
+
+/// One file or directory to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// Path the receiver creates, relative and `/`-separated, starting with the argument's name.
+    pub rel_path: String,
+    /// File or directory.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for a directory).
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the Unix epoch (negative before 1970).
+    pub mtime_ns: i64,
+    /// Where to read it: the argument made absolute (without resolving symlinks), joined with
+    /// the names below it.
+    pub abs_path: PathBuf,
+}
+
+impl SourceEntry {
+    /// The manifest entry announcing this one to the receiver.
+    pub fn to_wire(&self) -> wire::Entry {
+        wire::Entry {
+            path: self.rel_path.clone(),
+            kind: self.kind,
+            size: self.size,
+            mode: self.mode,
+            mtime_ns: self.mtime_ns,
+        }
+    }
+}
+
+/// How to walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalkOptions {
+    /// Follow symlinks found inside directories instead of skipping them.
+    pub follow_symlinks: bool,
+}
+
+/// The result of [`collect`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// Everything to send, in manifest order.
+    pub entries: Vec<SourceEntry>,
+    /// One line per skipped path, for the user.
+    pub warnings: Vec<String>,
+}
+
+/// Why the sources could not be collected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalkError {
+    /// An argument does not exist.
+    #[error("no such file or directory: {path:?}")]
+    NotFound {
+        /// The argument.
+        path: PathBuf,
+    },
+    /// An argument has no name to send it under (such as `/`).
+    #[error("cannot send {path:?}: it has no name to send it under")]
+    NoName {
+        /// The argument.
+        path: PathBuf,
+    },
+    /// A name is not valid UTF-8.
+    #[error("cannot send {path:?}: its name is not valid UTF-8")]
+    NonUtf8Name {
+        /// The offending path.
+        path: PathBuf,
+    },
+    /// Two arguments would be sent under the same name.
+    #[error("{first:?} and {second:?} would both be sent as {rel_path:?}")]
+    Duplicate {
+        /// The shared name.
+        rel_path: String,
+        /// The first argument with that name.
+        first: PathBuf,
+        /// The second one.
+        second: PathBuf,
+    },
+    /// A name the receiver would refuse (backslash, drive prefix, too long...).
+    #[error("cannot send {path:?}: {source}")]
+    UnsafeName {
+        /// The offending path.
+        path: PathBuf,
+        /// Why the name is refused.
+        source: PathError,
+    },
+    /// Reading a directory or a file's metadata failed.
+    #[error("cannot read {path:?}: {source}")]
+    Io {
+        /// The path being read.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// Turns `paths` (the user's arguments) into the list of entries to send, in order.
+///
+/// See the [module documentation](self) for the rules.
+pub fn collect(paths: &[PathBuf], opts: &WalkOptions) -> Result<Walk, WalkError> {
+    let mut walk = Walk::default();
+    let mut names: HashMap<String, PathBuf> = HashMap::new();
+    for arg in paths {
+        let io_err = |source| WalkError::Io {
+            path: arg.clone(),
+            source,
+        };
+        let abs = std::path::absolute(arg).map_err(io_err)?;
+        let meta = match fs::metadata(&abs) {
+            Ok(m) => m,
+            // Distinguish a missing argument from a dangling symlink.
+            Err(e) if e.kind() == ErrorKind::NotFound && fs::symlink_metadata(&abs).is_err() => {
+                return Err(WalkError::NotFound { path: arg.clone() })
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        let name = arg_name(arg, &abs)?;
+        if let Some(first) = names.get(&name) {
+            return Err(WalkError::Duplicate {
+                rel_path: name,
+                first: first.clone(),
+                second: arg.clone(),
+            });
+        }
+        names.insert(name.clone(), arg.clone());
+        walk_tree(abs, name, meta, opts, &mut walk)?;
+    }
+    Ok(walk)
+}
+
+/// The name an argument is sent under: its last component, or for `.`, `..` and the like the
+/// last component of its canonical path.
+fn arg_name(arg: &Path, abs: &Path) -> Result<String, WalkError> {
+    let canonical;
+    let name = match abs.file_name() {
+        Some(n) => n,
+        None => {
+            canonical = fs::canonicalize(abs).map_err(|source| WalkError::Io {
+                path: arg.to_path_buf(),
+                source,
+            })?;
+            canonical.file_name().ok_or_else(|| WalkError::NoName {
+                path: arg.to_path_buf(),
+            })?
+        }
+    };
+    name.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| WalkError::NonUtf8Name {
+            path: arg.to_path_buf(),
+        })
+}
+
+/// A path waiting to be visited.
+struct Pending {
+    abs: PathBuf,
+    rel: String,
+    /// Number of directories above it in this walk.
+    depth: usize,
+    /// Already-resolved metadata (for arguments); children are inspected when visited.
+    meta: Option<Metadata>,
+}
+
+/// Visits `abs` and everything below it, depth first, children in name order, appending to
+/// `walk`.
+fn walk_tree(
+    abs: PathBuf,
+    rel: String,
+    meta: Metadata,
+    opts: &WalkOptions,
+    walk: &mut Walk,
+) -> Result<(), WalkError> {
+    let mut stack = vec![Pending {
+        abs,
+        rel,
+        depth: 0,
+        meta: Some(meta),
+    }];
+    // (device, inode) of the directories above the one being visited, to catch loops made by
+    // followed symlinks (or bind mounts).
+    let mut ancestors: Vec<(u64, u64)> = Vec::new();
+    while let Some(item) = stack.pop() {
+        ancestors.truncate(item.depth);
+        let meta = match item.meta {
+            Some(m) => m,
+            None => match inspect(&item.abs, opts, &mut walk.warnings)? {
+                Some(m) => m,
+                None => continue,
+            },
+        };
+        let ft = meta.file_type();
+        let kind = if ft.is_file() {
+            EntryKind::File
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else {
+            walk.warnings
+                .push(format!("skipping {} {:?}", special_kind(ft), item.abs));
+            continue;
+        };
+        let id = (meta.dev(), meta.ino());
+        if kind == EntryKind::Dir && ancestors.contains(&id) {
+            walk.warnings.push(format!(
+                "skipping {:?}: it leads back to a directory that contains it",
+                item.abs
+            ));
+            continue;
+        }
+        sanitize_rel_path(&item.rel).map_err(|source| WalkError::UnsafeName {
+            path: item.abs.clone(),
+            source,
+        })?;
+        if kind == EntryKind::Dir {
+            ancestors.push(id);
+            let children = list_dir(&item.abs)?;
+            stack.extend(children.into_iter().rev().map(|name| Pending {
+                abs: item.abs.join(&name),
+                rel: format!("{}/{name}", item.rel),
+                depth: item.depth + 1,
+                meta: None,
+            }));
+        }
+        walk.entries.push(SourceEntry {
+            rel_path: item.rel,
+            kind,
+            size: if kind == EntryKind::File {
+                meta.len()
+            } else {
+                0
+            },
+            mode: meta.mode() & 0o7777,
+            mtime_ns: mtime_ns(&meta),
+            abs_path: item.abs,
+        });
+    }
+    Ok(())
+}
+
+/// The names in directory `dir`, sorted. Errors on a name that is not UTF-8.
+fn list_dir(dir: &Path) -> Result<Vec<String>, WalkError> {
+    let io_err = |source| WalkError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err)? {
+        let entry = entry.map_err(io_err)?;
+        match entry.file_name().into_string() {
+            Ok(name) => names.push(name),
+            Err(_) => return Err(WalkError::NonUtf8Name { path: entry.path() }),
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
+/// Metadata of a path found inside a directory: the symlink's target when following, `None`
+/// (with a warning) when the path is to be skipped.
+fn inspect(
+    path: &Path,
+    opts: &WalkOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Metadata>, WalkError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            warnings.push(format!("skipping {path:?}: it disappeared during the scan"));
+            return Ok(None);
+        }
+        Err(source) => {
+            return Err(WalkError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_symlink() {
+        return Ok(Some(meta));
+    }
+    if !opts.follow_symlinks {
+        warnings.push(format!("skipping symlink {path:?}"));
+        return Ok(None);
+    }
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) => {
+            warnings.push(format!("skipping symlink {path:?}: {e}"));
+            Ok(None)
+        }
+    }
+}
+
+fn special_kind(ft: FileType) -> &'static str {
+    if ft.is_fifo() {
+        "fifo"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::time::{Duration, SystemTime};
+
+    fn rels(w: &Walk) -> Vec<&str> {
+        w.entries.iter().map(|e| e.rel_path.as_str()).collect()
+    }
+
+    /// photos/
+    ///   a/b.jpg  a/c/ (empty)  empty.txt  résumé/日本.txt  z.txt
+    ///   flink -> z.txt   link -> a   sock (socket)
+    fn tree() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("photos");
+        fs::create_dir_all(p.join("a/c")).unwrap();
+        fs::create_dir_all(p.join("résumé")).unwrap();
+        fs::write(p.join("a/b.jpg"), b"jpeg!").unwrap();
+        fs::write(p.join("empty.txt"), b"").unwrap();
+        fs::write(p.join("résumé/日本.txt"), "こんにちは").unwrap();
+        fs::write(p.join("z.txt"), b"zz").unwrap();
+        symlink("z.txt", p.join("flink")).unwrap();
+        symlink("a", p.join("link")).unwrap();
+        (tmp, p)
+    }
+
+    #[test]
+    fn walks_tree_in_order_and_skips_symlinks() {
+        let (_tmp, p) = tree();
+        let _sock = std::os::unix::net::UnixListener::bind(p.join("sock")).unwrap();
+        let f = fs::File::options()
+            .write(true)
+            .open(p.join("z.txt"))
+            .unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH - Duration::from_millis(1500))
+            .unwrap();
+        fs::set_permissions(p.join("z.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+
+        let w = collect(std::slice::from_ref(&p), &WalkOptions::default()).unwrap();
+        assert_eq!(
+            rels(&w),
+            [
+                "photos",
+                "photos/a",
+                "photos/a/b.jpg",
+                "photos/a/c",
+                "photos/empty.txt",
+                "photos/résumé",
+                "photos/résumé/日本.txt",
+                "photos/z.txt",
+            ]
+        );
+        let by = |r: &str| w.entries.iter().find(|e| e.rel_path == r).unwrap();
+        assert_eq!(by("photos").kind, EntryKind::Dir);
+        assert_eq!(by("photos/a/c").kind, EntryKind::Dir);
+        assert_eq!(by("photos/a/c").size, 0);
+        assert_eq!(by("photos/empty.txt").kind, EntryKind::File);
+        assert_eq!(by("photos/empty.txt").size, 0);
+        assert_eq!(by("photos/résumé/日本.txt").size, 15);
+        assert_eq!(
+            by("photos/résumé/日本.txt").abs_path,
+            p.join("résumé/日本.txt")
+        );
+        let z = by("photos/z.txt");
+        assert_eq!((z.size, z.mode, z.mtime_ns), (2, 0o640, -1_500_000_000));
+        assert_eq!(z.to_wire().path, "photos/z.txt");
+        assert_eq!(
+            w.warnings,
+            [
+                format!("skipping symlink {:?}", p.join("flink")),
+                format!("skipping symlink {:?}", p.join("link")),
+                format!("skipping socket {:?}", p.join("sock")),
+            ]
+        );
+        // Deterministic.
+        assert_eq!(collect(&[p], &WalkOptions::default()).unwrap(), w);
+    }
+
+    #[test]
+    fn follows_symlinks_with_loop_protection() {
+        let (_tmp, p) = tree();
+        symlink("..", p.join("a/up")).unwrap();
+        symlink("nowhere", p.join("dangling")).unwrap();
+        let opts = WalkOptions {
+            follow_symlinks: true,
+        };
+        let w = collect(std::slice::from_ref(&p), &opts).unwrap();
+        assert_eq!(
+            rels(&w),
+            [
+                "photos",
+                "photos/a",
+                "photos/a/b.jpg",
+                "photos/a/c",
+                "photos/empty.txt",
+                "photos/flink",
+                "photos/link",
+                "photos/link/b.jpg",
+                "photos/link/c",
+                "photos/résumé",
+                "photos/résumé/日本.txt",
+                "photos/z.txt",
+            ]
+        );
+        let flink = &w.entries[5];
+        assert_eq!((flink.kind, flink.size), (EntryKind::File, 2));
+        assert_eq!(w.warnings.len(), 3, "{:?}", w.warnings);
+        assert!(w.warnings[0].starts_with(&format!("skipping {:?}: it leads back", p.join("a/up"))));
+        assert!(w.warnings[1].starts_with(&format!("skipping symlink {:?}: ", p.join("dangling"))));
+        assert!(w.warnings[2].contains("link/up"));
+    }
+
+    #[test]
+    fn arguments() {
+        let (tmp, p) = tree();
+        let opts = WalkOptions::default();
+        // A file argument is named by its file name.
+        let w = collect(&[p.join("a/b.jpg"), p.join("z.txt")], &opts).unwrap();
+        assert_eq!(rels(&w), ["b.jpg", "z.txt"]);
+        assert_eq!(w.entries[0].size, 5);
+        // Trailing slash, "dir/." and "dir/.." name the directory itself.
+        let w = collect(&[PathBuf::from(format!("{}/", p.display()))], &opts).unwrap();
+        assert_eq!(rels(&w)[..2], ["photos", "photos/a"]);
+        let w = collect(&[p.join("a/.")], &opts).unwrap();
+        assert_eq!(rels(&w), ["a", "a/b.jpg", "a/c"]);
+        let w = collect(&[p.join("a/c/..")], &opts).unwrap();
+        assert_eq!(rels(&w), ["a", "a/b.jpg", "a/c"]);
+        // A symlink argument is followed even without follow_symlinks.
+        let w = collect(&[p.join("link")], &opts).unwrap();
+        assert_eq!(rels(&w), ["link", "link/b.jpg", "link/c"]);
+        assert_eq!(w.entries[1].abs_path, p.join("link/b.jpg"));
+        // An empty directory argument.
+        let w = collect(&[p.join("a/c")], &opts).unwrap();
+        assert_eq!(rels(&w), ["c"]);
+        assert!(collect(&[], &opts).unwrap().entries.is_empty());
+
+        // Same name twice.
+        fs::create_dir(tmp.path().join("other")).unwrap();
+        fs::write(tmp.path().join("other/z.txt"), b"").unwrap();
+        let e = collect(&[p.join("z.txt"), tmp.path().join("other/z.txt")], &opts).unwrap_err();
+        assert!(matches!(&e, WalkError::Duplicate { rel_path, .. } if rel_path == "z.txt"));
+        assert!(e.to_string().contains("would both be sent as \"z.txt\""));
+        assert!(matches!(
+            collect(&[p.clone(), p.clone()], &opts),
+            Err(WalkError::Duplicate { .. })
+        ));
+        // Missing argument, and a dangling symlink argument.
+        let missing = tmp.path().join("nope");
+        let e = collect(std::slice::from_ref(&missing), &opts).unwrap_err();
+        assert!(matches!(&e, WalkError::NotFound { path } if *path == missing));
+        assert_eq!(
+            e.to_string(),
+            format!("no such file or directory: {missing:?}")
+        );
+        symlink("nope", tmp.path().join("dangling")).unwrap();
+        assert!(matches!(
+            collect(&[tmp.path().join("dangling")], &opts),
+            Err(WalkError::Io { .. })
+        ));
+        // No name.
+        assert!(matches!(
+            collect(&[PathBuf::from("/")], &opts),
+            Err(WalkError::NoName { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_names_are_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        fs::create_dir(&d).unwrap();
+        let bad = d.join(OsStr::from_bytes(b"caf\xe9.txt"));
+        fs::write(&bad, b"").unwrap();
+        let e = collect(std::slice::from_ref(&d), &WalkOptions::default()).unwrap_err();
+        assert!(
+            matches!(&e, WalkError::NonUtf8Name { path } if *path == bad),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("caf\\xE9.txt"), "{e}");
+        assert!(matches!(
+            collect(std::slice::from_ref(&bad), &WalkOptions::default()),
+            Err(WalkError::NonUtf8Name { .. })
+        ));
+        fs::remove_file(&bad).unwrap();
+
+        fs::write(d.join("back\\slash"), b"").unwrap();
+        let e = collect(&[d], &WalkOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                WalkError::UnsafeName {
+                    source: PathError::Backslash { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}

@@ -60,6 +60,21 @@ pub struct FileSpan {
     pub to_block_end: u64,
 }
 
+/// Where a datagram's bytes go: see [`Layout::place`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Channel that carries these bytes.
+    pub channel: u16,
+    /// Stripe position of the first byte.
+    pub pos: u64,
+    /// Global block number.
+    pub block: u64,
+    /// The block's range in the channel's stripe.
+    pub block_stripe: Range<u64>,
+    /// The block's first byte in its file.
+    pub block_file_start: u64,
+}
+
 /// The shared map of files, blocks, channels and stripes. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -204,6 +219,23 @@ impl Layout {
         Ok((ch, range.start + offset % self.block_size))
     }
 
+    /// Like [`Layout::locate`], but also says which block the bytes belong to and where it lies.
+    pub fn place(&self, file: u32, offset: u64, len: u64) -> Result<Placement, LayoutError> {
+        let (channel, pos) = self.locate(file, offset, len)?;
+        let block = self.first_block[file as usize] + offset / self.block_size;
+        let block_stripe = self
+            .block_stripe_range(block)
+            .map(|(_, r)| r)
+            .ok_or(LayoutError::NoSuchFile(file))?;
+        Ok(Placement {
+            channel,
+            pos,
+            block,
+            block_stripe,
+            block_file_start: offset - offset % self.block_size,
+        })
+    }
+
     /// Maps a position of channel `ch`'s stripe back to the file bytes it stands for.
     pub fn resolve(&self, ch: u16, pos: u64) -> Option<FileSpan> {
         let starts = self.stripe_starts.get(ch as usize)?;
@@ -245,6 +277,17 @@ mod tests {
         assert!(l.locate(9, 0, 1).is_err());
         assert!(l.locate(0, u64::MAX, 2).is_err());
         assert_eq!(l.resolve(0, 1024).unwrap().offset, 2048);
+        let p = l.place(0, 2100, 10).unwrap();
+        assert_eq!(
+            (
+                p.channel,
+                p.pos,
+                p.block,
+                p.block_stripe,
+                p.block_file_start
+            ),
+            (0, 1076, 2, 1024..1536, 2048)
+        );
         assert_eq!(l.resolve(0, 1536), None);
     }
 

@@ -108,6 +108,22 @@ impl ChannelReceiver {
     pub fn received_bytes(&self) -> u64 {
         self.received.total()
     }
+    /// The parts of `within` that have arrived.
+    pub fn held(&self, within: Range<u64>) -> Vec<Range<u64>> {
+        let mut out = Vec::new();
+        let mut cursor = within.start;
+        for gap in self.received.gaps(within.clone()) {
+            if gap.start > cursor {
+                out.push(cursor..gap.start);
+            }
+            cursor = gap.end;
+        }
+        if cursor < within.end {
+            out.push(cursor..within.end);
+        }
+        out
+    }
+
     /// True when the whole stripe is held.
     pub fn is_complete(&self) -> bool {
         self.received.covers(0..self.stripe_len)
@@ -278,6 +294,7 @@ mod tests {
         r.on_data(t0, 2000, 1000, false, 0..10_000);
         assert_eq!(r.poll_nack(t0 + ms(1)), None, "could still be reordering");
         assert_eq!(r.poll_nack(t0 + ms(6)), Some(vec![(1000, 2000)]));
+        assert_eq!(r.held(500..2500), vec![500..1000, 2000..2500]);
         assert_eq!(r.poll_nack(t0 + ms(50)), None, "already asked");
         assert_eq!(
             r.poll_nack(t0 + ms(160)),
@@ -300,6 +317,7 @@ mod tests {
         r.on_data(t0, 4000, 6000, true, 0..10_000);
         assert!(r.poll_done());
         assert!(!r.poll_done());
+        assert_eq!(r.held(3000..5000), vec![3000..5000]);
         r.reject(0..5000);
         assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(0, 5000)]));
     }

@@ -288,6 +288,8 @@ pub enum Control {
         /// Kernel socket drops, if known.
         socket_drops: u64,
     },
+    /// Either side: nothing else to say, but still here (sent about once a second when idle).
+    KeepAlive,
     /// Sender -> receiver: everything is confirmed; the session ends.
     Done,
     /// Either side: the session fails; the text says why.
@@ -354,6 +356,7 @@ impl Control {
             Control::ChannelDone { .. } => "ChannelDone",
             Control::FileDone { .. } => "FileDone",
             Control::Report { .. } => "Report",
+            Control::KeepAlive => "KeepAlive",
             Control::Done => "Done",
             Control::Abort { .. } => "Abort",
         }

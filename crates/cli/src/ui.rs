@@ -1,0 +1,160 @@
+//! What the user sees: progress bars (terminal only), summaries, JSON.
+
+use crate::OutputArgs;
+use hurtle_engine::{Progress, ReceiveSummary, SendSummary};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A progress bar fed from the session's counters by a background thread. Hidden when stderr is
+/// not a terminal, with `-q` or with `--json`.
+pub struct Bar {
+    bar: ProgressBar,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Bar {
+    /// Stops updating and clears the bar.
+    pub fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Creates the session's counters and, when appropriate, a bar that shows them.
+pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar) {
+    let progress = Arc::new(Progress::default());
+    let visible = !out.quiet && !out.json && std::io::stderr().is_terminal();
+    let bar = ProgressBar::with_draw_target(
+        Some(0),
+        if visible {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {wide_msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(verb);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thread = visible.then(|| {
+        let (p, b, s) = (progress.clone(), bar.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                b.set_length(p.total.load(Ordering::Relaxed));
+                b.set_position(p.sent.load(Ordering::Relaxed));
+                if let Ok(cur) = p.current.lock() {
+                    b.set_message(cur.clone());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    });
+    (progress, Bar { bar, stop, thread })
+}
+
+/// Prints a line unless quiet; on stderr when stdout is reserved for JSON.
+pub fn say(out: &OutputArgs, line: &str) {
+    if out.quiet {
+        return;
+    }
+    if out.json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// Human-readable bits per second.
+pub fn rate(bps: f64) -> String {
+    match bps {
+        b if b >= 1e9 => format!("{:.2} Gbit/s", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} Mbit/s", b / 1e6),
+        b => format!("{:.0} kbit/s", b / 1e3),
+    }
+}
+
+/// Human-readable bytes.
+pub fn bytes(n: u64) -> String {
+    let n = n as f64;
+    match n {
+        b if b >= (1u64 << 30) as f64 => format!("{:.2} GiB", b / (1u64 << 30) as f64),
+        b if b >= (1u64 << 20) as f64 => format!("{:.1} MiB", b / (1u64 << 20) as f64),
+        b if b >= 1024.0 => format!("{:.1} KiB", b / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+fn json(value: &impl serde::Serialize) {
+    match serde_json::to_string(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("hurtle: cannot encode the summary: {e}"),
+    }
+}
+
+/// The sender's closing summary.
+pub fn print_send_summary(out: &OutputArgs, s: &SendSummary) {
+    for w in &s.warnings {
+        if !out.quiet {
+            eprintln!("hurtle: warning: {w}");
+        }
+    }
+    if out.json {
+        return json(s);
+    }
+    say(out, &format!(
+        "sent {} in {} files ({} dirs) in {:.2} s: {} over {} channels, {:.2}% resent, {} NACKs",
+        bytes(s.bytes), s.files, s.dirs, s.seconds, rate(s.goodput_bps), s.channels, s.resent_share * 100.0, s.nacks
+    ));
+    if out.verbose {
+        say(
+            out,
+            &format!(
+                "datagrams sent {} (resent {}), payload {} B, pacing {}, receiver rejected {}",
+                s.datagrams_sent,
+                s.datagrams_resent,
+                s.payload,
+                rate(s.rate_bps as f64),
+                s.receiver_rejected
+            ),
+        );
+        for f in &s.file_hashes {
+            say(out, &format!("  {}  {}", f.blake3, f.path));
+        }
+    }
+}
+
+/// The receiver's closing summary.
+pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary) {
+    for w in &s.warnings {
+        if !out.quiet {
+            eprintln!("hurtle: warning: {w}");
+        }
+    }
+    if out.json {
+        return json(s);
+    }
+    say(
+        out,
+        &format!(
+        "received {} in {} files ({} dirs) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
+        bytes(s.bytes), s.files, s.dirs, s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
+    ),
+    );
+    if out.verbose {
+        for f in &s.file_hashes {
+            say(out, &format!("  {}  {}", f.blake3, f.path));
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The TCP control connection: framed [`Control`] messages, one reader and one writer thread.
+//!
+//! The session's main loop never blocks on the socket: a reader thread turns incoming frames into
+//! a channel of messages, and a writer thread drains a channel of outgoing messages (flushing
+//! whenever its queue runs dry), so channel threads can send NACKs without a lock.
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use hurtle_proto::wire::{Control, FrameError};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Why the control connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The peer closed the connection.
+    #[error("the peer closed the control connection")]
+    Closed,
+    /// Nothing arrived within the time allowed.
+    #[error("the peer sent nothing on the control connection for {0:?}")]
+    Timeout(Duration),
+    /// A frame could not be decoded.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// A socket error.
+    #[error("control connection: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for ControlError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe => ControlError::Closed,
+            _ => ControlError::Io(e),
+        }
+    }
+}
+
+/// Reads one frame. Read timeouts set on the stream surface as [`ControlError::Timeout`].
+pub fn read_frame(r: &mut impl Read, timeout: Duration) -> Result<Control, ControlError> {
+    let map_timeout = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout(timeout),
+        _ => ControlError::from(e),
+    };
+    let mut prefix = [0u8; 4];
+    r.read_exact(&mut prefix).map_err(map_timeout)?;
+    let len = Control::frame_len(prefix)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(map_timeout)?;
+    Ok(Control::from_body(&body)?)
+}
+
+/// Writes one frame (unflushed if `w` buffers).
+pub fn write_frame(w: &mut impl Write, msg: &Control) -> Result<(), ControlError> {
+    w.write_all(&msg.to_frame())?;
+    Ok(())
+}
+
+/// Spawns the reader thread. Each frame (or the error that ended the stream) is delivered in order;
+/// after an error the thread exits. `idle` bounds how long the peer may stay silent.
+pub fn spawn_reader(
+    stream: TcpStream,
+    idle: Duration,
+) -> io::Result<(Receiver<Result<Control, ControlError>>, JoinHandle<()>)> {
+    stream.set_read_timeout(Some(idle))?;
+    let (tx, rx) = unbounded();
+    let handle = std::thread::Builder::new()
+        .name("control-rx".into())
+        .spawn(move || {
+            let mut r = BufReader::with_capacity(256 * 1024, stream);
+            loop {
+                let msg = read_frame(&mut r, idle);
+                let stop = msg.is_err();
+                if tx.send(msg).is_err() || stop {
+                    return;
+                }
+            }
+        })?;
+    Ok((rx, handle))
+}
+
+/// Spawns the writer thread. Dropping every [`Sender`] flushes and ends it; a write error ends it
+/// too (the reader then reports the broken connection).
+pub fn spawn_writer(stream: TcpStream) -> io::Result<(Sender<Control>, JoinHandle<()>)> {
+    let (tx, rx) = unbounded::<Control>();
+    let handle = std::thread::Builder::new()
+        .name("control-tx".into())
+        .spawn(move || {
+            let mut w = BufWriter::with_capacity(256 * 1024, &stream);
+            while let Ok(msg) = rx.recv() {
+                if write_frame(&mut w, &msg).is_err() {
+                    return;
+                }
+                if rx.is_empty() && w.flush().is_err() {
+                    return;
+                }
+            }
+            let _ = w.flush();
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        })?;
+    Ok((tx, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_garbage_is_an_error() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &Control::Done).unwrap();
+        write_frame(
+            &mut buf,
+            &Control::Nack {
+                channel: 2,
+                ranges: vec![(1, 2)],
+            },
+        )
+        .unwrap();
+        let mut r = &buf[..];
+        let t = Duration::from_secs(1);
+        assert_eq!(read_frame(&mut r, t).unwrap(), Control::Done);
+        assert!(matches!(
+            read_frame(&mut r, t).unwrap(),
+            Control::Nack { channel: 2, .. }
+        ));
+        assert!(matches!(read_frame(&mut r, t), Err(ControlError::Closed)));
+        let garbage = [0u8, 0, 0, 3, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            read_frame(&mut &garbage[..], t),
+            Err(ControlError::Frame(_))
+        ));
+        let huge = [0xffu8, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            read_frame(&mut &huge[..], t),
+            Err(ControlError::Frame(FrameError::TooLong(_)))
+        ));
+        let truncated = [0u8, 0, 0, 10, 1];
+        assert!(matches!(
+            read_frame(&mut &truncated[..], t),
+            Err(ControlError::Closed)
+        ));
+    }
+}

@@ -1,0 +1,776 @@
+//! The receiving side of a session: listen, agree, check the manifest, receive, verify, commit.
+//!
+//! Threads: the session loop (the caller's thread) owns the [`Verifier`] and the files' fates:
+//! it feeds the sender's block values in, commits (fsync + rename) each verified file and sends
+//! `FileDone`. One thread per channel owns that channel's [`ChannelReceiver`] and UDP socket: it
+//! checks every datagram, gathers each block in a buffer, writes it with one positional write
+//! when complete, hashes it and hands the value to the session loop. A block still incomplete
+//! when buffers run short is *spilled*: what it holds is written to the file, and the rest is
+//! written as it arrives; the block is then hashed by reading it back.
+//!
+//! Every datagram is checked before it is trusted: session id, channel, source address, kind,
+//! length, and that its bytes lie inside one block of a file of the manifest. Failures are
+//! counted and dropped.
+
+use crate::control::{spawn_reader, spawn_writer, ControlError};
+use crate::error::SessionError;
+use crate::netlog::NetLog;
+use crate::progress::Progress;
+use crate::store::{self, PartFile, StoreError};
+use crate::udp::{ChannelOptions, RecvBatch, UdpChannel};
+use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
+use hurtle_proto::hash::{block_value, to_hex};
+use hurtle_proto::wire::{
+    self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
+};
+use hurtle_proto::{ChannelReceiver, Layout, RecvConfig, Verdict, Verifier};
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to receive.
+#[derive(Debug, Clone)]
+pub struct ReceiveOptions {
+    /// Directory the files land in (created if missing).
+    pub out_dir: PathBuf,
+    /// Replace files that already exist.
+    pub overwrite: bool,
+    /// Most channels to accept.
+    pub max_channels: u16,
+    /// Directory for per-channel network logs.
+    pub log_dir: Option<PathBuf>,
+    /// Memory for block buffers, across all channels.
+    pub buffer_memory: usize,
+    /// Give up when the sender is silent this long.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ReceiveOptions {
+    fn default() -> Self {
+        ReceiveOptions {
+            out_dir: PathBuf::from("."),
+            overwrite: false,
+            max_channels: 32,
+            log_dir: None,
+            buffer_memory: 256 << 20,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a finished receive did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReceiveSummary {
+    /// The sender's control address.
+    pub peer: String,
+    /// File bytes received.
+    pub bytes: u64,
+    /// Files written.
+    pub files: usize,
+    /// Directories created.
+    pub dirs: usize,
+    /// Seconds from the hello to the end.
+    pub seconds: f64,
+    /// Bits per second of file data.
+    pub goodput_bps: f64,
+    /// Channels used.
+    pub channels: u16,
+    /// Payload bytes that arrived more than once.
+    pub duplicate_bytes: u64,
+    /// NACK messages sent.
+    pub nacks: u64,
+    /// Datagrams dropped as foreign, malformed or out of bounds.
+    pub rejected: u64,
+    /// Blocks that failed verification and were fetched again.
+    pub rejected_blocks: u64,
+    /// Kernel socket drops, when the kernel reports them.
+    pub socket_drops: u64,
+    /// Warnings (small socket buffers ...).
+    pub warnings: Vec<String>,
+    /// Per-file results.
+    pub file_hashes: Vec<crate::sender::FileReport>,
+}
+
+/// A bound receiver; [`Receiver::accept_one`] serves one transfer.
+pub struct Receiver {
+    listener: TcpListener,
+    opts: ReceiveOptions,
+}
+
+#[derive(Default)]
+struct Counters {
+    rejected: AtomicU64,
+    duplicate: AtomicU64,
+    nacks: AtomicU64,
+    rejected_blocks: AtomicU64,
+}
+
+enum ChanCmd {
+    Reject(u64),
+}
+
+enum ChanEvent {
+    Block { block: u64, value: [u8; 32] },
+    Failed(SessionError),
+}
+
+struct Shared {
+    layout: Layout,
+    files: Vec<Arc<PartFile>>,
+    session: u64,
+    peer_ip: IpAddr,
+    to_wire: Sender<Control>,
+    counters: Counters,
+    progress: Arc<Progress>,
+    stop: AtomicBool,
+}
+
+impl Receiver {
+    /// Binds the control port.
+    pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| SessionError::Listen { addr, source })?;
+        Ok(Receiver { listener, opts })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, SessionError> {
+        self.listener
+            .local_addr()
+            .map_err(|e| SessionError::io("listening socket", e))
+    }
+
+    /// Waits for one sender and receives its transfer.
+    pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
+        let (stream, peer) = self
+            .listener
+            .accept()
+            .map_err(|e| SessionError::io("accept", e))?;
+        self.serve(stream, peer, progress)
+    }
+
+    fn serve(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        progress: Arc<Progress>,
+    ) -> Result<ReceiveSummary, SessionError> {
+        let start = Instant::now();
+        stream
+            .set_nodelay(true)
+            .map_err(|e| SessionError::io("control socket", e))?;
+        let local_ip = stream
+            .local_addr()
+            .map_err(|e| SessionError::io("control socket", e))?
+            .ip();
+        let (rx, _reader) = spawn_reader(
+            stream
+                .try_clone()
+                .map_err(|e| SessionError::io("control socket", e))?,
+            self.opts.idle_timeout,
+        )
+        .map_err(|e| SessionError::io("control thread", e))?;
+        let (tx, writer) = spawn_writer(
+            stream
+                .try_clone()
+                .map_err(|e| SessionError::io("control socket", e))?,
+        )
+        .map_err(|e| SessionError::io("control thread", e))?;
+        let result = self.run(&rx, &tx, peer, local_ip, start, progress);
+        if let Err(e) = &result {
+            if !matches!(e, SessionError::PeerAborted(_) | SessionError::Control(_)) {
+                let _ = tx.send(Control::Abort {
+                    reason: e.to_string(),
+                });
+            }
+        }
+        drop(tx);
+        let _ = writer.join();
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        result
+    }
+
+    fn run(
+        &self,
+        rx: &ChanRx<Result<Control, ControlError>>,
+        tx: &Sender<Control>,
+        peer: SocketAddr,
+        local_ip: IpAddr,
+        start: Instant,
+        progress: Arc<Progress>,
+    ) -> Result<ReceiveSummary, SessionError> {
+        let handshake = Duration::from_secs(10);
+        let (offered, payload, block_size, session) = match recv(rx, handshake)? {
+            Control::Hello {
+                magic,
+                version,
+                channels,
+                payload,
+                block_size,
+                session,
+                ..
+            } => {
+                if magic != wire::MAGIC || version != wire::VERSION {
+                    return Err(SessionError::Protocol(format!(
+                        "not a hurtle {} sender (magic {magic:?}, version {version})",
+                        wire::VERSION
+                    )));
+                }
+                (channels, payload, block_size, session)
+            }
+            other => return Err(unexpected(other, "Hello")),
+        };
+        let channels = offered.clamp(1, self.opts.max_channels.max(1));
+        let mut warnings = Vec::new();
+        let mut udps = Vec::new();
+        for _ in 0..channels {
+            let u = UdpChannel::bind(
+                SocketAddr::new(local_ip, 0),
+                &ChannelOptions {
+                    read_timeout: Some(Duration::from_millis(5)),
+                    ..ChannelOptions::default()
+                },
+            )?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let ports = udps.iter().map(|u| u.local_addr().port()).collect();
+        let _ = tx.send(Control::HelloAck {
+            version: wire::VERSION,
+            caps: 0,
+            ports,
+            payload: payload.min(wire::MAX_PAYLOAD),
+            rate_ceiling: 0,
+        });
+
+        // Manifest: check every path before anything is created.
+        let mut entries: Vec<Entry> = Vec::new();
+        loop {
+            match recv(rx, handshake)? {
+                Control::Manifest {
+                    entries: part,
+                    last,
+                } => {
+                    entries.extend(part);
+                    if entries.len() > 10_000_000 {
+                        return Err(SessionError::Protocol(
+                            "manifest has more than 10 million entries".into(),
+                        ));
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                other => return Err(unexpected(other, "Manifest")),
+            }
+        }
+        let root = &self.opts.out_dir;
+        std::fs::create_dir_all(root)
+            .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
+        let mut decisions = Vec::with_capacity(entries.len());
+        for e in &entries {
+            let target = store::resolve_under(root, &e.path)?;
+            let exists = std::fs::symlink_metadata(&target).is_ok();
+            decisions.push(match e.kind {
+                EntryKind::File if exists && !self.opts.overwrite => Decision::Refuse(
+                    "it exists on the receiver (receive with --overwrite to replace it)".into(),
+                ),
+                _ => Decision::SendAll,
+            });
+        }
+        if let Some((e, Decision::Refuse(reason))) = entries
+            .iter()
+            .zip(&decisions)
+            .find(|(_, d)| matches!(d, Decision::Refuse(_)))
+        {
+            let _ = tx.send(Control::ManifestReply {
+                decisions: decisions.clone(),
+            });
+            return Err(SessionError::Refused {
+                path: e.path.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let files: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .collect();
+        let dirs: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Dir)
+            .collect();
+        for d in &dirs {
+            store::make_dir(root, &d.path, 0o700)?;
+        }
+        let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+        let layout = Layout::new(&sizes, block_size, channels)?;
+        let total: u64 = sizes.iter().sum();
+        progress.total.store(total, Ordering::Relaxed);
+        let parts = files
+            .iter()
+            .map(|f| PartFile::create(root, &f.path, f.size, self.opts.overwrite).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let _ = tx.send(Control::ManifestReply { decisions });
+
+        let shared = Arc::new(Shared {
+            layout,
+            files: parts,
+            session,
+            peer_ip: peer.ip(),
+            to_wire: tx.clone(),
+            counters: Counters::default(),
+            progress: progress.clone(),
+            stop: AtomicBool::new(false),
+        });
+        let (ev_tx, ev_rx) = unbounded();
+        let buffers_per_channel =
+            (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
+        let recv_cfg = RecvConfig::default();
+        let mut cmd_txs = Vec::new();
+        let mut handles = Vec::new();
+        for (ch, udp) in udps.into_iter().enumerate() {
+            let ch = ch as u16;
+            let (cmd_tx, cmd_rx) = unbounded();
+            let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
+                .map_err(|e| SessionError::io("log directory", e))?;
+            let worker = ChannelWorker {
+                ch,
+                udp,
+                rec: ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone()),
+                shared: shared.clone(),
+                cmds: cmd_rx,
+                events: ev_tx.clone(),
+                buffers: HashMap::new(),
+                order: VecDeque::new(),
+                pool: Vec::new(),
+                max_buffers: buffers_per_channel,
+                spilled: HashMap::new(),
+                log,
+                probes_acked: Vec::new(),
+            };
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("recv-ch{ch}"))
+                    .spawn(move || worker.run())
+                    .map_err(|e| SessionError::io("channel thread", e))?,
+            );
+            cmd_txs.push(cmd_tx);
+        }
+        drop(ev_tx);
+
+        let result = session_loop(&shared, &files, &dirs, root, rx, &ev_rx, &cmd_txs);
+        shared.stop.store(true, Ordering::Relaxed);
+        let mut socket_drops = 0;
+        let mut nacks = 0;
+        for h in handles {
+            if let Ok((drops, n)) = h.join() {
+                socket_drops += drops;
+                nacks += n;
+            }
+        }
+        let hashes = result?;
+        let seconds = start.elapsed().as_secs_f64();
+        let c = &shared.counters;
+        Ok(ReceiveSummary {
+            peer: peer.to_string(),
+            bytes: total,
+            files: files.len(),
+            dirs: dirs.len(),
+            seconds,
+            goodput_bps: total as f64 * 8.0 / seconds.max(1e-9),
+            channels,
+            duplicate_bytes: c.duplicate.load(Ordering::Relaxed),
+            nacks,
+            rejected: c.rejected.load(Ordering::Relaxed),
+            rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
+            socket_drops,
+            warnings,
+            file_hashes: files
+                .iter()
+                .zip(hashes)
+                .map(|(f, h)| crate::sender::FileReport {
+                    path: f.path.clone(),
+                    size: f.size,
+                    blake3: to_hex(&h),
+                })
+                .collect(),
+        })
+    }
+}
+
+fn unexpected(msg: Control, wanted: &str) -> SessionError {
+    match msg {
+        Control::Abort { reason } => SessionError::PeerAborted(reason),
+        other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
+    }
+}
+
+fn recv(
+    rx: &ChanRx<Result<Control, ControlError>>,
+    timeout: Duration,
+) -> Result<Control, SessionError> {
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(m)) => Ok(m),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ControlError::Timeout(timeout).into()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn session_loop(
+    shared: &Shared,
+    files: &[&Entry],
+    dirs: &[&Entry],
+    root: &Path,
+    rx: &ChanRx<Result<Control, ControlError>>,
+    events: &ChanRx<ChanEvent>,
+    cmds: &[Sender<ChanCmd>],
+) -> Result<Vec<[u8; 32]>, SessionError> {
+    let layout = &shared.layout;
+    let mut verifier = Verifier::new(layout);
+    let mut hashes: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    let commit = |file: u32,
+                  hash: [u8; 32],
+                  hashes: &mut Vec<Option<[u8; 32]>>|
+     -> Result<(), SessionError> {
+        let f = file as usize;
+        let e = files[f];
+        shared.files[f].commit(e.mode, e.mtime_ns)?;
+        hashes[f] = Some(hash);
+        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+        *shared
+            .progress
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = e.path.clone();
+        let _ = shared.to_wire.send(Control::FileDone { file, hash });
+        Ok(())
+    };
+    // Empty files are complete before any datagram.
+    for (f, e) in files.iter().enumerate() {
+        if e.size == 0 {
+            commit(f as u32, *blake3::hash(b"").as_bytes(), &mut hashes)?;
+        }
+    }
+    let handle = |v: Verdict, hashes: &mut Vec<Option<[u8; 32]>>| -> Result<(), SessionError> {
+        match v {
+            Verdict::Pending | Verdict::Verified => Ok(()),
+            Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
+            Verdict::Mismatch { block } => {
+                shared
+                    .counters
+                    .rejected_blocks
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some((ch, _)) = layout.block_stripe_range(block) {
+                    let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
+                }
+                Ok(())
+            }
+            Verdict::GiveUp { block } => {
+                let path = layout
+                    .file_of_block(block)
+                    .map(|(f, _)| files[f as usize].path.clone())
+                    .unwrap_or_default();
+                Err(SessionError::Verification {
+                    path,
+                    block,
+                    times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
+                })
+            }
+        }
+    };
+    let tick = crossbeam_channel::tick(Duration::from_millis(100));
+    let mut last_report = (u64::MAX, Instant::now());
+    loop {
+        select! {
+            recv(rx) -> msg => {
+                let msg = msg.map_err(|_| ControlError::Closed)?.map_err(|e| match e {
+                    ControlError::Closed => SessionError::Protocol("the sender disconnected before the transfer finished".into()),
+                    other => other.into(),
+                })?;
+                match msg {
+                    Control::BlockHashes { blocks } => {
+                        for (block, value) in blocks {
+                            handle(verifier.on_expected(block, value), &mut hashes)?;
+                        }
+                    }
+                    Control::Start { .. } | Control::KeepAlive => {}
+                    Control::Done => {
+                        if let Some(f) = hashes.iter().position(|h| h.is_none()) {
+                            return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
+                        }
+                        for d in dirs.iter().rev() {
+                            store::set_dir_mode(root, &d.path, d.mode)?;
+                            store::set_dir_times(root, &d.path, d.mtime_ns)?;
+                        }
+                        return Ok(hashes.into_iter().map(|h| h.unwrap_or_default()).collect());
+                    }
+                    Control::Abort { reason } => return Err(SessionError::PeerAborted(reason)),
+                    other => return Err(unexpected(other, "a data-phase message")),
+                }
+            }
+            recv(events) -> ev => match ev {
+                Ok(ChanEvent::Block { block, value }) => handle(verifier.on_received(block, value), &mut hashes)?,
+                Ok(ChanEvent::Failed(e)) => return Err(e),
+                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+            },
+            recv(tick) -> _ => {
+                let received = shared.progress.sent.load(Ordering::Relaxed);
+                if received != last_report.0 || last_report.1.elapsed() >= Duration::from_secs(1) {
+                    last_report = (received, Instant::now());
+                    let _ = shared.to_wire.send(Control::Report {
+                        received,
+                        rejected: shared.counters.rejected.load(Ordering::Relaxed),
+                        socket_drops: 0,
+                    });
+                }
+            }
+        }
+    }
+}
+
+struct ChannelWorker {
+    ch: u16,
+    udp: UdpChannel,
+    rec: ChannelReceiver,
+    shared: Arc<Shared>,
+    cmds: ChanRx<ChanCmd>,
+    events: Sender<ChanEvent>,
+    /// Incomplete blocks being gathered in memory.
+    buffers: HashMap<u64, Vec<u8>>,
+    /// Their arrival order, oldest first (for spilling).
+    order: VecDeque<u64>,
+    pool: Vec<Vec<u8>>,
+    max_buffers: usize,
+    /// Blocks whose bytes go straight to the file; value: the block's file start.
+    spilled: HashMap<u64, u64>,
+    log: NetLog,
+    probes_acked: Vec<u16>,
+}
+
+impl ChannelWorker {
+    /// Runs until the session stops; returns (kernel drops, NACKs sent).
+    fn run(mut self) -> (u64, u64) {
+        if let Err(e) = self.pump() {
+            self.shared.stop.store(true, Ordering::Relaxed);
+            let _ = self.events.send(ChanEvent::Failed(e));
+        }
+        (self.udp.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
+    }
+
+    fn pump(&mut self) -> Result<(), SessionError> {
+        let mut batch = RecvBatch::new(32, 64 * 1024);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let n = self.udp.recv_batch(&mut batch)?;
+            let now = Instant::now();
+            if n > 0 {
+                let mut new_bytes = 0;
+                for (src, datagram) in batch.iter() {
+                    new_bytes += self.on_datagram(now, src, datagram)?;
+                }
+                self.shared
+                    .progress
+                    .sent
+                    .fetch_add(new_bytes, Ordering::Relaxed);
+                self.log.line(|| {
+                    format!(
+                        "recv datagrams={n} new_bytes={new_bytes} held={}",
+                        self.rec.received_bytes()
+                    )
+                });
+            }
+            while let Ok(ChanCmd::Reject(block)) = self.cmds.try_recv() {
+                if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
+                    self.log
+                        .line(|| format!("block {block} failed verification; fetching again"));
+                    self.spilled.remove(&block);
+                    self.rec.reject(range);
+                }
+            }
+            if let Some(ranges) = self.rec.poll_nack(now) {
+                self.shared.counters.nacks.fetch_add(1, Ordering::Relaxed);
+                self.log.line(|| {
+                    format!(
+                        "loss nack ranges={} bytes={} first={:?}",
+                        ranges.len(),
+                        ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
+                        ranges.first()
+                    )
+                });
+                let _ = self.shared.to_wire.send(Control::Nack {
+                    channel: self.ch,
+                    ranges,
+                });
+            }
+            if self.rec.poll_done() {
+                self.log.line(|| "channel complete".into());
+                let _ = self
+                    .shared
+                    .to_wire
+                    .send(Control::ChannelDone { channel: self.ch });
+            }
+        }
+        self.shared
+            .counters
+            .duplicate
+            .fetch_add(self.rec.stats().duplicate_bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn reject(&self) -> u64 {
+        self.shared
+            .counters
+            .rejected
+            .fetch_add(1, Ordering::Relaxed);
+        0
+    }
+
+    /// Checks and stores one datagram; returns the new payload bytes it brought.
+    fn on_datagram(
+        &mut self,
+        now: Instant,
+        src: &SocketAddr,
+        datagram: &[u8],
+    ) -> Result<u64, SessionError> {
+        let Ok((h, payload)) = Header::decode(datagram) else {
+            return Ok(self.reject());
+        };
+        if h.session != self.shared.session
+            || h.channel != self.ch
+            || src.ip().to_canonical() != self.shared.peer_ip.to_canonical()
+        {
+            return Ok(self.reject());
+        }
+        match h.kind {
+            Kind::Probe => {
+                let size = datagram.len() as u16;
+                if h.offset == datagram.len() as u64 && !self.probes_acked.contains(&size) {
+                    self.probes_acked.push(size);
+                    let _ = self.shared.to_wire.send(Control::ProbeAck {
+                        channel: self.ch,
+                        size,
+                    });
+                }
+                Ok(0)
+            }
+            Kind::Final => {
+                if !self.rec.on_final(now, h.offset) {
+                    return Ok(self.reject());
+                }
+                self.rec.resend_done();
+                self.log.line(|| format!("final stripe_len={}", h.offset));
+                Ok(0)
+            }
+            Kind::Data => {
+                let Ok(place) = self.shared.layout.place(h.file, h.offset, u64::from(h.len)) else {
+                    return Ok(self.reject());
+                };
+                if place.channel != self.ch {
+                    return Ok(self.reject());
+                }
+                let out = self.rec.on_data(
+                    now,
+                    place.pos,
+                    u64::from(h.len),
+                    h.flags & FLAG_RETRANSMIT != 0,
+                    place.block_stripe.clone(),
+                );
+                if out.new_bytes == 0 {
+                    return Ok(0);
+                }
+                let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
+                let at = (h.offset - place.block_file_start) as usize;
+                let file = &self.shared.files[h.file as usize];
+                if self.spilled.contains_key(&place.block) {
+                    file.write_at(h.offset, payload)?;
+                } else {
+                    if !self.buffers.contains_key(&place.block) {
+                        if self.buffers.len() >= self.max_buffers {
+                            self.spill_oldest()?;
+                        }
+                        let mut buf = self.pool.pop().unwrap_or_default();
+                        buf.resize(block_len, 0);
+                        self.buffers.insert(place.block, buf);
+                        self.order.push_back(place.block);
+                    }
+                    if let Some(buf) = self.buffers.get_mut(&place.block) {
+                        buf[at..at + payload.len()].copy_from_slice(payload);
+                    }
+                }
+                if out.completes_block {
+                    self.complete_block(place.block, h.file, place.block_file_start, block_len)?;
+                }
+                Ok(out.new_bytes)
+            }
+        }
+    }
+
+    fn complete_block(
+        &mut self,
+        block: u64,
+        file: u32,
+        file_start: u64,
+        len: usize,
+    ) -> Result<(), SessionError> {
+        let layout = &self.shared.layout;
+        let blocks = layout.blocks_of(file);
+        let (index, count) = (block - blocks.start, blocks.end - blocks.start);
+        let part = &self.shared.files[file as usize];
+        let value = if let Some(buf) = self.buffers.remove(&block) {
+            self.order.retain(|&b| b != block);
+            part.write_at(file_start, &buf)?;
+            let v = block_value(&buf, index, layout.block_size(), count);
+            self.pool.push(buf);
+            v
+        } else {
+            // Spilled: read back what is on disk.
+            self.spilled.remove(&block);
+            let mut buf = self.pool.pop().unwrap_or_default();
+            buf.resize(len, 0);
+            part.read_at(file_start, &mut buf)?;
+            let v = block_value(&buf, index, layout.block_size(), count);
+            self.pool.push(buf);
+            v
+        };
+        self.log.line(|| format!("block {block} complete"));
+        let _ = self.events.send(ChanEvent::Block { block, value });
+        Ok(())
+    }
+
+    /// Writes what the oldest buffered block holds to its file and frees its buffer.
+    fn spill_oldest(&mut self) -> Result<(), SessionError> {
+        let Some(block) = self.order.pop_front() else {
+            return Ok(());
+        };
+        let Some(buf) = self.buffers.remove(&block) else {
+            return Ok(());
+        };
+        let layout = &self.shared.layout;
+        let (Some((_, stripe)), Some((file, range))) = (
+            layout.block_stripe_range(block),
+            layout.block_file_range(block),
+        ) else {
+            return Ok(());
+        };
+        let part = &self.shared.files[file as usize];
+        for held in self.rec.held(stripe.clone()) {
+            let a = (held.start - stripe.start) as usize;
+            let b = (held.end - stripe.start) as usize;
+            part.write_at(range.start + a as u64, &buf[a..b])
+                .map_err(StoreError::from)?;
+        }
+        self.log
+            .line(|| format!("block {block} spilled to disk while incomplete"));
+        self.spilled.insert(block, range.start);
+        self.pool.push(buf);
+        Ok(())
+    }
+}

@@ -1,0 +1,801 @@
+//! The sending side of a session: handshake, manifest, path probe, channel threads, confirmation.
+//!
+//! Threads: the caller's thread runs the session loop (it owns the [`BlockTable`] and routes
+//! control messages); one thread per data channel owns that channel's [`ChannelSender`], pacer,
+//! UDP socket and read buffers; the control connection has a reader and a writer thread. Channel
+//! threads talk to the session loop through channels, one message per block or per NACK, never
+//! per datagram.
+
+use crate::control::{spawn_reader, spawn_writer, ControlError};
+use crate::error::SessionError;
+use crate::netlog::NetLog;
+use crate::progress::Progress;
+use crate::store::SourceFile;
+use crate::udp::{ChannelOptions, UdpChannel};
+use crate::walk::{self, EntryKind as WalkKind, WalkOptions};
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use hurtle_proto::hash::{block_value, to_hex};
+use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
+use hurtle_proto::{BlockTable, ChannelSender, Layout, Pacer, RunKind, SendConfig};
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to send. Build with [`SendOptions::default`] and the `with_*`-style fields.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// Data channels to offer (the receiver may lower it).
+    pub channels: u16,
+    /// Pacing rate for all channels together, bits per second.
+    pub rate_bps: u64,
+    /// Largest datagram payload to try.
+    pub payload: u16,
+    /// Block size for striping and hashing (power of two).
+    pub block_size: u64,
+    /// Follow symbolic links instead of skipping them.
+    pub follow_symlinks: bool,
+    /// Directory for per-channel network logs.
+    pub log_dir: Option<PathBuf>,
+    /// Give up when nothing progresses for this long.
+    pub stall_timeout: Duration,
+    /// How long to wait for the TCP connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            channels: default_channels(),
+            rate_bps: 2_000_000_000,
+            payload: wire::DEFAULT_PAYLOAD,
+            block_size: 1 << 20,
+            follow_symlinks: false,
+            log_dir: None,
+            stall_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Channels used when the user does not say: one per core, between 2 and 8.
+pub fn default_channels() -> u16 {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8) as u16)
+}
+
+/// One file's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    /// Relative path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// BLAKE3, hex, as confirmed by the receiver.
+    pub blake3: String,
+}
+
+/// What a finished send did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SendSummary {
+    /// File bytes delivered.
+    pub bytes: u64,
+    /// Files delivered.
+    pub files: usize,
+    /// Directories created.
+    pub dirs: usize,
+    /// Wall time from connect to confirmation.
+    pub seconds: f64,
+    /// Delivered bits per second.
+    pub goodput_bps: f64,
+    /// Data datagrams sent, first transmissions and repairs.
+    pub datagrams_sent: u64,
+    /// Of those, repairs.
+    pub datagrams_resent: u64,
+    /// Resent share of all data datagrams.
+    pub resent_share: f64,
+    /// NACK messages received.
+    pub nacks: u64,
+    /// Channels used.
+    pub channels: u16,
+    /// Payload bytes per datagram after probing.
+    pub payload: u16,
+    /// Pacing rate, bits per second.
+    pub rate_bps: u64,
+    /// Datagrams the receiver rejected (foreign, malformed, out of bounds).
+    pub receiver_rejected: u64,
+    /// Kernel socket drops reported by the receiver.
+    pub receiver_socket_drops: u64,
+    /// Warnings (skipped symlinks, small socket buffers ...).
+    pub warnings: Vec<String>,
+    /// Per-file results.
+    pub file_hashes: Vec<FileReport>,
+}
+
+enum ChanCmd {
+    Nack(Vec<(u64, u64)>),
+    Done,
+    Stop,
+}
+
+enum ChanEvent {
+    Block { block: u64, value: [u8; 32] },
+    Failed(SessionError),
+}
+
+struct Shared {
+    layout: Layout,
+    sources: Vec<SourceFile>,
+    session: u64,
+    payload: u16,
+    start: Instant,
+    progress: Arc<Progress>,
+}
+
+/// Sends `paths` (files and directories) to the receiver at `to`.
+pub fn send(
+    paths: &[PathBuf],
+    to: SocketAddr,
+    opts: &SendOptions,
+    progress: Arc<Progress>,
+) -> Result<SendSummary, SessionError> {
+    let start = Instant::now();
+    let walked = walk::collect(
+        paths,
+        &WalkOptions {
+            follow_symlinks: opts.follow_symlinks,
+        },
+    )?;
+    let mut warnings = walked.warnings.clone();
+    let files: Vec<&walk::SourceEntry> = walked
+        .entries
+        .iter()
+        .filter(|e| e.kind == WalkKind::File)
+        .collect();
+    let dirs = walked.entries.len() - files.len();
+    let total_bytes: u64 = files.iter().map(|f| f.size).sum();
+    progress.total.store(total_bytes, Ordering::Relaxed);
+
+    let stream = TcpStream::connect_timeout(&to, opts.connect_timeout)
+        .map_err(|source| SessionError::Connect { addr: to, source })?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| SessionError::io("control socket", e))?;
+    let handshake_timeout = Duration::from_secs(10);
+    let (rx, _reader) = spawn_reader(
+        stream
+            .try_clone()
+            .map_err(|e| SessionError::io("control socket", e))?,
+        opts.stall_timeout,
+    )
+    .map_err(|e| SessionError::io("control thread", e))?;
+    let (tx, writer) = spawn_writer(
+        stream
+            .try_clone()
+            .map_err(|e| SessionError::io("control socket", e))?,
+    )
+    .map_err(|e| SessionError::io("control thread", e))?;
+
+    let session: u64 = rand::random::<u64>() | 1;
+    let hello_at = Instant::now();
+    let _ = tx.send(Control::Hello {
+        magic: wire::MAGIC,
+        version: wire::VERSION,
+        caps: 0,
+        channels: opts.channels.max(1),
+        payload: opts.payload,
+        block_size: opts.block_size,
+        session,
+    });
+    let (ports, max_payload) = match recv_control(&rx, handshake_timeout)? {
+        Control::HelloAck {
+            ports,
+            payload,
+            version,
+            ..
+        } if version == wire::VERSION && !ports.is_empty() => (ports, payload),
+        Control::HelloAck { version, .. } => {
+            return Err(SessionError::Protocol(format!(
+                "receiver speaks version {version}, no usable channels"
+            )))
+        }
+        other => return Err(unexpected(other, "HelloAck")),
+    };
+    let rtt = hello_at.elapsed();
+    let channels = ports
+        .len()
+        .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
+
+    // Manifest, in parts that stay well under the frame limit.
+    let entries: Vec<Entry> = walked
+        .entries
+        .iter()
+        .map(|e| Entry {
+            path: e.rel_path.clone(),
+            kind: if e.kind == WalkKind::File {
+                EntryKind::File
+            } else {
+                EntryKind::Dir
+            },
+            size: e.size,
+            mode: e.mode,
+            mtime_ns: e.mtime_ns,
+        })
+        .collect();
+    let parts: Vec<&[Entry]> = if entries.is_empty() {
+        vec![&[][..]]
+    } else {
+        entries.chunks(2048).collect()
+    };
+    let n_parts = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        let _ = tx.send(Control::Manifest {
+            entries: part.to_vec(),
+            last: i + 1 == n_parts,
+        });
+    }
+    match recv_control(&rx, handshake_timeout)? {
+        Control::ManifestReply { decisions } => {
+            if decisions.len() != entries.len() {
+                return Err(SessionError::Protocol(
+                    "manifest reply has the wrong length".into(),
+                ));
+            }
+            for (d, e) in decisions.iter().zip(&entries) {
+                if let Decision::Refuse(reason) = d {
+                    return Err(SessionError::Refused {
+                        path: e.path.clone(),
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+        other => return Err(unexpected(other, "ManifestReply")),
+    }
+
+    let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+    let layout = Layout::new(&sizes, opts.block_size, channels)?;
+    let sources = files
+        .iter()
+        .map(|f| SourceFile::open(&f.abs_path))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // Data sockets, of the receiver's address family.
+    let bind_ip: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let mut udps = Vec::with_capacity(usize::from(channels));
+    for _ in 0..channels {
+        let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
+        if let Some(w) = u.buffer_warning() {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+        udps.push(u);
+    }
+    let dests: Vec<SocketAddr> = ports
+        .iter()
+        .take(usize::from(channels))
+        .map(|&p| SocketAddr::new(to.ip(), p))
+        .collect();
+    let payload = probe_payload(
+        &mut udps,
+        &dests,
+        &rx,
+        session,
+        opts.payload.min(max_payload),
+    )?;
+    let _ = tx.send(Control::Start { payload });
+
+    let shared = Arc::new(Shared {
+        layout,
+        sources,
+        session,
+        payload,
+        start,
+        progress: progress.clone(),
+    });
+    let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
+    let per_channel_rate = (opts.rate_bps / u64::from(channels)).max(100_000);
+    let send_cfg = SendConfig {
+        final_interval: (rtt * 2).max(Duration::from_millis(30)),
+        ..SendConfig::default()
+    };
+    let mut cmd_txs = Vec::new();
+    let mut handles = Vec::new();
+    let mut stats_rx = Vec::new();
+    for (ch, (udp, dest)) in udps.into_iter().zip(dests).enumerate() {
+        let ch = ch as u16;
+        let (cmd_tx, cmd_rx) = unbounded();
+        let (st_tx, st_rx) = crossbeam_channel::bounded(1);
+        let log = NetLog::open(opts.log_dir.as_deref(), "send", ch, start)
+            .map_err(|e| SessionError::io("log directory", e))?;
+        let worker = ChannelWorker {
+            ch,
+            udp,
+            dest,
+            sender: ChannelSender::new(&shared.layout, ch, send_cfg.clone()),
+            pacer: Pacer::new(per_channel_rate, Duration::from_millis(2)),
+            shared: shared.clone(),
+            cmds: cmd_rx,
+            events: ev_tx.clone(),
+            log,
+            packet: 0,
+        };
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("send-ch{ch}"))
+                .spawn(move || {
+                    let stats = worker.run();
+                    let _ = st_tx.send(stats);
+                })
+                .map_err(|e| SessionError::io("channel thread", e))?,
+        );
+        cmd_txs.push(cmd_tx);
+        stats_rx.push(st_rx);
+    }
+    drop(ev_tx);
+
+    let result = session_loop(
+        &shared,
+        &files,
+        &rx,
+        &ev_rx,
+        &tx,
+        &cmd_txs,
+        opts.stall_timeout,
+    );
+    for c in &cmd_txs {
+        let _ = c.send(ChanCmd::Stop);
+    }
+    let mut sent = 0;
+    let mut resent = 0;
+    let mut nacks = 0;
+    for (h, st) in handles.into_iter().zip(stats_rx) {
+        let _ = h.join();
+        if let Ok((s, r, n)) = st.recv() {
+            sent += s;
+            resent += r;
+            nacks += n;
+        }
+    }
+    match &result {
+        Ok(_) => {
+            let _ = tx.send(Control::Done);
+        }
+        Err(e) => {
+            let _ = tx.send(Control::Abort {
+                reason: e.to_string(),
+            });
+        }
+    }
+    drop(tx);
+    let _ = writer.join();
+    let (hashes, rejected, drops) = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(SendSummary {
+        bytes: total_bytes,
+        files: files.len(),
+        dirs,
+        seconds,
+        goodput_bps: total_bytes as f64 * 8.0 / seconds.max(1e-9),
+        datagrams_sent: sent,
+        datagrams_resent: resent,
+        resent_share: if sent == 0 {
+            0.0
+        } else {
+            resent as f64 / sent as f64
+        },
+        nacks,
+        channels,
+        payload,
+        rate_bps: opts.rate_bps,
+        receiver_rejected: rejected,
+        receiver_socket_drops: drops,
+        warnings,
+        file_hashes: files
+            .iter()
+            .zip(hashes)
+            .map(|(f, h)| FileReport {
+                path: f.rel_path.clone(),
+                size: f.size,
+                blake3: to_hex(&h),
+            })
+            .collect(),
+    })
+}
+
+fn unexpected(msg: Control, wanted: &str) -> SessionError {
+    match msg {
+        Control::Abort { reason } => SessionError::PeerAborted(reason),
+        other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
+    }
+}
+
+fn recv_control(
+    rx: &Receiver<Result<Control, ControlError>>,
+    timeout: Duration,
+) -> Result<Control, SessionError> {
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(msg)) => Ok(msg),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ControlError::Timeout(timeout).into()),
+    }
+}
+
+/// Sends probe datagrams of decreasing size on every channel until each channel gets one through;
+/// returns the payload size that works everywhere.
+fn probe_payload(
+    udps: &mut [UdpChannel],
+    dests: &[SocketAddr],
+    rx: &Receiver<Result<Control, ControlError>>,
+    session: u64,
+    wanted: u16,
+) -> Result<u16, SessionError> {
+    let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
+    for c in [1200u16, wire::MIN_PAYLOAD] {
+        if c < candidates[candidates.len() - 1] {
+            candidates.push(c);
+        }
+    }
+    let per_size = Duration::from_millis(1500);
+    let mut last_failed = 0;
+    for &payload in &candidates {
+        let size = HEADER_LEN + usize::from(payload);
+        let mut buf = vec![0u8; size];
+        let mut acked = vec![false; udps.len()];
+        let deadline = Instant::now() + per_size;
+        let mut packet = 0u64;
+        while Instant::now() < deadline && acked.iter().any(|a| !a) {
+            for (ch, udp) in udps.iter_mut().enumerate() {
+                if acked[ch] {
+                    continue;
+                }
+                packet += 1;
+                Header {
+                    kind: Kind::Probe,
+                    flags: 0,
+                    channel: ch as u16,
+                    session,
+                    packet,
+                    file: 0,
+                    offset: size as u64,
+                    len: payload,
+                    sent_us: 0,
+                }
+                .encode(&mut buf);
+                // A size the path cannot carry may fail right here (EMSGSIZE): that is the
+                // same answer as a probe lost on the way, so try the next size.
+                let _ = udp.send_batch(dests[ch], &buf, size);
+            }
+            let wait_until = (Instant::now() + Duration::from_millis(100)).min(deadline);
+            while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
+                match rx.recv_timeout(left) {
+                    Ok(Ok(Control::ProbeAck { channel, size: s })) if usize::from(s) == size => {
+                        if let Some(a) = acked.get_mut(usize::from(channel)) {
+                            *a = true;
+                        }
+                    }
+                    Ok(Ok(
+                        Control::ProbeAck { .. } | Control::Report { .. } | Control::KeepAlive,
+                    )) => {}
+                    Ok(Ok(other)) => return Err(unexpected(other, "ProbeAck")),
+                    Ok(Err(e)) => return Err(e.into()),
+                    Err(_) => break,
+                }
+            }
+        }
+        if let Some(ch) = acked.iter().position(|a| !a) {
+            last_failed = ch as u16;
+            continue;
+        }
+        return Ok(payload);
+    }
+    Err(SessionError::UdpBlocked {
+        channel: last_failed,
+        secs: (per_size * candidates.len() as u32).as_secs(),
+    })
+}
+
+type LoopResult = Result<(Vec<[u8; 32]>, u64, u64), SessionError>;
+
+fn session_loop(
+    shared: &Shared,
+    files: &[&walk::SourceEntry],
+    rx: &Receiver<Result<Control, ControlError>>,
+    events: &Receiver<ChanEvent>,
+    tx: &Sender<Control>,
+    cmds: &[Sender<ChanCmd>],
+    stall: Duration,
+) -> LoopResult {
+    let layout = &shared.layout;
+    let mut table = BlockTable::new(layout);
+    let mut confirmed: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    let mut left = files.len();
+    let (mut rejected, mut drops) = (0, 0);
+    let mut last_received = 0;
+    let mut last_progress = Instant::now();
+    let tick = crossbeam_channel::tick(Duration::from_millis(200));
+    while left > 0 {
+        select! {
+            recv(rx) -> msg => {
+                let msg = msg.map_err(|_| ControlError::Closed)??;
+                match msg {
+                    Control::Nack { channel, ranges } => {
+                        if let Some(c) = cmds.get(usize::from(channel)) {
+                            let _ = c.send(ChanCmd::Nack(ranges));
+                        }
+                    }
+                    Control::ChannelDone { channel } => {
+                        if let Some(c) = cmds.get(usize::from(channel)) {
+                            let _ = c.send(ChanCmd::Done);
+                        }
+                    }
+                    Control::FileDone { file, hash } => {
+                        let f = file as usize;
+                        let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
+                            return Err(SessionError::Protocol(format!("receiver confirmed file {file} before it was sent")));
+                        };
+                        if want != hash {
+                            return Err(SessionError::HashMismatch { path: files[f].rel_path.clone(), got: to_hex(&hash), want: to_hex(&want) });
+                        }
+                        if confirmed[f].replace(hash).is_none() {
+                            left -= 1;
+                            shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Control::Report { received, rejected: r, socket_drops } => {
+                        rejected = r;
+                        drops = socket_drops;
+                        shared.progress.confirmed.store(received, Ordering::Relaxed);
+                        if received > last_received {
+                            last_received = received;
+                            last_progress = Instant::now();
+                        }
+                    }
+                    Control::KeepAlive => {}
+                    other => return Err(unexpected(other, "a data-phase message")),
+                }
+            }
+            recv(events) -> ev => match ev {
+                Ok(ChanEvent::Block { block, value }) => {
+                    if let Some((file, _)) = table.set(block, value) {
+                        // Every block of this file has been read once: make sure it did not change
+                        // meanwhile, before the last hash lets the receiver finish the file.
+                        shared.sources[file as usize].check_unchanged()?;
+                        if let Some(p) = files.get(file as usize) {
+                            *shared.progress.current.lock().unwrap_or_else(|e| e.into_inner()) = p.rel_path.clone();
+                        }
+                    }
+                    let _ = tx.send(Control::BlockHashes { blocks: vec![(block, value)] });
+                }
+                Ok(ChanEvent::Failed(e)) => return Err(e),
+                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+            },
+            recv(tick) -> _ => {
+                let _ = tx.send(Control::KeepAlive);
+                if last_progress.elapsed() > stall {
+                    return Err(SessionError::Stalled(stall.as_secs()));
+                }
+            }
+        }
+    }
+    Ok((
+        confirmed
+            .into_iter()
+            .map(|h| h.unwrap_or_default())
+            .collect(),
+        rejected,
+        drops,
+    ))
+}
+
+struct ChannelWorker {
+    ch: u16,
+    udp: UdpChannel,
+    dest: SocketAddr,
+    sender: ChannelSender,
+    pacer: Pacer,
+    shared: Arc<Shared>,
+    cmds: Receiver<ChanCmd>,
+    events: Sender<ChanEvent>,
+    log: NetLog,
+    packet: u64,
+}
+
+impl ChannelWorker {
+    /// Runs until told to stop; returns (datagrams sent, datagrams resent, NACKs handled).
+    fn run(mut self) -> (u64, u64, u64) {
+        let (mut sent, mut resent) = (0u64, 0u64);
+        if let Err(e) = self.pump(&mut sent, &mut resent) {
+            let _ = self.events.send(ChanEvent::Failed(e));
+        }
+        (sent, resent, self.sender.stats().nacks)
+    }
+
+    fn pump(&mut self, sent: &mut u64, resent: &mut u64) -> Result<(), SessionError> {
+        let layout = &self.shared.layout;
+        let payload = usize::from(self.shared.payload);
+        let dgram = HEADER_LEN + payload;
+        let segs = self
+            .udp
+            .max_gso_segments()
+            .clamp(1, 64)
+            .min((64 * 1024 / dgram).max(1));
+        let max_run = (segs * payload) as u64;
+        let block_size = layout.block_size() as usize;
+        let mut block_buf = vec![0u8; block_size];
+        let mut loaded: Option<u64> = None;
+        let mut scratch = vec![0u8; max_run as usize];
+        let mut out = vec![0u8; segs * dgram];
+        loop {
+            // 1. Control messages for this channel.
+            loop {
+                match self.cmds.try_recv() {
+                    Ok(ChanCmd::Nack(ranges)) => {
+                        let q = self.sender.on_nack(&ranges);
+                        self.log.line(|| {
+                            format!(
+                                "nack ranges={} queued={q} first={:?}",
+                                ranges.len(),
+                                ranges.first()
+                            )
+                        });
+                    }
+                    Ok(ChanCmd::Done) => {
+                        self.sender.on_channel_done();
+                        self.log.line(|| "channel confirmed".into());
+                    }
+                    Ok(ChanCmd::Stop) | Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        return Ok(())
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                }
+            }
+            // 2. Data, as the pacer allows.
+            let mut now = Instant::now();
+            let mut bursts = 0;
+            while self.pacer.can_send(now) && bursts < 16 {
+                let Some(run) = self.sender.poll_run(layout, max_run) else {
+                    break;
+                };
+                bursts += 1;
+                let span = layout
+                    .resolve(self.ch, run.pos)
+                    .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
+                let len = run.len as usize;
+                let src = &self.shared.sources[span.file as usize];
+                let data: &[u8] = match run.kind {
+                    RunKind::New => {
+                        let (file, range) =
+                            layout.block_file_range(span.block).ok_or_else(|| {
+                                SessionError::Protocol("block outside the layout".into())
+                            })?;
+                        if loaded != Some(span.block) {
+                            let blen = (range.end - range.start) as usize;
+                            src.read_at(range.start, &mut block_buf[..blen])?;
+                            let blocks = layout.blocks_of(file);
+                            let value = block_value(
+                                &block_buf[..blen],
+                                span.block - blocks.start,
+                                layout.block_size(),
+                                blocks.end - blocks.start,
+                            );
+                            loaded = Some(span.block);
+                            let _ = self.events.send(ChanEvent::Block {
+                                block: span.block,
+                                value,
+                            });
+                        }
+                        let at = (span.offset - range.start) as usize;
+                        &block_buf[at..at + len]
+                    }
+                    RunKind::Repair => {
+                        src.read_at(span.offset, &mut scratch[..len])?;
+                        &scratch[..len]
+                    }
+                };
+                let flags = if run.kind == RunKind::Repair {
+                    wire::FLAG_RETRANSMIT
+                } else {
+                    0
+                };
+                let sent_us = self.shared.start.elapsed().as_micros() as u32;
+                let mut total = 0;
+                let mut n = 0u64;
+                for (i, piece) in data.chunks(payload).enumerate() {
+                    self.packet += 1;
+                    let at = i * dgram;
+                    Header {
+                        kind: Kind::Data,
+                        flags,
+                        channel: self.ch,
+                        session: self.shared.session,
+                        packet: self.packet,
+                        file: span.file,
+                        offset: span.offset + (i * payload) as u64,
+                        len: piece.len() as u16,
+                        sent_us,
+                    }
+                    .encode(&mut out[at..]);
+                    out[at + HEADER_LEN..at + HEADER_LEN + piece.len()].copy_from_slice(piece);
+                    total = at + HEADER_LEN + piece.len();
+                    n += 1;
+                }
+                self.udp.send_batch(self.dest, &out[..total], dgram)?;
+                *sent += n;
+                if run.kind == RunKind::Repair {
+                    *resent += n;
+                } else {
+                    self.shared
+                        .progress
+                        .sent
+                        .fetch_add(run.len, Ordering::Relaxed);
+                }
+                self.log.line(|| {
+                    format!(
+                        "send {:?} pos={} len={} datagrams={n} pkt={}",
+                        run.kind, run.pos, run.len, self.packet
+                    )
+                });
+                self.pacer.on_sent(now, total as u64);
+                now = Instant::now();
+            }
+            // 3. Final marker.
+            if self.sender.poll_final(now) {
+                self.packet += 1;
+                let mut fin = [0u8; HEADER_LEN];
+                Header {
+                    kind: Kind::Final,
+                    flags: 0,
+                    channel: self.ch,
+                    session: self.shared.session,
+                    packet: self.packet,
+                    file: 0,
+                    offset: self.sender.stripe_len(),
+                    len: 0,
+                    sent_us: 0,
+                }
+                .encode(&mut fin);
+                self.udp.send_batch(self.dest, &fin, HEADER_LEN)?;
+                self.log
+                    .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
+            }
+            // 4. Sleep until the pacer or a timer allows more, or a command arrives.
+            let pace = if self.sender.has_work() {
+                Some(self.pacer.ready_at().unwrap_or(now))
+            } else {
+                None
+            };
+            let wake = [pace, self.sender.next_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = match wake {
+                Some(t) => t.saturating_duration_since(Instant::now()),
+                None => Duration::from_millis(200),
+            };
+            if wait.is_zero() {
+                continue;
+            }
+            if wait < Duration::from_micros(100) {
+                std::thread::yield_now();
+                continue;
+            }
+            match self.cmds.recv_timeout(wait) {
+                Ok(ChanCmd::Nack(ranges)) => {
+                    self.sender.on_nack(&ranges);
+                }
+                Ok(ChanCmd::Done) => self.sender.on_channel_done(),
+                Ok(ChanCmd::Stop) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Ok(())
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,1203 @@
+//! The deterministic scenario runner: hurtle's sender and receiver state machines, run against
+//! each other over simulated links on a virtual clock.
+//!
+//! # What this module owns
+//!
+//! The *driver* role, in simulation: the event loop, the timers and the glue that the real
+//! drivers in `hurtle-engine` provide around the sans-IO core, so that a whole data phase (step 4
+//! and 5 of the session in `hurtle-proto`'s crate docs) can be replayed exactly from a seed.
+//! A [`Scenario`] describes files (sizes; the bytes come from the seed), the layout parameters,
+//! the path and a few fault knobs; a [`Pair`] runs it:
+//!
+//! - **Sender side**: one [`ChannelSender`] and one [`Pacer`] (the total rate split evenly) per
+//!   channel. Each turn it applies control messages (`Nack` -> `on_nack`, `ChannelDone` ->
+//!   `on_channel_done`), sends runs while the pacer allows (cut into datagrams of `payload`
+//!   bytes with a [`Header`]: kind `Data`, `FLAG_RETRANSMIT` for repairs, per-channel packet
+//!   numbers, file id and offset from [`Layout::resolve`]), sends a `Final` datagram when
+//!   `poll_final` says so, and sends `BlockHashes` for every block it read for the first time.
+//! - **Receiver side**: one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory copy
+//!   of every file. Datagrams that fail [`Header::decode`], carry another session id, an
+//!   unexpected kind, a channel that is not the one the layout assigns, or a `(file, offset,
+//!   len)` that [`Layout::locate`] refuses are dropped and counted ([`Rejected`]). Good data is
+//!   recorded with `on_data` and copied into the file when it brought new bytes; a completed
+//!   block is hashed over the received bytes and judged; a mismatch `reject`s the block on its
+//!   channel, `GiveUp` fails the run. Each turn it sends `poll_nack` results as `Nack` and
+//!   `poll_done` as `ChannelDone`.
+//! - **Paths**: all channels share one data [`Link`] (sender -> receiver), so a rate-limited
+//!   bottleneck is shared as it would be on a real path. The control connection is modelled as
+//!   TCP: reliable and in order, with the data link's one-way delay (or
+//!   [`Scenario::control_delay`]); during a blackout of the data link it stalls and delivers what
+//!   was sent once the blackout ends. Messages really are framed and parsed with
+//!   [`Control::to_frame`] / [`Control::from_body`].
+//! - **Faults on top of the link model**: NACK messages can be dropped with a probability
+//!   ([`Scenario::nack_loss`]; TCP would not lose them, but a lost NACK is what re-NACKing
+//!   exists for), final markers can be dropped ([`Scenario::final_loss`]), one header bit can be
+//!   flipped ([`Scenario::header_corrupt`]), and a hostile injector adds forged datagrams
+//!   straight into the receiver ([`Scenario::hostile_every`]).
+//! - **The clock** jumps to the next deadline: the next delivery on any path, a pacer's ready
+//!   time (for channels with work), the senders' and receivers' `next_timeout`, and an optional
+//!   periodic tick ([`Scenario::tick`]).
+//!
+//! The run ends when every file is verified (an empty file trivially) and every channel sender
+//! `is_done()`. Then the receiver's bytes must equal the sender's exactly and every file hash
+//! must equal `blake3::hash(file)`; otherwise, or when the virtual time or step cap is hit, the
+//! run fails with a [`Failure`] that describes the state of every channel.
+//!
+//! # What it does not own
+//!
+//! The network model ([`crate::link`]), the protocol logic (`hurtle-proto`), and the session
+//! set-up (hello, manifest, probing), which the runner skips: both sides start with the same
+//! [`Layout`] and session id at time zero.
+//!
+//! # Determinism
+//!
+//! The only real-clock read is the origin `Instant` taken when a [`Pair`] is created; everything
+//! else is a function of the [`Scenario`]. Each random decision the runner itself makes (file
+//! bytes, NACK drops, final drops, header flips) has its own SplitMix64 stream, so turning one
+//! knob does not reshuffle the others.
+
+use crate::link::{Link, LinkConfig, LinkStats};
+use hurtle_proto::hash::{block_value, BlockValue};
+use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
+use hurtle_proto::{
+    ChannelReceiver, ChannelSender, Layout, Pacer, RecvConfig, RunKind, SendConfig, Verdict,
+    Verifier,
+};
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Everything a run depends on. [`Scenario::default`] is 4 MiB in one file over 4 channels at
+/// 200 Mbit/s on a clean path with 20 ms one-way delay.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Seeds the file contents, the link's randomness, the session id and the runner's knobs.
+    pub seed: u64,
+    /// File sizes in manifest order (0 is allowed).
+    pub files: Vec<u64>,
+    /// Block size (power of two, at least 1 KiB).
+    pub block_size: u64,
+    /// Data channels.
+    pub channels: u16,
+    /// Payload bytes per datagram (the header adds [`HEADER_LEN`]).
+    pub payload: u16,
+    /// Longest run asked of `poll_run`, in datagrams; a run is cut into datagrams and paced as
+    /// one burst, like a GSO batch.
+    pub run_datagrams: u16,
+    /// Total pacing rate in bits per second (header bytes included), split evenly per channel.
+    pub rate_bps: u64,
+    /// Catch-up allowance of each pacer.
+    pub pacer_burst: Duration,
+    /// The data path, sender -> receiver, shared by all channels.
+    pub link: LinkConfig,
+    /// One-way delay of the control connection; `None` uses `link.delay`.
+    pub control_delay: Option<Duration>,
+    /// Probability that a NACK message is dropped instead of sent.
+    pub nack_loss: f64,
+    /// Probability that a final-marker datagram is dropped before it reaches the link.
+    pub final_loss: f64,
+    /// Probability that one bit of a data datagram's 40-byte header is flipped before sending.
+    pub header_corrupt: f64,
+    /// After every this many genuine datagrams, one forged datagram is injected at the receiver
+    /// (cycling through [`Forgery`] kinds); 0 disables the injector.
+    pub hostile_every: u64,
+    /// Channel sender tunables.
+    pub send: SendConfig,
+    /// Channel receiver tunables.
+    pub recv: RecvConfig,
+    /// Periodic wake-up on top of the deadlines; `None` runs on deadlines alone.
+    pub tick: Option<Duration>,
+    /// The run fails if it is not finished after this much virtual time.
+    pub max_virtual: Duration,
+    /// The run fails after this many event-loop steps.
+    pub max_steps: u64,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            seed: 1,
+            files: vec![4 << 20],
+            block_size: 16 << 10,
+            channels: 4,
+            payload: DEFAULT_PAYLOAD,
+            run_datagrams: 4,
+            rate_bps: 200_000_000,
+            pacer_burst: Duration::from_millis(1),
+            link: LinkConfig::default().with_delay(Duration::from_millis(20)),
+            control_delay: None,
+            nack_loss: 0.0,
+            final_loss: 0.0,
+            header_corrupt: 0.0,
+            hostile_every: 0,
+            send: SendConfig::default(),
+            recv: RecvConfig::default(),
+            tick: Some(Duration::from_millis(1)),
+            max_virtual: Duration::from_secs(600),
+            max_steps: 3_000_000,
+        }
+    }
+}
+
+impl Scenario {
+    /// Runs the scenario to the end. See [`Pair::drive`].
+    pub fn run(&self) -> Result<Outcome, Failure> {
+        Pair::new(self.clone())?.drive()
+    }
+}
+
+/// The kinds of datagram the hostile injector forges, in the order it cycles through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgery {
+    /// A well-formed data datagram for real bytes, but with another session id.
+    WrongSession,
+    /// Data starting at the end of file 0.
+    PastEndOfFile,
+    /// Data crossing a block boundary (or overflowing the offset).
+    CrossesBlock,
+    /// Data for a file id that is not in the manifest.
+    NoSuchFile,
+    /// Data for real bytes claiming a channel that does not carry them.
+    WrongChannel,
+    /// A final marker announcing the wrong stripe length.
+    WrongFinal,
+    /// A probe datagram during the data phase.
+    Probe,
+    /// An unknown kind byte.
+    BadKind,
+    /// A length field that does not match the payload.
+    BadLength,
+    /// Fewer bytes than a header.
+    Truncated,
+}
+
+const FORGERIES: [Forgery; 10] = [
+    Forgery::WrongSession,
+    Forgery::PastEndOfFile,
+    Forgery::CrossesBlock,
+    Forgery::NoSuchFile,
+    Forgery::WrongChannel,
+    Forgery::WrongFinal,
+    Forgery::Probe,
+    Forgery::BadKind,
+    Forgery::BadLength,
+    Forgery::Truncated,
+];
+
+/// Datagrams the receiver dropped, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rejected {
+    /// `Header::decode` failed (short, bad kind, bad length, reserved bits).
+    pub malformed: u64,
+    /// Another session id.
+    pub session: u64,
+    /// A kind that has no business in the data phase (probe).
+    pub kind: u64,
+    /// `(file, offset, len)` refused by `Layout::locate`.
+    pub layout: u64,
+    /// The header's channel is not the one that carries those bytes (or does not exist).
+    pub channel: u64,
+    /// A final marker with the wrong stripe length.
+    pub final_len: u64,
+}
+
+impl Rejected {
+    /// All rejected datagrams.
+    pub fn total(&self) -> u64 {
+        self.malformed + self.session + self.kind + self.layout + self.channel + self.final_len
+    }
+}
+
+/// What a finished run did. Byte counts are payload bytes unless noted.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Virtual time from the first send until the run was complete.
+    pub duration: Duration,
+    /// Event-loop steps taken.
+    pub steps: u64,
+    /// Total bytes of all files.
+    pub bytes: u64,
+    /// Data datagrams handed to the link (first transmissions and repairs).
+    pub datagrams_sent: u64,
+    /// Of those, repairs (`FLAG_RETRANSMIT`).
+    pub datagrams_resent: u64,
+    /// Payload bytes sent for the first time (sum over the channel senders).
+    pub new_bytes: u64,
+    /// Payload bytes resent.
+    pub repair_bytes: u64,
+    /// Final markers the senders produced.
+    pub finals_sent: u64,
+    /// Final markers dropped by [`Scenario::final_loss`].
+    pub finals_dropped: u64,
+    /// NACK messages the receivers produced.
+    pub nacks_sent: u64,
+    /// NACK messages dropped by [`Scenario::nack_loss`].
+    pub nacks_dropped: u64,
+    /// Duplicate payload bytes seen by the receivers.
+    pub duplicate_bytes: u64,
+    /// Blocks whose hash did not match (and were fetched again).
+    pub blocks_rejected: u64,
+    /// Datagrams dropped by the receiver, by reason.
+    pub rejected: Rejected,
+    /// Forged datagrams injected.
+    pub injected: u64,
+    /// Datagrams given a flipped header bit by [`Scenario::header_corrupt`].
+    pub header_corrupted: u64,
+    /// `BlockHashes` messages sent.
+    pub hash_messages: u64,
+    /// Counters of the data link.
+    pub link: LinkStats,
+}
+
+impl Outcome {
+    /// Share of the payload bytes sent that were repairs.
+    pub fn resent_share(&self) -> f64 {
+        let total = self.new_bytes + self.repair_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.repair_bytes as f64 / total as f64
+        }
+    }
+
+    /// File bytes per second of virtual time, in bits per second.
+    pub fn goodput_bps(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.duration.as_secs_f64().max(1e-9)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} bytes in {:.3} s virtual ({:.1} Mbit/s, {} steps): {} datagrams, {} resent \
+             ({:.1}% of bytes), {} finals ({} dropped), {} nacks ({} dropped), {} duplicate \
+             bytes, {} blocks rejected, {} datagrams rejected ({:?}), {} injected, link {:?}",
+            self.bytes,
+            self.duration.as_secs_f64(),
+            self.goodput_bps() / 1e6,
+            self.steps,
+            self.datagrams_sent,
+            self.datagrams_resent,
+            self.resent_share() * 100.0,
+            self.finals_sent,
+            self.finals_dropped,
+            self.nacks_sent,
+            self.nacks_dropped,
+            self.duplicate_bytes,
+            self.blocks_rejected,
+            self.rejected.total(),
+            self.rejected,
+            self.injected,
+            self.link,
+        )
+    }
+}
+
+/// Why a run failed, with a description of the state of both sides at that moment.
+pub struct Failure {
+    /// Virtual time of the failure.
+    pub at: Duration,
+    /// What went wrong.
+    pub reason: String,
+    /// Per-channel and per-side state, one item per line.
+    pub state: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "run failed at {:.3} s virtual: {}\n{}",
+            self.at.as_secs_f64(),
+            self.reason,
+            self.state
+        )
+    }
+}
+
+impl fmt::Debug for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// A SplitMix64 stream for the runner's own random decisions.
+#[derive(Debug, Clone)]
+struct SimRng(u64);
+
+const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl SimRng {
+    /// Stream `stream` of `seed`.
+    fn new(seed: u64, stream: u64) -> Self {
+        SimRng(mix64(
+            seed ^ mix64(stream.wrapping_mul(GOLDEN_GAMMA) ^ 0x6875_7274_6c65),
+        ))
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        mix64(self.0)
+    }
+    /// True with probability `p`; draws nothing when `p` cannot fire.
+    fn chance(&mut self, p: f64) -> bool {
+        if p.is_nan() || p <= 0.0 {
+            return false;
+        }
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// Random streams of a scenario.
+mod stream {
+    pub const FILES: u64 = 1;
+    pub const LINK: u64 = 2;
+    pub const SESSION: u64 = 3;
+    pub const NACK_DROP: u64 = 4;
+    pub const FINAL_DROP: u64 = 5;
+    pub const HEADER_FLIP: u64 = 6;
+}
+
+/// The bytes of file `index` of a scenario seeded with `seed`.
+pub fn file_bytes(seed: u64, index: usize, len: u64) -> Vec<u8> {
+    let mut rng = SimRng::new(seed ^ mix64(index as u64 + 1), stream::FILES);
+    let mut out = Vec::with_capacity(len as usize);
+    while out.len() + 8 <= len as usize {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    let tail = len as usize - out.len();
+    out.extend_from_slice(&rng.next_u64().to_le_bytes()[..tail]);
+    out
+}
+
+/// The control connection in one direction: reliable, in order, delayed; stalled by blackouts.
+#[derive(Debug)]
+struct ControlPath {
+    t0: Instant,
+    delay: Duration,
+    blackouts: Vec<(Duration, Duration)>,
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    last: Instant,
+    sent: u64,
+}
+
+impl ControlPath {
+    fn new(t0: Instant, delay: Duration, blackouts: Vec<(Duration, Duration)>) -> Self {
+        ControlPath {
+            t0,
+            delay,
+            blackouts,
+            queue: VecDeque::new(),
+            last: t0,
+            sent: 0,
+        }
+    }
+
+    fn send(&mut self, now: Instant, msg: &Control) {
+        let mut base = now;
+        // TCP keeps retransmitting through a blackout; what was sent gets through after it.
+        loop {
+            let rel = base.saturating_duration_since(self.t0);
+            match self.blackouts.iter().find(|(s, e)| *s <= rel && rel < *e) {
+                Some(&(_, end)) => base = self.t0 + end,
+                None => break,
+            }
+        }
+        let at = (base + self.delay).max(self.last);
+        self.last = at;
+        self.sent += 1;
+        self.queue.push_back((at, msg.to_frame()));
+    }
+
+    fn next_delivery(&self) -> Option<Instant> {
+        self.queue.front().map(|(at, _)| *at)
+    }
+
+    fn poll(&mut self, now: Instant) -> Option<Result<Control, String>> {
+        if self.queue.front()?.0 > now {
+            return None;
+        }
+        let (_, frame) = self.queue.pop_front()?;
+        let decoded = (|| {
+            let prefix: [u8; 4] = frame.get(..4)?.try_into().ok()?;
+            let len = Control::frame_len(prefix).ok()?;
+            let body = frame.get(4..)?;
+            if body.len() != len {
+                return None;
+            }
+            Control::from_body(body).ok()
+        })();
+        Some(decoded.ok_or_else(|| "control frame failed to decode".to_string()))
+    }
+}
+
+/// The sending peer.
+#[derive(Debug)]
+struct SenderSide {
+    files: Vec<Vec<u8>>,
+    channels: Vec<ChannelSender>,
+    pacers: Vec<Pacer>,
+    packet_numbers: Vec<u64>,
+    hashed: Vec<bool>,
+    pending_hashes: Vec<(u64, BlockValue)>,
+    files_confirmed: Vec<bool>,
+    genuine: u64,
+}
+
+/// The receiving peer.
+#[derive(Debug)]
+struct ReceiverSide {
+    files: Vec<Vec<u8>>,
+    channels: Vec<ChannelReceiver>,
+    verifier: Verifier,
+    file_hashes: Vec<Option<[u8; 32]>>,
+    rejected: Rejected,
+    blocks_rejected: u64,
+    nacks_dropped: u64,
+}
+
+/// A sender and a receiver wired together over simulated paths, on a virtual clock. See the
+/// module docs.
+#[derive(Debug)]
+pub struct Pair {
+    sc: Scenario,
+    layout: Layout,
+    session: u64,
+    t0: Instant,
+    now: Instant,
+    steps: u64,
+    link: Link,
+    /// Forged datagrams waiting to be handed to the receiver (at once).
+    injected: VecDeque<Vec<u8>>,
+    to_receiver: ControlPath,
+    to_sender: ControlPath,
+    snd: SenderSide,
+    rcv: ReceiverSide,
+    nack_rng: SimRng,
+    final_rng: SimRng,
+    header_rng: SimRng,
+    datagrams_sent: u64,
+    datagrams_resent: u64,
+    finals_dropped: u64,
+    injected_total: u64,
+    header_corrupted: u64,
+    finished: Option<Instant>,
+}
+
+impl Pair {
+    /// Builds both sides at virtual time zero. Fails if the layout parameters are invalid.
+    pub fn new(sc: Scenario) -> Result<Self, Failure> {
+        let fail = |reason: String| Failure {
+            at: Duration::ZERO,
+            reason,
+            state: String::new(),
+        };
+        let layout = Layout::new(&sc.files, sc.block_size, sc.channels)
+            .map_err(|e| fail(format!("bad layout: {e}")))?;
+        if sc.payload == 0 || sc.run_datagrams == 0 || sc.rate_bps == 0 {
+            return Err(fail(
+                "payload, run_datagrams and rate_bps must be positive".into(),
+            ));
+        }
+        let t0 = Instant::now();
+        let files: Vec<Vec<u8>> = sc
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| file_bytes(sc.seed, i, len))
+            .collect();
+        let n = usize::from(sc.channels);
+        let per_channel = (sc.rate_bps / u64::from(sc.channels)).max(1);
+        let snd = SenderSide {
+            channels: (0..sc.channels)
+                .map(|c| ChannelSender::new(&layout, c, sc.send.clone()))
+                .collect(),
+            pacers: (0..n)
+                .map(|_| Pacer::new(per_channel, sc.pacer_burst))
+                .collect(),
+            packet_numbers: vec![0; n],
+            hashed: vec![false; layout.total_blocks() as usize],
+            pending_hashes: Vec::new(),
+            files_confirmed: sc.files.iter().map(|&s| s == 0).collect(),
+            genuine: 0,
+            files,
+        };
+        let rcv = ReceiverSide {
+            files: sc.files.iter().map(|&s| vec![0u8; s as usize]).collect(),
+            channels: (0..sc.channels)
+                .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
+                .collect(),
+            verifier: Verifier::new(&layout),
+            // An empty file has no blocks: it is complete from the start.
+            file_hashes: sc
+                .files
+                .iter()
+                .map(|&s| (s == 0).then(|| *blake3::hash(b"").as_bytes()))
+                .collect(),
+            rejected: Rejected::default(),
+            blocks_rejected: 0,
+            nacks_dropped: 0,
+        };
+        let control_delay = sc.control_delay.unwrap_or(sc.link.delay);
+        let blackouts = sc.link.blackouts.clone();
+        Ok(Pair {
+            layout,
+            session: SimRng::new(sc.seed, stream::SESSION).next_u64(),
+            t0,
+            now: t0,
+            steps: 0,
+            link: Link::new(
+                sc.link.clone(),
+                SimRng::new(sc.seed, stream::LINK).next_u64(),
+                t0,
+            ),
+            injected: VecDeque::new(),
+            to_receiver: ControlPath::new(t0, control_delay, blackouts.clone()),
+            to_sender: ControlPath::new(t0, control_delay, blackouts),
+            snd,
+            rcv,
+            nack_rng: SimRng::new(sc.seed, stream::NACK_DROP),
+            final_rng: SimRng::new(sc.seed, stream::FINAL_DROP),
+            header_rng: SimRng::new(sc.seed, stream::HEADER_FLIP),
+            datagrams_sent: 0,
+            datagrams_resent: 0,
+            finals_dropped: 0,
+            injected_total: 0,
+            header_corrupted: 0,
+            finished: None,
+            sc,
+        })
+    }
+
+    /// The shared layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// Virtual time elapsed.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+    /// The sender's bytes of file `file`.
+    pub fn source(&self, file: usize) -> &[u8] {
+        &self.snd.files[file]
+    }
+    /// The receiver's bytes of file `file` so far.
+    pub fn received(&self, file: usize) -> &[u8] {
+        &self.rcv.files[file]
+    }
+    /// Counters of the data link so far.
+    pub fn link_stats(&self) -> LinkStats {
+        *self.link.stats()
+    }
+
+    /// Runs steps until the transfer is complete and checked, or fails.
+    pub fn drive(mut self) -> Result<Outcome, Failure> {
+        while !self.step()? {}
+        self.check_exact()?;
+        Ok(self.outcome())
+    }
+
+    /// Handles every event due at the current virtual time, then advances the clock to the next
+    /// deadline. Returns true once the run is complete (the clock then stays put).
+    pub fn step(&mut self) -> Result<bool, Failure> {
+        if self.finished.is_some() {
+            return Ok(true);
+        }
+        self.steps += 1;
+        let now = self.now;
+        self.receiver_turn(now).map_err(|r| self.failure(r))?;
+        self.sender_turn(now).map_err(|r| self.failure(r))?;
+        if self.is_complete() {
+            self.finished = Some(now);
+            return Ok(true);
+        }
+        if self.steps >= self.sc.max_steps {
+            return Err(self.failure(format!("step cap of {} reached", self.sc.max_steps)));
+        }
+        let Some(next) = self.next_deadline() else {
+            return Err(self.failure("deadlock: nothing pending and no timer armed".into()));
+        };
+        // A deadline at or before `now` would be an event this step failed to handle; move on
+        // regardless so the loop cannot spin in place.
+        self.now = next.max(now + Duration::from_micros(1));
+        if self.now - self.t0 > self.sc.max_virtual {
+            return Err(self.failure(format!(
+                "virtual time cap of {:?} reached",
+                self.sc.max_virtual
+            )));
+        }
+        Ok(false)
+    }
+
+    fn is_complete(&self) -> bool {
+        self.rcv.file_hashes.iter().all(Option::is_some)
+            && self.snd.channels.iter().all(ChannelSender::is_done)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let now = self.now;
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        consider(self.link.next_delivery());
+        consider((!self.injected.is_empty()).then_some(now));
+        consider(self.to_receiver.next_delivery());
+        consider(self.to_sender.next_delivery());
+        for (s, p) in self.snd.channels.iter().zip(&self.snd.pacers) {
+            if s.has_work() {
+                consider(Some(p.ready_at().unwrap_or(now)));
+            }
+            consider(s.next_timeout());
+        }
+        for r in &self.rcv.channels {
+            consider(r.next_timeout(now));
+        }
+        if let Some(tick) = self.sc.tick.filter(|t| !t.is_zero()) {
+            let ticks = (now - self.t0).as_nanos() / tick.as_nanos() + 1;
+            let at = tick.as_nanos() * ticks;
+            consider(Some(
+                self.t0 + Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX)),
+            ));
+        }
+        next
+    }
+
+    // ----- receiver -----
+
+    fn receiver_turn(&mut self, now: Instant) -> Result<(), String> {
+        while let Some(dg) = self.injected.pop_front() {
+            self.on_datagram(now, &dg)?;
+        }
+        while let Some(dg) = self.link.poll(now) {
+            self.on_datagram(now, &dg)?;
+        }
+        while let Some(msg) = self.to_receiver.poll(now) {
+            match msg? {
+                Control::BlockHashes { blocks } => {
+                    for (block, value) in blocks {
+                        let verdict = self.rcv.verifier.on_expected(block, value);
+                        self.on_verdict(now, verdict)?;
+                    }
+                }
+                other => return Err(format!("receiver got unexpected {}", other.name())),
+            }
+        }
+        for ch in 0..self.rcv.channels.len() {
+            if let Some(ranges) = self.rcv.channels[ch].poll_nack(now) {
+                if self.nack_rng.chance(self.sc.nack_loss) {
+                    self.rcv.nacks_dropped += 1;
+                } else {
+                    let channel = ch as u16;
+                    self.to_sender.send(now, &Control::Nack { channel, ranges });
+                }
+            }
+            if self.rcv.channels[ch].poll_done() {
+                let channel = ch as u16;
+                self.to_sender.send(now, &Control::ChannelDone { channel });
+            }
+        }
+        Ok(())
+    }
+
+    fn on_datagram(&mut self, now: Instant, dg: &[u8]) -> Result<(), String> {
+        let rej = &mut self.rcv.rejected;
+        let Ok((h, payload)) = Header::decode(dg) else {
+            rej.malformed += 1;
+            return Ok(());
+        };
+        if h.session != self.session {
+            rej.session += 1;
+            return Ok(());
+        }
+        match h.kind {
+            Kind::Probe => rej.kind += 1,
+            Kind::Final => {
+                let Some(r) = self.rcv.channels.get_mut(usize::from(h.channel)) else {
+                    rej.channel += 1;
+                    return Ok(());
+                };
+                if !r.on_final(now, h.offset) {
+                    rej.final_len += 1;
+                } else if r.is_complete() {
+                    r.resend_done();
+                }
+            }
+            Kind::Data => {
+                let len = u64::from(h.len);
+                let Ok((ch, pos)) = self.layout.locate(h.file, h.offset, len) else {
+                    rej.layout += 1;
+                    return Ok(());
+                };
+                if ch != h.channel {
+                    rej.channel += 1;
+                    return Ok(());
+                }
+                let span = self
+                    .layout
+                    .resolve(ch, pos)
+                    .ok_or("located position does not resolve")?;
+                let (_, stripe) = self
+                    .layout
+                    .block_stripe_range(span.block)
+                    .ok_or("located block has no stripe range")?;
+                let retransmit = h.flags & FLAG_RETRANSMIT != 0;
+                let out =
+                    self.rcv.channels[usize::from(ch)].on_data(now, pos, len, retransmit, stripe);
+                if out.new_bytes > 0 {
+                    let file = &mut self.rcv.files[h.file as usize];
+                    let at = h.offset as usize;
+                    file[at..at + payload.len()].copy_from_slice(payload);
+                }
+                if out.completes_block {
+                    let value = block_value_of(&self.layout, &self.rcv.files, span.block);
+                    let verdict = self.rcv.verifier.on_received(span.block, value);
+                    self.on_verdict(now, verdict)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_verdict(&mut self, now: Instant, verdict: Verdict) -> Result<(), String> {
+        match verdict {
+            Verdict::Pending | Verdict::Verified => {}
+            Verdict::FileComplete { file, hash } => {
+                let slot = self
+                    .rcv
+                    .file_hashes
+                    .get_mut(file as usize)
+                    .ok_or("verifier completed an unknown file")?;
+                if slot.is_some() {
+                    return Err(format!("file {file} completed twice"));
+                }
+                *slot = Some(hash);
+                self.to_sender.send(now, &Control::FileDone { file, hash });
+            }
+            Verdict::Mismatch { block } => {
+                self.rcv.blocks_rejected += 1;
+                let (ch, stripe) = self
+                    .layout
+                    .block_stripe_range(block)
+                    .ok_or("verifier rejected an unknown block")?;
+                self.rcv.channels[usize::from(ch)].reject(stripe);
+            }
+            Verdict::GiveUp { block } => {
+                return Err(format!(
+                    "verifier gave up on block {block} after repeated hash mismatches"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ----- sender -----
+
+    fn sender_turn(&mut self, now: Instant) -> Result<(), String> {
+        while let Some(msg) = self.to_sender.poll(now) {
+            match msg? {
+                Control::Nack { channel, ranges } => {
+                    self.snd
+                        .channels
+                        .get_mut(usize::from(channel))
+                        .ok_or("NACK for an unknown channel")?
+                        .on_nack(&ranges);
+                }
+                Control::ChannelDone { channel } => self
+                    .snd
+                    .channels
+                    .get_mut(usize::from(channel))
+                    .ok_or("ChannelDone for an unknown channel")?
+                    .on_channel_done(),
+                Control::FileDone { file, hash } => {
+                    let src = self
+                        .snd
+                        .files
+                        .get(file as usize)
+                        .ok_or("FileDone for an unknown file")?;
+                    if hash != *blake3::hash(src).as_bytes() {
+                        return Err(format!("FileDone for file {file} carries a wrong hash"));
+                    }
+                    self.snd.files_confirmed[file as usize] = true;
+                }
+                other => return Err(format!("sender got unexpected {}", other.name())),
+            }
+        }
+        let max_run = u64::from(self.sc.payload) * u64::from(self.sc.run_datagrams);
+        for ch in 0..self.snd.channels.len() {
+            while self.snd.pacers[ch].can_send(now) {
+                let Some(run) = self.snd.channels[ch].poll_run(&self.layout, max_run) else {
+                    break;
+                };
+                let bytes = self.send_run(now, ch as u16, run.pos, run.len, run.kind)?;
+                self.snd.pacers[ch].on_sent(now, bytes);
+            }
+            if self.snd.channels[ch].poll_final(now) {
+                let h = Header {
+                    kind: Kind::Final,
+                    flags: 0,
+                    channel: ch as u16,
+                    session: self.session,
+                    packet: self.next_packet(ch),
+                    file: 0,
+                    offset: self.snd.channels[ch].stripe_len(),
+                    len: 0,
+                    sent_us: self.sent_us(now),
+                };
+                let mut dg = vec![0u8; HEADER_LEN];
+                h.encode(&mut dg);
+                self.snd.pacers[ch].on_sent(now, dg.len() as u64);
+                if self.final_rng.chance(self.sc.final_loss) {
+                    self.finals_dropped += 1;
+                } else {
+                    self.link.send(now, dg);
+                }
+            }
+        }
+        if !self.snd.pending_hashes.is_empty() {
+            let blocks = std::mem::take(&mut self.snd.pending_hashes);
+            self.to_receiver.send(now, &Control::BlockHashes { blocks });
+        }
+        Ok(())
+    }
+
+    /// Cuts one run into datagrams and sends them; returns the datagram bytes sent.
+    fn send_run(
+        &mut self,
+        now: Instant,
+        ch: u16,
+        pos: u64,
+        len: u64,
+        kind: RunKind,
+    ) -> Result<u64, String> {
+        let span = self
+            .layout
+            .resolve(ch, pos)
+            .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
+        if span.to_block_end < len {
+            return Err(format!("run {pos}+{len} of channel {ch} crosses its block"));
+        }
+        if !self.snd.hashed[span.block as usize] {
+            // First read of this block: hash it and tell the receiver.
+            self.snd.hashed[span.block as usize] = true;
+            let value = block_value_of(&self.layout, &self.snd.files, span.block);
+            self.snd.pending_hashes.push((span.block, value));
+        }
+        let payload = u64::from(self.sc.payload);
+        let flags = if kind == RunKind::Repair {
+            FLAG_RETRANSMIT
+        } else {
+            0
+        };
+        let mut sent = 0;
+        let mut done = 0;
+        while done < len {
+            let n = payload.min(len - done);
+            let offset = span.offset + done;
+            let h = Header {
+                kind: Kind::Data,
+                flags,
+                channel: ch,
+                session: self.session,
+                packet: self.next_packet(usize::from(ch)),
+                file: span.file,
+                offset,
+                len: n as u16,
+                sent_us: self.sent_us(now),
+            };
+            let mut dg = vec![0u8; HEADER_LEN + n as usize];
+            h.encode(&mut dg);
+            let src = &self.snd.files[span.file as usize][offset as usize..(offset + n) as usize];
+            dg[HEADER_LEN..].copy_from_slice(src);
+            if self.header_rng.chance(self.sc.header_corrupt) {
+                let bit = self.header_rng.below(HEADER_LEN as u64 * 8);
+                dg[(bit / 8) as usize] ^= 1 << (bit % 8);
+                self.header_corrupted += 1;
+            }
+            sent += dg.len() as u64;
+            self.link.send(now, dg);
+            self.datagrams_sent += 1;
+            if kind == RunKind::Repair {
+                self.datagrams_resent += 1;
+            }
+            self.snd.genuine += 1;
+            if self.sc.hostile_every > 0 && self.snd.genuine % self.sc.hostile_every == 0 {
+                let forgery = FORGERIES[(self.injected_total % FORGERIES.len() as u64) as usize];
+                let dg = self.forge(forgery, now);
+                self.injected.push_back(dg);
+                self.injected_total += 1;
+            }
+            done += n;
+        }
+        Ok(sent)
+    }
+
+    fn next_packet(&mut self, ch: usize) -> u64 {
+        let p = self.snd.packet_numbers[ch];
+        self.snd.packet_numbers[ch] += 1;
+        p
+    }
+
+    fn sent_us(&self, now: Instant) -> u32 {
+        (now - self.t0).as_micros() as u32
+    }
+
+    /// A forged datagram of the given kind. Its payload is garbage, so if the receiver accepted
+    /// it the transfer would be corrupted (and a block would fail verification).
+    fn forge(&self, forgery: Forgery, now: Instant) -> Vec<u8> {
+        let file0 = self.layout.file_size(0).unwrap_or(0);
+        let payload = u64::from(self.sc.payload).min(self.layout.block_size());
+        let mut h = Header {
+            kind: Kind::Data,
+            flags: 0,
+            channel: 0,
+            session: self.session,
+            packet: u64::MAX - self.injected_total,
+            file: 0,
+            offset: 0,
+            len: payload.min(file0.max(1)) as u16,
+            sent_us: self.sent_us(now),
+        };
+        let mut trailing_mismatch = 0usize;
+        match forgery {
+            Forgery::WrongSession => h.session = !self.session,
+            Forgery::PastEndOfFile => h.offset = file0,
+            Forgery::CrossesBlock => {
+                if file0 > self.layout.block_size() {
+                    h.offset = self.layout.block_size() - 8;
+                    h.len = 16;
+                } else {
+                    h.offset = u64::MAX - 4;
+                    h.len = 16;
+                }
+            }
+            Forgery::NoSuchFile => h.file = self.layout.file_count() as u32 + 7,
+            Forgery::WrongChannel => {
+                // File 0's first block is on channel 0; claim another channel (or a channel
+                // that does not exist when there is only one).
+                h.channel = if self.layout.channels() > 1 {
+                    1
+                } else {
+                    u16::MAX
+                };
+            }
+            Forgery::WrongFinal => {
+                h.kind = Kind::Final;
+                h.offset = self.layout.stripe_len(0) + 1;
+                h.len = 0;
+            }
+            Forgery::Probe => h.kind = Kind::Probe,
+            Forgery::BadKind | Forgery::BadLength | Forgery::Truncated => {
+                trailing_mismatch = 1;
+            }
+        }
+        let mut dg = vec![0xA5u8; HEADER_LEN + usize::from(h.len)];
+        h.encode(&mut dg);
+        match forgery {
+            Forgery::BadKind => dg[0] = 9,
+            Forgery::BadLength => dg.truncate(dg.len() - trailing_mismatch),
+            Forgery::Truncated => dg.truncate(HEADER_LEN / 2),
+            _ => {}
+        }
+        dg
+    }
+
+    // ----- end of run -----
+
+    fn check_exact(&self) -> Result<(), Failure> {
+        for (i, (src, got)) in self.snd.files.iter().zip(&self.rcv.files).enumerate() {
+            if src != got {
+                let first = src
+                    .iter()
+                    .zip(got)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(src.len().min(got.len()));
+                return Err(self.failure(format!(
+                    "file {i} differs from the source (first at byte {first}) although verified"
+                )));
+            }
+            let want = *blake3::hash(src).as_bytes();
+            if self.rcv.file_hashes[i] != Some(want) {
+                return Err(
+                    self.failure(format!("file {i}: verified hash is not blake3 of the file"))
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn outcome(&self) -> Outcome {
+        let end = self.finished.unwrap_or(self.now);
+        let s = self.snd.channels.iter().map(ChannelSender::stats);
+        let r = self.rcv.channels.iter().map(ChannelReceiver::stats);
+        Outcome {
+            duration: end - self.t0,
+            steps: self.steps,
+            bytes: self.layout.total_bytes(),
+            datagrams_sent: self.datagrams_sent,
+            datagrams_resent: self.datagrams_resent,
+            new_bytes: s.clone().map(|s| s.new_bytes).sum(),
+            repair_bytes: s.clone().map(|s| s.repair_bytes).sum(),
+            finals_sent: s.map(|s| s.finals).sum(),
+            finals_dropped: self.finals_dropped,
+            nacks_sent: r.clone().map(|r| r.nacks).sum(),
+            nacks_dropped: self.rcv.nacks_dropped,
+            duplicate_bytes: r.map(|r| r.duplicate_bytes).sum(),
+            blocks_rejected: self.rcv.blocks_rejected,
+            rejected: self.rcv.rejected,
+            injected: self.injected_total,
+            header_corrupted: self.header_corrupted,
+            hash_messages: self.to_receiver.sent,
+            link: *self.link.stats(),
+        }
+    }
+
+    fn failure(&self, reason: String) -> Failure {
+        use std::fmt::Write;
+        let mut state = String::new();
+        let _ = writeln!(
+            state,
+            "  steps {}, link in flight {}, control in flight {} -> receiver / {} -> sender, \
+             verifier waiting {}, files verified {}/{}, confirmed {}/{}",
+            self.steps,
+            self.link.in_flight(),
+            self.to_receiver.queue.len(),
+            self.to_sender.queue.len(),
+            self.rcv.verifier.waiting(),
+            self.rcv.file_hashes.iter().filter(|h| h.is_some()).count(),
+            self.rcv.file_hashes.len(),
+            self.snd.files_confirmed.iter().filter(|&&c| c).count(),
+            self.snd.files_confirmed.len(),
+        );
+        for (s, r) in self.snd.channels.iter().zip(&self.rcv.channels) {
+            let _ = writeln!(
+                state,
+                "  channel {}: sender new_remaining {} repair_pending {} has_work {} done {} \
+                 next_timeout {:?} {:?}; receiver {}/{} complete {} {:?}",
+                s.channel(),
+                s.new_remaining(),
+                s.repair_pending(),
+                s.has_work(),
+                s.is_done(),
+                s.next_timeout()
+                    .map(|t| t.saturating_duration_since(self.t0)),
+                s.stats(),
+                r.received_bytes(),
+                self.layout.stripe_len(r.channel()),
+                r.is_complete(),
+                r.stats(),
+            );
+        }
+        let _ = write!(state, "  so far: {}", self.outcome());
+        Failure {
+            at: self.now - self.t0,
+            reason,
+            state,
+        }
+    }
+}
+
+/// The value of `block` computed over `files` (either side's copy).
+fn block_value_of(layout: &Layout, files: &[Vec<u8>], block: u64) -> BlockValue {
+    let (file, range) = layout
+        .block_file_range(block)
+        .expect("block of the layout has a file range");
+    let blocks = layout.blocks_of(file);
+    block_value(
+        &files[file as usize][range.start as usize..range.end as usize],
+        block - blocks.start,
+        layout.block_size(),
+        blocks.end - blocks.start,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_bytes_are_seeded_and_sized() {
+        assert_eq!(file_bytes(1, 0, 13).len(), 13);
+        assert_eq!(file_bytes(1, 0, 13), file_bytes(1, 0, 13));
+        assert_ne!(file_bytes(1, 0, 64), file_bytes(1, 1, 64));
+        assert_ne!(file_bytes(1, 0, 64), file_bytes(2, 0, 64));
+        assert!(file_bytes(1, 0, 0).is_empty());
+    }
+
+    #[test]
+    fn control_path_is_in_order_and_waits_out_blackouts() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = ControlPath::new(t0, ms(10), vec![(ms(5), ms(50))]);
+        p.send(t0, &Control::Done);
+        p.send(t0 + ms(6), &Control::ChannelDone { channel: 1 });
+        p.send(t0 + ms(60), &Control::ChannelDone { channel: 2 });
+        assert_eq!(p.next_delivery(), Some(t0 + ms(10)));
+        assert!(p.poll(t0 + ms(9)).is_none());
+        assert_eq!(p.poll(t0 + ms(10)).unwrap().unwrap(), Control::Done);
+        assert_eq!(p.next_delivery(), Some(t0 + ms(60)));
+        assert_eq!(
+            p.poll(t0 + ms(60)).unwrap().unwrap(),
+            Control::ChannelDone { channel: 1 }
+        );
+        assert_eq!(p.next_delivery(), Some(t0 + ms(70)));
+    }
+
+    #[test]
+    fn a_clean_small_run_is_exact_and_repeatable() {
+        let sc = Scenario {
+            files: vec![100_000, 0, 5_000],
+            block_size: 4096,
+            channels: 3,
+            ..Scenario::default()
+        };
+        let a = sc.run().unwrap();
+        let b = sc.run().unwrap();
+        assert_eq!(a.duration, b.duration);
+        assert_eq!(a.steps, b.steps);
+        assert_eq!(a.repair_bytes, 0);
+        assert_eq!(a.new_bytes, 105_000);
+    }
+
+    #[test]
+    fn every_forgery_is_rejected_by_the_receiver() {
+        let sc = Scenario {
+            files: vec![3 * 16384 + 5, 10],
+            channels: 2,
+            hostile_every: 1,
+            ..Scenario::default()
+        };
+        let mut pair = Pair::new(sc).unwrap();
+        for (i, &f) in FORGERIES.iter().enumerate() {
+            let before = pair.rcv.rejected.total();
+            let dg = pair.forge(f, pair.now);
+            pair.on_datagram(pair.now, &dg).unwrap();
+            assert_eq!(pair.rcv.rejected.total(), before + 1, "forgery {i}: {f:?}");
+        }
+        let r = pair.rcv.rejected;
+        assert_eq!(
+            (
+                r.malformed,
+                r.session,
+                r.kind,
+                r.layout,
+                r.channel,
+                r.final_len
+            ),
+            (3, 1, 1, 3, 1, 1)
+        );
+    }
+}

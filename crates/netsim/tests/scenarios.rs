@@ -1,0 +1,531 @@
+//! End-to-end scenarios: hurtle's sender and receiver state machines run against each other over
+//! simulated impaired paths (see `hurtle_netsim::pair`), grouped by the fault they exercise.
+//!
+//! Every case must end with the receiver's bytes equal to the sender's and every file's hash
+//! equal to its BLAKE3 (the runner checks both and fails otherwise), within a stated bound of
+//! virtual time. Sizes are a few MiB with small blocks so that the whole suite takes seconds.
+//! Run with `--nocapture` to see each case's numbers.
+
+use hurtle_netsim::{LinkConfig, Outcome, Scenario};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Runs `sc`, requires it to finish exactly within `bound` of virtual time, and prints a summary.
+fn run(name: &str, sc: Scenario, bound: Duration) -> Outcome {
+    let wall = std::time::Instant::now();
+    let out = sc.run().unwrap_or_else(|f| panic!("{name}: {f}"));
+    eprintln!(
+        "{name}: {:.3} s virtual (bound {:.1} s), resent {:.2}%, wall {:.0} ms\n  {out}",
+        out.duration.as_secs_f64(),
+        bound.as_secs_f64(),
+        out.resent_share() * 100.0,
+        wall.elapsed().as_secs_f64() * 1e3,
+    );
+    assert!(
+        out.duration <= bound,
+        "{name}: took {:?} of virtual time, bound {bound:?}\n  {out}",
+        out.duration
+    );
+    assert_eq!(out.new_bytes, out.bytes, "{name}: every byte is sent once as new data");
+    out
+}
+
+/// A path with a one-way delay and random loss.
+fn lossy(delay_ms: u64, loss: f64) -> LinkConfig {
+    LinkConfig::default().with_delay(ms(delay_ms)).with_loss(loss)
+}
+
+mod loss {
+    use super::*;
+
+    #[test]
+    fn no_loss_sends_nothing_twice() {
+        let out = run(
+            "loss 0%",
+            Scenario {
+                files: vec![8 * MIB],
+                ..Scenario::default()
+            },
+            ms(500),
+        );
+        assert_eq!(out.repair_bytes, 0);
+        assert_eq!(out.nacks_sent, 0);
+        assert_eq!(out.duplicate_bytes, 0);
+        assert_eq!(out.blocks_rejected, 0);
+    }
+
+    #[test]
+    fn one_percent_loss() {
+        let out = run(
+            "loss 1%",
+            Scenario {
+                files: vec![8 * MIB],
+                link: lossy(20, 0.01),
+                ..Scenario::default()
+            },
+            ms(800),
+        );
+        assert!(out.resent_share() < 0.03, "{out}");
+    }
+
+    #[test]
+    fn five_percent_loss() {
+        let out = run(
+            "loss 5%",
+            Scenario {
+                files: vec![8 * MIB],
+                link: lossy(20, 0.05),
+                seed: 5,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+        assert!(out.resent_share() < 0.10, "{out}");
+    }
+
+    #[test]
+    fn twenty_percent_loss() {
+        let out = run(
+            "loss 20%",
+            Scenario {
+                files: vec![8 * MIB],
+                link: lossy(20, 0.20),
+                seed: 20,
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+        assert!(out.resent_share() < 0.35, "{out}");
+    }
+}
+
+mod reordering_and_duplication {
+    use super::*;
+
+    #[test]
+    fn jitter_within_reorder_wait_costs_no_repairs() {
+        let out = run(
+            "jitter 3 ms (< reorder_wait)",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(20))
+                    .with_jitter(ms(3)),
+                ..Scenario::default()
+            },
+            ms(500),
+        );
+        assert_eq!(out.repair_bytes, 0, "{out}");
+        assert_eq!(out.nacks_sent, 0, "{out}");
+    }
+
+    #[test]
+    fn reordering_beyond_reorder_wait_costs_only_duplicates() {
+        let out = run(
+            "reorder 10% by 20 ms",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(20))
+                    .with_jitter(ms(2))
+                    .with_reorder(0.10, ms(20)),
+                seed: 7,
+                ..Scenario::default()
+            },
+            ms(800),
+        );
+        assert!(out.link.reordered > 0);
+        assert!(out.resent_share() < 0.15, "{out}");
+    }
+
+    #[test]
+    fn duplicated_datagrams_are_ignored() {
+        let out = run(
+            "duplicate 20%",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(20))
+                    .with_duplicate(0.2),
+                ..Scenario::default()
+            },
+            ms(500),
+        );
+        assert!(out.duplicate_bytes > 0);
+        assert_eq!(out.repair_bytes, 0, "{out}");
+    }
+
+    #[test]
+    fn loss_reordering_and_duplication_together() {
+        run(
+            "loss 5% + reorder + duplicate + jitter",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(30))
+                    .with_jitter(ms(4))
+                    .with_loss(0.05)
+                    .with_duplicate(0.05)
+                    .with_reorder(0.05, ms(15)),
+                seed: 11,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+    }
+}
+
+mod long_delay {
+    use super::*;
+    use hurtle_proto::RecvConfig;
+
+    #[test]
+    fn rtt_600_ms_with_default_timers() {
+        run(
+            "one-way 300 ms, loss 2%, default timers",
+            Scenario {
+                link: lossy(300, 0.02),
+                seed: 300,
+                ..Scenario::default()
+            },
+            ms(2500),
+        );
+    }
+
+    #[test]
+    fn rtt_600_ms_with_nack_retry_above_rtt() {
+        let out = run(
+            "one-way 300 ms, loss 2%, nack_retry 700 ms",
+            Scenario {
+                link: lossy(300, 0.02),
+                seed: 300,
+                recv: RecvConfig {
+                    nack_retry: ms(700),
+                    ..RecvConfig::default()
+                },
+                ..Scenario::default()
+            },
+            ms(2500),
+        );
+        assert!(out.resent_share() < 0.05, "{out}");
+    }
+}
+
+mod control_path {
+    use super::*;
+
+    #[test]
+    fn lost_nacks_are_asked_again() {
+        let out = run(
+            "loss 5%, 30% of NACKs lost",
+            Scenario {
+                link: lossy(20, 0.05),
+                nack_loss: 0.3,
+                seed: 31,
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+        assert!(out.nacks_dropped > 0, "{out}");
+    }
+
+    #[test]
+    fn lost_final_markers_are_repeated() {
+        let out = run(
+            "70% of final markers lost",
+            Scenario {
+                link: lossy(20, 0.01),
+                final_loss: 0.7,
+                seed: 70,
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+        assert!(out.finals_dropped > 0, "{out}");
+    }
+
+    #[test]
+    fn tail_lost_to_a_blackout_is_recovered() {
+        // 4 MiB at 200 Mbit/s is ~175 ms of new data: the blackout eats the tail and the first
+        // final markers.
+        let out = run(
+            "blackout 150..450 ms over the tail",
+            Scenario {
+                link: lossy(20, 0.0).with_blackout(ms(150), ms(450)),
+                ..Scenario::default()
+            },
+            ms(1200),
+        );
+        assert!(out.link.dropped_blackout > 0, "{out}");
+    }
+}
+
+mod blackout {
+    use super::*;
+
+    #[test]
+    fn mid_transfer_blackout_is_recovered() {
+        let out = run(
+            "blackout 50..250 ms mid-transfer, loss 1%",
+            Scenario {
+                files: vec![8 * MIB],
+                link: lossy(20, 0.01).with_blackout(ms(50), ms(250)),
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+        assert!(out.link.dropped_blackout > 0, "{out}");
+    }
+}
+
+mod corruption {
+    use super::*;
+
+    #[test]
+    fn corrupted_payload_fails_its_block_hash_and_is_refetched() {
+        let out = run(
+            "payload corruption 0.3%",
+            Scenario {
+                link: lossy(20, 0.01).with_corrupt(0.003),
+                seed: 3,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+        assert!(out.link.corrupted > 0, "{out}");
+        assert!(out.blocks_rejected > 0, "{out}");
+    }
+
+    #[test]
+    fn corrupted_headers_are_rejected_or_fail_their_block() {
+        let out = run(
+            "header corruption 3%",
+            Scenario {
+                link: lossy(20, 0.01),
+                header_corrupt: 0.03,
+                seed: 4,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+        assert!(out.header_corrupted > 0, "{out}");
+        assert!(out.rejected.total() > 0, "{out}");
+    }
+}
+
+mod hostile {
+    use super::*;
+
+    #[test]
+    fn forged_datagrams_are_dropped_and_counted() {
+        let out = run(
+            "hostile injector (1 forged per 20 genuine)",
+            Scenario {
+                files: vec![3 * MIB + 17, 0, 70_000],
+                link: lossy(20, 0.02),
+                hostile_every: 20,
+                seed: 66,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+        assert!(out.injected > 100, "{out}");
+        assert_eq!(out.rejected.total(), out.injected, "{out}");
+        assert_eq!(out.blocks_rejected, 0, "{out}");
+    }
+}
+
+mod files {
+    use super::*;
+
+    #[test]
+    fn several_files_with_empty_ones_and_odd_sizes() {
+        run(
+            "7 files incl. empty, odd sizes, loss 3%",
+            Scenario {
+                files: vec![0, 1, 1383, 1385, 0, 2 * MIB + 12_345, 16 * 1024, 0],
+                link: lossy(20, 0.03),
+                seed: 9,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+    }
+
+    #[test]
+    fn only_empty_files() {
+        let out = run(
+            "only empty files",
+            Scenario {
+                files: vec![0, 0, 0],
+                ..Scenario::default()
+            },
+            ms(200),
+        );
+        assert_eq!(out.datagrams_sent, 0);
+    }
+
+    #[test]
+    fn more_channels_than_blocks() {
+        run(
+            "8 channels, 3 blocks, loss 10%",
+            Scenario {
+                files: vec![2 * 16384 + 100],
+                channels: 8,
+                link: lossy(20, 0.1),
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+    }
+
+    #[test]
+    fn one_block_per_file_and_large_blocks() {
+        run(
+            "64 KiB blocks, one-block files, loss 5%",
+            Scenario {
+                files: vec![65_536, 1000, 4 * MIB],
+                block_size: 64 << 10,
+                link: lossy(20, 0.05),
+                seed: 64,
+                ..Scenario::default()
+            },
+            ms(1000),
+        );
+    }
+}
+
+mod channels {
+    use super::*;
+
+    fn with_channels(channels: u16) {
+        run(
+            &format!("{channels} channel(s), loss 2%"),
+            Scenario {
+                channels,
+                link: lossy(20, 0.02),
+                seed: u64::from(channels),
+                ..Scenario::default()
+            },
+            ms(800),
+        );
+    }
+
+    #[test]
+    fn one_channel() {
+        with_channels(1);
+    }
+    #[test]
+    fn two_channels() {
+        with_channels(2);
+    }
+    #[test]
+    fn four_channels() {
+        with_channels(4);
+    }
+    #[test]
+    fn eight_channels() {
+        with_channels(8);
+    }
+}
+
+mod bottleneck {
+    use super::*;
+
+    #[test]
+    fn pacing_below_the_bottleneck_drops_nothing() {
+        let out = run(
+            "bottleneck 250 Mbit/s, 16 KiB queue, paced at 200",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(20))
+                    .with_rate(250_000_000, 16 << 10),
+                ..Scenario::default()
+            },
+            ms(500),
+        );
+        assert_eq!(out.link.dropped_queue, 0, "{out}");
+        assert_eq!(out.repair_bytes, 0, "{out}");
+    }
+
+    #[test]
+    fn overdriven_bottleneck_with_small_drop_tail_queue() {
+        let out = run(
+            "bottleneck 150 Mbit/s, 16 KiB queue, paced at 200",
+            Scenario {
+                link: LinkConfig::default()
+                    .with_delay(ms(20))
+                    .with_rate(150_000_000, 16 << 10),
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+        assert!(out.link.dropped_queue > 0, "{out}");
+    }
+}
+
+mod runner {
+    use super::*;
+
+    #[test]
+    fn deadlines_alone_drive_the_run() {
+        run(
+            "no periodic tick, loss 5%, 30% NACKs lost",
+            Scenario {
+                link: lossy(20, 0.05),
+                nack_loss: 0.3,
+                final_loss: 0.5,
+                tick: None,
+                seed: 12,
+                ..Scenario::default()
+            },
+            ms(1500),
+        );
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let sc = Scenario {
+            files: vec![MIB, 3000],
+            link: lossy(20, 0.05).with_jitter(ms(3)).with_corrupt(0.001),
+            nack_loss: 0.2,
+            seed: 99,
+            ..Scenario::default()
+        };
+        let a = sc.run().unwrap();
+        let b = sc.run().unwrap();
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let c = Scenario { seed: 100, ..sc }.run().unwrap();
+        assert_ne!(format!("{a:?}"), format!("{c:?}"));
+    }
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+        /// Any seed, loss rate, channel count and file set ends byte-exact.
+        #[test]
+        fn random_paths_end_byte_exact(
+            seed in any::<u64>(),
+            loss in 0.0..0.25f64,
+            channels in 1u16..=8,
+            delay in 1u64..100,
+            files in proptest::collection::vec(0u64..600_000, 1..4),
+        ) {
+            let sc = Scenario {
+                seed,
+                files,
+                channels,
+                link: lossy(delay, loss).with_jitter(ms(2)),
+                ..Scenario::default()
+            };
+            let out = sc.run().map_err(|f| TestCaseError::fail(f.to_string()))?;
+            prop_assert!(out.duration < Duration::from_secs(5), "{}", out);
+        }
+    }
+}
