@@ -79,7 +79,7 @@ struct SendArgs {
     #[arg(long)]
     channels: Option<u16>,
     /// Pacing rate in bits per second, with k/M/G suffixes (e.g. 800M).
-    #[arg(long, value_parser = parse_rate, default_value = "2G")]
+    #[arg(long, value_parser = parse_rate, default_value = "5G")]
     rate: u64,
     /// Largest datagram payload to try, in bytes (lowered automatically if the path drops it).
     #[arg(long, default_value_t = hurtle_proto::wire::DEFAULT_PAYLOAD)]
@@ -100,7 +100,7 @@ struct DemoArgs {
     #[arg(long)]
     channels: Option<u16>,
     /// Pacing rate in bits per second, with k/M/G suffixes.
-    #[arg(long, value_parser = parse_rate, default_value = "2G")]
+    #[arg(long, value_parser = parse_rate, default_value = "5G")]
     rate: u64,
     /// Skip the plain-TCP comparison.
     #[arg(long)]

@@ -49,7 +49,7 @@ impl Default for SendOptions {
     fn default() -> Self {
         SendOptions {
             channels: default_channels(),
-            rate_bps: 2_000_000_000,
+            rate_bps: 5_000_000_000,
             payload: wire::DEFAULT_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
@@ -478,6 +478,9 @@ fn probe_payload(
                     Ok(Ok(Control::ProbeAck { channel, size: s })) if usize::from(s) == size => {
                         if let Some(a) = acked.get_mut(usize::from(channel)) {
                             *a = true;
+                        }
+                        if acked.iter().all(|a| *a) {
+                            break;
                         }
                     }
                     Ok(Ok(
