@@ -61,7 +61,7 @@ pub fn run(
     out: &OutputArgs,
     size: u64,
     channels: Option<u16>,
-    rate_bps: u64,
+    rate_args: &crate::RateArgs,
     with_tcp: bool,
 ) -> Result<()> {
     let dir = tempfile::Builder::new()
@@ -105,19 +105,24 @@ pub fn run(
     let addr = receiver.local_addr()?;
     let recv_thread = std::thread::spawn(move || receiver.accept_one(Default::default()));
     let mut opts = SendOptions {
-        rate_bps,
         log_dir: out.log_dir.clone(),
         ..SendOptions::default()
     };
     if let Some(c) = channels {
         opts.channels = c;
     }
+    rate_args.apply(&mut opts);
     say(
         out,
         &format!(
-            "hurtle demo: sending it to a receiver on {addr} ({} channels, pacing {})",
+            "hurtle demo: sending it to a receiver on {addr} ({} channels, rate control {})",
             opts.channels,
-            rate(rate_bps as f64)
+            match opts.rate_mode {
+                hurtle_proto::RateMode::Fixed =>
+                    format!("off, fixed at {}", rate(opts.rate_bps as f64)),
+                hurtle_proto::RateMode::Fair => "fair".into(),
+                hurtle_proto::RateMode::Auto => "auto".into(),
+            }
         ),
     );
     let (progress, bar) = crate::ui::progress_bar(out, "sending");

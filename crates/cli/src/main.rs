@@ -10,6 +10,7 @@ mod ui;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError};
+use hurtle_proto::RateMode;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,41 @@ pub struct OutputArgs {
     pub log_dir: Option<PathBuf>,
 }
 
+/// Rate flags shared by `send` and `demo`.
+#[derive(Args, Clone)]
+pub struct RateArgs {
+    /// Highest rate in bits per second, with k/M/G suffixes (e.g. 800M); automatic rate control
+    /// never exceeds it [default: only the receiver's measured ceiling]
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<u64>,
+    /// Pace at exactly this rate and ignore feedback (for benchmarks and links you own)
+    #[arg(long, value_parser = parse_rate, conflicts_with_all = ["rate", "fair"])]
+    pub rate_fixed: Option<u64>,
+    /// Yield to competing traffic on a shared bottleneck (delay-based back-off)
+    #[arg(long)]
+    pub fair: bool,
+}
+
+impl RateArgs {
+    /// Applies the flags to sender options.
+    pub fn apply(&self, opts: &mut SendOptions) {
+        if let Some(r) = self.rate_fixed {
+            opts.rate_mode = RateMode::Fixed;
+            opts.rate_bps = r;
+            return;
+        }
+        opts.rate_mode = if self.fair {
+            RateMode::Fair
+        } else {
+            RateMode::Auto
+        };
+        if let Some(r) = self.rate {
+            opts.rate_bps = r;
+            opts.start_rate_bps = opts.start_rate_bps.min(r);
+        }
+    }
+}
+
 #[derive(Args)]
 struct ReceiveArgs {
     /// Address to listen on for the control connection (UDP ports are chosen per transfer).
@@ -78,9 +114,8 @@ struct SendArgs {
     /// Number of UDP data channels [default: one per core, 2 to 8].
     #[arg(long)]
     channels: Option<u16>,
-    /// Pacing rate in bits per second, with k/M/G suffixes (e.g. 800M).
-    #[arg(long, value_parser = parse_rate, default_value = "5G")]
-    rate: u64,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Largest datagram payload to try, in bytes (lowered automatically if the path drops it).
     #[arg(long, default_value_t = hurtle_proto::wire::DEFAULT_PAYLOAD)]
     payload: u16,
@@ -99,9 +134,8 @@ struct DemoArgs {
     /// Number of UDP data channels [default: one per core, 2 to 8].
     #[arg(long)]
     channels: Option<u16>,
-    /// Pacing rate in bits per second, with k/M/G suffixes.
-    #[arg(long, value_parser = parse_rate, default_value = "5G")]
-    rate: u64,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Skip the plain-TCP comparison.
     #[arg(long)]
     no_tcp: bool,
@@ -178,7 +212,7 @@ fn main() -> ExitCode {
         Command::Receive(a) => receive(a),
         Command::Send(a) => send(a),
         Command::Demo(a) => {
-            demo::run(&a.output, a.size, a.channels, a.rate, !a.no_tcp).map_err(|e| (1, e))
+            demo::run(&a.output, a.size, a.channels, &a.rate, !a.no_tcp).map_err(|e| (1, e))
         }
     };
     match outcome {
@@ -234,7 +268,6 @@ fn receive(a: ReceiveArgs) -> Outcome {
 fn send(a: SendArgs) -> Outcome {
     let to = resolve(&a.to).map_err(fail)?;
     let mut opts = SendOptions {
-        rate_bps: a.rate,
         payload: a.payload,
         follow_symlinks: a.follow_symlinks,
         log_dir: a.output.log_dir.clone(),
@@ -243,6 +276,7 @@ fn send(a: SendArgs) -> Outcome {
     if let Some(c) = a.channels {
         opts.channels = c;
     }
+    a.rate.apply(&mut opts);
     let (progress, bar) = ui::progress_bar(&a.output, "sending");
     let result = hurtle_engine::send(&a.paths, to, &opts, progress);
     bar.finish();

@@ -55,7 +55,12 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
                 b.set_length(p.total.load(Ordering::Relaxed));
                 b.set_position(p.sent.load(Ordering::Relaxed));
                 if let Ok(cur) = p.current.lock() {
-                    b.set_message(cur.clone());
+                    let r = p.rate_bps.load(Ordering::Relaxed);
+                    if r > 0 {
+                        b.set_message(format!("pacing {} {}", rate(r as f64), cur));
+                    } else {
+                        b.set_message(cur.clone());
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -114,19 +119,31 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary) {
         return json(s);
     }
     say(out, &format!(
-        "sent {} in {} files ({} dirs) in {:.2} s: {} over {} channels, {:.2}% resent, {} NACKs",
-        bytes(s.bytes), s.files, s.dirs, s.seconds, rate(s.goodput_bps), s.channels, s.resent_share * 100.0, s.nacks
+        "sent {} in {} files ({} dirs) in {:.2} s: {} over {} channels, {:.2}% resent, {} NACKs, final rate {} ({})",
+        bytes(s.bytes), s.files, s.dirs, s.seconds, rate(s.goodput_bps), s.channels, s.resent_share * 100.0, s.nacks,
+        rate(s.rate.final_bps as f64), s.rate.mode
     ));
     if out.verbose {
         say(
             out,
             &format!(
-                "datagrams sent {} (resent {}), payload {} B, pacing {}, receiver rejected {}",
-                s.datagrams_sent,
-                s.datagrams_resent,
-                s.payload,
-                rate(s.rate_bps as f64),
-                s.receiver_rejected
+                "datagrams sent {} (resent {}), payload {} B, receiver rejected {}",
+                s.datagrams_sent, s.datagrams_resent, s.payload, s.receiver_rejected
+            ),
+        );
+        let r = &s.rate;
+        say(
+            out,
+            &format!(
+                "rate {}: started {}, ended {}, range {} to {}, {} changes {:?}; receiver ceiling {}",
+                r.mode,
+                rate(r.start_bps as f64),
+                rate(r.final_bps as f64),
+                rate(r.min_bps as f64),
+                rate(r.max_bps as f64),
+                r.changes,
+                r.reasons,
+                if r.receiver_ceiling_bps == 0 { "not offered".to_string() } else { rate(r.receiver_ceiling_bps as f64) }
             ),
         );
         for f in &s.file_hashes {

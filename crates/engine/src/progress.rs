@@ -12,6 +12,8 @@ pub struct Progress {
     pub sent: AtomicU64,
     /// Bytes the receiver reports holding.
     pub confirmed: AtomicU64,
+    /// Current pacing rate, bits per second (sender).
+    pub rate_bps: AtomicU64,
     /// Files confirmed complete.
     pub files_done: AtomicUsize,
     /// The file most recently started.

@@ -91,14 +91,67 @@ pub struct ReceiveSummary {
     pub socket_drops: u64,
     /// Warnings (small socket buffers ...).
     pub warnings: Vec<String>,
+    /// What this receiver measured it can absorb, and offered as the rate ceiling.
+    pub capacity: Capacity,
     /// Per-file results.
     pub file_hashes: Vec<crate::sender::FileReport>,
+}
+
+/// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Capacity {
+    /// Sequential write rate of the destination, including fdatasync, bits per second.
+    pub disk_bps: u64,
+    /// BLAKE3 rate of one core, bits per second.
+    pub hash_bps: u64,
+    /// Threads that can hash at once (channels, at most the cores).
+    pub threads: u64,
+    /// The ceiling offered to senders: 90% of the slower of disk and hashing.
+    pub ceiling_bps: u64,
+}
+
+/// Measures the destination's write rate (16 MiB written and synced into a temporary file in
+/// `dir`, then removed) and this machine's BLAKE3 rate.
+pub fn measure_capacity(dir: &Path, channels: u16) -> std::io::Result<Capacity> {
+    use std::io::Write;
+    const MIB: usize = 1 << 20;
+    let buf = vec![0x5au8; MIB];
+    let path = dir.join(format!(".hurtle-capacity-{}", std::process::id()));
+    let t0 = Instant::now();
+    let written = (|| {
+        let mut f = std::fs::File::create(&path)?;
+        for _ in 0..16 {
+            f.write_all(&buf)?;
+        }
+        f.sync_data()
+    })();
+    let disk_secs = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    written?;
+    let t1 = Instant::now();
+    let mut rounds = 0u64;
+    while rounds < 4 || t1.elapsed() < Duration::from_millis(20) {
+        std::hint::black_box(blake3::hash(&buf));
+        rounds += 1;
+    }
+    let hash_bps = (rounds as f64 * MIB as f64 * 8.0 / t1.elapsed().as_secs_f64()) as u64;
+    let disk_bps = (16.0 * MIB as f64 * 8.0 / disk_secs.max(1e-6)) as u64;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let threads = u64::from(channels).clamp(1, cores);
+    let ceiling_bps = (disk_bps.min(hash_bps.saturating_mul(threads)) as f64 * 0.9) as u64;
+    Ok(Capacity {
+        disk_bps,
+        hash_bps,
+        threads,
+        ceiling_bps,
+    })
 }
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
 pub struct Receiver {
     listener: TcpListener,
     opts: ReceiveOptions,
+    capacity: std::sync::OnceLock<Capacity>,
 }
 
 #[derive(Default)]
@@ -107,6 +160,43 @@ struct Counters {
     duplicate: AtomicU64,
     nacks: AtomicU64,
     rejected_blocks: AtomicU64,
+    /// Data and final datagrams accepted, and their bytes (for rate feedback).
+    datagrams: AtomicU64,
+    bytes: AtomicU64,
+    /// Packet numbers spanned (highest seen minus previous highest), summed over channels.
+    pn_span: AtomicU64,
+    /// Queueing delay samples, microseconds.
+    delay_sum_us: AtomicU64,
+    delay_count: AtomicU64,
+}
+
+/// What one report interval saw, from the counters' deltas.
+#[derive(Default, Clone, Copy)]
+struct Snapshot {
+    datagrams: u64,
+    bytes: u64,
+    pn_span: u64,
+    delay_sum_us: u64,
+    delay_count: u64,
+    drops: u64,
+}
+
+impl Shared {
+    fn snapshot(&self) -> Snapshot {
+        let c = &self.counters;
+        Snapshot {
+            datagrams: c.datagrams.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            pn_span: c.pn_span.load(Ordering::Relaxed),
+            delay_sum_us: c.delay_sum_us.load(Ordering::Relaxed),
+            delay_count: c.delay_count.load(Ordering::Relaxed),
+            drops: self
+                .channel_drops
+                .iter()
+                .map(|d| d.load(Ordering::Relaxed))
+                .sum(),
+        }
+    }
 }
 
 enum ChanCmd {
@@ -127,6 +217,10 @@ struct Shared {
     counters: Counters,
     progress: Arc<Progress>,
     stop: AtomicBool,
+    /// Kernel drop counter of each channel's socket, refreshed by its thread.
+    channel_drops: Vec<AtomicU64>,
+    /// The session's time origin for one-way delay measurements.
+    start: Instant,
 }
 
 impl Receiver {
@@ -134,7 +228,11 @@ impl Receiver {
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| SessionError::Listen { addr, source })?;
-        Ok(Receiver { listener, opts })
+        Ok(Receiver {
+            listener,
+            opts,
+            capacity: std::sync::OnceLock::new(),
+        })
     }
 
     /// The address actually bound (useful with port 0).
@@ -243,12 +341,23 @@ impl Receiver {
             udps.push(u);
         }
         let ports = udps.iter().map(|u| u.local_addr().port()).collect();
+        let root = &self.opts.out_dir;
+        std::fs::create_dir_all(root)
+            .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
+        let capacity = match self.capacity.get() {
+            Some(c) => *c,
+            None => {
+                let c = measure_capacity(root, channels)
+                    .map_err(|e| SessionError::io(format!("write into {}", root.display()), e))?;
+                *self.capacity.get_or_init(|| c)
+            }
+        };
         let _ = tx.send(Control::HelloAck {
             version: wire::VERSION,
             caps: 0,
             ports,
             payload: payload.min(wire::MAX_PAYLOAD),
-            rate_ceiling: 0,
+            rate_ceiling: capacity.ceiling_bps,
         });
 
         // Manifest: check every path before anything is created.
@@ -272,9 +381,6 @@ impl Receiver {
                 other => return Err(unexpected(other, "Manifest")),
             }
         }
-        let root = &self.opts.out_dir;
-        std::fs::create_dir_all(root)
-            .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
         let mut decisions = Vec::with_capacity(entries.len());
         for e in &entries {
             let target = store::resolve_under(root, &e.path)?;
@@ -329,6 +435,8 @@ impl Receiver {
             counters: Counters::default(),
             progress: progress.clone(),
             stop: AtomicBool::new(false),
+            channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
+            start,
         });
         let (ev_tx, ev_rx) = unbounded();
         let buffers_per_channel =
@@ -355,6 +463,10 @@ impl Receiver {
                 spilled: HashMap::new(),
                 log,
                 probes_acked: Vec::new(),
+                owd: OneWayDelay::default(),
+                highest_pn: 0,
+                batch: Snapshot::default(),
+                drops_checked: Instant::now(),
             };
             handles.push(
                 std::thread::Builder::new()
@@ -393,6 +505,7 @@ impl Receiver {
             rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
             socket_drops,
             warnings,
+            capacity,
             file_hashes: files
                 .iter()
                 .zip(hashes)
@@ -487,8 +600,9 @@ fn session_loop(
             }
         }
     };
-    let tick = crossbeam_channel::tick(Duration::from_millis(100));
-    let mut last_report = (u64::MAX, Instant::now());
+    let tick = crossbeam_channel::tick(Duration::from_millis(5));
+    let mut report_every = Duration::from_millis(50);
+    let mut last = (Instant::now(), shared.snapshot());
     loop {
         select! {
             recv(rx) -> msg => {
@@ -502,7 +616,10 @@ fn session_loop(
                             handle(verifier.on_expected(block, value), &mut hashes)?;
                         }
                     }
-                    Control::Start { .. } | Control::KeepAlive => {}
+                    Control::Start { report_interval_us, .. } => {
+                        report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                    }
+                    Control::KeepAlive => {}
                     Control::Done => {
                         if let Some(f) = hashes.iter().position(|h| h.is_none()) {
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
@@ -523,13 +640,24 @@ fn session_loop(
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },
             recv(tick) -> _ => {
-                let received = shared.progress.sent.load(Ordering::Relaxed);
-                if received != last_report.0 || last_report.1.elapsed() >= Duration::from_secs(1) {
-                    last_report = (received, Instant::now());
+                let now = Instant::now();
+                let interval = now.saturating_duration_since(last.0);
+                if interval >= report_every {
+                    let snap = shared.snapshot();
+                    let prev = std::mem::replace(&mut last, (now, snap)).1;
+                    let datagrams = snap.datagrams - prev.datagrams;
+                    let delays = snap.delay_count - prev.delay_count;
                     let _ = shared.to_wire.send(Control::Report {
-                        received,
+                        received: shared.progress.sent.load(Ordering::Relaxed),
                         rejected: shared.counters.rejected.load(Ordering::Relaxed),
-                        socket_drops: 0,
+                        socket_drops: snap.drops,
+                        interval_us: interval.as_micros() as u64,
+                        bytes: snap.bytes - prev.bytes,
+                        datagrams,
+                        lost: (snap.pn_span - prev.pn_span).saturating_sub(datagrams),
+                        drops: snap.drops.saturating_sub(prev.drops),
+                        queue_delay_us: if delays == 0 { 0 } else { (snap.delay_sum_us - prev.delay_sum_us) / delays },
+                        backlog: 0,
                     });
                 }
             }
@@ -554,6 +682,30 @@ struct ChannelWorker {
     spilled: HashMap<u64, u64>,
     log: NetLog,
     probes_acked: Vec<u16>,
+    owd: OneWayDelay,
+    highest_pn: u64,
+    /// Feedback counts of the current batch, added to the shared counters once per batch.
+    batch: Snapshot,
+    drops_checked: Instant,
+}
+
+/// Tracks one-way delay (receiver clock minus the sender's timestamp, both in wrapping
+/// microseconds) relative to the lowest seen: the part above the lowest is queueing.
+#[derive(Default)]
+struct OneWayDelay {
+    base: Option<u32>,
+    min: i64,
+}
+
+impl OneWayDelay {
+    /// Queueing delay in microseconds for a datagram sent at `sent_us` and received at `now_us`.
+    fn sample(&mut self, now_us: u32, sent_us: u32) -> u64 {
+        let d = now_us.wrapping_sub(sent_us);
+        let base = *self.base.get_or_insert(d);
+        let rel = i64::from(d.wrapping_sub(base) as i32);
+        self.min = self.min.min(rel);
+        (rel - self.min) as u64
+    }
 }
 
 impl ChannelWorker {
@@ -571,11 +723,24 @@ impl ChannelWorker {
         while !self.shared.stop.load(Ordering::Relaxed) {
             let n = self.udp.recv_batch(&mut batch)?;
             let now = Instant::now();
+            if now.saturating_duration_since(self.drops_checked) >= Duration::from_millis(100) {
+                self.drops_checked = now;
+                if let Some(d) = self.udp.kernel_drops() {
+                    self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
+                }
+            }
             if n > 0 {
                 let mut new_bytes = 0;
                 for (src, datagram) in batch.iter() {
                     new_bytes += self.on_datagram(now, src, datagram)?;
                 }
+                let b = std::mem::take(&mut self.batch);
+                let c = &self.shared.counters;
+                c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);
+                c.bytes.fetch_add(b.bytes, Ordering::Relaxed);
+                c.pn_span.fetch_add(b.pn_span, Ordering::Relaxed);
+                c.delay_sum_us.fetch_add(b.delay_sum_us, Ordering::Relaxed);
+                c.delay_count.fetch_add(b.delay_count, Ordering::Relaxed);
                 self.shared
                     .progress
                     .sent
@@ -648,6 +813,17 @@ impl ChannelWorker {
             || src.ip().to_canonical() != self.shared.peer_ip.to_canonical()
         {
             return Ok(self.reject());
+        }
+        if h.kind != Kind::Probe {
+            if h.packet > self.highest_pn {
+                self.batch.pn_span += h.packet - self.highest_pn;
+                self.highest_pn = h.packet;
+            }
+            self.batch.datagrams += 1;
+            self.batch.bytes += datagram.len() as u64;
+            let now_us = now.saturating_duration_since(self.shared.start).as_micros() as u32;
+            self.batch.delay_sum_us += self.owd.sample(now_us, h.sent_us);
+            self.batch.delay_count += 1;
         }
         match h.kind {
             Kind::Probe => {

@@ -16,11 +16,14 @@ use crate::walk::{self, EntryKind as WalkKind, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
-use hurtle_proto::{BlockTable, ChannelSender, Layout, Pacer, RunKind, SendConfig};
+use hurtle_proto::{
+    BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,
+    RunKind, SendConfig,
+};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,8 +32,13 @@ use std::time::{Duration, Instant};
 pub struct SendOptions {
     /// Data channels to offer (the receiver may lower it).
     pub channels: u16,
-    /// Pacing rate for all channels together, bits per second.
+    /// How the rate is chosen: `Auto` (default), `Fair` or `Fixed`.
+    pub rate_mode: RateMode,
+    /// Bits per second for all channels together: the cap that `Auto` and `Fair` never exceed,
+    /// or the exact rate in `Fixed` mode. The receiver's measured ceiling lowers it further.
     pub rate_bps: u64,
+    /// First rate of `Auto` and `Fair`, bits per second.
+    pub start_rate_bps: u64,
     /// Largest datagram payload to try.
     pub payload: u16,
     /// Block size for striping and hashing (power of two).
@@ -49,7 +57,9 @@ impl Default for SendOptions {
     fn default() -> Self {
         SendOptions {
             channels: default_channels(),
-            rate_bps: 5_000_000_000,
+            rate_mode: RateMode::Auto,
+            rate_bps: 100_000_000_000,
+            start_rate_bps: 100_000_000,
             payload: wire::DEFAULT_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
@@ -101,8 +111,8 @@ pub struct SendSummary {
     pub channels: u16,
     /// Payload bytes per datagram after probing.
     pub payload: u16,
-    /// Pacing rate, bits per second.
-    pub rate_bps: u64,
+    /// Pacing rate: mode, limits and how it changed.
+    pub rate: RateSummary,
     /// Datagrams the receiver rejected (foreign, malformed, out of bounds).
     pub receiver_rejected: u64,
     /// Kernel socket drops reported by the receiver.
@@ -111,6 +121,66 @@ pub struct SendSummary {
     pub warnings: Vec<String>,
     /// Per-file results.
     pub file_hashes: Vec<FileReport>,
+}
+
+/// The rate timeline of a send, for `--json` and the summary line.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateSummary {
+    /// `auto`, `fair` or `fixed`.
+    pub mode: &'static str,
+    /// The user's cap (or fixed rate), bits per second.
+    pub cap_bps: u64,
+    /// The receiver's measured ceiling, bits per second (0 = not offered).
+    pub receiver_ceiling_bps: u64,
+    /// First rate.
+    pub start_bps: u64,
+    /// Last rate.
+    pub final_bps: u64,
+    /// Lowest rate used.
+    pub min_bps: u64,
+    /// Highest rate used.
+    pub max_bps: u64,
+    /// Number of changes.
+    pub changes: u64,
+    /// Changes by reason (startup, probe, loss, delay, socket-drops, backlog).
+    pub reasons: std::collections::BTreeMap<&'static str, u64>,
+    /// The changes, `(milliseconds since start, bits per second, reason)`, thinned to a few hundred.
+    pub timeline: Vec<(u64, u64, &'static str)>,
+}
+
+impl RateSummary {
+    fn new(ctl: &RateController, start: Instant, receiver_ceiling_bps: u64, cap_bps: u64) -> Self {
+        let tl = ctl.timeline();
+        let mut reasons = std::collections::BTreeMap::new();
+        for c in tl.iter().skip(1) {
+            *reasons.entry(c.reason.as_str()).or_insert(0) += 1;
+        }
+        RateSummary {
+            mode: match ctl.config().mode {
+                RateMode::Auto => "auto",
+                RateMode::Fair => "fair",
+                RateMode::Fixed => "fixed",
+            },
+            cap_bps,
+            receiver_ceiling_bps,
+            start_bps: tl.first().map_or(0, |c| c.rate_bps),
+            final_bps: ctl.rate_bps(),
+            min_bps: tl.iter().map(|c| c.rate_bps).min().unwrap_or(0),
+            max_bps: tl.iter().map(|c| c.rate_bps).max().unwrap_or(0),
+            changes: ctl.changes().saturating_sub(1),
+            reasons,
+            timeline: tl
+                .iter()
+                .map(|c| {
+                    (
+                        c.at.saturating_duration_since(start).as_millis() as u64,
+                        c.rate_bps,
+                        c.reason.as_str(),
+                    )
+                })
+                .collect(),
+        }
+    }
 }
 
 enum ChanCmd {
@@ -131,6 +201,9 @@ struct Shared {
     payload: u16,
     start: Instant,
     progress: Arc<Progress>,
+    /// Current pacing rate for all channels together, bits per second.
+    rate_bps: AtomicU64,
+    channels: u16,
 }
 
 /// Sends `paths` (files and directories) to the receiver at `to`.
@@ -188,13 +261,14 @@ pub fn send(
         block_size: opts.block_size,
         session,
     });
-    let (ports, max_payload) = match recv_control(&rx, handshake_timeout)? {
+    let (ports, max_payload, receiver_ceiling) = match recv_control(&rx, handshake_timeout)? {
         Control::HelloAck {
             ports,
             payload,
             version,
+            rate_ceiling,
             ..
-        } if version == wire::VERSION && !ports.is_empty() => (ports, payload),
+        } if version == wire::VERSION && !ports.is_empty() => (ports, payload, rate_ceiling),
         Control::HelloAck { version, .. } => {
             return Err(SessionError::Protocol(format!(
                 "receiver speaks version {version}, no usable channels"
@@ -289,7 +363,25 @@ pub fn send(
         session,
         opts.payload.min(max_payload),
     )?;
-    let _ = tx.send(Control::Start { payload });
+    let report_every = rtt.clamp(Duration::from_millis(10), Duration::from_millis(500));
+    let _ = tx.send(Control::Start {
+        payload,
+        report_interval_us: report_every.as_micros() as u64,
+    });
+    let ceiling = match (opts.rate_mode, receiver_ceiling) {
+        (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
+        (_, r) => opts.rate_bps.min(r),
+    };
+    let mut controller = RateController::new(
+        RateConfig {
+            mode: opts.rate_mode,
+            ceiling_bps: ceiling,
+            start_bps: opts.start_rate_bps,
+            min_bps: 1_000_000,
+            rtt,
+        },
+        Instant::now(),
+    );
 
     let shared = Arc::new(Shared {
         layout,
@@ -298,9 +390,14 @@ pub fn send(
         payload,
         start,
         progress: progress.clone(),
+        rate_bps: AtomicU64::new(controller.rate_bps()),
+        channels,
     });
+    progress
+        .rate_bps
+        .store(controller.rate_bps(), Ordering::Relaxed);
     let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
-    let per_channel_rate = (opts.rate_bps / u64::from(channels)).max(100_000);
+    let per_channel_rate = (controller.rate_bps() / u64::from(channels)).max(100_000);
     let send_cfg = SendConfig {
         final_interval: (rtt * 2).max(Duration::from_millis(30)),
         ..SendConfig::default()
@@ -325,6 +422,7 @@ pub fn send(
             events: ev_tx.clone(),
             log,
             packet: 0,
+            rate_seen: controller.rate_bps(),
         };
         handles.push(
             std::thread::Builder::new()
@@ -348,6 +446,7 @@ pub fn send(
         &tx,
         &cmd_txs,
         opts.stall_timeout,
+        &mut controller,
     );
     for c in &cmd_txs {
         let _ = c.send(ChanCmd::Stop);
@@ -393,7 +492,7 @@ pub fn send(
         nacks,
         channels,
         payload,
-        rate_bps: opts.rate_bps,
+        rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
         receiver_rejected: rejected,
         receiver_socket_drops: drops,
         warnings,
@@ -514,6 +613,7 @@ fn session_loop(
     tx: &Sender<Control>,
     cmds: &[Sender<ChanCmd>],
     stall: Duration,
+    controller: &mut RateController,
 ) -> LoopResult {
     let layout = &shared.layout;
     let mut table = BlockTable::new(layout);
@@ -551,9 +651,23 @@ fn session_loop(
                             shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    Control::Report { received, rejected: r, socket_drops } => {
+                    Control::Report { received, rejected: r, socket_drops, interval_us, bytes, datagrams, lost, drops: new_drops, queue_delay_us, backlog } => {
                         rejected = r;
                         drops = socket_drops;
+                        let fb = Feedback {
+                            interval: Duration::from_micros(interval_us),
+                            bytes,
+                            datagrams,
+                            lost,
+                            socket_drops: new_drops,
+                            queue_delay: Duration::from_micros(queue_delay_us),
+                            backlog_bytes: backlog,
+                        };
+                        if controller.on_feedback(Instant::now(), &fb).is_some() {
+                            let r = controller.rate_bps();
+                            shared.rate_bps.store(r, Ordering::Relaxed);
+                            shared.progress.rate_bps.store(r, Ordering::Relaxed);
+                        }
                         shared.progress.confirmed.store(received, Ordering::Relaxed);
                         if received > last_received {
                             last_received = received;
@@ -608,6 +722,8 @@ struct ChannelWorker {
     events: Sender<ChanEvent>,
     log: NetLog,
     packet: u64,
+    /// The shared rate last applied to this channel's pacer.
+    rate_seen: u64,
 }
 
 impl ChannelWorker {
@@ -659,7 +775,15 @@ impl ChannelWorker {
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
                 }
             }
-            // 2. Data, as the pacer allows.
+            // 2. Data, as the pacer allows, at the rate the controller last chose.
+            let rate = self.shared.rate_bps.load(Ordering::Relaxed);
+            if rate != self.rate_seen {
+                self.rate_seen = rate;
+                self.pacer
+                    .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
+                self.log
+                    .line(|| format!("rate {rate} bit/s for all channels"));
+            }
             let mut now = Instant::now();
             let mut bursts = 0;
             while self.pacer.can_send(now) && bursts < 16 {

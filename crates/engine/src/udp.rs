@@ -59,7 +59,7 @@
 //! quinn-udp reads no `SO_RXQ_OVFL` control message, so that option is not enabled. Instead
 //! [`UdpChannel::kernel_drops`] reads the socket's `drops` column from `/proc/net/udp` or
 //! `/proc/net/udp6`. That is best effort, Linux only, and costs a file read: call it for
-//! statistics, not per batch.
+//! statistics, not per batch. It counts packets, and a GRO batch is one packet.
 //!
 //! # Unsafe code
 //!
@@ -304,10 +304,14 @@ impl UdpChannel {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
-    /// Datagrams the kernel dropped on this socket since it was created, mostly because the
+    /// Packets the kernel dropped on this socket since it was created, mostly because the
     /// receive buffer was full. Best effort: read from the `drops` column of `/proc/net/udp` (or
-    /// `udp6`), on the line whose inode is this socket's. `None` when that is not possible (not
-    /// Linux, no `/proc`). It reads a file, so call it for statistics, not per batch.
+    /// `udp6`), on the line whose inode is this socket's (more exact than the local port, which
+    /// `SO_REUSEPORT` sockets share). `None` when that is not possible (not Linux, no `/proc`).
+    /// It reads a file, so call it for statistics, not per batch.
+    ///
+    /// The kernel counts packets as they reach the socket, so a GRO batch counts once: over
+    /// loopback, where a GSO send arrives whole, one drop can be up to 64 lost datagrams.
     pub fn kernel_drops(&self) -> Option<u64> {
         use std::os::unix::fs::MetadataExt;
         let fd = self.socket.as_raw_fd();

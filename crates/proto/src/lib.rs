@@ -10,6 +10,7 @@
 //! | [`layout`] | which channel carries which bytes of which file |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
+//! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
 //! | [`hash`] | BLAKE3 of blocks, and each file's real BLAKE3 from its blocks |
 //! | [`verify`] | which blocks and files are proven, and what to fetch again |
 //!
@@ -32,6 +33,7 @@
 pub mod hash;
 pub mod layout;
 pub mod ranges;
+pub mod rate;
 pub mod recv;
 pub mod send;
 pub mod verify;
@@ -39,6 +41,7 @@ pub mod wire;
 
 pub use layout::Layout;
 pub use ranges::RangeSet;
+pub use rate::{Feedback, RateConfig, RateController, RateMode};
 pub use recv::{ChannelReceiver, RecvConfig};
 pub use send::{ChannelSender, Pacer, Run, RunKind, SendConfig};
 pub use verify::{BlockTable, Verdict, Verifier};

@@ -254,6 +254,8 @@ pub enum Control {
     Start {
         /// Payload bytes per datagram.
         payload: u16,
+        /// How often the receiver should send a `Report`, in microseconds (about one RTT).
+        report_interval_us: u64,
     },
     /// Sender -> receiver: BLAKE3 chaining values of blocks, as the sender read them.
     BlockHashes {
@@ -283,10 +285,24 @@ pub enum Control {
     Report {
         /// Bytes of payload accepted so far (new, not duplicates).
         received: u64,
-        /// Datagrams dropped as malformed, foreign or out of bounds.
+        /// Datagrams dropped so far as malformed, foreign or out of bounds.
         rejected: u64,
-        /// Kernel socket drops, if known.
+        /// Kernel socket drops so far, if known (0 otherwise).
         socket_drops: u64,
+        /// Length of the interval this report covers, microseconds.
+        interval_us: u64,
+        /// Bytes of datagrams received in the interval.
+        bytes: u64,
+        /// Datagrams received in the interval.
+        datagrams: u64,
+        /// Datagrams missing by packet number in the interval.
+        lost: u64,
+        /// Kernel socket drops in the interval.
+        drops: u64,
+        /// Mean queueing delay in the interval (one-way delay above the lowest seen), microseconds.
+        queue_delay_us: u64,
+        /// Bytes received but not yet written.
+        backlog: u64,
     },
     /// Either side: nothing else to say, but still here (sent about once a second when idle).
     KeepAlive,
