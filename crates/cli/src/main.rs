@@ -9,6 +9,7 @@ mod ui;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use hurtle_engine::sender::Transport;
 use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError};
 use hurtle_proto::RateMode;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -48,6 +49,13 @@ pub struct OutputArgs {
     /// Write one network log per channel into this directory.
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TransportArg {
+    Auto,
+    Udp,
+    Tcp,
 }
 
 /// Rate flags shared by `send` and `demo`.
@@ -111,9 +119,17 @@ struct SendArgs {
     /// The receiver's address, HOST:PORT.
     #[arg(long)]
     to: String,
-    /// Number of UDP data channels [default: one per core, 2 to 8].
-    #[arg(long)]
+    /// Number of UDP data channels, or TCP connections with --transport tcp [default: one per
+    /// core, 2 to 8].
+    #[arg(long, alias = "connections")]
     channels: Option<u16>,
+    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
+    /// when no datagram gets through).
+    #[arg(long, value_enum, default_value = "auto")]
+    transport: TransportArg,
+    /// Chunk size: the unit of striping, hashing and verification (a power of two, 1K to 64M).
+    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    chunk_size: u64,
     #[command(flatten)]
     rate: RateArgs,
     /// Largest datagram payload to try, in bytes (lowered automatically if the path drops it).
@@ -277,6 +293,18 @@ fn send(a: SendArgs) -> Outcome {
         opts.channels = c;
     }
     a.rate.apply(&mut opts);
+    opts.transport = match a.transport {
+        TransportArg::Auto => Transport::Auto,
+        TransportArg::Udp => Transport::Udp,
+        TransportArg::Tcp => Transport::Tcp,
+    };
+    if !a.chunk_size.is_power_of_two() || !(1024..=64 << 20).contains(&a.chunk_size) {
+        return Err((
+            2,
+            anyhow::anyhow!("--chunk-size must be a power of two between 1K and 64M"),
+        ));
+    }
+    opts.block_size = a.chunk_size;
     let (progress, bar) = ui::progress_bar(&a.output, "sending");
     let result = hurtle_engine::send(&a.paths, to, &opts, progress);
     bar.finish();

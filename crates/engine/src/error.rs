@@ -52,7 +52,7 @@ pub enum SessionError {
     #[error("source file changed while being sent: {0}")]
     SourceChanged(PathBuf),
     /// A block kept failing verification.
-    #[error("block {block} of {path} failed verification {times} times (did the source change?)")]
+    #[error("block {block} of {path} failed verification repeatedly, {times} attempts at most (did the source change?)")]
     Verification {
         /// File path.
         path: String,

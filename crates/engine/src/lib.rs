@@ -2,6 +2,7 @@
 //!
 //! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
 //! - [`udp`]: batched UDP data channels (GSO/GRO and multi-message syscalls via quinn-udp).
+//! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
 //! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
@@ -9,6 +10,7 @@
 
 pub mod control;
 pub mod error;
+pub mod link;
 pub mod netlog;
 pub mod progress;
 pub mod receiver;

@@ -14,10 +14,11 @@
 
 use crate::control::{spawn_reader, spawn_writer, ControlError};
 use crate::error::SessionError;
+use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::{self, PartFile, StoreError};
-use crate::udp::{ChannelOptions, RecvBatch, UdpChannel};
+use crate::udp::{ChannelOptions, UdpChannel};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::wire::{
@@ -302,7 +303,7 @@ impl Receiver {
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
         let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session) = match recv(rx, handshake)? {
+        let (offered, payload, block_size, session, caps) = match recv(rx, handshake)? {
             Control::Hello {
                 magic,
                 version,
@@ -310,7 +311,7 @@ impl Receiver {
                 payload,
                 block_size,
                 session,
-                ..
+                caps,
             } => {
                 if magic != wire::MAGIC || version != wire::VERSION {
                     return Err(SessionError::Protocol(format!(
@@ -318,14 +319,15 @@ impl Receiver {
                         wire::VERSION
                     )));
                 }
-                (channels, payload, block_size, session)
+                (channels, payload, block_size, session, caps)
             }
             other => return Err(unexpected(other, "Hello")),
         };
         let channels = offered.clamp(1, self.opts.max_channels.max(1));
         let mut warnings = Vec::new();
+        let tcp = caps & wire::CAP_TCP_DATA != 0;
         let mut udps = Vec::new();
-        for _ in 0..channels {
+        for _ in 0..if tcp { 0 } else { channels } {
             let u = UdpChannel::bind(
                 SocketAddr::new(local_ip, 0),
                 &ChannelOptions {
@@ -340,7 +342,23 @@ impl Receiver {
             }
             udps.push(u);
         }
-        let ports = udps.iter().map(|u| u.local_addr().port()).collect();
+        let tcp_listener = if tcp {
+            let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
+                .map_err(|e| SessionError::io("TCP data listener", e))?;
+            Some(l)
+        } else {
+            None
+        };
+        let ports = match &tcp_listener {
+            Some(l) => {
+                let port = l
+                    .local_addr()
+                    .map_err(|e| SessionError::io("TCP data listener", e))?
+                    .port();
+                vec![port; usize::from(channels)]
+            }
+            None => udps.iter().map(|u| u.local_addr().port()).collect(),
+        };
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
@@ -352,6 +370,7 @@ impl Receiver {
                 *self.capacity.get_or_init(|| c)
             }
         };
+        let ack_sent = Instant::now();
         let _ = tx.send(Control::HelloAck {
             version: wire::VERSION,
             caps: 0,
@@ -362,12 +381,15 @@ impl Receiver {
 
         // Manifest: check every path before anything is created.
         let mut entries: Vec<Entry> = Vec::new();
+        let mut rtt = None;
         loop {
             match recv(rx, handshake)? {
                 Control::Manifest {
                     entries: part,
                     last,
                 } => {
+                    // The sender answers the HelloAck with its manifest at once: a round trip.
+                    rtt.get_or_insert_with(|| ack_sent.elapsed());
                     entries.extend(part);
                     if entries.len() > 10_000_000 {
                         return Err(SessionError::Protocol(
@@ -425,6 +447,10 @@ impl Receiver {
             .map(|f| PartFile::create(root, &f.path, f.size, self.opts.overwrite).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let _ = tx.send(Control::ManifestReply { decisions });
+        let links: Vec<LinkIn> = match &tcp_listener {
+            Some(l) => accept_data_connections(l, session, channels, peer.ip())?,
+            None => udps.into_iter().map(LinkIn::udp).collect(),
+        };
 
         let shared = Arc::new(Shared {
             layout,
@@ -441,17 +467,16 @@ impl Receiver {
         let (ev_tx, ev_rx) = unbounded();
         let buffers_per_channel =
             (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
-        let recv_cfg = RecvConfig::default();
+        let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
         let mut cmd_txs = Vec::new();
         let mut handles = Vec::new();
-        for (ch, udp) in udps.into_iter().enumerate() {
+        for (ch, link) in links.into_iter().enumerate() {
             let ch = ch as u16;
             let (cmd_tx, cmd_rx) = unbounded();
             let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
                 .map_err(|e| SessionError::io("log directory", e))?;
             let worker = ChannelWorker {
                 ch,
-                udp,
                 rec: ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone()),
                 shared: shared.clone(),
                 cmds: cmd_rx,
@@ -471,7 +496,7 @@ impl Receiver {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("recv-ch{ch}"))
-                    .spawn(move || worker.run())
+                    .spawn(move || worker.run(link))
                     .map_err(|e| SessionError::io("channel thread", e))?,
             );
             cmd_txs.push(cmd_tx);
@@ -517,6 +542,60 @@ impl Receiver {
                 .collect(),
         })
     }
+}
+
+/// Accepts the sender's `channels` TCP data connections, each opened by its greeting. Connections
+/// from another host, with another session id or a channel out of range are closed.
+fn accept_data_connections(
+    listener: &TcpListener,
+    session: u64,
+    channels: u16,
+    peer_ip: IpAddr,
+) -> Result<Vec<LinkIn>, SessionError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| SessionError::io("TCP data listener", e))?;
+    let mut slots: Vec<Option<TcpStream>> = (0..channels).map(|_| None).collect();
+    while slots.iter().any(Option::is_none) {
+        if Instant::now() > deadline {
+            return Err(SessionError::Protocol(
+                "the sender did not open its TCP data connections within 10 s".into(),
+            ));
+        }
+        match listener.accept() {
+            Ok((mut s, from)) => {
+                if from.ip().to_canonical() != peer_ip.to_canonical() {
+                    continue;
+                }
+                let _ = s.set_nonblocking(false);
+                match read_greeting(&mut s, Duration::from_secs(5)) {
+                    Some((sess, ch))
+                        if sess == session
+                            && usize::from(ch) < slots.len()
+                            && slots[usize::from(ch)].is_none() =>
+                    {
+                        let _ = s.set_nodelay(true);
+                        slots[usize::from(ch)] = Some(s);
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => return Err(SessionError::io("accept TCP data connection", e)),
+        }
+    }
+    slots
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            TcpFrames::new(s, Duration::from_millis(5))
+                .map(LinkIn::Tcp)
+                .map_err(|e| SessionError::io("TCP data connection", e))
+        })
+        .collect()
 }
 
 fn unexpected(msg: Control, wanted: &str) -> SessionError {
@@ -667,7 +746,6 @@ fn session_loop(
 
 struct ChannelWorker {
     ch: u16,
-    udp: UdpChannel,
     rec: ChannelReceiver,
     shared: Arc<Shared>,
     cmds: ChanRx<ChanCmd>,
@@ -710,30 +788,31 @@ impl OneWayDelay {
 
 impl ChannelWorker {
     /// Runs until the session stops; returns (kernel drops, NACKs sent).
-    fn run(mut self) -> (u64, u64) {
-        if let Err(e) = self.pump() {
+    fn run(mut self, mut link: LinkIn) -> (u64, u64) {
+        if let Err(e) = self.pump(&mut link) {
             self.shared.stop.store(true, Ordering::Relaxed);
             let _ = self.events.send(ChanEvent::Failed(e));
         }
-        (self.udp.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
+        (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
     }
 
-    fn pump(&mut self) -> Result<(), SessionError> {
-        let mut batch = RecvBatch::new(32, 64 * 1024);
+    fn pump(&mut self, link: &mut LinkIn) -> Result<(), SessionError> {
         while !self.shared.stop.load(Ordering::Relaxed) {
-            let n = self.udp.recv_batch(&mut batch)?;
+            let mut new_bytes = 0;
+            let mut batch_time = None;
+            let n = link.recv(|src, datagram| {
+                let now = *batch_time.get_or_insert_with(Instant::now);
+                new_bytes += self.on_datagram(now, src, datagram)?;
+                Ok(())
+            })?;
             let now = Instant::now();
             if now.saturating_duration_since(self.drops_checked) >= Duration::from_millis(100) {
                 self.drops_checked = now;
-                if let Some(d) = self.udp.kernel_drops() {
+                if let Some(d) = link.kernel_drops() {
                     self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
                 }
             }
             if n > 0 {
-                let mut new_bytes = 0;
-                for (src, datagram) in batch.iter() {
-                    new_bytes += self.on_datagram(now, src, datagram)?;
-                }
                 let b = std::mem::take(&mut self.batch);
                 let c = &self.shared.counters;
                 c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);

@@ -8,6 +8,7 @@
 
 use crate::control::{spawn_reader, spawn_writer, ControlError};
 use crate::error::SessionError;
+use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::SourceFile;
@@ -21,17 +22,42 @@ use hurtle_proto::{
     RunKind, SendConfig,
 };
 use serde::Serialize;
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How data moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP channels; if no datagram gets through, fall back to parallel TCP.
+    Auto,
+    /// UDP channels only.
+    Udp,
+    /// N parallel TCP connections (for networks that block UDP).
+    Tcp,
+}
+
+impl Transport {
+    /// Lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
 /// How to send. Build with [`SendOptions::default`] and the `with_*`-style fields.
 #[derive(Debug, Clone)]
 pub struct SendOptions {
-    /// Data channels to offer (the receiver may lower it).
+    /// Data channels (UDP) or connections (TCP) to offer (the receiver may lower it).
     pub channels: u16,
+    /// UDP, parallel TCP, or UDP with fallback to TCP.
+    pub transport: Transport,
     /// How the rate is chosen: `Auto` (default), `Fair` or `Fixed`.
     pub rate_mode: RateMode,
     /// Bits per second for all channels together: the cap that `Auto` and `Fair` never exceed,
@@ -57,6 +83,7 @@ impl Default for SendOptions {
     fn default() -> Self {
         SendOptions {
             channels: default_channels(),
+            transport: Transport::Auto,
             rate_mode: RateMode::Auto,
             rate_bps: 100_000_000_000,
             start_rate_bps: 100_000_000,
@@ -107,8 +134,10 @@ pub struct SendSummary {
     pub resent_share: f64,
     /// NACK messages received.
     pub nacks: u64,
-    /// Channels used.
+    /// Channels (UDP) or connections (TCP) used.
     pub channels: u16,
+    /// `udp` or `tcp`.
+    pub transport: &'static str,
     /// Payload bytes per datagram after probing.
     pub payload: u16,
     /// Pacing rate: mode, limits and how it changed.
@@ -213,6 +242,28 @@ pub fn send(
     opts: &SendOptions,
     progress: Arc<Progress>,
 ) -> Result<SendSummary, SessionError> {
+    let first = if opts.transport == Transport::Tcp {
+        Transport::Tcp
+    } else {
+        Transport::Udp
+    };
+    match send_once(paths, to, opts, first, progress.clone()) {
+        Err(SessionError::UdpBlocked { channel, secs }) if opts.transport == Transport::Auto => {
+            let mut s = send_once(paths, to, opts, Transport::Tcp, progress)?;
+            s.warnings.insert(0, format!("no UDP datagram reached the receiver within {secs} s (channel {channel}); fell back to parallel TCP"));
+            Ok(s)
+        }
+        other => other,
+    }
+}
+
+fn send_once(
+    paths: &[PathBuf],
+    to: SocketAddr,
+    opts: &SendOptions,
+    transport: Transport,
+    progress: Arc<Progress>,
+) -> Result<SendSummary, SessionError> {
     let start = Instant::now();
     let walked = walk::collect(
         paths,
@@ -255,7 +306,11 @@ pub fn send(
     let _ = tx.send(Control::Hello {
         magic: wire::MAGIC,
         version: wire::VERSION,
-        caps: 0,
+        caps: if transport == Transport::Tcp {
+            wire::CAP_TCP_DATA
+        } else {
+            0
+        },
         channels: opts.channels.max(1),
         payload: opts.payload,
         block_size: opts.block_size,
@@ -341,28 +396,64 @@ pub fn send(
     } else {
         Ipv6Addr::UNSPECIFIED.into()
     };
-    let mut udps = Vec::with_capacity(usize::from(channels));
-    for _ in 0..channels {
-        let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
-        if let Some(w) = u.buffer_warning() {
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
-        }
-        udps.push(u);
-    }
     let dests: Vec<SocketAddr> = ports
         .iter()
         .take(usize::from(channels))
         .map(|&p| SocketAddr::new(to.ip(), p))
         .collect();
-    let payload = probe_payload(
-        &mut udps,
-        &dests,
-        &rx,
-        session,
-        opts.payload.min(max_payload),
-    )?;
+    let (links, payload) = if transport == Transport::Tcp {
+        let mut links = Vec::with_capacity(dests.len());
+        for (ch, dest) in dests.iter().enumerate() {
+            let mut s =
+                TcpStream::connect_timeout(dest, opts.connect_timeout).map_err(|source| {
+                    SessionError::Connect {
+                        addr: *dest,
+                        source,
+                    }
+                })?;
+            let _ = s.set_nodelay(true);
+            s.write_all(&link::greeting(session, ch as u16))
+                .map_err(|e| SessionError::io("TCP data connection", e))?;
+            links.push(LinkOut::Tcp(s));
+        }
+        (
+            links,
+            link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
+        )
+    } else {
+        let mut udps = Vec::with_capacity(usize::from(channels));
+        for _ in 0..channels {
+            let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let payload = match probe_payload(
+            &mut udps,
+            &dests,
+            &rx,
+            session,
+            opts.payload.min(max_payload),
+        ) {
+            Err(e @ SessionError::UdpBlocked { .. }) => {
+                // End this session cleanly; the caller may retry over TCP.
+                let _ = tx.send(Control::Fallback);
+                drop(tx);
+                let _ = writer.join();
+                return Err(e);
+            }
+            other => other?,
+        };
+        let links = udps
+            .into_iter()
+            .zip(&dests)
+            .map(|(sock, &dest)| LinkOut::Udp { sock, dest })
+            .collect();
+        (links, payload)
+    };
     let report_every = rtt.clamp(Duration::from_millis(10), Duration::from_millis(500));
     let _ = tx.send(Control::Start {
         payload,
@@ -372,9 +463,22 @@ pub fn send(
         (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
         (_, r) => opts.rate_bps.min(r),
     };
+    // TCP has congestion control of its own: no pacing beyond the user's cap.
+    let (rate_mode, ceiling) = if transport == Transport::Tcp {
+        (
+            RateMode::Fixed,
+            if opts.rate_bps >= 100_000_000_000 {
+                1_000_000_000_000
+            } else {
+                opts.rate_bps
+            },
+        )
+    } else {
+        (opts.rate_mode, ceiling)
+    };
     let mut controller = RateController::new(
         RateConfig {
-            mode: opts.rate_mode,
+            mode: rate_mode,
             ceiling_bps: ceiling,
             start_bps: opts.start_rate_bps,
             min_bps: 1_000_000,
@@ -405,7 +509,7 @@ pub fn send(
     let mut cmd_txs = Vec::new();
     let mut handles = Vec::new();
     let mut stats_rx = Vec::new();
-    for (ch, (udp, dest)) in udps.into_iter().zip(dests).enumerate() {
+    for (ch, link) in links.into_iter().enumerate() {
         let ch = ch as u16;
         let (cmd_tx, cmd_rx) = unbounded();
         let (st_tx, st_rx) = crossbeam_channel::bounded(1);
@@ -413,8 +517,7 @@ pub fn send(
             .map_err(|e| SessionError::io("log directory", e))?;
         let worker = ChannelWorker {
             ch,
-            udp,
-            dest,
+            link,
             sender: ChannelSender::new(&shared.layout, ch, send_cfg.clone()),
             pacer: Pacer::new(per_channel_rate, Duration::from_millis(2)),
             shared: shared.clone(),
@@ -491,6 +594,7 @@ pub fn send(
         },
         nacks,
         channels,
+        transport: transport.as_str(),
         payload,
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
         receiver_rejected: rejected,
@@ -713,8 +817,7 @@ fn session_loop(
 
 struct ChannelWorker {
     ch: u16,
-    udp: UdpChannel,
-    dest: SocketAddr,
+    link: LinkOut,
     sender: ChannelSender,
     pacer: Pacer,
     shared: Arc<Shared>,
@@ -740,11 +843,10 @@ impl ChannelWorker {
         let layout = &self.shared.layout;
         let payload = usize::from(self.shared.payload);
         let dgram = HEADER_LEN + payload;
-        let segs = self
-            .udp
-            .max_gso_segments()
-            .clamp(1, 64)
-            .min((64 * 1024 / dgram).max(1));
+        let segs = match self.link {
+            LinkOut::Udp { .. } => self.link.max_frames().min((64 * 1024 / dgram).max(1)),
+            LinkOut::Tcp(_) => self.link.max_frames(),
+        };
         let max_run = (segs * payload) as u64;
         let block_size = layout.block_size() as usize;
         let mut block_buf = vec![0u8; block_size];
@@ -853,7 +955,7 @@ impl ChannelWorker {
                     total = at + HEADER_LEN + piece.len();
                     n += 1;
                 }
-                self.udp.send_batch(self.dest, &out[..total], dgram)?;
+                self.link.send(&out[..total], dgram)?;
                 *sent += n;
                 if run.kind == RunKind::Repair {
                     *resent += n;
@@ -888,7 +990,7 @@ impl ChannelWorker {
                     sent_us: 0,
                 }
                 .encode(&mut fin);
-                self.udp.send_batch(self.dest, &fin, HEADER_LEN)?;
+                self.link.send(&fin, HEADER_LEN)?;
                 self.log
                     .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
             }

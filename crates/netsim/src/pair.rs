@@ -18,7 +18,7 @@
 //! - **Receiver side**: one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory copy
 //!   of every file. Datagrams that fail [`Header::decode`], carry another session id, an
 //!   unexpected kind, a channel that is not the one the layout assigns, or a `(file, offset,
-//!   len)` that [`Layout::locate`] refuses are dropped and counted ([`Rejected`]). Good data is
+//!   len)` that [`Layout::place`] refuses are dropped and counted ([`Rejected`]). Good data is
 //!   recorded with `on_data` and copied into the file when it brought new bytes; a completed
 //!   block is hashed over the received bytes and judged; a mismatch `reject`s the block on its
 //!   channel, `GiveUp` fails the run. Each turn it sends `poll_nack` results as `Nack` and
@@ -193,7 +193,7 @@ pub struct Rejected {
     pub session: u64,
     /// A kind that has no business in the data phase (probe).
     pub kind: u64,
-    /// `(file, offset, len)` refused by `Layout::locate`.
+    /// `(file, offset, len)` refused by `Layout::place`.
     pub layout: u64,
     /// The header's channel is not the one that carries those bytes (or does not exist).
     pub channel: u64,
@@ -732,39 +732,38 @@ impl Pair {
                 };
                 if !r.on_final(now, h.offset) {
                     rej.final_len += 1;
-                } else if r.is_complete() {
+                } else {
+                    // Answers the marker again if the channel is already complete.
                     r.resend_done();
                 }
             }
             Kind::Data => {
                 let len = u64::from(h.len);
-                let Ok((ch, pos)) = self.layout.locate(h.file, h.offset, len) else {
+                let Ok(place) = self.layout.place(h.file, h.offset, len) else {
                     rej.layout += 1;
                     return Ok(());
                 };
-                if ch != h.channel {
+                if place.channel != h.channel {
                     rej.channel += 1;
                     return Ok(());
                 }
-                let span = self
-                    .layout
-                    .resolve(ch, pos)
-                    .ok_or("located position does not resolve")?;
-                let (_, stripe) = self
-                    .layout
-                    .block_stripe_range(span.block)
-                    .ok_or("located block has no stripe range")?;
                 let retransmit = h.flags & FLAG_RETRANSMIT != 0;
-                let out =
-                    self.rcv.channels[usize::from(ch)].on_data(now, pos, len, retransmit, stripe);
+                let out = self.rcv.channels[usize::from(place.channel)].on_data(
+                    now,
+                    place.pos,
+                    len,
+                    retransmit,
+                    place.block_stripe,
+                );
+                // Like the real receiver: a datagram that brought new bytes is written whole.
                 if out.new_bytes > 0 {
                     let file = &mut self.rcv.files[h.file as usize];
                     let at = h.offset as usize;
                     file[at..at + payload.len()].copy_from_slice(payload);
                 }
                 if out.completes_block {
-                    let value = block_value_of(&self.layout, &self.rcv.files, span.block);
-                    let verdict = self.rcv.verifier.on_received(span.block, value);
+                    let value = block_value_of(&self.layout, &self.rcv.files, place.block);
+                    let verdict = self.rcv.verifier.on_received(place.block, value);
                     self.on_verdict(now, verdict)?;
                 }
             }
@@ -934,7 +933,7 @@ impl Pair {
                 self.datagrams_resent += 1;
             }
             self.snd.genuine += 1;
-            if self.sc.hostile_every > 0 && self.snd.genuine % self.sc.hostile_every == 0 {
+            if self.sc.hostile_every > 0 && self.snd.genuine.is_multiple_of(self.sc.hostile_every) {
                 let forgery = FORGERIES[(self.injected_total % FORGERIES.len() as u64) as usize];
                 let dg = self.forge(forgery, now);
                 self.injected.push_back(dg);

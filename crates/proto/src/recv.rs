@@ -27,6 +27,17 @@ pub struct RecvConfig {
     pub max_nack_ranges: usize,
 }
 
+impl RecvConfig {
+    /// Timers for a path of round-trip time `rtt`: a repair is asked for again after a round
+    /// trip and a quarter plus 30 ms (the sender may still be sending it).
+    pub fn for_rtt(rtt: Duration) -> Self {
+        RecvConfig {
+            nack_retry: (rtt + rtt / 4 + Duration::from_millis(30)).min(Duration::from_secs(5)),
+            ..RecvConfig::default()
+        }
+    }
+}
+
 impl Default for RecvConfig {
     fn default() -> Self {
         RecvConfig {

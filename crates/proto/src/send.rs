@@ -270,7 +270,11 @@ impl Pacer {
     }
     /// Accounts for `bytes` sent at `now`.
     pub fn on_sent(&mut self, now: Instant, bytes: u64) {
-        let floor = now.checked_sub(self.burst).unwrap_or(now);
+        // The first send starts the clock at `now`: no burst credit before anything was sent.
+        let floor = match self.next {
+            None => now,
+            Some(_) => now.checked_sub(self.burst).unwrap_or(now),
+        };
         let base = match self.next {
             Some(n) if n > floor => n,
             _ => floor,

@@ -11,8 +11,11 @@ use crate::hash::{file_hash, BlockValue};
 use crate::layout::Layout;
 use std::collections::HashMap;
 
-/// Most times one block may fail verification before the transfer gives up.
-pub const MAX_BLOCK_FAILURES: u8 = 3;
+/// Most times one block may fail verification before the transfer gives up. A block whose wrong
+/// value comes back *the same* twice gives up at once: the sender's bytes really differ from
+/// what it hashed (the source changed), which no refetch can mend. Differing wrong values are
+/// what corruption on the path looks like, and get this many attempts.
+pub const MAX_BLOCK_FAILURES: u8 = 8;
 
 /// Per-block values, and per-file completion.
 #[derive(Debug, Clone)]
@@ -101,7 +104,8 @@ pub struct Verifier {
     /// Values computed by the receiver whose expected value has not arrived.
     waiting: HashMap<u64, BlockValue>,
     verified: BlockTable,
-    failures: HashMap<u64, u8>,
+    /// Per failing block: attempts so far and the last wrong value.
+    failures: HashMap<u64, (u8, BlockValue)>,
 }
 
 impl Verifier {
@@ -141,9 +145,11 @@ impl Verifier {
 
     fn judge(&mut self, block: u64, actual: BlockValue) -> Verdict {
         if self.expected[block as usize] != Some(actual) {
-            let n = self.failures.entry(block).or_insert(0);
+            let (n, last) = self.failures.entry(block).or_insert((0, actual));
+            let repeated = *n > 0 && *last == actual;
             *n += 1;
-            return if *n >= MAX_BLOCK_FAILURES {
+            *last = actual;
+            return if repeated || *n >= MAX_BLOCK_FAILURES {
                 Verdict::GiveUp { block }
             } else {
                 Verdict::Mismatch { block }
@@ -216,12 +222,25 @@ mod tests {
     }
 
     #[test]
-    fn gives_up_after_repeated_failures() {
+    fn gives_up_when_the_same_wrong_value_repeats() {
         let l = Layout::new(&[10], 1024, 1).unwrap();
         let mut v = Verifier::new(&l);
         v.on_expected(0, [1; 32]);
         assert_eq!(v.on_received(0, [2; 32]), Verdict::Mismatch { block: 0 });
-        assert_eq!(v.on_received(0, [2; 32]), Verdict::Mismatch { block: 0 });
         assert_eq!(v.on_received(0, [2; 32]), Verdict::GiveUp { block: 0 });
+    }
+
+    #[test]
+    fn corruption_gets_several_attempts_but_not_endless_ones() {
+        let l = Layout::new(&[10], 1024, 1).unwrap();
+        let mut v = Verifier::new(&l);
+        v.on_expected(0, [1; 32]);
+        for i in 1..MAX_BLOCK_FAILURES {
+            assert_eq!(
+                v.on_received(0, [i + 1; 32]),
+                Verdict::Mismatch { block: 0 }
+            );
+        }
+        assert_eq!(v.on_received(0, [99; 32]), Verdict::GiveUp { block: 0 });
     }
 }

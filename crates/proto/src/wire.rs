@@ -58,6 +58,9 @@ pub enum Kind {
     Probe = 3,
 }
 
+/// Capability bit of the hello: data goes over N TCP connections instead of UDP channels.
+pub const CAP_TCP_DATA: u64 = 1;
+
 /// Flag: this datagram repeats data sent before.
 pub const FLAG_RETRANSMIT: u8 = 1;
 
@@ -304,6 +307,9 @@ pub enum Control {
         /// Bytes received but not yet written.
         backlog: u64,
     },
+    /// Sender -> receiver: UDP does not get through; this session ends and the sender will
+    /// connect again with parallel TCP.
+    Fallback,
     /// Either side: nothing else to say, but still here (sent about once a second when idle).
     KeepAlive,
     /// Sender -> receiver: everything is confirmed; the session ends.
@@ -373,6 +379,7 @@ impl Control {
             Control::FileDone { .. } => "FileDone",
             Control::Report { .. } => "Report",
             Control::KeepAlive => "KeepAlive",
+            Control::Fallback => "Fallback",
             Control::Done => "Done",
             Control::Abort { .. } => "Abort",
         }

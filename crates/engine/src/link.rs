@@ -1,0 +1,185 @@
+//! A data channel's link: UDP datagrams, or one TCP connection carrying the same frames.
+//!
+//! Channel workers send and receive *frames*: a 40-byte [`Header`] and its payload. Over UDP a
+//! frame is a datagram (batched with GSO/GRO by [`crate::udp`]). Over TCP (the parallel-TCP
+//! transport, for networks that block UDP) frames follow each other on the stream; each is
+//! self-delimiting because the header carries the payload length. Everything above this module
+//! (striping, verification, NACKs, final markers) is the same for both.
+//!
+//! A TCP data connection opens with a 16-byte greeting: the session id (8 bytes, big-endian),
+//! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.
+
+use crate::error::SessionError;
+use crate::udp::{RecvBatch, UdpChannel};
+use hurtle_proto::wire::HEADER_LEN;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// Payload per frame on TCP data connections (the header's length field is 16 bits).
+pub const TCP_PAYLOAD: u16 = 65_472;
+/// Bytes of the greeting that opens a TCP data connection.
+pub const GREETING_LEN: usize = 16;
+
+/// Encodes the greeting of a TCP data connection.
+pub fn greeting(session: u64, channel: u16) -> [u8; GREETING_LEN] {
+    let mut g = [0u8; GREETING_LEN];
+    g[..8].copy_from_slice(&session.to_be_bytes());
+    g[8..10].copy_from_slice(&channel.to_be_bytes());
+    g
+}
+
+/// Reads a greeting; returns `(session, channel)`, or `None` for anything malformed.
+pub fn read_greeting(stream: &mut TcpStream, timeout: Duration) -> Option<(u64, u16)> {
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    let mut g = [0u8; GREETING_LEN];
+    stream.read_exact(&mut g).ok()?;
+    if g[10..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let session = u64::from_be_bytes(g[..8].try_into().ok()?);
+    Some((session, u16::from_be_bytes([g[8], g[9]])))
+}
+
+/// The sending end of a channel.
+pub enum LinkOut {
+    /// Datagrams to `dest`.
+    Udp {
+        /// The channel's socket.
+        sock: UdpChannel,
+        /// The receiver's port for this channel.
+        dest: SocketAddr,
+    },
+    /// Frames on a TCP connection.
+    Tcp(TcpStream),
+}
+
+impl LinkOut {
+    /// Most frames worth building for one send call.
+    pub fn max_frames(&self) -> usize {
+        match self {
+            LinkOut::Udp { sock, .. } => sock.max_gso_segments().clamp(1, 64),
+            LinkOut::Tcp(_) => 16,
+        }
+    }
+
+    /// Sends frames laid back to back in `buf`, each `frame_size` bytes but the last.
+    pub fn send(&mut self, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
+        match self {
+            LinkOut::Udp { sock, dest } => Ok(sock.send_batch(*dest, buf, frame_size)?),
+            LinkOut::Tcp(s) => s
+                .write_all(buf)
+                .map_err(|e| SessionError::io("TCP data connection", e)),
+        }
+    }
+}
+
+/// The receiving end of a channel.
+pub enum LinkIn {
+    /// Datagrams, received in batches.
+    Udp(UdpChannel, Box<RecvBatch>),
+    /// Frames from a TCP connection.
+    Tcp(TcpFrames),
+}
+
+impl LinkIn {
+    /// A UDP link with a batch buffer sized for GRO.
+    pub fn udp(sock: UdpChannel) -> Self {
+        LinkIn::Udp(sock, Box::new(RecvBatch::new(32, 64 * 1024)))
+    }
+
+    /// Waits briefly for frames and hands each to `f` with its source; returns how many came.
+    pub fn recv(
+        &mut self,
+        mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
+    ) -> Result<usize, SessionError> {
+        match self {
+            LinkIn::Udp(sock, batch) => {
+                let n = sock.recv_batch(batch)?;
+                if n > 0 {
+                    for (src, d) in batch.iter() {
+                        f(src, d)?;
+                    }
+                }
+                Ok(n)
+            }
+            LinkIn::Tcp(t) => t.recv(f),
+        }
+    }
+
+    /// Kernel socket drops of a UDP link, when the kernel reports them.
+    pub fn kernel_drops(&self) -> Option<u64> {
+        match self {
+            LinkIn::Udp(sock, _) => sock.kernel_drops(),
+            LinkIn::Tcp(_) => Some(0),
+        }
+    }
+}
+
+/// Splits a TCP byte stream into frames.
+pub struct TcpFrames {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    closed: bool,
+}
+
+impl TcpFrames {
+    /// Reads frames from `stream` (after its greeting), waiting at most `wait` per call.
+    pub fn new(stream: TcpStream, wait: Duration) -> std::io::Result<Self> {
+        stream.set_read_timeout(Some(wait))?;
+        let peer = stream.peer_addr()?;
+        Ok(TcpFrames {
+            stream,
+            peer,
+            buf: vec![0u8; 4 << 20],
+            start: 0,
+            end: 0,
+            closed: false,
+        })
+    }
+
+    fn recv(
+        &mut self,
+        mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
+    ) -> Result<usize, SessionError> {
+        if self.closed {
+            std::thread::sleep(Duration::from_millis(5));
+            return Ok(0);
+        }
+        if self.start > 0 && self.buf.len() - self.end < HEADER_LEN + usize::from(TCP_PAYLOAD) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        match self.stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => self.closed = true,
+            Ok(n) => self.end += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(SessionError::io("TCP data connection", e)),
+        }
+        let mut frames = 0;
+        while self.end - self.start >= HEADER_LEN {
+            let h = &self.buf[self.start..self.end];
+            let len = usize::from(u16::from_be_bytes([h[32], h[33]]));
+            if h.len() < HEADER_LEN + len {
+                break;
+            }
+            let frame = &h[..HEADER_LEN + len];
+            f(&self.peer, frame)?;
+            self.start += HEADER_LEN + len;
+            frames += 1;
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok(frames)
+    }
+}
