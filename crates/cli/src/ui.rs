@@ -119,8 +119,9 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary) {
         return json(s);
     }
     say(out, &format!(
-        "sent {} in {} files ({} dirs) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
-        bytes(s.bytes), s.files, s.dirs, s.seconds, rate(s.goodput_bps), s.channels, s.transport,
+        "sent {} in {} files ({} dirs{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
+        bytes(s.bytes), s.files, s.dirs,
+        if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() }, s.seconds, rate(s.goodput_bps), s.channels, s.transport,
         if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
         rate(s.rate.final_bps as f64), s.rate.mode
     ));

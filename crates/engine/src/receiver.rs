@@ -211,7 +211,8 @@ enum ChanEvent {
 
 struct Shared {
     layout: Layout,
-    files: Vec<Arc<PartFile>>,
+    /// The files being received, by file id (`None`: skipped, the receiver has it).
+    files: Vec<Option<Arc<PartFile>>>,
     session: u64,
     peer_ip: IpAddr,
     to_wire: Sender<Control>,
@@ -406,9 +407,15 @@ impl Receiver {
         let mut decisions = Vec::with_capacity(entries.len());
         for e in &entries {
             let target = store::resolve_under(root, &e.path)?;
-            let exists = std::fs::symlink_metadata(&target).is_ok();
-            decisions.push(match e.kind {
-                EntryKind::File if exists && !self.opts.overwrite => Decision::Refuse(
+            let existing = std::fs::symlink_metadata(&target).ok();
+            decisions.push(match (e.kind, existing) {
+                (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
+                    hash: hash_file(&target).map_err(|err| {
+                        SessionError::io(format!("read {}", target.display()), err)
+                    })?,
+                    replace_ok: self.opts.overwrite,
+                },
+                (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
                     "it exists on the receiver (receive with --overwrite to replace it)".into(),
                 ),
                 _ => Decision::SendAll,
@@ -438,15 +445,69 @@ impl Receiver {
         for d in &dirs {
             store::make_dir(root, &d.path, 0o700)?;
         }
-        let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+        let _ = tx.send(Control::ManifestReply {
+            decisions: decisions.clone(),
+        });
+        let mut skipped = vec![false; files.len()];
+        match recv(rx, handshake)? {
+            Control::Skip { files: skip } => {
+                for f in skip {
+                    match skipped.get_mut(f as usize) {
+                        Some(s) => *s = true,
+                        None => {
+                            return Err(SessionError::Protocol(format!(
+                                "skip names file {f}, which is not in the manifest"
+                            )))
+                        }
+                    }
+                }
+            }
+            other => return Err(unexpected(other, "Skip")),
+        }
+        // A skipped file only counts if the receiver offered it (Have), never by the sender's say.
+        let offered: Vec<bool> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| matches!(d, Decision::Have { .. }))
+            .collect();
+        if let Some(f) = (0..files.len()).find(|&f| skipped[f] && !offered[f]) {
+            return Err(SessionError::Protocol(format!(
+                "the sender skipped {}, which the receiver does not have",
+                files[f].path
+            )));
+        }
+        let kept: Vec<Option<[u8; 32]>> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .zip(&skipped)
+            .map(|((_, d), &s)| match d {
+                Decision::Have { hash, .. } if s => Some(*hash),
+                _ => None,
+            })
+            .collect();
+        // Skipped files take no room in the layout: no block of theirs is ever sent.
+        let sizes: Vec<u64> = files
+            .iter()
+            .zip(&skipped)
+            .map(|(f, &s)| if s { 0 } else { f.size })
+            .collect();
         let layout = Layout::new(&sizes, block_size, channels)?;
         let total: u64 = sizes.iter().sum();
         progress.total.store(total, Ordering::Relaxed);
         let parts = files
             .iter()
-            .map(|f| PartFile::create(root, &f.path, f.size, self.opts.overwrite).map(Arc::new))
+            .zip(&skipped)
+            .map(|(f, &s)| {
+                if s {
+                    Ok(None)
+                } else {
+                    PartFile::create(root, &f.path, f.size, self.opts.overwrite)
+                        .map(|p| Some(Arc::new(p)))
+                }
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let _ = tx.send(Control::ManifestReply { decisions });
         let links: Vec<LinkIn> = match &tcp_listener {
             Some(l) => accept_data_connections(l, session, channels, peer.ip())?,
             None => udps.into_iter().map(LinkIn::udp).collect(),
@@ -503,7 +564,7 @@ impl Receiver {
         }
         drop(ev_tx);
 
-        let result = session_loop(&shared, &files, &dirs, root, rx, &ev_rx, &cmd_txs);
+        let result = session_loop(&shared, &files, &dirs, root, rx, &ev_rx, &cmd_txs, &kept);
         shared.stop.store(true, Ordering::Relaxed);
         let mut socket_drops = 0;
         let mut nacks = 0;
@@ -534,10 +595,12 @@ impl Receiver {
             file_hashes: files
                 .iter()
                 .zip(hashes)
-                .map(|(f, h)| crate::sender::FileReport {
+                .zip(&kept)
+                .map(|((f, h), k)| crate::sender::FileReport {
                     path: f.path.clone(),
                     size: f.size,
                     blake3: to_hex(&h),
+                    skipped: k.is_some(),
                 })
                 .collect(),
         })
@@ -598,6 +661,15 @@ fn accept_data_connections(
         .collect()
 }
 
+fn hash_file(path: &Path) -> std::io::Result<[u8; 32]> {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::io::BufReader::with_capacity(
+        1 << 20,
+        std::fs::File::open(path)?,
+    ))?;
+    Ok(*h.finalize().as_bytes())
+}
+
 fn unexpected(msg: Control, wanted: &str) -> SessionError {
     match msg {
         Control::Abort { reason } => SessionError::PeerAborted(reason),
@@ -625,6 +697,7 @@ fn session_loop(
     rx: &ChanRx<Result<Control, ControlError>>,
     events: &ChanRx<ChanEvent>,
     cmds: &[Sender<ChanCmd>],
+    kept: &[Option<[u8; 32]>],
 ) -> Result<Vec<[u8; 32]>, SessionError> {
     let layout = &shared.layout;
     let mut verifier = Verifier::new(layout);
@@ -635,7 +708,9 @@ fn session_loop(
      -> Result<(), SessionError> {
         let f = file as usize;
         let e = files[f];
-        shared.files[f].commit(e.mode, e.mtime_ns)?;
+        if let Some(part) = &shared.files[f] {
+            part.commit(e.mode, e.mtime_ns)?;
+        }
         hashes[f] = Some(hash);
         shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
         *shared
@@ -646,9 +721,11 @@ fn session_loop(
         let _ = shared.to_wire.send(Control::FileDone { file, hash });
         Ok(())
     };
-    // Empty files are complete before any datagram.
+    // Skipped files are the receiver's own copy; empty files are complete before any datagram.
     for (f, e) in files.iter().enumerate() {
-        if e.size == 0 {
+        if let Some(h) = kept[f] {
+            hashes[f] = Some(h);
+        } else if e.size == 0 {
             commit(f as u32, *blake3::hash(b"").as_bytes(), &mut hashes)?;
         }
     }
@@ -943,7 +1020,9 @@ impl ChannelWorker {
                 }
                 let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
                 let at = (h.offset - place.block_file_start) as usize;
-                let file = &self.shared.files[h.file as usize];
+                let Some(file) = &self.shared.files[h.file as usize] else {
+                    return Ok(self.reject());
+                };
                 if self.spilled.contains_key(&place.block) {
                     file.write_at(h.offset, payload)?;
                 } else {
@@ -978,7 +1057,9 @@ impl ChannelWorker {
         let layout = &self.shared.layout;
         let blocks = layout.blocks_of(file);
         let (index, count) = (block - blocks.start, blocks.end - blocks.start);
-        let part = &self.shared.files[file as usize];
+        let Some(part) = &self.shared.files[file as usize] else {
+            return Ok(());
+        };
         let value = if let Some(buf) = self.buffers.remove(&block) {
             self.order.retain(|&b| b != block);
             part.write_at(file_start, &buf)?;
@@ -1015,7 +1096,9 @@ impl ChannelWorker {
         ) else {
             return Ok(());
         };
-        let part = &self.shared.files[file as usize];
+        let Some(part) = &self.shared.files[file as usize] else {
+            return Ok(());
+        };
         for held in self.rec.held(stripe.clone()) {
             let a = (held.start - stripe.start) as usize;
             let b = (held.end - stripe.start) as usize;

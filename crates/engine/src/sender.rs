@@ -111,6 +111,8 @@ pub struct FileReport {
     pub size: u64,
     /// BLAKE3, hex, as confirmed by the receiver.
     pub blake3: String,
+    /// Not sent: the receiver already had it, identical.
+    pub skipped: bool,
 }
 
 /// What a finished send did.
@@ -118,8 +120,10 @@ pub struct FileReport {
 pub struct SendSummary {
     /// File bytes delivered.
     pub bytes: u64,
-    /// Files delivered.
+    /// Files in the transfer (including skipped ones).
     pub files: usize,
+    /// Files skipped because the receiver already had them, identical.
+    pub skipped: usize,
     /// Directories created.
     pub dirs: usize,
     /// Wall time from connect to confirmation.
@@ -364,6 +368,7 @@ fn send_once(
             last: i + 1 == n_parts,
         });
     }
+    let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
     match recv_control(&rx, handshake_timeout)? {
         Control::ManifestReply { decisions } => {
             if decisions.len() != entries.len() {
@@ -371,19 +376,54 @@ fn send_once(
                     "manifest reply has the wrong length".into(),
                 ));
             }
+            let mut file_id = 0usize;
             for (d, e) in decisions.iter().zip(&entries) {
-                if let Decision::Refuse(reason) = d {
-                    return Err(SessionError::Refused {
-                        path: e.path.clone(),
-                        reason: reason.clone(),
-                    });
+                match d {
+                    Decision::Refuse(reason) => {
+                        return Err(SessionError::Refused {
+                            path: e.path.clone(),
+                            reason: reason.clone(),
+                        })
+                    }
+                    Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
+                        let mine = hash_file(&files[file_id].abs_path)?;
+                        if mine == *hash {
+                            skipped[file_id] = Some(mine);
+                        } else if !replace_ok {
+                            return Err(SessionError::Refused {
+                                path: e.path.clone(),
+                                reason: "a different file of the same size exists on the receiver (receive with --overwrite to replace it)".into(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                if e.kind == EntryKind::File {
+                    file_id += 1;
                 }
             }
         }
         other => return Err(unexpected(other, "ManifestReply")),
     }
+    let _ = tx.send(Control::Skip {
+        files: (0..files.len() as u32)
+            .filter(|&f| skipped[f as usize].is_some())
+            .collect(),
+    });
+    let sent_bytes: u64 = files
+        .iter()
+        .zip(&skipped)
+        .filter(|(_, s)| s.is_none())
+        .map(|(f, _)| f.size)
+        .sum();
+    progress.total.store(sent_bytes, Ordering::Relaxed);
 
-    let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+    // Skipped files take no room in the layout: the receiver builds the same one.
+    let sizes: Vec<u64> = files
+        .iter()
+        .zip(&skipped)
+        .map(|(f, s)| if s.is_some() { 0 } else { f.size })
+        .collect();
     let layout = Layout::new(&sizes, opts.block_size, channels)?;
     let sources = files
         .iter()
@@ -550,6 +590,7 @@ fn send_once(
         &cmd_txs,
         opts.stall_timeout,
         &mut controller,
+        &skipped,
     );
     for c in &cmd_txs {
         let _ = c.send(ChanCmd::Stop);
@@ -580,11 +621,12 @@ fn send_once(
     let (hashes, rejected, drops) = result?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
-        bytes: total_bytes,
+        bytes: sent_bytes,
         files: files.len(),
+        skipped: skipped.iter().filter(|s| s.is_some()).count(),
         dirs,
         seconds,
-        goodput_bps: total_bytes as f64 * 8.0 / seconds.max(1e-9),
+        goodput_bps: sent_bytes as f64 * 8.0 / seconds.max(1e-9),
         datagrams_sent: sent,
         datagrams_resent: resent,
         resent_share: if sent == 0 {
@@ -603,13 +645,27 @@ fn send_once(
         file_hashes: files
             .iter()
             .zip(hashes)
-            .map(|(f, h)| FileReport {
+            .zip(&skipped)
+            .map(|((f, h), k)| FileReport {
                 path: f.rel_path.clone(),
                 size: f.size,
                 blake3: to_hex(&h),
+                skipped: k.is_some(),
             })
             .collect(),
     })
+}
+
+fn hash_file(path: &std::path::Path) -> Result<[u8; 32], SessionError> {
+    let read = || -> std::io::Result<[u8; 32]> {
+        let mut h = blake3::Hasher::new();
+        h.update_reader(std::io::BufReader::with_capacity(
+            1 << 20,
+            std::fs::File::open(path)?,
+        ))?;
+        Ok(*h.finalize().as_bytes())
+    };
+    read().map_err(|e| SessionError::io(format!("read {}", path.display()), e))
 }
 
 fn unexpected(msg: Control, wanted: &str) -> SessionError {
@@ -718,11 +774,12 @@ fn session_loop(
     cmds: &[Sender<ChanCmd>],
     stall: Duration,
     controller: &mut RateController,
+    skipped: &[Option<[u8; 32]>],
 ) -> LoopResult {
     let layout = &shared.layout;
     let mut table = BlockTable::new(layout);
-    let mut confirmed: Vec<Option<[u8; 32]>> = vec![None; files.len()];
-    let mut left = files.len();
+    let mut confirmed: Vec<Option<[u8; 32]>> = skipped.to_vec();
+    let mut left = confirmed.iter().filter(|c| c.is_none()).count();
     let (mut rejected, mut drops) = (0, 0);
     let mut last_received = 0;
     let mut last_progress = Instant::now();

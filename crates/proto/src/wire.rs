@@ -199,6 +199,14 @@ pub enum Decision {
     SendAll,
     /// The receiver will not take this entry; the text says why.
     Refuse(String),
+    /// The receiver already has a file of this size, with this BLAKE3. The sender skips it if
+    /// its own hash matches; otherwise it sends it if `replace_ok`, or stops.
+    Have {
+        /// BLAKE3 of the receiver's file.
+        hash: [u8; 32],
+        /// The receiver may replace its file (it runs with `--overwrite`).
+        replace_ok: bool,
+    },
 }
 
 /// A message on the control connection.
@@ -245,6 +253,12 @@ pub enum Control {
     ManifestReply {
         /// Decisions for every entry of the manifest.
         decisions: Vec<Decision>,
+    },
+    /// Sender -> receiver, after `ManifestReply`: files (by file id) the receiver already has
+    /// identical; they get no data and keep the receiver's copy.
+    Skip {
+        /// File ids skipped.
+        files: Vec<u32>,
     },
     /// Receiver -> sender: a probe datagram of `size` bytes arrived on `channel`.
     ProbeAck {
@@ -372,6 +386,7 @@ impl Control {
             Control::Manifest { .. } => "Manifest",
             Control::ManifestReply { .. } => "ManifestReply",
             Control::ProbeAck { .. } => "ProbeAck",
+            Control::Skip { .. } => "Skip",
             Control::Start { .. } => "Start",
             Control::BlockHashes { .. } => "BlockHashes",
             Control::Nack { .. } => "Nack",
