@@ -59,12 +59,12 @@ pub fn write_frame(w: &mut impl Write, msg: &Control) -> Result<(), ControlError
     Ok(())
 }
 
+/// Incoming control messages, in order; the last item is the error that ended the stream.
+pub type Incoming = Receiver<Result<Control, ControlError>>;
+
 /// Spawns the reader thread. Each frame (or the error that ended the stream) is delivered in order;
 /// after an error the thread exits. `idle` bounds how long the peer may stay silent.
-pub fn spawn_reader(
-    stream: TcpStream,
-    idle: Duration,
-) -> io::Result<(Receiver<Result<Control, ControlError>>, JoinHandle<()>)> {
+pub fn spawn_reader(stream: TcpStream, idle: Duration) -> io::Result<(Incoming, JoinHandle<()>)> {
     stream.set_read_timeout(Some(idle))?;
     let (tx, rx) = unbounded();
     let handle = std::thread::Builder::new()

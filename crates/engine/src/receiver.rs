@@ -17,7 +17,7 @@ use crate::error::SessionError;
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
-use crate::store::{self, PartFile, StoreError};
+use crate::store::{self, PartFile};
 use crate::udp::{ChannelOptions, UdpChannel};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
@@ -812,7 +812,7 @@ fn session_loop(
                         datagrams,
                         lost: (snap.pn_span - prev.pn_span).saturating_sub(datagrams),
                         drops: snap.drops.saturating_sub(prev.drops),
-                        queue_delay_us: if delays == 0 { 0 } else { (snap.delay_sum_us - prev.delay_sum_us) / delays },
+                        queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us).checked_div(delays).unwrap_or(0),
                         backlog: 0,
                     });
                 }
@@ -1102,8 +1102,7 @@ impl ChannelWorker {
         for held in self.rec.held(stripe.clone()) {
             let a = (held.start - stripe.start) as usize;
             let b = (held.end - stripe.start) as usize;
-            part.write_at(range.start + a as u64, &buf[a..b])
-                .map_err(StoreError::from)?;
+            part.write_at(range.start + a as u64, &buf[a..b])?;
         }
         self.log
             .line(|| format!("block {block} spilled to disk while incomplete"));

@@ -6,7 +6,7 @@
 //! threads talk to the session loop through channels, one message per block or per NACK, never
 //! per datagram.
 
-use crate::control::{spawn_reader, spawn_writer, ControlError};
+use crate::control::{spawn_reader, spawn_writer, ControlError, Incoming};
 use crate::error::SessionError;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
@@ -581,13 +581,16 @@ fn send_once(
     }
     drop(ev_tx);
 
+    let wires = Wires {
+        rx: &rx,
+        events: &ev_rx,
+        tx: &tx,
+        cmds: &cmd_txs,
+    };
     let result = session_loop(
         &shared,
         &files,
-        &rx,
-        &ev_rx,
-        &tx,
-        &cmd_txs,
+        &wires,
         opts.stall_timeout,
         &mut controller,
         &skipped,
@@ -765,17 +768,28 @@ fn probe_payload(
 
 type LoopResult = Result<(Vec<[u8; 32]>, u64, u64), SessionError>;
 
+/// The session loop's message paths: control in and out, channel events in, channel commands out.
+struct Wires<'a> {
+    rx: &'a Incoming,
+    events: &'a Receiver<ChanEvent>,
+    tx: &'a Sender<Control>,
+    cmds: &'a [Sender<ChanCmd>],
+}
+
 fn session_loop(
     shared: &Shared,
     files: &[&walk::SourceEntry],
-    rx: &Receiver<Result<Control, ControlError>>,
-    events: &Receiver<ChanEvent>,
-    tx: &Sender<Control>,
-    cmds: &[Sender<ChanCmd>],
+    wires: &Wires,
     stall: Duration,
     controller: &mut RateController,
     skipped: &[Option<[u8; 32]>],
 ) -> LoopResult {
+    let Wires {
+        rx,
+        events,
+        tx,
+        cmds,
+    } = *wires;
     let layout = &shared.layout;
     let mut table = BlockTable::new(layout);
     let mut confirmed: Vec<Option<[u8; 32]>> = skipped.to_vec();
