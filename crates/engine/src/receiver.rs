@@ -219,6 +219,9 @@ struct Shared {
     counters: Counters,
     progress: Arc<Progress>,
     stop: AtomicBool,
+    /// The sender's `Start` arrived. Until then the sender is still probing and expects no
+    /// data-phase message (`ChannelDone`, `FileDone`), so none is sent.
+    started: AtomicBool,
     /// Kernel drop counter of each channel's socket, refreshed by its thread.
     channel_drops: Vec<AtomicU64>,
     /// The session's time origin for one-way delay measurements.
@@ -365,11 +368,24 @@ impl Receiver {
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
         let capacity = match self.capacity.get() {
             Some(c) => *c,
-            None => {
-                let c = measure_capacity(root, channels)
-                    .map_err(|e| SessionError::io(format!("write into {}", root.display()), e))?;
-                *self.capacity.get_or_init(|| c)
-            }
+            None => match measure_capacity(root, channels) {
+                Ok(c) => *self.capacity.get_or_init(|| c),
+                // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
+                // offer no ceiling. A real storage problem surfaces, naming the file, when the
+                // files are created.
+                Err(e) => {
+                    warnings.push(format!(
+                        "cannot measure the write rate of {}: {e}",
+                        root.display()
+                    ));
+                    Capacity {
+                        disk_bps: 0,
+                        hash_bps: 0,
+                        threads: 0,
+                        ceiling_bps: 0,
+                    }
+                }
+            },
         };
         let ack_sent = Instant::now();
         let _ = tx.send(Control::HelloAck {
@@ -522,6 +538,7 @@ impl Receiver {
             counters: Counters::default(),
             progress: progress.clone(),
             stop: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             start,
         });
@@ -701,7 +718,9 @@ fn session_loop(
 ) -> Result<Vec<[u8; 32]>, SessionError> {
     let layout = &shared.layout;
     let mut verifier = Verifier::new(layout);
-    let mut hashes: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    // Skipped files are the receiver's own copy; empty files are complete before any datagram
+    // (they are committed when `Start` arrives).
+    let mut hashes: Vec<Option<[u8; 32]>> = kept.to_vec();
     let commit = |file: u32,
                   hash: [u8; 32],
                   hashes: &mut Vec<Option<[u8; 32]>>|
@@ -721,14 +740,6 @@ fn session_loop(
         let _ = shared.to_wire.send(Control::FileDone { file, hash });
         Ok(())
     };
-    // Skipped files are the receiver's own copy; empty files are complete before any datagram.
-    for (f, e) in files.iter().enumerate() {
-        if let Some(h) = kept[f] {
-            hashes[f] = Some(h);
-        } else if e.size == 0 {
-            commit(f as u32, *blake3::hash(b"").as_bytes(), &mut hashes)?;
-        }
-    }
     let handle = |v: Verdict, hashes: &mut Vec<Option<[u8; 32]>>| -> Result<(), SessionError> {
         match v {
             Verdict::Pending | Verdict::Verified => Ok(()),
@@ -773,6 +784,13 @@ fn session_loop(
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
+                        if !shared.started.swap(true, Ordering::Relaxed) {
+                            for (f, e) in files.iter().enumerate() {
+                                if kept[f].is_none() && e.size == 0 {
+                                    commit(f as u32, *blake3::hash(b"").as_bytes(), &mut hashes)?;
+                                }
+                            }
+                        }
                         report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
                     }
                     Control::KeepAlive => {}
@@ -931,7 +949,7 @@ impl ChannelWorker {
                     ranges,
                 });
             }
-            if self.rec.poll_done() {
+            if self.shared.started.load(Ordering::Relaxed) && self.rec.poll_done() {
                 self.log.line(|| "channel complete".into());
                 let _ = self
                     .shared
@@ -954,6 +972,21 @@ impl ChannelWorker {
         0
     }
 
+    /// Adds a data or final datagram that passed every check to the rate feedback (packet
+    /// numbers, bytes, one-way delay). Rejected datagrams never count: their packet numbers and
+    /// timestamps are not the sender's.
+    fn account(&mut self, now: Instant, h: &Header, len: usize) {
+        if h.packet > self.highest_pn {
+            self.batch.pn_span += h.packet - self.highest_pn;
+            self.highest_pn = h.packet;
+        }
+        self.batch.datagrams += 1;
+        self.batch.bytes += len as u64;
+        let now_us = now.saturating_duration_since(self.shared.start).as_micros() as u32;
+        self.batch.delay_sum_us += self.owd.sample(now_us, h.sent_us);
+        self.batch.delay_count += 1;
+    }
+
     /// Checks and stores one datagram; returns the new payload bytes it brought.
     fn on_datagram(
         &mut self,
@@ -969,17 +1002,6 @@ impl ChannelWorker {
             || src.ip().to_canonical() != self.shared.peer_ip.to_canonical()
         {
             return Ok(self.reject());
-        }
-        if h.kind != Kind::Probe {
-            if h.packet > self.highest_pn {
-                self.batch.pn_span += h.packet - self.highest_pn;
-                self.highest_pn = h.packet;
-            }
-            self.batch.datagrams += 1;
-            self.batch.bytes += datagram.len() as u64;
-            let now_us = now.saturating_duration_since(self.shared.start).as_micros() as u32;
-            self.batch.delay_sum_us += self.owd.sample(now_us, h.sent_us);
-            self.batch.delay_count += 1;
         }
         match h.kind {
             Kind::Probe => {
@@ -997,6 +1019,7 @@ impl ChannelWorker {
                 if !self.rec.on_final(now, h.offset) {
                     return Ok(self.reject());
                 }
+                self.account(now, &h, datagram.len());
                 self.rec.resend_done();
                 self.log.line(|| format!("final stripe_len={}", h.offset));
                 Ok(0)
@@ -1008,6 +1031,7 @@ impl ChannelWorker {
                 if place.channel != self.ch {
                     return Ok(self.reject());
                 }
+                self.account(now, &h, datagram.len());
                 let out = self.rec.on_data(
                     now,
                     place.pos,

@@ -390,10 +390,17 @@ fn send_once(
                         if mine == *hash {
                             skipped[file_id] = Some(mine);
                         } else if !replace_ok {
-                            return Err(SessionError::Refused {
+                            let err = SessionError::Refused {
                                 path: e.path.clone(),
                                 reason: "a different file of the same size exists on the receiver (receive with --overwrite to replace it)".into(),
+                            };
+                            // The receiver waits for our answer to its offer: tell it why not.
+                            let _ = tx.send(Control::Abort {
+                                reason: err.to_string(),
                             });
+                            drop(tx);
+                            let _ = writer.join();
+                            return Err(err);
                         }
                     }
                     _ => {}
