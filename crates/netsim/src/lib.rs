@@ -8,11 +8,13 @@
 //!   MTU and blackout windows, plus [`Duplex`] for both directions.
 //! - [`pair`]: the scenario runner: hurtle's channel senders, channel receivers and verifier
 //!   driven against each other over a [`Link`] and a simulated control connection on a virtual
-//!   clock ([`Scenario`], [`Pair`], [`Outcome`]). The scenario suite in `tests/scenarios.rs`
-//!   is built on it.
+//!   clock ([`Scenario`], [`Pair`], [`Outcome`]), at a fixed rate or under hurtle's rate
+//!   controller fed by the receiver's reports, optionally with a slow receiving host and a path
+//!   whose capacity changes mid-run. The scenario suites in `tests/scenarios.rs` and
+//!   `tests/rate_control.rs` are built on it.
 
 pub mod link;
 pub mod pair;
 
 pub use link::{Duplex, Link, LinkConfig, LinkStats};
-pub use pair::{Failure, Outcome, Pair, Rejected, Scenario};
+pub use pair::{Failure, Outcome, Pair, RatePoint, Rejected, ReportSample, Scenario};

@@ -14,7 +14,7 @@
 //!    is not in the queue; a packet that would have to wait is dropped
 //!    ([`LinkStats::dropped_queue`]) if the bytes already waiting plus its own length exceed
 //!    `queue_bytes`. A packet's *departure* is the moment its last bit has been serialized (its
-//!    send time if there is no rate limit).
+//!    send time if there is no rate limit). [`Link::set_rate`] changes the rate mid-run.
 //! 4. **Random loss** on the wire after the bottleneck ([`LinkStats::dropped_loss`]), so a lost
 //!    packet still used bottleneck capacity.
 //! 5. **Duplication**: at most one extra copy, which shares the departure time but draws its own
@@ -316,9 +316,19 @@ impl Link {
         &self.stats
     }
 
-    /// The configuration this link was created with.
+    /// The configuration: the one this link was created with, with the rate set by the last
+    /// [`Link::set_rate`], if any.
     pub fn config(&self) -> &LinkConfig {
         &self.config
+    }
+
+    /// Changes the bottleneck rate from `now` on (a path whose capacity changes mid-run), with
+    /// the same meaning as [`LinkConfig::rate_bps`]. Packets already admitted keep their
+    /// departure times; later packets queue behind them (the queue limit still applies) and are
+    /// serialized at the new rate. With `None` later packets no longer wait for a rate, but
+    /// still leave after the packets admitted before the change.
+    pub fn set_rate(&mut self, rate_bps: Option<u64>) {
+        self.config.rate_bps = rate_bps;
     }
 
     fn in_blackout(&self, now: Instant) -> bool {
@@ -333,7 +343,8 @@ impl Link {
     /// departure time, or `None` if the queue drops it.
     fn serialize(&mut self, now: Instant, len: usize) -> Option<Instant> {
         let Some(rate) = self.config.rate_bps else {
-            return Some(now);
+            // `busy_until` is past `now` only if a rate was in force before [`Link::set_rate`].
+            return Some(self.busy_until.max(now));
         };
         if rate == 0 {
             return None;
@@ -727,6 +738,42 @@ mod tests {
         // But two at once with a zero-byte queue: the second would have to wait.
         link.send(t0 + 2_000 * MS, vec![0; 1000]);
         link.send(t0 + 2_000 * MS, vec![0; 1000]);
+        assert_eq!(link.stats().dropped_queue, 1);
+    }
+
+    #[test]
+    fn set_rate_applies_to_later_packets_only() {
+        let t0 = Instant::now();
+        // 8 Mbit/s: 1000 bytes take 1 ms.
+        let config = LinkConfig::default().with_rate(8_000_000, 10_000);
+        let mut link = Link::new(config, 0, t0);
+        link.send(t0, numbered(0, 1000));
+        link.send(t0, numbered(1, 1000));
+        // Half the rate: the next packet waits for the two admitted ones, then takes 2 ms.
+        link.set_rate(Some(4_000_000));
+        assert_eq!(link.config().rate_bps, Some(4_000_000));
+        link.send(t0, numbered(2, 1000));
+        // Unlimited: no serialization time, but still behind everything admitted before.
+        link.set_rate(None);
+        link.send(t0, numbered(3, 1000));
+        link.send(t0 + 10 * MS, numbered(4, 1000));
+        // Back to a rate: only the 10 ms packet's own serialization.
+        link.set_rate(Some(8_000_000));
+        link.send(t0 + 20 * MS, numbered(5, 1000));
+        let times: Vec<_> = drain(&mut link, far(t0))
+            .into_iter()
+            .map(|(at, _)| at - t0)
+            .collect();
+        assert_eq!(
+            times,
+            [1, 2, 4, 4, 10, 21].map(|n| n * MS).to_vec(),
+            "{:?}",
+            link.stats()
+        );
+        assert_eq!(link.stats().dropped(), 0);
+        // Zero drops everything, as configured.
+        link.set_rate(Some(0));
+        link.send(t0 + 30 * MS, numbered(6, 1000));
         assert_eq!(link.stats().dropped_queue, 1);
     }
 

@@ -29,14 +29,36 @@
 //!   [`Scenario::control_delay`]); during a blackout of the data link it stalls and delivers what
 //!   was sent once the blackout ends. Messages really are framed and parsed with
 //!   [`Control::to_frame`] / [`Control::from_body`].
+//! - **Rate control** ([`Scenario::rate`]): without it every pacer runs at a fixed share of
+//!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
+//!   sender does: the receiver sends a `Control::Report` over the control path every report
+//!   interval (the configured RTT clamped to 10..500 ms, as the engine's sender asks in `Start`;
+//!   the first at that interval after time zero), with the datagram bytes and count received in
+//!   the interval, `lost` = packet numbers spanned minus datagrams received (per channel, `Data`
+//!   and `Final`, counted once the session id and channel check out, as in the engine), the
+//!   receiver stage's drops as kernel socket drops, and the mean queueing delay: one-way delay
+//!   above the lowest seen, from the header's `sent_us` (stamped by the sender at send time, µs
+//!   since time zero, wrapping) against the receiver's own clock, which is offset from the
+//!   sender's by a seeded amount so only differences mean anything. The sender feeds each report
+//!   to `on_feedback` when it arrives and sets every pacer to the new rate divided by the channel
+//!   count (at least 100 kbit/s). Every change lands in [`Outcome::rate_timeline`], every report
+//!   in [`Outcome::reports`].
+//! - **Receiver capacity** ([`Scenario::receiver_rate_bps`]): a second rate-limited drop-tail
+//!   stage between the data link and the receiver, like a socket buffer of
+//!   [`Scenario::receiver_queue_bytes`] drained by a reader that can take only so many bits per
+//!   second. Its drops are what the kernel's `SO_RXQ_OVFL` counter would say: they reach the
+//!   sender as socket drops, and also show as lost packet numbers, as on a real host.
+//! - **Path changes** ([`Scenario::rate_changes`]): at given virtual times the data link's
+//!   bottleneck rate becomes a new value ([`Link::set_rate`]).
 //! - **Faults on top of the link model**: NACK messages can be dropped with a probability
 //!   ([`Scenario::nack_loss`]; TCP would not lose them, but a lost NACK is what re-NACKing
 //!   exists for), final markers can be dropped ([`Scenario::final_loss`]), one header bit can be
 //!   flipped ([`Scenario::header_corrupt`]), and a hostile injector adds forged datagrams
 //!   straight into the receiver ([`Scenario::hostile_every`]).
-//! - **The clock** jumps to the next deadline: the next delivery on any path, a pacer's ready
-//!   time (for channels with work), the senders' and receivers' `next_timeout`, and an optional
-//!   periodic tick ([`Scenario::tick`]).
+//! - **The clock** jumps to the next deadline: the next delivery on any path (or out of the
+//!   receiver stage), a pacer's ready time (for channels with work), the senders' and receivers'
+//!   `next_timeout`, the next report, the next path change, and an optional periodic tick
+//!   ([`Scenario::tick`]).
 //!
 //! The run ends when every file is verified (an empty file trivially) and every channel sender
 //! `is_done()`. Then the receiver's bytes must equal the sender's exactly and every file hash
@@ -53,15 +75,16 @@
 //!
 //! The only real-clock read is the origin `Instant` taken when a [`Pair`] is created; everything
 //! else is a function of the [`Scenario`]. Each random decision the runner itself makes (file
-//! bytes, NACK drops, final drops, header flips) has its own SplitMix64 stream, so turning one
-//! knob does not reshuffle the others.
+//! bytes, NACK drops, final drops, header flips, the receiver's clock offset) has its own
+//! SplitMix64 stream, so turning one knob does not reshuffle the others.
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use hurtle_proto::hash::{block_value, BlockValue};
+use hurtle_proto::rate::Reason;
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
 use hurtle_proto::{
-    ChannelReceiver, ChannelSender, Layout, Pacer, RecvConfig, RunKind, SendConfig, Verdict,
-    Verifier,
+    ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController,
+    RecvConfig, RunKind, SendConfig, Verdict, Verifier,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -85,11 +108,25 @@ pub struct Scenario {
     /// one burst, like a GSO batch.
     pub run_datagrams: u16,
     /// Total pacing rate in bits per second (header bytes included), split evenly per channel.
+    /// Unused when [`Scenario::rate`] is set.
     pub rate_bps: u64,
+    /// Rate control: `Some` paces by a [`RateController`] fed by the receiver's reports, as the
+    /// engine does (see the module docs); `None` paces at [`Scenario::rate_bps`] throughout.
+    pub rate: Option<RateConfig>,
     /// Catch-up allowance of each pacer.
     pub pacer_burst: Duration,
     /// The data path, sender -> receiver, shared by all channels.
     pub link: LinkConfig,
+    /// Changes of the data link's bottleneck rate during the run: at each virtual time (from
+    /// time zero, any order) the rate becomes the given bits per second.
+    pub rate_changes: Vec<(Duration, u64)>,
+    /// Rate at which the receiving host takes datagrams off its socket buffer, bits per second
+    /// (datagram bytes, header included); `None`: as fast as they arrive.
+    pub receiver_rate_bps: Option<u64>,
+    /// Bytes the receiving host's socket buffer holds while the reader is busy (drop-tail, not
+    /// counting the datagram being read). Only used with [`Scenario::receiver_rate_bps`].
+    /// Default: 4 MiB, the engine's `SO_RCVBUF` request.
+    pub receiver_queue_bytes: usize,
     /// One-way delay of the control connection; `None` uses `link.delay`.
     pub control_delay: Option<Duration>,
     /// Probability that a NACK message is dropped instead of sent.
@@ -123,8 +160,12 @@ impl Default for Scenario {
             payload: DEFAULT_PAYLOAD,
             run_datagrams: 4,
             rate_bps: 200_000_000,
+            rate: None,
             pacer_burst: Duration::from_millis(1),
             link: LinkConfig::default().with_delay(Duration::from_millis(20)),
+            rate_changes: Vec::new(),
+            receiver_rate_bps: None,
+            receiver_queue_bytes: 4 << 20,
             control_delay: None,
             nack_loss: 0.0,
             final_loss: 0.0,
@@ -213,6 +254,12 @@ impl Rejected {
 pub struct Outcome {
     /// Virtual time from the first send until the run was complete.
     pub duration: Duration,
+    /// Virtual time at which the first channel had sent all its new data: until then every
+    /// channel sends new data at its share of the rate (the transfer's steady part).
+    pub steady_until: Duration,
+    /// Virtual time at which the last new byte was sent (every later datagram is a repair or a
+    /// final marker).
+    pub new_data_sent: Duration,
     /// Event-loop steps taken.
     pub steps: u64,
     /// Total bytes of all files.
@@ -247,9 +294,52 @@ pub struct Outcome {
     pub hash_messages: u64,
     /// Counters of the data link.
     pub link: LinkStats,
+    /// The total pacing rate over time: the first rate at time zero, then every change. Without
+    /// [`Scenario::rate`], just [`Scenario::rate_bps`] at time zero.
+    pub rate_timeline: Vec<RatePoint>,
+    /// The total pacing rate at the end, bits per second.
+    pub final_rate_bps: u64,
+    /// Every report the receiver sent, in order (none without [`Scenario::rate`]).
+    pub reports: Vec<ReportSample>,
+    /// Datagrams the receiver stage dropped because its buffer was full (the socket drops).
+    pub socket_drops: u64,
+    /// Most bytes ever waiting in the receiver stage's buffer.
+    pub receiver_queue_max: usize,
+}
+
+/// One point of the pacing rate's timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RatePoint {
+    /// Virtual time at which the sender set this rate.
+    pub at: Duration,
+    /// Total rate over all channels from then on, bits per second.
+    pub rate_bps: u64,
+    /// Why the rate changed ([`Reason::Start`] for the first rate).
+    pub reason: Reason,
+}
+
+/// One report the receiver sent: the feedback the sender's controller got from it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportSample {
+    /// Virtual time at which the receiver sent it (the end of the interval it covers).
+    pub at: Duration,
+    /// Payload bytes accepted as new so far (the report's `received`).
+    pub received: u64,
+    /// What it said about the interval.
+    pub feedback: Feedback,
 }
 
 impl Outcome {
+    /// The pacing rate in force at virtual time `at`, bits per second.
+    pub fn rate_at(&self, at: Duration) -> u64 {
+        self.rate_timeline
+            .iter()
+            .take_while(|p| p.at <= at)
+            .last()
+            .or(self.rate_timeline.first())
+            .map_or(0, |p| p.rate_bps)
+    }
+
     /// Share of the payload bytes sent that were repairs.
     pub fn resent_share(&self) -> f64 {
         let total = self.new_bytes + self.repair_bytes;
@@ -272,7 +362,9 @@ impl fmt::Display for Outcome {
             f,
             "{} bytes in {:.3} s virtual ({:.1} Mbit/s, {} steps): {} datagrams, {} resent \
              ({:.1}% of bytes), {} finals ({} dropped), {} nacks ({} dropped), {} duplicate \
-             bytes, {} blocks rejected, {} datagrams rejected ({:?}), {} injected, link {:?}",
+             bytes, {} blocks rejected, {} datagrams rejected ({:?}), {} injected, link {:?}, \
+             rate {:.1} Mbit/s at the end after {} changes, {} reports, {} socket drops \
+             (receiver buffer max {} bytes)",
             self.bytes,
             self.duration.as_secs_f64(),
             self.goodput_bps() / 1e6,
@@ -290,6 +382,11 @@ impl fmt::Display for Outcome {
             self.rejected,
             self.injected,
             self.link,
+            self.final_rate_bps as f64 / 1e6,
+            self.rate_timeline.len().saturating_sub(1),
+            self.reports.len(),
+            self.socket_drops,
+            self.receiver_queue_max,
         )
     }
 }
@@ -367,6 +464,7 @@ mod stream {
     pub const NACK_DROP: u64 = 4;
     pub const FINAL_DROP: u64 = 5;
     pub const HEADER_FLIP: u64 = 6;
+    pub const CLOCK: u64 = 7;
 }
 
 /// The bytes of file `index` of a scenario seeded with `seed`.
@@ -442,6 +540,154 @@ impl ControlPath {
     }
 }
 
+/// The receiving host between the data link and the receiver: a drop-tail socket buffer of
+/// `capacity` bytes drained by a reader that takes each datagram at `rate_bps`. Like the link's
+/// bottleneck, the datagram being read is not in the buffer; it reaches the receiver when its
+/// reading is done.
+#[derive(Debug)]
+struct RecvStage {
+    rate_bps: u64,
+    capacity: usize,
+    /// When the reader is done with the last admitted datagram.
+    busy_until: Instant,
+    /// Admitted datagrams not yet being read at the last offer: (read start, length).
+    waiting: VecDeque<(Instant, usize)>,
+    waiting_bytes: usize,
+    /// Admitted datagrams by the time they reach the receiver (nondecreasing: one reader).
+    out: VecDeque<(Instant, Vec<u8>)>,
+    drops: u64,
+    max_waiting: usize,
+}
+
+impl RecvStage {
+    fn new(rate_bps: u64, capacity: usize, t0: Instant) -> Self {
+        RecvStage {
+            rate_bps,
+            capacity,
+            busy_until: t0,
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+            out: VecDeque::new(),
+            drops: 0,
+            max_waiting: 0,
+        }
+    }
+
+    /// A datagram arriving from the network at `now`.
+    fn offer(&mut self, now: Instant, dg: Vec<u8>) {
+        while let Some(&(start, len)) = self.waiting.front() {
+            if start > now {
+                break;
+            }
+            self.waiting.pop_front();
+            self.waiting_bytes -= len;
+        }
+        let start = self.busy_until.max(now);
+        if start > now {
+            if self.waiting_bytes.saturating_add(dg.len()) > self.capacity {
+                self.drops += 1;
+                return;
+            }
+            self.waiting.push_back((start, dg.len()));
+            self.waiting_bytes += dg.len();
+            self.max_waiting = self.max_waiting.max(self.waiting_bytes);
+        }
+        let nanos = (dg.len() as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rate_bps));
+        self.busy_until = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        self.out.push_back((self.busy_until, dg));
+    }
+
+    fn next_delivery(&self) -> Option<Instant> {
+        self.out.front().map(|(at, _)| *at)
+    }
+
+    fn poll(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if self.out.front()?.0 > now {
+            return None;
+        }
+        self.out.pop_front().map(|(_, dg)| dg)
+    }
+}
+
+/// One-way delay relative to the lowest seen, from wrapping microsecond clocks on two hosts: the
+/// engine receiver's `OneWayDelay`, same arithmetic.
+#[derive(Debug, Default)]
+struct OneWayDelay {
+    base: Option<u32>,
+    min: i64,
+}
+
+impl OneWayDelay {
+    /// Queueing delay in microseconds of a datagram sent at `sent_us` (sender clock) and
+    /// received at `now_us` (receiver clock).
+    fn sample(&mut self, now_us: u32, sent_us: u32) -> u64 {
+        let d = now_us.wrapping_sub(sent_us);
+        let base = *self.base.get_or_insert(d);
+        let rel = i64::from(d.wrapping_sub(base) as i32);
+        self.min = self.min.min(rel);
+        (rel - self.min) as u64
+    }
+}
+
+/// What the receiver has counted towards its next report.
+#[derive(Debug, Clone, Copy, Default)]
+struct ReportCounts {
+    bytes: u64,
+    datagrams: u64,
+    /// Packet numbers spanned: per channel, highest seen minus the previous highest.
+    pn_span: u64,
+    delay_sum_us: u64,
+    delay_count: u64,
+}
+
+/// The receiver's rate feedback, computed as the engine's receiver computes `Control::Report`.
+#[derive(Debug)]
+struct Reporter {
+    every: Duration,
+    /// End of the last interval reported.
+    last: Instant,
+    /// Highest packet number seen, per channel.
+    highest: Vec<Option<u64>>,
+    owd: OneWayDelay,
+    /// The receiver's clock reads virtual time plus this many microseconds.
+    clock_offset_us: u64,
+    counts: ReportCounts,
+    /// Socket drops reported so far.
+    drops_reported: u64,
+}
+
+impl Reporter {
+    /// Counts one data or final datagram of `len` bytes on `channel`, received `since_t0` into
+    /// the run.
+    fn on_datagram(
+        &mut self,
+        since_t0: Duration,
+        channel: u16,
+        packet: u64,
+        len: usize,
+        sent_us: u32,
+    ) {
+        let highest = &mut self.highest[usize::from(channel)];
+        match *highest {
+            Some(h) if packet <= h => {}
+            Some(h) => {
+                self.counts.pn_span = self.counts.pn_span.saturating_add(packet - h);
+                *highest = Some(packet);
+            }
+            None => {
+                // Packet numbers start at 0: the first one seen spans everything before it too.
+                self.counts.pn_span = self.counts.pn_span.saturating_add(packet.saturating_add(1));
+                *highest = Some(packet);
+            }
+        }
+        self.counts.datagrams += 1;
+        self.counts.bytes += len as u64;
+        let now_us = (since_t0.as_micros() as u64).wrapping_add(self.clock_offset_us) as u32;
+        self.counts.delay_sum_us += self.owd.sample(now_us, sent_us);
+        self.counts.delay_count += 1;
+    }
+}
+
 /// The sending peer.
 #[derive(Debug)]
 struct SenderSide {
@@ -453,6 +699,9 @@ struct SenderSide {
     pending_hashes: Vec<(u64, BlockValue)>,
     files_confirmed: Vec<bool>,
     genuine: u64,
+    /// The rate controller, with [`Scenario::rate`].
+    rate: Option<RateController>,
+    rate_timeline: Vec<RatePoint>,
 }
 
 /// The receiving peer.
@@ -465,6 +714,11 @@ struct ReceiverSide {
     rejected: Rejected,
     blocks_rejected: u64,
     nacks_dropped: u64,
+    /// With [`Scenario::receiver_rate_bps`].
+    stage: Option<RecvStage>,
+    /// With [`Scenario::rate`].
+    reporter: Option<Reporter>,
+    reports: Vec<ReportSample>,
 }
 
 /// A sender and a receiver wired together over simulated paths, on a virtual clock. See the
@@ -492,6 +746,12 @@ pub struct Pair {
     finals_dropped: u64,
     injected_total: u64,
     header_corrupted: u64,
+    /// [`Scenario::rate_changes`] in time order, and how many have been applied.
+    rate_changes: Vec<(Duration, u64)>,
+    rate_changes_done: usize,
+    /// When the first channel, and when every channel, had sent all its new data.
+    steady_until: Option<Instant>,
+    new_data_sent: Option<Instant>,
     finished: Option<Instant>,
 }
 
@@ -505,10 +765,13 @@ impl Pair {
         };
         let layout = Layout::new(&sc.files, sc.block_size, sc.channels)
             .map_err(|e| fail(format!("bad layout: {e}")))?;
-        if sc.payload == 0 || sc.run_datagrams == 0 || sc.rate_bps == 0 {
+        if sc.payload == 0 || sc.run_datagrams == 0 || (sc.rate.is_none() && sc.rate_bps == 0) {
             return Err(fail(
                 "payload, run_datagrams and rate_bps must be positive".into(),
             ));
+        }
+        if sc.receiver_rate_bps == Some(0) {
+            return Err(fail("receiver_rate_bps must be positive".into()));
         }
         let t0 = Instant::now();
         let files: Vec<Vec<u8>> = sc
@@ -518,7 +781,15 @@ impl Pair {
             .map(|(i, &len)| file_bytes(sc.seed, i, len))
             .collect();
         let n = usize::from(sc.channels);
-        let per_channel = (sc.rate_bps / u64::from(sc.channels)).max(1);
+        let controller = sc.rate.clone().map(|cfg| RateController::new(cfg, t0));
+        let (per_channel, first_rate) = match &controller {
+            // As the engine's sender splits the controller's rate.
+            Some(c) => (
+                (c.rate_bps() / u64::from(sc.channels)).max(100_000),
+                c.rate_bps(),
+            ),
+            None => ((sc.rate_bps / u64::from(sc.channels)).max(1), sc.rate_bps),
+        };
         let snd = SenderSide {
             channels: (0..sc.channels)
                 .map(|c| ChannelSender::new(&layout, c, sc.send.clone()))
@@ -531,6 +802,12 @@ impl Pair {
             pending_hashes: Vec::new(),
             files_confirmed: sc.files.iter().map(|&s| s == 0).collect(),
             genuine: 0,
+            rate: controller,
+            rate_timeline: vec![RatePoint {
+                at: Duration::ZERO,
+                rate_bps: first_rate,
+                reason: Reason::Start,
+            }],
             files,
         };
         let rcv = ReceiverSide {
@@ -548,7 +825,25 @@ impl Pair {
             rejected: Rejected::default(),
             blocks_rejected: 0,
             nacks_dropped: 0,
+            stage: sc
+                .receiver_rate_bps
+                .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0)),
+            reporter: sc.rate.as_ref().map(|cfg| Reporter {
+                // The engine's sender asks for one report per RTT, clamped to 10..500 ms.
+                every: cfg
+                    .rtt
+                    .clamp(Duration::from_millis(10), Duration::from_millis(500)),
+                last: t0,
+                highest: vec![None; n],
+                owd: OneWayDelay::default(),
+                clock_offset_us: SimRng::new(sc.seed, stream::CLOCK).next_u64(),
+                counts: ReportCounts::default(),
+                drops_reported: 0,
+            }),
+            reports: Vec::new(),
         };
+        let mut rate_changes = sc.rate_changes.clone();
+        rate_changes.sort_by_key(|&(at, _)| at);
         let control_delay = sc.control_delay.unwrap_or(sc.link.delay);
         let blackouts = sc.link.blackouts.clone();
         Ok(Pair {
@@ -575,6 +870,10 @@ impl Pair {
             finals_dropped: 0,
             injected_total: 0,
             header_corrupted: 0,
+            rate_changes,
+            rate_changes_done: 0,
+            steady_until: None,
+            new_data_sent: None,
             finished: None,
             sc,
         })
@@ -616,6 +915,13 @@ impl Pair {
         }
         self.steps += 1;
         let now = self.now;
+        while let Some(&(at, bps)) = self.rate_changes.get(self.rate_changes_done) {
+            if self.t0.checked_add(at).is_none_or(|t| t > now) {
+                break;
+            }
+            self.link.set_rate(Some(bps));
+            self.rate_changes_done += 1;
+        }
         self.receiver_turn(now).map_err(|r| self.failure(r))?;
         self.sender_turn(now).map_err(|r| self.failure(r))?;
         if self.is_complete() {
@@ -654,6 +960,13 @@ impl Pair {
             }
         };
         consider(self.link.next_delivery());
+        consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
+        consider(self.rcv.reporter.as_ref().map(|r| r.last + r.every));
+        consider(
+            self.rate_changes
+                .get(self.rate_changes_done)
+                .and_then(|&(at, _)| self.t0.checked_add(at)),
+        );
         consider((!self.injected.is_empty()).then_some(now));
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
@@ -683,6 +996,12 @@ impl Pair {
             self.on_datagram(now, &dg)?;
         }
         while let Some(dg) = self.link.poll(now) {
+            match &mut self.rcv.stage {
+                Some(stage) => stage.offer(now, dg),
+                None => self.on_datagram(now, &dg)?,
+            }
+        }
+        while let Some(dg) = self.rcv.stage.as_mut().and_then(|s| s.poll(now)) {
             self.on_datagram(now, &dg)?;
         }
         while let Some(msg) = self.to_receiver.poll(now) {
@@ -710,7 +1029,50 @@ impl Pair {
                 self.to_sender.send(now, &Control::ChannelDone { channel });
             }
         }
+        self.maybe_report(now);
         Ok(())
+    }
+
+    /// Sends a `Report` if an interval has passed, computed as the engine's receiver does.
+    fn maybe_report(&mut self, now: Instant) {
+        let Some(rep) = self.rcv.reporter.as_mut() else {
+            return;
+        };
+        if now < rep.last + rep.every {
+            return;
+        }
+        let interval = now - rep.last;
+        rep.last = now;
+        let c = std::mem::take(&mut rep.counts);
+        let drops_total = self.rcv.stage.as_ref().map_or(0, |s| s.drops);
+        let drops = drops_total - rep.drops_reported;
+        rep.drops_reported = drops_total;
+        let received = self
+            .rcv
+            .channels
+            .iter()
+            .map(ChannelReceiver::received_bytes)
+            .sum();
+        let report = Control::Report {
+            received,
+            rejected: self.rcv.rejected.total(),
+            socket_drops: drops_total,
+            interval_us: interval.as_micros() as u64,
+            bytes: c.bytes,
+            datagrams: c.datagrams,
+            lost: c.pn_span.saturating_sub(c.datagrams),
+            drops,
+            queue_delay_us: c.delay_sum_us.checked_div(c.delay_count).unwrap_or(0),
+            backlog: 0,
+        };
+        if let Some(feedback) = feedback_of(&report) {
+            self.rcv.reports.push(ReportSample {
+                at: now - self.t0,
+                received,
+                feedback,
+            });
+        }
+        self.to_sender.send(now, &report);
     }
 
     fn on_datagram(&mut self, now: Instant, dg: &[u8]) -> Result<(), String> {
@@ -722,6 +1084,12 @@ impl Pair {
         if h.session != self.session {
             rej.session += 1;
             return Ok(());
+        }
+        if let Some(rep) = self.rcv.reporter.as_mut() {
+            // The engine counts every datagram on its channel's socket with the right session.
+            if h.kind != Kind::Probe && usize::from(h.channel) < rep.highest.len() {
+                rep.on_datagram(now - self.t0, h.channel, h.packet, dg.len(), h.sent_us);
+            }
         }
         match h.kind {
             Kind::Probe => rej.kind += 1,
@@ -832,6 +1200,26 @@ impl Pair {
                     }
                     self.snd.files_confirmed[file as usize] = true;
                 }
+                report @ Control::Report { .. } => {
+                    let ctl = self
+                        .snd
+                        .rate
+                        .as_mut()
+                        .ok_or("Report without rate control")?;
+                    let fb = feedback_of(&report).ok_or("Report is not a report")?;
+                    if let Some(change) = ctl.on_feedback(now, &fb) {
+                        let per_channel =
+                            (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
+                        for p in &mut self.snd.pacers {
+                            p.set_rate(per_channel);
+                        }
+                        self.snd.rate_timeline.push(RatePoint {
+                            at: now - self.t0,
+                            rate_bps: change.rate_bps,
+                            reason: change.reason,
+                        });
+                    }
+                }
                 other => return Err(format!("sender got unexpected {}", other.name())),
             }
         }
@@ -865,6 +1253,13 @@ impl Pair {
                     self.link.send(now, dg);
                 }
             }
+        }
+        let sent_all = |c: &ChannelSender| c.new_remaining() == 0;
+        if self.steady_until.is_none() && self.snd.channels.iter().any(sent_all) {
+            self.steady_until = Some(now);
+        }
+        if self.new_data_sent.is_none() && self.snd.channels.iter().all(sent_all) {
+            self.new_data_sent = Some(now);
         }
         if !self.snd.pending_hashes.is_empty() {
             let blocks = std::mem::take(&mut self.snd.pending_hashes);
@@ -1044,6 +1439,8 @@ impl Pair {
         let r = self.rcv.channels.iter().map(ChannelReceiver::stats);
         Outcome {
             duration: end - self.t0,
+            steady_until: self.steady_until.unwrap_or(end) - self.t0,
+            new_data_sent: self.new_data_sent.unwrap_or(end) - self.t0,
             steps: self.steps,
             bytes: self.layout.total_bytes(),
             datagrams_sent: self.datagrams_sent,
@@ -1061,6 +1458,11 @@ impl Pair {
             header_corrupted: self.header_corrupted,
             hash_messages: self.to_receiver.sent,
             link: *self.link.stats(),
+            rate_timeline: self.snd.rate_timeline.clone(),
+            final_rate_bps: self.snd.rate_timeline.last().map_or(0, |p| p.rate_bps),
+            reports: self.rcv.reports.clone(),
+            socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
+            receiver_queue_max: self.rcv.stage.as_ref().map_or(0, |s| s.max_waiting),
         }
     }
 
@@ -1109,6 +1511,32 @@ impl Pair {
     }
 }
 
+/// The controller's view of a `Report`, as the engine's sender builds it; `None` for other
+/// messages.
+fn feedback_of(msg: &Control) -> Option<Feedback> {
+    match *msg {
+        Control::Report {
+            interval_us,
+            bytes,
+            datagrams,
+            lost,
+            drops,
+            queue_delay_us,
+            backlog,
+            ..
+        } => Some(Feedback {
+            interval: Duration::from_micros(interval_us),
+            bytes,
+            datagrams,
+            lost,
+            socket_drops: drops,
+            queue_delay: Duration::from_micros(queue_delay_us),
+            backlog_bytes: backlog,
+        }),
+        _ => None,
+    }
+}
+
 /// The value of `block` computed over `files` (either side's copy).
 fn block_value_of(layout: &Layout, files: &[Vec<u8>], block: u64) -> BlockValue {
     let (file, range) = layout
@@ -1153,6 +1581,47 @@ mod tests {
             Control::ChannelDone { channel: 1 }
         );
         assert_eq!(p.next_delivery(), Some(t0 + ms(70)));
+    }
+
+    #[test]
+    fn receiver_stage_is_a_drop_tail_buffer_drained_at_its_rate() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // 8 Mbit/s: 1000 bytes take 1 ms; room for two waiting.
+        let mut stage = RecvStage::new(8_000_000, 2000, t0);
+        for i in 0..5u8 {
+            stage.offer(t0, vec![i; 1000]);
+        }
+        assert_eq!((stage.drops, stage.max_waiting), (2, 2000));
+        let mut got = Vec::new();
+        while let Some(at) = stage.next_delivery() {
+            got.push((at - t0, stage.poll(at).unwrap()[0]));
+        }
+        assert_eq!(got, vec![(ms(1), 0), (ms(2), 1), (ms(3), 2)]);
+        // Drained: the next one is read at once.
+        stage.offer(t0 + ms(10), vec![9; 1000]);
+        assert_eq!(stage.next_delivery(), Some(t0 + ms(11)));
+        assert_eq!(stage.drops, 2);
+    }
+
+    #[test]
+    fn one_way_delay_is_relative_across_clock_offsets_and_wraps() {
+        for offset in [0u64, 17, u64::from(u32::MAX) - 500] {
+            let mut owd = OneWayDelay::default();
+            let recv = |sent: u64, delay: u64| ((sent + delay + offset) as u32, sent as u32);
+            let mut samples = Vec::new();
+            for (sent, delay) in [
+                (0, 20_000),
+                (1_000, 25_000),
+                (2_000, 19_000),
+                (3_000, 21_000),
+            ] {
+                let (now_us, sent_us) = recv(sent, delay);
+                samples.push(owd.sample(now_us, sent_us));
+            }
+            // Above the lowest seen so far.
+            assert_eq!(samples, vec![0, 5_000, 0, 2_000], "offset {offset}");
+        }
     }
 
     #[test]

@@ -6,16 +6,30 @@
 //! datagrams spent queued (one-way delay above the lowest seen, from the sender's timestamps) and
 //! its write backlog. [`RateController`] turns that into a pacing rate:
 //!
-//! - **startup**: the rate doubles each round until the first sign of congestion;
-//! - **congestion** is any of: loss clearly above the path's *loss floor* (the lowest loss rate of
-//!   recent rounds, which is what random loss looks like), queueing delay above the mode's target,
-//!   kernel socket drops at the receiver, or a receiver write backlog. On congestion the rate goes
-//!   to just under what was actually delivered, then holds for one round so the queue drains;
-//! - otherwise the rate probes upward: +6% per round in `auto`, +3% in `fair`.
+//! - **rounds**: a new rate is judged by the first report whose data was all sent at it (one
+//!   RTT, with the queueing delay, plus about one report interval after the change); reports in
+//!   between only feed the loss floor, unless the receiver already sees congestion after an
+//!   increase, which is acted on at once;
+//! - **startup**: the rate doubles each round (but to no more than twice what was delivered)
+//!   until the first sign of congestion;
+//! - **congestion** is any of: loss clearly above the path's *loss floor* (what the quieter
+//!   recent rounds lost, which is what random loss looks like, allowing for the counts' noise),
+//!   queueing delay above the mode's target, kernel socket drops at the receiver, a receiver
+//!   write backlog, or a *saturated* round: less passed the path (delivered plus lost) than the
+//!   rate while the queueing delay grew accordingly, i.e. the surplus is filling a queue, caught
+//!   before the queue overflows. On congestion the rate goes to just under what was delivered,
+//!   lower still if a standing queue has to drain (its delay, over two rounds), then holds until
+//!   it has; the delivered rate is remembered as the path's capacity;
+//! - otherwise the rate climbs back towards that capacity by halving the distance each round,
+//!   and beyond it probes by +6% per round in `auto` (+3% in `fair`), the step doubling (up to
+//!   8x) while the path clearly takes each increase, so a path that got faster is found in a few
+//!   rounds; a probe the path did not clearly take is followed by a round of waiting. A round in
+//!   which the sender used less than half its rate says nothing about the path.
 //!
 //! Random loss with no queueing and no socket drops raises the loss floor, not the alarm, so it
 //! costs only the lost bytes; that is the point against TCP. `fair` uses a low delay target and
-//! backs off harder, so a competing TCP flow, which fills the queue, keeps its share.
+//! backs off harder, so a competing TCP flow, which fills the queue, keeps its share; in both
+//! modes the sender's own surplus is caught by saturation before it builds a long queue.
 //! `fixed` paces at exactly the configured rate and ignores feedback.
 //!
 //! Every change is recorded with its reason ([`RateChange`]) for the progress line, the JSON
@@ -90,7 +104,7 @@ pub enum Reason {
     Probe,
     /// Loss above the path's floor.
     Loss,
-    /// Queueing delay above the target.
+    /// Queueing delay above the target, or a queue building (less passed than was sent).
     Delay,
     /// The receiver's kernel dropped datagrams.
     SocketDrops,
@@ -128,8 +142,23 @@ pub struct RateChange {
 pub const BACKLOG_LIMIT: u64 = 64 << 20;
 /// How many recent rounds the loss floor looks back over.
 const FLOOR_ROUNDS: usize = 16;
-/// Loss above the floor that counts as congestion.
-const LOSS_MARGIN: f64 = 0.02;
+/// Loss above what the floor explains that counts as congestion, as a share of the round's
+/// datagrams (on top of the floor's own noise, see [`RateController::on_feedback`]).
+const LOSS_MARGIN: f64 = 0.005;
+/// Outside startup one report cuts the rate to no less than this share of it.
+const MAX_CUT: f64 = 0.5;
+/// Most doublings of the probing step above the last known capacity (8 x the base step).
+const MAX_PROBE_DOUBLINGS: u32 = 3;
+/// Outside startup, a judged round that delivered less than this share of the rate (or less,
+/// after a large increase) means the surplus is queueing somewhere.
+const SATURATED: f64 = 0.97;
+/// The same in startup, where the rate doubles.
+const STARTUP_SATURATED: f64 = 0.75;
+/// Longest report interval, queueing delay or RTT taken at face value.
+const MAX_REPORTED: Duration = Duration::from_secs(3600);
+/// Share of the rate a round must pass (delivered or lost, not queued) to count as the path
+/// keeping up with it.
+const KEPT_UP: f64 = 0.99;
 
 /// The sender's rate controller. See the module docs.
 #[derive(Debug, Clone)]
@@ -138,7 +167,19 @@ pub struct RateController {
     rate: f64,
     startup: bool,
     hold_until: Option<Instant>,
-    recent_loss: VecDeque<f64>,
+    /// (lost, seen) datagrams of recent rounds.
+    recent_loss: VecDeque<(u64, u64)>,
+    /// Delivery rate the last time congestion was seen: where the path's capacity was.
+    capacity: Option<f64>,
+    /// Quiet probing rounds in a row at or above `capacity`.
+    quiet_above: u32,
+    /// New rate over old rate of the last change; `None` before the first.
+    last_change: Option<f64>,
+    /// A probe above capacity was put off once because the path did not clearly take the last
+    /// increase.
+    waited: bool,
+    /// Queueing delay of the previous report.
+    prev_delay: Duration,
     timeline: Vec<RateChange>,
     changes: u64,
 }
@@ -160,6 +201,11 @@ impl RateController {
             startup: true,
             hold_until: None,
             recent_loss: VecDeque::new(),
+            capacity: None,
+            quiet_above: 0,
+            last_change: None,
+            waited: false,
+            prev_delay: Duration::ZERO,
             timeline: Vec::new(),
             changes: 0,
         };
@@ -209,15 +255,50 @@ impl RateController {
         });
     }
 
-    /// The loss rate of recent rounds that random loss alone explains.
-    fn loss_floor(&self) -> f64 {
-        self.recent_loss
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min)
+    /// The loss rate of recent rounds that random loss alone explains, erring high: the
+    /// datagrams of the quieter half of the recent rounds (so that congested rounds do not
+    /// count), pooled, with the count of lost ones raised to the top of its likely range
+    /// (`lost + 2 + 2 sqrt(lost + 1)`), so that a floor seen over few datagrams is not taken
+    /// for zero. `None` before the first round.
+    fn loss_floor(&self) -> Option<f64> {
+        let mut rounds: Vec<(u64, u64)> = self.recent_loss.iter().copied().collect();
+        rounds.sort_by(|a, b| (a.0 as f64 / a.1 as f64).total_cmp(&(b.0 as f64 / b.1 as f64)));
+        let quiet = &rounds[..rounds.len().div_ceil(2)];
+        let lost = quiet.iter().map(|r| r.0 as f64).sum::<f64>();
+        let seen = quiet.iter().map(|r| r.1 as f64).sum::<f64>();
+        (seen > 0.0).then(|| ((lost + 2.0 + 2.0 * (lost + 1.0).sqrt()) / seen).min(1.0))
     }
 
     /// Takes one report; returns the change made, if any.
+    ///
+    /// A round's loss is congestion if it is over half the datagrams, or if the lost count
+    /// exceeds what the floor of the *earlier* rounds explains (`floor x seen`) by more than
+    /// that count's noise (three standard deviations of a Poisson count, plus two datagrams)
+    /// plus 0.5% of the round: so small rounds need more than a loss or two, and a
+    /// clean path that has been watched for a while notices an overshoot of about 1%.
+    ///
+    /// A judged round is *saturated* if less passed the path (delivered, plus the lost share
+    /// added back) than 97% of the rate (75% in startup, less after
+    /// a large increase), and the mean queueing delay grew by at least half of what that
+    /// surplus would queue in an interval; it counts as [`Reason::Delay`].
+    ///
+    /// On congestion the rate goes to the delivered rate (or the current rate, if lower) times
+    /// the mode's factor; for [`Reason::Delay`], or a queue longer than the delay target, lower
+    /// still: low enough to drain the queue (the report's delay plus what the surplus added
+    /// since) within two holds, never below half. The hold that follows lasts until that
+    /// queue has drained (at most two more rounds), and a queue seen shrinking after a cut is
+    /// left to drain. Outside startup one report never cuts more than half, so an
+    /// interval in which the sender had little to send (the end of a transfer) cannot collapse
+    /// the rate. The delivered rate is remembered as the path's capacity.
+    ///
+    /// Without congestion: in startup the rate doubles, but to no more than twice what was
+    /// delivered; after startup it closes half the distance to the remembered capacity per
+    /// round (at least a quarter of the mode's step) until within 3% of it, and from there
+    /// probes by the mode's step, doubling for every round in a row in which the path passed
+    /// 99% of the rate. A round that did not is followed by a round without increase
+    /// (and another while the queueing delay grows), then the base step again. A round that
+    /// delivered less than half the rate says nothing about the path (the sender had little to
+    /// send): the rate stays.
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         if self.cfg.mode == RateMode::Fixed {
             return None;
@@ -226,58 +307,182 @@ impl RateController {
         if seen == 0 || fb.interval.is_zero() {
             return None;
         }
+        // The peer's numbers: keep the durations in a range where the arithmetic cannot overflow.
+        let fb = &Feedback {
+            interval: fb.interval.min(MAX_REPORTED),
+            queue_delay: fb.queue_delay.min(MAX_REPORTED),
+            ..*fb
+        };
         let loss = fb.lost as f64 / seen as f64;
-        self.recent_loss.push_back(loss);
+        let loss_congestion = loss > 0.5
+            || self.loss_floor().is_some_and(|floor| {
+                let expected = floor * seen as f64;
+                let noise = 3.0 * expected.sqrt() + 2.0;
+                fb.lost as f64 > expected + noise + LOSS_MARGIN * seen as f64
+            });
+        self.recent_loss.push_back((fb.lost.min(seen), seen));
         if self.recent_loss.len() > FLOOR_ROUNDS {
             self.recent_loss.pop_front();
         }
         let delivered = fb.bytes as f64 * 8.0 / fb.interval.as_secs_f64();
-        let reason = if fb.socket_drops > 0 {
+        let measured = delivered.is_finite() && delivered > 0.0;
+        // What left the queues: the delivered rate with the lost datagrams added back (they
+        // were dropped, not queued), so random loss alone does not look like a queue.
+        let passed = delivered / (1.0 - loss).max(0.5);
+        let last_cut = self.last_change.is_some_and(|r| r < 1.0);
+        let prev_delay = std::mem::replace(&mut self.prev_delay, fb.queue_delay);
+        // A queue that is draining after a cut is no reason to cut again, nor to speed up.
+        if last_cut && fb.queue_delay > self.cfg.delay_target() && fb.queue_delay < prev_delay {
+            return None;
+        }
+        // What the receiver saw.
+        let seen_congestion = if fb.socket_drops > 0 {
             Some(Reason::SocketDrops)
         } else if fb.backlog_bytes > BACKLOG_LIMIT {
             Some(Reason::Backlog)
         } else if fb.queue_delay > self.cfg.delay_target() {
             Some(Reason::Delay)
-        } else if loss > self.loss_floor() + LOSS_MARGIN && self.recent_loss.len() > 1 || loss > 0.5
-        {
+        } else if loss_congestion {
             Some(Reason::Loss)
         } else {
             None
         };
         if self.hold_until.is_some_and(|t| now < t) {
-            return None;
+            // After a cut the queue is still draining: wait, whatever the report says. After
+            // an increase, congestion the receiver already sees is acted on at once (it cannot
+            // be older than the increase: the report that allowed the increase was quiet).
+            if last_cut || seen_congestion.is_none() {
+                return None;
+            }
         }
+        // A judged round (its data was all sent after the last change, give or take a quarter
+        // interval) that delivered clearly less than the rate while the queueing delay grew
+        // accordingly: the surplus is filling a queue. Not before the first change (the first
+        // report also covers the first one-way delay, when nothing can arrive), and outside
+        // startup not below half the rate (the sender had little to send).
+        let saturated = self.last_change.is_some_and(|ratio| {
+            let share = if self.startup {
+                STARTUP_SATURATED
+            } else {
+                // Some of the interval at the old rate weighs more after a larger increase.
+                SATURATED.min(1.0 - (ratio - 1.0) / 8.0)
+            };
+            // Sending 1/share times what the path takes for an interval queues at least
+            // (1 - share) of an interval; ask for half of that in the mean delay.
+            let growth = fb.interval.mul_f64((1.0 - share) / 2.0);
+            measured
+                && (self.startup || delivered >= self.rate / 2.0)
+                && passed < self.rate * share
+                && fb.queue_delay >= prev_delay + growth
+        });
+        let reason = seen_congestion.or(saturated.then_some(Reason::Delay));
         let ceiling = self.cfg.ceiling_bps.max(1) as f64;
         let floor = self.cfg.min_bps.max(1) as f64;
+        // Judge the new rate by the first report whose data was sent after the change: one
+        // round trip (with what is queued now) plus one report interval later. Reports come
+        // once per interval, so a quarter interval of slack lets that one through despite
+        // timing noise.
+        let rtt = self.cfg.rtt.min(MAX_REPORTED);
+        let mut hold = rtt + fb.queue_delay + fb.interval.mul_f64(0.75);
+        let step = if self.cfg.mode == RateMode::Fair {
+            0.03
+        } else {
+            0.06
+        };
         let (new, why) = match reason {
             Some(r) => {
-                self.startup = false;
-                let base = if delivered.is_finite() && delivered > 0.0 {
+                let base = if measured {
+                    self.capacity = Some(delivered);
                     self.rate.min(delivered)
                 } else {
                     self.rate
                 };
-                let factor = if self.cfg.mode == RateMode::Fair {
+                let factor: f64 = if self.cfg.mode == RateMode::Fair {
                     0.8
                 } else {
                     0.95
                 };
-                (base * factor, r)
+                // The queue now: what the report saw, plus, if nothing was dropped, what the
+                // surplus over the delivered rate has added since its data was sent.
+                let surplus = if measured && r == Reason::Delay {
+                    (self.rate / delivered - 1.0).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
+                let queue = fb.queue_delay + (rtt + fb.interval).mul_f64(surplus);
+                // When the queue itself is the problem (or longer than the mode accepts), go low
+                // enough to drain it within two holds. A short queue that drops (a shallow
+                // bottleneck, a socket buffer) only needs the rate below capacity: it drains at
+                // the mode's margin.
+                let factor = if r == Reason::Delay || queue > self.cfg.delay_target() {
+                    let drain = 1.0 - queue.as_secs_f64() / (2.0 * hold.as_secs_f64()).max(1e-6);
+                    factor.min(drain).max(0.5)
+                } else {
+                    factor
+                };
+                let mut new = base * factor;
+                if !self.startup {
+                    new = new.max(self.rate * MAX_CUT);
+                }
+                // And wait for the queue to drain at that rate before judging again (at most
+                // two more rounds).
+                hold += queue
+                    .mul_f64(1.0 / (1.0 - factor))
+                    .min((rtt + fb.interval) * 2);
+                self.startup = false;
+                self.quiet_above = 0;
+                (new, r)
             }
-            None if self.startup => (self.rate * 2.0, Reason::Startup),
-            None if self.cfg.mode == RateMode::Fair => (self.rate * 1.03, Reason::Probe),
-            None => (self.rate * 1.06, Reason::Probe),
+            None if self.startup => {
+                let limit = if measured {
+                    2.0 * delivered
+                } else {
+                    2.0 * self.rate
+                };
+                (self.rate.max(limit.min(2.0 * self.rate)), Reason::Startup)
+            }
+            // The sender had little to send: nothing learnt about the path.
+            None if measured && delivered < self.rate / 2.0 => (self.rate, Reason::Probe),
+            None => match self.capacity {
+                Some(c) if self.rate < c * 0.97 => (
+                    self.rate + ((c - self.rate) / 2.0).max(self.rate * step / 4.0),
+                    Reason::Probe,
+                ),
+                _ => {
+                    // Did the path clearly take the last increase?
+                    let took = !measured || passed >= self.rate * KEPT_UP;
+                    if took {
+                        // The step grows while the path takes each increase.
+                        self.waited = false;
+                        let gain = step * f64::from(1u32 << self.quiet_above);
+                        self.quiet_above = (self.quiet_above + 1).min(MAX_PROBE_DOUBLINGS);
+                        (self.rate * (1.0 + gain), Reason::Probe)
+                    } else if !self.waited
+                        || fb.queue_delay > prev_delay + fb.interval.mul_f64((1.0 - KEPT_UP) / 2.0)
+                    {
+                        // Not clearly, or the queue grows: wait a round and see.
+                        self.waited = true;
+                        self.quiet_above = 0;
+                        (self.rate, Reason::Probe)
+                    } else {
+                        // Quiet twice, and no queue building: the base step.
+                        self.waited = false;
+                        self.quiet_above = 1;
+                        (self.rate * (1.0 + step), Reason::Probe)
+                    }
+                }
+            },
         };
         let new = if new.is_finite() {
             new.clamp(floor, ceiling.max(floor))
         } else {
             self.rate
         };
-        // Wait one round trip plus one report before judging the new rate.
-        self.hold_until = Some(now + self.cfg.rtt + fb.interval);
+        self.hold_until = now.checked_add(hold);
         if (new - self.rate).abs() < 1.0 {
             return None;
         }
+        self.last_change = Some(new / self.rate);
         self.rate = new;
         self.record(now, why);
         self.timeline.last().copied()
@@ -376,6 +581,131 @@ mod tests {
         assert!(c
             .on_feedback(t0 + Duration::from_millis(70), &fb(50e6, 0.0, 0))
             .is_none());
+    }
+
+    /// A controller out of startup with a known capacity of `capacity_bps` (a loss round there),
+    /// at `t`; returns it and the time of its last report.
+    fn settled_at(capacity_bps: f64) -> (RateController, Instant) {
+        let t0 = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t0);
+        let mut t = t0;
+        while (c.rate_bps() as f64) < capacity_bps {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+        }
+        t += Duration::from_millis(200);
+        let ch = c.on_feedback(t, &fb(capacity_bps, 0.3, 1)).unwrap();
+        assert_eq!(ch.reason, Reason::Loss);
+        (c, t)
+    }
+
+    #[test]
+    fn a_filling_queue_is_caught_before_it_overflows() {
+        let (mut c, mut t) = settled_at(300e6);
+        // Back up to the capacity, then one probe past it.
+        while c.rate_bps() < 300_000_000 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+        }
+        let probe = c.rate_bps();
+        assert!(probe < 330_000_000, "probe {probe}");
+        // The path passes 300 of it without loss, and the queueing delay grows.
+        t += Duration::from_millis(200);
+        let ch = c.on_feedback(t, &fb(300e6, 0.0, 4)).unwrap();
+        assert_eq!(ch.reason, Reason::Delay);
+        assert!(
+            ch.rate_bps < 300_000_000 && ch.rate_bps > 270_000_000,
+            "{ch:?}"
+        );
+    }
+
+    #[test]
+    fn a_path_that_got_faster_is_found_in_a_few_rounds() {
+        let (mut c, mut t) = settled_at(150e6);
+        let mut rounds = 0;
+        while c.rate_bps() < 300_000_000 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+            rounds += 1;
+        }
+        assert!(rounds <= 7, "{rounds} rounds: {:?}", c.timeline());
+        assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
+    }
+
+    #[test]
+    fn a_nearly_idle_round_cuts_at_most_half() {
+        let (mut c, mut t) = settled_at(300e6);
+        let before = c.rate_bps();
+        t += Duration::from_millis(200);
+        // The end of a transfer: a few datagrams, a third of them lost.
+        let tail = Feedback {
+            interval: Duration::from_millis(50),
+            bytes: 20 * 1400,
+            datagrams: 20,
+            lost: 10,
+            ..Feedback::default()
+        };
+        let ch = c.on_feedback(t, &tail).unwrap();
+        assert_eq!(ch.reason, Reason::Loss);
+        assert!(ch.rate_bps >= before / 2, "{} -> {}", before, ch.rate_bps);
+    }
+
+    #[test]
+    fn random_loss_in_small_rounds_is_not_congestion() {
+        let t0 = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t0);
+        let mut t = t0;
+        // About 1% of 200 datagrams per round, as a binomial count would scatter.
+        for lost in [0, 3, 1, 4, 2, 0, 5, 2, 1, 3, 2, 4, 1, 0, 2, 3] {
+            t += Duration::from_millis(200);
+            let f = Feedback {
+                interval: Duration::from_millis(50),
+                bytes: 200 * 1400,
+                datagrams: 200 - lost,
+                lost,
+                queue_delay: Duration::from_millis(1),
+                ..Feedback::default()
+            };
+            c.on_feedback(t, &f);
+        }
+        assert!(
+            c.timeline().iter().all(|ch| ch.reason != Reason::Loss),
+            "{:?}",
+            c.timeline()
+        );
+    }
+
+    #[test]
+    fn absurd_reports_do_not_panic() {
+        let t0 = Instant::now();
+        for mode in [RateMode::Auto, RateMode::Fair] {
+            let mut c = RateController::new(cfg(mode), t0);
+            let mut t = t0;
+            for f in [
+                Feedback {
+                    interval: Duration::from_micros(u64::MAX),
+                    bytes: u64::MAX,
+                    datagrams: u64::MAX,
+                    lost: u64::MAX,
+                    socket_drops: 0,
+                    queue_delay: Duration::from_micros(u64::MAX),
+                    backlog_bytes: 0,
+                },
+                Feedback {
+                    interval: Duration::from_nanos(1),
+                    bytes: u64::MAX,
+                    datagrams: 1,
+                    lost: 0,
+                    queue_delay: Duration::MAX,
+                    ..Feedback::default()
+                },
+                fb(100e6, 0.0, 1),
+            ] {
+                t += Duration::from_millis(200);
+                c.on_feedback(t, &f);
+                assert!((1_000_000..=10_000_000_000).contains(&c.rate_bps()));
+            }
+        }
     }
 
     proptest! {

@@ -1,0 +1,583 @@
+//! Rate control end to end: the sender's `RateController` fed by the receiver's reports, as in
+//! the engine, over simulated paths (see `hurtle_netsim::pair`, "Rate control").
+//!
+//! Every case starts cold at 100 Mbit/s with a 10 Gbit/s ceiling on a 40 ms RTT path, 4
+//! channels, 1 MiB blocks, runs of 4 datagrams (bursts of 4 x 5.6 KB across the channels) and
+//! the engine's timers (final marker every 2 RTT, NACK retry from `RecvConfig::for_rtt`). The
+//! runner checks every run ends byte-exact; the cases check how the rate behaves:
+//!
+//! - *settling*: the first moment after which the rate delivered to the receiver, over every
+//!   sliding window of [`WINDOW`] reports (one report per RTT) up to the end of the steady part
+//!   (when the first channel runs out of new data), stays within a band around the capacity;
+//!   stated in RTTs.
+//! - *resent share*: repair bytes over all payload bytes sent.
+//!
+//! The cases and their stated bounds: a 300 Mbit/s bottleneck with a 128 KiB drop-tail queue
+//! settles within 15 RTTs to within 10% (delivery and rate) with under 2% resent; with 1%
+//! random loss the steady goodput stays above 85% of it; a receiver that takes a quarter of the
+//! link rate behind a 256 KiB socket buffer sets the rate within 15 RTTs to within 15%, its
+//! buffer bounded, its drops reported as socket drops; a bottleneck halving at 1.5 s is followed
+//! within 8 RTTs and its recovery at 3 s within 20; `fair` keeps a 2 MiB queue near its 5 ms
+//! delay target; and random paths never stall.
+//!
+//! Delivered rates count whole datagrams (header included), as the bottleneck does; goodput
+//! counts new file bytes. Run with `--nocapture` to see each case's numbers and rate timeline.
+
+use hurtle_netsim::{LinkConfig, Outcome, Scenario};
+use hurtle_proto::rate::{RateConfig, RateMode, Reason};
+use hurtle_proto::{RecvConfig, SendConfig};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const MBIT: f64 = 1e6;
+/// Round-trip time of every path here (20 ms each way).
+const RTT: Duration = Duration::from_millis(40);
+/// The bottleneck of most cases.
+const BOTTLENECK: u64 = 300_000_000;
+/// Reports per sliding window (one report per RTT).
+const WINDOW: usize = 4;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn rtts(d: Duration) -> f64 {
+    d.as_secs_f64() / RTT.as_secs_f64()
+}
+
+/// A cold start in `mode` over `link` (its delay is set to half the RTT).
+fn scenario(mode: RateMode, link: LinkConfig, mib: u64) -> Scenario {
+    Scenario {
+        files: vec![mib * MIB],
+        block_size: MIB,
+        channels: 4,
+        run_datagrams: 4,
+        // The engine's pacer catch-up.
+        pacer_burst: ms(2),
+        link: link.with_delay(RTT / 2),
+        rate: Some(RateConfig {
+            mode,
+            ceiling_bps: 10_000_000_000,
+            start_bps: 100_000_000,
+            min_bps: 1_000_000,
+            rtt: RTT,
+        }),
+        send: SendConfig {
+            final_interval: (RTT * 2).max(ms(30)),
+            ..SendConfig::default()
+        },
+        recv: RecvConfig::for_rtt(RTT),
+        max_virtual: Duration::from_secs(60),
+        max_steps: 50_000_000,
+        ..Scenario::default()
+    }
+}
+
+/// Runs `sc` and prints its summary and rate timeline.
+fn run(name: &str, sc: Scenario) -> Outcome {
+    let wall = std::time::Instant::now();
+    let out = sc.run().unwrap_or_else(|f| panic!("{name}: {f}"));
+    let timeline: Vec<String> = out
+        .rate_timeline
+        .iter()
+        .map(|p| {
+            format!(
+                "{:.0}:{:.0}{}",
+                p.at.as_secs_f64() * 1e3,
+                p.rate_bps as f64 / MBIT,
+                &p.reason.as_str()[..1]
+            )
+        })
+        .collect();
+    eprintln!(
+        "{name}: {:.3} s virtual, steady until {:.3} s, resent {:.2}%, wall {:.0} ms\n  {out}\n  \
+         rate (ms:Mbit/s, s=startup p=probe l=loss d=delay s=socket-drops): {}",
+        out.duration.as_secs_f64(),
+        out.steady_until.as_secs_f64(),
+        out.resent_share() * 100.0,
+        wall.elapsed().as_secs_f64() * 1e3,
+        timeline.join(" "),
+    );
+    assert_eq!(
+        out.new_bytes, out.bytes,
+        "{name}: every byte sent once as new"
+    );
+    assert!(out.rate_timeline.iter().all(|p| p.rate_bps >= 1_000_000));
+    out
+}
+
+/// Delivered rate over each sliding window of [`WINDOW`] reports that ends by `until`:
+/// (window start, window end, bits per second).
+fn windows(out: &Outcome, until: Duration) -> Vec<(Duration, Duration, f64)> {
+    let reports: Vec<_> = out.reports.iter().filter(|r| r.at <= until).collect();
+    reports
+        .windows(WINDOW)
+        .map(|w| {
+            let start = w[0].at - w[0].feedback.interval;
+            let end = w[WINDOW - 1].at;
+            let bytes: u64 = w.iter().map(|r| r.feedback.bytes).sum();
+            (start, end, bytes as f64 * 8.0 / (end - start).as_secs_f64())
+        })
+        .collect()
+}
+
+/// The start of the first window from `from` on after which every window up to `until` delivers
+/// within `[lo, hi]` bits per second; `None` if even the last one does not.
+fn settled(out: &Outcome, from: Duration, until: Duration, lo: f64, hi: f64) -> Option<Duration> {
+    let w: Vec<_> = windows(out, until)
+        .into_iter()
+        .filter(|&(start, _, _)| start >= from)
+        .collect();
+    let last_bad = w.iter().rposition(|&(_, _, bps)| bps < lo || bps > hi);
+    match last_bad {
+        None => w.first().map(|&(start, _, _)| start),
+        Some(i) => w.get(i + 1).map(|&(start, _, _)| start),
+    }
+}
+
+/// When the controller's rate entered `[lo, hi]` for good (up to `until`), looking from `from`.
+fn rate_settled(out: &Outcome, from: Duration, until: Duration, lo: f64, hi: f64) -> Duration {
+    let out_of_band = |bps: u64| (bps as f64) < lo || (bps as f64) > hi;
+    out.rate_timeline
+        .iter()
+        .filter(|p| p.at > from && p.at <= until)
+        .fold(
+            if out_of_band(out.rate_at(from)) {
+                None
+            } else {
+                Some(from)
+            },
+            |settled, p| match (settled, out_of_band(p.rate_bps)) {
+                (_, true) => None,
+                (None, false) => Some(p.at),
+                (s, false) => s,
+            },
+        )
+        .unwrap_or(until)
+}
+
+/// Both the delivery windows and the controller's rate within `[lo, hi]` for good, from `from`
+/// to `until`: when that began.
+fn settled_both(out: &Outcome, from: Duration, until: Duration, lo: f64, hi: f64) -> Duration {
+    let delivered = settled(out, from, until, lo, hi).unwrap_or(until);
+    delivered.max(rate_settled(out, from, until, lo, hi))
+}
+
+/// New file bytes per second received between `from` and `to` (at report granularity).
+fn goodput(out: &Outcome, from: Duration, to: Duration) -> f64 {
+    let first = out.reports.iter().find(|r| r.at >= from).expect("a report");
+    let last = out.reports.iter().rfind(|r| r.at <= to).expect("a report");
+    (last.received - first.received) as f64 * 8.0 / (last.at - first.at).as_secs_f64()
+}
+
+/// Mean and largest queueing delay the reports saw from `from` to `to`.
+fn queue_delays(out: &Outcome, from: Duration, to: Duration) -> (Duration, Duration) {
+    let d: Vec<Duration> = out
+        .reports
+        .iter()
+        .filter(|r| r.at >= from && r.at <= to)
+        .map(|r| r.feedback.queue_delay)
+        .collect();
+    let mean = d.iter().sum::<Duration>() / d.len().max(1) as u32;
+    (mean, d.iter().copied().max().unwrap_or_default())
+}
+
+/// Rates the controller set from `from` to `to`, including the one in force at `from`.
+fn rates(out: &Outcome, from: Duration, to: Duration) -> Vec<u64> {
+    std::iter::once(out.rate_at(from))
+        .chain(
+            out.rate_timeline
+                .iter()
+                .filter(|p| p.at > from && p.at <= to)
+                .map(|p| p.rate_bps),
+        )
+        .collect()
+}
+
+fn mbit(bps: f64) -> String {
+    format!("{:.1} Mbit/s", bps / MBIT)
+}
+
+mod bottleneck {
+    use super::*;
+
+    /// Settles within this many RTTs of a cold start.
+    const SETTLE_RTTS: f64 = 15.0;
+
+    #[test]
+    fn cold_start_settles_near_a_shallow_bottleneck() {
+        let c = BOTTLENECK as f64;
+        let out = run(
+            "300 Mbit/s, 128 KiB drop-tail",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                128,
+            ),
+        );
+        let end = out.steady_until;
+        let at = settled_both(&out, Duration::ZERO, end, 0.9 * c, 1.1 * c);
+        let steady = windows(&out, end);
+        let worst = steady
+            .iter()
+            .filter(|w| w.0 >= at)
+            .map(|w| w.2)
+            .fold(f64::INFINITY, f64::min);
+        let r = rates(&out, at, end);
+        let (lo, hi) = (r.iter().min().unwrap(), r.iter().max().unwrap());
+        eprintln!(
+            "  settled after {:.1} RTTs; after that: worst {}-RTT window {} ({:.1}%), rates {}..{}",
+            rtts(at),
+            WINDOW,
+            mbit(worst),
+            worst / c * 100.0,
+            mbit(*lo as f64),
+            mbit(*hi as f64),
+        );
+        assert!(
+            rtts(at) <= SETTLE_RTTS,
+            "settled after {:.1} RTTs",
+            rtts(at)
+        );
+        assert!(
+            (*lo as f64) >= 0.9 * c && (*hi as f64) <= 1.1 * c,
+            "rate left the 10% band after settling: {}..{}",
+            mbit(*lo as f64),
+            mbit(*hi as f64),
+        );
+        assert!(
+            out.resent_share() < 0.02,
+            "resent {:.2}%",
+            out.resent_share() * 100.0
+        );
+    }
+
+    #[test]
+    fn random_loss_keeps_goodput_above_85_percent() {
+        let c = BOTTLENECK as f64;
+        let out = run(
+            "300 Mbit/s, 128 KiB drop-tail, 1% random loss",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(BOTTLENECK, 128 << 10)
+                    .with_loss(0.01),
+                128,
+            ),
+        );
+        // The steady part: from the first settled window (within 15%) to the end of new data.
+        let end = out.steady_until;
+        let from = settled(&out, Duration::ZERO, end, 0.85 * c, 1.1 * c)
+            .unwrap_or_else(|| panic!("never within 15% of the bottleneck\n{out}"));
+        let steady = goodput(&out, from, end);
+        let whole = out.goodput_bps();
+        let losses = out
+            .rate_timeline
+            .iter()
+            .filter(|p| p.reason == Reason::Loss)
+            .count();
+        eprintln!(
+            "  steady from {:.1} RTTs: goodput {} ({:.1}%); whole run {} ({:.1}%); {} loss cuts",
+            rtts(from),
+            mbit(steady),
+            steady / c * 100.0,
+            mbit(whole),
+            whole / c * 100.0,
+            losses,
+        );
+        assert!(steady > 0.85 * c, "steady goodput {}", mbit(steady));
+        assert!(whole > 0.80 * c, "whole-run goodput {}", mbit(whole));
+    }
+}
+
+mod receiver {
+    use super::*;
+
+    #[test]
+    fn a_slow_receiver_sets_the_rate_and_its_buffer_stays_bounded() {
+        let link = BOTTLENECK;
+        let absorb = link / 4;
+        let buffer = 256 << 10;
+        let c = absorb as f64;
+        let out = run(
+            "300 Mbit/s link, receiver takes 75 Mbit/s behind a 256 KiB socket buffer",
+            Scenario {
+                receiver_rate_bps: Some(absorb),
+                receiver_queue_bytes: buffer,
+                ..scenario(
+                    RateMode::Auto,
+                    LinkConfig::default().with_rate(link, 128 << 10),
+                    48,
+                )
+            },
+        );
+        let end = out.steady_until;
+        let at = settled_both(&out, Duration::ZERO, end, 0.85 * c, 1.15 * c);
+        let r = rates(&out, at, end);
+        let (lo, hi) = (*r.iter().min().unwrap(), *r.iter().max().unwrap());
+        let reported: u64 = out.reports.iter().map(|r| r.feedback.socket_drops).sum();
+        eprintln!(
+            "  settled after {:.1} RTTs; rates after that {}..{}; buffer max {} of {} bytes; \
+             {} socket drops ({} reported)",
+            rtts(at),
+            mbit(lo as f64),
+            mbit(hi as f64),
+            out.receiver_queue_max,
+            buffer,
+            out.socket_drops,
+            reported,
+        );
+        assert!(rtts(at) <= 15.0, "settled after {:.1} RTTs", rtts(at));
+        assert!(
+            lo as f64 >= 0.85 * c && hi as f64 <= 1.15 * c,
+            "rate left the 15% band after settling: {}..{}",
+            mbit(lo as f64),
+            mbit(hi as f64),
+        );
+        assert!(out.receiver_queue_max <= buffer);
+        assert!(
+            out.receiver_queue_max > 0,
+            "the receiver was never the bottleneck"
+        );
+        // The drops are reported as socket drops (the sender reacted to them), not lost silently.
+        assert!(
+            out.socket_drops > 0 && reported == out.socket_drops,
+            "{out}"
+        );
+        assert!(out
+            .rate_timeline
+            .iter()
+            .any(|p| p.reason == Reason::SocketDrops));
+        assert!(
+            out.resent_share() < 0.02,
+            "resent {:.2}%",
+            out.resent_share() * 100.0
+        );
+    }
+}
+
+mod path_change {
+    use super::*;
+
+    /// The rate is within 10% of the halved bottleneck this many RTTs after it halves.
+    const DOWN_RTTS: f64 = 8.0;
+    /// Delivery is back within 10% of the full bottleneck this many RTTs after it recovers.
+    const UP_RTTS: f64 = 20.0;
+
+    #[test]
+    fn the_rate_follows_the_bottleneck_down_and_back_up() {
+        let (full, half) = (BOTTLENECK, BOTTLENECK / 2);
+        let (down, up) = (ms(1500), ms(3000));
+        let out = run(
+            "300 -> 150 Mbit/s at 1.5 s -> 300 at 3 s, 128 KiB drop-tail",
+            Scenario {
+                rate_changes: vec![(down, half), (up, full)],
+                ..scenario(
+                    RateMode::Auto,
+                    LinkConfig::default().with_rate(full, 128 << 10),
+                    128,
+                )
+            },
+        );
+        assert!(
+            out.steady_until > up + ms(1000),
+            "too short to see the way back up"
+        );
+        let h = half as f64;
+        // Down: the first rate within 10% of the new bottleneck, then it stays near it.
+        let followed = out
+            .rate_timeline
+            .iter()
+            .find(|p| p.at >= down && (p.rate_bps as f64) <= 1.1 * h)
+            .map(|p| p.at - down)
+            .expect("the rate never came down");
+        let low = settled(&out, down, up, 0.85 * h, 1.1 * h)
+            .unwrap_or_else(|| panic!("never settled at the halved bottleneck\n{out}"));
+        let r = rates(&out, down + followed, up);
+        let (lo, hi) = (*r.iter().min().unwrap(), *r.iter().max().unwrap());
+        // Up: the first window from the recovery on that delivers within 10% of it.
+        let f = full as f64;
+        let back = windows(&out, out.steady_until)
+            .into_iter()
+            .find(|w| w.0 >= up && w.2 >= 0.9 * f)
+            .map(|w| w.1 - up)
+            .expect("delivery never came back up");
+        eprintln!(
+            "  down: rate within 10% after {:.1} RTTs, delivery settled (15%) {:.1} RTTs after \
+             the change, rates until the recovery {}..{}; up: a {}-RTT window within 10% of \
+             300 Mbit/s ends {:.1} RTTs after it",
+            rtts(followed),
+            rtts(low - down),
+            mbit(lo as f64),
+            mbit(hi as f64),
+            WINDOW,
+            rtts(back),
+        );
+        assert!(
+            rtts(followed) <= DOWN_RTTS,
+            "down after {:.1} RTTs",
+            rtts(followed)
+        );
+        assert!(
+            lo as f64 >= 0.5 * h,
+            "the rate collapsed to {} at the halved bottleneck",
+            mbit(lo as f64)
+        );
+        assert!(
+            rtts(back) <= UP_RTTS,
+            "back up after {:.1} RTTs",
+            rtts(back)
+        );
+        assert!(
+            out.resent_share() < 0.03,
+            "resent {:.2}%",
+            out.resent_share() * 100.0
+        );
+    }
+}
+
+mod fair {
+    use super::*;
+
+    /// Both modes keep a deep queue short after startup: `fair` near its 5 ms target, `auto`
+    /// well under its 40 ms one (it catches its own surplus as saturation before the queue gets
+    /// long, so it does not fill it towards 40 ms either; what `auto` tolerates that `fair` does
+    /// not is queueing delay it did not cause, which this runner cannot produce).
+    #[test]
+    fn fair_mode_keeps_a_deep_queue_near_its_delay_target() {
+        let c = 100_000_000f64;
+        let link = || LinkConfig::default().with_rate(100_000_000, 2 << 20);
+        let mut seen = Vec::new();
+        for mode in [RateMode::Fair, RateMode::Auto] {
+            let out = run(
+                &format!("{mode:?}: 100 Mbit/s, 2 MiB drop-tail (168 ms)"),
+                scenario(mode, link(), 32),
+            );
+            // After startup: from the first probe (the controller saw the queue drained).
+            let from = out
+                .rate_timeline
+                .iter()
+                .find(|p| p.reason == Reason::Probe)
+                .map_or(Duration::ZERO, |p| p.at);
+            let end = out.steady_until;
+            let (mean, max) = queue_delays(&out, from, end);
+            let util = goodput(&out, from, end) / c;
+            let target = scenario(mode, link(), 1).rate.unwrap().delay_target();
+            eprintln!(
+                "  {mode:?}: queueing delay after startup mean {:.1} ms, max {:.1} ms (target \
+                 {:.0} ms); goodput {:.1}% of the link; resent {:.2}%",
+                mean.as_secs_f64() * 1e3,
+                max.as_secs_f64() * 1e3,
+                target.as_secs_f64() * 1e3,
+                util * 100.0,
+                out.resent_share() * 100.0,
+            );
+            let delay_cuts = out
+                .rate_timeline
+                .iter()
+                .filter(|p| p.at >= from && p.reason == Reason::Delay)
+                .count();
+            assert!(delay_cuts > 0, "{mode:?} never backed off for delay");
+            seen.push((mode, mean, max, target, util));
+        }
+        for (mode, mean, max, target, util) in seen {
+            assert!(
+                mean <= target,
+                "{mode:?}: mean queueing delay {mean:?} above {target:?}"
+            );
+            assert!(max <= 2 * target, "{mode:?}: queueing delay up to {max:?}");
+            assert!(
+                util > 0.85,
+                "{mode:?}: goodput {:.1}% of the link",
+                util * 100.0
+            );
+        }
+    }
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn same_seed_same_rate_timeline() {
+        let sc = Scenario {
+            seed: 7,
+            receiver_rate_bps: Some(150_000_000),
+            receiver_queue_bytes: 256 << 10,
+            rate_changes: vec![(ms(300), 100_000_000)],
+            ..scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(BOTTLENECK, 128 << 10)
+                    .with_loss(0.01)
+                    .with_jitter(ms(1)),
+                8,
+            )
+        };
+        let (a, b) = (sc.run().unwrap(), sc.run().unwrap());
+        assert_eq!(a.rate_timeline, b.rate_timeline);
+        assert_eq!(a.reports, b.reports);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert!(a.rate_timeline.len() > 3, "{a}");
+    }
+
+    proptest! {
+        // A fixed seed: the same cases every run, like the rest of this file.
+        #![proptest_config(ProptestConfig {
+            cases: 8,
+            failure_persistence: None,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x6875_7274),
+            ..ProptestConfig::default()
+        })]
+
+        /// Random bottlenecks, losses, RTTs, jitter, slow receivers and modes: the run ends
+        /// byte-exact (the runner checks) without stalling, and the rate stays a positive number
+        /// within its bounds.
+        #[test]
+        fn random_paths_never_stall(
+            seed in any::<u64>(),
+            fair in any::<bool>(),
+            bottleneck_mbit in 20u64..1000,
+            queue_kib in 64usize..2048,
+            loss in 0.0..0.03f64,
+            rtt_ms in 4u64..200,
+            jitter_us in 0u64..3000,
+            receiver_mbit in proptest::option::of(10u64..500),
+            mib in 2u64..8,
+        ) {
+            let rtt = ms(rtt_ms);
+            let bottleneck = bottleneck_mbit * 1_000_000;
+            let mut sc = scenario(
+                if fair { RateMode::Fair } else { RateMode::Auto },
+                LinkConfig::default()
+                    .with_rate(bottleneck, queue_kib << 10)
+                    .with_loss(loss)
+                    .with_jitter(Duration::from_micros(jitter_us)),
+                mib,
+            );
+            sc.receiver_rate_bps = receiver_mbit.map(|m| m * 1_000_000);
+            sc.receiver_queue_bytes = 1 << 20;
+            sc.seed = seed;
+            // At least two blocks per channel: every channel paces at a quarter of the rate,
+            // so a channel without data would leave its share unused.
+            sc.block_size = 256 << 10;
+            sc.link.delay = rtt / 2;
+            sc.send.final_interval = (rtt * 2).max(ms(30));
+            sc.recv = RecvConfig::for_rtt(rtt);
+            let cfg = sc.rate.as_mut().unwrap();
+            cfg.rtt = rtt;
+            let (min, max) = (cfg.min_bps, cfg.ceiling_bps);
+            let out = sc.run().map_err(|f| TestCaseError::fail(f.to_string()))?;
+            for p in &out.rate_timeline {
+                prop_assert!(p.rate_bps >= min && p.rate_bps <= max, "rate {} at {:?}", p.rate_bps, p.at);
+            }
+            // No stall: within four times the time at the bottleneck rate, plus 50 RTTs for
+            // startup and the tail.
+            let capacity = bottleneck.min(sc.receiver_rate_bps.unwrap_or(u64::MAX));
+            let ideal = Duration::from_secs_f64(out.bytes as f64 * 8.0 / capacity as f64);
+            let bound = ideal * 4 + rtt * 50;
+            prop_assert!(out.duration <= bound, "took {:?}, bound {:?}\n{}", out.duration, bound, out);
+        }
+    }
+}
