@@ -1,0 +1,305 @@
+//! Running the `hurtle` binary: every process is collected with a deadline and killed (by its
+//! own `Child` handle) if it overstays or the test ends early.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hurtle")
+}
+
+/// A running `hurtle` process whose stdout and stderr are collected in the background. Dropping
+/// it kills the process if it still runs and reaps it.
+pub struct Proc {
+    name: String,
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<ExitStatus>,
+}
+
+/// How a process ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// Label given at spawn, for messages.
+    pub name: String,
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything it printed on stdout.
+    pub stdout: String,
+    /// Everything it printed on stderr.
+    pub stderr: String,
+}
+
+fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        // Ends at EOF, i.e. when the process exits (or is killed).
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut s = into.lock().unwrap_or_else(|e| e.into_inner());
+            s.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+}
+
+impl Proc {
+    /// Starts `hurtle ARGS`, labelled `name` in failure messages.
+    pub fn spawn<S: AsRef<OsStr>>(name: &str, args: &[S]) -> Proc {
+        let mut child = Command::new(bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", bin()));
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(child.stdout.take().expect("piped stdout"), stdout.clone()),
+            collect(child.stderr.take().expect("piped stderr"), stderr.clone()),
+        ];
+        Proc {
+            name: name.to_owned(),
+            child,
+            stdout,
+            stderr,
+            readers,
+            status: None,
+        }
+    }
+
+    /// What it printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// What it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status.is_none()
+    }
+
+    /// Polls the output (stdout, stderr) until `pick` returns a value; fails the test after
+    /// `timeout` or if the process exits first.
+    pub fn wait_for_output<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut pick: impl FnMut(&str, &str) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = pick(&self.stdout(), &self.stderr()) {
+                return v;
+            }
+            if !self.is_running() {
+                // Output may still be in flight: one last look after the readers drain.
+                self.join_readers();
+                if let Some(v) = pick(&self.stdout(), &self.stderr()) {
+                    return v;
+                }
+                panic!(
+                    "{} exited ({:?}) before {what}\nstdout:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.status,
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} did not show {what} within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn join_readers(&mut self) {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    fn finished(&mut self) -> Finished {
+        self.join_readers();
+        Finished {
+            name: self.name.clone(),
+            status: self.status.expect("process has exited"),
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        }
+    }
+
+    /// Waits for the process to exit; after `timeout` kills it and fails the test with its
+    /// output.
+    pub fn wait(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        while self.is_running() {
+            if Instant::now() >= deadline {
+                self.kill_now();
+                let f = self.finished();
+                panic!(
+                    "{} still running after {timeout:?}; killed it\nstdout:\n{}\nstderr:\n{}",
+                    f.name, f.stdout, f.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.finished()
+    }
+
+    /// Kills the process (if it still runs) and returns how it ended.
+    pub fn kill(mut self) -> Finished {
+        self.kill_now();
+        self.finished()
+    }
+
+    fn kill_now(&mut self) {
+        if self.is_running() {
+            let _ = self.child.kill();
+            self.status = Some(self.child.wait().expect("wait after kill"));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+impl Finished {
+    /// Fails the test unless the process exited with status 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "{} failed ({})\nstdout:\n{}\nstderr:\n{}",
+            self.name,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Fails the test unless the process exited non-zero with exactly one `hurtle: error:` line
+    /// on stderr; returns that line's message.
+    pub fn assert_failure(&self) -> String {
+        assert!(
+            !self.status.success() && self.status.code().is_some(),
+            "{} should have exited non-zero by itself, got {}\nstdout:\n{}\nstderr:\n{}",
+            self.name,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        let errors: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("hurtle: error: "))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "{} should print exactly one one-line cause\nstderr:\n{}",
+            self.name,
+            self.stderr
+        );
+        errors[0].to_owned()
+    }
+
+    /// The JSON summary printed on stdout with `--json`.
+    pub fn json(&self) -> serde_json::Value {
+        let line = self
+            .stdout
+            .lines()
+            .rfind(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("{}: no JSON on stdout:\n{}", self.name, self.stdout));
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}: bad JSON ({e}): {line}", self.name))
+    }
+}
+
+/// A `hurtle receive` process and the address it listens on.
+pub struct ReceiverProc {
+    /// The process.
+    pub proc: Proc,
+    /// Its control address, parsed from its "listening on" line.
+    pub addr: SocketAddr,
+    /// Its `--out` directory.
+    pub out: PathBuf,
+}
+
+/// Parses the address from "hurtle: listening on ADDR, receiving into DIR".
+fn listening_addr(text: &str) -> Option<SocketAddr> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix("hurtle: listening on ")?;
+        rest.split(", receiving into").next()?.parse().ok()
+    })
+}
+
+/// Starts `hurtle receive --listen 127.0.0.1:0 --out OUT EXTRA...` and waits for its address.
+pub fn start_receiver(out: &Path, extra: &[&str]) -> ReceiverProc {
+    let mut args: Vec<&OsStr> = vec![
+        "receive".as_ref(),
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
+    args.extend(extra.iter().map(|s| OsStr::new(*s)));
+    let mut proc = Proc::spawn("receiver", &args);
+    let addr = proc.wait_for_output("its listening address", Duration::from_secs(10), |o, e| {
+        listening_addr(o).or_else(|| listening_addr(e))
+    });
+    ReceiverProc {
+        proc,
+        addr,
+        out: out.to_path_buf(),
+    }
+}
+
+/// Arguments of `hurtle send PATHS --to ADDR EXTRA...`.
+pub fn send_args<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["send".to_owned()];
+    args.extend(paths.iter().map(|p| p.as_ref().display().to_string()));
+    args.push("--to".into());
+    args.push(to.to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Runs `hurtle send PATHS --to ADDR EXTRA...` to completion (bounded by [`TRANSFER_TIMEOUT`]).
+///
+/// [`TRANSFER_TIMEOUT`]: super::TRANSFER_TIMEOUT
+pub fn send<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) -> Finished {
+    Proc::spawn("sender", &send_args(to, paths, extra)).wait(super::TRANSFER_TIMEOUT)
+}
