@@ -1,0 +1,509 @@
+"""The transfer tools compared by the harness, and how one run of one tool
+is carried out and measured.
+
+Every tool is a receiver (started first, in the receiving namespace, waited
+for until its port is open) and a sender (in the sending namespace). Both
+run under ``/usr/bin/time`` for CPU seconds and peak RSS. Wall time runs
+from the sender's start until the file is complete: the later of the two
+exits for one-shot receivers, the sender's exit for servers (sshd, gridftp
+server, uftpd), which are then stopped. The received file is SHA-256-checked
+against the source; a missing or different file gets no throughput figure.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .netlab import PathEnds, Profile
+from .sysutil import Proc, descendants, log, sh
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Env:
+    """What tools need to know about the run."""
+
+    repo: Path
+    work: Path  # scratch dir of this harness run
+    hurtle_bin: Path
+    sock_buf: int  # bytes, for tools with an explicit buffer option
+    ssh_dir: Path | None = None
+
+
+@dataclass
+class Result:
+    ok: bool
+    wall_s: float | None = None
+    goodput_mbps: float | None = None
+    cpu_s_sender: float | None = None
+    cpu_s_receiver: float | None = None
+    peak_rss_kb_sender: int | None = None
+    peak_rss_kb_receiver: int | None = None
+    resent_share: float | None = None
+    socket_drops: int | None = None
+    notes: list[str] = field(default_factory=list)
+    goodput_override: tuple | None = None  # (mbps, seconds) for time-based tools
+
+
+@dataclass
+class Spec:
+    """One side's command."""
+
+    argv: list[str]
+    env: dict | None = None
+
+
+class Tool:
+    """Base class: a tool + one setting."""
+
+    name = "?"
+    packages: list[str] = []
+    binaries: list[str] = []
+    oneshot_receiver = True  # receiver exits by itself after one transfer
+    ready_proto = "tcp"
+    file_output = True  # False: memory-to-memory (iperf3)
+
+    def __init__(self, settings="default", **opts):
+        self.settings = settings
+        self.opts = opts
+
+    @property
+    def label(self):
+        return f"{self.name}[{self.settings}]"
+
+    def unavailable(self, env: Env) -> str | None:
+        for b in self.binaries:
+            if not shutil.which(b) and not Path(b).exists():
+                return f"{b} not installed"
+        return None
+
+    def receiver(self, env, ends: PathEnds, port, outdir: Path, src: Path, prof: Profile) -> Spec | None:
+        raise NotImplementedError
+
+    def sender(self, env, ends: PathEnds, port, outdir: Path, src: Path, prof: Profile) -> Spec:
+        raise NotImplementedError
+
+    def inspect(self, sender: Proc, receiver: Proc | None, src: Path, res: Result) -> bool:
+        """Tool-specific parsing; return False if the tool itself says the
+        transfer failed."""
+        return True
+
+
+class PlainTcp(Tool):
+    name = "tcp"
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        return Spec(["python3", str(HERE / "tcpcopy.py"), "recv", "--listen",
+                     f"{ends.recv_addr}:{port}", "--out", str(outdir / src.name)])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        return Spec(["python3", str(HERE / "tcpcopy.py"), "send", str(src), "--to",
+                     f"{ends.recv_addr}:{port}"])
+
+
+class Iperf3(Tool):
+    """Memory-to-memory TCP bound: a time-based iperf3 test (``-t``), whose
+    receiver-side rate is reported as goodput. Size-based (``-n``) tests are
+    not used: the client stops when it has *sent* n bytes, so on a long path
+    the receiver-side figure misses everything still in flight."""
+
+    name = "iperf3"
+    packages = ["iperf3"]
+    binaries = ["iperf3"]
+    file_output = False
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        return Spec(["iperf3", "-s", "-1", "-p", str(port), "-B", ends.recv_addr])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        a = ["iperf3", "-c", ends.recv_addr, "-p", str(port), "-t", str(self.opts.get("secs", 10)), "-J"]
+        if self.opts.get("streams", 1) > 1:
+            a += ["-P", str(self.opts["streams"])]
+        return Spec(a)
+
+    def inspect(self, sender, receiver, src, res):
+        try:
+            d = json.loads(sender.stdout())
+            r = d["end"]["sum_received"]
+            res.goodput_override = (r["bits_per_second"] / 1e6, r["seconds"])
+            res.notes.append(f"memory-to-memory TCP bound, {r['seconds']:.0f}s time-based test, "
+                             f"{r['bytes']} bytes")
+            retr = d["end"].get("sum_sent", {}).get("retransmits")
+            if retr is not None:
+                res.notes.append(f"retransmits={retr}")
+            return r["bytes"] > 0
+        except (ValueError, KeyError) as e:
+            res.notes.append(f"iperf3 json: {e}")
+            return False
+
+
+SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
+            "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+
+
+def prepare_ssh(env: Env):
+    """Throwaway host and client keys plus an sshd_config, once per run."""
+    d = env.work / "ssh"
+    if env.ssh_dir:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    for k in ("host_key", "client_key"):
+        if not (d / k).exists():
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hurtle-bench", "-f", str(d / k)])
+    shutil.copy(d / "client_key.pub", d / "authorized_keys")
+    (d / "sshd_config").write_text(
+        f"HostKey {d / 'host_key'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "UsePAM no\n"
+        "StrictModes no\n"
+        "UseDNS no\n"
+        "PidFile none\n"
+        "LogLevel ERROR\n"
+        "Subsystem sftp internal-sftp\n"
+    )
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
+    env.ssh_dir = d
+
+
+class _SshBased(Tool):
+    packages = ["openssh-server", "openssh-client"]
+    binaries = ["/usr/sbin/sshd", "ssh"]
+    oneshot_receiver = False
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        prepare_ssh(env)
+        return Spec(["/usr/sbin/sshd", "-D", "-e", "-f", str(env.ssh_dir / "sshd_config"),
+                     "-p", str(port), "-o", f"ListenAddress={ends.recv_addr}"])
+
+
+class Scp(_SshBased):
+    name = "scp"
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        return Spec(["scp", "-q", "-P", str(port), "-i", str(env.ssh_dir / "client_key")] + SSH_OPTS
+                    + [str(src), f"root@{ends.recv_addr}:{outdir}/"])
+
+
+class Rsync(_SshBased):
+    name = "rsync"
+    packages = _SshBased.packages + ["rsync"]
+    binaries = _SshBased.binaries + ["rsync"]
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        ssh = " ".join(["ssh", "-p", str(port), "-i", str(env.ssh_dir / "client_key")] + SSH_OPTS)
+        return Spec(["rsync", "-a", "-e", ssh, str(src), f"root@{ends.recv_addr}:{outdir}/"])
+
+
+class GridFtp(Tool):
+    """globus-url-copy -> globus-gridftp-server (anonymous ftp://, MODE E,
+    -p parallel TCP streams)."""
+
+    name = "gridftp"
+    packages = ["globus-gass-copy-progs", "globus-gridftp-server-progs"]
+    binaries = ["globus-url-copy", "globus-gridftp-server"]
+    # The client exits only after the server's "226 Transfer Complete"; the
+    # -single server then lingers for seconds before exiting, so it is
+    # treated as a server (stopped) rather than waited for.
+    oneshot_receiver = False
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        os.chmod(outdir, 0o777)  # anonymous sessions run as 'nobody'
+        return Spec(["globus-gridftp-server", "-aa", "-anonymous-user", "nobody", "-p", str(port),
+                     "-no-fork", "-single", "-home-dir", "/", "-data-interface", ends.recv_addr,
+                     "-c", "/dev/null", "-d", "ERROR"])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        a = ["globus-url-copy", "-fast", "-p", str(self.opts.get("parallel", 4))]
+        if self.opts.get("bs"):
+            a += ["-bs", str(self.opts["bs"])]
+        return Spec(a + [f"file://{src}", f"ftp://{ends.recv_addr}:{port}{outdir}/{src.name}"])
+
+
+class GridFtpUdt(GridFtp):
+    name = "gridftp-udt"
+    packages = GridFtp.packages + ["libglobus-xio-udt-driver"]
+
+    def unavailable(self, env):
+        return ("globus-url-copy applies -udt (the 'udt' data-channel stack) only to gsiftp:// "
+                "URLs, i.e. with GSI/X.509 authentication; with anonymous ftp:// it silently "
+                "uses TCP (verified with nft counters), and no throwaway GSI CA is set up here")
+
+
+class Uftp(Tool):
+    """uftp (sender) -> uftpd (receiver daemon), unicast to the receiver's
+    address. ``cc=tfmcc`` is UFTP's congestion control; ``rate=...`` a fixed
+    send rate (UFTP's default mode, cc none)."""
+
+    name = "uftp"
+    packages = ["uftp"]
+    binaries = ["uftp", "uftpd"]
+    oneshot_receiver = False
+    ready_proto = "udp"
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        tmp = outdir.parent / "uftp-tmp"
+        tmp.mkdir(exist_ok=True)
+        return Spec(["uftpd", "-d", "-q", "-p", str(port), "-D", str(outdir), "-T", str(tmp),
+                     "-B", str(min(env.sock_buf, 104857600)), "-x", "1"])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        a = ["uftp", "-M", ends.recv_addr, "-p", str(port), "-B", str(min(env.sock_buf, 104857600)),
+             "-x", "1"]
+        if self.opts.get("cc"):
+            a += ["-C", self.opts["cc"]]
+        else:
+            a += ["-R", str(int(self.rate_mbps(prof) * 1000))]
+        return Spec(a + [str(src)])
+
+    @staticmethod
+    def rate_mbps(prof):
+        return 0.9 * (prof.rate_mbps or 1000)
+
+    def inspect(self, sender, receiver, src, res):
+        out = sender.stdout() + sender.stderr()
+        for line in out.splitlines():
+            if "Status:" in line and "Completed" not in line:
+                res.notes.append("uftp: " + " ".join(line.split()))
+        return True
+
+
+class Hurtle(Tool):
+    name = "hurtle"
+
+    def unavailable(self, env):
+        if not env.hurtle_bin.exists():
+            return f"{env.hurtle_bin} missing (cargo build --release -p hurtle failed?)"
+        return None
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        return Spec([str(env.hurtle_bin), "receive", "--listen", f"{ends.recv_addr}:{port}",
+                     "--out", str(outdir), "--json", "-q"])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        a = [str(env.hurtle_bin), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
+        for k in ("transport", "channels", "chunk_size", "payload", "rate"):
+            if self.opts.get(k) is not None:
+                v = self.opts[k]
+                if k == "rate" and v == "bottleneck":
+                    v = f"{int(prof.rate_mbps or 1000)}M"
+                a += ["--" + k.replace("_", "-"), str(v)]
+        return Spec(a)
+
+    @staticmethod
+    def _json(text):
+        for line in reversed(text.strip().splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def inspect(self, sender, receiver, src, res):
+        # target/release/hurtle is rebuilt by others while benchmarks run:
+        # say which build this row measured.
+        argv0 = Path(sender.argv[0])
+        if argv0.exists():
+            st = argv0.stat()
+            import datetime as _dt
+
+            res.notes.append("bin sha256:{} built {}".format(
+                sha256(argv0)[:12],
+                _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")))
+        s = self._json(sender.stdout())
+        if s is None:
+            res.notes.append("hurtle send printed no JSON")
+        else:
+            sent = s.get("datagrams_sent") or 0
+            resent = s.get("datagrams_resent") or 0
+            if sent:
+                res.resent_share = resent / sent
+            res.notes.append(
+                "hurtle says {:.0f} Mbit/s, channels={}, nacks={}".format(
+                    (s.get("goodput_bps") or 0) / 1e6, s.get("channels"), s.get("nacks")))
+        r = self._json(receiver.stdout()) if receiver else None
+        if r is not None and r.get("socket_drops") is not None:
+            res.socket_drops = int(r["socket_drops"])
+        return True
+
+
+def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> list[Tool]:
+    """Expand tool names into (tool, setting) variants."""
+    out: list[Tool] = []
+    for n in names:
+        if n == "tcp":
+            out.append(PlainTcp("1 stream, sendfile"))
+        elif n == "iperf3":
+            out.append(Iperf3(f"1 stream, {iperf_secs}s mem-to-mem", streams=1, secs=iperf_secs))
+        elif n == "iperf3-p4":
+            out.append(Iperf3(f"4 streams, {iperf_secs}s mem-to-mem", streams=4, secs=iperf_secs))
+        elif n == "scp":
+            out.append(Scp("default cipher"))
+        elif n == "rsync":
+            out.append(Rsync("-a over ssh"))
+        elif n == "gridftp":
+            for p in (1, 4, 8):
+                out.append(GridFtp(f"p={p}", parallel=p))
+        elif n == "gridftp-p4":
+            out.append(GridFtp("p=4", parallel=4))
+        elif n == "gridftp-udt":
+            out.append(GridFtpUdt("udt"))
+        elif n == "uftp":
+            out.append(Uftp("cc=tfmcc", cc="tfmcc"))
+            out.append(Uftp("rate=0.9x bottleneck"))
+        elif n == "uftp-fixed":
+            out.append(Uftp("rate=0.9x bottleneck"))
+        elif n == "hurtle":
+            out.append(Hurtle("default"))
+            out.append(Hurtle("channels=4", channels=4))
+            out.append(Hurtle("transport=tcp", transport="tcp"))
+        elif n == "hurtle-default":
+            out.append(Hurtle("default"))
+        else:
+            raise SystemExit(f"unknown tool {n!r}")
+    if sweep == "channels":
+        out = [Hurtle(f"channels={c}", channels=c) for c in (1, 2, 4, 8, 16)]
+    elif sweep == "payload":
+        out = [Hurtle(f"payload={p}", payload=p) for p in (512, 1024, 1200, 1384, 1472)]
+    elif sweep == "tcpgrid":
+        out = [Hurtle(f"transport=tcp,channels={c},chunk={ch}", transport="tcp", channels=c, chunk_size=ch)
+               for c in (1, 2, 4, 8, 16) for ch in ("256K", "1M", "4M")]
+    elif sweep == "gridftp":
+        out = [GridFtp(f"p={p},bs={bs}", parallel=p, bs=bs)
+               for p in (1, 2, 4, 8, 16) for bs in (65536, 1048576, 4194304)]
+    return out
+
+
+# ---------------------------------------------------------------------------
+
+_HASHES: dict[tuple, str] = {}
+
+
+def sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _HASHES:
+        return _HASHES[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(4 << 20)
+            if not b:
+                break
+            h.update(b)
+    _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
+def run_once(tool: Tool, env: Env, ends: PathEnds, prof: Profile, src: Path, port: int,
+             rundir: Path, timeout: float) -> Result:
+    """One transfer of ``src`` with ``tool`` over ``ends``; never raises for
+    tool failures (they become ok=False results)."""
+    outdir = rundir / "out"
+    outdir.mkdir(parents=True, exist_ok=True)
+    res = Result(ok=False)
+    recv = send = None
+    try:
+        rspec = tool.receiver(env, ends, port, outdir, src, prof)
+        if rspec:
+            recv = Proc(rspec.argv, "receiver", rundir, ns=ends.recv_ns, env=rspec.env)
+            if not recv.wait_listening(port, tool.ready_proto, timeout=15):
+                recv.stop()
+                res.notes.append("receiver never listened: " + _tail(recv))
+                return res
+        sspec = tool.sender(env, ends, port, outdir, src, prof)
+        send = Proc(sspec.argv, "sender", rundir, ns=ends.send_ns, env=sspec.env)
+        rc = send.wait(timeout)
+        if rc is None:
+            res.notes.append(f"timeout after {timeout:.0f}s (killed)")
+            send.stop()
+            if recv:
+                recv.stop()
+            return res
+        end = send.t_end
+        if recv:
+            if tool.oneshot_receiver:
+                rrc = recv.wait(max(5.0, min(30.0, timeout * 0.1)))
+                if rrc is None:
+                    res.notes.append("receiver did not exit after the sender (killed)")
+                    recv.stop()
+                else:
+                    end = max(end, recv.t_end)
+                    if rrc != 0:
+                        res.notes.append(f"receiver exit {rrc}: " + _tail(recv))
+            else:
+                # Let per-connection children (sshd sessions) finish so their
+                # CPU is counted, then stop the server.
+                t = time.monotonic() + 3
+                while time.monotonic() < t and len(descendants(recv.pid)) > 1:
+                    time.sleep(0.05)
+                recv.stop()
+        if rc != 0:
+            res.notes.append(f"sender exit {rc}: " + _tail(send))
+        tool_ok = tool.inspect(send, recv, src, res)
+        res.wall_s = end - send.t_start
+        _, res.cpu_s_sender, res.peak_rss_kb_sender = send.usage()
+        if recv:
+            _, res.cpu_s_receiver, res.peak_rss_kb_receiver = recv.usage()
+        verified = True
+        if tool.file_output:
+            out = outdir / src.name
+            if not out.exists():
+                verified = False
+                res.notes.append("output file missing")
+            elif out.stat().st_size != src.stat().st_size or sha256(out) != sha256(src):
+                verified = False
+                res.notes.append(f"output differs from source ({out.stat().st_size} bytes)")
+        res.ok = rc == 0 and tool_ok and verified
+        if res.ok and res.goodput_override:
+            res.goodput_mbps, res.wall_s = res.goodput_override
+        elif res.ok and res.wall_s > 0:
+            res.goodput_mbps = src.stat().st_size * 8 / res.wall_s / 1e6
+        return res
+    finally:
+        for p in (send, recv):
+            if p:
+                p.stop(grace=1.0)
+                p.close()
+        shutil.rmtree(outdir, ignore_errors=True)
+        shutil.rmtree(rundir / "uftp-tmp", ignore_errors=True)
+
+
+def _tail(p: Proc, n=300) -> str:
+    t = (p.stderr().strip() + " " + p.stdout().strip()).strip()
+    return " ".join(t[-n:].split())
+
+
+def tool_version(tool: Tool, env: Env) -> str:
+    cmds = {
+        "iperf3": ["iperf3", "--version"],
+        "scp": ["ssh", "-V"],
+        "rsync": ["rsync", "--version"],
+        "gridftp": ["globus-url-copy", "-version"],
+        "uftp": ["uftp", "-v"],
+        "hurtle": [str(env.hurtle_bin), "--version"],
+        "tcp": ["python3", "--version"],
+    }
+    c = cmds.get(tool.name)
+    if not c:
+        return ""
+    try:
+        r = subprocess.run(c, capture_output=True, text=True, timeout=5)
+        return ((r.stdout or "") + (r.stderr or "")).strip().splitlines()[0][:80]
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return ""
