@@ -767,3 +767,167 @@ fn source_changing_while_sent_fails_without_final_file() {
         "a file exists under the final name"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// 4. Parallel TCP transport, falling back to it, skipping what the receiver has
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn parallel_tcp_with_1_and_8_connections_delivers_byte_exact() {
+    for (connections, size, seed) in [(1u64, 5 * MIB + 77, 1000), (8, 37 * MIB + 4099, 1001)] {
+        let n = connections.to_string();
+        let v = send_one_file(
+            size,
+            seed,
+            &[
+                "--transport",
+                "tcp",
+                "--connections",
+                &n,
+                "--chunk-size",
+                "1M",
+            ],
+        );
+        assert_eq!(v["transport"], "tcp", "{v}");
+        assert_eq!(num(&v, "channels"), connections, "{v}");
+        assert_eq!(num(&v, "datagrams_resent"), 0, "TCP needs no repairs: {v}");
+    }
+}
+
+#[test]
+fn parallel_tcp_carries_a_tree_with_empty_and_odd_sized_files() {
+    let t = tmp();
+    let root = t.path().join("src/set");
+    fsx::write_random(&root.join("a/one.bin"), 3 * MIB + 1, 1010);
+    fsx::write_random(&root.join("a/b/two.bin"), 65_471, 1011);
+    fsx::write_random(&root.join("empty.bin"), 0, 1012);
+    fs::create_dir_all(root.join("empty-dir")).unwrap();
+    let out = t.path().join("out");
+    let r = start_receiver(&out, &[]);
+    let s = proc::send(
+        r.addr,
+        &[&root],
+        &["--json", "--transport", "tcp", "--connections", "3"],
+    );
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert_eq!(fsx::tree(&root), fsx::tree(&out.join("set")));
+    for rel in ["a/one.bin", "a/b/two.bin", "empty.bin"] {
+        fsx::assert_same_file(&root.join(rel), &out.join("set").join(rel));
+    }
+    fsx::assert_no_part_files(&out);
+    assert_eq!(s.json()["transport"], "tcp");
+}
+
+/// An nftables table that drops UDP to one loopback address; removed on drop.
+struct UdpBlock {
+    table: String,
+}
+
+impl UdpBlock {
+    fn to(ip: &str) -> UdpBlock {
+        let table = format!("hurtle_e2e_udpblock_{}", std::process::id());
+        let script = format!(
+            "table ip {table} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {ip} meta l4proto udp counter drop\n }}\n}}\n"
+        );
+        let mut child = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft (package nftables) is needed for this test");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "nft refused: {script}");
+        UdpBlock { table }
+    }
+
+    /// Packets the rule dropped so far.
+    fn dropped(&self) -> u64 {
+        let out = std::process::Command::new("nft")
+            .args(["list", "table", "ip", &self.table])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for UdpBlock {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "ip", &self.table])
+            .status();
+    }
+}
+
+#[test]
+fn blocked_udp_falls_back_to_parallel_tcp_within_seconds() {
+    if !support::require_root("blocked_udp_falls_back_to_parallel_tcp_within_seconds") {
+        return;
+    }
+    // Only datagrams to this loopback address are dropped; other tests use 127.0.0.1.
+    let ip = "127.0.0.79";
+    let block = UdpBlock::to(ip);
+    let t = tmp();
+    let src = t.path().join("src/through-tcp.bin");
+    fsx::write_random(&src, 4 * MIB + 3, 1020);
+    let out = t.path().join("out");
+    let r = proc::start_receiver_at(&format!("{ip}:0"), &out, &[]);
+    let started = Instant::now();
+    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    fsx::assert_same_file(&src, &out.join("through-tcp.bin"));
+    let v = s.json();
+    assert_eq!(v["transport"], "tcp", "{v}");
+    let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .unwrap_or("")
+            .contains("fell back to parallel TCP")
+    });
+    assert!(warned, "no fallback warning: {v}");
+    assert!(block.dropped() > 0, "the rule dropped nothing");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "fallback took {:?}",
+        started.elapsed()
+    );
+
+    // Told to use UDP only, the sender fails with a clear cause instead.
+    let r = proc::start_receiver_at(&format!("{ip}:0"), &out, &["--overwrite"]);
+    let s = proc::send(r.addr, &[&src], &["--transport", "udp"]);
+    let cause = s.assert_failure();
+    assert!(cause.contains("UDP"), "cause does not name UDP: {cause}");
+    let _ = r.proc.wait(TRANSFER_TIMEOUT);
+}
+
+#[test]
+fn identical_file_is_skipped_without_sending_data() {
+    let t = tmp();
+    let src = t.path().join("src/have.bin");
+    fsx::write_random(&src, 2 * MIB + 5, 1030);
+    let out = t.path().join("out");
+    for transport in ["udp", "tcp"] {
+        fs::create_dir_all(&out).unwrap();
+        fs::copy(&src, out.join("have.bin")).unwrap();
+        let r = start_receiver(&out, &[]);
+        let s = proc::send(r.addr, &[&src], &["--json", "--transport", transport]);
+        s.assert_success();
+        r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+        let v = s.json();
+        assert_eq!(v["file_hashes"][0]["skipped"], true, "{v}");
+        assert_eq!(num(&v, "skipped"), 1, "{v}");
+        assert_eq!(num(&v, "datagrams_sent"), 0, "data was sent: {v}");
+        fsx::assert_same_file(&src, &out.join("have.bin"));
+        fsx::assert_no_part_files(&out);
+    }
+}

@@ -48,6 +48,9 @@ pub enum SessionError {
         /// How long was tried.
         secs: u64,
     },
+    /// The sender found UDP blocked and ended the session to reconnect with parallel TCP.
+    #[error("the sender found UDP blocked and is reconnecting over TCP")]
+    FellBack,
     /// A source file changed while it was being sent.
     #[error("source file changed while being sent: {0}")]
     SourceChanged(PathBuf),

@@ -247,13 +247,20 @@ impl Receiver {
             .map_err(|e| SessionError::io("listening socket", e))
     }
 
-    /// Waits for one sender and receives its transfer.
+    /// Waits for one sender and receives its transfer. A sender that finds UDP blocked ends
+    /// its first session and connects again with parallel TCP: that is still one transfer.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
-        let (stream, peer) = self
-            .listener
-            .accept()
-            .map_err(|e| SessionError::io("accept", e))?;
-        self.serve(stream, peer, progress)
+        let mut fallbacks = 0;
+        loop {
+            let (stream, peer) = self
+                .listener
+                .accept()
+                .map_err(|e| SessionError::io("accept", e))?;
+            match self.serve(stream, peer, progress.clone()) {
+                Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
+                other => return other,
+            }
+        }
     }
 
     fn serve(
@@ -285,7 +292,10 @@ impl Receiver {
         .map_err(|e| SessionError::io("control thread", e))?;
         let result = self.run(&rx, &tx, peer, local_ip, start, progress);
         if let Err(e) = &result {
-            if !matches!(e, SessionError::PeerAborted(_) | SessionError::Control(_)) {
+            if !matches!(
+                e,
+                SessionError::PeerAborted(_) | SessionError::Control(_) | SessionError::FellBack
+            ) {
                 let _ = tx.send(Control::Abort {
                     reason: e.to_string(),
                 });
@@ -794,6 +804,9 @@ fn session_loop(
                         report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
                     }
                     Control::KeepAlive => {}
+                    Control::Fallback if !shared.started.load(Ordering::Relaxed) => {
+                        return Err(SessionError::FellBack)
+                    }
                     Control::Done => {
                         if let Some(f) = hashes.iter().position(|h| h.is_none()) {
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));

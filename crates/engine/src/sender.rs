@@ -486,8 +486,15 @@ fn send_once(
             opts.payload.min(max_payload),
         ) {
             Err(e @ SessionError::UdpBlocked { .. }) => {
-                // End this session cleanly; the caller may retry over TCP.
-                let _ = tx.send(Control::Fallback);
+                // End this session cleanly: the caller retries over TCP when the transport was
+                // left to us, and otherwise the receiver is told why the transfer fails.
+                let _ = tx.send(if opts.transport == Transport::Auto {
+                    Control::Fallback
+                } else {
+                    Control::Abort {
+                        reason: e.to_string(),
+                    }
+                });
                 drop(tx);
                 let _ = writer.join();
                 return Err(e);
@@ -1065,7 +1072,8 @@ impl ChannelWorker {
                     file: 0,
                     offset: self.sender.stripe_len(),
                     len: 0,
-                    sent_us: 0,
+                    // Stamped like data: the receiver takes a one-way delay sample from it.
+                    sent_us: self.shared.start.elapsed().as_micros() as u32,
                 }
                 .encode(&mut fin);
                 self.link.send(&fin, HEADER_LEN)?;

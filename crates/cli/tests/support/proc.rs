@@ -268,10 +268,15 @@ fn listening_addr(text: &str) -> Option<SocketAddr> {
 
 /// Starts `hurtle receive --listen 127.0.0.1:0 --out OUT EXTRA...` and waits for its address.
 pub fn start_receiver(out: &Path, extra: &[&str]) -> ReceiverProc {
+    start_receiver_at("127.0.0.1:0", out, extra)
+}
+
+/// Starts `hurtle receive --listen LISTEN --out OUT EXTRA...` and waits for its address.
+pub fn start_receiver_at(listen: &str, out: &Path, extra: &[&str]) -> ReceiverProc {
     let mut args: Vec<&OsStr> = vec![
         "receive".as_ref(),
         "--listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
+        listen.as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
     ];
