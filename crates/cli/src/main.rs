@@ -132,8 +132,9 @@ struct SendArgs {
     chunk_size: u64,
     #[command(flatten)]
     rate: RateArgs,
-    /// Largest datagram payload to try, in bytes (lowered automatically if the path drops it).
-    #[arg(long, default_value_t = hurtle_proto::wire::DEFAULT_PAYLOAD)]
+    /// Largest datagram payload to try, in bytes. The handshake lowers it to what the path
+    /// carries: 1384 on a 1500-byte path, more with jumbo frames or on loopback.
+    #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD)]
     payload: u16,
     /// Follow symbolic links instead of skipping them.
     #[arg(long)]

@@ -103,7 +103,10 @@ fn send_one_file(size: u64, seed: u64, extra: &[&str]) -> Value {
 fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
     let v = send_one_file(3 * MIB + 12_345, 1, &["--channels", "2"]);
     assert_eq!(num(&v, "channels"), 2);
-    assert!(num(&v, "datagrams_sent") >= (3 * MIB / 1384), "{v}");
+    assert!(
+        num(&v, "datagrams_sent") >= (3 * MIB + 12_345).div_ceil(num(&v, "payload")),
+        "{v}"
+    );
     assert!(v["goodput_bps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["seconds"].as_f64().unwrap() > 0.0, "{v}");
 }
@@ -134,25 +137,35 @@ fn sizes_around_payload_and_chunk_boundaries_arrive_byte_exact() {
     let t = tmp();
     let out = t.path().join("out");
     let mut r = start_receiver(&out, &["--serve"]);
-    let sizes = [
-        1384 * 1000 + 17, // not a multiple of the payload
-        1,
-        100, // smaller than one payload
-        1383,
-        1384,
-        1385,
-        MIB, // exactly one chunk
-        MIB + 1,
-        3 * 1384 * 1000 + 1, // several chunks, odd tail, over three channels
-    ];
-    for (i, &size) in sizes.iter().enumerate() {
-        let src = t.path().join(format!("src/f{i}-{size}.bin"));
-        fsx::write_random(&src, size, 100 + i as u64);
-        let s = proc::send(r.addr, &[&src], &["--json", "--channels", "3"]);
-        s.assert_success();
-        let name = src.file_name().unwrap().to_str().unwrap();
-        check_send_json(&s.json(), &[(name, &src)], 3);
-        fsx::assert_same_file(&src, &out.join(name));
+    // The 1500-byte-path payload, and the largest (which loopback carries).
+    for payload in [1384u64, 8900] {
+        let sizes = [
+            payload * 1000 + 17, // not a multiple of the payload
+            1,
+            100, // smaller than one payload
+            payload - 1,
+            payload,
+            payload + 1,
+            MIB, // exactly one chunk
+            MIB + 1,
+            3 * payload * 1000 + 1, // several chunks, odd tail, over three channels
+        ];
+        let p = payload.to_string();
+        for (i, &size) in sizes.iter().enumerate() {
+            let src = t.path().join(format!("src/p{payload}-f{i}-{size}.bin"));
+            fsx::write_random(&src, size, 100 + i as u64 + payload);
+            let s = proc::send(
+                r.addr,
+                &[&src],
+                &["--json", "--channels", "3", "--payload", &p],
+            );
+            s.assert_success();
+            let name = src.file_name().unwrap().to_str().unwrap();
+            let v = s.json();
+            check_send_json(&v, &[(name, &src)], 3);
+            assert_eq!(num(&v, "payload"), payload, "{v}");
+            fsx::assert_same_file(&src, &out.join(name));
+        }
     }
     assert!(r.proc.is_running(), "--serve receiver exited");
     fsx::assert_no_part_files(&out);

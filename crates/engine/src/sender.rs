@@ -12,7 +12,7 @@ use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::SourceFile;
-use crate::udp::{ChannelOptions, UdpChannel};
+use crate::udp::{ChannelOptions, UdpChannel, UdpError};
 use crate::walk::{self, EntryKind as WalkKind, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
@@ -65,7 +65,9 @@ pub struct SendOptions {
     pub rate_bps: u64,
     /// First rate of `Auto` and `Fair`, bits per second.
     pub start_rate_bps: u64,
-    /// Largest datagram payload to try.
+    /// Largest datagram payload to try. The handshake probes it, then the 1500-byte-path size,
+    /// then smaller ones, and keeps the largest that reaches the receiver on every channel; a
+    /// size larger than the local interface allows fails at once (`EMSGSIZE`) and costs nothing.
     pub payload: u16,
     /// Block size for striping and hashing (power of two).
     pub block_size: u64,
@@ -87,7 +89,7 @@ impl Default for SendOptions {
             rate_mode: RateMode::Auto,
             rate_bps: 100_000_000_000,
             start_rate_bps: 100_000_000,
-            payload: wire::DEFAULT_PAYLOAD,
+            payload: wire::MAX_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
             log_dir: None,
@@ -713,7 +715,7 @@ fn probe_payload(
     wanted: u16,
 ) -> Result<u16, SessionError> {
     let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
-    for c in [1200u16, wire::MIN_PAYLOAD] {
+    for c in [wire::DEFAULT_PAYLOAD, 1200u16, wire::MIN_PAYLOAD] {
         if c < candidates[candidates.len() - 1] {
             candidates.push(c);
         }
@@ -726,7 +728,8 @@ fn probe_payload(
         let mut acked = vec![false; udps.len()];
         let deadline = Instant::now() + per_size;
         let mut packet = 0u64;
-        while Instant::now() < deadline && acked.iter().any(|a| !a) {
+        let mut too_big = false;
+        while !too_big && Instant::now() < deadline && acked.iter().any(|a| !a) {
             for (ch, udp) in udps.iter_mut().enumerate() {
                 if acked[ch] {
                     continue;
@@ -744,9 +747,18 @@ fn probe_payload(
                     sent_us: 0,
                 }
                 .encode(&mut buf);
-                // A size the path cannot carry may fail right here (EMSGSIZE): that is the
-                // same answer as a probe lost on the way, so try the next size.
-                let _ = udp.send_batch(dests[ch], &buf, size);
+                // A size the local interface cannot carry fails right here (EMSGSIZE, the
+                // sockets set don't-fragment): go to the next size at once. Any other failure
+                // is the same answer as a probe lost on the way.
+                if let Err(UdpError::Io(e)) = udp.send_batch(dests[ch], &buf, size) {
+                    if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                        too_big = true;
+                        break;
+                    }
+                }
+            }
+            if too_big {
+                break;
             }
             let wait_until = (Instant::now() + Duration::from_millis(100)).min(deadline);
             while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
