@@ -110,9 +110,8 @@ def human(n: int) -> str:
     return str(n)
 
 
-def source_file(size: int) -> Path:
-    """A random (incompressible) file of ``size`` bytes, made once and kept."""
-    d = RESULTS / "tmp"
+def source_file(size: int, d: Path) -> Path:
+    """A random (incompressible) file of ``size`` bytes in ``d``, made once and kept."""
     d.mkdir(parents=True, exist_ok=True)
     p = d / f"src-{human(size)}.bin"
     if p.exists() and p.stat().st_size == size:
@@ -312,6 +311,9 @@ def main():
                     help="before each run, wait up to S s for the machine to be idle (<0.5 CPU busy); "
                     "the busy level is recorded in the note either way (0 = don't wait)")
     ap.add_argument("--cleanup", action="store_true", help="remove leftovers of killed runs and exit")
+    ap.add_argument("--workdir", type=Path, default=RESULTS / "tmp",
+                    help="where source files and received files live (e.g. /dev/shm/hbench for tmpfs, "
+                         "so the disk is out of the picture); default bench/results/tmp")
     ap.add_argument("--csv", type=Path, default=CSV_PATH, help=f"append rows here (default {CSV_PATH})")
     args = ap.parse_args()
     CSV_PATH = args.csv.resolve()
@@ -330,13 +332,17 @@ def main():
     for p in profiles:
         if p not in netlab.PROFILES:
             sys.exit(f"unknown profile {p!r}; known: {', '.join(netlab.PROFILES)}")
-    tool_names = (args.tools or ",".join(QUICK_TOOLS if args.quick else FULL_TOOLS)).split(",")
+    if args.sweep:
+        # A sweep runs its own variants, plus any tools named as baselines beside it.
+        tool_names = args.tools.split(",") if args.tools else []
+    else:
+        tool_names = (args.tools or ",".join(QUICK_TOOLS if args.quick else FULL_TOOLS)).split(",")
     size = args.size or ((64 << 20) if args.quick else (1 << 30))
     repeat = args.repeat or 3
     timeout = args.timeout or min(900.0, 30 + size * 8 / 20e6)
 
     RESULTS.mkdir(exist_ok=True)
-    work = RESULTS / "tmp" / f"run-{os.getpid()}"
+    work = args.workdir / f"run-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     unavailable_pkgs = {} if args.no_install else ensure_packages(PACKAGES)
     for p, e in unavailable_pkgs.items():
@@ -379,7 +385,7 @@ def main():
         env = tools.Env(repo=REPO, work=work, hurtle_bin=hurtle_bin,
                         sock_buf=args.sock_buf or 4 << 20)
         tl = tools.make_tools(tool_names, args.sweep, iperf_secs=5 if args.quick else 10)
-        src = source_file(size)
+        src = source_file(size, args.workdir)
         tools.sha256(src)
         pkg_reason = {t.name: f"package(s) unavailable: {', '.join(p for p in t.packages if p in unavailable_pkgs)}"
                       for t in tl if any(p in unavailable_pkgs for p in t.packages)}

@@ -376,15 +376,16 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
             out.append(Hurtle("default"))
         else:
             raise SystemExit(f"unknown tool {n!r}")
+    # A sweep comes first; tools named with it (e.g. tcp) run beside it as baselines.
     if sweep == "channels":
-        out = [Hurtle(f"channels={c}", channels=c) for c in (1, 2, 4, 8, 16)]
+        out = out + [Hurtle(f"channels={c}", channels=c) for c in (1, 2, 4, 8, 16)]
     elif sweep == "payload":
-        out = [Hurtle(f"payload={p}", payload=p) for p in (512, 1024, 1200, 1384, 1472)]
+        out = out + [Hurtle(f"payload={p}", payload=p) for p in (512, 1024, 1384, 4096, 8900)]
     elif sweep == "tcpgrid":
-        out = [Hurtle(f"transport=tcp,channels={c},chunk={ch}", transport="tcp", channels=c, chunk_size=ch)
-               for c in (1, 2, 4, 8, 16) for ch in ("256K", "1M", "4M")]
+        out = out + [Hurtle(f"transport=tcp,channels={c},chunk={ch}", transport="tcp", channels=c, chunk_size=ch)
+                     for c in (1, 2, 4, 8, 16) for ch in ("64K", "256K", "1M", "4M", "16M")]
     elif sweep == "gridftp":
-        out = [GridFtp(f"p={p},bs={bs}", parallel=p, bs=bs)
+        out = out + [GridFtp(f"p={p},bs={bs}", parallel=p, bs=bs)
                for p in (1, 2, 4, 8, 16) for bs in (65536, 1048576, 4194304)]
     return out
 

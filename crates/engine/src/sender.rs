@@ -241,6 +241,11 @@ struct Shared {
     channels: u16,
 }
 
+/// Longest train of datagrams one send may put on the wire, in time at the channel's rate.
+const SEND_TRAIN: Duration = Duration::from_micros(250);
+/// Catch-up credit of each channel's pacer after a late wake-up.
+const PACER_CREDIT: Duration = Duration::from_micros(500);
+
 /// Sends `paths` (files and directories) to the receiver at `to`.
 pub fn send(
     paths: &[PathBuf],
@@ -575,7 +580,7 @@ fn send_once(
             ch,
             link,
             sender: ChannelSender::new(&shared.layout, ch, send_cfg.clone()),
-            pacer: Pacer::new(per_channel_rate, Duration::from_millis(2)),
+            pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
             shared: shared.clone(),
             cmds: cmd_rx,
             events: ev_tx.clone(),
@@ -945,6 +950,13 @@ impl ChannelWorker {
             LinkOut::Tcp(_) => self.link.max_frames(),
         };
         let max_run = (segs * payload) as u64;
+        // Each send is at most this much of the channel's rate (and at least one datagram):
+        // a shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.
+        let run_for = |bits_per_sec: u64| -> u64 {
+            let bytes = (bits_per_sec as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+            (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run)
+        };
+        let mut run_cap = run_for(self.pacer.rate());
         let block_size = layout.block_size() as usize;
         let mut block_buf = vec![0u8; block_size];
         let mut loaded: Option<u64> = None;
@@ -980,13 +992,14 @@ impl ChannelWorker {
                 self.rate_seen = rate;
                 self.pacer
                     .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
+                run_cap = run_for(self.pacer.rate());
                 self.log
                     .line(|| format!("rate {rate} bit/s for all channels"));
             }
             let mut now = Instant::now();
             let mut bursts = 0;
             while self.pacer.can_send(now) && bursts < 16 {
-                let Some(run) = self.sender.poll_run(layout, max_run) else {
+                let Some(run) = self.sender.poll_run(layout, run_cap) else {
                     break;
                 };
                 bursts += 1;
