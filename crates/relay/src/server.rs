@@ -198,6 +198,7 @@ fn read(s: &mut TcpStream) -> Option<Msg> {
         Ok(m) => Some(m),
         Err(e @ (FrameError::BadLength(_) | FrameError::Malformed(_))) => {
             let _ = wire::write_msg(s, &Msg::error("bad_frame", e.to_string()));
+            linger(s);
             None
         }
         Err(FrameError::Io(e)) => {
@@ -205,6 +206,21 @@ fn read(s: &mut TcpStream) -> Option<Msg> {
                 let _ = wire::write_msg(s, &Msg::error("timeout", "idle for too long"));
             }
             None
+        }
+    }
+}
+
+/// Closes our side and discards a bounded amount of what the client still sends, so the error
+/// frame is not lost to a reset (closing with unread data makes the kernel send RST).
+fn linger(s: &mut TcpStream) {
+    let _ = s.shutdown(Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = [0u8; 4096];
+    let mut left = 256 * 1024usize;
+    while left > 0 {
+        match io::Read::read(s, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
         }
     }
 }
