@@ -296,7 +296,9 @@ fn receive(a: ReceiveArgs) -> Outcome {
         match result {
             Ok(s) => ui::print_receive_summary(&a.output, &s, None),
             Err(e) if a.serve => {
-                eprintln!("hurtle: transfer failed: {e}");
+                // One write, so a reader never sees half the line.
+                let line = format!("hurtle: transfer failed: {e}");
+                eprintln!("{line}");
                 continue;
             }
             Err(e) => return Err(fail(e)),
