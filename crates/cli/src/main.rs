@@ -1,10 +1,11 @@
-//! The `hurtle` command: `send`, `receive` and `demo`.
+//! The `hurtle` command: `send`, `receive`, `relay` and `demo`.
 //!
 //! This file parses flags and maps outcomes to output and exit codes; transfers are done by
 //! `hurtle-engine`. Progress bars go to stderr on a terminal only; `--json` prints one summary
 //! object on stdout at the end.
 
 mod demo;
+mod rendezvous;
 mod ui;
 
 use anyhow::Result;
@@ -32,6 +33,8 @@ enum Command {
     Send(SendArgs),
     /// Send a file of random bytes to a receiver on this machine and compare with plain TCP.
     Demo(DemoArgs),
+    /// Run a rendezvous/relay server that pairs senders with receivers by a code.
+    Relay(rendezvous::RelayArgs),
 }
 
 /// Output flags shared by every command.
@@ -95,9 +98,13 @@ impl RateArgs {
 
 #[derive(Args)]
 struct ReceiveArgs {
-    /// Address to listen on for the control connection (UDP ports are chosen per transfer).
-    #[arg(long, default_value = "0.0.0.0:7400")]
-    listen: String,
+    /// Address to listen on for the control connection (UDP ports are chosen per transfer)
+    /// [default: 0.0.0.0:7400, or 0.0.0.0:0 with --relay]
+    #[arg(long)]
+    listen: Option<String>,
+    /// Register with this relay (HOST:PORT) and print a code for the sender.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "serve")]
+    relay: Option<String>,
     /// Directory to receive into (created if missing).
     #[arg(long, default_value = ".")]
     out: PathBuf,
@@ -117,8 +124,17 @@ struct SendArgs {
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// The receiver's address, HOST:PORT.
-    #[arg(long)]
-    to: String,
+    #[arg(long, required_unless_present = "code", conflicts_with = "code")]
+    to: Option<String>,
+    /// The code the receiver printed (with --relay).
+    #[arg(long, requires = "relay")]
+    code: Option<String>,
+    /// The relay the receiver registered with, HOST:PORT (with --code).
+    #[arg(long, value_name = "HOST:PORT", requires = "code")]
+    relay: Option<String>,
+    /// Never connect directly: go through the relay (for tests).
+    #[arg(long, hide = true, requires = "code")]
+    relay_only: bool,
     /// Number of UDP data channels, or TCP connections with --transport tcp [default: one per
     /// core, 2 to 8].
     #[arg(long, alias = "connections")]
@@ -231,6 +247,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => {
             demo::run(&a.output, a.size, a.channels, &a.rate, !a.no_tcp).map_err(|e| (1, e))
         }
+        Command::Relay(a) => rendezvous::serve(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -248,13 +265,19 @@ fn fail(e: SessionError) -> (u8, anyhow::Error) {
 }
 
 fn receive(a: ReceiveArgs) -> Outcome {
-    let addr = resolve(&a.listen).map_err(fail)?;
+    let default_listen = if a.relay.is_some() {
+        "0.0.0.0:0"
+    } else {
+        "0.0.0.0:7400"
+    };
+    let addr = resolve(a.listen.as_deref().unwrap_or(default_listen)).map_err(fail)?;
     let opts = ReceiveOptions {
         out_dir: a.out.clone(),
         overwrite: a.overwrite,
         log_dir: a.output.log_dir.clone(),
         ..ReceiveOptions::default()
     };
+    let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(addr, opts).map_err(fail)?;
     let bound = receiver.local_addr().map_err(fail)?;
     ui::say(
@@ -264,14 +287,19 @@ fn receive(a: ReceiveArgs) -> Outcome {
             a.out.display()
         ),
     );
+    if let Some(relay) = &a.relay {
+        return rendezvous::receive(&a.output, relay, receiver, bound, own_ports);
+    }
     loop {
         let (progress, bar) = ui::progress_bar(&a.output, "receiving");
         let result = receiver.accept_one(progress);
         bar.finish();
         match result {
-            Ok(s) => ui::print_receive_summary(&a.output, &s),
+            Ok(s) => ui::print_receive_summary(&a.output, &s, None),
             Err(e) if a.serve => {
-                eprintln!("hurtle: transfer failed: {e}");
+                // One write, so a reader never sees half the line.
+                let line = format!("hurtle: transfer failed: {e}");
+                eprintln!("{line}");
                 continue;
             }
             Err(e) => return Err(fail(e)),
@@ -283,7 +311,6 @@ fn receive(a: ReceiveArgs) -> Outcome {
 }
 
 fn send(a: SendArgs) -> Outcome {
-    let to = resolve(&a.to).map_err(fail)?;
     let mut opts = SendOptions {
         payload: a.payload,
         follow_symlinks: a.follow_symlinks,
@@ -306,11 +333,20 @@ fn send(a: SendArgs) -> Outcome {
         ));
     }
     opts.block_size = a.chunk_size;
+    let (to, path) = match (&a.to, &a.code, &a.relay) {
+        (Some(to), _, _) => (resolve(to).map_err(fail)?, None),
+        (None, Some(code), Some(relay)) => {
+            let (to, path) = rendezvous::pair(&a.output, relay, code, a.relay_only)?;
+            opts.dialer = Some(path.dialer.clone());
+            (to, Some(path))
+        }
+        _ => return Err((2, anyhow::anyhow!("give --to, or --code with --relay"))),
+    };
     let (progress, bar) = ui::progress_bar(&a.output, "sending");
     let result = hurtle_engine::send(&a.paths, to, &opts, progress);
     bar.finish();
     let s = result.map_err(fail)?;
-    ui::print_send_summary(&a.output, &s);
+    ui::print_send_summary(&a.output, &s, path.as_ref().map(|p| &p.info));
     Ok(())
 }
 

@@ -108,15 +108,34 @@ fn json(value: &impl serde::Serialize) {
     }
 }
 
+/// How the peers were paired through a relay, added to the `--json` summary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PathInfo {
+    /// `direct` or `relayed`.
+    pub path: &'static str,
+    /// The relay, as given.
+    pub relay: String,
+    /// The code's nameplate (the words stay secret).
+    pub code_nameplate: u32,
+}
+
+#[derive(serde::Serialize)]
+struct WithPath<'a, T: serde::Serialize> {
+    #[serde(flatten)]
+    summary: &'a T,
+    #[serde(flatten)]
+    path: Option<&'a PathInfo>,
+}
+
 /// The sender's closing summary.
-pub fn print_send_summary(out: &OutputArgs, s: &SendSummary) {
+pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
         if !out.quiet {
             eprintln!("hurtle: warning: {w}");
         }
     }
     if out.json {
-        return json(s);
+        return json(&WithPath { summary: s, path });
     }
     say(out, &format!(
         "sent {} in {} files ({} dirs{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
@@ -155,14 +174,14 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary) {
 }
 
 /// The receiver's closing summary.
-pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary) {
+pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
         if !out.quiet {
             eprintln!("hurtle: warning: {w}");
         }
     }
     if out.json {
-        return json(s);
+        return json(&WithPath { summary: s, path });
     }
     say(
         out,

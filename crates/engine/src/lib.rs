@@ -4,11 +4,13 @@
 //! - [`udp`]: batched UDP data channels (GSO/GRO and multi-message syscalls via quinn-udp).
 //! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
 //! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
+//! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
 pub mod control;
+pub mod dial;
 pub mod error;
 pub mod link;
 pub mod netlog;
@@ -21,5 +23,5 @@ pub mod walk;
 
 pub use error::SessionError;
 pub use progress::Progress;
-pub use receiver::{ReceiveOptions, ReceiveSummary, Receiver};
+pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver};
 pub use sender::{send, SendOptions, SendSummary};

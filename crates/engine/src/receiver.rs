@@ -48,6 +48,43 @@ pub struct ReceiveOptions {
     pub buffer_memory: usize,
     /// Give up when the sender is silent this long.
     pub idle_timeout: Duration,
+    /// Filled with the ports this receiver listens on (control, and the current session's TCP
+    /// data listener), so a relay agent can refuse to forward connections anywhere else.
+    pub own_ports: Arc<OwnPorts>,
+}
+
+/// The local TCP ports a receiver is listening on right now.
+#[derive(Debug, Default)]
+pub struct OwnPorts(std::sync::Mutex<Vec<u16>>);
+
+impl OwnPorts {
+    /// True if the receiver listens on `port`.
+    pub fn contains(&self, port: u16) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&port)
+    }
+
+    fn add(&self, port: u16) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(port);
+    }
+
+    fn remove(&self, port: u16) {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = v.iter().position(|&p| p == port) {
+            v.swap_remove(i);
+        }
+    }
+}
+
+/// Removes a port from [`OwnPorts`] when the listener it stands for is dropped.
+struct OwnPort<'a>(&'a OwnPorts, u16);
+
+impl Drop for OwnPort<'_> {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
 }
 
 impl Default for ReceiveOptions {
@@ -59,6 +96,7 @@ impl Default for ReceiveOptions {
             log_dir: None,
             buffer_memory: 256 << 20,
             idle_timeout: Duration::from_secs(30),
+            own_ports: Arc::default(),
         }
     }
 }
@@ -233,6 +271,9 @@ impl Receiver {
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| SessionError::Listen { addr, source })?;
+        if let Ok(a) = listener.local_addr() {
+            opts.own_ports.add(a.port());
+        }
         Ok(Receiver {
             listener,
             opts,
@@ -363,12 +404,15 @@ impl Receiver {
         } else {
             None
         };
+        let mut _own_port = None;
         let ports = match &tcp_listener {
             Some(l) => {
                 let port = l
                     .local_addr()
                     .map_err(|e| SessionError::io("TCP data listener", e))?
                     .port();
+                self.opts.own_ports.add(port);
+                _own_port = Some(OwnPort(&self.opts.own_ports, port));
                 vec![port; usize::from(channels)]
             }
             None => udps.iter().map(|u| u.local_addr().port()).collect(),

@@ -7,6 +7,7 @@
 //! per datagram.
 
 use crate::control::{spawn_reader, spawn_writer, ControlError, Incoming};
+use crate::dial::{Dialer, Direct};
 use crate::error::SessionError;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
@@ -79,6 +80,9 @@ pub struct SendOptions {
     pub stall_timeout: Duration,
     /// How long to wait for the TCP connection.
     pub connect_timeout: Duration,
+    /// How TCP connections to the receiver are opened (`None`: directly). A dialer that is
+    /// [`Dialer::tcp_only`] forces the parallel-TCP transport.
+    pub dialer: Option<Arc<dyn Dialer>>,
 }
 
 impl Default for SendOptions {
@@ -95,6 +99,7 @@ impl Default for SendOptions {
             log_dir: None,
             stall_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
+            dialer: None,
         }
     }
 }
@@ -253,13 +258,16 @@ pub fn send(
     opts: &SendOptions,
     progress: Arc<Progress>,
 ) -> Result<SendSummary, SessionError> {
-    let first = if opts.transport == Transport::Tcp {
+    let tcp_only = opts.dialer.as_ref().is_some_and(|d| d.tcp_only());
+    let first = if opts.transport == Transport::Tcp || tcp_only {
         Transport::Tcp
     } else {
         Transport::Udp
     };
     match send_once(paths, to, opts, first, progress.clone()) {
-        Err(SessionError::UdpBlocked { channel, secs }) if opts.transport == Transport::Auto => {
+        Err(SessionError::UdpBlocked { channel, secs })
+            if opts.transport == Transport::Auto && !tcp_only =>
+        {
             let mut s = send_once(paths, to, opts, Transport::Tcp, progress)?;
             s.warnings.insert(0, format!("no UDP datagram reached the receiver within {secs} s (channel {channel}); fell back to parallel TCP"));
             Ok(s)
@@ -292,8 +300,7 @@ fn send_once(
     let total_bytes: u64 = files.iter().map(|f| f.size).sum();
     progress.total.store(total_bytes, Ordering::Relaxed);
 
-    let stream = TcpStream::connect_timeout(&to, opts.connect_timeout)
-        .map_err(|source| SessionError::Connect { addr: to, source })?;
+    let stream = dial(opts, to)?;
     stream
         .set_nodelay(true)
         .map_err(|e| SessionError::io("control socket", e))?;
@@ -458,13 +465,7 @@ fn send_once(
     let (links, payload) = if transport == Transport::Tcp {
         let mut links = Vec::with_capacity(dests.len());
         for (ch, dest) in dests.iter().enumerate() {
-            let mut s =
-                TcpStream::connect_timeout(dest, opts.connect_timeout).map_err(|source| {
-                    SessionError::Connect {
-                        addr: *dest,
-                        source,
-                    }
-                })?;
+            let mut s = dial(opts, *dest)?;
             let _ = s.set_nodelay(true);
             s.write_all(&link::greeting(session, ch as u16))
                 .map_err(|e| SessionError::io("TCP data connection", e))?;
@@ -678,6 +679,14 @@ fn send_once(
             })
             .collect(),
     })
+}
+
+/// Opens a TCP connection to the receiver with the session's dialer.
+fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError> {
+    let dialer: &dyn Dialer = opts.dialer.as_deref().unwrap_or(&Direct);
+    dialer
+        .dial(addr, opts.connect_timeout)
+        .map_err(|source| SessionError::Connect { addr, source })
 }
 
 fn hash_file(path: &std::path::Path) -> Result<[u8; 32], SessionError> {

@@ -56,13 +56,18 @@ fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinH
 impl Proc {
     /// Starts `hurtle ARGS`, labelled `name` in failure messages.
     pub fn spawn<S: AsRef<OsStr>>(name: &str, args: &[S]) -> Proc {
-        let mut child = Command::new(bin())
+        Proc::spawn_program(name, bin(), args)
+    }
+
+    /// Starts `PROGRAM ARGS` (e.g. `ip netns exec NS hurtle ...`), labelled `name`.
+    pub fn spawn_program<S: AsRef<OsStr>>(name: &str, program: &str, args: &[S]) -> Proc {
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", bin()));
+            .unwrap_or_else(|e| panic!("cannot start {name} ({program}): {e}"));
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let readers = vec![
@@ -77,6 +82,12 @@ impl Proc {
             readers,
             status: None,
         }
+    }
+
+    /// The process id.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// What it printed on stdout so far.

@@ -1,0 +1,593 @@
+//! End-to-end tests of pairing by code: `hurtle relay`, `hurtle receive --relay` and
+//! `hurtle send --code --relay`, as real processes.
+//!
+//! - on loopback: a transfer paired by code (direct path), a forced-relayed one, a wrong code,
+//!   three wrong codes (cancelled), an expired code, single use, the lookup rate limit,
+//!   malformed and oversized frames, and a load test of 200 registrations and 200 lookups;
+//! - between network namespaces (root): receiver and sender in two namespaces that cannot
+//!   reach each other, both reaching the relay's namespace; the transfer must be relayed.
+
+#[allow(dead_code)]
+mod support;
+
+use hurtle_relay::client;
+use hurtle_relay::wire::{self, Msg};
+use hurtle_relay::Code;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use support::fsx;
+use support::proc::{Finished, Proc};
+use support::TRANSFER_TIMEOUT;
+
+const MIB: u64 = 1 << 20;
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("hurtle-relay-")
+        .tempdir()
+        .unwrap()
+}
+
+/// A running relay and its address.
+struct Relay {
+    proc: Proc,
+    addr: SocketAddr,
+}
+
+fn listening(text: &str) -> Option<SocketAddr> {
+    text.lines().find_map(|l| {
+        l.strip_prefix("hurtle relay: listening on ")?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Starts `[PREFIX...] hurtle relay --listen LISTEN EXTRA...`.
+fn start_relay_with(prefix: &[&str], listen: &str, extra: &[&str]) -> Relay {
+    let mut args: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+    if !prefix.is_empty() {
+        args.push(support::proc::bin().into());
+    }
+    args.extend(["relay", "--listen", listen].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut proc = if prefix.is_empty() {
+        Proc::spawn("relay", &args)
+    } else {
+        Proc::spawn_program("relay", &args[0].clone(), &args[1..])
+    };
+    let addr = proc.wait_for_output("its address", Duration::from_secs(10), |_, e| listening(e));
+    Relay { proc, addr }
+}
+
+fn start_relay(extra: &[&str]) -> Relay {
+    start_relay_with(&[], "127.0.0.1:0", extra)
+}
+
+/// A receiver registered with a relay, and its code.
+struct CodeReceiver {
+    proc: Proc,
+    code: String,
+}
+
+fn code_of(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| Some(l.strip_prefix("code: ")?.trim().to_owned()))
+}
+
+fn start_code_receiver_with(
+    prefix: &[&str],
+    relay: &str,
+    out: &Path,
+    extra: &[&str],
+) -> CodeReceiver {
+    let mut args: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+    if !prefix.is_empty() {
+        args.push(support::proc::bin().into());
+    }
+    args.extend(["receive", "--relay", relay, "--out"].map(String::from));
+    args.push(out.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut proc = if prefix.is_empty() {
+        Proc::spawn("receiver", &args)
+    } else {
+        Proc::spawn_program("receiver", &args[0].clone(), &args[1..])
+    };
+    let code = proc.wait_for_output("its code", Duration::from_secs(10), |_, e| code_of(e));
+    CodeReceiver { proc, code }
+}
+
+fn start_code_receiver(relay: &Relay, out: &Path, extra: &[&str]) -> CodeReceiver {
+    start_code_receiver_with(&[], &relay.addr.to_string(), out, extra)
+}
+
+fn send_by_code(relay: &Relay, code: &str, src: &Path, extra: &[&str]) -> Finished {
+    let mut args = vec!["send".to_string(), src.display().to_string()];
+    args.extend(["--code", code, "--relay", &relay.addr.to_string()].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Proc::spawn("sender", &args).wait(TRANSFER_TIMEOUT)
+}
+
+/// The code with its words replaced by other valid words.
+fn wrong_words(code: &str) -> String {
+    let c = Code::parse(code).unwrap();
+    let other: Vec<&str> = c
+        .words
+        .iter()
+        .map(|w| if *w == "acid" { "acorn" } else { "acid" })
+        .collect();
+    format!("{}-{}", c.nameplate, other.join("-"))
+}
+
+#[test]
+fn paired_by_code_on_loopback_goes_direct() {
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 5 * MIB + 321, 51);
+    let out = t.path().join("out");
+    let relay = start_relay(&[]);
+    let r = start_code_receiver(&relay, &out, &["--json"]);
+    assert!(Code::parse(&r.code).is_ok(), "printed code {:?}", r.code);
+    let s = send_by_code(&relay, &r.code, &src, &["--json"]);
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "direct", "{v}");
+    assert_eq!(
+        v["code_nameplate"],
+        Code::parse(&r.code).unwrap().nameplate,
+        "{v}"
+    );
+    assert!(
+        s.stderr.contains("path: direct to 127.0.0.1:"),
+        "{}",
+        s.stderr
+    );
+    let recv = r.proc.wait(TRANSFER_TIMEOUT);
+    recv.assert_success();
+    assert!(
+        recv.stderr.contains("path: direct from "),
+        "{}",
+        recv.stderr
+    );
+    assert_eq!(recv.json()["path"], "direct");
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let log = relay.proc.kill().stderr;
+    let pairing: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("pairing nameplate="))
+        .collect();
+    assert_eq!(pairing.len(), 1, "{log}");
+    assert!(
+        pairing[0].contains("path=direct") && pairing[0].contains("sender=127.0.0.1:"),
+        "{log}"
+    );
+    // The relay never saw the words.
+    let words = Code::parse(&r.code).unwrap().words;
+    assert!(!words.iter().any(|w| log.contains(w)), "{log}");
+}
+
+#[test]
+fn forced_relayed_transfer_on_loopback() {
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 7 * MIB + 5, 52);
+    let out = t.path().join("out");
+    let relay = start_relay(&[]);
+    let r = start_code_receiver(&relay, &out, &[]);
+    let s = send_by_code(
+        &relay,
+        &r.code,
+        &src,
+        &["--json", "--relay-only", "--channels", "3"],
+    );
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}");
+    assert_eq!(
+        v["transport"], "tcp",
+        "relayed sessions use parallel TCP: {v}"
+    );
+    assert_eq!(v["channels"], 3, "{v}");
+    assert!(
+        s.stderr
+            .contains(&format!("path: relayed via {}", relay.addr)),
+        "{}",
+        s.stderr
+    );
+    let recv = r.proc.wait(TRANSFER_TIMEOUT);
+    recv.assert_success();
+    assert!(
+        recv.stdout
+            .contains(&format!("path: relayed via {}", relay.addr)),
+        "{}",
+        recv.stdout
+    );
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    // One splice per connection: control and three data connections, the data bytes forwarded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut relay = relay;
+    let ends = loop {
+        let log = relay.proc.stderr();
+        let ends: Vec<u64> = log
+            .lines()
+            .filter(|l| l.contains("splice end"))
+            .filter_map(|l| {
+                l.split("sender->receiver=")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        if ends.len() >= 4 || Instant::now() > deadline {
+            break ends;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ends.len(), 4, "{}", relay.proc.stderr());
+    assert!(ends.iter().sum::<u64>() > 7 * MIB, "{ends:?}");
+    assert!(relay.proc.is_running());
+}
+
+#[test]
+fn wrong_code_is_refused_and_the_receiver_keeps_waiting() {
+    let t = tmp();
+    let src = t.path().join("small.txt");
+    std::fs::write(&src, b"right code only").unwrap();
+    let out = t.path().join("out");
+    let relay = start_relay(&[]);
+    let mut r = start_code_receiver(&relay, &out, &[]);
+    let s = send_by_code(&relay, &wrong_words(&r.code), &src, &[]);
+    assert_eq!(s.assert_failure(), "wrong code");
+    assert!(
+        r.proc.is_running(),
+        "one wrong try does not end the receiver"
+    );
+    // A typo that is not a code word never reaches the relay.
+    let s = send_by_code(&relay, "1234-purple-sausagex", &src, &[]);
+    assert!(
+        s.assert_failure().contains("not a code word"),
+        "{}",
+        s.stderr
+    );
+    assert_eq!(s.status.code(), Some(2));
+    // The right code still works.
+    send_by_code(&relay, &r.code, &src, &[]).assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert_eq!(
+        std::fs::read(out.join("small.txt")).unwrap(),
+        b"right code only"
+    );
+}
+
+#[test]
+fn three_wrong_codes_cancel_the_code_and_tell_the_receiver() {
+    let t = tmp();
+    let src = t.path().join("x");
+    std::fs::write(&src, b"x").unwrap();
+    let relay = start_relay(&[]);
+    let r = start_code_receiver(&relay, &t.path().join("out"), &[]);
+    for _ in 0..3 {
+        let s = send_by_code(&relay, &wrong_words(&r.code), &src, &[]);
+        assert!(s.assert_failure().starts_with("wrong code"), "{}", s.stderr);
+    }
+    let recv = r.proc.wait(Duration::from_secs(10));
+    assert!(
+        recv.assert_failure().contains("cancelled"),
+        "{}",
+        recv.stderr
+    );
+    let s = send_by_code(&relay, &r.code, &src, &[]);
+    assert_eq!(
+        s.assert_failure(),
+        "no such code (expired, used or mistyped)"
+    );
+}
+
+#[test]
+fn expired_code_is_unknown_and_the_receiver_is_told() {
+    let t = tmp();
+    let src = t.path().join("x");
+    std::fs::write(&src, b"x").unwrap();
+    let relay = start_relay(&["--code-ttl", "1"]);
+    let r = start_code_receiver(&relay, &t.path().join("out"), &[]);
+    let recv = r.proc.wait(Duration::from_secs(10));
+    assert!(recv.assert_failure().contains("expired"), "{}", recv.stderr);
+    let s = send_by_code(&relay, &r.code, &src, &[]);
+    assert_eq!(
+        s.assert_failure(),
+        "no such code (expired, used or mistyped)"
+    );
+    assert_ne!(s.status.code(), Some(0));
+}
+
+#[test]
+fn a_code_is_single_use() {
+    let t = tmp();
+    let src = t.path().join("once.txt");
+    std::fs::write(&src, b"once").unwrap();
+    let relay = start_relay(&[]);
+    let r = start_code_receiver(&relay, &t.path().join("out"), &[]);
+    send_by_code(&relay, &r.code, &src, &[]).assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    let s = send_by_code(&relay, &r.code, &src, &[]);
+    assert_eq!(
+        s.assert_failure(),
+        "no such code (expired, used or mistyped)"
+    );
+}
+
+#[test]
+fn lookups_are_rate_limited_per_client() {
+    let relay = start_relay(&["--lookup-burst", "2", "--lookup-per-sec", "0.01"]);
+    let code = Code::parse("1234-acid-acorn").unwrap();
+    let answers: Vec<String> = (0..3)
+        .map(|_| client::lookup(relay.addr, &code).unwrap_err().to_string())
+        .collect();
+    assert_eq!(answers[0], "no such code (expired, used or mistyped)");
+    assert_eq!(answers[1], "no such code (expired, used or mistyped)");
+    assert_eq!(answers[2], "too many lookups, slow down");
+}
+
+/// Sends raw bytes; returns what the relay answered before it closed the connection.
+fn raw_exchange(relay: SocketAddr, bytes: &[u8]) -> (Vec<u8>, Duration) {
+    let mut s = TcpStream::connect(relay).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = Instant::now();
+    s.write_all(bytes).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)
+        .expect("the relay closes the connection");
+    (got, t.elapsed())
+}
+
+fn error_kind(answer: &[u8]) -> String {
+    match wire::decode(answer) {
+        Ok(Some((Msg::Error { kind, .. }, _))) => kind,
+        other => panic!("expected an error frame, got {other:?} from {answer:?}"),
+    }
+}
+
+#[test]
+fn malformed_oversized_and_idle_clients_are_disconnected_and_the_relay_keeps_serving() {
+    let relay = start_relay(&["--idle-timeout", "1"]);
+    let mut junk = vec![0xff, 0xff];
+    junk.extend(std::iter::repeat_n(b'a', 70_000));
+    let (got, _) = raw_exchange(relay.addr, &junk);
+    assert_eq!(error_kind(&got), "bad_frame");
+    let (got, _) = raw_exchange(relay.addr, &[0, 0]);
+    assert_eq!(error_kind(&got), "bad_frame");
+    let (got, _) = raw_exchange(relay.addr, b"\x00\x05\xff\xfe{}]");
+    assert_eq!(error_kind(&got), "bad_frame");
+    let (got, _) = raw_exchange(relay.addr, &Msg::Spliced.to_frame());
+    assert_eq!(error_kind(&got), "bad_request");
+    // Half a frame, then silence: dropped after the idle timeout.
+    let (got, took) = raw_exchange(relay.addr, b"\x00\x40{\"t\":\"loo");
+    assert_eq!(error_kind(&got), "timeout");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Many garbage connections at once.
+    let handles: Vec<_> = (0..50u8)
+        .map(|i| {
+            let a = relay.addr;
+            std::thread::spawn(move || raw_exchange(a, &[0x80 | i, 0xff, i, i, i]).0)
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(error_kind(&h.join().unwrap()), "bad_frame");
+    }
+    // Still serving.
+    let reg = client::register(relay.addr, "127.0.0.1:7400".parse().unwrap(), 2).unwrap();
+    let found = client::lookup(relay.addr, &reg.code).unwrap();
+    assert!(found
+        .candidates
+        .contains(&"127.0.0.1:7400".parse().unwrap()));
+    let mut relay = relay;
+    assert!(relay.proc.is_running());
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap()
+}
+
+#[test]
+fn relay_load_200_concurrent_registrations_and_lookups() {
+    const N: usize = 200;
+    let t0 = Instant::now();
+    let relay = start_relay(&["--lookup-burst", "1000", "--lookup-per-sec", "1000"]);
+    let addr = relay.addr;
+    let start = Arc::new(Barrier::new(N));
+    let regs: Vec<_> = (0..N)
+        .map(|i| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let listen: SocketAddr = format!("127.0.0.1:{}", 20_000 + i).parse().unwrap();
+                (
+                    listen,
+                    client::register(addr, listen, 2)
+                        .unwrap_or_else(|e| panic!("registration {i}: {e}")),
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let mut nameplates: Vec<u32> = regs.iter().map(|(_, r)| r.code.nameplate).collect();
+    nameplates.sort();
+    nameplates.dedup();
+    assert_eq!(
+        nameplates.len(),
+        N,
+        "every registration has its own nameplate"
+    );
+    let registered_in = t0.elapsed();
+    let start = Arc::new(Barrier::new(N));
+    let lookups: Vec<_> = regs
+        .iter()
+        .map(|(listen, r)| {
+            let (start, code, listen) = (start.clone(), r.code.clone(), *listen);
+            std::thread::spawn(move || {
+                start.wait();
+                let found =
+                    client::lookup(addr, &code).unwrap_or_else(|e| panic!("lookup {code}: {e}"));
+                assert!(
+                    found.candidates.contains(&listen),
+                    "{:?} for {listen}",
+                    found.candidates
+                );
+                found
+            })
+        })
+        .collect();
+    let found: Vec<_> = lookups.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(found.len(), N);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(30), "load test took {took:?}");
+    let rss = rss_kib(relay.proc.id());
+    assert!(
+        rss < 200 * 1024,
+        "relay RSS {rss} KiB with {N} agents and {N} lookups open"
+    );
+    drop(found);
+    drop(regs);
+    let mut relay = relay;
+    assert!(relay.proc.is_running());
+    eprintln!("registered {N} in {registered_in:?}, looked up in {took:?}, relay RSS {rss} KiB");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Network namespaces (root)
+// ---------------------------------------------------------------------------------------------
+
+/// Three namespaces, removed when dropped however the test ends.
+struct Namespaces {
+    names: Vec<String>,
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn relayed_between_namespaces_that_cannot_reach_each_other() {
+    if !support::require_root("relayed_between_namespaces_that_cannot_reach_each_other") {
+        return;
+    }
+    let pid = std::process::id();
+    let (r, a, b) = (
+        format!("hurtle-r-{pid}"),
+        format!("hurtle-a-{pid}"),
+        format!("hurtle-b-{pid}"),
+    );
+    let mut ns = Namespaces { names: Vec::new() };
+    for n in [&r, &a, &b] {
+        ip(&["netns", "add", n]);
+        ns.names.push(n.clone());
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+    }
+    // A (10.213.1.2) -- R (10.213.1.1 / 10.213.2.1) -- B (10.213.2.2); R does not forward.
+    ip(&[
+        "-n", &r, "link", "add", "ra", "type", "veth", "peer", "name", "va", "netns", &a,
+    ]);
+    ip(&[
+        "-n", &r, "link", "add", "rb", "type", "veth", "peer", "name", "vb", "netns", &b,
+    ]);
+    for (n, dev, addr) in [
+        (&r, "ra", "10.213.1.1/24"),
+        (&r, "rb", "10.213.2.1/24"),
+        (&a, "va", "10.213.1.2/24"),
+        (&b, "vb", "10.213.2.2/24"),
+    ] {
+        ip(&["-n", n, "addr", "add", addr, "dev", dev]);
+        ip(&["-n", n, "link", "set", dev, "up"]);
+    }
+    ip(&["-n", &a, "route", "add", "default", "via", "10.213.1.1"]);
+    ip(&["-n", &b, "route", "add", "default", "via", "10.213.2.1"]);
+    ip(&[
+        "netns",
+        "exec",
+        &r,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=0",
+    ]);
+
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 6 * MIB + 77, 53);
+    let out = t.path().join("out");
+    let relay = start_relay_with(&["ip", "netns", "exec", &r], "0.0.0.0:0", &[]);
+    let port = relay.addr.port();
+    let recv = start_code_receiver_with(
+        &["ip", "netns", "exec", &a],
+        &format!("10.213.1.1:{port}"),
+        &out,
+        &[],
+    );
+    let sender_relay = format!("10.213.2.1:{port}");
+    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
+        .map(String::from)
+        .to_vec();
+    args.push(src.display().to_string());
+    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
+    let t0 = Instant::now();
+    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert!(
+        s.stderr
+            .contains(&format!("path: relayed via {sender_relay}")),
+        "{}",
+        s.stderr
+    );
+    let r_done = recv.proc.wait(TRANSFER_TIMEOUT);
+    r_done.assert_success();
+    assert!(
+        r_done.stdout.contains("path: relayed via 10.213.1.1:"),
+        "{}",
+        r_done.stdout
+    );
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let log = relay.proc.kill().stderr;
+    assert!(
+        log.lines().any(|l| l.contains("pairing")
+            && l.contains("receiver=10.213.1.2:")
+            && l.contains("sender=10.213.2.2:")
+            && l.contains("path=relayed")),
+        "{log}"
+    );
+    eprintln!("namespace transfer took {:?}", t0.elapsed());
+    drop(ns);
+}

@@ -1,0 +1,458 @@
+//! The relay's clients, as the `hurtle` CLI uses them: a receiver registers and keeps an
+//! [`Agent`] that forwards relayed connections to its own listeners; a sender looks a code up,
+//! tries the receiver's addresses directly, and otherwise dials through the relay
+//! ([`RelayDialer`]).
+
+use crate::code::Code;
+use crate::splice::splice;
+use crate::wire::{self, FrameError, Msg};
+use hurtle_engine::dial::Dialer;
+use hurtle_engine::OwnPorts;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a relay may take to answer a request.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why talking to the relay failed. Each message is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The relay could not be reached.
+    #[error("cannot reach the relay at {addr}: {source}")]
+    Connect {
+        /// The relay.
+        addr: SocketAddr,
+        /// The socket error.
+        source: io::Error,
+    },
+    /// The connection to the relay failed.
+    #[error("relay connection: {0}")]
+    Io(#[from] io::Error),
+    /// The relay sent something unreadable.
+    #[error("relay: {0}")]
+    Frame(FrameError),
+    /// The relay answered with an error (wrong code, no such code, too many lookups ...).
+    #[error("{message}")]
+    Refused {
+        /// Machine-readable kind (see [`Msg::Error`]).
+        kind: String,
+        /// The relay's message.
+        message: String,
+    },
+    /// The relay broke the protocol.
+    #[error("relay protocol error: {0}")]
+    Protocol(String),
+}
+
+impl RelayError {
+    /// True when the relay itself, not the code, was the problem (unreachable, broken).
+    pub fn is_network(&self) -> bool {
+        !matches!(self, RelayError::Refused { .. })
+    }
+}
+
+fn connect(relay: SocketAddr, timeout: Duration) -> Result<TcpStream, RelayError> {
+    let s = TcpStream::connect_timeout(&relay, timeout).map_err(|source| RelayError::Connect {
+        addr: relay,
+        source,
+    })?;
+    let _ = s.set_nodelay(true);
+    s.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    s.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+    Ok(s)
+}
+
+fn answer(s: &mut TcpStream) -> Result<Msg, RelayError> {
+    match wire::read_msg(s) {
+        Ok(Msg::Error { kind, message }) => Err(RelayError::Refused {
+            kind,
+            message: message.chars().take(300).collect(),
+        }),
+        Ok(m) => Ok(m),
+        Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Err(
+            RelayError::Protocol("the relay closed the connection".into()),
+        ),
+        Err(FrameError::Io(e)) => Err(RelayError::Io(e)),
+        Err(e) => Err(RelayError::Frame(e)),
+    }
+}
+
+fn unexpected(m: &Msg) -> RelayError {
+    RelayError::Protocol(format!("unexpected answer {m:?}"))
+}
+
+/// A receiver's registered code, and the connection that keeps it.
+pub struct Registration {
+    /// The code to give the sender.
+    pub code: Code,
+    /// Seconds the code stays valid unless used.
+    pub ttl_secs: u64,
+    relay: SocketAddr,
+    idle: Duration,
+    stream: TcpStream,
+}
+
+/// Registers a receiver whose control listener is bound to `listen`; the code gets `words`
+/// words.
+pub fn register(
+    relay: SocketAddr,
+    listen: SocketAddr,
+    words: usize,
+) -> Result<Registration, RelayError> {
+    let mut s = connect(relay, Duration::from_secs(5))?;
+    let mut candidates = Vec::new();
+    if let Ok(local) = s.local_addr() {
+        candidates.push(SocketAddr::new(local.ip().to_canonical(), listen.port()));
+    }
+    if !listen.ip().is_unspecified() && !candidates.contains(&listen) {
+        candidates.push(listen);
+    }
+    wire::write_msg(
+        &mut s,
+        &Msg::Register {
+            port: listen.port(),
+            candidates,
+        },
+    )?;
+    let nameplate = match answer(&mut s)? {
+        Msg::Nameplate { nameplate } => nameplate,
+        m => return Err(unexpected(&m)),
+    };
+    let code = Code::generate(nameplate, words);
+    wire::write_msg(
+        &mut s,
+        &Msg::Claim {
+            verifier: code.verifier(),
+        },
+    )?;
+    match answer(&mut s)? {
+        Msg::Registered {
+            ttl_secs,
+            idle_secs,
+        } => Ok(Registration {
+            code,
+            ttl_secs,
+            relay,
+            idle: Duration::from_secs(idle_secs.max(1)),
+            stream: s,
+        }),
+        m => Err(unexpected(&m)),
+    }
+}
+
+/// What a receiver's agent hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// A sender found the code; `relayed` says how it reaches this receiver (`None`: unknown).
+    Paired {
+        /// The sender as the relay saw it.
+        sender: SocketAddr,
+        /// Through the relay or not.
+        relayed: Option<bool>,
+    },
+    /// The relay asked for a port this receiver does not listen on (or it could not be reached);
+    /// nothing was connected.
+    Refused {
+        /// The port asked for.
+        port: u16,
+        /// Why.
+        reason: String,
+    },
+    /// The relay cancelled the code (too many wrong tries).
+    Cancelled(String),
+    /// The code expired unused.
+    Expired,
+    /// The connection to the relay ended.
+    Lost(String),
+}
+
+/// The receiver's side of its registration: answers the relay's dial requests by connecting
+/// to the receiver's own listeners, and reports what happens.
+pub struct Agent {
+    stop: Arc<AtomicBool>,
+    writer: Arc<Mutex<TcpStream>>,
+}
+
+impl Registration {
+    /// Starts the agent. Relayed connections are made to `target` (the receiver's bound IP, or
+    /// loopback when it is unspecified) at a port in `ports` only; `events` hears what happens.
+    pub fn start_agent(
+        self,
+        target: IpAddr,
+        ports: Arc<OwnPorts>,
+        events: impl Fn(AgentEvent) + Send + Sync + 'static,
+    ) -> io::Result<Agent> {
+        let target = match target {
+            IpAddr::V4(a) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(a) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = Arc::new(Mutex::new(self.stream.try_clone()?));
+        let events = Arc::new(events);
+        let (w, st, idle) = (writer.clone(), stop.clone(), self.idle);
+        std::thread::Builder::new()
+            .name("agent-ping".into())
+            .spawn(move || {
+                let every = (idle / 3).max(Duration::from_millis(100));
+                let mut next = Instant::now() + every;
+                while !st.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50).min(every));
+                    if Instant::now() >= next {
+                        next += every;
+                        if wire::write_msg(
+                            &mut *w.lock().unwrap_or_else(|e| e.into_inner()),
+                            &Msg::Ping,
+                        )
+                        .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            })?;
+        let (w, st) = (writer.clone(), stop.clone());
+        let (relay, mut s) = (self.relay, self.stream);
+        s.set_read_timeout(None)?;
+        std::thread::Builder::new()
+            .name("agent".into())
+            .spawn(move || {
+                let end = loop {
+                    let msg = match wire::read_msg(&mut s) {
+                        Ok(m) => m,
+                        Err(e) => break AgentEvent::Lost(e.to_string()),
+                    };
+                    match msg {
+                        Msg::Paired { sender, relayed } => {
+                            events(AgentEvent::Paired { sender, relayed })
+                        }
+                        Msg::Dial { id, port } => {
+                            if !ports.contains(port) {
+                                let reason =
+                                    format!("port {port} is not one this receiver listens on");
+                                let _ = wire::write_msg(
+                                    &mut *w.lock().unwrap_or_else(|e| e.into_inner()),
+                                    &Msg::Refuse {
+                                        id,
+                                        reason: reason.clone(),
+                                    },
+                                );
+                                events(AgentEvent::Refused { port, reason });
+                                continue;
+                            }
+                            let (w, events) = (w.clone(), events.clone());
+                            let _ = std::thread::Builder::new().name("agent-dial".into()).spawn(
+                                move || {
+                                    if let Err(reason) =
+                                        forward(relay, SocketAddr::new(target, port), id)
+                                    {
+                                        let _ = wire::write_msg(
+                                            &mut *w.lock().unwrap_or_else(|e| e.into_inner()),
+                                            &Msg::Refuse {
+                                                id,
+                                                reason: reason.clone(),
+                                            },
+                                        );
+                                        events(AgentEvent::Refused { port, reason });
+                                    }
+                                },
+                            );
+                        }
+                        Msg::Cancelled { reason } => break AgentEvent::Cancelled(reason),
+                        Msg::Expired => break AgentEvent::Expired,
+                        Msg::Error { message, .. } => break AgentEvent::Lost(message),
+                        m => break AgentEvent::Lost(format!("unexpected message {m:?}")),
+                    }
+                };
+                if !st.swap(true, Ordering::Relaxed) {
+                    events(end);
+                }
+            })?;
+        Ok(Agent { stop, writer })
+    }
+}
+
+impl Agent {
+    /// Leaves the relay (the code, if unused, is withdrawn; relayed connections in progress
+    /// continue).
+    pub fn stop(&self) {
+        if !self.stop.swap(true, Ordering::Relaxed) {
+            let _ = self
+                .writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Connects the local listener `local` and a `join` connection to the relay, then copies bytes
+/// between them until both ends are done.
+fn forward(relay: SocketAddr, local: SocketAddr, id: u64) -> Result<(), String> {
+    let near = TcpStream::connect_timeout(&local, Duration::from_secs(2))
+        .map_err(|e| format!("cannot connect to {local}: {e}"))?;
+    let _ = near.set_nodelay(true);
+    let mut far = connect(relay, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    wire::write_msg(&mut far, &Msg::Join { id }).map_err(|e| e.to_string())?;
+    match answer(&mut far) {
+        Ok(Msg::Spliced) => {}
+        Ok(m) => return Err(unexpected(&m).to_string()),
+        // The relay gave up on this splice: nothing to refuse any more.
+        Err(_) => return Ok(()),
+    }
+    let _ = far.set_write_timeout(None);
+    splice(far, near, Duration::from_secs(120));
+    Ok(())
+}
+
+/// A successful lookup.
+#[derive(Debug)]
+pub struct Found {
+    /// Where the receiver's control listener might be reachable directly.
+    pub candidates: Vec<SocketAddr>,
+    /// The relay.
+    pub relay: SocketAddr,
+    ticket: String,
+    stream: TcpStream,
+}
+
+/// Looks `code` up at the relay. The code is used up by a successful lookup.
+pub fn lookup(relay: SocketAddr, code: &Code) -> Result<Found, RelayError> {
+    let mut s = connect(relay, Duration::from_secs(5))?;
+    wire::write_msg(
+        &mut s,
+        &Msg::Lookup {
+            nameplate: code.nameplate,
+            verifier: code.verifier(),
+        },
+    )?;
+    match answer(&mut s)? {
+        Msg::Found { ticket, candidates } if !candidates.is_empty() => Ok(Found {
+            candidates,
+            relay,
+            ticket,
+            stream: s,
+        }),
+        m => Err(unexpected(&m)),
+    }
+}
+
+impl Found {
+    /// The receiver's control port.
+    pub fn port(&self) -> u16 {
+        self.candidates[0].port()
+    }
+
+    /// Tries the candidates one after the other, within `total`; the first that connects is
+    /// kept (closing it would look like a failed session to the receiver). Loopback candidates
+    /// are tried only when the relay itself is on loopback.
+    pub fn try_direct(&self, total: Duration) -> Option<(SocketAddr, TcpStream)> {
+        let deadline = Instant::now() + total;
+        let usable: Vec<SocketAddr> = self
+            .candidates
+            .iter()
+            .copied()
+            .filter(|c| !c.ip().is_loopback() || self.relay.ip().is_loopback())
+            .collect();
+        for (i, c) in usable.iter().enumerate() {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let share = left / (usable.len() - i) as u32;
+            if let Ok(s) =
+                TcpStream::connect_timeout(c, share.max(Duration::from_millis(200)).min(left))
+            {
+                return Some((*c, s));
+            }
+        }
+        None
+    }
+
+    /// Tells the relay how the sender reaches the receiver (the receiver is told too), and
+    /// returns a dialer for the engine: `Some(stream)` from [`Found::try_direct`] for a direct
+    /// path, `None` for a relayed one.
+    pub fn into_dialer(mut self, direct: Option<(SocketAddr, TcpStream)>) -> Arc<dyn Dialer> {
+        let _ = wire::write_msg(
+            &mut self.stream,
+            &Msg::Path {
+                relayed: direct.is_none(),
+            },
+        );
+        let _ = self.stream.shutdown(Shutdown::Write);
+        match direct {
+            Some((addr, stream)) => Arc::new(Prepared {
+                addr,
+                first: Mutex::new(Some(stream)),
+            }),
+            None => Arc::new(RelayDialer {
+                relay: self.relay,
+                ticket: self.ticket,
+            }),
+        }
+    }
+}
+
+/// A direct path whose first connection is already open.
+#[derive(Debug)]
+pub struct Prepared {
+    addr: SocketAddr,
+    first: Mutex<Option<TcpStream>>,
+}
+
+impl Dialer for Prepared {
+    fn dial(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if addr == self.addr {
+            if let Some(s) = self.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Ok(s);
+            }
+        }
+        TcpStream::connect_timeout(&addr, timeout)
+    }
+}
+
+/// Opens each connection through the relay: `splice {ticket, port}`, then raw bytes. Only the
+/// port of the address the engine asks for matters; it is the receiver's local port.
+#[derive(Debug)]
+pub struct RelayDialer {
+    relay: SocketAddr,
+    ticket: String,
+}
+
+impl Dialer for RelayDialer {
+    fn dial(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        let relayed = || -> Result<TcpStream, RelayError> {
+            let mut s = connect(self.relay, timeout)?;
+            wire::write_msg(
+                &mut s,
+                &Msg::Splice {
+                    ticket: self.ticket.clone(),
+                    port: addr.port(),
+                },
+            )?;
+            match answer(&mut s)? {
+                Msg::Spliced => {
+                    s.set_read_timeout(None)?;
+                    s.set_write_timeout(None)?;
+                    Ok(s)
+                }
+                m => Err(unexpected(&m)),
+            }
+        };
+        relayed().map_err(|e| match e {
+            RelayError::Connect { source, .. } => source,
+            RelayError::Io(e) => e,
+            other => io::Error::other(format!("via the relay at {}: {other}", self.relay)),
+        })
+    }
+
+    fn tcp_only(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,146 @@
+//! Codes: `4821-purple-sausage`. The nameplate (the number) is allocated by the relay; the words
+//! are chosen by the receiver and never leave the peers: the relay gets only the nameplate and a
+//! verifier derived from the whole code.
+
+use crate::words::{index_of, WORDS};
+use std::fmt;
+
+/// Words the receiver picks for a new code.
+pub const DEFAULT_WORDS: usize = 2;
+/// Fewest and most words a code may have.
+pub const WORD_RANGE: std::ops::RangeInclusive<usize> = 2..=3;
+/// Context string of the verifier's BLAKE3 key derivation.
+pub const VERIFIER_CONTEXT: &str = "hurtle relay code verifier v1";
+
+/// A parsed code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Code {
+    /// The relay's number.
+    pub nameplate: u32,
+    /// The secret words, from [`WORDS`].
+    pub words: Vec<&'static str>,
+}
+
+/// Why a string is not a code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodeError {
+    /// No number in front.
+    #[error("a code starts with a number, like 4821-purple-sausage")]
+    NoNameplate,
+    /// Too few or too many words.
+    #[error("a code has {} to {} words after the number, like 4821-purple-sausage", WORD_RANGE.start(), WORD_RANGE.end())]
+    WordCount,
+    /// A word not in the list.
+    #[error("{0:?} is not a code word (mistyped?)")]
+    UnknownWord(String),
+}
+
+impl Code {
+    /// A new code for `nameplate` with `n` random words.
+    pub fn generate(nameplate: u32, n: usize) -> Code {
+        let words = (0..n)
+            .map(|_| WORDS[usize::from(rand::random::<u8>())])
+            .collect();
+        Code { nameplate, words }
+    }
+
+    /// Parses a code as a person types it: case, surrounding space and spaces instead of dashes
+    /// are forgiven.
+    pub fn parse(s: &str) -> Result<Code, CodeError> {
+        let lower = s.trim().to_ascii_lowercase();
+        let mut parts = lower
+            .split(|c: char| c == '-' || c.is_whitespace())
+            .filter(|p| !p.is_empty());
+        let nameplate = parts
+            .next()
+            .filter(|p| p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+            .ok_or(CodeError::NoNameplate)?;
+        let mut words = Vec::new();
+        for p in parts {
+            if words.len() >= *WORD_RANGE.end() {
+                return Err(CodeError::WordCount);
+            }
+            let i =
+                index_of(p).ok_or_else(|| CodeError::UnknownWord(p.chars().take(40).collect()))?;
+            words.push(WORDS[i]);
+        }
+        if !WORD_RANGE.contains(&words.len()) {
+            return Err(CodeError::WordCount);
+        }
+        Ok(Code { nameplate, words })
+    }
+
+    /// What the relay checks: BLAKE3 `derive_key` of the whole code, hex.
+    pub fn verifier(&self) -> String {
+        crate::wire::hex(&blake3::derive_key(
+            VERIFIER_CONTEXT,
+            self.to_string().as_bytes(),
+        ))
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.nameplate)?;
+        for w in &self.words {
+            write!(f, "-{w}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parse_and_format() {
+        let c = Code::parse("4821-purple-sausage").unwrap();
+        assert_eq!(c.nameplate, 4821);
+        assert_eq!(c.words, ["purple", "sausage"]);
+        assert_eq!(c.to_string(), "4821-purple-sausage");
+        assert_eq!(Code::parse("  4821 Purple-SAUSAGE ").unwrap(), c);
+        assert_eq!(Code::parse("7-acid-acorn-actor").unwrap().words.len(), 3);
+        assert_eq!(Code::parse("purple-sausage"), Err(CodeError::NoNameplate));
+        assert_eq!(Code::parse(""), Err(CodeError::NoNameplate));
+        assert_eq!(
+            Code::parse("99999999999-acid-acorn"),
+            Err(CodeError::NoNameplate)
+        );
+        assert_eq!(Code::parse("12-acid"), Err(CodeError::WordCount));
+        assert_eq!(
+            Code::parse("12-acid-acid-acid-acid"),
+            Err(CodeError::WordCount)
+        );
+        assert_eq!(
+            Code::parse("12-acid-purpel"),
+            Err(CodeError::UnknownWord("purpel".into()))
+        );
+    }
+
+    #[test]
+    fn verifier_depends_on_every_part_and_hides_the_words() {
+        let a = Code::parse("4821-purple-sausage").unwrap().verifier();
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, Code::parse("4822-purple-sausage").unwrap().verifier());
+        assert_ne!(a, Code::parse("4821-sausage-purple").unwrap().verifier());
+        assert!(!a.contains("purple"));
+        let want = blake3::derive_key(VERIFIER_CONTEXT, b"4821-purple-sausage");
+        assert_eq!(a, crate::wire::hex(&want));
+    }
+
+    proptest! {
+        #[test]
+        fn generated_codes_round_trip(nameplate in 0u32..1_000_000, n in 2usize..=3) {
+            let c = Code::generate(nameplate, n);
+            prop_assert_eq!(Code::parse(&c.to_string()).unwrap(), c);
+        }
+
+        #[test]
+        fn parsing_any_string_never_panics(s in "\\PC{0,80}") {
+            let _ = Code::parse(&s);
+        }
+    }
+}

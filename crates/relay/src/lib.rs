@@ -1,0 +1,28 @@
+//! hurtle's rendezvous and relay server: it pairs a sender with a receiver by a short code, and
+//! forwards their TCP connections when they cannot reach each other directly.
+//!
+//! This crate owns:
+//! - [`wire`]: the relay protocol, length-prefixed frames (u16 big-endian, at most
+//!   [`wire::MAX_FRAME`] bytes) of JSON messages; decoding arbitrary bytes never panics, and a
+//!   bad frame gets the client an error frame and a disconnect;
+//! - [`code`] and [`words`]: codes like `4821-purple-sausage` (a nameplate from the relay and
+//!   words from the receiver) and the verifier the relay checks instead of the words;
+//! - [`registry`] (codes: allocation, single-use lookup, three wrong tries, expiry) and
+//!   [`limit`] (per-IP token buckets for lookups), pure and driven by an injected clock;
+//! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
+//!   pending splices and tracked clients, idle timeouts on every read;
+//! - [`splice`]: copying bytes both ways between two TCP connections;
+//! - [`client`]: what `hurtle receive --relay` and `hurtle send --code` use (registration and
+//!   the receiver's agent, lookup, direct attempts, and the relay dialer for the engine).
+
+pub mod client;
+pub mod code;
+pub mod limit;
+pub mod registry;
+pub mod server;
+pub mod splice;
+pub mod wire;
+pub mod words;
+
+pub use code::Code;
+pub use server::{Config, Server};

@@ -1,0 +1,510 @@
+//! The relay server: one thread per connection, bounded in connections, codes, pending splices
+//! and tracked clients; every read has a deadline.
+
+use crate::limit::Limiter;
+use crate::registry::{Lookup, Registry};
+use crate::splice::splice;
+use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES};
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How a relay runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long a registered code stays valid unless used.
+    pub code_ttl: Duration,
+    /// Silence after which a client is disconnected (agents ping more often than this).
+    pub idle_timeout: Duration,
+    /// Lookups a client IP may make at once.
+    pub lookup_burst: u32,
+    /// Lookups per second a client IP may make on average.
+    pub lookup_per_sec: f64,
+    /// Most connections served at once (more are answered `busy` and closed).
+    pub max_connections: usize,
+    /// Most codes registered at once.
+    pub max_codes: usize,
+    /// Write log lines (pairings, splice ends) on stderr.
+    pub log: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            code_ttl: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(30),
+            lookup_burst: 10,
+            lookup_per_sec: 1.0,
+            max_connections: 1024,
+            max_codes: 1024,
+            log: true,
+        }
+    }
+}
+
+/// A receiver's registration connection, as the relay keeps it.
+#[derive(Debug)]
+struct Agent {
+    addr: SocketAddr,
+    candidates: Vec<SocketAddr>,
+    writer: Mutex<TcpStream>,
+}
+
+impl Agent {
+    fn send(&self, msg: &Msg) -> io::Result<()> {
+        wire::write_msg(&mut *lock(&self.writer), msg)
+    }
+
+    fn close(&self) {
+        let _ = lock(&self.writer).shutdown(Shutdown::Both);
+    }
+}
+
+struct Ticket {
+    agent: Arc<Agent>,
+    sender_ip: IpAddr,
+    nameplate: u32,
+}
+
+/// A connection waiting for the agent to join, or the agent's refusal.
+type Joined = Result<(TcpStream, Slot), String>;
+
+struct Pending {
+    agent: Arc<Agent>,
+    tx: SyncSender<Joined>,
+}
+
+struct State {
+    cfg: Config,
+    codes: Mutex<Registry<Arc<Agent>>>,
+    limiter: Mutex<Limiter>,
+    tickets: Mutex<HashMap<String, Ticket>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    connections: AtomicUsize,
+}
+
+/// Holds one of the relay's connection slots; frees it when dropped.
+struct Slot(Arc<State>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A bound relay; [`Server::run`] serves until the process ends.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+impl Server {
+    /// Binds `addr`.
+    pub fn bind(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr)?;
+        let state = Arc::new(State {
+            codes: Mutex::new(Registry::new(cfg.max_codes, cfg.code_ttl)),
+            limiter: Mutex::new(Limiter::new(cfg.lookup_burst, cfg.lookup_per_sec)),
+            tickets: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            connections: AtomicUsize::new(0),
+            cfg,
+        });
+        Ok(Server { listener, state })
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves forever (returns only if the listening socket fails).
+    pub fn run(self) -> io::Result<()> {
+        let janitor = self.state.clone();
+        std::thread::Builder::new()
+            .name("relay-expiry".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(100));
+                expire(&janitor);
+            })?;
+        loop {
+            let (stream, peer) = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if is_transient(&e) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let st = &self.state;
+            if st.connections.fetch_add(1, Ordering::Relaxed) >= st.cfg.max_connections {
+                st.connections.fetch_sub(1, Ordering::Relaxed);
+                let mut s = stream;
+                let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                let _ = wire::write_msg(
+                    &mut s,
+                    &Msg::error("busy", "the relay is busy, try again later"),
+                );
+                continue;
+            }
+            let slot = Slot(st.clone());
+            let _ = std::thread::Builder::new()
+                .name("relay-conn".into())
+                .stack_size(256 * 1024)
+                .spawn(move || serve(stream, peer, slot));
+        }
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionAborted
+            | ErrorKind::ConnectionReset
+            | ErrorKind::Interrupted
+            | ErrorKind::WouldBlock
+    ) || matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12)) // ENFILE, EMFILE, ENOBUFS, ENOMEM
+}
+
+fn log(st: &State, line: std::fmt::Arguments<'_>) {
+    if st.cfg.log {
+        eprintln!("hurtle relay: {line}");
+    }
+}
+
+fn expire(st: &State) {
+    let gone = lock(&st.codes).expire(Instant::now());
+    for (n, agent) in gone {
+        log(
+            st,
+            format_args!("code {n} expired unused (receiver {})", agent.addr),
+        );
+        let _ = agent.send(&Msg::Expired);
+        agent.close();
+    }
+}
+
+/// Reads one message; on a bad frame tells the client why (best effort) and gives up.
+fn read(s: &mut TcpStream) -> Option<Msg> {
+    match wire::read_msg(s) {
+        Ok(m) => Some(m),
+        Err(e @ (FrameError::BadLength(_) | FrameError::Malformed(_))) => {
+            let _ = wire::write_msg(s, &Msg::error("bad_frame", e.to_string()));
+            linger(s);
+            None
+        }
+        Err(FrameError::Io(e)) => {
+            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+                let _ = wire::write_msg(s, &Msg::error("timeout", "idle for too long"));
+            }
+            None
+        }
+    }
+}
+
+/// Closes our side and discards a bounded amount of what the client still sends, so the error
+/// frame is not lost to a reset (closing with unread data makes the kernel send RST).
+fn linger(s: &mut TcpStream) {
+    let _ = s.shutdown(Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = [0u8; 4096];
+    let mut left = 256 * 1024usize;
+    while left > 0 {
+        match io::Read::read(s, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+fn reply(s: &mut TcpStream, kind: &str, message: &str) {
+    let _ = wire::write_msg(s, &Msg::error(kind, message));
+}
+
+fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
+    let st = slot.0.clone();
+    let idle = st.cfg.idle_timeout;
+    if s.set_read_timeout(Some(idle)).is_err() || s.set_write_timeout(Some(idle)).is_err() {
+        return;
+    }
+    let _ = s.set_nodelay(true);
+    match read(&mut s) {
+        Some(Msg::Register { port, candidates }) => register(&st, s, peer, port, candidates),
+        Some(Msg::Lookup {
+            nameplate,
+            verifier,
+        }) => lookup(&st, s, peer, nameplate, &verifier),
+        Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
+        Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
+        Some(_) => reply(&mut s, "bad_request", "unexpected message"),
+        None => {}
+    }
+}
+
+fn register(
+    st: &Arc<State>,
+    mut s: TcpStream,
+    peer: SocketAddr,
+    port: u16,
+    given: Vec<SocketAddr>,
+) {
+    if port == 0 || given.len() > MAX_CANDIDATES {
+        return reply(&mut s, "bad_request", "bad registration");
+    }
+    let mut candidates = Vec::new();
+    for c in given
+        .into_iter()
+        .chain([SocketAddr::new(peer.ip().to_canonical(), port)])
+    {
+        let usable = !c.ip().is_unspecified() && !c.ip().is_multicast() && c.port() == port;
+        if usable && !candidates.contains(&c) {
+            candidates.push(c);
+        }
+    }
+    let writer = match s.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let agent = Arc::new(Agent {
+        addr: peer,
+        candidates,
+        writer: Mutex::new(writer),
+    });
+    let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
+        return reply(
+            &mut s,
+            "busy",
+            "the relay holds too many codes, try again later",
+        );
+    };
+    let claimed = agent.send(&Msg::Nameplate { nameplate }).is_ok()
+        && match read(&mut s) {
+            Some(Msg::Claim { verifier }) if is_verifier(&verifier) => {
+                lock(&st.codes).claim(nameplate, verifier)
+            }
+            Some(_) => {
+                reply(&mut s, "bad_request", "expected a claim");
+                false
+            }
+            None => false,
+        }
+        && agent
+            .send(&Msg::Registered {
+                ttl_secs: st.cfg.code_ttl.as_secs(),
+                idle_secs: st.cfg.idle_timeout.as_secs().max(1),
+            })
+            .is_ok();
+    if claimed {
+        // The agent: pings, and refusals of dial requests, until it leaves or is dropped.
+        while let Some(msg) = read(&mut s) {
+            match msg {
+                Msg::Ping => {}
+                Msg::Refuse { id, reason } => {
+                    let p = lock(&st.pending).remove(&id);
+                    match p {
+                        Some(p) if Arc::ptr_eq(&p.agent, &agent) => {
+                            let _ = p.tx.try_send(Err(format!(
+                                "the receiver refused: {}",
+                                reason.chars().take(200).collect::<String>()
+                            )));
+                        }
+                        Some(p) => {
+                            lock(&st.pending).insert(id, p);
+                        }
+                        None => {}
+                    }
+                }
+                _ => {
+                    reply(&mut s, "bad_request", "unexpected message from a receiver");
+                    break;
+                }
+            }
+        }
+    }
+    // Gone: its code (if still unused), its tickets and its pending splices go too.
+    {
+        let mut codes = lock(&st.codes);
+        if codes
+            .remove_if(nameplate, |a| Arc::ptr_eq(a, &agent))
+            .is_some()
+            && claimed
+        {
+            drop(codes);
+            log(
+                st,
+                format_args!("code {nameplate} withdrawn: its receiver {peer} left"),
+            );
+        }
+    }
+    lock(&st.tickets).retain(|_, t| !Arc::ptr_eq(&t.agent, &agent));
+    lock(&st.pending).retain(|_, p| !Arc::ptr_eq(&p.agent, &agent));
+    agent.close();
+}
+
+fn is_verifier(v: &str) -> bool {
+    v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32, verifier: &str) {
+    if !lock(&st.limiter).allow(peer.ip(), Instant::now()) {
+        return reply(&mut s, "rate_limited", "too many lookups, slow down");
+    }
+    if !is_verifier(verifier) {
+        return reply(&mut s, "bad_request", "malformed verifier");
+    }
+    let found = lock(&st.codes).lookup(Instant::now(), nameplate, &verifier.to_ascii_lowercase());
+    let agent = match found {
+        Lookup::Found(a) => a,
+        Lookup::Unknown => {
+            return reply(
+                &mut s,
+                "no_such_code",
+                "no such code (expired, used or mistyped)",
+            )
+        }
+        Lookup::Wrong(None) => return reply(&mut s, "wrong_code", "wrong code"),
+        Lookup::Wrong(Some(a)) => {
+            log(
+                st,
+                format_args!(
+                    "code {nameplate} cancelled after {} wrong tries (last from {peer})",
+                    crate::registry::MAX_WRONG
+                ),
+            );
+            let _ = a.send(&Msg::Cancelled {
+                reason: format!(
+                    "{} wrong codes were tried for nameplate {nameplate}",
+                    crate::registry::MAX_WRONG
+                ),
+            });
+            a.close();
+            return reply(
+                &mut s,
+                "wrong_code",
+                "wrong code (too many wrong tries: the code is now cancelled)",
+            );
+        }
+    };
+    let ticket = hex(&rand::random::<[u8; 16]>());
+    lock(&st.tickets).insert(
+        ticket.clone(),
+        Ticket {
+            agent: agent.clone(),
+            sender_ip: peer.ip().to_canonical(),
+            nameplate,
+        },
+    );
+    let _ = wire::write_msg(
+        &mut s,
+        &Msg::Found {
+            ticket,
+            candidates: agent.candidates.clone(),
+        },
+    );
+    // The sender says how it reaches the receiver once it knows (after trying direct paths).
+    let relayed = match read(&mut s) {
+        Some(Msg::Path { relayed }) => Some(relayed),
+        _ => None,
+    };
+    log(
+        st,
+        format_args!(
+            "pairing nameplate={nameplate} receiver={} sender={peer} path={}",
+            agent.addr,
+            match relayed {
+                Some(true) => "relayed",
+                Some(false) => "direct",
+                None => "unreported",
+            }
+        ),
+    );
+    let _ = agent.send(&Msg::Paired {
+        sender: peer,
+        relayed,
+    });
+}
+
+fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, port: u16) {
+    let (agent, nameplate) = match lock(&st.tickets).get(ticket) {
+        Some(t) if t.sender_ip == peer.ip().to_canonical() => (t.agent.clone(), t.nameplate),
+        _ => {
+            return reply(
+                &mut s,
+                "no_such_ticket",
+                "unknown ticket (the receiver may have left)",
+            )
+        }
+    };
+    let id = rand::random::<u64>();
+    let (tx, rx) = sync_channel::<Joined>(1);
+    {
+        let mut pending = lock(&st.pending);
+        if pending.len() >= st.cfg.max_connections {
+            drop(pending);
+            return reply(&mut s, "busy", "the relay is busy, try again later");
+        }
+        pending.insert(
+            id,
+            Pending {
+                agent: agent.clone(),
+                tx,
+            },
+        );
+    }
+    if agent.send(&Msg::Dial { id, port }).is_err() {
+        lock(&st.pending).remove(&id);
+        return reply(&mut s, "refused", "the receiver is gone");
+    }
+    let joined = rx.recv_timeout(Duration::from_secs(10).min(st.cfg.idle_timeout));
+    lock(&st.pending).remove(&id);
+    let (mut other, _slot) = match joined {
+        Ok(Ok(j)) => j,
+        Ok(Err(reason)) => return reply(&mut s, "refused", &reason),
+        Err(RecvTimeoutError::Timeout) => {
+            return reply(&mut s, "timeout", "the receiver did not answer")
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            return reply(&mut s, "refused", "the receiver is gone")
+        }
+    };
+    if wire::write_msg(&mut s, &Msg::Spliced).is_err()
+        || wire::write_msg(&mut other, &Msg::Spliced).is_err()
+    {
+        return;
+    }
+    let moved = splice(s, other, st.cfg.idle_timeout);
+    log(
+        st,
+        format_args!(
+            "splice end nameplate={nameplate} port={port} sender={peer} sender->receiver={} bytes receiver->sender={} bytes",
+            moved.forward, moved.back
+        ),
+    );
+}
+
+fn join(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, id: u64, slot: Slot) {
+    let p = lock(&st.pending).remove(&id);
+    match p {
+        Some(p) if p.agent.addr.ip() == peer.ip() => match p.tx.try_send(Ok((s, slot))) {
+            Ok(()) => {}
+            Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
+                if let Ok((mut s, _)) = j {
+                    reply(&mut s, "timeout", "the sender is gone");
+                }
+            }
+        },
+        Some(p) => {
+            lock(&st.pending).insert(id, p);
+            reply(&mut s, "no_such_splice", "unknown splice");
+        }
+        None => reply(&mut s, "no_such_splice", "unknown splice"),
+    }
+}
