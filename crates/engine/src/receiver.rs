@@ -474,6 +474,9 @@ impl Receiver {
                 other => return Err(unexpected(other, "Manifest")),
             }
         }
+        // Hashing files the receiver already has and preallocating new ones can take a while:
+        // keep the sender's wait for the manifest reply alive meanwhile.
+        let _alive = KeepAlive::start(tx.clone());
         let mut decisions = Vec::with_capacity(entries.len());
         for e in &entries {
             let target = store::resolve_under(root, &e.path)?;
@@ -515,6 +518,24 @@ impl Receiver {
         for d in &dirs {
             store::make_dir(root, &d.path, 0o700)?;
         }
+        // Part files are created (and preallocated) before the reply, so that the sender's
+        // probes, which follow it, find the channels running however long preallocation takes.
+        let file_decisions: Vec<&Decision> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| d)
+            .collect();
+        let mut parts = files
+            .iter()
+            .zip(&file_decisions)
+            .map(|(f, d)| match d {
+                Decision::SendAll => PartFile::create(root, &f.path, f.size, self.opts.overwrite)
+                    .map(|p| Some(Arc::new(p))),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(_alive);
         let _ = tx.send(Control::ManifestReply {
             decisions: decisions.clone(),
         });
@@ -566,18 +587,19 @@ impl Receiver {
         let layout = Layout::new(&sizes, block_size, channels)?;
         let total: u64 = sizes.iter().sum();
         progress.total.store(total, Ordering::Relaxed);
-        let parts = files
-            .iter()
-            .zip(&skipped)
-            .map(|(f, &s)| {
-                if s {
-                    Ok(None)
-                } else {
-                    PartFile::create(root, &f.path, f.size, self.opts.overwrite)
-                        .map(|p| Some(Arc::new(p)))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // A file the receiver offered as already there but the sender did not skip (its copy
+        // differs, and --overwrite allows replacing it) gets its part file now.
+        for (f, part) in parts.iter_mut().enumerate() {
+            if part.is_none() && !skipped[f] {
+                let e = files[f];
+                *part = Some(Arc::new(PartFile::create(
+                    root,
+                    &e.path,
+                    e.size,
+                    self.opts.overwrite,
+                )?));
+            }
+        }
         let links: Vec<LinkIn> = match &tcp_listener {
             Some(l) => accept_data_connections(l, session, channels, peer.ip())?,
             None => udps.into_iter().map(LinkIn::udp).collect(),
@@ -739,6 +761,44 @@ fn hash_file(path: &Path) -> std::io::Result<[u8; 32]> {
         std::fs::File::open(path)?,
     ))?;
     Ok(*h.finalize().as_bytes())
+}
+
+/// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
+/// answer does not time out while this side does slow work.
+struct KeepAlive {
+    stop: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    fn start(tx: Sender<Control>) -> KeepAlive {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("keepalive".into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Duration::from_secs(1))
+                {
+                    if tx.send(Control::KeepAlive).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        KeepAlive {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn unexpected(msg: Control, wanted: &str) -> SessionError {

@@ -383,7 +383,15 @@ fn send_once(
         });
     }
     let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
-    match recv_control(&rx, handshake_timeout)? {
+    // The receiver may take a while (hashing files it already has, preallocating big ones); it
+    // sends keep-alives meanwhile, and each one restarts the wait.
+    let reply = loop {
+        match recv_control(&rx, handshake_timeout)? {
+            Control::KeepAlive => continue,
+            other => break other,
+        }
+    };
+    match reply {
         Control::ManifestReply { decisions } => {
             if decisions.len() != entries.len() {
                 return Err(SessionError::Protocol(
