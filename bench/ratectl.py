@@ -43,7 +43,7 @@ from hbench import netlab  # noqa: E402
 from hbench.sysutil import REG, Interrupted, Proc, descendants, install_signal_handlers, log, sh  # noqa: E402
 
 RATE_MBPS = 300
-QUEUE = "64k"  # ~1.7 ms at 300 Mbit/s: a short drop-tail queue
+QUEUE = "64k"  # ~1.7 ms at 300 Mbit/s: a short drop-tail queue (scenarios a-c)
 CGROUP = Path("/sys/fs/cgroup/cpu") / f"hurtle-ratectl-{os.getpid()}"
 FIELDS = ["timestamp", "scenario", "variant", "tcp_cc", "repeat", "file_size", "ok", "wall_s",
           "goodput_mbps", "share_of_link", "resent_share", "socket_drops", "rate_final_mbps",
@@ -187,7 +187,7 @@ def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None,
     return res
 
 
-def iperf_competitor(ends, rundir, counter: Udpcount, start_after=3.0, secs=20):
+def iperf_competitor(ends, rundir, counter: Udpcount, cc=None, start_after=3.0, secs=20):
     """Returns a function that starts iperf3 a few seconds into the transfer and
     a collector for its result and hurtle's rate over the same window."""
     server = Proc(["iperf3", "-s", "-1", "-B", ends.recv_addr, "-p", "5299"], "iperf3-server", rundir,
@@ -199,7 +199,8 @@ def iperf_competitor(ends, rundir, counter: Udpcount, start_after=3.0, secs=20):
         time.sleep(start_after)
         state["b0"] = counter.bytes()
         state["t0"] = time.monotonic()
-        state["client"] = Proc(["iperf3", "-c", ends.recv_addr, "-p", "5299", "-t", str(secs), "-J"],
+        state["client"] = Proc(["iperf3", "-c", ends.recv_addr, "-p", "5299", "-t", str(secs), "-J"]
+                               + (["-C", cc] if cc else []),
                                "iperf3-client", rundir, ns=ends.send_ns, timed=False)
 
         def collect():
@@ -227,6 +228,9 @@ def main():
     ap.add_argument("--size", type=parse_size, default=1 << 30)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--d-queue", default="1M",
+                    help="bottleneck queue for scenario d (delay-based yielding needs a queue to see; "
+                         "the short queue of a-c is 64k)")
     ap.add_argument("--quota", default="1000/30000", help="receiver CPU quota/period in us for scenario c")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-ratectl"))
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "ratectl.csv")
@@ -244,25 +248,27 @@ def main():
         w.writeheader()
     port = 48000
     try:
-        plans = []  # (scenario, loss, tcp_cc, [(variant, send_extra, throttle?, competitor?)])
+        plans = []  # (scenario, loss, tcp_cc, queue, [(variant, send_extra, throttle?, competitor?)])
         sc = args.scenarios.split(",")
         fixed2x = ["--rate-fixed", f"{2 * RATE_MBPS}M"]
         if "a" in sc:
-            plans.append(("a", 0.0, None, [("auto", [], False, False), ("fixed 2x", fixed2x, False, False)]))
+            plans.append(("a", 0.0, None, QUEUE, [("auto", [], False, False), ("fixed 2x", fixed2x, False, False)]))
         if "b" in sc:
-            plans.append(("b", 0.01, None, [("auto", [], False, False)]))
+            plans.append(("b", 0.01, None, QUEUE, [("auto", [], False, False)]))
         if "c" in sc:
-            plans.append(("c", 0.0, None, [("auto", [], True, False),
+            plans.append(("c", 0.0, None, QUEUE, [("auto", [], True, False),
                                            ("fixed 1x", ["--rate-fixed", f"{RATE_MBPS}M"], True, False)]))
         if "d" in sc:
             for cc in ("bbr", "cubic"):
-                plans.append(("d", 0.0, cc, [("fair", ["--fair"], False, True), ("auto", [], False, True),
+                plans.append(("d", 0.0, cc, args.d_queue, [("fair", ["--fair"], False, True), ("auto", [], False, True),
                                              ("none (iperf3 alone)", None, False, True)]))
         k = 0
-        for scen, loss, cc, variants in plans:
-            prof = netlab.Profile(f"tbf{RATE_MBPS}", "tbf", "tbf", rate_mbps=RATE_MBPS, loss=loss, queue=QUEUE)
+        for scen, loss, cc, queue, variants in plans:
+            prof = netlab.Profile(f"tbf{RATE_MBPS}", "tbf", "tbf", rate_mbps=RATE_MBPS, loss=loss, queue=queue)
             lab = netlab.Lab(f"hr{os.getpid()}{scen}{cc or ''}"[:12], work, REPO / "target/release/linkem")
-            lab.prepare(prof, cc)
+            # The competing flow's congestion control is set per socket (iperf3 -C): a namespace
+            # may not make a congestion control outside tcp_allowed_congestion_control its default.
+            lab.prepare(prof, None)
             ends = lab.ends(prof)
             counter = Udpcount(ends.recv_ns) if scen == "d" else None
             throttle = None
@@ -280,15 +286,16 @@ def main():
                            "file_size": args.size}
                     if extra is None:
                         # The TCP flow alone through the same bottleneck, for reference.
-                        start = iperf_competitor(ends, rundir, counter)
+                        start = iperf_competitor(ends, rundir, counter, cc)
                         collect = start(None)
                         row.update(collect(), ok=1)
                     else:
-                        comp = iperf_competitor(ends, rundir, counter) if compete else None
+                        comp = iperf_competitor(ends, rundir, counter, cc) if compete else None
                         row.update(run_hurtle(lab, ends, src, rundir, port, extra, args.timeout,
                                               throttle if throttled else None, comp))
                     if throttled and throttle:
                         row["note"] = (row.get("note", "") + " " + throttle.desc).strip()
+                    row["note"] = (row.get("note", "") + f" queue={queue}").strip()
                     w.writerow({f: row.get(f, "") for f in FIELDS})
                     csvf.flush()
                     log(f"[{k}] {scen} {variant} {cc or ''} rep{rep + 1}: " + ", ".join(

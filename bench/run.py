@@ -363,6 +363,13 @@ def main():
     prefix = f"hb{os.getpid()}"
     lab = netlab.Lab(prefix, work, linkem_bin, rt_priority=args.rt_priority)
     try:
+        if args.tcp_cc:
+            # A namespace may only make a congestion control its default if the host allows it
+            # (net.ipv4.tcp_allowed_congestion_control is global): allow it for the run.
+            key = "net.ipv4.tcp_allowed_congestion_control"
+            allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+            if args.tcp_cc not in allowed:
+                REG.set_sysctl(key, " ".join(allowed + [args.tcp_cc]))
         if args.sock_buf:
             for k in ("net.core.rmem_max", "net.core.wmem_max"):
                 cur = int(Path("/proc/sys/" + k.replace(".", "/")).read_text())
@@ -404,7 +411,7 @@ def main():
                     k += 1
                     ts = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
                     run_id = f"{prefix}-{k:04d}"
-                    row = {"timestamp": ts, "tool": tool.name, "settings": tool.settings,
+                    row = {"timestamp": ts, "tool": tool.name, "settings": tool.settings + (f" [tcp cc {args.tcp_cc}]" if args.tcp_cc else ""),
                            "profile": pname, "file_size": size, "run_id": run_id, "repeat": rep + 1,
                            "path": prof.summary(), "machine": mshort,
                            "emu_ceiling_mbps": fmt(ceil_mbps, 0) if prof.kind == "emu" else ""}
