@@ -231,6 +231,7 @@ def main():
     ap.add_argument("--d-queue", default="1M",
                     help="bottleneck queue for scenario d (delay-based yielding needs a queue to see; "
                          "the short queue of a-c is 64k)")
+    ap.add_argument("--variants", help="comma list: run only these variants (e.g. auto,fair)")
     ap.add_argument("--quota", default="1000/30000", help="receiver CPU quota/period in us for scenario c")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-ratectl"))
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "ratectl.csv")
@@ -274,6 +275,8 @@ def main():
             throttle = None
             for rep in range(args.repeat):
                 for variant, extra, throttled, compete in variants:
+                    if args.variants and variant.split(" ")[0] not in args.variants.split(","):
+                        continue
                     k += 1
                     port += 1
                     rundir = work / f"{k:03d}"
