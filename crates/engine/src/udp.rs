@@ -320,14 +320,19 @@ impl UdpChannel {
             SocketAddr::V4(_) => "/proc/net/udp",
             SocketAddr::V6(_) => "/proc/net/udp6",
         };
-        let text = std::fs::read_to_string(table).ok()?;
-        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
-        text.lines().skip(1).find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            match fields.get(9)?.parse::<u64>() {
-                Ok(i) if i == inode => fields.get(12)?.parse().ok(),
-                _ => None,
-            }
+        // The kernel prints this table in pieces; a socket that another thread opens or closes
+        // between two pieces can shift our line past a piece boundary so that one read misses
+        // it. Our socket is open, so a miss is that race: read again.
+        (0..4).find_map(|_| {
+            let text = std::fs::read_to_string(table).ok()?;
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+            text.lines().skip(1).find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                match fields.get(9)?.parse::<u64>() {
+                    Ok(i) if i == inode => fields.get(12)?.parse().ok(),
+                    _ => None,
+                }
+            })
         })
     }
 
