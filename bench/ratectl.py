@@ -14,7 +14,13 @@ Scenarios (each ``--repeat`` times, one CSV row per run):
      the transfer): ``--fair`` and ``auto``, with the TCP flow on bbr and on
      cubic. The TCP share is iperf3's receiver-side rate over the
      bottleneck; hurtle's rate in the same window is counted at the
-     receiver's namespace (nft counter on UDP).
+     receiver's namespace (nft counter on UDP). By default this path has a
+     40 ms round trip (``--d-rtt``): linkem, the harness's emulator, adds
+     the delay and the same kernel tbf (queue ``--d-queue``) is the
+     bottleneck. Without delay, TCP's round trip is tens of microseconds
+     and any standing queue of a few hundred microseconds caps a bbr flow
+     (its window is twice its minimum-RTT bandwidth-delay product), which
+     says more about the test than about sharing a real path.
 
 Every namespace, cgroup and process is removed at exit, also on Ctrl-C.
 Traffic stays between the two namespaces.
@@ -31,6 +37,7 @@ import json
 import os
 import shutil
 import statistics
+import threading
 import sys
 import time
 from pathlib import Path
@@ -40,7 +47,8 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from hbench import netlab  # noqa: E402
-from hbench.sysutil import REG, Interrupted, Proc, descendants, install_signal_handlers, log, sh  # noqa: E402
+from hbench.sysutil import (REG, Interrupted, Proc, cargo_build, descendants, ensure_packages,  # noqa: E402
+                            install_signal_handlers, log, sh)
 
 RATE_MBPS = 300
 QUEUE = "64k"  # ~1.7 ms at 300 Mbit/s: a short drop-tail queue (scenarios a-c)
@@ -133,8 +141,9 @@ class Udpcount:
         return int(words[words.index("bytes") + 1]) if "bytes" in words else 0
 
 
-def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None, competitor=None):
-    """One transfer; returns a result dict."""
+def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None, competitor=None, keep=None):
+    """One transfer; returns a result dict. With ``keep``, the sender's ``--log-dir`` logs
+    (``send-rate.log`` has every report and rate decision) and both JSON summaries go there."""
     out = rundir / "out"
     out.mkdir(parents=True, exist_ok=True)
     hb = str(REPO / "target" / "release" / "hurtle")
@@ -149,6 +158,9 @@ def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None,
         res["note"] = "receiver never listened: " + recv.stderr()[-300:].replace("\n", " ")
         return res
     sargv = [hb, "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"] + send_extra
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+        sargv += ["--log-dir", str(keep)]
     t0 = time.monotonic()
     send = Proc(sargv, "sender", rundir, ns=ends.send_ns)
     comp = None
@@ -166,6 +178,9 @@ def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None,
         recv.stop()
     s = last_json(send.stdout())
     r = last_json(recv.stdout())
+    if keep:
+        (keep / "send.json").write_text(json.dumps(s, indent=1))
+        (keep / "recv.json").write_text(json.dumps(r, indent=1))
     ok = rc == 0 and rrc == 0 and s is not None and same_file(src, out / src.name)
     res.update(ok=int(ok), wall_s=round(wall, 3))
     if s:
@@ -203,10 +218,19 @@ def iperf_competitor(ends, rundir, counter: Udpcount, cc=None, start_after=3.0, 
                                + (["-C", cc] if cc else []),
                                "iperf3-client", rundir, ns=ends.send_ns, timed=False)
 
+        def at_end():
+            # hurtle's bytes over iperf3's window: read the counter the moment iperf3 ends,
+            # not when the (longer) transfer does.
+            state["rc"] = state["client"].wait(secs + 20)
+            state["b1"], state["t1"] = counter.bytes(), time.monotonic()
+        state["watch"] = threading.Thread(target=at_end, daemon=True)
+        state["watch"].start()
+
         def collect():
             c = state["client"]
-            rc = c.wait(secs + 20)
-            b1, t1 = counter.bytes(), time.monotonic()
+            state["watch"].join(secs + 30)
+            rc = state.get("rc")
+            b1, t1 = state.get("b1", counter.bytes()), state.get("t1", time.monotonic())
             server.stop()
             out = {}
             try:
@@ -214,7 +238,8 @@ def iperf_competitor(ends, rundir, counter: Udpcount, cc=None, start_after=3.0, 
                 out["tcp_mbps"] = round(j["end"]["sum_received"]["bits_per_second"] / 1e6, 1)
             except (ValueError, KeyError):
                 out["note"] = f"iperf3 gave no result (rc={rc})"
-            # Window: iperf3's run; the sender may end earlier, then this undercounts hurtle.
+            # Window: iperf3's run (from its start to its exit); if the transfer ends first,
+            # this undercounts hurtle.
             out["hurtle_overlap_mbps"] = round((b1 - state["b0"]) * 8 / (t1 - state["t0"]) / 1e6, 1)
             return out
         return collect
@@ -231,16 +256,29 @@ def main():
     ap.add_argument("--d-queue", default="1M",
                     help="bottleneck queue for scenario d (delay-based yielding needs a queue to see; "
                          "the short queue of a-c is 64k)")
+    ap.add_argument("--d-rtt", type=float, default=40.0,
+                    help="round-trip time (ms) of scenario d's path: linkem adds the delay in front "
+                         "of the same tbf bottleneck (0: the plain veth+tbf path of a-c, where TCP's "
+                         "RTT is tens of microseconds)")
     ap.add_argument("--variants", help="comma list: run only these variants (e.g. auto,fair)")
     ap.add_argument("--quota", default="1000/30000", help="receiver CPU quota/period in us for scenario c")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-ratectl"))
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "ratectl.csv")
+    ap.add_argument("--keep", type=Path,
+                    help="keep each run's sender logs (send-rate.log: reports and rate decisions) "
+                         "and JSON summaries under KEEP/NNN-scenario-variant")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root (namespaces, tc, nft, cgroups)")
     install_signal_handlers()
+    for pkg in ("hurtle", "linkem"):
+        if err := cargo_build(pkg):
+            sys.exit(err)
+    if "d" in args.scenarios.split(",") and (failed := ensure_packages(["iperf3"])):
+        sys.exit(f"scenario d needs iperf3: {failed['iperf3']}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     work = args.workdir / f"run-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
     src = source(args.workdir, args.size)
     new = not args.csv.exists()
     csvf = open(args.csv, "a", newline="")
@@ -265,11 +303,20 @@ def main():
                                              ("none (iperf3 alone)", None, False, True)]))
         k = 0
         for scen, loss, cc, queue, variants in plans:
-            prof = netlab.Profile(f"tbf{RATE_MBPS}", "tbf", "tbf", rate_mbps=RATE_MBPS, loss=loss, queue=queue)
             lab = netlab.Lab(f"hr{os.getpid()}{scen}{cc or ''}"[:12], work, REPO / "target/release/linkem")
-            # The competing flow's congestion control is set per socket (iperf3 -C): a namespace
-            # may not make a congestion control outside tcp_allowed_congestion_control its default.
-            lab.prepare(prof, None)
+            path_note = ""
+            if scen == "d" and args.d_rtt > 0:
+                # linkem for the delay only, then the kernel tbf bottleneck.
+                prof = netlab.Profile(f"rtt{args.d_rtt:g}", "emu", "delay", rtt_ms=args.d_rtt)
+                lab.prepare(prof, None)
+                lab.start_linkem(prof, seed=1, logdir=work)
+                lab.set_emu_bottleneck(RATE_MBPS, queue)
+                path_note = f" rtt={args.d_rtt:g}ms"
+            else:
+                prof = netlab.Profile(f"tbf{RATE_MBPS}", "tbf", "tbf", rate_mbps=RATE_MBPS, loss=loss, queue=queue)
+                # The competing flow's congestion control is set per socket (iperf3 -C): a namespace
+                # may not make a congestion control outside tcp_allowed_congestion_control its default.
+                lab.prepare(prof, None)
             ends = lab.ends(prof)
             counter = Udpcount(ends.recv_ns) if scen == "d" else None
             throttle = None
@@ -294,11 +341,13 @@ def main():
                         row.update(collect(), ok=1)
                     else:
                         comp = iperf_competitor(ends, rundir, counter, cc) if compete else None
+                        keep = (args.keep / f"{k:03d}-{scen}-{variant.split(' ')[0]}{'-' + cc if cc else ''}"
+                                if args.keep else None)
                         row.update(run_hurtle(lab, ends, src, rundir, port, extra, args.timeout,
-                                              throttle if throttled else None, comp))
+                                              throttle if throttled else None, comp, keep))
                     if throttled and throttle:
                         row["note"] = (row.get("note", "") + " " + throttle.desc).strip()
-                    row["note"] = (row.get("note", "") + f" queue={queue}").strip()
+                    row["note"] = (row.get("note", "") + f" queue={queue}{path_note}").strip()
                     w.writerow({f: row.get(f, "") for f in FIELDS})
                     csvf.flush()
                     log(f"[{k}] {scen} {variant} {cc or ''} rep{rep + 1}: " + ", ".join(
@@ -306,7 +355,8 @@ def main():
                                                     "rate_final_mbps", "tcp_mbps", "hurtle_overlap_mbps",
                                                     "note") if row.get(f) not in (None, "")))
                     shutil.rmtree(rundir, ignore_errors=True)
-            for ns in (ends.send_ns, ends.recv_ns):
+            lab.stop_linkem()
+            for ns in {ends.send_ns, ends.recv_ns, lab.ns("em")}:
                 sh(["ip", "netns", "del", ns], check=False)
         summarize(args.csv)
     except Interrupted as e:

@@ -31,7 +31,8 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from hbench import netlab, tools  # noqa: E402
-from hbench.sysutil import REG, Interrupted, Proc, install_signal_handlers, log, recover_stale, sh  # noqa: E402
+from hbench.sysutil import (REG, Interrupted, Proc, cargo_build, ensure_packages, install_signal_handlers,  # noqa: E402
+                            log, recover_stale, sh)
 
 RESULTS = BENCH / "results"
 CSV_PATH = RESULTS / "results.csv"
@@ -58,42 +59,6 @@ FULL_TOOLS = ["tcp", "iperf3", "iperf3-p4", "scp", "rsync", "gridftp", "gridftp-
 
 
 # -- setup -------------------------------------------------------------------
-
-def ensure_packages(pkgs) -> dict[str, str]:
-    """apt-get install what is missing; return {package: error} for failures."""
-    def installed(p):
-        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True)
-        return r.returncode == 0 and "install ok installed" in r.stdout
-
-    missing = [p for p in pkgs if not installed(p)]
-    failed = {}
-    if not missing:
-        return failed
-    log(f"installing {' '.join(missing)}")
-    envv = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    apt = ["apt-get", "install", "-y", "--no-install-recommends"]
-    r = subprocess.run(apt + missing, env=envv, capture_output=True, text=True)
-    if r.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=envv, capture_output=True)
-        for p in missing:
-            r = subprocess.run(apt + [p], env=envv, capture_output=True, text=True)
-            if r.returncode != 0:
-                failed[p] = (r.stderr.strip().splitlines() or ["apt-get failed"])[-1]
-    return failed
-
-
-def cargo_build(pkg, timeout=1800) -> str | None:
-    log(f"cargo build --release -p {pkg}")
-    try:
-        r = subprocess.run(["cargo", "build", "--release", "-p", pkg], cwd=REPO,
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"cargo build -p {pkg} timed out"
-    if r.returncode != 0:
-        lines = [l for l in r.stderr.splitlines() if l.startswith("error")]
-        return f"cargo build -p {pkg} failed: " + ("; ".join(lines[:3]) or r.stderr[-300:])
-    return None
-
 
 def parse_size(s: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)(i?[bB])?", s.strip())

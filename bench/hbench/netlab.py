@@ -194,6 +194,15 @@ class Lab:
         self.emu_built = True
         log(f"built emulated topology {a} <-> {em} <-> {b}")
 
+    def set_emu_bottleneck(self, rate_mbps: float, queue: str):
+        """A kernel ``tbf`` bottleneck on the emulated path's a->b direction, behind linkem
+        (on the router's egress towards b), so linkem adds only delay: the real qdisc queue of
+        the tbf topology with a round-trip time. Replaced by the next call; goes with the
+        namespaces."""
+        sh(["tc", "-n", self.ns("em"), "qdisc", "replace", "dev", "eb", "root", "tbf",
+            "rate", f"{int(rate_mbps)}mbit", "burst", "32kb",
+            "limit", queue.replace("M", "mb").replace("k", "kb")])
+
     def tun_drops(self) -> int:
         """Packets the kernel dropped before linkem could read them (TUN
         queue overflow = emulator overload), both directions."""

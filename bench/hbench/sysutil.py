@@ -333,3 +333,42 @@ def recover_stale(state_file: Path, prefix_re):
         if m and not _alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name])
             log(f"recovered: deleted stale netns {name}")
+
+
+# -- what the harness needs installed -------------------------------------------
+
+def ensure_packages(pkgs) -> dict[str, str]:
+    """apt-get install what is missing; return {package: error} for failures."""
+    def installed(p):
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True)
+        return r.returncode == 0 and "install ok installed" in r.stdout
+
+    missing = [p for p in pkgs if not installed(p)]
+    failed = {}
+    if not missing:
+        return failed
+    log(f"installing {' '.join(missing)}")
+    envv = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    apt = ["apt-get", "install", "-y", "--no-install-recommends"]
+    r = subprocess.run(apt + missing, env=envv, capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["apt-get", "update"], env=envv, capture_output=True)
+        for p in missing:
+            r = subprocess.run(apt + [p], env=envv, capture_output=True, text=True)
+            if r.returncode != 0:
+                failed[p] = (r.stderr.strip().splitlines() or ["apt-get failed"])[-1]
+    return failed
+
+
+def cargo_build(pkg, timeout=1800) -> str | None:
+    """cargo build --release -p PKG in the repository; None on success, else the error."""
+    log(f"cargo build --release -p {pkg}")
+    try:
+        r = subprocess.run(["cargo", "build", "--release", "-p", pkg], cwd=Path(__file__).resolve().parents[2],
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"cargo build -p {pkg} timed out"
+    if r.returncode != 0:
+        lines = [l for l in r.stderr.splitlines() if l.startswith("error")]
+        return f"cargo build -p {pkg} failed: " + ("; ".join(lines[:3]) or r.stderr[-300:])
+    return None

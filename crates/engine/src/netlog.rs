@@ -2,7 +2,8 @@
 //!
 //! One text file per channel and side (`send-ch03.log`, `recv-ch03.log`), one line per event
 //! with microseconds since the session started: batches sent and received, losses detected,
-//! NACKs, repairs, final markers, verification results. Lines are per batch, never per datagram,
+//! NACKs, repairs, final markers, verification results. The sender also writes `send-rate.log`:
+//! each receiver report and what the rate controller made of it. Lines are per batch, never per datagram,
 //! and nothing is formatted when logging is off.
 
 use std::fs::File;
@@ -32,8 +33,16 @@ impl NetLog {
         let Some(dir) = dir else {
             return Ok(Self::off(start));
         };
+        Self::open_named(Some(dir), &format!("{side}-ch{channel:02}.log"), start)
+    }
+
+    /// Opens `dir/name` (creating `dir`), or a disabled log when `dir` is `None`.
+    pub fn open_named(dir: Option<&Path>, name: &str, start: Instant) -> std::io::Result<Self> {
+        let Some(dir) = dir else {
+            return Ok(Self::off(start));
+        };
         std::fs::create_dir_all(dir)?;
-        let file = File::create(dir.join(format!("{side}-ch{channel:02}.log")))?;
+        let file = File::create(dir.join(name))?;
         Ok(NetLog {
             out: Some(BufWriter::with_capacity(64 * 1024, file)),
             start,

@@ -617,12 +617,14 @@ fn send_once(
         tx: &tx,
         cmds: &cmd_txs,
     };
+    let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
+        .map_err(|e| SessionError::io("log directory", e))?;
     let result = session_loop(
         &shared,
         &files,
         &wires,
         opts.stall_timeout,
-        &mut controller,
+        (&mut controller, &mut rate_log),
         &skipped,
     );
     for c in &cmd_txs {
@@ -814,6 +816,30 @@ fn probe_payload(
     })
 }
 
+/// One line of `send-rate.log`: a receiver report and the change it caused, if any.
+fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
+    let secs = fb.interval.as_secs_f64();
+    let delivered = if secs > 0.0 {
+        fb.bytes as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    };
+    let rate = rate_bps as f64 / 1e6;
+    let decision = match changed {
+        Some(why) => format!("rate {rate:.1} Mbit/s ({why})"),
+        None => format!("rate {rate:.1} Mbit/s (unchanged)"),
+    };
+    format!(
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} backlog={} -> {decision}",
+        secs * 1e3,
+        fb.datagrams,
+        fb.lost,
+        fb.socket_drops,
+        fb.queue_delay.as_secs_f64() * 1e3,
+        fb.backlog_bytes,
+    )
+}
+
 type LoopResult = Result<(Vec<[u8; 32]>, u64, u64), SessionError>;
 
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
@@ -829,7 +855,7 @@ fn session_loop(
     files: &[&walk::SourceEntry],
     wires: &Wires,
     stall: Duration,
-    controller: &mut RateController,
+    (controller, rate_log): (&mut RateController, &mut NetLog),
     skipped: &[Option<[u8; 32]>],
 ) -> LoopResult {
     let Wires {
@@ -886,7 +912,10 @@ fn session_loop(
                             queue_delay: Duration::from_micros(queue_delay_us),
                             backlog_bytes: backlog,
                         };
-                        if controller.on_feedback(Instant::now(), &fb).is_some() {
+                        let change = controller.on_feedback(Instant::now(), &fb);
+                        let why = change.as_ref().map(|c| c.reason.as_str());
+                        rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
+                        if change.is_some() {
                             let r = controller.rate_bps();
                             shared.rate_bps.store(r, Ordering::Relaxed);
                             shared.progress.rate_bps.store(r, Ordering::Relaxed);

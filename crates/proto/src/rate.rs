@@ -156,6 +156,16 @@ const SATURATED: f64 = 0.97;
 const STARTUP_SATURATED: f64 = 0.75;
 /// Longest report interval, queueing delay or RTT taken at face value.
 const MAX_REPORTED: Duration = Duration::from_secs(3600);
+/// `fair`: share of the rate given up per report for each delay target's worth of queueing
+/// delay over the target (at most twice that: a cut to half at three times the target).
+const FAIR_CUT: f64 = 0.25;
+/// `fair`: largest increase per round, with an empty queue; less the closer the queueing delay
+/// is to the target.
+const FAIR_GAIN: f64 = 0.1;
+/// `fair`: the same within 3% of or above the delivered rate of the last congestion.
+const FAIR_PROBE_GAIN: f64 = 0.03;
+/// `fair`: most doublings of the step over rounds with an empty queue.
+const FAIR_MAX_DOUBLINGS: u32 = 6;
 /// Share of the rate a round must pass (delivered or lost, not queued) to count as the path
 /// keeping up with it.
 const KEPT_UP: f64 = 0.99;
@@ -384,11 +394,8 @@ impl RateController {
         // timing noise.
         let rtt = self.cfg.rtt.min(MAX_REPORTED);
         let mut hold = rtt + fb.queue_delay + fb.interval.mul_f64(0.75);
-        let step = if self.cfg.mode == RateMode::Fair {
-            0.03
-        } else {
-            0.06
-        };
+        let fair = self.cfg.mode == RateMode::Fair;
+        let step = 0.06;
         let (new, why) = match reason {
             Some(r) => {
                 let base = if measured {
@@ -397,11 +404,9 @@ impl RateController {
                 } else {
                     self.rate
                 };
-                let factor: f64 = if self.cfg.mode == RateMode::Fair {
-                    0.8
-                } else {
-                    0.95
-                };
+                // `fair` gives up more on loss: with a competing flow, a queue that overflows
+                // is shared.
+                let factor: f64 = if fair && r == Reason::Loss { 0.8 } else { 0.95 };
                 // The queue now: what the report saw, plus, if nothing was dropped, what the
                 // surplus over the delivered rate has added since its data was sent.
                 let surplus = if measured && r == Reason::Delay {
@@ -410,11 +415,22 @@ impl RateController {
                     0.0
                 };
                 let queue = fb.queue_delay + (rtt + fb.interval).mul_f64(surplus);
+                // `fair`, past startup, over its delay target: the queue may well be someone
+                // else's, so back off in proportion to how far over the target it is (LEDBAT's
+                // rule), not to drain it, and judge again after one round.
+                let yield_to_queue = fair
+                    && !self.startup
+                    && r == Reason::Delay
+                    && fb.queue_delay > self.cfg.delay_target();
                 // When the queue itself is the problem (or longer than the mode accepts), go low
                 // enough to drain it within two holds. A short queue that drops (a shallow
                 // bottleneck, a socket buffer) only needs the rate below capacity: it drains at
                 // the mode's margin.
-                let factor = if r == Reason::Delay || queue > self.cfg.delay_target() {
+                let factor = if yield_to_queue {
+                    let over =
+                        fb.queue_delay.as_secs_f64() / self.cfg.delay_target().as_secs_f64() - 1.0;
+                    1.0 - FAIR_CUT * over.min(2.0)
+                } else if r == Reason::Delay || queue > self.cfg.delay_target() {
                     let drain = 1.0 - queue.as_secs_f64() / (2.0 * hold.as_secs_f64()).max(1e-6);
                     factor.min(drain).max(0.5)
                 } else {
@@ -426,9 +442,11 @@ impl RateController {
                 }
                 // And wait for the queue to drain at that rate before judging again (at most
                 // two more rounds).
-                hold += queue
-                    .mul_f64(1.0 / (1.0 - factor))
-                    .min((rtt + fb.interval) * 2);
+                if !yield_to_queue {
+                    hold += queue
+                        .mul_f64(1.0 / (1.0 - factor))
+                        .min((rtt + fb.interval) * 2);
+                }
                 self.startup = false;
                 self.quiet_above = 0;
                 (new, r)
@@ -443,6 +461,35 @@ impl RateController {
             }
             // The sender had little to send: nothing learnt about the path.
             None if measured && delivered < self.rate / 2.0 => (self.rate, Reason::Probe),
+            // `fair`: climb in proportion to how far under the delay target the queue is, and
+            // never jump back to a remembered capacity that a competing flow may now be using.
+            // Near and above the delivered rate of the last congestion, by a smaller step. A
+            // queue that stays empty round after round means the path has room (the competing
+            // flow left): the step doubles each such round, so the rate gets back in a few
+            // rounds, not minutes; but from below that delivered rate, to no more than it.
+            None if fair => {
+                let target = self.cfg.delay_target();
+                let under = 1.0 - fb.queue_delay.as_secs_f64() / target.as_secs_f64();
+                if self.capacity.is_some_and(|c| self.rate > c * 1.25) {
+                    // Well past it without congestion: it no longer says anything.
+                    self.capacity = None;
+                }
+                self.quiet_above = if fb.queue_delay < target / 4 {
+                    (self.quiet_above + 1).min(FAIR_MAX_DOUBLINGS)
+                } else {
+                    0
+                };
+                let doubled =
+                    |base: f64| base * f64::from(1u32 << self.quiet_above.saturating_sub(1));
+                let new = match self.capacity {
+                    Some(c) if self.rate >= c * 0.97 => {
+                        self.rate * (1.0 + doubled(FAIR_PROBE_GAIN).min(0.12) * under)
+                    }
+                    Some(c) => (self.rate * (1.0 + doubled(FAIR_GAIN).min(0.5) * under)).min(c),
+                    None => self.rate * (1.0 + doubled(FAIR_GAIN).min(1.0) * under),
+                };
+                (new, Reason::Probe)
+            }
             None => match self.capacity {
                 Some(c) if self.rate < c * 0.97 => (
                     self.rate + ((c - self.rate) / 2.0).max(self.rate * step / 4.0),
@@ -569,6 +616,58 @@ mod tests {
             None
         );
         assert_eq!(f.rate_bps(), 10_000_000_000);
+    }
+
+    #[test]
+    fn fair_yields_to_a_queue_it_did_not_cause_and_comes_back_when_it_empties() {
+        let t0 = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Fair), t0);
+        let mut t = t0;
+        // Startup to about 400M, then a clean path for a while.
+        while c.rate_bps() < 400_000_000 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+        }
+        for _ in 0..5 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+        }
+        let alone = c.rate_bps();
+        // A competing flow keeps a 15 ms queue (three times the target) whatever we do.
+        for _ in 0..10 {
+            t += Duration::from_millis(200);
+            let r = c.rate_bps() as f64;
+            c.on_feedback(t, &fb(r * 0.9, 0.0, 15));
+        }
+        let yielded = c.rate_bps();
+        assert!(yielded < alone / 10, "{alone} -> {yielded}");
+        assert!(c
+            .timeline()
+            .iter()
+            .rev()
+            .take(5)
+            .all(|ch| ch.reason == Reason::Delay));
+        // It leaves: the queue is empty and everything sent arrives.
+        let mut rounds = 0;
+        while c.rate_bps() < alone / 2 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+            rounds += 1;
+            assert!(rounds < 30, "{:?}", c.timeline());
+        }
+        assert!(rounds <= 15, "{rounds} rounds back to half");
+    }
+
+    #[test]
+    fn auto_ignores_a_queue_under_its_target() {
+        let t0 = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t0);
+        let mut t = t0;
+        for _ in 0..4 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 15));
+        }
+        assert!(c.timeline().iter().all(|ch| ch.reason != Reason::Delay));
     }
 
     #[test]
