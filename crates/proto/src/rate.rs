@@ -20,16 +20,25 @@
 //!   before the queue overflows. On congestion the rate goes to just under what was delivered,
 //!   lower still if a standing queue has to drain (its delay, over two rounds), then holds until
 //!   it has; the delivered rate is remembered as the path's capacity;
-//! - otherwise the rate climbs back towards that capacity by halving the distance each round,
-//!   and beyond it probes by +6% per round in `auto` (+3% in `fair`), the step doubling (up to
-//!   8x) while the path clearly takes each increase, so a path that got faster is found in a few
-//!   rounds; a probe the path did not clearly take is followed by a round of waiting. A round in
-//!   which the sender used less than half its rate says nothing about the path.
+//! - otherwise, in `auto`, the rate climbs back towards that capacity by halving the distance
+//!   each round, and beyond it probes by +6% per round, the step doubling (up to 8x) while the
+//!   path clearly takes each increase, so a path that got faster is found in a few rounds; a
+//!   probe the path did not clearly take is followed by a round of waiting. A round in which
+//!   the sender used less than half its rate says nothing about the path.
+//! - `fair` follows LEDBAT's rule instead, in rates: past startup, queueing delay over its low
+//!   target (5 ms, or RTT/20) cuts the rate by 25% per target's worth of excess (at most half),
+//!   whoever built the queue, and judges again after one round; under the target the rate
+//!   climbs by up to 10% per round in proportion to the room left (3% near the delivered rate
+//!   of the last congestion), the step doubling over rounds in which the queue stays empty. It
+//!   never jumps back to a remembered capacity, which a competing flow may now be using, and
+//!   gives up 20% (not 5%) on loss.
 //!
 //! Random loss with no queueing and no socket drops raises the loss floor, not the alarm, so it
-//! costs only the lost bytes; that is the point against TCP. `fair` uses a low delay target and
-//! backs off harder, so a competing TCP flow, which fills the queue, keeps its share; in both
-//! modes the sender's own surplus is caught by saturation before it builds a long queue.
+//! costs only the lost bytes; that is the point against TCP. A competing loss-based TCP flow
+//! keeps a standing queue, so `fair` yields to it (all the way down, against one that keeps the
+//! queue over the target); `auto` reacts only to a queue over its 40 ms target or growing
+//! under its own surplus. In both modes the sender's own surplus is caught by saturation before
+//! it builds a long queue.
 //! `fixed` paces at exactly the configured rate and ignores feedback.
 //!
 //! Every change is recorded with its reason ([`RateChange`]) for the progress line, the JSON
