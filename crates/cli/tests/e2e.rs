@@ -718,6 +718,38 @@ fn full_destination_fails_clearly_on_both_sides() {
     }
     assert!(!out.join("too-big.bin").exists());
 
+    // Two files that each fit but not together: the space runs out while data is written
+    // (a tmpfs is not preallocated), and that fails as clearly, with nothing under a final name.
+    let pair: Vec<_> = (0..2)
+        .map(|i| {
+            let p = t.path().join(format!("src/pair{i}.bin"));
+            fsx::write_random(&p, 3 * MIB, 910 + i);
+            p
+        })
+        .collect();
+    let r = start_receiver(&out, &[]);
+    let s = proc::send(r.addr, &[&pair[0], &pair[1]], &["--channels", "2"]);
+    let cause = s.assert_failure();
+    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    for c in [&cause, &rcause] {
+        assert!(
+            c.contains("space") || c.contains("full"),
+            "the cause does not mention space: {c}"
+        );
+    }
+    // One of them may have been finished (verified and renamed) before the space ran out: then
+    // it is whole. Both cannot be.
+    let finished: Vec<_> = (0..2)
+        .filter(|i| out.join(format!("pair{i}.bin")).exists())
+        .collect();
+    assert!(finished.len() < 2, "both files under final names");
+    for &i in &finished {
+        fsx::assert_same_file(&pair[i], &out.join(format!("pair{i}.bin")));
+    }
+    for e in fs::read_dir(&out).unwrap() {
+        fs::remove_file(e.unwrap().path()).unwrap();
+    }
+
     // What fits still goes: a small file into the same small filesystem.
     let small = t.path().join("src/fits.bin");
     fsx::write_random(&small, MIB, 901);

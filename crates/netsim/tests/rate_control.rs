@@ -53,7 +53,7 @@ fn scenario(mode: RateMode, link: LinkConfig, mib: u64) -> Scenario {
         channels: 4,
         run_datagrams: 4,
         // The engine's pacer catch-up.
-        pacer_burst: ms(2),
+        pacer_burst: Duration::from_micros(1500),
         link: link.with_delay(RTT / 2),
         rate: Some(RateConfig {
             mode,
