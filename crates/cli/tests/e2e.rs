@@ -718,8 +718,8 @@ fn full_destination_fails_clearly_on_both_sides() {
     }
     assert!(!out.join("too-big.bin").exists());
 
-    // Two files that each fit but not together: the space runs out while data is written
-    // (a tmpfs is not preallocated), and that fails as clearly, with nothing under a final name.
+    // Two files that each fit but not together: that fails as clearly, with nothing under a
+    // final name but a finished, whole file.
     let pair: Vec<_> = (0..2)
         .map(|i| {
             let p = t.path().join(format!("src/pair{i}.bin"));

@@ -6,8 +6,7 @@
 //!   touches the disk: only plain `/`-separated components, and no pre-existing symlink between
 //!   the output root and the target.
 //! - [`PartFile`] is a file being received. It is written positionally into
-//!   `.<name>.hurtle-part` beside its final name (preallocated, or on tmpfs checked against the
-//!   free space, so a full disk shows at once),
+//!   `.<name>.hurtle-part` beside its final name (preallocated, so a full disk shows at once),
 //!   and [`PartFile::finish`] fsyncs it, applies mode and mtime, renames it into place and fsyncs
 //!   the directory. Nothing is ever written under the final name before that rename.
 //! - [`make_dir`], [`set_dir_mode`] and [`set_dir_times`] create directories and apply their
@@ -440,10 +439,6 @@ fn part_file_name(name: &str) -> String {
 /// Extends `file` to `size` bytes with the blocks actually allocated, so a full disk is
 /// reported now rather than halfway through the transfer. Filesystems without allocation
 /// support just get the length set.
-///
-/// On tmpfs, allocating means zero-filling memory pages up front (about 0.4 s per GiB here,
-/// before the first byte can move) for no gain in layout, so there the free space is checked
-/// and the file is left sparse: its pages are allocated as the data is written.
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 #[allow(unsafe_code)]
 fn preallocate(file: &File, size: u64) -> io::Result<()> {
@@ -453,13 +448,6 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
     }
     let len = libc::off_t::try_from(size)
         .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "file too large"))?;
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    if let Some(free) = tmpfs_free_bytes(file) {
-        if free < size {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        return file.set_len(size);
-    }
     loop {
         // SAFETY: the descriptor belongs to `file`, which outlives the call; posix_fallocate
         // only uses it during the call and touches no memory of ours.
@@ -471,26 +459,6 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
             e => return Err(io::Error::from_raw_os_error(e)),
         }
     }
-}
-
-/// Bytes free for unprivileged use on the filesystem holding `file`, if it is a tmpfs.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-#[allow(unsafe_code)]
-fn tmpfs_free_bytes(file: &File) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `st` is a properly sized, writable statfs; the descriptor belongs to `file`.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: fstatfs returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let is_tmpfs = i64::from(st.f_type as i64) == TMPFS_MAGIC;
-    #[allow(clippy::unnecessary_cast)]
-    is_tmpfs.then(|| (st.f_bavail as u64).saturating_mul(st.f_bsize as u64))
 }
 
 /// Sets `file`'s length to `size` (no preallocation on this platform).
