@@ -181,6 +181,8 @@ def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None,
     if keep:
         (keep / "send.json").write_text(json.dumps(s, indent=1))
         (keep / "recv.json").write_text(json.dumps(r, indent=1))
+        (keep / "send.stderr").write_text(send.stderr())
+        (keep / "recv.stderr").write_text(recv.stderr())
     ok = rc == 0 and rrc == 0 and s is not None and same_file(src, out / src.name)
     res.update(ok=int(ok), wall_s=round(wall, 3))
     if s:
