@@ -37,8 +37,8 @@ import json
 import os
 import shutil
 import statistics
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,7 +143,8 @@ class Udpcount:
 
 def run_hurtle(lab, ends, src, rundir, port, send_extra, timeout, throttle=None, competitor=None, keep=None):
     """One transfer; returns a result dict. With ``keep``, the sender's ``--log-dir`` logs
-    (``send-rate.log`` has every report and rate decision) and both JSON summaries go there."""
+    (``send-rate.log`` has every report and rate decision) and both sides' JSON summaries and
+    stderr go there."""
     out = rundir / "out"
     out.mkdir(parents=True, exist_ok=True)
     hb = str(REPO / "target" / "release" / "hurtle")
@@ -267,8 +268,8 @@ def main():
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-ratectl"))
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "ratectl.csv")
     ap.add_argument("--keep", type=Path,
-                    help="keep each run's sender logs (send-rate.log: reports and rate decisions) "
-                         "and JSON summaries under KEEP/NNN-scenario-variant")
+                    help="keep each run's sender logs (send-rate.log: reports and rate decisions), "
+                         "both sides' JSON summaries and stderr under KEEP/NNN-scenario-variant")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root (namespaces, tc, nft, cgroups)")

@@ -199,9 +199,7 @@ class Lab:
         (on the router's egress towards b), so linkem adds only delay: the real qdisc queue of
         the tbf topology with a round-trip time. Replaced by the next call; goes with the
         namespaces."""
-        sh(["tc", "-n", self.ns("em"), "qdisc", "replace", "dev", "eb", "root", "tbf",
-            "rate", f"{int(rate_mbps)}mbit", "burst", "32kb",
-            "limit", queue.replace("M", "mb").replace("k", "kb")])
+        sh(["tc", "-n", self.ns("em"), "qdisc", "replace", "dev", "eb", "root"] + tbf_args(rate_mbps, queue))
 
     def tun_drops(self) -> int:
         """Packets the kernel dropped before linkem could read them (TUN
@@ -259,8 +257,7 @@ class Lab:
             ["tc", "-n", tb, "qdisc", "add", "dev", "vb", "handle", "ffff:", "ingress"],
             ["tc", "-n", tb, "filter", "add", "dev", "vb", "parent", "ffff:", "protocol", "all",
              "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "ifb0"],
-            ["tc", "-n", tb, "qdisc", "add", "dev", "ifb0", "root", "tbf", "rate", rate,
-             "burst", "32kb", "limit", prof.queue.replace("M", "mb").replace("k", "kb")],
+            ["tc", "-n", tb, "qdisc", "add", "dev", "ifb0", "root"] + tbf_args(prof.rate_mbps, prof.queue),
         ]
         for c in cmds:
             sh(c)
@@ -294,6 +291,12 @@ class Lab:
             self.build_emu(tcp_cc)
         else:
             self.build_tbf(prof, tcp_cc)
+
+
+def tbf_args(rate_mbps: float, queue: str) -> list[str]:
+    """A ``tbf`` qdisc at ``rate_mbps`` with a drop-tail queue of ``queue`` bytes ("64k", "1M")."""
+    return ["tbf", "rate", f"{int(rate_mbps)}mbit", "burst", "32kb",
+            "limit", queue.replace("M", "mb").replace("k", "kb")]
 
 
 def parse_linkem_stats(stderr: str) -> dict:

@@ -693,6 +693,18 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
     );
 }
 
+/// Both sides of a transfer fail, each with a cause that names the lack of space.
+fn assert_both_fail_for_space(sender: proc::Finished, r: ReceiverProc) {
+    let cause = sender.assert_failure();
+    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    for c in [&cause, &rcause] {
+        assert!(
+            c.contains("space") || c.contains("full"),
+            "the cause does not mention space: {c}"
+        );
+    }
+}
+
 #[test]
 fn full_destination_fails_clearly_on_both_sides() {
     if !support::require_root("full_destination_fails_clearly_on_both_sides") {
@@ -708,14 +720,7 @@ fn full_destination_fails_clearly_on_both_sides() {
 
     let r = start_receiver(&out, &[]);
     let s = proc::send(r.addr, &[&src], &["--channels", "2"]);
-    let cause = s.assert_failure();
-    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
-    for c in [&cause, &rcause] {
-        assert!(
-            c.contains("space") || c.contains("full"),
-            "the cause does not mention space: {c}"
-        );
-    }
+    assert_both_fail_for_space(s, r);
     assert!(!out.join("too-big.bin").exists());
 
     // Two files that each fit but not together: that fails as clearly, with nothing under a
@@ -729,14 +734,7 @@ fn full_destination_fails_clearly_on_both_sides() {
         .collect();
     let r = start_receiver(&out, &[]);
     let s = proc::send(r.addr, &[&pair[0], &pair[1]], &["--channels", "2"]);
-    let cause = s.assert_failure();
-    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
-    for c in [&cause, &rcause] {
-        assert!(
-            c.contains("space") || c.contains("full"),
-            "the cause does not mention space: {c}"
-        );
-    }
+    assert_both_fail_for_space(s, r);
     // One of them may have been finished (verified and renamed) before the space ran out: then
     // it is whole. Both cannot be.
     let finished: Vec<_> = (0..2)

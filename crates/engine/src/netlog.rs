@@ -3,8 +3,8 @@
 //! One text file per channel and side (`send-ch03.log`, `recv-ch03.log`), one line per event
 //! with microseconds since the session started: batches sent and received, losses detected,
 //! NACKs, repairs, final markers, verification results. The sender also writes `send-rate.log`:
-//! each receiver report and what the rate controller made of it. Lines are per batch, never per datagram,
-//! and nothing is formatted when logging is off.
+//! each receiver report and what the rate controller made of it. Lines are per batch or report,
+//! never per datagram, and nothing is formatted when logging is off.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -30,10 +30,7 @@ impl NetLog {
         channel: u16,
         start: Instant,
     ) -> std::io::Result<Self> {
-        let Some(dir) = dir else {
-            return Ok(Self::off(start));
-        };
-        Self::open_named(Some(dir), &format!("{side}-ch{channel:02}.log"), start)
+        Self::open_named(dir, &format!("{side}-ch{channel:02}.log"), start)
     }
 
     /// Opens `dir/name` (creating `dir`), or a disabled log when `dir` is `None`.

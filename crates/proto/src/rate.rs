@@ -165,14 +165,21 @@ const SATURATED: f64 = 0.97;
 const STARTUP_SATURATED: f64 = 0.75;
 /// Longest report interval, queueing delay or RTT taken at face value.
 const MAX_REPORTED: Duration = Duration::from_secs(3600);
+/// `auto`: probing step above the last known capacity, as a share of the rate.
+const AUTO_STEP: f64 = 0.06;
 /// `fair`: share of the rate given up per report for each delay target's worth of queueing
 /// delay over the target (at most twice that: a cut to half at three times the target).
 const FAIR_CUT: f64 = 0.25;
-/// `fair`: largest increase per round, with an empty queue; less the closer the queueing delay
-/// is to the target.
+/// `fair`: increase per round before any doubling, with an empty queue; less the closer the
+/// queueing delay is to the target. Doubled step at most [`FAIR_GAIN_MAX`] (below the last
+/// congestion's delivered rate) or 1 (no such rate known: as fast as startup).
 const FAIR_GAIN: f64 = 0.1;
-/// `fair`: the same within 3% of or above the delivered rate of the last congestion.
+/// `fair`: largest doubled step below the last congestion's delivered rate.
+const FAIR_GAIN_MAX: f64 = 0.5;
+/// `fair`: the base step within 3% of or above the delivered rate of the last congestion...
 const FAIR_PROBE_GAIN: f64 = 0.03;
+/// ... and the largest it doubles to there.
+const FAIR_PROBE_GAIN_MAX: f64 = 0.12;
 /// `fair`: most doublings of the step over rounds with an empty queue.
 const FAIR_MAX_DOUBLINGS: u32 = 6;
 /// Share of the rate a round must pass (delivered or lost, not queued) to count as the path
@@ -190,7 +197,8 @@ pub struct RateController {
     recent_loss: VecDeque<(u64, u64)>,
     /// Delivery rate the last time congestion was seen: where the path's capacity was.
     capacity: Option<f64>,
-    /// Quiet probing rounds in a row at or above `capacity`.
+    /// `auto`: quiet probing rounds in a row at or above `capacity`; `fair`: rounds in a row
+    /// with an empty queue. Either way, how many times the probing step has doubled.
     quiet_above: u32,
     /// New rate over old rate of the last change; `None` before the first.
     last_change: Option<f64>,
@@ -404,7 +412,7 @@ impl RateController {
         let rtt = self.cfg.rtt.min(MAX_REPORTED);
         let mut hold = rtt + fb.queue_delay + fb.interval.mul_f64(0.75);
         let fair = self.cfg.mode == RateMode::Fair;
-        let step = 0.06;
+        let step = AUTO_STEP;
         let (new, why) = match reason {
             Some(r) => {
                 let base = if measured {
@@ -470,12 +478,11 @@ impl RateController {
             }
             // The sender had little to send: nothing learnt about the path.
             None if measured && delivered < self.rate / 2.0 => (self.rate, Reason::Probe),
-            // `fair`: climb in proportion to how far under the delay target the queue is, and
-            // never jump back to a remembered capacity that a competing flow may now be using.
-            // Near and above the delivered rate of the last congestion, by a smaller step. A
-            // queue that stays empty round after round means the path has room (the competing
-            // flow left): the step doubles each such round, so the rate gets back in a few
-            // rounds, not minutes; but from below that delivered rate, to no more than it.
+            // `fair`: climb in proportion to the room under the delay target, by a smaller step
+            // near and above the delivered rate of the last congestion, and never jump back to
+            // it: a competing flow may be using it now. A queue that stays empty round after
+            // round means the path has room (the competitor left): the step doubles each such
+            // round, so the rate is back in a few rounds, not minutes.
             None if fair => {
                 let target = self.cfg.delay_target();
                 let under = 1.0 - fb.queue_delay.as_secs_f64() / target.as_secs_f64();
@@ -492,9 +499,12 @@ impl RateController {
                     |base: f64| base * f64::from(1u32 << self.quiet_above.saturating_sub(1));
                 let new = match self.capacity {
                     Some(c) if self.rate >= c * 0.97 => {
-                        self.rate * (1.0 + doubled(FAIR_PROBE_GAIN).min(0.12) * under)
+                        self.rate
+                            * (1.0 + doubled(FAIR_PROBE_GAIN).min(FAIR_PROBE_GAIN_MAX) * under)
                     }
-                    Some(c) => (self.rate * (1.0 + doubled(FAIR_GAIN).min(0.5) * under)).min(c),
+                    Some(c) => {
+                        (self.rate * (1.0 + doubled(FAIR_GAIN).min(FAIR_GAIN_MAX) * under)).min(c)
+                    }
                     None => self.rate * (1.0 + doubled(FAIR_GAIN).min(1.0) * under),
                 };
                 (new, Reason::Probe)
