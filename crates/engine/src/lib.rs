@@ -7,9 +7,11 @@
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
+//! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
 pub mod control;
+pub mod cpu;
 pub mod dial;
 pub mod error;
 pub mod link;

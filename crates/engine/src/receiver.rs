@@ -141,16 +141,49 @@ pub struct ReceiveSummary {
 pub struct Capacity {
     /// Sequential write rate of the destination, including fdatasync, bits per second.
     pub disk_bps: u64,
-    /// BLAKE3 rate of one core, bits per second.
+    /// BLAKE3 rate of one core, bits per second of CPU time.
     pub hash_bps: u64,
     /// Threads that can hash at once (channels, at most the cores).
     pub threads: u64,
-    /// The ceiling offered to senders: 90% of the slower of disk and hashing.
+    /// The CPU quota of this process's cgroup, in cores, if it has one.
+    pub cpu_quota: Option<f64>,
+    /// The ceiling offered to senders: 90% of the slower of disk and hashing (on the threads,
+    /// or within the CPU quota if that is less).
     pub ceiling_bps: u64,
 }
 
+impl Capacity {
+    /// No measurement: no ceiling.
+    const UNKNOWN: Capacity = Capacity {
+        disk_bps: 0,
+        hash_bps: 0,
+        threads: 0,
+        cpu_quota: None,
+        ceiling_bps: 0,
+    };
+
+    /// The capacity of a session with `channels` channels, from what [`measure_capacity`] saw.
+    fn for_channels(self, channels: u16) -> Capacity {
+        if self.hash_bps == 0 {
+            return Capacity::UNKNOWN;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let threads = u64::from(channels).clamp(1, cores);
+        let cpus = self
+            .cpu_quota
+            .map_or(threads as f64, |q| q.min(threads as f64));
+        let hashing = self.hash_bps as f64 * cpus;
+        Capacity {
+            threads,
+            ceiling_bps: (hashing.min(self.disk_bps as f64) * 0.9) as u64,
+            ..self
+        }
+    }
+}
+
 /// Measures the destination's write rate (16 MiB written and synced into a temporary file in
-/// `dir`, then removed) and this machine's BLAKE3 rate.
+/// `dir`, then removed), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
+/// not distort it) and the CPU quota, for a session of `channels` channels.
 pub fn measure_capacity(dir: &Path, channels: u16) -> std::io::Result<Capacity> {
     use std::io::Write;
     const MIB: usize = 1 << 20;
@@ -167,30 +200,38 @@ pub fn measure_capacity(dir: &Path, channels: u16) -> std::io::Result<Capacity> 
     let disk_secs = t0.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
     written?;
-    let t1 = Instant::now();
+    let (c0, t1) = (crate::cpu::thread_time(), Instant::now());
+    let cpu = || crate::cpu::thread_time().saturating_sub(c0);
     let mut rounds = 0u64;
-    while rounds < 4 || t1.elapsed() < Duration::from_millis(20) {
+    // 20 ms of CPU time; the wall-clock bound only matters if the CPU clock does not work.
+    while rounds < 4 || (cpu() < Duration::from_millis(20) && t1.elapsed() < Duration::from_secs(1))
+    {
         std::hint::black_box(blake3::hash(&buf));
         rounds += 1;
     }
-    let hash_bps = (rounds as f64 * MIB as f64 * 8.0 / t1.elapsed().as_secs_f64()) as u64;
+    let hash_secs = match cpu() {
+        Duration::ZERO => t1.elapsed(),
+        c => c,
+    }
+    .as_secs_f64()
+    .max(1e-6);
+    let hash_bps = (rounds as f64 * MIB as f64 * 8.0 / hash_secs) as u64;
     let disk_bps = (16.0 * MIB as f64 * 8.0 / disk_secs.max(1e-6)) as u64;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let threads = u64::from(channels).clamp(1, cores);
-    let ceiling_bps = (disk_bps.min(hash_bps.saturating_mul(threads)) as f64 * 0.9) as u64;
     Ok(Capacity {
         disk_bps,
         hash_bps,
-        threads,
-        ceiling_bps,
-    })
+        threads: 0,
+        cpu_quota: crate::cpu::quota_cores(),
+        ceiling_bps: 0,
+    }
+    .for_channels(channels))
 }
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
 pub struct Receiver {
     listener: TcpListener,
     opts: ReceiveOptions,
-    capacity: std::sync::OnceLock<Capacity>,
+    capacity: std::sync::OnceLock<Result<Capacity, String>>,
 }
 
 #[derive(Default)]
@@ -279,6 +320,21 @@ impl Receiver {
             opts,
             capacity: std::sync::OnceLock::new(),
         })
+    }
+
+    /// What this receiver can absorb, measured on first use (the output directory is created
+    /// for it), or why it could not be measured.
+    fn capacity(&self) -> Result<Capacity, String> {
+        self.capacity
+            .get_or_init(|| {
+                let root = &self.opts.out_dir;
+                std::fs::create_dir_all(root)
+                    .and_then(|()| measure_capacity(root, 1))
+                    .map_err(|e| {
+                        format!("cannot measure the write rate of {}: {e}", root.display())
+                    })
+            })
+            .clone()
     }
 
     /// The address actually bound (useful with port 0).
@@ -420,26 +476,15 @@ impl Receiver {
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
-        let capacity = match self.capacity.get() {
-            Some(c) => *c,
-            None => match measure_capacity(root, channels) {
-                Ok(c) => *self.capacity.get_or_init(|| c),
-                // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
-                // offer no ceiling. A real storage problem surfaces, naming the file, when the
-                // files are created.
-                Err(e) => {
-                    warnings.push(format!(
-                        "cannot measure the write rate of {}: {e}",
-                        root.display()
-                    ));
-                    Capacity {
-                        disk_bps: 0,
-                        hash_bps: 0,
-                        threads: 0,
-                        ceiling_bps: 0,
-                    }
-                }
-            },
+        let capacity = match self.capacity() {
+            Ok(c) => c.for_channels(channels),
+            // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
+            // offer no ceiling. A real storage problem surfaces, naming the file, when the
+            // files are created.
+            Err(e) => {
+                warnings.push(e);
+                Capacity::UNKNOWN
+            }
         };
         let ack_sent = Instant::now();
         let _ = tx.send(Control::HelloAck {
@@ -881,9 +926,10 @@ fn session_loop(
             }
         }
     };
-    let tick = crossbeam_channel::tick(Duration::from_millis(5));
+    let tick = crossbeam_channel::tick(TICK);
     let mut report_every = Duration::from_millis(50);
     let mut last = (Instant::now(), shared.snapshot());
+    let mut lateness = Lateness::new(last.0);
     loop {
         select! {
             recv(rx) -> msg => {
@@ -933,7 +979,8 @@ fn session_loop(
             recv(tick) -> _ => {
                 let now = Instant::now();
                 let interval = now.saturating_duration_since(last.0);
-                if interval >= report_every {
+                let late = lateness.tick(now);
+                if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
                     let snap = shared.snapshot();
                     let prev = std::mem::replace(&mut last, (now, snap)).1;
                     let datagrams = snap.datagrams - prev.datagrams;
@@ -953,6 +1000,40 @@ fn session_loop(
                 }
             }
         }
+    }
+}
+
+/// The report loop's tick.
+const TICK: Duration = Duration::from_millis(5);
+/// Longest report interval, however starved the receiver.
+const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How late the report loop's ticks come, smoothed. A receiver starved of CPU (a cgroup quota,
+/// an overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report
+/// covering fewer than a few lumps measures the scheduler, not the path (the delivered rate of
+/// one interval swings from zero to several times the real one), so reports then cover at
+/// least four times the recent lateness, whatever interval the sender asked for.
+struct Lateness {
+    last: Instant,
+    smoothed: Duration,
+}
+
+impl Lateness {
+    fn new(now: Instant) -> Lateness {
+        Lateness {
+            last: now,
+            smoothed: Duration::ZERO,
+        }
+    }
+
+    /// Takes a tick at `now`; returns the smoothed lateness: the latest tick's, or the earlier
+    /// figure decayed by 2% per tick (gone in a second or so of punctual ticks).
+    fn tick(&mut self, now: Instant) -> Duration {
+        let late = now
+            .saturating_duration_since(std::mem::replace(&mut self.last, now))
+            .saturating_sub(TICK);
+        self.smoothed = late.max(self.smoothed.mul_f64(0.98));
+        self.smoothed
     }
 }
 
@@ -1250,5 +1331,58 @@ impl ChannelWorker {
         self.spilled.insert(block, range.start);
         self.pool.push(buf);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_follows_late_ticks_and_decays() {
+        let t0 = Instant::now();
+        let mut l = Lateness::new(t0);
+        assert_eq!(l.tick(t0 + TICK), Duration::ZERO, "a punctual tick");
+        // A 200 ms stall: the next tick comes 195 ms late.
+        let mut t = t0 + TICK + Duration::from_millis(200);
+        assert_eq!(l.tick(t), Duration::from_millis(195));
+        // Punctual ticks afterwards: the figure decays, and is small after a few hundred.
+        let mut last = Duration::from_millis(195);
+        for _ in 0..300 {
+            t += TICK;
+            let now = l.tick(t);
+            assert!(now < last);
+            last = now;
+        }
+        assert!(last < Duration::from_millis(1), "{last:?}");
+    }
+
+    #[test]
+    fn capacity_scales_hashing_by_the_cpu_quota() {
+        let measured = Capacity {
+            disk_bps: 10_000_000_000,
+            hash_bps: 8_000_000_000,
+            threads: 0,
+            cpu_quota: None,
+            ceiling_bps: 0,
+        };
+        let free = measured.for_channels(1);
+        assert_eq!(free.threads, 1);
+        assert_eq!(free.ceiling_bps, 7_200_000_000, "90% of one core's hashing");
+        let quota = Capacity {
+            cpu_quota: Some(0.25),
+            ..measured
+        }
+        .for_channels(1);
+        assert_eq!(
+            quota.ceiling_bps, 1_800_000_000,
+            "90% of a quarter core's hashing"
+        );
+        let unknown = Capacity {
+            hash_bps: 0,
+            ..measured
+        }
+        .for_channels(4);
+        assert_eq!(unknown.ceiling_bps, 0, "nothing measured: no ceiling");
     }
 }

@@ -623,6 +623,18 @@ fn send_once(
     };
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
+    rate_log.line(|| {
+        let cfg = controller.config();
+        format!(
+            "start mode={:?} rate_mbps={:.1} ceiling_mbps={:.1} rtt_ms={:.2} delay_target_ms={:.1} report_every_ms={:.1}",
+            cfg.mode,
+            controller.rate_bps() as f64 / 1e6,
+            cfg.ceiling_bps as f64 / 1e6,
+            cfg.rtt.as_secs_f64() * 1e3,
+            cfg.delay_target().as_secs_f64() * 1e3,
+            report_every.as_secs_f64() * 1e3,
+        )
+    });
     let result = session_loop(
         &shared,
         &files,
