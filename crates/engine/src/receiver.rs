@@ -183,8 +183,9 @@ impl Capacity {
 
 /// Measures the destination's write rate (16 MiB written and synced into a temporary file in
 /// `dir`, then removed), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
-/// not distort it) and the CPU quota, for a session of `channels` channels.
-pub fn measure_capacity(dir: &Path, channels: u16) -> std::io::Result<Capacity> {
+/// not distort it) and the CPU quota. A session's threads and ceiling come from
+/// [`Capacity::for_channels`].
+pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
     use std::io::Write;
     const MIB: usize = 1 << 20;
     let buf = vec![0x5au8; MIB];
@@ -223,8 +224,7 @@ pub fn measure_capacity(dir: &Path, channels: u16) -> std::io::Result<Capacity> 
         threads: 0,
         cpu_quota: crate::cpu::quota_cores(),
         ceiling_bps: 0,
-    }
-    .for_channels(channels))
+    })
 }
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
@@ -322,17 +322,15 @@ impl Receiver {
         })
     }
 
-    /// What this receiver can absorb, measured on first use (the output directory is created
-    /// for it), or why it could not be measured.
+    /// What this receiver can absorb, measured in the output directory (which must exist) on
+    /// first use, or why it could not be measured.
     fn capacity(&self) -> Result<Capacity, String> {
         self.capacity
             .get_or_init(|| {
                 let root = &self.opts.out_dir;
-                std::fs::create_dir_all(root)
-                    .and_then(|()| measure_capacity(root, 1))
-                    .map_err(|e| {
-                        format!("cannot measure the write rate of {}: {e}", root.display())
-                    })
+                measure_capacity(root).map_err(|e| {
+                    format!("cannot measure the write rate of {}: {e}", root.display())
+                })
             })
             .clone()
     }

@@ -412,7 +412,6 @@ impl RateController {
         let rtt = self.cfg.rtt.min(MAX_REPORTED);
         let mut hold = rtt + fb.queue_delay + fb.interval.mul_f64(0.75);
         let fair = self.cfg.mode == RateMode::Fair;
-        let step = AUTO_STEP;
         let (new, why) = match reason {
             Some(r) => {
                 let base = if measured {
@@ -511,7 +510,7 @@ impl RateController {
             }
             None => match self.capacity {
                 Some(c) if self.rate < c * 0.97 => (
-                    self.rate + ((c - self.rate) / 2.0).max(self.rate * step / 4.0),
+                    self.rate + ((c - self.rate) / 2.0).max(self.rate * AUTO_STEP / 4.0),
                     Reason::Probe,
                 ),
                 _ => {
@@ -520,7 +519,7 @@ impl RateController {
                     if took {
                         // The step grows while the path takes each increase.
                         self.waited = false;
-                        let gain = step * f64::from(1u32 << self.quiet_above);
+                        let gain = AUTO_STEP * f64::from(1u32 << self.quiet_above);
                         self.quiet_above = (self.quiet_above + 1).min(MAX_PROBE_DOUBLINGS);
                         (self.rate * (1.0 + gain), Reason::Probe)
                     } else if !self.waited
@@ -534,7 +533,7 @@ impl RateController {
                         // Quiet twice, and no queue building: the base step.
                         self.waited = false;
                         self.quiet_above = 1;
-                        (self.rate * (1.0 + step), Reason::Probe)
+                        (self.rate * (1.0 + AUTO_STEP), Reason::Probe)
                     }
                 }
             },
