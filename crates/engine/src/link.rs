@@ -10,7 +10,7 @@
 //! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.
 
 use crate::error::SessionError;
-use crate::udp::{RecvBatch, UdpChannel};
+use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -104,6 +104,15 @@ impl LinkIn {
                 Ok(n)
             }
             LinkIn::Tcp(t) => t.recv(f),
+        }
+    }
+
+    /// The receive queue of a UDP link, where the kernel reports it (see
+    /// [`UdpChannel::receive_queue`]); `None` over TCP, whose queue is flow-controlled.
+    pub fn receive_queue(&self) -> Option<ReceiveQueue> {
+        match self {
+            LinkIn::Udp(sock, _) => sock.receive_queue(),
+            LinkIn::Tcp(_) => None,
         }
     }
 

@@ -303,6 +303,9 @@ struct Shared {
     started: AtomicBool,
     /// Kernel drop counter of each channel's socket, refreshed by its thread.
     channel_drops: Vec<AtomicU64>,
+    /// The fullest any channel's socket receive buffer got since the last report, thousandths
+    /// of its limit (sampled by the channel threads, taken by the report loop).
+    queue_fill: AtomicU64,
     /// The session's time origin for one-way delay measurements.
     start: Instant,
 }
@@ -659,6 +662,7 @@ impl Receiver {
             stop: AtomicBool::new(false),
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
+            queue_fill: AtomicU64::new(0),
             start,
         });
         let (ev_tx, ev_rx) = unbounded();
@@ -688,6 +692,7 @@ impl Receiver {
                 owd: OneWayDelay::default(),
                 highest_pn: 0,
                 batch: Snapshot::default(),
+                batch_queue_us: 0,
                 drops_checked: Instant::now(),
             };
             handles.push(
@@ -993,13 +998,16 @@ fn session_loop(
                         lost: (snap.pn_span - prev.pn_span).saturating_sub(datagrams),
                         drops: snap.drops.saturating_sub(prev.drops),
                         queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us).checked_div(delays).unwrap_or(0),
-                        backlog: 0,
+                        queue_fill: shared.queue_fill.swap(0, Ordering::Relaxed).min(1000) as u16,
                     });
                 }
             }
         }
     }
 }
+
+/// How often a channel thread samples its socket's receive queue.
+const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(1);
 
 /// The report loop's tick.
 const TICK: Duration = Duration::from_millis(5);
@@ -1055,6 +1063,8 @@ struct ChannelWorker {
     highest_pn: u64,
     /// Feedback counts of the current batch, added to the shared counters once per batch.
     batch: Snapshot,
+    /// Most queueing delay of a datagram in the current batch, microseconds.
+    batch_queue_us: u64,
     drops_checked: Instant,
 }
 
@@ -1097,13 +1107,10 @@ impl ChannelWorker {
                 Ok(())
             })?;
             let now = Instant::now();
-            if now.saturating_duration_since(self.drops_checked) >= Duration::from_millis(100) {
-                self.drops_checked = now;
-                if let Some(d) = link.kernel_drops() {
-                    self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
-                }
-            }
+            self.sample_queue(now, link);
             if n > 0 {
+                let queued = Duration::from_micros(std::mem::take(&mut self.batch_queue_us));
+                self.rec.note_queue_delay(now, queued);
                 let b = std::mem::take(&mut self.batch);
                 let c = &self.shared.counters;
                 c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);
@@ -1160,6 +1167,30 @@ impl ChannelWorker {
         Ok(())
     }
 
+    /// Samples the socket's receive queue (every millisecond at most: one `getsockopt`) for
+    /// the fill the next report carries, and its drop counter. Where the kernel cannot say how
+    /// full the queue is, reads only the drop counter, every 100 ms (a file read).
+    fn sample_queue(&mut self, now: Instant, link: &LinkIn) {
+        let since = now.saturating_duration_since(self.drops_checked);
+        if since < QUEUE_SAMPLE_EVERY {
+            return;
+        }
+        let drops = match link.receive_queue() {
+            Some(q) => {
+                self.shared
+                    .queue_fill
+                    .fetch_max(q.fill_permille(), Ordering::Relaxed);
+                Some(q.drops)
+            }
+            None if since >= Duration::from_millis(100) => link.kernel_drops(),
+            None => return,
+        };
+        self.drops_checked = now;
+        if let Some(d) = drops {
+            self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
+        }
+    }
+
     fn reject(&self) -> u64 {
         self.shared
             .counters
@@ -1179,8 +1210,10 @@ impl ChannelWorker {
         self.batch.datagrams += 1;
         self.batch.bytes += len as u64;
         let now_us = now.saturating_duration_since(self.shared.start).as_micros() as u32;
-        self.batch.delay_sum_us += self.owd.sample(now_us, h.sent_us);
+        let queued_us = self.owd.sample(now_us, h.sent_us);
+        self.batch.delay_sum_us += queued_us;
         self.batch.delay_count += 1;
+        self.batch_queue_us = self.batch_queue_us.max(queued_us);
     }
 
     /// Checks and stores one datagram; returns the new payload bytes it brought.

@@ -846,13 +846,13 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
         None => format!("rate {rate:.1} Mbit/s (unchanged)"),
     };
     format!(
-        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} backlog={} -> {decision}",
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% -> {decision}",
         secs * 1e3,
         fb.datagrams,
         fb.lost,
         fb.socket_drops,
         fb.queue_delay.as_secs_f64() * 1e3,
-        fb.backlog_bytes,
+        fb.queue_fill * 100.0,
     )
 }
 
@@ -916,18 +916,10 @@ fn session_loop(
                             shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    Control::Report { received, rejected: r, socket_drops, interval_us, bytes, datagrams, lost, drops: new_drops, queue_delay_us, backlog } => {
+                    report @ Control::Report { received, rejected: r, socket_drops, .. } => {
                         rejected = r;
                         drops = socket_drops;
-                        let fb = Feedback {
-                            interval: Duration::from_micros(interval_us),
-                            bytes,
-                            datagrams,
-                            lost,
-                            socket_drops: new_drops,
-                            queue_delay: Duration::from_micros(queue_delay_us),
-                            backlog_bytes: backlog,
-                        };
+                        let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
                         let change = controller.on_feedback(Instant::now(), &fb);
                         let why = change.as_ref().map(|c| c.reason.as_str());
                         rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));

@@ -54,16 +54,18 @@
 //! empty, waits in `poll(2)` for at most the read timeout. A busy channel makes one system call
 //! per batch; an idle one makes one more.
 //!
-//! # Drop counters
+//! # Receive queue and drop counters
 //!
 //! quinn-udp reads no `SO_RXQ_OVFL` control message, so that option is not enabled. Instead
-//! [`UdpChannel::kernel_drops`] reads the socket's `drops` column from `/proc/net/udp` or
-//! `/proc/net/udp6`. That is best effort, Linux only, and costs a file read: call it for
-//! statistics, not per batch. It counts packets, and a GRO batch is one packet.
+//! [`UdpChannel::receive_queue`] asks the kernel with one `getsockopt(SO_MEMINFO)` how many
+//! bytes wait in the socket's receive buffer, its limit, and how many packets it dropped.
+//! Where that option is missing, [`UdpChannel::kernel_drops`] falls back to the socket's
+//! `drops` column in `/proc/net/udp` or `/proc/net/udp6` (a file read: for statistics, not
+//! per batch). Drops count packets, and a GRO batch is one packet.
 //!
 //! # Unsafe code
 //!
-//! `poll(2)` and `sendmmsg(2)` are called through `libc`, in the private `sys` module, which is
+//! `poll(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the private `sys` module, which is
 //! the only place in this file allowed `unsafe`.
 
 use std::{
@@ -176,6 +178,26 @@ impl Default for ChannelOptions {
             read_timeout: Some(Duration::from_millis(50)),
             gso: true,
         }
+    }
+}
+
+/// A socket's receive queue at one moment, in the kernel's accounting: `queued` counts each
+/// packet's buffer overhead too, and the kernel drops arriving packets once `queued` reaches
+/// `limit`, so `queued / limit` is how close the socket is to dropping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveQueue {
+    /// Bytes held by packets waiting to be read.
+    pub queued: u64,
+    /// The receive buffer's limit (what `SO_RCVBUF` granted, as the kernel stores it).
+    pub limit: u64,
+    /// Packets dropped since the socket was created.
+    pub drops: u64,
+}
+
+impl ReceiveQueue {
+    /// How full the queue is, in thousandths of its limit (capped at 1000).
+    pub fn fill_permille(&self) -> u64 {
+        (self.queued.saturating_mul(1000) / self.limit.max(1)).min(1000)
     }
 }
 
@@ -304,15 +326,34 @@ impl UdpChannel {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
+    /// The receive queue now: bytes waiting and the drops so far, from `SO_MEMINFO` (one
+    /// `getsockopt`, cheap enough to call every millisecond or so). `None` where the kernel
+    /// does not have it (not Linux, or older than 4.11).
+    pub fn receive_queue(&self) -> Option<ReceiveQueue> {
+        sys::meminfo(self.socket.as_fd()).map(|(queued, limit, drops)| ReceiveQueue {
+            queued,
+            limit,
+            drops,
+        })
+    }
+
     /// Packets the kernel dropped on this socket since it was created, mostly because the
-    /// receive buffer was full. Best effort: read from the `drops` column of `/proc/net/udp` (or
-    /// `udp6`), on the line whose inode is this socket's (more exact than the local port, which
-    /// `SO_REUSEPORT` sockets share). `None` when that is not possible (not Linux, no `/proc`).
-    /// It reads a file, so call it for statistics, not per batch.
+    /// receive buffer was full: from [`receive_queue`](Self::receive_queue) where the kernel has
+    /// it, else read from the `drops` column of `/proc/net/udp` (or `udp6`), on the line whose
+    /// inode is this socket's (more exact than the local port, which `SO_REUSEPORT` sockets
+    /// share). `None` when neither is possible. The fallback reads a file, so call this for
+    /// statistics, not per batch.
     ///
     /// The kernel counts packets as they reach the socket, so a GRO batch counts once: over
     /// loopback, where a GSO send arrives whole, one drop can be up to 64 lost datagrams.
     pub fn kernel_drops(&self) -> Option<u64> {
+        self.receive_queue()
+            .map(|q| q.drops)
+            .or_else(|| self.proc_drops())
+    }
+
+    /// The socket's drop counter from `/proc/net/udp` (or `udp6`).
+    fn proc_drops(&self) -> Option<u64> {
         use std::os::unix::fs::MetadataExt;
         let fd = self.socket.as_raw_fd();
         let inode = std::fs::metadata(format!("/proc/self/fd/{fd}")).ok()?.ino();
@@ -724,6 +765,81 @@ mod sys {
             Ok(rc as usize)
         }
     }
+
+    /// `SO_MEMINFO` where it has the asm-generic number (not on alpha, mips, parisc, sparc).
+    #[cfg(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "loongarch64",
+            target_arch = "powerpc64",
+            target_arch = "s390x"
+        )
+    ))]
+    const SO_MEMINFO: libc::c_int = 55;
+
+    /// The socket's memory counters (`SO_MEMINFO`, Linux 4.6+; the drop counter since 4.11):
+    /// `(receive queue bytes, receive buffer limit, drops)`, in the kernel's own accounting
+    /// (queued bytes include each packet's overhead, the limit is what `SO_RCVBUF` granted).
+    #[cfg(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "loongarch64",
+            target_arch = "powerpc64",
+            target_arch = "s390x"
+        )
+    ))]
+    pub(super) fn meminfo(fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
+        // SK_MEMINFO_VARS is 9 today; ask for more so a newer kernel's longer array fits.
+        let mut info = [0u32; 16];
+        let mut len = mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: `info` is writable for `len` bytes, and the kernel writes at most that many
+        // and stores the length it wrote in `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let words = len as usize / mem::size_of::<u32>();
+        let at = |i: libc::c_int| info[i as usize];
+        (rc == 0 && words > libc::SK_MEMINFO_DROPS as usize).then(|| {
+            (
+                u64::from(at(libc::SK_MEMINFO_RMEM_ALLOC)),
+                u64::from(at(libc::SK_MEMINFO_RCVBUF)),
+                u64::from(at(libc::SK_MEMINFO_DROPS)),
+            )
+        })
+    }
+
+    #[cfg(not(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "loongarch64",
+            target_arch = "powerpc64",
+            target_arch = "s390x"
+        )
+    )))]
+    pub(super) fn meminfo(_fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -959,6 +1075,33 @@ mod tests {
         a.send_batch(b.local_addr(), &buf, 1400).unwrap();
         let drops = b.kernel_drops().expect("drop counter");
         assert!(drops > 0, "no drops with an 8 KiB buffer");
+        assert_eq!(b.proc_drops(), Some(drops), "/proc agrees with SO_MEMINFO");
+        let q = b.receive_queue().expect("SO_MEMINFO on Linux");
+        assert_eq!(q.drops, drops);
+        assert!(q.fill_permille() > 500, "full when it drops: {q:?}");
+    }
+
+    #[test]
+    fn receive_queue_shows_waiting_bytes() {
+        let (mut a, mut b) = pair(Ipv4Addr::LOCALHOST.into(), &opts()).unwrap();
+        let empty = b.receive_queue().expect("SO_MEMINFO on Linux");
+        assert_eq!((empty.queued, empty.drops), (0, 0));
+        assert!(empty.limit >= b.granted_recv_buffer() as u64, "{empty:?}");
+        let mut buf = Vec::new();
+        for seq in 0..20 {
+            datagram(seq, 1400, &mut buf);
+        }
+        a.send_batch(b.local_addr(), &buf, 1400).unwrap();
+        let q = b.receive_queue().unwrap();
+        assert!(q.queued >= 20 * 1400, "{q:?}");
+        assert!((1..500).contains(&q.fill_permille()), "{q:?}");
+        let mut batch = RecvBatch::new(MAX_RECV_BUFFERS, GRO_BUF_SIZE);
+        let mut got = 0;
+        while got < 20 {
+            b.recv_batch(&mut batch).unwrap();
+            got += batch.iter().count();
+        }
+        assert_eq!(b.receive_queue().unwrap().queued, 0);
     }
 
     #[test]

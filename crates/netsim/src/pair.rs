@@ -36,7 +36,8 @@
 //!   the first at that interval after time zero), with the datagram bytes and count received in
 //!   the interval, `lost` = packet numbers spanned minus datagrams received (per channel, `Data`
 //!   and `Final`, counted once the session id and channel check out, as in the engine), the
-//!   receiver stage's drops as kernel socket drops, and the mean queueing delay: one-way delay
+//!   receiver stage's drops as kernel socket drops, the receiver stage's fullest moment (as
+//!   `queue_fill`), and the mean queueing delay: one-way delay
 //!   above the lowest seen, from the header's `sent_us` (stamped by the sender at send time, µs
 //!   since time zero, wrapping) against the receiver's own clock, which is offset from the
 //!   sender's by a seeded amount so only differences mean anything. The sender feeds each report
@@ -557,6 +558,8 @@ struct RecvStage {
     out: VecDeque<(Instant, Vec<u8>)>,
     drops: u64,
     max_waiting: usize,
+    /// Most bytes waiting since the last report took it.
+    peak_waiting: usize,
 }
 
 impl RecvStage {
@@ -570,6 +573,7 @@ impl RecvStage {
             out: VecDeque::new(),
             drops: 0,
             max_waiting: 0,
+            peak_waiting: 0,
         }
     }
 
@@ -591,6 +595,7 @@ impl RecvStage {
             self.waiting.push_back((start, dg.len()));
             self.waiting_bytes += dg.len();
             self.max_waiting = self.max_waiting.max(self.waiting_bytes);
+            self.peak_waiting = self.peak_waiting.max(self.waiting_bytes);
         }
         let nanos = (dg.len() as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rate_bps));
         self.busy_until = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
@@ -599,6 +604,13 @@ impl RecvStage {
 
     fn next_delivery(&self) -> Option<Instant> {
         self.out.front().map(|(at, _)| *at)
+    }
+
+    /// The fullest the buffer got since the last call, in thousandths of its capacity (what
+    /// the engine's receiver reads with `SO_MEMINFO`).
+    fn take_fill_permille(&mut self) -> u16 {
+        let peak = std::mem::take(&mut self.peak_waiting) as u64;
+        (peak * 1000 / self.capacity.max(1) as u64).min(1000) as u16
     }
 
     fn poll(&mut self, now: Instant) -> Option<Vec<u8>> {
@@ -658,7 +670,7 @@ struct Reporter {
 
 impl Reporter {
     /// Counts one data or final datagram of `len` bytes on `channel`, received `since_t0` into
-    /// the run.
+    /// the run; returns its queueing delay.
     fn on_datagram(
         &mut self,
         since_t0: Duration,
@@ -666,7 +678,7 @@ impl Reporter {
         packet: u64,
         len: usize,
         sent_us: u32,
-    ) {
+    ) -> Duration {
         let highest = &mut self.highest[usize::from(channel)];
         match *highest {
             Some(h) if packet <= h => {}
@@ -683,8 +695,10 @@ impl Reporter {
         self.counts.datagrams += 1;
         self.counts.bytes += len as u64;
         let now_us = (since_t0.as_micros() as u64).wrapping_add(self.clock_offset_us) as u32;
-        self.counts.delay_sum_us += self.owd.sample(now_us, sent_us);
+        let queued_us = self.owd.sample(now_us, sent_us);
+        self.counts.delay_sum_us += queued_us;
         self.counts.delay_count += 1;
+        Duration::from_micros(queued_us)
     }
 }
 
@@ -1063,9 +1077,13 @@ impl Pair {
             lost: c.pn_span.saturating_sub(c.datagrams),
             drops,
             queue_delay_us: c.delay_sum_us.checked_div(c.delay_count).unwrap_or(0),
-            backlog: 0,
+            queue_fill: self
+                .rcv
+                .stage
+                .as_mut()
+                .map_or(0, RecvStage::take_fill_permille),
         };
-        if let Some(feedback) = feedback_of(&report) {
+        if let Some(feedback) = Feedback::of_report(&report) {
             self.rcv.reports.push(ReportSample {
                 at: now - self.t0,
                 received,
@@ -1088,7 +1106,12 @@ impl Pair {
         if let Some(rep) = self.rcv.reporter.as_mut() {
             // The engine counts every datagram on its channel's socket with the right session.
             if h.kind != Kind::Probe && usize::from(h.channel) < rep.highest.len() {
-                rep.on_datagram(now - self.t0, h.channel, h.packet, dg.len(), h.sent_us);
+                let queued =
+                    rep.on_datagram(now - self.t0, h.channel, h.packet, dg.len(), h.sent_us);
+                // As the engine's channel threads do: repairs wait behind this queue.
+                if let Some(r) = self.rcv.channels.get_mut(usize::from(h.channel)) {
+                    r.note_queue_delay(now, queued);
+                }
             }
         }
         match h.kind {
@@ -1206,7 +1229,7 @@ impl Pair {
                         .rate
                         .as_mut()
                         .ok_or("Report without rate control")?;
-                    let fb = feedback_of(&report).ok_or("Report is not a report")?;
+                    let fb = Feedback::of_report(&report).ok_or("Report is not a report")?;
                     if let Some(change) = ctl.on_feedback(now, &fb) {
                         let per_channel =
                             (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
@@ -1508,32 +1531,6 @@ impl Pair {
             reason,
             state,
         }
-    }
-}
-
-/// The controller's view of a `Report`, as the engine's sender builds it; `None` for other
-/// messages.
-fn feedback_of(msg: &Control) -> Option<Feedback> {
-    match *msg {
-        Control::Report {
-            interval_us,
-            bytes,
-            datagrams,
-            lost,
-            drops,
-            queue_delay_us,
-            backlog,
-            ..
-        } => Some(Feedback {
-            interval: Duration::from_micros(interval_us),
-            bytes,
-            datagrams,
-            lost,
-            socket_drops: drops,
-            queue_delay: Duration::from_micros(queue_delay_us),
-            backlog_bytes: backlog,
-        }),
-        _ => None,
     }
 }
 

@@ -4,7 +4,8 @@
 //! The receiver reports about once per RTT ([`Feedback`]): what arrived in the interval, how many
 //! datagrams went missing (gaps in the per-channel packet numbers), kernel socket drops, how long
 //! datagrams spent queued (one-way delay above the lowest seen, from the sender's timestamps) and
-//! its write backlog. [`RateController`] turns that into a pacing rate:
+//! how full its socket receive buffers got (its backlog: datagrams it has not read yet).
+//! [`RateController`] turns that into a pacing rate:
 //!
 //! - **rounds**: a new rate is judged by the first report whose data was all sent at it (one
 //!   RTT, with the queueing delay, plus about one report interval after the change); reports in
@@ -15,7 +16,9 @@
 //! - **congestion** is any of: loss clearly above the path's *loss floor* (what the quieter
 //!   recent rounds lost, which is what random loss looks like, allowing for the counts' noise),
 //!   queueing delay above the mode's target, kernel socket drops at the receiver, a receiver
-//!   write backlog, or a *saturated* round: less passed the path (delivered plus lost) than the
+//!   socket buffer more than half full (the receiver falls behind: caught before the kernel
+//!   drops, which a delay target cannot promise when the buffer holds less than the target's
+//!   worth of data), or a *saturated* round: less passed the path (delivered plus lost) than the
 //!   rate while the queueing delay grew accordingly, i.e. the surplus is filling a queue, caught
 //!   before the queue overflows. On congestion the rate goes to just under what was delivered,
 //!   lower still if a standing queue has to drain (its delay, over two rounds), then holds until
@@ -44,6 +47,7 @@
 //! Every change is recorded with its reason ([`RateChange`]) for the progress line, the JSON
 //! summary and the channel logs. The controller is pure: time comes in as arguments.
 
+use crate::wire::Control;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -98,8 +102,35 @@ pub struct Feedback {
     pub socket_drops: u64,
     /// Mean one-way delay above the lowest seen in the session.
     pub queue_delay: Duration,
-    /// Bytes received but not yet written to storage.
-    pub backlog_bytes: u64,
+    /// The fullest a receiver socket buffer got, as a share of its limit (0 to 1).
+    pub queue_fill: f64,
+}
+
+impl Feedback {
+    /// The controller's view of a receiver's `Report`; `None` for other messages.
+    pub fn of_report(msg: &Control) -> Option<Feedback> {
+        match *msg {
+            Control::Report {
+                interval_us,
+                bytes,
+                datagrams,
+                lost,
+                drops,
+                queue_delay_us,
+                queue_fill,
+                ..
+            } => Some(Feedback {
+                interval: Duration::from_micros(interval_us),
+                bytes,
+                datagrams,
+                lost,
+                socket_drops: drops,
+                queue_delay: Duration::from_micros(queue_delay_us),
+                queue_fill: f64::from(queue_fill.min(1000)) / 1000.0,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Why the rate changed.
@@ -117,7 +148,7 @@ pub enum Reason {
     Delay,
     /// The receiver's kernel dropped datagrams.
     SocketDrops,
-    /// The receiver cannot write fast enough.
+    /// The receiver is falling behind: its socket buffers are filling.
     Backlog,
 }
 
@@ -147,8 +178,9 @@ pub struct RateChange {
     pub reason: Reason,
 }
 
-/// Backlog above which the receiver counts as overwhelmed.
-pub const BACKLOG_LIMIT: u64 = 64 << 20;
+/// Receiver socket buffer fill above which the receiver counts as falling behind: past it a
+/// stall of the reader, or a little more surplus, and the kernel drops.
+pub const QUEUE_FILL_LIMIT: f64 = 0.5;
 /// How many recent rounds the loss floor looks back over.
 const FLOOR_ROUNDS: usize = 16;
 /// Loss above what the floor explains that counts as congestion, as a share of the round's
@@ -365,7 +397,7 @@ impl RateController {
         // What the receiver saw.
         let seen_congestion = if fb.socket_drops > 0 {
             Some(Reason::SocketDrops)
-        } else if fb.backlog_bytes > BACKLOG_LIMIT {
+        } else if fb.queue_fill > QUEUE_FILL_LIMIT {
             Some(Reason::Backlog)
         } else if fb.queue_delay > self.cfg.delay_target() {
             Some(Reason::Delay)
@@ -423,9 +455,11 @@ impl RateController {
                 // `fair` gives up more on loss: with a competing flow, a queue that overflows
                 // is shared.
                 let factor: f64 = if fair && r == Reason::Loss { 0.8 } else { 0.95 };
+                // A filling socket buffer is a queue too, at the receiver: drain it the same way.
+                let queue_cut = matches!(r, Reason::Delay | Reason::Backlog);
                 // The queue now: what the report saw, plus, if nothing was dropped, what the
                 // surplus over the delivered rate has added since its data was sent.
-                let surplus = if measured && r == Reason::Delay {
+                let surplus = if measured && queue_cut {
                     (self.rate / delivered - 1.0).clamp(0.0, 1.0)
                 } else {
                     0.0
@@ -446,7 +480,7 @@ impl RateController {
                     let over =
                         fb.queue_delay.as_secs_f64() / self.cfg.delay_target().as_secs_f64() - 1.0;
                     1.0 - FAIR_CUT * over.min(2.0)
-                } else if r == Reason::Delay || queue > self.cfg.delay_target() {
+                } else if queue_cut || queue > self.cfg.delay_target() {
                     let drain = 1.0 - queue.as_secs_f64() / (2.0 * hold.as_secs_f64()).max(1e-6);
                     factor.min(drain).max(0.5)
                 } else {
@@ -580,7 +614,7 @@ mod tests {
             lost: (datagrams as f64 * loss / (1.0 - loss)) as u64,
             socket_drops: 0,
             queue_delay: Duration::from_millis(delay_ms),
-            backlog_bytes: 0,
+            queue_fill: 0.0,
         }
     }
 
@@ -674,6 +708,47 @@ mod tests {
             assert!(rounds < 30, "{:?}", c.timeline());
         }
         assert!(rounds <= 15, "{rounds} rounds back to half");
+    }
+
+    #[test]
+    fn a_filling_receiver_buffer_cuts_before_the_kernel_drops() {
+        let t0 = Instant::now();
+        // A 1 s round trip: a 500 ms delay target, more than a socket buffer holds.
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: Duration::from_secs(1),
+                ..cfg(RateMode::Auto)
+            },
+            t0,
+        );
+        let mut t = t0 + Duration::from_secs(2);
+        c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+        let before = c.rate_bps();
+        // 200 ms queued at the receiver, under the target, but its buffer is 60% full.
+        let full = Feedback {
+            queue_fill: 0.6,
+            ..fb(before as f64 * 0.7, 0.0, 200)
+        };
+        t += Duration::from_secs(2);
+        let ch = c.on_feedback(t, &full).unwrap();
+        assert_eq!(ch.reason, Reason::Backlog);
+        assert!(
+            c.rate_bps() < (before as f64 * 0.7 * 0.95) as u64,
+            "below what was delivered, to drain: {before} -> {}",
+            c.rate_bps()
+        );
+        assert!(!c.in_startup());
+        // Half full is still fine.
+        let mut d = RateController::new(cfg(RateMode::Auto), t0);
+        let half = Feedback {
+            queue_fill: 0.5,
+            ..fb(d.rate_bps() as f64, 0.0, 0)
+        };
+        assert_eq!(
+            d.on_feedback(t0 + Duration::from_secs(1), &half)
+                .map(|c| c.reason),
+            Some(Reason::Startup)
+        );
     }
 
     #[test]
@@ -806,7 +881,7 @@ mod tests {
                     lost: u64::MAX,
                     socket_drops: 0,
                     queue_delay: Duration::from_micros(u64::MAX),
-                    backlog_bytes: 0,
+                    queue_fill: 0.0,
                 },
                 Feedback {
                     interval: Duration::from_nanos(1),
@@ -830,14 +905,14 @@ mod tests {
         #[test]
         fn rate_stays_bounded(
             mode in prop_oneof![Just(RateMode::Auto), Just(RateMode::Fair), Just(RateMode::Fixed)],
-            steps in proptest::collection::vec((0u64..400, any::<u64>(), any::<u32>(), any::<u32>(), any::<u16>(), 0u64..10_000, any::<u64>()), 1..200),
+            steps in proptest::collection::vec((0u64..400, any::<u64>(), any::<u32>(), any::<u32>(), any::<u16>(), 0u64..10_000, 0u16..=1000), 1..200),
         ) {
             let t0 = Instant::now();
             let config = cfg(mode);
             let (lo, hi) = (config.min_bps, config.ceiling_bps);
             let mut c = RateController::new(config, t0);
             let mut t = t0;
-            for (dt, bytes, datagrams, lost, drops, delay, backlog) in steps {
+            for (dt, bytes, datagrams, lost, drops, delay, fill) in steps {
                 t += Duration::from_millis(dt);
                 let f = Feedback {
                     interval: Duration::from_millis(dt),
@@ -846,7 +921,7 @@ mod tests {
                     lost: u64::from(lost),
                     socket_drops: u64::from(drops),
                     queue_delay: Duration::from_millis(delay),
-                    backlog_bytes: backlog,
+                    queue_fill: f64::from(fill) / 1000.0,
                 };
                 c.on_feedback(t, &f);
                 let r = c.rate_bps();

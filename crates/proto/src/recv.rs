@@ -4,7 +4,10 @@
 //! stripe order, so everything below the *frontier* (the furthest new byte seen) that is still
 //! missing was lost or reordered. A gap is only reported once the frontier passed it more than
 //! `reorder_wait` ago, so ordinary reordering costs nothing. Reported ranges are remembered and
-//! reported again after `nack_retry` if they are still missing (the repair itself may be lost).
+//! reported again after `nack_retry` if they are still missing (the repair itself may be lost),
+//! plus one and a half times the queueing delay the channel's datagrams recently met
+//! ([`ChannelReceiver::note_queue_delay`]): a repair joins the back of the same queue, so behind
+//! a full socket buffer it takes that much longer, and asking again sooner only duplicates it.
 //! The channel's final marker moves the frontier to the end of the stripe, which catches tail
 //! loss; the sender repeats the marker until the receiver answers `ChannelDone`.
 //!
@@ -85,6 +88,8 @@ pub struct ChannelReceiver {
     final_at: Option<Instant>,
     /// Ranges asked for, grouped by when; generations older than `nack_retry` are forgotten.
     asked: VecDeque<(Instant, RangeSet)>,
+    /// Recent queueing delay, decayed: (when noted, delay).
+    queue_delay: Option<(Instant, Duration)>,
     done_sent: bool,
     cfg: RecvConfig,
     stats: RecvStats,
@@ -101,6 +106,7 @@ impl ChannelReceiver {
             history: VecDeque::new(),
             final_at: None,
             asked: VecDeque::new(),
+            queue_delay: None,
             done_sent: false,
             cfg,
             stats: RecvStats::default(),
@@ -197,6 +203,27 @@ impl ChannelReceiver {
         self.done_sent = false;
     }
 
+    /// The queueing delay (one-way delay above the lowest seen) of datagrams arriving at `now`.
+    /// The receiver waits that much longer (times 1.5) before asking for a repair again. Larger
+    /// figures count at once; smaller ones replace the earlier figure only as it decays (it
+    /// halves every second), since the first datagrams after a stall show the most delay.
+    pub fn note_queue_delay(&mut self, now: Instant, delay: Duration) {
+        let decayed = self.decayed_queue_delay(now);
+        self.queue_delay = Some((now, decayed.max(delay.min(Duration::from_secs(60)))));
+    }
+
+    fn decayed_queue_delay(&self, now: Instant) -> Duration {
+        self.queue_delay.map_or(Duration::ZERO, |(at, d)| {
+            let age = now.saturating_duration_since(at).as_secs_f64();
+            d.mul_f64(0.5f64.powf(age))
+        })
+    }
+
+    /// How long a repair may take before it is asked for again.
+    fn retry_after(&self, now: Instant) -> Duration {
+        self.cfg.nack_retry + self.decayed_queue_delay(now).mul_f64(1.5)
+    }
+
     /// The position below which missing bytes count as lost at `now`.
     fn loss_horizon(&mut self, now: Instant) -> u64 {
         if self
@@ -220,10 +247,11 @@ impl ChannelReceiver {
 
     /// Stripe ranges to ask for now, if any.
     pub fn poll_nack(&mut self, now: Instant) -> Option<Vec<(u64, u64)>> {
+        let retry = self.retry_after(now);
         while self
             .asked
             .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.cfg.nack_retry)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= retry)
         {
             self.asked.pop_front();
         }
@@ -283,7 +311,7 @@ impl ChannelReceiver {
         if self.is_complete() {
             return None;
         }
-        let soonest_retry = self.asked.front().map(|(t, _)| *t + self.cfg.nack_retry);
+        let soonest_retry = self.asked.front().map(|(t, _)| *t + self.retry_after(now));
         let reorder = now + self.cfg.reorder_wait / 2;
         Some(soonest_retry.map_or(reorder, |r| r.min(reorder)))
     }
@@ -315,6 +343,32 @@ mod tests {
         let out = r.on_data(t0 + ms(170), 1000, 1000, true, 0..3000);
         assert!(out.completes_block);
         assert_eq!(r.poll_nack(t0 + ms(400)), None);
+    }
+
+    #[test]
+    fn waits_for_a_repair_queued_behind_the_socket_buffer() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::default());
+        r.on_data(t0, 0, 1000, false, 0..10_000);
+        r.on_data(t0, 2000, 1000, false, 0..10_000);
+        r.note_queue_delay(t0, ms(200));
+        assert_eq!(r.poll_nack(t0 + ms(6)), Some(vec![(1000, 2000)]));
+        // A later, shorter delay does not shorten the wait at once.
+        r.note_queue_delay(t0 + ms(10), ms(1));
+        assert_eq!(
+            r.poll_nack(t0 + ms(160)),
+            None,
+            "the repair is still queued"
+        );
+        assert!(r.next_timeout(t0 + ms(160)).unwrap() > t0 + ms(160));
+        // 150 ms + 1.5 x (200 ms, halved per second since it was seen).
+        assert_eq!(r.poll_nack(t0 + ms(380)), None);
+        assert_eq!(r.poll_nack(t0 + ms(430)), Some(vec![(1000, 2000)]));
+        // Once the queue has been short for a while, the wait is back to `nack_retry`.
+        r.note_queue_delay(t0 + ms(10_000), ms(0));
+        assert_eq!(r.poll_nack(t0 + ms(10_000)), Some(vec![(1000, 2000)]));
+        assert_eq!(r.poll_nack(t0 + ms(10_140)), None);
+        assert_eq!(r.poll_nack(t0 + ms(10_151)), Some(vec![(1000, 2000)]));
     }
 
     #[test]

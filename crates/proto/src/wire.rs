@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,8 +318,10 @@ pub enum Control {
         drops: u64,
         /// Mean queueing delay in the interval (one-way delay above the lowest seen), microseconds.
         queue_delay_us: u64,
-        /// Bytes received but not yet written.
-        backlog: u64,
+        /// The fullest any channel's socket receive buffer got in the interval, in thousandths
+        /// of its limit (0 when the kernel does not say): how close the receiver is to
+        /// dropping because it cannot keep up.
+        queue_fill: u16,
     },
     /// Sender -> receiver: UDP does not get through; this session ends and the sender will
     /// connect again with parallel TCP.
