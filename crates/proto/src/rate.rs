@@ -22,7 +22,9 @@
 //!   rate while the queueing delay grew accordingly, i.e. the surplus is filling a queue, caught
 //!   before the queue overflows. On congestion the rate goes to just under what was delivered,
 //!   lower still if a standing queue has to drain (its delay, over two rounds), then holds until
-//!   it has; the delivered rate is remembered as the path's capacity;
+//!   it has (unless the receiver keeps dropping from a full socket buffer at less than the
+//!   new rate: then the cut was not deep enough); the delivered rate is remembered as the
+//!   path's capacity;
 //! - otherwise, in `auto`, the rate climbs back towards that capacity by halving the distance
 //!   each round, and beyond it probes by +6% per round, the step doubling (up to 8x) while the
 //!   path clearly takes each increase, so a path that got faster is found in a few rounds; a
@@ -346,7 +348,9 @@ impl RateController {
     /// still: low enough to drain the queue (the report's delay plus what the surplus added
     /// since) within two holds, never below half. The hold that follows lasts until that
     /// queue has drained (at most two more rounds), and a queue seen shrinking after a cut is
-    /// left to drain. Outside startup one report never cuts more than half, so an
+    /// left to drain, unless a report shows the receiver's socket buffer over its limit and
+    /// dropping while it delivered less than 95% of the new rate: a full buffer is read as
+    /// fast as the receiver can, so that cut was not deep enough, and the rate is cut again. Outside startup one report never cuts more than half, so an
     /// interval in which the sender had little to send (the end of a transfer) cannot collapse
     /// the rate. The delivered rate is remembered as the path's capacity.
     ///
@@ -390,8 +394,20 @@ impl RateController {
         let passed = delivered / (1.0 - loss).max(0.5);
         let last_cut = self.last_change.is_some_and(|r| r < 1.0);
         let prev_delay = std::mem::replace(&mut self.prev_delay, fb.queue_delay);
+        // A receiver whose socket buffer is full and dropping takes exactly what it can, so a
+        // rate above what it delivered overflows it however old the report's data is: a cut
+        // that left the rate there was not deep enough, and waiting for the queue to drain
+        // would only wait through more drops.
+        let overflowing = fb.socket_drops > 0
+            && fb.queue_fill > QUEUE_FILL_LIMIT
+            && measured
+            && delivered < self.rate * 0.95;
         // A queue that is draining after a cut is no reason to cut again, nor to speed up.
-        if last_cut && fb.queue_delay > self.cfg.delay_target() && fb.queue_delay < prev_delay {
+        if last_cut
+            && !overflowing
+            && fb.queue_delay > self.cfg.delay_target()
+            && fb.queue_delay < prev_delay
+        {
             return None;
         }
         // What the receiver saw.
@@ -407,10 +423,11 @@ impl RateController {
             None
         };
         if self.hold_until.is_some_and(|t| now < t) {
-            // After a cut the queue is still draining: wait, whatever the report says. After
-            // an increase, congestion the receiver already sees is acted on at once (it cannot
-            // be older than the increase: the report that allowed the increase was quiet).
-            if last_cut || seen_congestion.is_none() {
+            // After a cut the queue is still draining: wait, whatever the report says, unless
+            // the receiver overflows at the new rate. After an increase, congestion the
+            // receiver already sees is acted on at once (it cannot be older than the increase:
+            // the report that allowed the increase was quiet).
+            if (last_cut && !overflowing) || seen_congestion.is_none() {
                 return None;
             }
         }
@@ -749,6 +766,39 @@ mod tests {
                 .map(|c| c.reason),
             Some(Reason::Startup)
         );
+    }
+
+    #[test]
+    fn a_cut_that_leaves_the_receiver_overflowing_is_followed_by_another() {
+        let t0 = Instant::now();
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: Duration::from_secs(1),
+                ..cfg(RateMode::Auto)
+            },
+            t0,
+        );
+        let mut t = t0 + Duration::from_secs(2);
+        c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+        let full = |delivered: f64, drops: u64| Feedback {
+            queue_fill: 1.0,
+            socket_drops: drops,
+            ..fb(delivered, 0.0, 200)
+        };
+        t += Duration::from_secs(2);
+        let first = c
+            .on_feedback(t, &full(c.rate_bps() as f64 * 0.8, 0))
+            .unwrap();
+        assert_eq!(first.reason, Reason::Backlog);
+        // Within the hold: still full, and dropping, at less than the new rate.
+        t += Duration::from_millis(500);
+        let takes = first.rate_bps as f64 * 0.7;
+        let second = c.on_feedback(t, &full(takes, 40)).unwrap();
+        assert_eq!(second.reason, Reason::SocketDrops);
+        assert!((second.rate_bps as f64) < takes);
+        // Within the next hold: dropping, but delivering what is sent: the queue drains.
+        t += Duration::from_millis(500);
+        assert_eq!(c.on_feedback(t, &full(second.rate_bps as f64, 10)), None);
     }
 
     #[test]
