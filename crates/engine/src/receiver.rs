@@ -564,8 +564,9 @@ impl Receiver {
         for d in &dirs {
             store::make_dir(root, &d.path, 0o700)?;
         }
-        // Part files are created (and preallocated) before the reply, so that the sender's
-        // probes, which follow it, find the channels running however long preallocation takes.
+        // A transfer that cannot fit is refused before anything is sent. Part files are created
+        // (and preallocated) before the reply, so that the sender's probes, which follow it,
+        // find the channels running however long preallocation takes.
         let file_decisions: Vec<&Decision> = entries
             .iter()
             .zip(&decisions)
@@ -581,6 +582,23 @@ impl Receiver {
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let needed: u64 = parts.iter().flatten().map(|p| p.size()).sum();
+        if store::free_space(root).is_some_and(|free| free < needed) {
+            for p in parts.into_iter().flatten() {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    // Best effort: the error below is what matters; the file holds nothing.
+                    let _ = p.discard();
+                }
+            }
+            return Err(store::StoreError::NoSpace {
+                path: root.to_path_buf(),
+                needed,
+            }
+            .into());
+        }
+        for p in parts.iter().flatten() {
+            p.preallocate()?;
+        }
         drop(_alive);
         let _ = tx.send(Control::ManifestReply {
             decisions: decisions.clone(),
@@ -638,12 +656,9 @@ impl Receiver {
         for (f, part) in parts.iter_mut().enumerate() {
             if part.is_none() && !skipped[f] {
                 let e = files[f];
-                *part = Some(Arc::new(PartFile::create(
-                    root,
-                    &e.path,
-                    e.size,
-                    self.opts.overwrite,
-                )?));
+                let p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
+                p.preallocate()?;
+                *part = Some(Arc::new(p));
             }
         }
         let links: Vec<LinkIn> = match &tcp_listener {
