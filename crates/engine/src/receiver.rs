@@ -181,6 +181,13 @@ impl Capacity {
     }
 }
 
+/// [`measure_capacity`] in `dir`, created if missing, with the error as a warning to pass on.
+fn measure_in(dir: &Path) -> Result<Capacity, String> {
+    std::fs::create_dir_all(dir)
+        .and_then(|()| measure_capacity(dir))
+        .map_err(|e| format!("cannot measure the write rate of {}: {e}", dir.display()))
+}
+
 /// Measures the destination's write rate (16 MiB written and synced into a temporary file in
 /// `dir`, then removed), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
 /// not distort it) and the CPU quota. A session's threads and ceiling come from
@@ -231,7 +238,8 @@ pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
 pub struct Receiver {
     listener: TcpListener,
     opts: ReceiveOptions,
-    capacity: std::sync::OnceLock<Result<Capacity, String>>,
+    /// Measured once, by a thread started at bind time (see [`Receiver::bind`]).
+    capacity: Arc<std::sync::OnceLock<Result<Capacity, String>>>,
 }
 
 #[derive(Default)]
@@ -311,30 +319,37 @@ struct Shared {
 }
 
 impl Receiver {
-    /// Binds the control port.
+    /// Binds the control port, and starts measuring what this receiver can absorb (creating the
+    /// output directory for that), so that the measurement is done, or nearly, when the first
+    /// sender says hello: in the hello's round trip it would inflate the sender's RTT estimate,
+    /// and with it how slowly the sender's rate ramps up.
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| SessionError::Listen { addr, source })?;
         if let Ok(a) = listener.local_addr() {
             opts.own_ports.add(a.port());
         }
+        let capacity = Arc::new(std::sync::OnceLock::new());
+        let (slot, root) = (capacity.clone(), opts.out_dir.clone());
+        // If the thread cannot start, the first hello measures instead.
+        let _ = std::thread::Builder::new()
+            .name("capacity".into())
+            .spawn(move || {
+                slot.get_or_init(|| measure_in(&root));
+            });
         Ok(Receiver {
             listener,
             opts,
-            capacity: std::sync::OnceLock::new(),
+            capacity,
         })
     }
 
-    /// What this receiver can absorb, measured in the output directory (which must exist) on
-    /// first use, or why it could not be measured.
+    /// What this receiver can absorb, or why it could not be measured: measured once, in the
+    /// output directory, by the thread [`Receiver::bind`] started (waiting for it if it is
+    /// still at work).
     fn capacity(&self) -> Result<Capacity, String> {
         self.capacity
-            .get_or_init(|| {
-                let root = &self.opts.out_dir;
-                measure_capacity(root).map_err(|e| {
-                    format!("cannot measure the write rate of {}: {e}", root.display())
-                })
-            })
+            .get_or_init(|| measure_in(&self.opts.out_dir))
             .clone()
     }
 
@@ -1014,6 +1029,7 @@ fn session_loop(
                         drops: snap.drops.saturating_sub(prev.drops),
                         queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us).checked_div(delays).unwrap_or(0),
                         queue_fill: shared.queue_fill.swap(0, Ordering::Relaxed).min(1000) as u16,
+                        lateness_us: late.as_micros() as u64,
                     });
                 }
             }

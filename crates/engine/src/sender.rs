@@ -846,13 +846,14 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
         None => format!("rate {rate:.1} Mbit/s (unchanged)"),
     };
     format!(
-        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% -> {decision}",
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} -> {decision}",
         secs * 1e3,
         fb.datagrams,
         fb.lost,
         fb.socket_drops,
         fb.queue_delay.as_secs_f64() * 1e3,
         fb.queue_fill * 100.0,
+        fb.receiver_lag.as_secs_f64() * 1e3,
     )
 }
 

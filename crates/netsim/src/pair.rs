@@ -1082,6 +1082,8 @@ impl Pair {
                 .stage
                 .as_mut()
                 .map_or(0, RecvStage::take_fill_permille),
+            // The simulated receiver runs whenever something is due: never late.
+            lateness_us: 0,
         };
         if let Some(feedback) = Feedback::of_report(&report) {
             self.rcv.reports.push(ReportSample {

@@ -106,6 +106,10 @@ pub struct Feedback {
     pub queue_delay: Duration,
     /// The fullest a receiver socket buffer got, as a share of its limit (0 to 1).
     pub queue_fill: f64,
+    /// How late the receiver's own timer runs (smoothed): a receiver starved of CPU runs in
+    /// lumps this far apart, and the queueing delay it measures moves by about that much from
+    /// one report to the next without any queue building.
+    pub receiver_lag: Duration,
 }
 
 impl Feedback {
@@ -120,6 +124,7 @@ impl Feedback {
                 drops,
                 queue_delay_us,
                 queue_fill,
+                lateness_us,
                 ..
             } => Some(Feedback {
                 interval: Duration::from_micros(interval_us),
@@ -129,6 +134,7 @@ impl Feedback {
                 socket_drops: drops,
                 queue_delay: Duration::from_micros(queue_delay_us),
                 queue_fill: f64::from(queue_fill.min(1000)) / 1000.0,
+                receiver_lag: Duration::from_micros(lateness_us),
             }),
             _ => None,
         }
@@ -374,8 +380,11 @@ impl RateController {
         let fb = &Feedback {
             interval: fb.interval.min(MAX_REPORTED),
             queue_delay: fb.queue_delay.min(MAX_REPORTED),
+            receiver_lag: fb.receiver_lag.min(MAX_REPORTED),
             ..*fb
         };
+        // Queueing delay that moves within twice the receiver's lag is its lumps, not a queue.
+        let noise = fb.receiver_lag * 2;
         let loss = fb.lost as f64 / seen as f64;
         let loss_congestion = loss > 0.5
             || self.loss_floor().is_some_and(|floor| {
@@ -415,7 +424,7 @@ impl RateController {
             Some(Reason::SocketDrops)
         } else if fb.queue_fill > QUEUE_FILL_LIMIT {
             Some(Reason::Backlog)
-        } else if fb.queue_delay > self.cfg.delay_target() {
+        } else if fb.queue_delay > self.cfg.delay_target() + noise {
             Some(Reason::Delay)
         } else if loss_congestion {
             Some(Reason::Loss)
@@ -449,7 +458,7 @@ impl RateController {
             measured
                 && (self.startup || delivered >= self.rate / 2.0)
                 && passed < self.rate * share
-                && fb.queue_delay >= prev_delay + growth
+                && fb.queue_delay >= prev_delay + growth + noise
         });
         let reason = seen_congestion.or(saturated.then_some(Reason::Delay));
         let ceiling = self.cfg.ceiling_bps.max(1) as f64;
@@ -574,7 +583,8 @@ impl RateController {
                         self.quiet_above = (self.quiet_above + 1).min(MAX_PROBE_DOUBLINGS);
                         (self.rate * (1.0 + gain), Reason::Probe)
                     } else if !self.waited
-                        || fb.queue_delay > prev_delay + fb.interval.mul_f64((1.0 - KEPT_UP) / 2.0)
+                        || fb.queue_delay
+                            > prev_delay + fb.interval.mul_f64((1.0 - KEPT_UP) / 2.0) + noise
                     {
                         // Not clearly, or the queue grows: wait a round and see.
                         self.waited = true;
@@ -632,6 +642,7 @@ mod tests {
             socket_drops: 0,
             queue_delay: Duration::from_millis(delay_ms),
             queue_fill: 0.0,
+            receiver_lag: Duration::ZERO,
         }
     }
 
@@ -802,6 +813,36 @@ mod tests {
     }
 
     #[test]
+    fn a_lumpy_receiver_s_delay_swings_are_not_a_queue() {
+        // Reports from a receiver that runs in 30 ms lumps: the delay swings between 5 and 60
+        // ms and the delivered rate by +-20% around what is sent, with no queue building.
+        let run = |lag: Duration| {
+            let t0 = Instant::now();
+            let mut c = RateController::new(cfg(RateMode::Auto), t0);
+            let mut t = t0;
+            for _ in 0..3 {
+                t += Duration::from_millis(200);
+                c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+            }
+            for i in 0..20 {
+                t += Duration::from_millis(200);
+                let (share, delay) = if i % 2 == 0 { (0.8, 60) } else { (1.2, 5) };
+                let f = Feedback {
+                    receiver_lag: lag,
+                    ..fb(c.rate_bps() as f64 * share, 0.0, delay)
+                };
+                c.on_feedback(t, &f);
+            }
+            c.timeline().iter().any(|ch| ch.reason == Reason::Delay)
+        };
+        assert!(
+            run(Duration::ZERO),
+            "without the lag, these look like a queue"
+        );
+        assert!(!run(Duration::from_millis(30)), "with it, they do not");
+    }
+
+    #[test]
     fn auto_ignores_a_queue_under_its_target() {
         let t0 = Instant::now();
         let mut c = RateController::new(cfg(RateMode::Auto), t0);
@@ -932,6 +973,7 @@ mod tests {
                     socket_drops: 0,
                     queue_delay: Duration::from_micros(u64::MAX),
                     queue_fill: 0.0,
+                    receiver_lag: Duration::ZERO,
                 },
                 Feedback {
                     interval: Duration::from_nanos(1),
@@ -972,6 +1014,7 @@ mod tests {
                     socket_drops: u64::from(drops),
                     queue_delay: Duration::from_millis(delay),
                     queue_fill: f64::from(fill) / 1000.0,
+                    receiver_lag: Duration::from_millis(dt / 8),
                 };
                 c.on_feedback(t, &f);
                 let r = c.rate_bps();

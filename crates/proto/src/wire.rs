@@ -322,6 +322,9 @@ pub enum Control {
         /// of its limit (0 when the kernel does not say): how close the receiver is to
         /// dropping because it cannot keep up.
         queue_fill: u16,
+        /// How late the receiver's timer has been running (smoothed), microseconds: a receiver
+        /// starved of CPU runs in lumps about this far apart.
+        lateness_us: u64,
     },
     /// Sender -> receiver: UDP does not get through; this session ends and the sender will
     /// connect again with parallel TCP.
