@@ -353,7 +353,7 @@ fn send_once(
         }
         other => return Err(unexpected(other, "HelloAck")),
     };
-    let rtt = hello_at.elapsed();
+    let mut rtt = hello_at.elapsed();
     let channels = ports
         .len()
         .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
@@ -521,6 +521,10 @@ fn send_once(
             }
             other => other?,
         };
+        let (payload, probe_rtt) = payload;
+        if let Some(p) = probe_rtt {
+            rtt = rtt.min(p);
+        }
         let links = udps
             .into_iter()
             .zip(&dests)
@@ -746,14 +750,15 @@ fn recv_control(
 }
 
 /// Sends probe datagrams of decreasing size on every channel until each channel gets one through;
-/// returns the payload size that works everywhere.
+/// returns the payload size that works everywhere, and the shortest probe round trip seen (a
+/// truer RTT than the hello's, which may include the receiver finishing its capacity test).
 fn probe_payload(
     udps: &mut [UdpChannel],
     dests: &[SocketAddr],
     rx: &Receiver<Result<Control, ControlError>>,
     session: u64,
     wanted: u16,
-) -> Result<u16, SessionError> {
+) -> Result<(u16, Option<Duration>), SessionError> {
     let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
     for c in [wire::DEFAULT_PAYLOAD, 1200u16, wire::MIN_PAYLOAD] {
         if c < candidates[candidates.len() - 1] {
@@ -762,6 +767,9 @@ fn probe_payload(
     }
     let per_size = Duration::from_millis(1500);
     let mut last_failed = 0;
+    // Round trips of probes acknowledged in the first round of their size (a later round's
+    // ack may answer an earlier probe, so it says nothing about the time).
+    let mut rtt: Option<Duration> = None;
     for &payload in &candidates {
         let size = HEADER_LEN + usize::from(payload);
         let mut buf = vec![0u8; size];
@@ -769,6 +777,7 @@ fn probe_payload(
         let deadline = Instant::now() + per_size;
         let mut packet = 0u64;
         let mut too_big = false;
+        let mut first_round = true;
         while !too_big && Instant::now() < deadline && acked.iter().any(|a| !a) {
             for (ch, udp) in udps.iter_mut().enumerate() {
                 if acked[ch] {
@@ -800,12 +809,17 @@ fn probe_payload(
             if too_big {
                 break;
             }
+            let sent_at = Instant::now();
             let wait_until = (Instant::now() + Duration::from_millis(100)).min(deadline);
             while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
                 match rx.recv_timeout(left) {
                     Ok(Ok(Control::ProbeAck { channel, size: s })) if usize::from(s) == size => {
                         if let Some(a) = acked.get_mut(usize::from(channel)) {
                             *a = true;
+                            if first_round {
+                                let sample = sent_at.elapsed();
+                                rtt = Some(rtt.map_or(sample, |r| r.min(sample)));
+                            }
                         }
                         if acked.iter().all(|a| *a) {
                             break;
@@ -819,12 +833,13 @@ fn probe_payload(
                     Err(_) => break,
                 }
             }
+            first_round = false;
         }
         if let Some(ch) = acked.iter().position(|a| !a) {
             last_failed = ch as u16;
             continue;
         }
-        return Ok(payload);
+        return Ok((payload, rtt));
     }
     Err(SessionError::UdpBlocked {
         channel: last_failed,
