@@ -114,6 +114,11 @@ struct ReceiveArgs {
     /// Replace files that already exist.
     #[arg(long)]
     overwrite: bool,
+    /// Memory for gathering blocks that are still incomplete, across all channels (K/M/G,
+    /// binary). When it runs out, the oldest incomplete block is written to the file as it is
+    /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    buffer_memory: u64,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -275,6 +280,7 @@ fn receive(a: ReceiveArgs) -> Outcome {
         out_dir: a.out.clone(),
         overwrite: a.overwrite,
         log_dir: a.output.log_dir.clone(),
+        buffer_memory: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
         ..ReceiveOptions::default()
     };
     let own_ports = opts.own_ports.clone();

@@ -126,6 +126,9 @@ pub struct ReceiveSummary {
     pub rejected: u64,
     /// Blocks that failed verification and were fetched again.
     pub rejected_blocks: u64,
+    /// Blocks written to the file while still incomplete because the block buffers ran out
+    /// (their missing datagrams are then written one by one as they arrive).
+    pub spilled_blocks: u64,
     /// Kernel socket drops, when the kernel reports them.
     pub socket_drops: u64,
     /// Warnings (small socket buffers ...).
@@ -248,6 +251,7 @@ struct Counters {
     duplicate: AtomicU64,
     nacks: AtomicU64,
     rejected_blocks: AtomicU64,
+    spilled_blocks: AtomicU64,
     /// Data and final datagrams accepted, and their bytes (for rate feedback).
     datagrams: AtomicU64,
     bytes: AtomicU64,
@@ -760,6 +764,7 @@ impl Receiver {
             nacks,
             rejected: c.rejected.load(Ordering::Relaxed),
             rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
+            spilled_blocks: c.spilled_blocks.load(Ordering::Relaxed),
             socket_drops,
             warnings,
             capacity,
@@ -1390,6 +1395,10 @@ impl ChannelWorker {
         }
         self.log
             .line(|| format!("block {block} spilled to disk while incomplete"));
+        self.shared
+            .counters
+            .spilled_blocks
+            .fetch_add(1, Ordering::Relaxed);
         self.spilled.insert(block, range.start);
         self.pool.push(buf);
         Ok(())
