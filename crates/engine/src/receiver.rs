@@ -596,18 +596,17 @@ impl Receiver {
             .iter()
             .zip(&file_decisions)
             .map(|(f, d)| match d {
-                Decision::SendAll => PartFile::create(root, &f.path, f.size, self.opts.overwrite)
-                    .map(|p| Some(Arc::new(p))),
+                Decision::SendAll => {
+                    PartFile::create(root, &f.path, f.size, self.opts.overwrite).map(Some)
+                }
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let needed: u64 = parts.iter().flatten().map(|p| p.size()).sum();
         if store::free_space(root).is_some_and(|free| free < needed) {
             for p in parts.into_iter().flatten() {
-                if let Ok(p) = Arc::try_unwrap(p) {
-                    // Best effort: the error below is what matters; the file holds nothing.
-                    let _ = p.discard();
-                }
+                // Best effort: the error below is what matters; the file holds nothing.
+                let _ = p.discard();
             }
             return Err(store::StoreError::NoSpace {
                 path: root.to_path_buf(),
@@ -677,7 +676,7 @@ impl Receiver {
                 let e = files[f];
                 let p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
                 p.preallocate()?;
-                *part = Some(Arc::new(p));
+                *part = Some(p);
             }
         }
         let links: Vec<LinkIn> = match &tcp_listener {
@@ -687,7 +686,7 @@ impl Receiver {
 
         let shared = Arc::new(Shared {
             layout,
-            files: parts,
+            files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
             session,
             peer_ip: peer.ip(),
             to_wire: tx.clone(),
@@ -727,7 +726,7 @@ impl Receiver {
                 highest_pn: 0,
                 batch: Snapshot::default(),
                 batch_queue_us: 0,
-                drops_checked: Instant::now(),
+                queue_sampled: Instant::now(),
             };
             handles.push(
                 std::thread::Builder::new()
@@ -1101,7 +1100,8 @@ struct ChannelWorker {
     batch: Snapshot,
     /// Most queueing delay of a datagram in the current batch, microseconds.
     batch_queue_us: u64,
-    drops_checked: Instant,
+    /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
+    queue_sampled: Instant,
 }
 
 /// Tracks one-way delay (receiver clock minus the sender's timestamp, both in wrapping
@@ -1207,7 +1207,7 @@ impl ChannelWorker {
     /// the fill the next report carries, and its drop counter. Where the kernel cannot say how
     /// full the queue is, reads only the drop counter, every 100 ms (a file read).
     fn sample_queue(&mut self, now: Instant, link: &LinkIn) {
-        let since = now.saturating_duration_since(self.drops_checked);
+        let since = now.saturating_duration_since(self.queue_sampled);
         if since < QUEUE_SAMPLE_EVERY {
             return;
         }
@@ -1221,7 +1221,7 @@ impl ChannelWorker {
             None if since >= Duration::from_millis(100) => link.kernel_drops(),
             None => return,
         };
-        self.drops_checked = now;
+        self.queue_sampled = now;
         if let Some(d) = drops {
             self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
         }

@@ -860,12 +860,9 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
         0.0
     };
     let rate = rate_bps as f64 / 1e6;
-    let decision = match changed {
-        Some(why) => format!("rate {rate:.1} Mbit/s ({why})"),
-        None => format!("rate {rate:.1} Mbit/s (unchanged)"),
-    };
+    let why = changed.unwrap_or("unchanged");
     format!(
-        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} -> {decision}",
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} -> rate {rate:.1} Mbit/s ({why})",
         secs * 1e3,
         fb.datagrams,
         fb.lost,
@@ -1026,12 +1023,11 @@ impl ChannelWorker {
         let max_run = (segs * payload) as u64;
         // Each send is at most this much of the session's rate (and at least one datagram): a
         // shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.
-        let channels = u64::from(self.shared.channels);
         let run_for = |session_bps: u64| -> u64 {
             let bytes = (session_bps as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
             (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run)
         };
-        let mut run_cap = run_for(self.pacer.rate().saturating_mul(channels));
+        let mut run_cap = run_for(self.rate_seen);
         let block_size = layout.block_size() as usize;
         let mut block_buf = vec![0u8; block_size];
         let mut loaded: Option<u64> = None;

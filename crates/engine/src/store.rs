@@ -8,8 +8,9 @@
 //! - [`PartFile`] is a file being received. It is written positionally into
 //!   `.<name>.hurtle-part` beside its final name ([`free_space`] lets the receiver refuse a
 //!   transfer that cannot fit, and [`PartFile::preallocate`] allocates the file before data
-//!   arrives, where that is cheap and useful), and [`PartFile::finish`] fsyncs it, applies mode and mtime, renames it into place and fsyncs
-//!   the directory. Nothing is ever written under the final name before that rename.
+//!   arrives, where that is cheap and useful), and [`PartFile::finish`] fsyncs it, applies
+//!   mode and mtime, renames it into place and fsyncs the directory. Nothing is ever written
+//!   under the final name before that rename.
 //! - [`make_dir`], [`set_dir_mode`] and [`set_dir_times`] create directories and apply their
 //!   metadata once their contents are done.
 //! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
@@ -440,8 +441,9 @@ fn part_file_name(name: &str) -> String {
 /// How much [`preallocate`] asks the kernel for per call. One call for a whole large file can
 /// be a long uninterruptible stretch of kernel work; under a CPU quota (cgroup `cpu.max`),
 /// Linux charges that debt when the call returns and then stalls every thread of the process,
-/// the keep-alive sender included, until it is repaid (14 s at 3% of a core after 0.44 s of
-/// tmpfs zero-filling). Chunks keep each stall short enough for keep-alives to get out.
+/// the keep-alive sender included, until it is repaid (14 s at 3% of a core after one 0.44 s
+/// call, when tmpfs was still preallocated). Chunks keep each stall short enough for
+/// keep-alives to get out.
 const PREALLOCATE_CHUNK: u64 = 16 << 20;
 
 /// Allocates `file`'s first `size` bytes on disk, a chunk at a time, so that a full disk shows
@@ -1057,7 +1059,7 @@ mod tests {
     }
 
     /// A write that finds the disk full (here a 1 MiB tmpfs, where nothing is preallocated) is
-    /// `NoSpace`, naming the part file, and what was written stays in the part file. Needs root
+    /// `NoSpace`, naming the part file, and nothing appears under the final name. Needs root
     /// (to mount the tmpfs); says so and passes without it.
     #[cfg(target_os = "linux")]
     #[test]

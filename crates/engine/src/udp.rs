@@ -65,8 +65,8 @@
 //!
 //! # Unsafe code
 //!
-//! `poll(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the private `sys` module, which is
-//! the only place in this file allowed `unsafe`.
+//! `poll(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the
+//! private `sys` module, which is the only place in this file allowed `unsafe`.
 
 use std::{
     fmt,
@@ -766,8 +766,9 @@ mod sys {
         }
     }
 
-    /// `SO_MEMINFO` where it has the asm-generic number (not on alpha, mips, parisc, sparc).
-    #[cfg(all(
+    /// `SO_MEMINFO`, on Linux where it has the asm-generic number (not on alpha, mips, parisc
+    /// or sparc, which number it differently).
+    const SO_MEMINFO: Option<libc::c_int> = if cfg!(all(
         target_os = "linux",
         any(
             target_arch = "x86_64",
@@ -779,26 +780,22 @@ mod sys {
             target_arch = "powerpc64",
             target_arch = "s390x"
         )
-    ))]
-    const SO_MEMINFO: libc::c_int = 55;
+    )) {
+        Some(55)
+    } else {
+        None
+    };
+    /// Indices into the `SO_MEMINFO` array (`SK_MEMINFO_*` in linux/sock_diag.h; kernel ABI).
+    const RMEM_ALLOC: usize = 0;
+    const RCVBUF: usize = 1;
+    const DROPS: usize = 8;
 
     /// The socket's memory counters (`SO_MEMINFO`, Linux 4.6+; the drop counter since 4.11):
     /// `(receive queue bytes, receive buffer limit, drops)`, in the kernel's own accounting
     /// (queued bytes include each packet's overhead, the limit is what `SO_RCVBUF` granted).
-    #[cfg(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64",
-            target_arch = "powerpc64",
-            target_arch = "s390x"
-        )
-    ))]
+    /// `None` where the option or the drop counter is missing.
     pub(super) fn meminfo(fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
+        let option = SO_MEMINFO?;
         // SK_MEMINFO_VARS is 9 today; ask for more so a newer kernel's longer array fits.
         let mut info = [0u32; 16];
         let mut len = mem::size_of_val(&info) as libc::socklen_t;
@@ -808,37 +805,19 @@ mod sys {
             libc::getsockopt(
                 fd.as_raw_fd(),
                 libc::SOL_SOCKET,
-                SO_MEMINFO,
+                option,
                 info.as_mut_ptr().cast(),
                 &mut len,
             )
         };
         let words = len as usize / mem::size_of::<u32>();
-        let at = |i: libc::c_int| info[i as usize];
-        (rc == 0 && words > libc::SK_MEMINFO_DROPS as usize).then(|| {
+        (rc == 0 && words > DROPS).then(|| {
             (
-                u64::from(at(libc::SK_MEMINFO_RMEM_ALLOC)),
-                u64::from(at(libc::SK_MEMINFO_RCVBUF)),
-                u64::from(at(libc::SK_MEMINFO_DROPS)),
+                u64::from(info[RMEM_ALLOC]),
+                u64::from(info[RCVBUF]),
+                u64::from(info[DROPS]),
             )
         })
-    }
-
-    #[cfg(not(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64",
-            target_arch = "powerpc64",
-            target_arch = "s390x"
-        )
-    )))]
-    pub(super) fn meminfo(_fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
-        None
     }
 }
 

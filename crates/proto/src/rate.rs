@@ -38,6 +38,10 @@
 //!   never jumps back to a remembered capacity, which a competing flow may now be using, and
 //!   gives up 20% (not 5%) on loss.
 //!
+//! A receiver starved of CPU runs in lumps and its queueing delay swings by about its timer's
+//! lateness, which it reports: delay targets and queue growth are judged with twice that
+//! added, so the swings are not taken for a queue.
+//!
 //! Random loss with no queueing and no socket drops raises the loss floor, not the alarm, so it
 //! costs only the lost bytes; that is the point against TCP. A competing loss-based TCP flow
 //! keeps a standing queue, so `fair` yields to it (all the way down, against one that keeps the
@@ -356,7 +360,8 @@ impl RateController {
     /// queue has drained (at most two more rounds), and a queue seen shrinking after a cut is
     /// left to drain, unless a report shows the receiver's socket buffer over its limit and
     /// dropping while it delivered less than 95% of the new rate: a full buffer is read as
-    /// fast as the receiver can, so that cut was not deep enough, and the rate is cut again. Outside startup one report never cuts more than half, so an
+    /// fast as the receiver can, so that cut was not deep enough, and the rate is cut again.
+    /// Outside startup one report never cuts more than half, so an
     /// interval in which the sender had little to send (the end of a transfer) cannot collapse
     /// the rate. The delivered rate is remembered as the path's capacity.
     ///
