@@ -9,6 +9,7 @@
 use crate::control::{spawn_reader, spawn_writer, ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
 use crate::error::SessionError;
+use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
@@ -1029,9 +1030,9 @@ impl ChannelWorker {
         };
         let mut run_cap = run_for(self.rate_seen);
         let block_size = layout.block_size() as usize;
-        let mut block_buf = vec![0u8; block_size];
+        let mut block_buf = IoBuf::new(block_size);
         let mut loaded: Option<u64> = None;
-        let mut scratch = vec![0u8; max_run as usize];
+        let mut scratch = IoBuf::new(max_run as usize);
         let mut out = vec![0u8; segs * dgram];
         loop {
             // 1. Control messages for this channel.
@@ -1087,10 +1088,11 @@ impl ChannelWorker {
                             })?;
                         if loaded != Some(span.block) {
                             let blen = (range.end - range.start) as usize;
-                            src.read_at(range.start, &mut block_buf[..blen])?;
+                            let block_buf = &mut block_buf.aligned()[..blen];
+                            src.read_at(range.start, block_buf)?;
                             let blocks = layout.blocks_of(file);
                             let value = block_value(
-                                &block_buf[..blen],
+                                block_buf,
                                 span.block - blocks.start,
                                 layout.block_size(),
                                 blocks.end - blocks.start,
@@ -1102,11 +1104,12 @@ impl ChannelWorker {
                             });
                         }
                         let at = (span.offset - range.start) as usize;
-                        &block_buf[at..at + len]
+                        &block_buf.aligned()[at..at + len]
                     }
                     RunKind::Repair => {
-                        src.read_at(span.offset, &mut scratch[..len])?;
-                        &scratch[..len]
+                        let buf = scratch.for_offset(span.offset, len);
+                        src.read_at(span.offset, buf)?;
+                        buf
                     }
                 };
                 let flags = if run.kind == RunKind::Repair {
