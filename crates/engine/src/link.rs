@@ -14,6 +14,7 @@ use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 /// Payload per frame on TCP data connections (the header's length field is 16 bits).
@@ -74,27 +75,31 @@ impl LinkOut {
     }
 }
 
-/// The receiving end of a channel.
+/// The receiving end of a channel. It never waits: a thread serving several channels waits
+/// for any of their [`fd`](LinkIn::fd)s (see [`crate::udp::wait_readable`]), then reads each.
 pub enum LinkIn {
     /// Datagrams, received in batches.
-    Udp(UdpChannel, Box<RecvBatch>),
+    Udp(UdpChannel),
     /// Frames from a TCP connection.
     Tcp(TcpFrames),
 }
 
 impl LinkIn {
-    /// A UDP link with a batch buffer sized for GRO.
-    pub fn udp(sock: UdpChannel) -> Self {
-        LinkIn::Udp(sock, Box::new(RecvBatch::new(32, 64 * 1024)))
+    /// A UDP link; its reads return at once when nothing is queued.
+    pub fn udp(mut sock: UdpChannel) -> Self {
+        sock.set_read_timeout(Some(Duration::ZERO));
+        LinkIn::Udp(sock)
     }
 
-    /// Waits briefly for frames and hands each to `f` with its source; returns how many came.
+    /// Hands each frame that is waiting to `f` with its source, using `batch` for UDP;
+    /// returns how many came (0 when none was waiting).
     pub fn recv(
         &mut self,
+        batch: &mut RecvBatch,
         mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
     ) -> Result<usize, SessionError> {
         match self {
-            LinkIn::Udp(sock, batch) => {
+            LinkIn::Udp(sock) => {
                 let n = sock.recv_batch(batch)?;
                 if n > 0 {
                     for (src, d) in batch.iter() {
@@ -107,11 +112,20 @@ impl LinkIn {
         }
     }
 
+    /// What to wait on for the next frame; `None` once a TCP connection has closed.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            LinkIn::Udp(sock) => Some(sock.as_fd()),
+            LinkIn::Tcp(t) if t.closed => None,
+            LinkIn::Tcp(t) => Some(t.stream.as_fd()),
+        }
+    }
+
     /// The receive queue of a UDP link, where the kernel reports it (see
     /// [`UdpChannel::receive_queue`]); `None` over TCP, whose queue is flow-controlled.
     pub fn receive_queue(&self) -> Option<ReceiveQueue> {
         match self {
-            LinkIn::Udp(sock, _) => sock.receive_queue(),
+            LinkIn::Udp(sock) => sock.receive_queue(),
             LinkIn::Tcp(_) => None,
         }
     }
@@ -119,7 +133,7 @@ impl LinkIn {
     /// Kernel socket drops of a UDP link, when the kernel reports them.
     pub fn kernel_drops(&self) -> Option<u64> {
         match self {
-            LinkIn::Udp(sock, _) => sock.kernel_drops(),
+            LinkIn::Udp(sock) => sock.kernel_drops(),
             LinkIn::Tcp(_) => Some(0),
         }
     }
@@ -136,9 +150,9 @@ pub struct TcpFrames {
 }
 
 impl TcpFrames {
-    /// Reads frames from `stream` (after its greeting), waiting at most `wait` per call.
-    pub fn new(stream: TcpStream, wait: Duration) -> std::io::Result<Self> {
-        stream.set_read_timeout(Some(wait))?;
+    /// Reads frames from `stream` (after its greeting), without waiting.
+    pub fn new(stream: TcpStream) -> std::io::Result<Self> {
+        stream.set_nonblocking(true)?;
         let peer = stream.peer_addr()?;
         Ok(TcpFrames {
             stream,
@@ -155,7 +169,6 @@ impl TcpFrames {
         mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
     ) -> Result<usize, SessionError> {
         if self.closed {
-            std::thread::sleep(Duration::from_millis(5));
             return Ok(0);
         }
         if self.start > 0 && self.buf.len() - self.end < HEADER_LEN + usize::from(TCP_PAYLOAD) {

@@ -2,7 +2,8 @@
 //!
 //! Threads: the session loop (the caller's thread) owns the [`Verifier`] and the files' fates:
 //! it feeds the sender's block values in, commits (fsync + rename) each verified file and sends
-//! `FileDone`. One thread per channel owns that channel's [`ChannelReceiver`] and UDP socket: it
+//! `FileDone`. Channel threads, one per channel but no more than there are cores, each serve one
+//! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
 //! checks every datagram, gathers each block in a buffer, writes it with one positional write
 //! when complete, hashes it and hands the value to the session loop. A block still incomplete
 //! when buffers run short is *spilled*: what it holds is written to the file, and the rest is
@@ -18,7 +19,7 @@ use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::{self, PartFile};
-use crate::udp::{ChannelOptions, UdpChannel};
+use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::wire::{
@@ -170,8 +171,7 @@ impl Capacity {
         if self.hash_bps == 0 {
             return Capacity::UNKNOWN;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let threads = u64::from(channels).clamp(1, cores);
+        let threads = receive_threads(channels) as u64;
         let cpus = self
             .cpu_quota
             .map_or(threads as f64, |q| q.min(threads as f64));
@@ -182,6 +182,12 @@ impl Capacity {
             ..self
         }
     }
+}
+
+/// Threads receiving `channels` channels: one per channel, at most one per core.
+fn receive_threads(channels: u16) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    usize::from(channels).clamp(1, cores)
 }
 
 /// [`measure_capacity`] in `dir`, created if missing, with the error as a warning to pass on.
@@ -703,7 +709,12 @@ impl Receiver {
             (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
         let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
         let mut cmd_txs = Vec::new();
-        let mut handles = Vec::new();
+        // Channels share threads, no more than there are cores: a thread per channel would
+        // wake up for less data each, and on a busy machine the wake-ups cost more than the
+        // extra channels bring.
+        let threads = receive_threads(channels);
+        let mut groups: Vec<Vec<(ChannelWorker, LinkIn)>> =
+            (0..threads).map(|_| Vec::new()).collect();
         for (ch, link) in links.into_iter().enumerate() {
             let ch = ch as u16;
             let (cmd_tx, cmd_rx) = unbounded();
@@ -728,13 +739,18 @@ impl Receiver {
                 batch_queue_us: 0,
                 queue_sampled: Instant::now(),
             };
+            groups[usize::from(ch) % threads].push((worker, link));
+            cmd_txs.push(cmd_tx);
+        }
+        let mut handles = Vec::new();
+        for (i, group) in groups.into_iter().enumerate() {
+            let shared = shared.clone();
             handles.push(
                 std::thread::Builder::new()
-                    .name(format!("recv-ch{ch}"))
-                    .spawn(move || worker.run(link))
+                    .name(format!("recv-{i}"))
+                    .spawn(move || serve_channels(group, &shared))
                     .map_err(|e| SessionError::io("channel thread", e))?,
             );
-            cmd_txs.push(cmd_tx);
         }
         drop(ev_tx);
 
@@ -829,7 +845,7 @@ fn accept_data_connections(
         .into_iter()
         .flatten()
         .map(|s| {
-            TcpFrames::new(s, Duration::from_millis(5))
+            TcpFrames::new(s)
                 .map(LinkIn::Tcp)
                 .map_err(|e| SessionError::io("TCP data connection", e))
         })
@@ -1123,21 +1139,71 @@ impl OneWayDelay {
     }
 }
 
-impl ChannelWorker {
-    /// Runs until the session stops; returns (kernel drops, NACKs sent).
-    fn run(mut self, mut link: LinkIn) -> (u64, u64) {
-        if let Err(e) = self.pump(&mut link) {
-            self.shared.stop.store(true, Ordering::Relaxed);
-            let _ = self.events.send(ChanEvent::Failed(e));
+/// How long a channel thread sleeps when none of its channels has anything to read (it
+/// wakes at once when one has): the longest its timers (NACKs, reports) can be late.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+
+/// Serves channels on one thread until the session stops: reads whatever each channel's link
+/// has waiting, in turn, and sleeps until one of them has more. Returns the channels' kernel
+/// drops and NACKs sent, summed. The first error stops the session.
+fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) -> (u64, u64) {
+    // One receive batch for all: each channel's datagrams are handled before the next
+    // channel's are read, and one batch's buffers stay in the CPU's cache where several would
+    // not.
+    let mut batch = RecvBatch::new(32, GRO_BUF_SIZE);
+    'run: while !shared.stop.load(Ordering::Relaxed) {
+        let mut got = 0;
+        for (worker, link) in &mut members {
+            match worker.step(link, &mut batch) {
+                Ok(n) => got += n,
+                Err(e) => {
+                    shared.stop.store(true, Ordering::Relaxed);
+                    let _ = worker.events.send(ChanEvent::Failed(e));
+                    break 'run;
+                }
+            }
         }
+        if got == 0 {
+            let fds: Vec<_> = members.iter().filter_map(|(_, link)| link.fd()).collect();
+            let waited = if fds.is_empty() {
+                std::thread::sleep(IDLE_WAIT);
+                Ok(())
+            } else {
+                crate::udp::wait_readable(&fds, IDLE_WAIT)
+            };
+            if let Err(e) = waited {
+                shared.stop.store(true, Ordering::Relaxed);
+                if let Some((worker, _)) = members.first() {
+                    let _ = worker.events.send(ChanEvent::Failed(e.into()));
+                }
+                break;
+            }
+        }
+    }
+    members
+        .iter()
+        .map(|(worker, link)| worker.finish(link))
+        .fold((0, 0), |(d, n), (dw, nw)| (d + dw, n + nw))
+}
+
+impl ChannelWorker {
+    /// The channel's kernel drops and NACKs sent, when the session ends; adds its duplicate
+    /// bytes to the session's counters.
+    fn finish(&self, link: &LinkIn) -> (u64, u64) {
+        self.shared
+            .counters
+            .duplicate
+            .fetch_add(self.rec.stats().duplicate_bytes, Ordering::Relaxed);
         (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
     }
 
-    fn pump(&mut self, link: &mut LinkIn) -> Result<(), SessionError> {
-        while !self.shared.stop.load(Ordering::Relaxed) {
+    /// Reads what the link has waiting (without waiting for more), then runs the channel's
+    /// timers: NACKs, completion. Returns how many datagrams came.
+    fn step(&mut self, link: &mut LinkIn, batch: &mut RecvBatch) -> Result<usize, SessionError> {
+        {
             let mut new_bytes = 0;
             let mut batch_time = None;
-            let n = link.recv(|src, datagram| {
+            let n = link.recv(batch, |src, datagram| {
                 let now = *batch_time.get_or_insert_with(Instant::now);
                 new_bytes += self.on_datagram(now, src, datagram)?;
                 Ok(())
@@ -1195,12 +1261,8 @@ impl ChannelWorker {
                     .to_wire
                     .send(Control::ChannelDone { channel: self.ch });
             }
+            Ok(n)
         }
-        self.shared
-            .counters
-            .duplicate
-            .fetch_add(self.rec.stats().duplicate_bytes, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Samples the socket's receive queue (every millisecond at most: one `getsockopt`) for

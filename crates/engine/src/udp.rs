@@ -1,6 +1,7 @@
 //! Batched UDP data channels.
 //!
-//! One channel is one UDP socket driven by one thread. This module moves bytes in and out of
+//! One channel is one UDP socket, used by one thread at a time (a receiving thread may serve
+//! several, waiting on all of them with [`wait_readable`]). This module moves bytes in and out of
 //! that socket with as few system calls as the kernel allows; the rule of the project is that no
 //! system call is made per datagram on the data path.
 //!
@@ -72,7 +73,7 @@ use std::{
     fmt,
     io::{self, IoSliceMut},
     net::{IpAddr, SocketAddr, UdpSocket},
-    os::fd::{AsFd, AsRawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd},
     time::{Duration, Instant},
 };
 
@@ -551,6 +552,19 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+impl std::os::fd::AsFd for UdpChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+/// Waits until one of `fds` (sockets of any kind, at most 64) has something to read, or
+/// `timeout` passes; a thread serving several channels sleeps here. Returns early, without
+/// error, when interrupted by a signal.
+pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), UdpError> {
+    sys::wait_any(fds, libc::POLLIN, Some(timeout)).map_err(UdpError::from_io)
+}
+
 /// Receive buffers for [`UdpChannel::recv_batch`], allocated once and reused: `buffers` buffers
 /// of `buf_size` bytes each, and the datagrams the last call received.
 pub struct RecvBatch {
@@ -703,17 +717,32 @@ mod sys {
         events: libc::c_short,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
+        wait_any(&[fd], events, timeout)
+    }
+
+    /// Waits until one of `fds` has one of `events` (at most 64 fds), or `timeout` passes.
+    pub(super) fn wait_any(
+        fds: &[BorrowedFd<'_>],
+        events: libc::c_short,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let ms = match timeout {
             None => -1,
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int,
         };
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events,
+        let mut pfds = [libc::pollfd {
+            fd: -1,
+            events: 0,
             revents: 0,
-        };
-        // SAFETY: `pfd` is a valid pollfd that lives across the call, and nfds is 1.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        }; 64];
+        let n = fds.len().min(pfds.len());
+        for (p, fd) in pfds.iter_mut().zip(fds) {
+            p.fd = fd.as_raw_fd();
+            p.events = events;
+        }
+        // SAFETY: `pfds` is an array of valid pollfds that lives across the call, and nfds is
+        // at most its length.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
