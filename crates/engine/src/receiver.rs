@@ -554,7 +554,7 @@ impl Receiver {
             let existing = std::fs::symlink_metadata(&target).ok();
             decisions.push(match (e.kind, existing) {
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: hash_file(&target).map_err(|err| {
+                    hash: store::hash_file(&target).map_err(|err| {
                         SessionError::io(format!("read {}", target.display()), err)
                     })?,
                     replace_ok: self.opts.overwrite,
@@ -850,15 +850,6 @@ fn accept_data_connections(
                 .map_err(|e| SessionError::io("TCP data connection", e))
         })
         .collect()
-}
-
-fn hash_file(path: &Path) -> std::io::Result<[u8; 32]> {
-    let mut h = blake3::Hasher::new();
-    h.update_reader(std::io::BufReader::with_capacity(
-        1 << 20,
-        std::fs::File::open(path)?,
-    ))?;
-    Ok(*h.finalize().as_bytes())
 }
 
 /// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an

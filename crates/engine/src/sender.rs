@@ -417,7 +417,9 @@ fn send_once(
                         })
                     }
                     Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
-                        let mine = hash_file(&files[file_id].abs_path)?;
+                        let path = &files[file_id].abs_path;
+                        let mine = crate::store::hash_file(path)
+                            .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
                         if mine == *hash {
                             skipped[file_id] = Some(mine);
                         } else if !replace_ok {
@@ -722,18 +724,6 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
     dialer
         .dial(addr, opts.connect_timeout)
         .map_err(|source| SessionError::Connect { addr, source })
-}
-
-fn hash_file(path: &std::path::Path) -> Result<[u8; 32], SessionError> {
-    let read = || -> std::io::Result<[u8; 32]> {
-        let mut h = blake3::Hasher::new();
-        h.update_reader(std::io::BufReader::with_capacity(
-            1 << 20,
-            std::fs::File::open(path)?,
-        ))?;
-        Ok(*h.finalize().as_bytes())
-    };
-    read().map_err(|e| SessionError::io(format!("read {}", path.display()), e))
 }
 
 fn unexpected(msg: Control, wanted: &str) -> SessionError {

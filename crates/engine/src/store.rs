@@ -562,6 +562,27 @@ mod sys {
     }
 }
 
+/// The BLAKE3 of a whole file (what `b3sum` prints), read in aligned pieces (see
+/// [`crate::iobuf`]).
+pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
+    const PIECE: usize = 256 << 10;
+    let file = File::open(path)?;
+    let mut buf = crate::iobuf::IoBuf::new(PIECE);
+    let mut h = blake3::Hasher::new();
+    let mut offset = 0u64;
+    loop {
+        let piece = buf.aligned();
+        let n = match file.read_at(piece, offset) {
+            Ok(0) => return Ok(*h.finalize().as_bytes()),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&piece[..n]);
+        offset += n as u64;
+    }
+}
+
 /// Bytes an unprivileged writer can still use on the filesystem holding `dir` (`statvfs`), or
 /// `None` if the system cannot say.
 pub fn free_space(dir: &Path) -> Option<u64> {
@@ -845,6 +866,18 @@ mod tests {
     use proptest::prelude::*;
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
+
+    #[test]
+    fn hash_file_is_the_files_blake3() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0usize, 1, (256 << 10) - 1, 256 << 10, 600_001] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+            let p = dir.path().join(format!("f{len}"));
+            fs::write(&p, &data).unwrap();
+            assert_eq!(hash_file(&p).unwrap(), *blake3::hash(&data).as_bytes(), "{len}");
+        }
+        assert!(hash_file(&dir.path().join("missing")).is_err());
+    }
 
     fn names_in(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
