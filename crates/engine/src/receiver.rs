@@ -465,13 +465,7 @@ impl Receiver {
         let tcp = caps & wire::CAP_TCP_DATA != 0;
         let mut udps = Vec::new();
         for _ in 0..if tcp { 0 } else { channels } {
-            let u = UdpChannel::bind(
-                SocketAddr::new(local_ip, 0),
-                &ChannelOptions {
-                    read_timeout: Some(Duration::from_millis(5)),
-                    ..ChannelOptions::default()
-                },
-            )?;
+            let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
             if let Some(w) = u.buffer_warning() {
                 if !warnings.contains(&w) {
                     warnings.push(w);

@@ -874,7 +874,11 @@ mod tests {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
             let p = dir.path().join(format!("f{len}"));
             fs::write(&p, &data).unwrap();
-            assert_eq!(hash_file(&p).unwrap(), *blake3::hash(&data).as_bytes(), "{len}");
+            assert_eq!(
+                hash_file(&p).unwrap(),
+                *blake3::hash(&data).as_bytes(),
+                "{len}"
+            );
         }
         assert!(hash_file(&dir.path().join("missing")).is_err());
     }

@@ -24,7 +24,8 @@
 //!   lower still if a standing queue has to drain (its delay, over two rounds), then holds until
 //!   it has (unless the receiver keeps dropping from a full socket buffer at less than the
 //!   new rate: then the cut was not deep enough); the delivered rate is remembered as the
-//!   path's capacity;
+//!   path's capacity, raised by any later report that delivered more than was sent (a queue
+//!   draining, as fast as the bottleneck serves it);
 //! - otherwise, in `auto`, the rate climbs back towards that capacity by halving the distance
 //!   each round, and beyond it probes by +6% per round, the step doubling (up to 8x) while the
 //!   path clearly takes each increase, so a path that got faster is found in a few rounds; a
@@ -416,6 +417,13 @@ impl RateController {
             && fb.queue_fill > QUEUE_FILL_LIMIT
             && measured
             && delivered < self.rate * 0.95;
+        // After a cut, a report that delivered more than is being sent saw a queue drain, and
+        // a queue drains as fast as its bottleneck serves it: that is the path's capacity, and
+        // the climb back aims there. (The report that caused the cut can show much less, when
+        // the receiver fell behind for a moment rather than for good.)
+        if last_cut && self.cfg.mode == RateMode::Auto && measured && delivered > self.rate {
+            self.capacity = Some(self.capacity.map_or(delivered, |c| c.max(delivered)));
+        }
         // A queue that is draining after a cut is no reason to cut again, nor to speed up.
         if last_cut
             && !overflowing
@@ -488,9 +496,11 @@ impl RateController {
                 let factor: f64 = if fair && r == Reason::Loss { 0.8 } else { 0.95 };
                 // A filling socket buffer is a queue too, at the receiver: drain it the same way.
                 let queue_cut = matches!(r, Reason::Delay | Reason::Backlog);
-                // The queue now: what the report saw, plus, if nothing was dropped, what the
-                // surplus over the delivered rate has added since its data was sent.
-                let surplus = if measured && queue_cut {
+                // The queue now: what the report saw, plus, for a queue on the path, what the
+                // surplus over the delivered rate has added since its data was sent. Not for a
+                // receiver's socket buffer: it cannot hold more than it did by much (half full
+                // already), and what does not fit is dropped, which the next report shows.
+                let surplus = if measured && r == Reason::Delay {
                     (self.rate / delivered - 1.0).clamp(0.0, 1.0)
                 } else {
                     0.0
@@ -648,6 +658,17 @@ mod tests {
             queue_delay: Duration::from_millis(delay_ms),
             queue_fill: 0.0,
             receiver_lag: Duration::ZERO,
+        }
+    }
+
+    /// [`fb`] over a 10 ms interval.
+    fn fb10(rate_bps: f64, delay_ms: u64) -> Feedback {
+        Feedback {
+            interval: Duration::from_millis(10),
+            bytes: (rate_bps / 8.0 * 0.01) as u64,
+            datagrams: (rate_bps / 8.0 * 0.01 / 8900.0) as u64,
+            queue_delay: Duration::from_millis(delay_ms),
+            ..Feedback::default()
         }
     }
 
@@ -904,6 +925,62 @@ mod tests {
         assert!(
             ch.rate_bps < 300_000_000 && ch.rate_bps > 270_000_000,
             "{ch:?}"
+        );
+    }
+
+    #[test]
+    fn a_queue_draining_after_a_cut_shows_the_capacity_to_climb_back_to() {
+        // Out of startup at 1 Gbit/s; one report then shows a receiver that fell behind for a
+        // moment: 600 Mbit/s delivered and a queue.
+        let (mut c, mut t) = settled_at(1e9);
+        while c.rate_bps() < 1_000_000_000 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+        }
+        t += Duration::from_millis(200);
+        let cut = c.on_feedback(t, &fb(600e6, 0.0, 120)).unwrap();
+        assert_eq!(cut.reason, Reason::Delay);
+        assert!(cut.rate_bps < 600_000_000, "{cut:?}");
+        // While it holds, the queue drains at 950 Mbit/s, more than is sent.
+        t += Duration::from_millis(100);
+        assert_eq!(c.on_feedback(t, &fb(950e6, 0.0, 30)), None);
+        // Quiet rounds then climb back near 950 in a few rounds, not by probing steps.
+        for _ in 0..5 {
+            t += Duration::from_millis(200);
+            c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 1));
+        }
+        assert!(c.rate_bps() > 850_000_000, "{:?}", c.timeline());
+    }
+
+    #[test]
+    fn a_socket_buffer_half_full_is_not_extrapolated_like_a_path_queue() {
+        // Startup on a 0.2 ms path with 10 ms reports has reached 10 Gbit/s when the receiver
+        // falls behind for a moment: 5 Gbit/s delivered, its buffer 70% full (3 ms queued).
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: Duration::from_micros(200),
+                ceiling_bps: 20_000_000_000,
+                ..cfg(RateMode::Auto)
+            },
+            Instant::now(),
+        );
+        let mut t = Instant::now();
+        while c.rate_bps() < 10_000_000_000 {
+            t += Duration::from_millis(10);
+            c.on_feedback(t, &fb10(c.rate_bps() as f64, 0));
+        }
+        t += Duration::from_millis(10);
+        let full = Feedback {
+            queue_fill: 0.7,
+            ..fb10(5e9, 3)
+        };
+        let cut = c.on_feedback(t, &full).unwrap();
+        assert_eq!(cut.reason, Reason::Backlog);
+        // Below what was delivered, by what the 3 ms need to drain, not by half again for
+        // what the surplus would add to a queue that cannot hold it.
+        assert!(
+            cut.rate_bps > 4_000_000_000 && cut.rate_bps < 5_000_000_000,
+            "{cut:?}"
         );
     }
 
