@@ -184,10 +184,13 @@ impl Capacity {
     }
 }
 
-/// Threads receiving `channels` channels: one per channel, at most one per core.
+/// Threads receiving `channels` channels: one per channel, at most one per core (but enough
+/// that none waits on more sockets than one `poll` watches).
 fn receive_threads(channels: u16) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    usize::from(channels).clamp(1, cores)
+    usize::from(channels)
+        .clamp(1, cores)
+        .max(usize::from(channels).div_ceil(crate::udp::MAX_WAIT_FDS))
 }
 
 /// [`measure_capacity`] in `dir`, created if missing, with the error as a warning to pass on.
@@ -1136,11 +1139,15 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
     // channel's are read, and one batch's buffers stay in the CPU's cache where several would
     // not.
     let mut batch = RecvBatch::new(32, GRO_BUF_SIZE);
+    // Which links to read: those the last wait found readable, and those whose last read
+    // filled the whole batch (more is probably waiting). The others only run their timers, so
+    // no read comes back empty on a busy thread.
+    let mut readable = vec![true; members.len()];
     'run: while !shared.stop.load(Ordering::Relaxed) {
-        let mut got = 0;
-        for (worker, link) in &mut members {
-            match worker.step(link, &mut batch) {
-                Ok(n) => got += n,
+        for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
+            let got = worker.step(link, (*read).then_some(&mut batch));
+            match got {
+                Ok(n) => *read = n > 0 && batch.is_full(),
                 Err(e) => {
                     shared.stop.store(true, Ordering::Relaxed);
                     let _ = worker.events.send(ChanEvent::Failed(e));
@@ -1148,15 +1155,27 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
                 }
             }
         }
-        if got == 0 {
-            let fds: Vec<_> = members.iter().filter_map(|(_, link)| link.fd()).collect();
-            let waited = if fds.is_empty() {
-                std::thread::sleep(IDLE_WAIT);
-                Ok(())
-            } else {
-                crate::udp::wait_readable(&fds, IDLE_WAIT)
-            };
-            if let Err(e) = waited {
+        if readable.iter().any(|&r| r) {
+            continue;
+        }
+        let (fds, of): (Vec<_>, Vec<usize>) = members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, link))| Some((link.fd()?, i)))
+            .unzip();
+        let waited = if fds.is_empty() {
+            std::thread::sleep(IDLE_WAIT);
+            Ok(0)
+        } else {
+            crate::udp::wait_readable(&fds, IDLE_WAIT)
+        };
+        match waited {
+            Ok(ready) => {
+                for (bit, &i) in of.iter().enumerate() {
+                    readable[i] = ready & (1 << bit) != 0;
+                }
+            }
+            Err(e) => {
                 shared.stop.store(true, Ordering::Relaxed);
                 if let Some((worker, _)) = members.first() {
                     let _ = worker.events.send(ChanEvent::Failed(e.into()));
@@ -1182,17 +1201,24 @@ impl ChannelWorker {
         (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
     }
 
-    /// Reads what the link has waiting (without waiting for more), then runs the channel's
-    /// timers: NACKs, completion. Returns how many datagrams came.
-    fn step(&mut self, link: &mut LinkIn, batch: &mut RecvBatch) -> Result<usize, SessionError> {
+    /// With a batch, reads what the link has waiting (without waiting for more); then runs
+    /// the channel's timers: NACKs, completion. Returns how many datagrams came.
+    fn step(
+        &mut self,
+        link: &mut LinkIn,
+        batch: Option<&mut RecvBatch>,
+    ) -> Result<usize, SessionError> {
         {
             let mut new_bytes = 0;
             let mut batch_time = None;
-            let n = link.recv(batch, |src, datagram| {
-                let now = *batch_time.get_or_insert_with(Instant::now);
-                new_bytes += self.on_datagram(now, src, datagram)?;
-                Ok(())
-            })?;
+            let n = match batch {
+                Some(batch) => link.recv(batch, |src, datagram| {
+                    let now = *batch_time.get_or_insert_with(Instant::now);
+                    new_bytes += self.on_datagram(now, src, datagram)?;
+                    Ok(())
+                })?,
+                None => 0,
+            };
             let now = Instant::now();
             self.sample_queue(now, link);
             if n > 0 {

@@ -558,10 +558,15 @@ impl std::os::fd::AsFd for UdpChannel {
     }
 }
 
-/// Waits until one of `fds` (sockets of any kind, at most 64) has something to read, or
-/// `timeout` passes; a thread serving several channels sleeps here. Returns early, without
-/// error, when interrupted by a signal.
-pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), UdpError> {
+/// Most file descriptors one [`wait_readable`] call watches.
+pub const MAX_WAIT_FDS: usize = 64;
+
+/// Waits until one of `fds` (sockets of any kind, at most [`MAX_WAIT_FDS`]; any beyond are
+/// not watched) has something to read, or
+/// `timeout` passes; a thread serving several channels sleeps here. Returns which are ready to
+/// read (or have an error or hang-up for the read to report): bit `i` for `fds[i]`; 0 after a
+/// timeout or a signal.
+pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<u64, UdpError> {
     sys::wait_any(fds, libc::POLLIN, Some(timeout)).map_err(UdpError::from_io)
 }
 
@@ -604,6 +609,11 @@ impl RecvBatch {
     /// Number of datagrams the last `recv_batch` received.
     pub fn len(&self) -> usize {
         self.datagrams
+    }
+
+    /// Whether the last `recv_batch` filled every buffer (so more may be waiting).
+    pub fn is_full(&self) -> bool {
+        self.filled == self.meta.len()
     }
 
     /// Whether the last `recv_batch` received nothing.
@@ -717,15 +727,16 @@ mod sys {
         events: libc::c_short,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        wait_any(&[fd], events, timeout)
+        wait_any(&[fd], events, timeout).map(|_| ())
     }
 
-    /// Waits until one of `fds` has one of `events` (at most 64 fds), or `timeout` passes.
+    /// Waits until one of `fds` has one of `events` (the first [`MAX_WAIT_FDS`](super::MAX_WAIT_FDS)), or `timeout` passes.
+    /// Returns which have them, or an error or hang-up: bit `i` for `fds[i]`.
     pub(super) fn wait_any(
         fds: &[BorrowedFd<'_>],
         events: libc::c_short,
         timeout: Option<Duration>,
-    ) -> io::Result<()> {
+    ) -> io::Result<u64> {
         let ms = match timeout {
             None => -1,
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int,
@@ -734,7 +745,7 @@ mod sys {
             fd: -1,
             events: 0,
             revents: 0,
-        }; 64];
+        }; super::MAX_WAIT_FDS];
         let n = fds.len().min(pfds.len());
         for (p, fd) in pfds.iter_mut().zip(fds) {
             p.fd = fd.as_raw_fd();
@@ -748,8 +759,13 @@ mod sys {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(e);
             }
+            return Ok(0);
         }
-        Ok(())
+        Ok(pfds[..n]
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.revents != 0)
+            .fold(0, |ready, (i, _)| ready | 1 << i))
     }
 
     /// Sends the first (up to) [`MMSG_BATCH`] datagrams of `buf`, `segment_size` bytes each
@@ -889,6 +905,25 @@ mod tests {
         };
         let b = UdpChannel::bind(SocketAddr::new(ip, 0), &opts()).expect("bind receiver");
         Some((a, b))
+    }
+
+    #[test]
+    fn wait_readable_says_which_sockets_have_data() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (mut a, b) = pair(lo, &opts()).unwrap();
+        let c = UdpChannel::bind(SocketAddr::new(lo, 0), &opts()).unwrap();
+        let fds = [b.as_fd(), c.as_fd()];
+        let t = Instant::now();
+        assert_eq!(wait_readable(&fds, Duration::from_millis(20)).unwrap(), 0);
+        assert!(
+            t.elapsed() >= Duration::from_millis(15),
+            "{:?}",
+            t.elapsed()
+        );
+        a.send_batch(c.local_addr(), &[7u8; 100], 100).unwrap();
+        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b10);
+        a.send_batch(b.local_addr(), &[7u8; 100], 100).unwrap();
+        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b11);
     }
 
     /// Sends 1000 distinct 1400-byte datagrams in chunks of 100, receiving between chunks, and
