@@ -1,10 +1,11 @@
 //! The sending side of a session: handshake, manifest, path probe, channel threads, confirmation.
 //!
 //! Threads: the caller's thread runs the session loop (it owns the [`BlockTable`] and routes
-//! control messages); one thread per data channel owns that channel's [`ChannelSender`], pacer,
-//! UDP socket and read buffers; the control connection has a reader and a writer thread. Channel
-//! threads talk to the session loop through channels, one message per block or per NACK, never
-//! per datagram.
+//! control messages); channel threads, one per channel but no more than there are cores (TCP
+//! connections get one each), each serve one or more channels: a channel's [`ChannelSender`],
+//! pacer, socket and block buffer belong to one thread. The control connection has a reader and
+//! a writer thread. Channel threads talk to the session loop through channels, one message per
+//! block or per NACK, never per datagram.
 
 use crate::control::{spawn_reader, spawn_writer, ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
@@ -591,39 +592,44 @@ fn send_once(
         final_interval: (rtt * 2).max(Duration::from_millis(30)),
         ..SendConfig::default()
     };
-    let mut cmd_txs = Vec::new();
-    let mut handles = Vec::new();
-    let mut stats_rx = Vec::new();
+    let threads = send_threads(channels, matches!(links.first(), Some(LinkOut::Tcp(_))));
+    let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
     for (ch, link) in links.into_iter().enumerate() {
         let ch = ch as u16;
-        let (cmd_tx, cmd_rx) = unbounded();
-        let (st_tx, st_rx) = crossbeam_channel::bounded(1);
         let log = NetLog::open(opts.log_dir.as_deref(), "send", ch, start)
             .map_err(|e| SessionError::io("log directory", e))?;
-        let worker = ChannelWorker {
+        groups[usize::from(ch) % threads].push(ChannelWorker {
             ch,
             link,
             sender: ChannelSender::new(&shared.layout, ch, send_cfg.clone()),
             pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
             shared: shared.clone(),
-            cmds: cmd_rx,
             events: ev_tx.clone(),
             log,
             packet: 0,
             rate_seen: controller.rate_bps(),
-        };
+            loaded: None,
+            block_buf: IoBuf::new(shared.layout.block_size() as usize),
+            sent: 0,
+            resent: 0,
+        });
+    }
+    let mut thread_cmds = Vec::new();
+    let mut handles = Vec::new();
+    for (i, group) in groups.into_iter().enumerate() {
+        let (cmd_tx, cmd_rx) = unbounded();
+        thread_cmds.push(cmd_tx);
         handles.push(
             std::thread::Builder::new()
-                .name(format!("send-ch{ch}"))
-                .spawn(move || {
-                    let stats = worker.run();
-                    let _ = st_tx.send(stats);
-                })
+                .name(format!("send-{i}"))
+                .spawn(move || serve_channels(group, cmd_rx))
                 .map_err(|e| SessionError::io("channel thread", e))?,
         );
-        cmd_txs.push(cmd_tx);
-        stats_rx.push(st_rx);
     }
+    // Channel ch's commands go to the thread that serves it.
+    let cmd_txs: Vec<ChannelCmds> = (0..usize::from(channels))
+        .map(|ch| thread_cmds[ch % threads].clone())
+        .collect();
     drop(ev_tx);
 
     let wires = Wires {
@@ -654,15 +660,14 @@ fn send_once(
         (&mut controller, &mut rate_log),
         &skipped,
     );
-    for c in &cmd_txs {
-        let _ = c.send(ChanCmd::Stop);
+    for c in &thread_cmds {
+        let _ = c.send((0, ChanCmd::Stop));
     }
     let mut sent = 0;
     let mut resent = 0;
     let mut nacks = 0;
-    for (h, st) in handles.into_iter().zip(stats_rx) {
-        let _ = h.join();
-        if let Ok((s, r, n)) = st.recv() {
+    for h in handles {
+        if let Ok((s, r, n)) = h.join() {
             sent += s;
             resent += r;
             nacks += n;
@@ -871,7 +876,7 @@ struct Wires<'a> {
     rx: &'a Incoming,
     events: &'a Receiver<ChanEvent>,
     tx: &'a Sender<Control>,
-    cmds: &'a [Sender<ChanCmd>],
+    cmds: &'a [ChannelCmds],
 }
 
 fn session_loop(
@@ -903,12 +908,12 @@ fn session_loop(
                 match msg {
                     Control::Nack { channel, ranges } => {
                         if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send(ChanCmd::Nack(ranges));
+                            let _ = c.send((channel, ChanCmd::Nack(ranges)));
                         }
                     }
                     Control::ChannelDone { channel } => {
                         if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send(ChanCmd::Done);
+                            let _ = c.send((channel, ChanCmd::Done));
                         }
                     }
                     Control::FileDone { file, hash } => {
@@ -979,226 +984,296 @@ fn session_loop(
     ))
 }
 
+/// Commands to a channel thread, each naming the channel it is for.
+type ChannelCmds = Sender<(u16, ChanCmd)>;
+
+/// Threads sending `channels` UDP channels: one per channel, at most one per core. TCP
+/// connections get a thread each: a write blocks until the connection takes it, which would
+/// hold up the others.
+fn send_threads(channels: u16, tcp: bool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let channels = usize::from(channels).max(1);
+    if tcp {
+        channels
+    } else {
+        channels.min(cores)
+    }
+}
+
+/// Sends for several channels on one thread until told to stop: each channel sends what its
+/// pacer allows in turn, then the thread sleeps until the first of them may send again, a
+/// timer is due, or a command arrives. Returns (datagrams sent, datagrams resent, NACKs
+/// handled), summed over the channels. A channel's error is reported and ends the thread.
+fn serve_channels(
+    mut workers: Vec<ChannelWorker>,
+    cmds: Receiver<(u16, ChanCmd)>,
+) -> (u64, u64, u64) {
+    let mut bufs = SendBufs::default();
+    let dispatch = |workers: &mut [ChannelWorker], (ch, cmd): (u16, ChanCmd)| -> bool {
+        match cmd {
+            ChanCmd::Stop => false,
+            cmd => {
+                if let Some(w) = workers.iter_mut().find(|w| w.ch == ch) {
+                    w.on_cmd(cmd);
+                }
+                true
+            }
+        }
+    };
+    'run: loop {
+        loop {
+            match cmds.try_recv() {
+                Ok(c) => {
+                    if !dispatch(&mut workers, c) {
+                        break 'run;
+                    }
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => break 'run,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+            }
+        }
+        let mut wake: Option<Instant> = None;
+        for w in &mut workers {
+            match w.step(&mut bufs) {
+                Ok(next) => wake = [wake, next].into_iter().flatten().min(),
+                Err(e) => {
+                    let _ = w.events.send(ChanEvent::Failed(e));
+                    break 'run;
+                }
+            }
+        }
+        let wait = match wake {
+            Some(t) => t.saturating_duration_since(Instant::now()),
+            None => Duration::from_millis(200),
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        // Even short waits sleep: spinning through them with sched_yield cost 0.25
+        // CPU-seconds per GiB on loopback (a core both ends share) and gained nothing; a
+        // late wake-up is made up from the pacer's credit.
+        match cmds.recv_timeout(wait) {
+            Ok(c) => {
+                if !dispatch(&mut workers, c) {
+                    break;
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    workers.iter().fold((0, 0, 0), |(s, r, n), w| {
+        (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
+    })
+}
+
+/// Buffers a channel thread shares between its channels: datagrams being built, and a repair's
+/// bytes.
+#[derive(Default)]
+struct SendBufs {
+    out: Vec<u8>,
+    scratch: Option<IoBuf>,
+}
+
 struct ChannelWorker {
     ch: u16,
     link: LinkOut,
     sender: ChannelSender,
     pacer: Pacer,
     shared: Arc<Shared>,
-    cmds: Receiver<ChanCmd>,
     events: Sender<ChanEvent>,
     log: NetLog,
     packet: u64,
     /// The shared rate last applied to this channel's pacer.
     rate_seen: u64,
+    /// The block new data is being sent from, and its bytes.
+    loaded: Option<u64>,
+    block_buf: IoBuf,
+    /// Datagrams sent and resent.
+    sent: u64,
+    resent: u64,
 }
 
 impl ChannelWorker {
-    /// Runs until told to stop; returns (datagrams sent, datagrams resent, NACKs handled).
-    fn run(mut self) -> (u64, u64, u64) {
-        let (mut sent, mut resent) = (0u64, 0u64);
-        if let Err(e) = self.pump(&mut sent, &mut resent) {
-            let _ = self.events.send(ChanEvent::Failed(e));
+    fn on_cmd(&mut self, cmd: ChanCmd) {
+        match cmd {
+            ChanCmd::Nack(ranges) => {
+                let q = self.sender.on_nack(&ranges);
+                self.log.line(|| {
+                    format!(
+                        "nack ranges={} queued={q} first={:?}",
+                        ranges.len(),
+                        ranges.first()
+                    )
+                });
+            }
+            ChanCmd::Done => {
+                self.sender.on_channel_done();
+                self.log.line(|| "channel confirmed".into());
+            }
+            ChanCmd::Stop => {}
         }
-        (sent, resent, self.sender.stats().nacks)
     }
 
-    fn pump(&mut self, sent: &mut u64, resent: &mut u64) -> Result<(), SessionError> {
-        let layout = &self.shared.layout;
+    /// Most datagrams one send builds, and bytes of payload in them.
+    fn max_run(&self) -> (usize, u64) {
         let payload = usize::from(self.shared.payload);
         let dgram = HEADER_LEN + payload;
         let segs = match self.link {
             LinkOut::Udp { .. } => self.link.max_frames().min((64 * 1024 / dgram).max(1)),
             LinkOut::Tcp(_) => self.link.max_frames(),
         };
-        let max_run = (segs * payload) as u64;
+        (segs, (segs * payload) as u64)
+    }
+
+    /// Sends what the pacer allows (new data, repairs, the final marker) at the rate the
+    /// controller last chose; returns when it should run again (`None`: only when a command
+    /// comes).
+    fn step(&mut self, bufs: &mut SendBufs) -> Result<Option<Instant>, SessionError> {
+        let layout = &self.shared.layout;
+        let payload = usize::from(self.shared.payload);
+        let dgram = HEADER_LEN + payload;
+        let (segs, max_run) = self.max_run();
+        if bufs.out.len() < segs * dgram {
+            bufs.out.resize(segs * dgram, 0);
+        }
+        let scratch = match &mut bufs.scratch {
+            Some(b) if b.len() >= max_run as usize => b,
+            other => other.insert(IoBuf::new(max_run as usize)),
+        };
+        let out = &mut bufs.out;
+        // Data, as the pacer allows, at the rate the controller last chose.
+        let rate = self.shared.rate_bps.load(Ordering::Relaxed);
+        if rate != self.rate_seen {
+            self.rate_seen = rate;
+            self.pacer
+                .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
+            self.log
+                .line(|| format!("rate {rate} bit/s for all channels"));
+        }
         // Each send is at most this much of the session's rate (and at least one datagram): a
         // shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.
-        let run_for = |session_bps: u64| -> u64 {
-            let bytes = (session_bps as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
-            (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run)
-        };
-        let mut run_cap = run_for(self.rate_seen);
-        let block_size = layout.block_size() as usize;
-        let mut block_buf = IoBuf::new(block_size);
-        let mut loaded: Option<u64> = None;
-        let mut scratch = IoBuf::new(max_run as usize);
-        let mut out = vec![0u8; segs * dgram];
-        loop {
-            // 1. Control messages for this channel.
-            loop {
-                match self.cmds.try_recv() {
-                    Ok(ChanCmd::Nack(ranges)) => {
-                        let q = self.sender.on_nack(&ranges);
-                        self.log.line(|| {
-                            format!(
-                                "nack ranges={} queued={q} first={:?}",
-                                ranges.len(),
-                                ranges.first()
-                            )
+        let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+        let run_cap = (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run);
+        let mut now = Instant::now();
+        let mut bursts = 0;
+        while self.pacer.can_send(now) && bursts < 16 {
+            let Some(run) = self.sender.poll_run(layout, run_cap) else {
+                break;
+            };
+            bursts += 1;
+            let span = layout
+                .resolve(self.ch, run.pos)
+                .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
+            let len = run.len as usize;
+            let src = &self.shared.sources[span.file as usize];
+            let data: &[u8] = match run.kind {
+                RunKind::New => {
+                    let (file, range) = layout
+                        .block_file_range(span.block)
+                        .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
+                    if self.loaded != Some(span.block) {
+                        let blen = (range.end - range.start) as usize;
+                        let block_buf = &mut self.block_buf.aligned()[..blen];
+                        src.read_at(range.start, block_buf)?;
+                        let blocks = layout.blocks_of(file);
+                        let value = block_value(
+                            block_buf,
+                            span.block - blocks.start,
+                            layout.block_size(),
+                            blocks.end - blocks.start,
+                        );
+                        self.loaded = Some(span.block);
+                        let _ = self.events.send(ChanEvent::Block {
+                            block: span.block,
+                            value,
                         });
                     }
-                    Ok(ChanCmd::Done) => {
-                        self.sender.on_channel_done();
-                        self.log.line(|| "channel confirmed".into());
-                    }
-                    Ok(ChanCmd::Stop) | Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                        return Ok(())
-                    }
-                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    let at = (span.offset - range.start) as usize;
+                    &self.block_buf.aligned()[at..at + len]
                 }
-            }
-            // 2. Data, as the pacer allows, at the rate the controller last chose.
-            let rate = self.shared.rate_bps.load(Ordering::Relaxed);
-            if rate != self.rate_seen {
-                self.rate_seen = rate;
-                self.pacer
-                    .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
-                run_cap = run_for(rate);
-                self.log
-                    .line(|| format!("rate {rate} bit/s for all channels"));
-            }
-            let mut now = Instant::now();
-            let mut bursts = 0;
-            while self.pacer.can_send(now) && bursts < 16 {
-                let Some(run) = self.sender.poll_run(layout, run_cap) else {
-                    break;
-                };
-                bursts += 1;
-                let span = layout
-                    .resolve(self.ch, run.pos)
-                    .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
-                let len = run.len as usize;
-                let src = &self.shared.sources[span.file as usize];
-                let data: &[u8] = match run.kind {
-                    RunKind::New => {
-                        let (file, range) =
-                            layout.block_file_range(span.block).ok_or_else(|| {
-                                SessionError::Protocol("block outside the layout".into())
-                            })?;
-                        if loaded != Some(span.block) {
-                            let blen = (range.end - range.start) as usize;
-                            let block_buf = &mut block_buf.aligned()[..blen];
-                            src.read_at(range.start, block_buf)?;
-                            let blocks = layout.blocks_of(file);
-                            let value = block_value(
-                                block_buf,
-                                span.block - blocks.start,
-                                layout.block_size(),
-                                blocks.end - blocks.start,
-                            );
-                            loaded = Some(span.block);
-                            let _ = self.events.send(ChanEvent::Block {
-                                block: span.block,
-                                value,
-                            });
-                        }
-                        let at = (span.offset - range.start) as usize;
-                        &block_buf.aligned()[at..at + len]
-                    }
-                    RunKind::Repair => {
-                        let buf = scratch.for_offset(span.offset, len);
-                        src.read_at(span.offset, buf)?;
-                        buf
-                    }
-                };
-                let flags = if run.kind == RunKind::Repair {
-                    wire::FLAG_RETRANSMIT
-                } else {
-                    0
-                };
-                let sent_us = self.shared.start.elapsed().as_micros() as u32;
-                let mut total = 0;
-                let mut n = 0u64;
-                for (i, piece) in data.chunks(payload).enumerate() {
-                    self.packet += 1;
-                    let at = i * dgram;
-                    Header {
-                        kind: Kind::Data,
-                        flags,
-                        channel: self.ch,
-                        session: self.shared.session,
-                        packet: self.packet,
-                        file: span.file,
-                        offset: span.offset + (i * payload) as u64,
-                        len: piece.len() as u16,
-                        sent_us,
-                    }
-                    .encode(&mut out[at..]);
-                    out[at + HEADER_LEN..at + HEADER_LEN + piece.len()].copy_from_slice(piece);
-                    total = at + HEADER_LEN + piece.len();
-                    n += 1;
+                RunKind::Repair => {
+                    let buf = scratch.for_offset(span.offset, len);
+                    src.read_at(span.offset, buf)?;
+                    buf
                 }
-                self.link.send(&out[..total], dgram)?;
-                *sent += n;
-                if run.kind == RunKind::Repair {
-                    *resent += n;
-                } else {
-                    self.shared
-                        .progress
-                        .sent
-                        .fetch_add(run.len, Ordering::Relaxed);
-                }
-                self.log.line(|| {
-                    format!(
-                        "send {:?} pos={} len={} datagrams={n} pkt={}",
-                        run.kind, run.pos, run.len, self.packet
-                    )
-                });
-                self.pacer.on_sent(now, total as u64);
-                now = Instant::now();
-            }
-            // 3. Final marker.
-            if self.sender.poll_final(now) {
+            };
+            let flags = if run.kind == RunKind::Repair {
+                wire::FLAG_RETRANSMIT
+            } else {
+                0
+            };
+            let sent_us = self.shared.start.elapsed().as_micros() as u32;
+            let mut total = 0;
+            let mut n = 0u64;
+            for (i, piece) in data.chunks(payload).enumerate() {
                 self.packet += 1;
-                let mut fin = [0u8; HEADER_LEN];
+                let at = i * dgram;
                 Header {
-                    kind: Kind::Final,
-                    flags: 0,
+                    kind: Kind::Data,
+                    flags,
                     channel: self.ch,
                     session: self.shared.session,
                     packet: self.packet,
-                    file: 0,
-                    offset: self.sender.stripe_len(),
-                    len: 0,
-                    // Stamped like data: the receiver takes a one-way delay sample from it.
-                    sent_us: self.shared.start.elapsed().as_micros() as u32,
+                    file: span.file,
+                    offset: span.offset + (i * payload) as u64,
+                    len: piece.len() as u16,
+                    sent_us,
                 }
-                .encode(&mut fin);
-                self.link.send(&fin, HEADER_LEN)?;
-                self.log
-                    .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
+                .encode(&mut out[at..]);
+                out[at + HEADER_LEN..at + HEADER_LEN + piece.len()].copy_from_slice(piece);
+                total = at + HEADER_LEN + piece.len();
+                n += 1;
             }
-            // 4. Sleep until the pacer or a timer allows more, or a command arrives.
-            let pace = if self.sender.has_work() {
-                Some(self.pacer.ready_at().unwrap_or(now))
+            self.link.send(&out[..total], dgram)?;
+            self.sent += n;
+            if run.kind == RunKind::Repair {
+                self.resent += n;
             } else {
-                None
-            };
-            let wake = [pace, self.sender.next_timeout()]
-                .into_iter()
-                .flatten()
-                .min();
-            let wait = match wake {
-                Some(t) => t.saturating_duration_since(Instant::now()),
-                None => Duration::from_millis(200),
-            };
-            if wait.is_zero() {
-                continue;
+                self.shared
+                    .progress
+                    .sent
+                    .fetch_add(run.len, Ordering::Relaxed);
             }
-            // Even short waits sleep: spinning through them with sched_yield cost 0.25
-            // CPU-seconds per GiB on loopback (a core both ends share) and gained nothing; a
-            // late wake-up is made up from the pacer's credit.
-            match self.cmds.recv_timeout(wait) {
-                Ok(ChanCmd::Nack(ranges)) => {
-                    self.sender.on_nack(&ranges);
-                }
-                Ok(ChanCmd::Done) => self.sender.on_channel_done(),
-                Ok(ChanCmd::Stop) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Ok(())
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            }
+            self.log.line(|| {
+                format!(
+                    "send {:?} pos={} len={} datagrams={n} pkt={}",
+                    run.kind, run.pos, run.len, self.packet
+                )
+            });
+            self.pacer.on_sent(now, total as u64);
+            now = Instant::now();
         }
+        // The final marker.
+        if self.sender.poll_final(now) {
+            self.packet += 1;
+            let mut fin = [0u8; HEADER_LEN];
+            Header {
+                kind: Kind::Final,
+                flags: 0,
+                channel: self.ch,
+                session: self.shared.session,
+                packet: self.packet,
+                file: 0,
+                offset: self.sender.stripe_len(),
+                len: 0,
+                // Stamped like data: the receiver takes a one-way delay sample from it.
+                sent_us: self.shared.start.elapsed().as_micros() as u32,
+            }
+            .encode(&mut fin);
+            self.link.send(&fin, HEADER_LEN)?;
+            self.log
+                .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
+        }
+        // When the pacer or a timer allows more.
+        let pace = if self.sender.has_work() {
+            Some(self.pacer.ready_at().unwrap_or(now))
+        } else {
+            None
+        };
+        Ok([pace, self.sender.next_timeout()]
+            .into_iter()
+            .flatten()
+            .min())
     }
 }
