@@ -4,26 +4,9 @@
 //! cores suggest, and a quota distorts short wall-clock measurements (Linux charges kernel work
 //! to the quota when it returns to user space, so a measurement of a few milliseconds may run
 //! unthrottled and pay afterwards). The receiver therefore times its hashing test in CPU time
-//! and scales the result by the quota it reads here. How many threads serve the data channels
-//! is decided here too ([`channel_threads`]).
+//! and scales the result by the quota it reads here.
 
-use std::net::IpAddr;
 use std::time::Duration;
-
-/// Threads one side gives its `channels` data channels (each thread serves one or more): one
-/// per channel, but no more than the cores this process may use, and half of those when the
-/// peer is on this machine too (a loopback address), since both ends then share the cores and
-/// threads beyond them only take turns. On loopback on 2 cores, 8 channels ran at 7.0 Gbit/s
-/// on one thread per side where two per side gave 6.1-6.3 (three of four interleaved pairs).
-pub fn channel_threads(channels: u16, peer: IpAddr) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cores = if peer.to_canonical().is_loopback() {
-        cores / 2
-    } else {
-        cores
-    };
-    usize::from(channels).clamp(1, cores.max(1))
-}
 
 /// CPU time used by the calling thread so far (zero where the clock is not available).
 pub fn thread_time() -> Duration {
@@ -131,22 +114,6 @@ fn ratio(quota: i64, period: i64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn channel_threads_share_the_cores_with_a_peer_on_this_machine() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let remote = IpAddr::from([192, 0, 2, 1]);
-        assert_eq!(channel_threads(1, remote), 1);
-        assert_eq!(channel_threads(256, remote), cores);
-        for local in [
-            IpAddr::from([127, 0, 0, 1]),
-            "::1".parse().unwrap(),
-            "::ffff:127.0.0.2".parse().unwrap(),
-        ] {
-            assert_eq!(channel_threads(1, local), 1);
-            assert_eq!(channel_threads(256, local), (cores / 2).max(1));
-        }
-    }
 
     #[test]
     fn parses_quotas() {

@@ -166,13 +166,12 @@ impl Capacity {
         ceiling_bps: 0,
     };
 
-    /// The capacity of a session with `channels` channels from `peer`, from what
-    /// [`measure_capacity`] saw.
-    fn for_channels(self, channels: u16, peer: IpAddr) -> Capacity {
+    /// The capacity of a session with `channels` channels, from what [`measure_capacity`] saw.
+    fn for_channels(self, channels: u16) -> Capacity {
         if self.hash_bps == 0 {
             return Capacity::UNKNOWN;
         }
-        let threads = receive_threads(channels, peer) as u64;
+        let threads = receive_threads(channels) as u64;
         let cpus = self
             .cpu_quota
             .map_or(threads as f64, |q| q.min(threads as f64));
@@ -185,10 +184,12 @@ impl Capacity {
     }
 }
 
-/// Threads receiving `channels` channels from `peer` ([`crate::cpu::channel_threads`]), but
-/// enough that none waits on more sockets than one `poll` watches.
-fn receive_threads(channels: u16, peer: IpAddr) -> usize {
-    crate::cpu::channel_threads(channels, peer)
+/// Threads receiving `channels` channels: one per channel, at most one per core (but enough
+/// that none waits on more sockets than one `poll` watches).
+fn receive_threads(channels: u16) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    usize::from(channels)
+        .clamp(1, cores)
         .max(usize::from(channels).div_ceil(crate::udp::MAX_WAIT_FDS))
 }
 
@@ -499,7 +500,7 @@ impl Receiver {
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
         let capacity = match self.capacity() {
-            Ok(c) => c.for_channels(channels, peer.ip()),
+            Ok(c) => c.for_channels(channels),
             // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
             // offer no ceiling. A real storage problem surfaces, naming the file, when the
             // files are created.
@@ -708,7 +709,7 @@ impl Receiver {
         // Channels share threads, no more than there are cores: a thread per channel would
         // wake up for less data each, and on a busy machine the wake-ups cost more than the
         // extra channels bring.
-        let threads = receive_threads(channels, peer.ip());
+        let threads = receive_threads(channels);
         let mut groups: Vec<Vec<(ChannelWorker, LinkIn)>> =
             (0..threads).map(|_| Vec::new()).collect();
         for (ch, link) in links.into_iter().enumerate() {
@@ -1509,15 +1510,14 @@ mod tests {
             cpu_quota: None,
             ceiling_bps: 0,
         };
-        let remote = IpAddr::from([192, 0, 2, 1]);
-        let free = measured.for_channels(1, remote);
+        let free = measured.for_channels(1);
         assert_eq!(free.threads, 1);
         assert_eq!(free.ceiling_bps, 7_200_000_000, "90% of one core's hashing");
         let quota = Capacity {
             cpu_quota: Some(0.25),
             ..measured
         }
-        .for_channels(1, remote);
+        .for_channels(1);
         assert_eq!(
             quota.ceiling_bps, 1_800_000_000,
             "90% of a quarter core's hashing"
@@ -1526,7 +1526,7 @@ mod tests {
             hash_bps: 0,
             ..measured
         }
-        .for_channels(4, remote);
+        .for_channels(4);
         assert_eq!(unknown.ceiling_bps, 0, "nothing measured: no ceiling");
     }
 }

@@ -592,11 +592,7 @@ fn send_once(
         final_interval: (rtt * 2).max(Duration::from_millis(30)),
         ..SendConfig::default()
     };
-    let threads = send_threads(
-        channels,
-        to.ip(),
-        matches!(links.first(), Some(LinkOut::Tcp(_))),
-    );
+    let threads = send_threads(channels, matches!(links.first(), Some(LinkOut::Tcp(_))));
     let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
     for (ch, link) in links.into_iter().enumerate() {
         let ch = ch as u16;
@@ -991,14 +987,16 @@ fn session_loop(
 /// Commands to a channel thread, each naming the channel it is for.
 type ChannelCmds = Sender<(u16, ChanCmd)>;
 
-/// Threads sending `channels` UDP channels to `peer` ([`crate::cpu::channel_threads`]). TCP
+/// Threads sending `channels` UDP channels: one per channel, at most one per core. TCP
 /// connections get a thread each: a write blocks until the connection takes it, which would
 /// hold up the others.
-fn send_threads(channels: u16, peer: IpAddr, tcp: bool) -> usize {
+fn send_threads(channels: u16, tcp: bool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let channels = usize::from(channels).max(1);
     if tcp {
-        usize::from(channels).max(1)
+        channels
     } else {
-        crate::cpu::channel_threads(channels, peer)
+        channels.min(cores)
     }
 }
 
