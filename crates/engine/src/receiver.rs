@@ -5,7 +5,8 @@
 //! `FileDone`. Channel threads, one per channel but no more than there are cores, each serve one
 //! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
 //! checks every datagram, gathers each block in a buffer, writes it with one positional write
-//! when complete, hashes it and hands the value to the session loop. A block still incomplete
+//! when complete (and starts its writeback to the disk, so the final fsync has little left to
+//! do), hashes it and hands the value to the session loop. A block still incomplete
 //! when buffers run short is *spilled*: what it holds is written to the file, and the rest is
 //! written as it arrives; the block is then hashed by reading it back.
 //!
@@ -1425,6 +1426,7 @@ impl ChannelWorker {
         let value = if let Some(buf) = self.buffers.remove(&block) {
             self.order.retain(|&b| b != block);
             part.write_at(file_start, &buf)?;
+            part.start_writeback(file_start, len as u64);
             let v = block_value(&buf, index, layout.block_size(), count);
             self.pool.push(buf);
             v
