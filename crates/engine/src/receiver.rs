@@ -201,25 +201,27 @@ fn measure_in(dir: &Path) -> Result<Capacity, String> {
         .map_err(|e| format!("cannot measure the write rate of {}: {e}", dir.display()))
 }
 
-/// Measures the destination's write rate (16 MiB written and synced into a temporary file in
-/// `dir`, then removed), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
+/// Measures the destination's write rate (16 MiB written and synced into a scratch file in
+/// `dir` that leaves nothing behind, see [`store::scratch_file`]), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
 /// not distort it) and the CPU quota. A session's threads and ceiling come from
 /// [`Capacity::for_channels`].
 pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
     use std::io::Write;
     const MIB: usize = 1 << 20;
     let buf = vec![0x5au8; MIB];
-    let path = dir.join(format!(".hurtle-capacity-{}", std::process::id()));
     let t0 = Instant::now();
+    let (mut f, path) = store::scratch_file(dir)?;
     let written = (|| {
-        let mut f = std::fs::File::create(&path)?;
         for _ in 0..16 {
             f.write_all(&buf)?;
         }
         f.sync_data()
     })();
     let disk_secs = t0.elapsed().as_secs_f64();
-    let _ = std::fs::remove_file(&path);
+    drop(f);
+    if let Some(path) = path {
+        let _ = std::fs::remove_file(&path);
+    }
     written?;
     let (c0, t1) = (crate::cpu::thread_time(), Instant::now());
     let cpu = || crate::cpu::thread_time().saturating_sub(c0);

@@ -586,6 +586,30 @@ mod sys {
     }
 }
 
+/// A file to write test data into in `dir`, gone when closed: unnamed (`O_TMPFILE`) where the
+/// filesystem allows it, so nothing is left behind even if the process is killed; elsewhere
+/// `.hurtle-scratch-<pid>`, whose path is returned for the caller to remove.
+pub fn scratch_file(dir: &Path) -> io::Result<(File, Option<PathBuf>)> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Ok(f) = OpenOptions::new()
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+    {
+        return Ok((f, None));
+    }
+    let path = dir.join(format!(".hurtle-scratch-{}", std::process::id()));
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    Ok((f, Some(path)))
+}
+
 /// The BLAKE3 of a whole file (what `b3sum` prints), read in aligned pieces (see
 /// [`crate::iobuf`]).
 pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
@@ -912,6 +936,19 @@ mod tests {
         part.start_writeback(1 << 40, 1 << 20);
         let done = part.finish(0o644, 0).unwrap();
         assert_eq!(fs::read(done).unwrap(), data);
+    }
+
+    #[test]
+    fn scratch_files_leave_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut f, path) = scratch_file(dir.path()).unwrap();
+        std::io::Write::write_all(&mut f, &[1u8; 4096]).unwrap();
+        f.sync_data().unwrap();
+        if let Some(p) = path {
+            fs::remove_file(p).unwrap();
+        }
+        drop(f);
+        assert!(names_in(dir.path()).is_empty());
     }
 
     #[test]

@@ -14,7 +14,12 @@ fn agent_dials_only_the_receivers_own_ports() {
     let relay_addr = relay.local_addr().unwrap();
     let other_service = TcpListener::bind("127.0.0.1:0").unwrap();
     let other_port = other_service.local_addr().unwrap().port();
-    let opts = ReceiveOptions::default();
+    // The receiver measures its destination when it binds: keep that out of the source tree.
+    let out = tempfile::tempdir().unwrap();
+    let opts = ReceiveOptions {
+        out_dir: out.path().to_path_buf(),
+        ..ReceiveOptions::default()
+    };
     let ports = opts.own_ports.clone();
     let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), opts).unwrap();
     let control = receiver.local_addr().unwrap();
