@@ -1,10 +1,11 @@
 //! A data channel's link: UDP datagrams, or one TCP connection carrying the same frames.
 //!
-//! Channel workers send and receive *frames*: a 40-byte [`Header`] and its payload. Over UDP a
-//! frame is a datagram (batched with GSO/GRO by [`crate::udp`]). Over TCP (the parallel-TCP
-//! transport, for networks that block UDP) frames follow each other on the stream; each is
-//! self-delimiting because the header carries the payload length. Everything above this module
-//! (striping, verification, NACKs, final markers) is the same for both.
+//! Channel workers send and receive *frames*: a 40-byte [`Header`](hurtle_proto::wire::Header)
+//! and its payload. Over UDP a frame is a datagram (batched with GSO/GRO by [`crate::udp`]).
+//! Over TCP (the parallel-TCP transport, for networks that block UDP) frames follow each other
+//! on the stream; each is self-delimiting because the header carries the payload length.
+//! Everything above this module (striping, verification, NACKs, final markers) is the same for
+//! both.
 //!
 //! A TCP data connection opens with a 16-byte greeting: the session id (8 bytes, big-endian),
 //! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.

@@ -202,9 +202,9 @@ fn measure_in(dir: &Path) -> Result<Capacity, String> {
 }
 
 /// Measures the destination's write rate (16 MiB written and synced into a scratch file in
-/// `dir` that leaves nothing behind, see [`store::scratch_file`]), this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does
-/// not distort it) and the CPU quota. A session's threads and ceiling come from
-/// [`Capacity::for_channels`].
+/// `dir` that leaves nothing behind, see [`store::scratch_file`]), this machine's BLAKE3 rate
+/// per core (in CPU time, so a CPU quota does not distort it) and the CPU quota. A session's
+/// threads and ceiling follow from these and its channel count.
 pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
     use std::io::Write;
     const MIB: usize = 1 << 20;

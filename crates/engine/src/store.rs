@@ -727,8 +727,9 @@ impl PartFile {
         self.size
     }
 
-    /// Allocates the whole file on disk before anything is written (see [`preallocate`]): a
-    /// full disk shows as [`StoreError::NoSpace`] now, not halfway through the transfer.
+    /// Allocates the whole file on disk before anything is written (`fallocate(2)` in chunks;
+    /// skipped on tmpfs and ramfs): a full disk shows as [`StoreError::NoSpace`] now, not
+    /// halfway through the transfer.
     pub fn preallocate(&self) -> Result<(), StoreError> {
         preallocate(&self.file, self.size)
             .map_err(|e| map_io(&self.part_path, "preallocate", self.size, e))
