@@ -1148,8 +1148,7 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
     let mut readable = vec![true; members.len()];
     'run: while !shared.stop.load(Ordering::Relaxed) {
         for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
-            let got = worker.step(link, (*read).then_some(&mut batch));
-            match got {
+            match worker.step(link, (*read).then_some(&mut batch)) {
                 Ok(n) => *read = n > 0 && batch.is_full(),
                 Err(e) => {
                     shared.stop.store(true, Ordering::Relaxed);
@@ -1161,21 +1160,13 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         if readable.iter().any(|&r| r) {
             continue;
         }
-        let (fds, of): (Vec<_>, Vec<usize>) = members
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, link))| Some((link.fd()?, i)))
-            .unzip();
-        let waited = if fds.is_empty() {
-            std::thread::sleep(IDLE_WAIT);
-            Ok(0)
-        } else {
-            crate::udp::wait_readable(&fds, IDLE_WAIT)
-        };
-        match waited {
+        // Links without anything to wait on (a closed TCP connection) are skipped; with none
+        // left this sleeps out the wait.
+        let fds = members.iter().map(|(_, link)| link.fd());
+        match crate::udp::wait_readable(fds, IDLE_WAIT) {
             Ok(ready) => {
-                for (bit, &i) in of.iter().enumerate() {
-                    readable[i] = ready & (1 << bit) != 0;
+                for (i, read) in readable.iter_mut().enumerate() {
+                    *read = ready & (1 << i) != 0;
                 }
             }
             Err(e) => {
@@ -1211,72 +1202,70 @@ impl ChannelWorker {
         link: &mut LinkIn,
         batch: Option<&mut RecvBatch>,
     ) -> Result<usize, SessionError> {
-        {
-            let mut new_bytes = 0;
-            let mut batch_time = None;
-            let n = match batch {
-                Some(batch) => link.recv(batch, |src, datagram| {
-                    let now = *batch_time.get_or_insert_with(Instant::now);
-                    new_bytes += self.on_datagram(now, src, datagram)?;
-                    Ok(())
-                })?,
-                None => 0,
-            };
-            let now = Instant::now();
-            self.sample_queue(now, link);
-            if n > 0 {
-                let queued = Duration::from_micros(std::mem::take(&mut self.batch_queue_us));
-                self.rec.note_queue_delay(now, queued);
-                let b = std::mem::take(&mut self.batch);
-                let c = &self.shared.counters;
-                c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);
-                c.bytes.fetch_add(b.bytes, Ordering::Relaxed);
-                c.pn_span.fetch_add(b.pn_span, Ordering::Relaxed);
-                c.delay_sum_us.fetch_add(b.delay_sum_us, Ordering::Relaxed);
-                c.delay_count.fetch_add(b.delay_count, Ordering::Relaxed);
-                self.shared
-                    .progress
-                    .sent
-                    .fetch_add(new_bytes, Ordering::Relaxed);
-                self.log.line(|| {
-                    format!(
-                        "recv datagrams={n} new_bytes={new_bytes} held={}",
-                        self.rec.received_bytes()
-                    )
-                });
-            }
-            while let Ok(ChanCmd::Reject(block)) = self.cmds.try_recv() {
-                if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
-                    self.log
-                        .line(|| format!("block {block} failed verification; fetching again"));
-                    self.spilled.remove(&block);
-                    self.rec.reject(range);
-                }
-            }
-            if let Some(ranges) = self.rec.poll_nack(now) {
-                self.shared.counters.nacks.fetch_add(1, Ordering::Relaxed);
-                self.log.line(|| {
-                    format!(
-                        "loss nack ranges={} bytes={} first={:?}",
-                        ranges.len(),
-                        ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
-                        ranges.first()
-                    )
-                });
-                let _ = self.shared.to_wire.send(Control::Nack {
-                    channel: self.ch,
-                    ranges,
-                });
-            }
-            if self.shared.started.load(Ordering::Relaxed) && self.rec.poll_done() {
-                self.log.line(|| "channel complete".into());
-                let _ = self
-                    .shared
-                    .to_wire
-                    .send(Control::ChannelDone { channel: self.ch });
-            }
-            Ok(n)
+        let mut new_bytes = 0;
+        let mut batch_time = None;
+        let n = match batch {
+            Some(batch) => link.recv(batch, |src, datagram| {
+                let now = *batch_time.get_or_insert_with(Instant::now);
+                new_bytes += self.on_datagram(now, src, datagram)?;
+                Ok(())
+            })?,
+            None => 0,
+        };
+        let now = Instant::now();
+        self.sample_queue(now, link);
+        if n > 0 {
+            let queued = Duration::from_micros(std::mem::take(&mut self.batch_queue_us));
+            self.rec.note_queue_delay(now, queued);
+            let b = std::mem::take(&mut self.batch);
+            let c = &self.shared.counters;
+            c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);
+            c.bytes.fetch_add(b.bytes, Ordering::Relaxed);
+            c.pn_span.fetch_add(b.pn_span, Ordering::Relaxed);
+            c.delay_sum_us.fetch_add(b.delay_sum_us, Ordering::Relaxed);
+            c.delay_count.fetch_add(b.delay_count, Ordering::Relaxed);
+            self.shared
+                .progress
+                .sent
+                .fetch_add(new_bytes, Ordering::Relaxed);
+            self.log.line(|| {
+                format!(
+                    "recv datagrams={n} new_bytes={new_bytes} held={}",
+                    self.rec.received_bytes()
+                )
+            });
         }
+        while let Ok(ChanCmd::Reject(block)) = self.cmds.try_recv() {
+            if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
+                self.log
+                    .line(|| format!("block {block} failed verification; fetching again"));
+                self.spilled.remove(&block);
+                self.rec.reject(range);
+            }
+        }
+        if let Some(ranges) = self.rec.poll_nack(now) {
+            self.shared.counters.nacks.fetch_add(1, Ordering::Relaxed);
+            self.log.line(|| {
+                format!(
+                    "loss nack ranges={} bytes={} first={:?}",
+                    ranges.len(),
+                    ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
+                    ranges.first()
+                )
+            });
+            let _ = self.shared.to_wire.send(Control::Nack {
+                channel: self.ch,
+                ranges,
+            });
+        }
+        if self.shared.started.load(Ordering::Relaxed) && self.rec.poll_done() {
+            self.log.line(|| "channel complete".into());
+            let _ = self
+                .shared
+                .to_wire
+                .send(Control::ChannelDone { channel: self.ch });
+        }
+        Ok(n)
     }
 
     /// Samples the socket's receive queue (every millisecond at most: one `getsockopt`) for

@@ -225,9 +225,17 @@ impl RateSummary {
     }
 }
 
+/// What the session loop tells a channel.
 enum ChanCmd {
     Nack(Vec<(u64, u64)>),
     Done,
+}
+
+/// What the session loop tells a channel thread.
+enum ThreadCmd {
+    /// For one of its channels.
+    Channel(u16, ChanCmd),
+    /// The session is over.
     Stop,
 }
 
@@ -661,7 +669,7 @@ fn send_once(
         &skipped,
     );
     for c in &thread_cmds {
-        let _ = c.send((0, ChanCmd::Stop));
+        let _ = c.send(ThreadCmd::Stop);
     }
     let mut sent = 0;
     let mut resent = 0;
@@ -908,12 +916,12 @@ fn session_loop(
                 match msg {
                     Control::Nack { channel, ranges } => {
                         if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send((channel, ChanCmd::Nack(ranges)));
+                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
                         }
                     }
                     Control::ChannelDone { channel } => {
                         if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send((channel, ChanCmd::Done));
+                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Done));
                         }
                     }
                     Control::FileDone { file, hash } => {
@@ -984,8 +992,8 @@ fn session_loop(
     ))
 }
 
-/// Commands to a channel thread, each naming the channel it is for.
-type ChannelCmds = Sender<(u16, ChanCmd)>;
+/// Commands to the thread that serves a channel.
+type ChannelCmds = Sender<ThreadCmd>;
 
 /// Threads sending `channels` UDP channels: one per channel, at most one per core. TCP
 /// connections get a thread each: a write blocks until the connection takes it, which would
@@ -1004,15 +1012,13 @@ fn send_threads(channels: u16, tcp: bool) -> usize {
 /// pacer allows in turn, then the thread sleeps until the first of them may send again, a
 /// timer is due, or a command arrives. Returns (datagrams sent, datagrams resent, NACKs
 /// handled), summed over the channels. A channel's error is reported and ends the thread.
-fn serve_channels(
-    mut workers: Vec<ChannelWorker>,
-    cmds: Receiver<(u16, ChanCmd)>,
-) -> (u64, u64, u64) {
-    let mut bufs = SendBufs::default();
-    let dispatch = |workers: &mut [ChannelWorker], (ch, cmd): (u16, ChanCmd)| -> bool {
+fn serve_channels(mut workers: Vec<ChannelWorker>, cmds: Receiver<ThreadCmd>) -> (u64, u64, u64) {
+    let mut bufs = SendBufs::for_channels(&workers);
+    // Hands a command to its channel; false when the thread is to stop.
+    let dispatch = |workers: &mut [ChannelWorker], cmd: ThreadCmd| -> bool {
         match cmd {
-            ChanCmd::Stop => false,
-            cmd => {
+            ThreadCmd::Stop => false,
+            ThreadCmd::Channel(ch, cmd) => {
                 if let Some(w) = workers.iter_mut().find(|w| w.ch == ch) {
                     w.on_cmd(cmd);
                 }
@@ -1067,12 +1073,24 @@ fn serve_channels(
     })
 }
 
-/// Buffers a channel thread shares between its channels: datagrams being built, and a repair's
-/// bytes.
-#[derive(Default)]
+/// Buffers a channel thread shares between its channels, sized once for the largest send any
+/// of them makes: datagrams being built, and a repair's bytes.
 struct SendBufs {
     out: Vec<u8>,
-    scratch: Option<IoBuf>,
+    scratch: IoBuf,
+}
+
+impl SendBufs {
+    fn for_channels(workers: &[ChannelWorker]) -> SendBufs {
+        let (frames, payload) = workers
+            .iter()
+            .map(ChannelWorker::max_send)
+            .fold((0, 0), |(f, p), (wf, wp)| (f.max(wf), p.max(wp)));
+        SendBufs {
+            out: vec![0u8; frames],
+            scratch: IoBuf::new(payload),
+        }
+    }
 }
 
 struct ChannelWorker {
@@ -1111,19 +1129,23 @@ impl ChannelWorker {
                 self.sender.on_channel_done();
                 self.log.line(|| "channel confirmed".into());
             }
-            ChanCmd::Stop => {}
         }
     }
 
-    /// Most datagrams one send builds, and bytes of payload in them.
-    fn max_run(&self) -> (usize, u64) {
-        let payload = usize::from(self.shared.payload);
-        let dgram = HEADER_LEN + payload;
-        let segs = match self.link {
+    /// How many datagrams one send may carry: the link's limit, and no more than 64 KiB over UDP.
+    fn max_datagrams(&self) -> usize {
+        let dgram = HEADER_LEN + usize::from(self.shared.payload);
+        match self.link {
             LinkOut::Udp { .. } => self.link.max_frames().min((64 * 1024 / dgram).max(1)),
             LinkOut::Tcp(_) => self.link.max_frames(),
-        };
-        (segs, (segs * payload) as u64)
+        }
+    }
+
+    /// The most bytes one send puts in datagrams, and of payload in them.
+    fn max_send(&self) -> (usize, usize) {
+        let payload = usize::from(self.shared.payload);
+        let n = self.max_datagrams();
+        (n * (HEADER_LEN + payload), n * payload)
     }
 
     /// Sends what the pacer allows (new data, repairs, the final marker) at the rate the
@@ -1133,14 +1155,9 @@ impl ChannelWorker {
         let layout = &self.shared.layout;
         let payload = usize::from(self.shared.payload);
         let dgram = HEADER_LEN + payload;
-        let (segs, max_run) = self.max_run();
-        if bufs.out.len() < segs * dgram {
-            bufs.out.resize(segs * dgram, 0);
-        }
-        let scratch = match &mut bufs.scratch {
-            Some(b) if b.len() >= max_run as usize => b,
-            other => other.insert(IoBuf::new(max_run as usize)),
-        };
+        // The link's limit can only drop (GSO turned off after a failure): the buffers fit.
+        let max_run = (self.max_datagrams() * payload) as u64;
+        let scratch = &mut bufs.scratch;
         let out = &mut bufs.out;
         // Data, as the pacer allows, at the rate the controller last chose.
         let rate = self.shared.rate_bps.load(Ordering::Relaxed);

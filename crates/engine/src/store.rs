@@ -484,7 +484,8 @@ fn preallocate(_file: &File, _size: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The system calls behind [`preallocate`] and [`free_space`]: the only `unsafe` in this file.
+/// The system calls behind [`preallocate`], [`free_space`] and [`PartFile::start_writeback`]:
+/// the only `unsafe` in this file.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 mod sys {
@@ -493,13 +494,17 @@ mod sys {
     use std::os::fd::AsRawFd;
     use std::path::Path;
 
+    /// A file offset or length as the system calls take it.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    fn as_off<T: TryFrom<u64>>(v: u64) -> io::Result<T> {
+        T::try_from(v).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large"))
+    }
+
     /// Allocates `len` bytes at `offset` of `file` (`fallocate(2)` mode 0; `posix_fallocate` on
     /// FreeBSD, where it is the native call).
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     pub(super) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-        let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "file too large");
-        let off = libc::off_t::try_from(offset).map_err(|_| too_large())?;
-        let len = libc::off_t::try_from(len).map_err(|_| too_large())?;
+        let (off, len): (libc::off_t, libc::off_t) = (as_off(offset)?, as_off(len)?);
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             // SAFETY: the descriptor belongs to `file`, which outlives the call; fallocate only
@@ -524,9 +529,7 @@ mod sys {
     /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(super) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
-        let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "file too large");
-        let off = libc::off64_t::try_from(offset).map_err(|_| too_large())?;
-        let len = libc::off64_t::try_from(len).map_err(|_| too_large())?;
+        let (off, len): (libc::off64_t, libc::off64_t) = (as_off(offset)?, as_off(len)?);
         // SAFETY: the descriptor belongs to `file`, which outlives the call; sync_file_range
         // only uses it during the call and touches no memory of ours.
         if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) }

@@ -552,7 +552,7 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-impl std::os::fd::AsFd for UdpChannel {
+impl AsFd for UdpChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
     }
@@ -561,12 +561,15 @@ impl std::os::fd::AsFd for UdpChannel {
 /// Most file descriptors one [`wait_readable`] call watches.
 pub const MAX_WAIT_FDS: usize = 64;
 
-/// Waits until one of `fds` (sockets of any kind, at most [`MAX_WAIT_FDS`]; any beyond are
-/// not watched) has something to read, or
-/// `timeout` passes; a thread serving several channels sleeps here. Returns which are ready to
-/// read (or have an error or hang-up for the read to report): bit `i` for `fds[i]`; 0 after a
-/// timeout or a signal.
-pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<u64, UdpError> {
+/// Waits until one of `fds` (sockets of any kind; `None` for one not to watch; at most
+/// [`MAX_WAIT_FDS`], any beyond are not watched) has something to read, or `timeout` passes; a
+/// thread serving several channels sleeps here. Returns which are ready to read (or have an
+/// error or hang-up for the read to report): bit `i` for the `i`th of `fds`; 0 after a timeout
+/// or a signal. Allocates nothing.
+pub fn wait_readable<'a>(
+    fds: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
+    timeout: Duration,
+) -> Result<u64, UdpError> {
     sys::wait_any(fds, libc::POLLIN, Some(timeout)).map_err(UdpError::from_io)
 }
 
@@ -727,13 +730,14 @@ mod sys {
         events: libc::c_short,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        wait_any(&[fd], events, timeout).map(|_| ())
+        wait_any([Some(fd)], events, timeout).map(|_| ())
     }
 
-    /// Waits until one of `fds` has one of `events` (the first [`MAX_WAIT_FDS`](super::MAX_WAIT_FDS)), or `timeout` passes.
-    /// Returns which have them, or an error or hang-up: bit `i` for `fds[i]`.
-    pub(super) fn wait_any(
-        fds: &[BorrowedFd<'_>],
+    /// Waits until one of `fds` has one of `events` (the first
+    /// [`MAX_WAIT_FDS`](super::MAX_WAIT_FDS); `None` entries are not watched), or `timeout`
+    /// passes. Returns which have them, or an error or hang-up: bit `i` for the `i`th of `fds`.
+    pub(super) fn wait_any<'a>(
+        fds: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
         events: libc::c_short,
         timeout: Option<Duration>,
     ) -> io::Result<u64> {
@@ -746,10 +750,14 @@ mod sys {
             events: 0,
             revents: 0,
         }; super::MAX_WAIT_FDS];
-        let n = fds.len().min(pfds.len());
+        // poll(2) skips entries with a negative fd, so `None` stays -1.
+        let mut n = 0;
         for (p, fd) in pfds.iter_mut().zip(fds) {
-            p.fd = fd.as_raw_fd();
-            p.events = events;
+            if let Some(fd) = fd {
+                p.fd = fd.as_raw_fd();
+                p.events = events;
+            }
+            n += 1;
         }
         // SAFETY: `pfds` is an array of valid pollfds that lives across the call, and nfds is
         // at most its length.
@@ -912,18 +920,18 @@ mod tests {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let (mut a, b) = pair(lo, &opts()).unwrap();
         let c = UdpChannel::bind(SocketAddr::new(lo, 0), &opts()).unwrap();
-        let fds = [b.as_fd(), c.as_fd()];
+        let fds = || [Some(b.as_fd()), None, Some(c.as_fd())];
         let t = Instant::now();
-        assert_eq!(wait_readable(&fds, Duration::from_millis(20)).unwrap(), 0);
+        assert_eq!(wait_readable(fds(), Duration::from_millis(20)).unwrap(), 0);
         assert!(
             t.elapsed() >= Duration::from_millis(15),
             "{:?}",
             t.elapsed()
         );
         a.send_batch(c.local_addr(), &[7u8; 100], 100).unwrap();
-        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b10);
+        assert_eq!(wait_readable(fds(), Duration::from_secs(5)).unwrap(), 0b100);
         a.send_batch(b.local_addr(), &[7u8; 100], 100).unwrap();
-        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b11);
+        assert_eq!(wait_readable(fds(), Duration::from_secs(5)).unwrap(), 0b101);
     }
 
     /// Sends 1000 distinct 1400-byte datagrams in chunks of 100, receiving between chunks, and

@@ -355,9 +355,10 @@ impl RateController {
     /// surplus would queue in an interval; it counts as [`Reason::Delay`].
     ///
     /// On congestion the rate goes to the delivered rate (or the current rate, if lower) times
-    /// the mode's factor; for [`Reason::Delay`], or a queue longer than the delay target, lower
-    /// still: low enough to drain the queue (the report's delay plus what the surplus added
-    /// since) within two holds, never below half. The hold that follows lasts until that
+    /// the mode's factor; for [`Reason::Delay`] or [`Reason::Backlog`], or a queue longer than
+    /// the delay target, lower still: low enough to drain the queue (the report's delay, plus,
+    /// for a queue on the path, what the surplus added since) within two holds, never below
+    /// half. The hold that follows lasts until that
     /// queue has drained (at most two more rounds), and a queue seen shrinking after a cut is
     /// left to drain, unless a report shows the receiver's socket buffer over its limit and
     /// dropping while it delivered less than 95% of the new rate: a full buffer is read as
@@ -764,10 +765,10 @@ mod tests {
         assert!(rounds <= 15, "{rounds} rounds back to half");
     }
 
-    #[test]
-    fn a_filling_receiver_buffer_cuts_before_the_kernel_drops() {
+    /// An `auto` controller on a 1 s round trip (a 500 ms delay target, more than a socket
+    /// buffer holds) after one quiet report; returns it, its start and the report's time.
+    fn long_path_after_one_round() -> (RateController, Instant, Instant) {
         let t0 = Instant::now();
-        // A 1 s round trip: a 500 ms delay target, more than a socket buffer holds.
         let mut c = RateController::new(
             RateConfig {
                 rtt: Duration::from_secs(1),
@@ -775,8 +776,14 @@ mod tests {
             },
             t0,
         );
-        let mut t = t0 + Duration::from_secs(2);
+        let t = t0 + Duration::from_secs(2);
         c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+        (c, t0, t)
+    }
+
+    #[test]
+    fn a_filling_receiver_buffer_cuts_before_the_kernel_drops() {
+        let (mut c, t0, mut t) = long_path_after_one_round();
         let before = c.rate_bps();
         // 200 ms queued at the receiver, under the target, but its buffer is 60% full.
         let full = Feedback {
@@ -807,16 +814,7 @@ mod tests {
 
     #[test]
     fn a_cut_that_leaves_the_receiver_overflowing_is_followed_by_another() {
-        let t0 = Instant::now();
-        let mut c = RateController::new(
-            RateConfig {
-                rtt: Duration::from_secs(1),
-                ..cfg(RateMode::Auto)
-            },
-            t0,
-        );
-        let mut t = t0 + Duration::from_secs(2);
-        c.on_feedback(t, &fb(c.rate_bps() as f64, 0.0, 0));
+        let (mut c, _, mut t) = long_path_after_one_round();
         let full = |delivered: f64, drops: u64| Feedback {
             queue_fill: 1.0,
             socket_drops: drops,
