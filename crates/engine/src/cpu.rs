@@ -151,16 +151,24 @@ mod tests {
 
     #[test]
     fn cpu_clocks_advance_with_work() {
-        let (t0, wall) = (thread_time(), std::time::Instant::now());
+        // The wall clock starts first, so it has seen at least as much as the thread's clock.
+        let wall = std::time::Instant::now();
+        let t0 = thread_time();
         let mut x = 0u64;
-        while thread_time().saturating_sub(t0) < Duration::from_millis(5) {
+        while thread_time().saturating_sub(t0) < Duration::from_millis(20) {
             x = std::hint::black_box(x.wrapping_add(1));
             assert!(
                 wall.elapsed() < Duration::from_secs(10),
                 "thread CPU clock stands still"
             );
         }
-        // A thread's CPU time cannot run ahead of the wall clock.
-        assert!(wall.elapsed() >= Duration::from_millis(5));
+        // A thread's CPU time cannot run far ahead of the wall clock. In a VM the two clocks
+        // come from different sources (the scheduler's clock against the monotonic one) and
+        // CI saw them differ by a little, so the check allows a quarter.
+        assert!(
+            wall.elapsed() >= Duration::from_millis(15),
+            "20 ms of CPU time in {:?} of wall time",
+            wall.elapsed()
+        );
     }
 }
