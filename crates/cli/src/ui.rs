@@ -127,6 +127,15 @@ struct WithPath<'a, T: serde::Serialize> {
     path: Option<&'a PathInfo>,
 }
 
+/// ", 12.0 MiB resumed from an interrupted transfer" when an interrupted transfer's blocks were reused, else nothing.
+fn resumed(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(", {} resumed from an interrupted transfer", bytes(n))
+    }
+}
+
 /// The sender's closing summary.
 pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
@@ -138,9 +147,10 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         return json(&WithPath { summary: s, path });
     }
     say(out, &format!(
-        "sent {} in {} files ({} dirs{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
+        "sent {} in {} files ({} dirs{}{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
         bytes(s.bytes), s.files, s.dirs,
-        if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() }, s.seconds, rate(s.goodput_bps), s.channels, s.transport,
+        if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() },
+        resumed(s.resumed_bytes), s.seconds, rate(s.goodput_bps), s.channels, s.transport,
         if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
         rate(s.rate.final_bps as f64), s.rate.mode
     ));
@@ -186,8 +196,8 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
     say(
         out,
         &format!(
-        "received {} in {} files ({} dirs) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
-        bytes(s.bytes), s.files, s.dirs, s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
+        "received {} in {} files ({} dirs{}) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
+        bytes(s.bytes), s.files, s.dirs, resumed(s.resumed_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
     ),
     );
     if out.verbose {

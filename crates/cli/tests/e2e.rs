@@ -733,6 +733,96 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
     );
 }
 
+/// Starts a 64 MiB transfer at 50 Mbit/s, kills the sender after a second and waits for the
+/// receiver to fail: the receiver is left with a part file and its block journal.
+fn interrupted_transfer(src: &Path, out: &Path) {
+    fsx::write_random(src, 64 * MIB, 820);
+    let r = start_receiver(out, &[]);
+    let mut sender = Proc::spawn(
+        "sender",
+        &proc::send_args(r.addr, &[src], &["--rate", "50M", "--channels", "2"]),
+    );
+    wait_for_part_file(out);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(sender.is_running(), "the sender finished too early");
+    sender.kill();
+    r.proc.wait(Duration::from_secs(20)).assert_failure();
+    let left = fsx::part_files(out);
+    assert_eq!(left.len(), 2, "a part file and its journal: {left:?}");
+}
+
+#[test]
+fn an_interrupted_transfer_resumes_where_it_stopped() {
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    let out = t.path().join("out");
+    interrupted_transfer(&src, &out);
+    let r = start_receiver(&out, &["--json"]);
+    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
+    s.assert_success();
+    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
+    let sj = s.json();
+    fsx::assert_same_file(&src, &out.join("big.bin"));
+    fsx::assert_no_part_files(&out);
+    // About 1.5 s at 50 Mbit/s arrived before the kill: several MiB, far from all of it.
+    let resumed = sj["resumed_bytes"].as_u64().unwrap();
+    assert!(
+        (2 * MIB..64 * MIB).contains(&resumed),
+        "resumed {resumed} bytes"
+    );
+    assert_eq!(rj["resumed_bytes"].as_u64().unwrap(), resumed);
+    assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 0);
+    // What was resumed was not sent again (datagrams carry at most ~1.4 KiB each).
+    let sent = sj["datagrams_sent"].as_u64().unwrap();
+    assert!(
+        sent * 1500 < 64 * MIB - resumed + 2 * MIB,
+        "{sent} datagrams sent"
+    );
+}
+
+#[test]
+fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    let out = t.path().join("out");
+    interrupted_transfer(&src, &out);
+    // Damage the first block (the journal lists it: it went first) and a byte further on.
+    let part = fsx::part_files(&out)
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".hurtle-part"))
+        .unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&part).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"not what was sent", 1000).unwrap();
+    drop(f);
+    let r = start_receiver(&out, &["--json"]);
+    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
+    s.assert_success();
+    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
+    fsx::assert_same_file(&src, &out.join("big.bin"));
+    fsx::assert_no_part_files(&out);
+    assert!(s.json()["resumed_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 1, "{rj}");
+}
+
+#[test]
+fn a_journal_for_another_file_is_not_trusted() {
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    let out = t.path().join("out");
+    interrupted_transfer(&src, &out);
+    // A different file of another size under the same name: nothing is resumed from the old
+    // part file, and the new file arrives whole.
+    fsx::write_random(&src, 3 * MIB + 5, 821);
+    let r = start_receiver(&out, &["--json"]);
+    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert_eq!(s.json()["resumed_bytes"].as_u64().unwrap(), 0);
+    fsx::assert_same_file(&src, &out.join("big.bin"));
+    fsx::assert_no_part_files(&out);
+}
+
 /// Both sides of a transfer fail, each with a cause that names the lack of space.
 fn assert_both_fail_for_space(sender: proc::Finished, r: ReceiverProc) {
     let cause = sender.assert_failure();

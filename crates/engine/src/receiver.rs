@@ -22,7 +22,7 @@ use crate::progress::Progress;
 use crate::store::{self, PartFile};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
-use hurtle_proto::hash::{block_value, to_hex};
+use hurtle_proto::hash::{block_value, to_hex, BlockValue};
 use hurtle_proto::wire::{
     self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
 };
@@ -108,15 +108,17 @@ impl Default for ReceiveOptions {
 pub struct ReceiveSummary {
     /// The sender's control address.
     pub peer: String,
-    /// File bytes received.
+    /// File bytes received (including those resumed).
     pub bytes: u64,
+    /// Of those, bytes already here from an interrupted transfer (checked, not received again).
+    pub resumed_bytes: u64,
     /// Files written.
     pub files: usize,
     /// Directories created.
     pub dirs: usize,
     /// Seconds from the hello to the end.
     pub seconds: f64,
-    /// Bits per second of file data.
+    /// Bits per second of file data received in this session (`bytes - resumed_bytes`).
     pub goodput_bps: f64,
     /// Channels used.
     pub channels: u16,
@@ -549,9 +551,13 @@ impl Receiver {
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
         let mut decisions = Vec::with_capacity(entries.len());
+        // Per file entry: a part file left by an interrupted transfer, and the values of the
+        // blocks its journal lists, hashed again now.
+        let mut resumes: Vec<Option<Resumed>> = Vec::new();
         for e in &entries {
             let target = store::resolve_under(root, &e.path)?;
             let existing = std::fs::symlink_metadata(&target).ok();
+            let mut resumed = None;
             decisions.push(match (e.kind, existing) {
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
                     hash: store::hash_file(&target).map_err(|err| {
@@ -562,8 +568,23 @@ impl Receiver {
                 (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
                     "it exists on the receiver (receive with --overwrite to replace it)".into(),
                 ),
+                (EntryKind::File, _) if e.size > 0 => {
+                    match Resumed::open(root, e, block_size, self.opts.overwrite)? {
+                        Some(r) => {
+                            let d = Decision::Resume {
+                                blocks: r.block_ranges(),
+                            };
+                            resumed = Some(r);
+                            d
+                        }
+                        None => Decision::SendAll,
+                    }
+                }
                 _ => Decision::SendAll,
             });
+            if e.kind == EntryKind::File {
+                resumes.push(resumed);
+            }
         }
         if let Some((e, Decision::Refuse(reason))) = entries
             .iter()
@@ -598,21 +619,36 @@ impl Receiver {
             .filter(|(e, _)| e.kind == EntryKind::File)
             .map(|(_, d)| d)
             .collect();
-        let mut parts = files
-            .iter()
-            .zip(&file_decisions)
-            .map(|(f, d)| match d {
-                Decision::SendAll => {
-                    PartFile::create(root, &f.path, f.size, self.opts.overwrite).map(Some)
+        let new_part = |e: &Entry| -> Result<PartFile, SessionError> {
+            let mut p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
+            p.keep_journal(block_size)?;
+            Ok(p)
+        };
+        let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
+        let mut parts = Vec::with_capacity(files.len());
+        let mut needed = 0;
+        for (f, (e, d)) in files.iter().zip(&file_decisions).enumerate() {
+            parts.push(match (d, resumes[f].take()) {
+                (Decision::SendAll, _) => {
+                    needed += e.size;
+                    Some(new_part(e)?)
                 }
-                _ => Ok(None),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let needed: u64 = parts.iter().flatten().map(|p| p.size()).sum();
+                (Decision::Resume { .. }, Some(r)) => {
+                    // Space is needed only for the blocks not held.
+                    needed += e.size.saturating_sub(r.values.len() as u64 * block_size);
+                    held_values[f] = r.values;
+                    Some(r.part)
+                }
+                _ => None,
+            });
+        }
         if store::free_space(root).is_some_and(|free| free < needed) {
-            for p in parts.into_iter().flatten() {
-                // Best effort: the error below is what matters; the file holds nothing.
-                let _ = p.discard();
+            for (p, d) in parts.into_iter().zip(&file_decisions) {
+                // Best effort: the error below is what matters; a new file holds nothing. A
+                // resumed one is kept for a later try.
+                if let (Some(p), Decision::SendAll) = (p, d) {
+                    let _ = p.discard();
+                }
             }
             return Err(store::StoreError::NoSpace {
                 path: root.to_path_buf(),
@@ -674,13 +710,30 @@ impl Receiver {
             .collect();
         let layout = Layout::new(&sizes, block_size, channels)?;
         let total: u64 = sizes.iter().sum();
-        progress.total.store(total, Ordering::Relaxed);
+        // Held blocks, by global number with their values, and by channel as stripe ranges.
+        let mut held: Vec<(u64, BlockValue)> = Vec::new();
+        let mut held_stripes: Vec<Vec<std::ops::Range<u64>>> =
+            vec![Vec::new(); usize::from(channels)];
+        let mut resumed_bytes = 0;
+        for (f, values) in held_values.into_iter().enumerate() {
+            let first = layout.blocks_of(f as u32).start;
+            for (index, value) in values {
+                let block = first + index;
+                if let Some((ch, stripe)) = layout.block_stripe_range(block) {
+                    resumed_bytes += stripe.end - stripe.start;
+                    held_stripes[usize::from(ch)].push(stripe);
+                    held.push((block, value));
+                }
+            }
+        }
+        progress
+            .total
+            .store(total - resumed_bytes, Ordering::Relaxed);
         // A file the receiver offered as already there but the sender did not skip (its copy
         // differs, and --overwrite allows replacing it) gets its part file now.
         for (f, part) in parts.iter_mut().enumerate() {
             if part.is_none() && !skipped[f] {
-                let e = files[f];
-                let p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
+                let p = new_part(files[f])?;
                 p.preallocate()?;
                 *part = Some(p);
             }
@@ -720,9 +773,13 @@ impl Receiver {
             let (cmd_tx, cmd_rx) = unbounded();
             let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
                 .map_err(|e| SessionError::io("log directory", e))?;
+            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone());
+            for stripe in held_stripes[usize::from(ch)].drain(..) {
+                rec.hold(stripe);
+            }
             let worker = ChannelWorker {
                 ch,
-                rec: ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone()),
+                rec,
                 shared: shared.clone(),
                 cmds: cmd_rx,
                 events: ev_tx.clone(),
@@ -754,7 +811,19 @@ impl Receiver {
         }
         drop(ev_tx);
 
-        let result = session_loop(&shared, &files, &dirs, root, rx, &ev_rx, &cmd_txs, &kept);
+        let result = session_loop(
+            &shared,
+            &files,
+            &dirs,
+            root,
+            Wires {
+                rx,
+                events: &ev_rx,
+                cmds: &cmd_txs,
+            },
+            &kept,
+            &held,
+        );
         shared.stop.store(true, Ordering::Relaxed);
         let mut socket_drops = 0;
         let mut nacks = 0;
@@ -770,10 +839,11 @@ impl Receiver {
         Ok(ReceiveSummary {
             peer: peer.to_string(),
             bytes: total,
+            resumed_bytes,
             files: files.len(),
             dirs: dirs.len(),
             seconds,
-            goodput_bps: total as f64 * 8.0 / seconds.max(1e-9),
+            goodput_bps: (total - resumed_bytes) as f64 * 8.0 / seconds.max(1e-9),
             channels,
             duplicate_bytes: c.duplicate.load(Ordering::Relaxed),
             nacks,
@@ -852,6 +922,56 @@ fn accept_data_connections(
         .collect()
 }
 
+/// A part file left by an interrupted transfer, with the blocks its journal lists and their
+/// values as hashed again from the part file now.
+struct Resumed {
+    part: PartFile,
+    /// `(block number within the file, value)`, ascending.
+    values: Vec<(u64, BlockValue)>,
+}
+
+impl Resumed {
+    /// The part file of `e` and what it holds, if there is one to resume from (see
+    /// [`PartFile::resume`]) and its journal lists any block.
+    fn open(
+        root: &Path,
+        e: &Entry,
+        block_size: u64,
+        overwrite: bool,
+    ) -> Result<Option<Resumed>, SessionError> {
+        let Some((part, blocks)) = PartFile::resume(root, &e.path, e.size, block_size, overwrite)?
+        else {
+            return Ok(None);
+        };
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        let count = e.size.div_ceil(block_size);
+        let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
+        let mut values = Vec::with_capacity(blocks.len());
+        for index in blocks {
+            let start = index * block_size;
+            let len = (e.size - start).min(block_size) as usize;
+            let data = &mut buf.aligned()[..len];
+            part.read_at(start, data)?;
+            values.push((index, block_value(data, index, block_size, count)));
+        }
+        Ok(Some(Resumed { part, values }))
+    }
+
+    /// The held blocks as ascending half-open ranges, as a resume offer carries them.
+    fn block_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for &(b, _) in &self.values {
+            match ranges.last_mut() {
+                Some(last) if last.1 == b => last.1 = b + 1,
+                _ => ranges.push((b, b + 1)),
+            }
+        }
+        ranges
+    }
+}
+
 /// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
 /// answer does not time out while this side does slow work.
 struct KeepAlive {
@@ -908,17 +1028,29 @@ fn recv(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the receiver's session loop listens to and commands.
+struct Wires<'a> {
+    /// Control messages from the sender.
+    rx: &'a ChanRx<Result<Control, ControlError>>,
+    /// Completed blocks and failures from the channel threads.
+    events: &'a ChanRx<ChanEvent>,
+    /// Commands to each channel, by channel.
+    cmds: &'a [Sender<ChanCmd>],
+}
+
+/// The receiver's data phase: verifies blocks as their two values meet (commits each file when
+/// its last block is verified, journals the others), sends reports, and ends on `Done`.
+/// `held` are the blocks resumed from part files, with the values hashed from them.
 fn session_loop(
     shared: &Shared,
     files: &[&Entry],
     dirs: &[&Entry],
     root: &Path,
-    rx: &ChanRx<Result<Control, ControlError>>,
-    events: &ChanRx<ChanEvent>,
-    cmds: &[Sender<ChanCmd>],
+    wires: Wires<'_>,
     kept: &[Option<[u8; 32]>],
+    held: &[(u64, BlockValue)],
 ) -> Result<Vec<[u8; 32]>, SessionError> {
+    let Wires { rx, events, cmds } = wires;
     let layout = &shared.layout;
     let mut verifier = Verifier::new(layout);
     // Skipped files are the receiver's own copy; empty files are complete before any datagram
@@ -943,33 +1075,48 @@ fn session_loop(
         let _ = shared.to_wire.send(Control::FileDone { file, hash });
         Ok(())
     };
-    let handle = |v: Verdict, hashes: &mut Vec<Option<[u8; 32]>>| -> Result<(), SessionError> {
-        match v {
-            Verdict::Pending | Verdict::Verified => Ok(()),
-            Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
-            Verdict::Mismatch { block } => {
-                shared
-                    .counters
-                    .rejected_blocks
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Some((ch, _)) = layout.block_stripe_range(block) {
-                    let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
+    // A verdict about `block`.
+    let handle =
+        |block: u64, v: Verdict, hashes: &mut Vec<Option<[u8; 32]>>| -> Result<(), SessionError> {
+            match v {
+                Verdict::Pending => Ok(()),
+                Verdict::Verified => {
+                    // Written and checked: a resume can start from it.
+                    if let Some((file, index)) = layout.file_of_block(block) {
+                        if let Some(Some(part)) = shared.files.get(file as usize) {
+                            part.record_block(index);
+                        }
+                    }
+                    Ok(())
                 }
-                Ok(())
+                Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
+                Verdict::Mismatch { block } => {
+                    shared
+                        .counters
+                        .rejected_blocks
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some((ch, _)) = layout.block_stripe_range(block) {
+                        let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
+                    }
+                    Ok(())
+                }
+                Verdict::GiveUp { block } => {
+                    let path = layout
+                        .file_of_block(block)
+                        .map(|(f, _)| files[f as usize].path.clone())
+                        .unwrap_or_default();
+                    Err(SessionError::Verification {
+                        path,
+                        block,
+                        times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
+                    })
+                }
             }
-            Verdict::GiveUp { block } => {
-                let path = layout
-                    .file_of_block(block)
-                    .map(|(f, _)| files[f as usize].path.clone())
-                    .unwrap_or_default();
-                Err(SessionError::Verification {
-                    path,
-                    block,
-                    times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
-                })
-            }
-        }
-    };
+        };
+    // The held blocks' own values wait for the sender's.
+    for &(block, value) in held {
+        handle(block, verifier.on_received(block, value), &mut hashes)?;
+    }
     let tick = crossbeam_channel::tick(TICK);
     let mut report_every = Duration::from_millis(50);
     let mut last = (Instant::now(), shared.snapshot());
@@ -984,7 +1131,7 @@ fn session_loop(
                 match msg {
                     Control::BlockHashes { blocks } => {
                         for (block, value) in blocks {
-                            handle(verifier.on_expected(block, value), &mut hashes)?;
+                            handle(block, verifier.on_expected(block, value), &mut hashes)?;
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
@@ -1016,7 +1163,7 @@ fn session_loop(
                 }
             }
             recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value }) => handle(verifier.on_received(block, value), &mut hashes)?,
+                Ok(ChanEvent::Block { block, value }) => handle(block, verifier.on_received(block, value), &mut hashes)?,
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },

@@ -127,8 +127,11 @@ pub struct FileReport {
 /// What a finished send did.
 #[derive(Debug, Clone, Serialize)]
 pub struct SendSummary {
-    /// File bytes delivered.
+    /// File bytes delivered (including those resumed).
     pub bytes: u64,
+    /// Of those, bytes the receiver already held from an interrupted transfer (checked, not
+    /// sent again).
+    pub resumed_bytes: u64,
     /// Files in the transfer (including skipped ones).
     pub files: usize,
     /// Files skipped because the receiver already had them, identical.
@@ -137,7 +140,7 @@ pub struct SendSummary {
     pub dirs: usize,
     /// Wall time from connect to confirmation.
     pub seconds: f64,
-    /// Delivered bits per second.
+    /// Bits per second of file data moved in this session (`bytes - resumed_bytes`).
     pub goodput_bps: f64,
     /// Data datagrams sent, first transmissions and repairs.
     pub datagrams_sent: u64,
@@ -401,6 +404,8 @@ fn send_once(
         });
     }
     let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    // Per file: the blocks the receiver holds from an interrupted transfer.
+    let mut resumed: Vec<Vec<(u64, u64)>> = vec![Vec::new(); files.len()];
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
     // sends keep-alives meanwhile, and each one restarts the wait.
     let reply = loop {
@@ -445,6 +450,9 @@ fn send_once(
                             return Err(err);
                         }
                     }
+                    Decision::Resume { blocks } if e.kind == EntryKind::File => {
+                        resumed[file_id] = blocks.clone();
+                    }
                     _ => {}
                 }
                 if e.kind == EntryKind::File {
@@ -465,7 +473,6 @@ fn send_once(
         .filter(|(_, s)| s.is_none())
         .map(|(f, _)| f.size)
         .sum();
-    progress.total.store(sent_bytes, Ordering::Relaxed);
 
     // Skipped files take no room in the layout: the receiver builds the same one.
     let sizes: Vec<u64> = files
@@ -474,6 +481,20 @@ fn send_once(
         .map(|(f, s)| if s.is_some() { 0 } else { f.size })
         .collect();
     let layout = Layout::new(&sizes, opts.block_size, channels)?;
+    // The stripe ranges of each channel the receiver already holds.
+    let mut held: Vec<Vec<std::ops::Range<u64>>> = vec![Vec::new(); usize::from(channels)];
+    let mut held_bytes = 0;
+    for (f, blocks) in resumed.iter().enumerate() {
+        for block in layout.held_blocks(f as u32, blocks)? {
+            if let Some((ch, stripe)) = layout.block_stripe_range(block) {
+                held_bytes += stripe.end - stripe.start;
+                held[usize::from(ch)].push(stripe);
+            }
+        }
+    }
+    progress
+        .total
+        .store(sent_bytes - held_bytes, Ordering::Relaxed);
     let sources = files
         .iter()
         .map(|f| SourceFile::open(&f.abs_path))
@@ -606,10 +627,14 @@ fn send_once(
         let ch = ch as u16;
         let log = NetLog::open(opts.log_dir.as_deref(), "send", ch, start)
             .map_err(|e| SessionError::io("log directory", e))?;
+        let mut sender = ChannelSender::new(&shared.layout, ch, send_cfg.clone());
+        for stripe in held[usize::from(ch)].drain(..) {
+            sender.hold(stripe);
+        }
         groups[usize::from(ch) % threads].push(ChannelWorker {
             ch,
             link,
-            sender: ChannelSender::new(&shared.layout, ch, send_cfg.clone()),
+            sender,
             pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
             shared: shared.clone(),
             events: ev_tx.clone(),
@@ -697,11 +722,12 @@ fn send_once(
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
         bytes: sent_bytes,
+        resumed_bytes: held_bytes,
         files: files.len(),
         skipped: skipped.iter().filter(|s| s.is_some()).count(),
         dirs,
         seconds,
-        goodput_bps: sent_bytes as f64 * 8.0 / seconds.max(1e-9),
+        goodput_bps: (sent_bytes - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
         datagrams_sent: sent,
         datagrams_resent: resent,
         resent_share: if sent == 0 {
@@ -1148,11 +1174,37 @@ impl ChannelWorker {
         (n * (HEADER_LEN + payload), n * payload)
     }
 
+    /// Reads `block` into the block buffer unless it is there already, and on that first read
+    /// hashes it and passes its value on (for the receiver). Returns the block's file offset.
+    fn load_block(&mut self, block: u64) -> Result<u64, SessionError> {
+        let layout = &self.shared.layout;
+        let (file, range) = layout
+            .block_file_range(block)
+            .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
+        if self.loaded != Some(block) {
+            let blen = (range.end - range.start) as usize;
+            let block_buf = &mut self.block_buf.aligned()[..blen];
+            self.shared.sources[file as usize].read_at(range.start, block_buf)?;
+            let blocks = layout.blocks_of(file);
+            let value = block_value(
+                block_buf,
+                block - blocks.start,
+                layout.block_size(),
+                blocks.end - blocks.start,
+            );
+            self.loaded = Some(block);
+            let _ = self.events.send(ChanEvent::Block { block, value });
+        }
+        Ok(range.start)
+    }
+
     /// Sends what the pacer allows (new data, repairs, the final marker) at the rate the
     /// controller last chose; returns when it should run again (`None`: only when a command
     /// comes).
     fn step(&mut self, bufs: &mut SendBufs) -> Result<Option<Instant>, SessionError> {
-        let layout = &self.shared.layout;
+        // Its own handle, so that reading blocks (which borrows the worker) can go on beside it.
+        let shared = self.shared.clone();
+        let layout = &shared.layout;
         let payload = usize::from(self.shared.payload);
         let dgram = HEADER_LEN + payload;
         // The link's limit can only drop (GSO turned off after a failure): the buffers fit.
@@ -1185,28 +1237,16 @@ impl ChannelWorker {
             let len = run.len as usize;
             let src = &self.shared.sources[span.file as usize];
             let data: &[u8] = match run.kind {
+                RunKind::Held => {
+                    // The receiver has these bytes: it needs only their value to check them.
+                    self.load_block(span.block)?;
+                    self.log
+                        .line(|| format!("held block {} hashed", span.block));
+                    continue;
+                }
                 RunKind::New => {
-                    let (file, range) = layout
-                        .block_file_range(span.block)
-                        .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
-                    if self.loaded != Some(span.block) {
-                        let blen = (range.end - range.start) as usize;
-                        let block_buf = &mut self.block_buf.aligned()[..blen];
-                        src.read_at(range.start, block_buf)?;
-                        let blocks = layout.blocks_of(file);
-                        let value = block_value(
-                            block_buf,
-                            span.block - blocks.start,
-                            layout.block_size(),
-                            blocks.end - blocks.start,
-                        );
-                        self.loaded = Some(span.block);
-                        let _ = self.events.send(ChanEvent::Block {
-                            block: span.block,
-                            value,
-                        });
-                    }
-                    let at = (span.offset - range.start) as usize;
+                    let start = self.load_block(span.block)?;
+                    let at = (span.offset - start) as usize;
                     &self.block_buf.aligned()[at..at + len]
                 }
                 RunKind::Repair => {

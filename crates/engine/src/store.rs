@@ -10,7 +10,12 @@
 //!   transfer that cannot fit, and [`PartFile::preallocate`] allocates the file before data
 //!   arrives, where that is cheap and useful), and [`PartFile::finish`] fsyncs it, applies
 //!   mode and mtime, renames it into place and fsyncs the directory. Nothing is ever written
-//!   under the final name before that rename.
+//!   under the final name before that rename. Beside the part file, a *block journal*
+//!   `.<name>.hurtle-blocks` lists the blocks that passed verification
+//!   ([`PartFile::record_block`]), so that a transfer interrupted by a killed peer, a lost
+//!   network or a full disk can resume ([`PartFile::resume`]). The journal is a hint, not a
+//!   proof: a resumed block is hashed again and checked against the sender's value before it
+//!   counts, so a journal that is stale, torn or lying costs a refetch, never a wrong byte.
 //! - [`make_dir`], [`set_dir_mode`] and [`set_dir_times`] create directories and apply their
 //!   metadata once their contents are done.
 //! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
@@ -27,6 +32,9 @@ use std::time::{Duration, SystemTime};
 
 /// Suffix of the temporary file a file is received into: `.<name>.hurtle-part`.
 pub const PART_SUFFIX: &str = ".hurtle-part";
+
+/// Suffix of the block journal beside a part file: `.<name>.hurtle-blocks`.
+pub const JOURNAL_SUFFIX: &str = ".hurtle-blocks";
 
 /// Longest accepted path component, in bytes (`NAME_MAX` on Linux).
 pub const MAX_COMPONENT_LEN: usize = 255;
@@ -422,7 +430,17 @@ pub(crate) fn mtime_ns(meta: &Metadata) -> i64 {
 /// exceed [`MAX_COMPONENT_LEN`], a shortened name that keeps a hash of the full one (so it is
 /// still unique and stable across runs).
 fn part_file_name(name: &str) -> String {
-    let plain = format!(".{name}{PART_SUFFIX}");
+    hidden_name(name, PART_SUFFIX)
+}
+
+/// Name of the block journal for final name `name`, shortened like [`part_file_name`].
+fn journal_file_name(name: &str) -> String {
+    hidden_name(name, JOURNAL_SUFFIX)
+}
+
+/// `.<name><suffix>`, or a shortened name with a hash of `name` where that is too long.
+fn hidden_name(name: &str, suffix: &str) -> String {
+    let plain = format!(".{name}{suffix}");
     if plain.len() <= MAX_COMPONENT_LEN {
         return plain;
     }
@@ -430,12 +448,36 @@ fn part_file_name(name: &str) -> String {
     let hash = blake3::hash(name.as_bytes()).to_hex();
     let hash = hash.get(..HASH_HEX).unwrap_or_default();
     // "." + prefix + "~" + hash + suffix
-    let budget = MAX_COMPONENT_LEN - 2 - HASH_HEX - PART_SUFFIX.len();
+    let budget = MAX_COMPONENT_LEN - 2 - HASH_HEX - suffix.len();
     let mut cut = budget.min(name.len());
     while !name.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!(".{}~{hash}{PART_SUFFIX}", &name[..cut])
+    format!(".{}~{hash}{suffix}", &name[..cut])
+}
+
+/// The first line of a block journal: what the blocks are blocks of. A journal whose header
+/// does not match the transfer (another size or block size) is not resumed from.
+fn journal_header(size: u64, block_size: u64) -> String {
+    format!("hurtle-blocks 1 size={size} block={block_size}\n")
+}
+
+/// The block numbers a journal lists, if its header matches `size` and `block_size`: sorted,
+/// without repeats, each below the file's block count. A line that is not a complete decimal
+/// number (a write torn by a crash) is skipped.
+fn parse_journal(text: &[u8], size: u64, block_size: u64) -> Option<Vec<u64>> {
+    let header = journal_header(size, block_size);
+    let rest = text.strip_prefix(header.as_bytes())?;
+    let count = size.div_ceil(block_size.max(1));
+    let mut blocks: Vec<u64> = rest
+        .split_inclusive(|&b| b == b'\n')
+        .filter_map(|line| line.strip_suffix(b"\n"))
+        .filter_map(|line| std::str::from_utf8(line).ok()?.parse::<u64>().ok())
+        .filter(|&b| b < count)
+        .collect();
+    blocks.sort_unstable();
+    blocks.dedup();
+    Some(blocks)
 }
 
 /// How much [`preallocate`] asks the kernel for per call. One call for a whole large file can
@@ -652,6 +694,9 @@ pub struct PartFile {
     dir: PathBuf,
     final_path: PathBuf,
     part_path: PathBuf,
+    journal_path: PathBuf,
+    /// The block journal, open for appending (see [`PartFile::keep_journal`]).
+    journal: Option<File>,
     size: u64,
     overwrite: bool,
 }
@@ -664,30 +709,20 @@ impl PartFile {
     /// is false, creates or truncates `.<name>.hurtle-part` (mode 0600, not following a symlink)
     /// and gives it its length (sparse: no space is allocated yet; see
     /// [`PartFile::preallocate`], called once the receiver knows all the files fit).
+    ///
+    /// A block journal left by an earlier attempt is removed: its blocks are gone.
     pub fn create(
         root: &Path,
         rel: &str,
         size: u64,
         overwrite: bool,
     ) -> Result<PartFile, StoreError> {
-        sanitize_rel_path(rel)?;
-        let (dirs, name) = split_parent(rel);
-        let dir = ensure_dirs(root, dirs, rel)?;
-        let final_path = dir.join(name);
-        match fs::symlink_metadata(&final_path) {
-            Ok(_) if !overwrite => {
-                return Err(StoreError::DestinationExists { path: final_path });
-            }
-            Ok(m) if m.is_dir() => {
-                return Err(StoreError::Io {
-                    op: "replace",
-                    path: final_path,
-                    source: io::Error::new(ErrorKind::IsADirectory, "it is a directory"),
-                })
-            }
-            Ok(_) => {}
+        let (dir, name, final_path) = Self::target(root, rel, overwrite)?;
+        let journal_path = dir.join(journal_file_name(name));
+        match fs::remove_file(&journal_path) {
+            Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(map_io(&final_path, "inspect", 0, e)),
+            Err(e) => return Err(map_io(&journal_path, "remove", 0, e)),
         }
         let part_path = dir.join(part_file_name(name));
         let file = OpenOptions::new()
@@ -710,9 +745,136 @@ impl PartFile {
             dir,
             final_path,
             part_path,
+            journal_path,
+            journal: None,
             size,
             overwrite,
         })
+    }
+
+    /// Picks up where an interrupted transfer of `rel` left off: if `.<name>.hurtle-part`
+    /// exists with `size` bytes beside a block journal written for `size` and `block_size`,
+    /// opens both (the journal for appending) and returns them with the blocks the journal
+    /// lists. `Ok(None)` when there is nothing to resume from; then [`PartFile::create`]
+    /// starts over. The listed blocks are only claims: hash them again before trusting them.
+    /// Refuses like `create` when the final name exists and `overwrite` is false.
+    pub fn resume(
+        root: &Path,
+        rel: &str,
+        size: u64,
+        block_size: u64,
+        overwrite: bool,
+    ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
+        let (dir, name, final_path) = Self::target(root, rel, overwrite)?;
+        let part_path = dir.join(part_file_name(name));
+        let journal_path = dir.join(journal_file_name(name));
+        let open = |path: &Path, append: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .append(append)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+        };
+        let (Ok(file), Ok(mut journal)) = (open(&part_path, false), open(&journal_path, true))
+        else {
+            return Ok(None);
+        };
+        let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
+        match (regular(&file), regular(&journal)) {
+            (Some(m), Some(j)) if m.len() == size && j.len() <= 64 << 20 => {}
+            _ => return Ok(None),
+        }
+        let mut text = Vec::new();
+        if io::Read::read_to_end(&mut journal, &mut text).is_err() {
+            return Ok(None);
+        }
+        let Some(blocks) = parse_journal(&text, size, block_size) else {
+            return Ok(None);
+        };
+        // Appends go after the last complete line (a torn last line is cut off).
+        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if journal.set_len(keep as u64).is_err() {
+            return Ok(None);
+        }
+        Ok(Some((
+            PartFile {
+                file,
+                dir,
+                final_path,
+                part_path,
+                journal_path,
+                journal: Some(journal),
+                size,
+                overwrite,
+            },
+            blocks,
+        )))
+    }
+
+    /// Starts a block journal for this file (blocks of `block_size` bytes), replacing any
+    /// other: from now on [`PartFile::record_block`] lists the blocks that passed
+    /// verification, so that an interrupted transfer can resume. Without it, an interrupted
+    /// transfer starts over.
+    pub fn keep_journal(&mut self, block_size: u64) -> Result<(), StoreError> {
+        let mut journal = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.journal_path)
+            .map_err(|e| map_io(&self.journal_path, "create", 0, e))?;
+        io::Write::write_all(
+            &mut journal,
+            journal_header(self.size, block_size).as_bytes(),
+        )
+        .map_err(|e| map_io(&self.journal_path, "write", 0, e))?;
+        self.journal = Some(journal);
+        Ok(())
+    }
+
+    /// Notes in the block journal that block `index` (counted within this file) was written
+    /// and passed verification. Best effort and not synced: a lost line costs that block's
+    /// refetch on resume, nothing more.
+    pub fn record_block(&self, index: u64) {
+        if let Some(mut j) = self.journal.as_ref() {
+            let _ = io::Write::write_all(&mut j, format!("{index}\n").as_bytes());
+        }
+    }
+
+    /// The block journal beside the part file.
+    pub fn journal_path(&self) -> &Path {
+        &self.journal_path
+    }
+
+    /// Checks `rel` and the final name: the directory to work in (created as needed), the
+    /// file name, and the final path.
+    fn target<'a>(
+        root: &Path,
+        rel: &'a str,
+        overwrite: bool,
+    ) -> Result<(PathBuf, &'a str, PathBuf), StoreError> {
+        sanitize_rel_path(rel)?;
+        let (dirs, name) = split_parent(rel);
+        let dir = ensure_dirs(root, dirs, rel)?;
+        let final_path = dir.join(name);
+        match fs::symlink_metadata(&final_path) {
+            Ok(_) if !overwrite => {
+                return Err(StoreError::DestinationExists { path: final_path });
+            }
+            Ok(m) if m.is_dir() => {
+                return Err(StoreError::Io {
+                    op: "replace",
+                    path: final_path,
+                    source: io::Error::new(ErrorKind::IsADirectory, "it is a directory"),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(map_io(&final_path, "inspect", 0, e)),
+        }
+        Ok((dir, name, final_path))
     }
 
     /// The name the file gets once [`PartFile::finish`] succeeds.
@@ -738,8 +900,10 @@ impl PartFile {
             .map_err(|e| map_io(&self.part_path, "preallocate", self.size, e))
     }
 
-    /// Gives up on the file before anything was written: removes the `.hurtle-part` file.
+    /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
+    /// its block journal.
     pub fn discard(self) -> Result<(), StoreError> {
+        let _ = fs::remove_file(&self.journal_path);
         fs::remove_file(&self.part_path).map_err(|e| map_io(&self.part_path, "remove", 0, e))
     }
 
@@ -826,6 +990,9 @@ impl PartFile {
         }
         fs::rename(part, &self.final_path)
             .map_err(|e| map_io(&self.final_path, "rename into place", 0, e))?;
+        // The journal's blocks are in place now. Best effort: a journal left behind has no
+        // part file to resume and is removed by the next `create`.
+        let _ = fs::remove_file(&self.journal_path);
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| map_io(&self.dir, "sync directory", 0, e))?;
@@ -1266,6 +1433,105 @@ mod tests {
         let mut buf = [9u8; 3];
         pf.read_at(0, &mut buf).unwrap();
         assert_eq!(buf, [0, 0, 0]);
+    }
+
+    #[test]
+    fn a_journal_lets_an_interrupted_file_resume() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut pf = PartFile::create(root, "a/f", 10_000, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.write_at(0, &[7; 4096]).unwrap();
+        pf.record_block(0);
+        pf.record_block(2);
+        pf.record_block(0);
+        drop(pf);
+        assert_eq!(
+            names_in(&root.join("a")),
+            vec![".f.hurtle-blocks", ".f.hurtle-part"]
+        );
+        // A crash tore the last line: it does not count, and the next line starts afresh.
+        let journal = root.join("a/.f.hurtle-blocks");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .unwrap()
+            .write_all(b"1")
+            .unwrap();
+        let (pf, blocks) = PartFile::resume(root, "a/f", 10_000, 4096, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(blocks, vec![0, 2]);
+        let mut buf = [0u8; 4096];
+        pf.read_at(0, &mut buf).unwrap();
+        assert_eq!(buf, [7; 4096], "resuming keeps the data");
+        pf.record_block(1);
+        drop(pf);
+        let (pf, blocks) = PartFile::resume(root, "a/f", 10_000, 4096, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(blocks, vec![0, 1, 2]);
+        // Finishing removes the journal with the part file.
+        pf.commit(0o644, 0).unwrap();
+        assert_eq!(names_in(&root.join("a")), vec!["f"]);
+    }
+
+    #[test]
+    fn nothing_is_resumed_from_a_journal_of_another_transfer() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut pf = PartFile::create(root, "f", 10_000, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.record_block(1);
+        drop(pf);
+        let resume = |size, block| PartFile::resume(root, "f", size, block, false).unwrap();
+        assert!(resume(10_001, 4096).is_none(), "another size");
+        assert!(resume(10_000, 8192).is_none(), "another block size");
+        assert_eq!(resume(10_000, 4096).unwrap().1, vec![1]);
+        // Block numbers past the file's end are dropped.
+        fs::OpenOptions::new()
+            .append(true)
+            .open(root.join(".f.hurtle-blocks"))
+            .unwrap()
+            .write_all(b"3\n99\nx\n")
+            .unwrap();
+        assert_eq!(resume(10_000, 4096).unwrap().1, vec![1]);
+        // A part file without a journal, or a journal without its header, is not resumed.
+        fs::write(root.join(".f.hurtle-blocks"), b"1\n").unwrap();
+        assert!(resume(10_000, 4096).is_none());
+        fs::remove_file(root.join(".f.hurtle-blocks")).unwrap();
+        assert!(resume(10_000, 4096).is_none());
+        // Nor with the final name taken, unless overwriting.
+        let mut pf = PartFile::create(root, "g", 10, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        drop(pf);
+        fs::write(root.join("g"), b"x").unwrap();
+        assert!(matches!(
+            PartFile::resume(root, "g", 10, 4096, false),
+            Err(StoreError::DestinationExists { .. })
+        ));
+        assert!(PartFile::resume(root, "g", 10, 4096, true)
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn starting_over_removes_the_old_journal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut pf = PartFile::create(root, "f", 10, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.record_block(0);
+        drop(pf);
+        let pf = PartFile::create(root, "f", 10, false).unwrap();
+        assert_eq!(names_in(root), vec![".f.hurtle-part"]);
+        pf.discard().unwrap();
+        let mut pf = PartFile::create(root, "f", 10, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.discard().unwrap();
+        assert!(names_in(root).is_empty(), "discard removes both");
     }
 
     #[test]

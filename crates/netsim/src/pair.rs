@@ -51,6 +51,11 @@
 //!   sender as socket drops, and also show as lost packet numbers, as on a real host.
 //! - **Path changes** ([`Scenario::rate_changes`]): at given virtual times the data link's
 //!   bottleneck rate becomes a new value ([`Link::set_rate`]).
+//! - **Resume** ([`Scenario::held`]): the receiver starts with some blocks already in its copy
+//!   of the files, some of them possibly wrong. Both sides `hold` those blocks' stripe ranges;
+//!   the sender hashes a held block when its cursor reaches it and sends the value without the
+//!   bytes, and the receiver judges the copy it hashed at the start against it, so a wrong copy
+//!   is rejected and fetched again like a corrupted block.
 //! - **Faults on top of the link model**: NACK messages can be dropped with a probability
 //!   ([`Scenario::nack_loss`]; TCP would not lose them, but a lost NACK is what re-NACKing
 //!   exists for), final markers can be dropped ([`Scenario::final_loss`]), one header bit can be
@@ -139,6 +144,11 @@ pub struct Scenario {
     /// After every this many genuine datagrams, one forged datagram is injected at the receiver
     /// (cycling through [`Forgery`] kinds); 0 disables the injector.
     pub hostile_every: u64,
+    /// A resumed transfer: global blocks the receiver already holds from an earlier attempt,
+    /// each with whether its copy is wrong (a bit flipped, as a torn write or a changed source
+    /// would leave it). Both sides `hold` them as the engine does after a resume offer; the
+    /// receiver judges its copy against the sender's block value like any received block.
+    pub held: Vec<(u64, bool)>,
     /// Channel sender tunables.
     pub send: SendConfig,
     /// Channel receiver tunables.
@@ -172,6 +182,7 @@ impl Default for Scenario {
             final_loss: 0.0,
             header_corrupt: 0.0,
             hostile_every: 0,
+            held: Vec::new(),
             send: SendConfig::default(),
             recv: RecvConfig::default(),
             tick: Some(Duration::from_millis(1)),
@@ -273,6 +284,8 @@ pub struct Outcome {
     pub new_bytes: u64,
     /// Payload bytes resent.
     pub repair_bytes: u64,
+    /// Bytes the receiver held from the start ([`Scenario::held`]) and the sender passed over.
+    pub held_bytes: u64,
     /// Final markers the senders produced.
     pub finals_sent: u64,
     /// Final markers dropped by [`Scenario::final_loss`].
@@ -804,7 +817,7 @@ impl Pair {
             ),
             None => ((sc.rate_bps / u64::from(sc.channels)).max(1), sc.rate_bps),
         };
-        let snd = SenderSide {
+        let mut snd = SenderSide {
             channels: (0..sc.channels)
                 .map(|c| ChannelSender::new(&layout, c, sc.send.clone()))
                 .collect(),
@@ -824,7 +837,7 @@ impl Pair {
             }],
             files,
         };
-        let rcv = ReceiverSide {
+        let mut rcv = ReceiverSide {
             files: sc.files.iter().map(|&s| vec![0u8; s as usize]).collect(),
             channels: (0..sc.channels)
                 .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
@@ -856,6 +869,34 @@ impl Pair {
             }),
             reports: Vec::new(),
         };
+        let mut pair_held = Vec::new();
+        for &(block, corrupt) in &sc.held {
+            let (Some((ch, stripe)), Some((file, range))) = (
+                layout.block_stripe_range(block),
+                layout.block_file_range(block),
+            ) else {
+                return Err(fail(format!("held block {block} is not in the layout")));
+            };
+            pair_held.push((block, ch, stripe, file, range, corrupt));
+        }
+        for (block, ch, stripe, file, range, corrupt) in pair_held {
+            let (f, r) = (file as usize, range.start as usize..range.end as usize);
+            let copy = snd.files[f][r.clone()].to_vec();
+            rcv.files[f][r.clone()].copy_from_slice(&copy);
+            if corrupt {
+                rcv.files[f][r.start] ^= 0x20;
+            }
+            snd.channels[usize::from(ch)].hold(stripe.clone());
+            rcv.channels[usize::from(ch)].hold(stripe);
+            // The receiver hashes its copy before anything arrives; the verdict waits for the
+            // sender's value.
+            let value = block_value_of(&layout, &rcv.files, block);
+            if rcv.verifier.on_received(block, value) != Verdict::Pending {
+                return Err(fail(format!(
+                    "held block {block} judged before its expected value"
+                )));
+            }
+        }
         let mut rate_changes = sc.rate_changes.clone();
         rate_changes.sort_by_key(|&(at, _)| at);
         let control_delay = sc.control_delay.unwrap_or(sc.link.delay);
@@ -1254,6 +1295,11 @@ impl Pair {
                 let Some(run) = self.snd.channels[ch].poll_run(&self.layout, max_run) else {
                     break;
                 };
+                if run.kind == RunKind::Held {
+                    // Hashed, not sent: the receiver checks its own copy against the value.
+                    self.hash_block(ch as u16, run.pos, run.len)?;
+                    continue;
+                }
                 let bytes = self.send_run(now, ch as u16, run.pos, run.len, run.kind)?;
                 self.snd.pacers[ch].on_sent(now, bytes);
             }
@@ -1306,15 +1352,7 @@ impl Pair {
             .layout
             .resolve(ch, pos)
             .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
-        if span.to_block_end < len {
-            return Err(format!("run {pos}+{len} of channel {ch} crosses its block"));
-        }
-        if !self.snd.hashed[span.block as usize] {
-            // First read of this block: hash it and tell the receiver.
-            self.snd.hashed[span.block as usize] = true;
-            let value = block_value_of(&self.layout, &self.snd.files, span.block);
-            self.snd.pending_hashes.push((span.block, value));
-        }
+        self.hash_block(ch, pos, len)?;
         let payload = u64::from(self.sc.payload);
         let flags = if kind == RunKind::Repair {
             FLAG_RETRANSMIT
@@ -1362,6 +1400,24 @@ impl Pair {
             done += n;
         }
         Ok(sent)
+    }
+
+    /// On the first read of the block that run `pos`+`len` of channel `ch` lies in: hashes it
+    /// and queues its value for the receiver.
+    fn hash_block(&mut self, ch: u16, pos: u64, len: u64) -> Result<(), String> {
+        let span = self
+            .layout
+            .resolve(ch, pos)
+            .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
+        if span.to_block_end < len {
+            return Err(format!("run {pos}+{len} of channel {ch} crosses its block"));
+        }
+        if !self.snd.hashed[span.block as usize] {
+            self.snd.hashed[span.block as usize] = true;
+            let value = block_value_of(&self.layout, &self.snd.files, span.block);
+            self.snd.pending_hashes.push((span.block, value));
+        }
+        Ok(())
     }
 
     fn next_packet(&mut self, ch: usize) -> u64 {
@@ -1471,6 +1527,7 @@ impl Pair {
             datagrams_sent: self.datagrams_sent,
             datagrams_resent: self.datagrams_resent,
             new_bytes: s.clone().map(|s| s.new_bytes).sum(),
+            held_bytes: s.clone().map(|s| s.held_bytes).sum(),
             repair_bytes: s.clone().map(|s| s.repair_bytes).sum(),
             finals_sent: s.map(|s| s.finals).sum(),
             finals_dropped: self.finals_dropped,

@@ -45,6 +45,16 @@ pub enum LayoutError {
     /// The transfer has more blocks than a u64 stripe can address (not reachable in practice).
     #[error("transfer too large")]
     TooLarge,
+    /// Held block ranges that are empty, out of order, overlapping or past the file's end.
+    #[error("held blocks {start}..{end} of file {file} are not ascending ranges inside the file")]
+    BadHeld {
+        /// File id.
+        file: u32,
+        /// First block of the offending range.
+        start: u64,
+        /// End of the offending range.
+        end: u64,
+    },
 }
 
 /// A resolved stripe position: which file bytes it stands for.
@@ -201,6 +211,27 @@ impl Layout {
         Some((ch as u16, starts[j]..starts[j + 1]))
     }
 
+    /// The global block numbers of the blocks of `file` listed in `held` (half-open ranges of
+    /// the file's own block numbers, as a resume offer carries them), checking that the ranges
+    /// are non-empty, ascending, disjoint and inside the file.
+    pub fn held_blocks(&self, file: u32, held: &[(u64, u64)]) -> Result<Vec<u64>, LayoutError> {
+        let blocks = self.blocks_of(file);
+        if file as usize >= self.sizes.len() {
+            return Err(LayoutError::NoSuchFile(file));
+        }
+        let count = blocks.end - blocks.start;
+        let mut out = Vec::new();
+        let mut floor = 0;
+        for &(start, end) in held {
+            if start < floor || start >= end || end > count {
+                return Err(LayoutError::BadHeld { file, start, end });
+            }
+            out.extend((start..end).map(|b| blocks.start + b));
+            floor = end;
+        }
+        Ok(out)
+    }
+
     /// Maps `len` bytes at `offset` of `file` to `(channel, stripe position)`, checking that the
     /// range is non-empty, inside the file and inside a single block.
     pub fn locate(&self, file: u32, offset: u64, len: u64) -> Result<(u16, u64), LayoutError> {
@@ -296,6 +327,28 @@ mod tests {
         assert!(Layout::new(&[1], 1000, 1).is_err());
         assert!(Layout::new(&[1], 1024, 0).is_err());
         assert!(Layout::new(&[], 1024, 3).unwrap().total_blocks() == 0);
+    }
+
+    #[test]
+    fn held_blocks_are_checked_and_made_global() {
+        // File 0 has 3 blocks (0..3), file 1 has 2 (3..5).
+        let l = Layout::new(&[3 * 1024, 1500], 1024, 2).unwrap();
+        assert_eq!(l.held_blocks(1, &[(0, 2)]).unwrap(), vec![3, 4]);
+        assert_eq!(l.held_blocks(0, &[(0, 1), (2, 3)]).unwrap(), vec![0, 2]);
+        assert_eq!(l.held_blocks(0, &[]).unwrap(), Vec::<u64>::new());
+        for bad in [
+            &[(0, 4)][..],
+            &[(1, 1)],
+            &[(2, 3), (0, 1)],
+            &[(0, 2), (1, 3)],
+            &[(u64::MAX, 0)],
+        ] {
+            assert!(
+                matches!(l.held_blocks(0, bad), Err(LayoutError::BadHeld { .. })),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(l.held_blocks(2, &[]), Err(LayoutError::NoSuchFile(2)));
     }
 
     proptest! {

@@ -18,8 +18,10 @@
 //!
 //! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id);
 //!    receiver -> `HelloAck` (its UDP ports; their count is the channel count).
-//! 2. Sender -> `Manifest` parts; receiver -> `ManifestReply` (per entry: send or refuse).
-//!    Both build the same [`Layout`] from the accepted files.
+//! 2. Sender -> `Manifest` parts; receiver -> `ManifestReply` (per entry: send, refuse, already
+//!    have it, or resume: these blocks are here from an interrupted transfer); sender -> `Skip`
+//!    (the files it will not send). Both build the same [`Layout`] from the accepted files, and
+//!    both `hold` the resumed blocks: the sender hashes them without sending them.
 //! 3. Sender -> `Probe` datagrams on every channel; receiver -> `ProbeAck`; sender -> `Start`
 //!    with the payload size that got through.
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver's [`ChannelReceiver`]

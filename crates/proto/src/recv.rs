@@ -13,6 +13,10 @@
 //!
 //! Call order per driver turn: `on_data` / `on_final` for each datagram; `reject` when a block
 //! failed verification; then `poll_nack(now)` and `poll_done()`; sleep until `next_timeout`.
+//!
+//! A resumed transfer marks the blocks the receiver already holds with [`ChannelReceiver::hold`]
+//! before anything arrives: they count as received, so they are never asked for, unless
+//! verification later `reject`s one.
 
 use crate::ranges::RangeSet;
 use std::collections::VecDeque;
@@ -73,6 +77,8 @@ pub struct RecvStats {
     pub nacked_bytes: u64,
     /// Blocks rejected by verification.
     pub rejected_blocks: u64,
+    /// Bytes held from an earlier transfer ([`ChannelReceiver::hold`]).
+    pub held_bytes: u64,
 }
 
 /// The receiving state of one channel. See the module docs.
@@ -117,6 +123,14 @@ impl ChannelReceiver {
     pub fn channel(&self) -> u16 {
         self.channel
     }
+
+    /// The receiver already holds stripe range `range` (from an earlier, interrupted transfer):
+    /// it counts as received. Call before data arrives.
+    pub fn hold(&mut self, range: Range<u64>) {
+        let end = range.end.min(self.stripe_len);
+        self.stats.held_bytes += self.received.insert(range.start.min(end)..end);
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> RecvStats {
         self.stats
@@ -385,6 +399,27 @@ mod tests {
         assert_eq!(r.held(3000..5000), vec![3000..5000]);
         r.reject(0..5000);
         assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(0, 5000)]));
+    }
+
+    #[test]
+    fn held_ranges_are_not_asked_for_until_rejected() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 12_000, RecvConfig::default());
+        r.hold(4000..8000);
+        r.hold(11_000..20_000);
+        assert_eq!(r.stats().held_bytes, 5000);
+        assert_eq!(r.received_bytes(), 5000);
+        r.on_data(t0, 0, 4000, false, 0..4000);
+        r.on_data(t0, 8000, 3000, false, 8000..12_000);
+        assert_eq!(r.poll_nack(t0 + ms(10)), None, "nothing is missing");
+        assert!(r.is_complete());
+        assert!(r.poll_done());
+        // The held copy of 4000..8000 failed verification: it is asked for like a loss.
+        r.reject(4000..8000);
+        assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(4000, 8000)]));
+        let out = r.on_data(t0 + ms(30), 4000, 4000, true, 4000..8000);
+        assert!(out.completes_block);
+        assert!(r.poll_done());
     }
 
     #[test]

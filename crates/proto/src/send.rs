@@ -14,6 +14,12 @@
 //! Repairs go first, but while new data is still flowing they may take at most
 //! `repair_share` of the bytes sent (a token bucket capped at `credit_cap`), so a loss storm
 //! cannot starve the new data; once the stripe is fully sent, repairs get the whole rate.
+//!
+//! A resumed transfer starts with blocks the receiver already holds ([`ChannelSender::hold`]).
+//! The cursor does not send them: when it reaches one it returns a [`RunKind::Held`] run of the
+//! whole block, which the driver reads and hashes (so the receiver can check its copy against
+//! the sender's value) but does not send or pace. A held block that fails that check comes
+//! back as a NACK like any other loss, and is resent as a repair.
 
 use crate::layout::Layout;
 use crate::ranges::RangeSet;
@@ -47,6 +53,8 @@ pub enum RunKind {
     New,
     /// Resent because the receiver asked.
     Repair,
+    /// A whole block the receiver already holds: hash it, send nothing.
+    Held,
 }
 
 /// Contiguous stripe bytes within one block.
@@ -73,6 +81,8 @@ pub struct SendStats {
     pub nacked_bytes: u64,
     /// Final markers sent.
     pub finals: u64,
+    /// Bytes the receiver already held (passed over as [`RunKind::Held`] runs).
+    pub held_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +99,8 @@ pub struct ChannelSender {
     stripe_len: u64,
     next_new: u64,
     repair: RangeSet,
+    /// Stripe ranges (whole blocks) the receiver already holds, not yet passed by `next_new`.
+    held: RangeSet,
     credit: f64,
     fin: Final,
     cfg: SendConfig,
@@ -103,6 +115,7 @@ impl ChannelSender {
             stripe_len: layout.stripe_len(channel),
             next_new: 0,
             repair: RangeSet::new(),
+            held: RangeSet::new(),
             credit: 0.0,
             fin: Final::NotSent,
             cfg,
@@ -131,7 +144,19 @@ impl ChannelSender {
         self.fin == Final::Acked && self.repair.is_empty()
     }
 
+    /// The receiver already holds stripe range `range` (a whole block, as the layout places
+    /// it on this channel): the cursor passes it as a [`RunKind::Held`] run instead of sending
+    /// it. Call before the first `poll_run`; parts the cursor has passed are ignored.
+    pub fn hold(&mut self, range: std::ops::Range<u64>) {
+        let start = range.start.max(self.next_new);
+        let end = range.end.min(self.stripe_len);
+        if start < end {
+            self.held.insert(start..end);
+        }
+    }
+
     /// The next run to send, at most `max_len` bytes, or `None` when there is nothing to send.
+    /// A [`RunKind::Held`] run is a whole held block, whatever `max_len` says.
     pub fn poll_run(&mut self, layout: &Layout, max_len: u64) -> Option<Run> {
         let max_len = max_len.max(1);
         let new_left = self.next_new < self.stripe_len;
@@ -156,7 +181,26 @@ impl ChannelSender {
         }
         let pos = self.next_new;
         let to_block_end = layout.resolve(self.channel, pos)?.to_block_end;
-        let len = to_block_end.min(max_len).min(self.stripe_len - pos);
+        if self.held.contains(pos) {
+            let len = to_block_end.min(self.stripe_len - pos);
+            self.held.remove(pos..pos + len);
+            self.next_new += len;
+            self.stats.held_bytes += len;
+            return Some(Run {
+                pos,
+                len,
+                kind: RunKind::Held,
+            });
+        }
+        // New data stops short of the next held block.
+        let before_held = self
+            .held
+            .first()
+            .map_or(u64::MAX, |h| h.start.saturating_sub(pos));
+        let len = to_block_end
+            .min(max_len)
+            .min(self.stripe_len - pos)
+            .min(before_held);
         self.next_new += len;
         self.stats.new_bytes += len;
         let share = self.cfg.repair_share.clamp(0.0, 0.95);
@@ -325,6 +369,7 @@ mod tests {
             match r.kind {
                 RunKind::New => new += r.len,
                 RunKind::Repair => rep += r.len,
+                RunKind::Held => unreachable!("nothing is held"),
             }
         }
         let share = rep as f64 / (new + rep) as f64;
@@ -344,6 +389,53 @@ mod tests {
         assert!(!s.is_done());
         let r = s.poll_run(&l, 5000).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
+    }
+
+    #[test]
+    fn held_blocks_are_passed_over_and_resent_only_when_asked() {
+        // Two channels, blocks of 4096: channel 0 carries blocks 0, 2, 4 (stripe 0..12288).
+        let l = Layout::new(&[5 * 4096], 4096, 2).unwrap();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        s.hold(4096..8192);
+        let runs: Vec<(u64, u64, RunKind)> = std::iter::from_fn(|| s.poll_run(&l, 3000))
+            .map(|r| (r.pos, r.len, r.kind))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (0, 3000, RunKind::New),
+                (3000, 1096, RunKind::New),
+                (4096, 4096, RunKind::Held),
+                (8192, 3000, RunKind::New),
+                (11_192, 1096, RunKind::New),
+            ]
+        );
+        assert_eq!(s.stats().held_bytes, 4096);
+        assert_eq!(s.stats().new_bytes, 8192);
+        // The receiver's copy of the held block turned out wrong: it is asked for and resent.
+        assert!(s.poll_final(Instant::now()));
+        assert_eq!(s.on_nack(&[(4096, 8192)]), 4096);
+        let r = s.poll_run(&l, 5000).unwrap();
+        assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
+        assert_eq!(s.poll_run(&l, 5000), None);
+    }
+
+    #[test]
+    fn a_held_stripe_sends_no_data_but_still_ends_with_a_final_marker() {
+        let l = layout();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        s.hold(0..4096);
+        s.hold(4096..8192);
+        s.hold(8192..10_000);
+        let kinds: Vec<RunKind> = std::iter::from_fn(|| s.poll_run(&l, 1000))
+            .map(|r| r.kind)
+            .collect();
+        assert_eq!(kinds, vec![RunKind::Held; 3]);
+        assert_eq!(s.stats().new_bytes, 0);
+        assert!(s.poll_final(Instant::now()));
+        // Holding what the cursor passed changes nothing.
+        s.hold(0..4096);
+        assert_eq!(s.poll_run(&l, 1000), None);
     }
 
     #[test]

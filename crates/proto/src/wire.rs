@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +206,14 @@ pub enum Decision {
         hash: [u8; 32],
         /// The receiver may replace its file (it runs with `--overwrite`).
         replace_ok: bool,
+    },
+    /// Send the file, but the receiver already holds these blocks of it from an interrupted
+    /// transfer (half-open ranges of the file's block numbers, counted from 0 within the file,
+    /// ascending and disjoint). The sender hashes them and sends their values without their
+    /// bytes; a block whose value differs from the receiver's copy is asked for again.
+    Resume {
+        /// Blocks held, as `(first, end)` ranges.
+        blocks: Vec<(u64, u64)>,
     },
 }
 
@@ -489,6 +497,15 @@ mod tests {
             Control::Nack {
                 channel: 1,
                 ranges: vec![(0, 10), (20, 30)],
+            },
+            Control::ManifestReply {
+                decisions: vec![
+                    Decision::SendAll,
+                    Decision::Resume {
+                        blocks: vec![(0, 3), (7, 8)],
+                    },
+                    Decision::Refuse("exists".into()),
+                ],
             },
             Control::Done,
         ];

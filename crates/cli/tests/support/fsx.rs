@@ -101,7 +101,7 @@ pub fn tree(root: &Path) -> BTreeMap<String, Node> {
     out
 }
 
-/// `.hurtle-part` files anywhere under `root`.
+/// `.hurtle-part` files and their `.hurtle-blocks` journals anywhere under `root`.
 pub fn part_files(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -109,7 +109,8 @@ pub fn part_files(root: &Path) -> Vec<PathBuf> {
         let Ok(rd) = fs::read_dir(&dir) else { continue };
         for e in rd.flatten() {
             let p = e.path();
-            if p.to_string_lossy().ends_with(".hurtle-part") {
+            let name = p.to_string_lossy();
+            if name.ends_with(".hurtle-part") || name.ends_with(".hurtle-blocks") {
                 found.push(p.clone());
             }
             if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
@@ -120,7 +121,7 @@ pub fn part_files(root: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Fails if any `.hurtle-part` file is left under `root`.
+/// Fails if any `.hurtle-part` file or block journal is left under `root`.
 pub fn assert_no_part_files(root: &Path) {
     let left = part_files(root);
     assert!(left.is_empty(), ".hurtle-part files left behind: {left:?}");
