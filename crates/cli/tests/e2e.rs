@@ -733,11 +733,18 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
     );
 }
 
-/// Starts a 64 MiB transfer at 50 Mbit/s, kills the sender after a second and waits for the
-/// receiver to fail: the receiver is left with a part file and its block journal.
-fn interrupted_transfer(src: &Path, out: &Path) {
+/// Which side of a transfer gets killed.
+#[derive(Clone, Copy, PartialEq)]
+enum Kill {
+    Sender,
+    Receiver,
+}
+
+/// Starts a 64 MiB transfer at 50 Mbit/s, kills one side (SIGKILL) after 1.5 s and waits for
+/// the other to fail: the receiver's directory is left with a part file and its block journal.
+fn interrupted_transfer(src: &Path, out: &Path, kill: Kill) {
     fsx::write_random(src, 64 * MIB, 820);
-    let r = start_receiver(out, &[]);
+    let mut r = start_receiver(out, &[]);
     let mut sender = Proc::spawn(
         "sender",
         &proc::send_args(r.addr, &[src], &["--rate", "50M", "--channels", "2"]),
@@ -745,18 +752,33 @@ fn interrupted_transfer(src: &Path, out: &Path) {
     wait_for_part_file(out);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(sender.is_running(), "the sender finished too early");
-    sender.kill();
-    r.proc.wait(Duration::from_secs(20)).assert_failure();
+    assert!(r.proc.is_running(), "the receiver finished too early");
+    if kill == Kill::Sender {
+        sender.kill();
+        r.proc.wait(Duration::from_secs(20)).assert_failure();
+    } else {
+        r.proc.kill();
+        sender.wait(Duration::from_secs(30)).assert_failure();
+    }
     let left = fsx::part_files(out);
     assert_eq!(left.len(), 2, "a part file and its journal: {left:?}");
 }
 
 #[test]
 fn an_interrupted_transfer_resumes_where_it_stopped() {
+    resumes_after(Kill::Sender);
+}
+
+#[test]
+fn a_killed_receiver_resumes_where_it_stopped() {
+    resumes_after(Kill::Receiver);
+}
+
+fn resumes_after(kill: Kill) {
     let t = tmp();
     let src = t.path().join("src/big.bin");
     let out = t.path().join("out");
-    interrupted_transfer(&src, &out);
+    interrupted_transfer(&src, &out, kill);
     let r = start_receiver(&out, &["--json"]);
     let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
     s.assert_success();
@@ -785,7 +807,7 @@ fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
     let t = tmp();
     let src = t.path().join("src/big.bin");
     let out = t.path().join("out");
-    interrupted_transfer(&src, &out);
+    interrupted_transfer(&src, &out, Kill::Sender);
     // Damage the first block (the journal lists it: it went first) and a byte further on.
     let part = fsx::part_files(&out)
         .into_iter()
@@ -810,7 +832,7 @@ fn a_journal_for_another_file_is_not_trusted() {
     let t = tmp();
     let src = t.path().join("src/big.bin");
     let out = t.path().join("out");
-    interrupted_transfer(&src, &out);
+    interrupted_transfer(&src, &out, Kill::Sender);
     // A different file of another size under the same name: nothing is resumed from the old
     // part file, and the new file arrives whole.
     fsx::write_random(&src, 3 * MIB + 5, 821);
