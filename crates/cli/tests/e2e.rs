@@ -1126,3 +1126,50 @@ fn identical_file_is_skipped_without_sending_data() {
         fsx::assert_no_part_files(&out);
     }
 }
+
+/// Runs `hurtle ARGS` under `sh`, with `ulimit LIMIT` (e.g. `-Sn 200`) applied first.
+fn hurtle_with_ulimit(name: &str, limit: &str, args: &[String]) -> proc::Finished {
+    let mut sh_args = vec![
+        "-c".to_string(),
+        format!("ulimit {limit} && exec \"$0\" \"$@\""),
+        proc::bin().to_string(),
+    ];
+    sh_args.extend(args.iter().cloned());
+    Proc::spawn_program(name, "sh", &sh_args).wait(TRANSFER_TIMEOUT)
+}
+
+/// 600 small files in `dir/tree`.
+fn many_files(dir: &Path) -> PathBuf {
+    let tree = dir.join("tree");
+    for i in 0..600u64 {
+        fsx::write_random(&tree.join(format!("f{i:04}")), 10 + i, 1000 + i);
+    }
+    tree
+}
+
+#[test]
+fn more_files_than_the_soft_open_file_limit_still_go() {
+    let t = tmp();
+    let tree = many_files(t.path());
+    let out = t.path().join("out");
+    let r = start_receiver(&out, &[]);
+    // A soft limit of 200 (the hard one stays): hurtle raises it for itself.
+    let s = hurtle_with_ulimit("sender", "-Sn 200", &proc::send_args(r.addr, &[&tree], &[]));
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert_eq!(fsx::tree(&tree), fsx::tree(&out.join("tree")));
+}
+
+#[test]
+fn more_files_than_can_be_open_fail_at_once_and_clearly() {
+    let t = tmp();
+    let tree = many_files(t.path());
+    // Nothing listens here: the sender must fail before it connects.
+    let to = "127.0.0.1:9".parse().unwrap();
+    let s = hurtle_with_ulimit("sender", "-n 300", &proc::send_args(to, &[&tree], &[]));
+    let cause = s.assert_failure();
+    assert!(
+        cause.contains("600 files") && cause.contains("ulimit -n"),
+        "unclear cause: {cause}"
+    );
+}

@@ -547,6 +547,11 @@ impl Receiver {
                 other => return Err(unexpected(other, "Manifest")),
             }
         }
+        // Every file being received stays open until the end.
+        store::check_open_files(
+            entries.iter().filter(|e| e.kind == EntryKind::File).count(),
+            channels,
+        )?;
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
@@ -619,9 +624,13 @@ impl Receiver {
             .filter(|(e, _)| e.kind == EntryKind::File)
             .map(|(_, d)| d)
             .collect();
+        // Files of more than one block keep a journal of their verified blocks, so that an
+        // interrupted transfer can resume; a one-block file is simply sent again.
         let new_part = |e: &Entry| -> Result<PartFile, SessionError> {
             let mut p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
-            p.keep_journal(block_size)?;
+            if e.size > block_size {
+                p.keep_journal(block_size)?;
+            }
             Ok(p)
         };
         let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];

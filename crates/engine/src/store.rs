@@ -160,6 +160,14 @@ pub enum StoreError {
         /// The file's declared size.
         size: u64,
     },
+    /// A transfer has more files than this process may keep open at once.
+    #[error("{files} files in one transfer, but this process may have only {limit} files open and keeps every file of a transfer open until it ends: raise the limit (ulimit -n) or send fewer files at a time")]
+    TooManyFiles {
+        /// Files in the transfer.
+        files: usize,
+        /// The process's limit on open files.
+        limit: u64,
+    },
     /// The source file's size or modification time changed since it was opened, or it is
     /// shorter than its recorded size.
     #[error("source file changed while sending: {path:?}")]
@@ -614,6 +622,34 @@ mod sys {
     }
 
     /// `statvfs`: bytes available to unprivileged writers on the filesystem holding `dir`.
+    /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit then in force
+    /// (`None` if it cannot be read; `u64::MAX` when unlimited).
+    pub(super) fn raise_open_file_limit() -> Option<u64> {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return None;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: `raised` is a valid rlimit that the kernel only reads.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        Some(if lim.rlim_cur == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            lim.rlim_cur as u64
+        })
+    }
+
     pub(super) fn free_space(dir: &Path) -> Option<u64> {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
@@ -676,6 +712,24 @@ pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
     }
 }
 
+/// Checks that a transfer of `files` files over `channels` channels fits this process's limit
+/// on open files, first raising the soft limit to the hard one (a transfer keeps each of its
+/// files open to the end, and each channel has a socket and maybe a log). Where the system
+/// cannot say, assumes it fits.
+pub fn check_open_files(files: usize, channels: u16) -> Result<(), StoreError> {
+    let Some(limit) = sys::raise_open_file_limit() else {
+        return Ok(());
+    };
+    let others = 64 + 2 * u64::from(channels);
+    if files as u64 + others > limit {
+        return Err(StoreError::TooManyFiles {
+            files,
+            limit: limit.saturating_sub(others),
+        });
+    }
+    Ok(())
+}
+
 /// Bytes an unprivileged writer can still use on the filesystem holding `dir` (`statvfs`), or
 /// `None` if the system cannot say.
 pub fn free_space(dir: &Path) -> Option<u64> {
@@ -695,8 +749,10 @@ pub struct PartFile {
     final_path: PathBuf,
     part_path: PathBuf,
     journal_path: PathBuf,
-    /// The block journal, open for appending (see [`PartFile::keep_journal`]).
-    journal: Option<File>,
+    /// Whether verified blocks are journaled (see [`PartFile::keep_journal`]). The journal is
+    /// opened for each line, not kept open: a transfer of many files would otherwise need
+    /// two descriptors per file.
+    journal: bool,
     size: u64,
     overwrite: bool,
 }
@@ -746,7 +802,7 @@ impl PartFile {
             final_path,
             part_path,
             journal_path,
-            journal: None,
+            journal: false,
             size,
             overwrite,
         })
@@ -754,8 +810,7 @@ impl PartFile {
 
     /// Picks up where an interrupted transfer of `rel` left off: if `.<name>.hurtle-part`
     /// exists with `size` bytes beside a block journal written for `size` and `block_size`,
-    /// opens both (the journal for appending) and returns them with the blocks the journal
-    /// lists. `Ok(None)` when there is nothing to resume from; then [`PartFile::create`]
+    /// opens the part file (journaling on) and returns it with the blocks the journal lists. `Ok(None)` when there is nothing to resume from; then [`PartFile::create`]
     /// starts over. The listed blocks are only claims: hash them again before trusting them.
     /// Refuses like `create` when the final name exists and `overwrite` is false.
     pub fn resume(
@@ -804,7 +859,7 @@ impl PartFile {
                 final_path,
                 part_path,
                 journal_path,
-                journal: Some(journal),
+                journal: true,
                 size,
                 overwrite,
             },
@@ -830,7 +885,7 @@ impl PartFile {
             journal_header(self.size, block_size).as_bytes(),
         )
         .map_err(|e| map_io(&self.journal_path, "write", 0, e))?;
-        self.journal = Some(journal);
+        self.journal = true;
         Ok(())
     }
 
@@ -838,7 +893,14 @@ impl PartFile {
     /// and passed verification. Best effort and not synced: a lost line costs that block's
     /// refetch on resume, nothing more.
     pub fn record_block(&self, index: u64) {
-        if let Some(mut j) = self.journal.as_ref() {
+        if !self.journal {
+            return;
+        }
+        let journal = OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.journal_path);
+        if let Ok(mut j) = journal {
             let _ = io::Write::write_all(&mut j, format!("{index}\n").as_bytes());
         }
     }
