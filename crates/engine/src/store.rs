@@ -643,6 +643,8 @@ mod sys {
                 lim.rlim_cur = lim.rlim_max;
             }
         }
+        // rlim_t is u64 on Linux, but not everywhere.
+        #[allow(clippy::unnecessary_cast)]
         Some(if lim.rlim_cur == libc::RLIM_INFINITY {
             u64::MAX
         } else {
