@@ -538,6 +538,39 @@ mod properties {
             let out = sc.run().map_err(|f| TestCaseError::fail(f.to_string()))?;
             prop_assert!(out.duration < Duration::from_secs(5), "{}", out);
         }
+
+        /// A resume from any set of held blocks, some of them wrong, on a lossy path ends
+        /// byte-exact, with exactly the wrong ones fetched again and nothing else held sent.
+        #[test]
+        fn any_resume_ends_byte_exact(
+            seed in any::<u64>(),
+            loss in 0.0..0.1f64,
+            channels in 1u16..=4,
+            files in proptest::collection::vec(0u64..300_000, 1..4),
+            // Per block: 0 not held, 1 held, 2 held but wrong.
+            marks in proptest::collection::vec(0u8..3, 60),
+        ) {
+            let blocks: u64 = files.iter().map(|s| s.div_ceil(16 << 10)).sum();
+            let held: Vec<(u64, bool)> = marks
+                .iter()
+                .enumerate()
+                .filter(|&(b, &m)| (b as u64) < blocks && m > 0)
+                .map(|(b, &m)| (b as u64, m == 2))
+                .collect();
+            let wrong = held.iter().filter(|h| h.1).count() as u64;
+            let sc = Scenario {
+                seed,
+                files,
+                channels,
+                held,
+                link: lossy(10, loss),
+                ..Scenario::default()
+            };
+            let out = sc.run().map_err(|f| TestCaseError::fail(f.to_string()))?;
+            prop_assert_eq!(out.blocks_rejected, wrong, "{}", out);
+            prop_assert_eq!(out.new_bytes + out.held_bytes, out.bytes, "{}", out);
+            prop_assert!(out.duration < Duration::from_secs(5), "{}", out);
+        }
     }
 }
 
