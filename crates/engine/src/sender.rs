@@ -243,7 +243,13 @@ enum ThreadCmd {
 }
 
 enum ChanEvent {
-    Block { block: u64, value: [u8; 32] },
+    /// A block was read for the first time, with its value; `held`: one the receiver already
+    /// has, read only to be hashed.
+    Block {
+        block: u64,
+        value: [u8; 32],
+        held: bool,
+    },
     Failed(SessionError),
 }
 
@@ -988,7 +994,12 @@ fn session_loop(
                 }
             }
             recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value }) => {
+                Ok(ChanEvent::Block { block, value, held }) => {
+                    // Hashing what the receiver already holds is progress too: a resume of a
+                    // big, nearly finished file sends nothing for a while.
+                    if held {
+                        last_progress = Instant::now();
+                    }
                     if let Some((file, _)) = table.set(block, value) {
                         // Every block of this file has been read once: make sure it did not change
                         // meanwhile, before the last hash lets the receiver finish the file.
@@ -1177,8 +1188,9 @@ impl ChannelWorker {
     }
 
     /// Reads `block` into the block buffer unless it is there already, and on that first read
-    /// hashes it and passes its value on (for the receiver). Returns the block's file offset.
-    fn load_block(&mut self, block: u64) -> Result<u64, SessionError> {
+    /// hashes it and passes its value on (for the receiver; `held`: the receiver has the block
+    /// and will not be sent it). Returns the block's file offset.
+    fn load_block(&mut self, block: u64, held: bool) -> Result<u64, SessionError> {
         let layout = &self.shared.layout;
         let (file, range) = layout
             .block_file_range(block)
@@ -1195,7 +1207,7 @@ impl ChannelWorker {
                 blocks.end - blocks.start,
             );
             self.loaded = Some(block);
-            let _ = self.events.send(ChanEvent::Block { block, value });
+            let _ = self.events.send(ChanEvent::Block { block, value, held });
         }
         Ok(range.start)
     }
@@ -1241,13 +1253,13 @@ impl ChannelWorker {
             let data: &[u8] = match run.kind {
                 RunKind::Held => {
                     // The receiver has these bytes: it needs only their value to check them.
-                    self.load_block(span.block)?;
+                    self.load_block(span.block, true)?;
                     self.log
                         .line(|| format!("held block {} hashed", span.block));
                     continue;
                 }
                 RunKind::New => {
-                    let start = self.load_block(span.block)?;
+                    let start = self.load_block(span.block, false)?;
                     let at = (span.offset - start) as usize;
                     &self.block_buf.aligned()[at..at + len]
                 }
