@@ -19,7 +19,7 @@ use crate::error::SessionError;
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
-use crate::store::{self, PartFile};
+use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex, BlockValue};
@@ -955,16 +955,38 @@ impl Resumed {
         if blocks.is_empty() {
             return Ok(None);
         }
+        // Read and hash on every core: a nearly finished big file holds a lot.
         let count = e.size.div_ceil(block_size);
-        let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
-        let mut values = Vec::with_capacity(blocks.len());
-        for index in blocks {
-            let start = index * block_size;
-            let len = (e.size - start).min(block_size) as usize;
-            let data = &mut buf.aligned()[..len];
-            part.read_at(start, data)?;
-            values.push((index, block_value(data, index, block_size, count)));
-        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(blocks.len());
+        let hash_some = |mine: &[u64]| -> Result<Vec<(u64, BlockValue)>, StoreError> {
+            let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
+            mine.iter()
+                .map(|&index| {
+                    let start = index * block_size;
+                    let len = (e.size - start).min(block_size) as usize;
+                    let data = &mut buf.aligned()[..len];
+                    part.read_at(start, data)?;
+                    Ok((index, block_value(data, index, block_size, count)))
+                })
+                .collect()
+        };
+        let per_thread = blocks.len().div_ceil(threads);
+        let values = std::thread::scope(|scope| {
+            let workers: Vec<_> = blocks
+                .chunks(per_thread)
+                .map(|mine| scope.spawn(move || hash_some(mine)))
+                .collect();
+            let mut values = Vec::with_capacity(blocks.len());
+            for w in workers {
+                match w.join() {
+                    Ok(v) => values.extend(v?),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            Ok::<_, StoreError>(values)
+        })?;
         Ok(Some(Resumed { part, values }))
     }
 
