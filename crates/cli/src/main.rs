@@ -160,6 +160,11 @@ struct SendArgs {
     /// Follow symbolic links instead of skipping them.
     #[arg(long)]
     follow_symlinks: bool,
+    /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
+    /// by default a file of the same size and modification time is skipped unread, as rsync
+    /// does.
+    #[arg(long)]
+    checksum: bool,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -320,6 +325,7 @@ fn send(a: SendArgs) -> Outcome {
     let mut opts = SendOptions {
         payload: a.payload,
         follow_symlinks: a.follow_symlinks,
+        checksum: a.checksum,
         log_dir: a.output.log_dir.clone(),
         ..SendOptions::default()
     };

@@ -1173,3 +1173,60 @@ fn more_files_than_can_be_open_fail_at_once_and_clearly() {
         "unclear cause: {cause}"
     );
 }
+
+#[test]
+fn a_second_send_skips_what_arrived_unread_unless_asked_to_check() {
+    let t = tmp();
+    let tree = t.path().join("tree");
+    for (i, size) in [3 * MIB, 1000, 0].into_iter().enumerate() {
+        fsx::write_random(&tree.join(format!("f{i}")), size, 1100 + i as u64);
+    }
+    let out = t.path().join("out");
+    let send_json = |extra: &[&str]| {
+        let r = start_receiver(&out, &["--json"]);
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let s = proc::send(r.addr, &[&tree], &args);
+        let rj = r.proc.wait(TRANSFER_TIMEOUT);
+        (s, rj)
+    };
+    let (s, r) = send_json(&[]);
+    s.assert_success();
+    r.assert_success();
+    // Again: every file has the size and modification time hurtle gave it, and is skipped
+    // without being read, so no hash is reported for it.
+    let (s, r) = send_json(&[]);
+    s.assert_success();
+    for v in [s.json(), r.assert_success().json()] {
+        for f in v["file_hashes"].as_array().unwrap() {
+            assert_eq!(f["skipped"], true, "{v}");
+            assert_eq!(f["blake3"], "", "{v}");
+        }
+    }
+    assert_eq!(num(&s.json(), "skipped"), 3);
+    assert_eq!(num(&s.json(), "datagrams_sent"), 0);
+    // A source changed in place with its size and time kept fools the quick check, as it
+    // fools rsync's; --checksum reads both copies and finds the difference.
+    let f0 = tree.join("f0");
+    let mtime = fsx::mtime_ns(&f0);
+    fsx::write_random(&f0, 3 * MIB, 1199);
+    fsx::set_mtime(&f0, Duration::from_nanos(mtime as u64));
+    let (s, r) = send_json(&[]);
+    s.assert_success();
+    r.assert_success();
+    assert_ne!(fsx::blake3_hex(&f0), fsx::blake3_hex(&out.join("tree/f0")));
+    let (s, r) = send_json(&["--checksum"]);
+    assert!(s.assert_failure().contains("f0"), "{}", s.stderr);
+    r.assert_failure();
+    // With checksums the unchanged files are skipped with their hashes, the changed one sent.
+    let r = start_receiver(&out, &["--json", "--overwrite"]);
+    let s = proc::send(r.addr, &[&tree], &["--json", "--checksum"]);
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    let v = s.json();
+    assert_eq!(num(&v, "skipped"), 2, "{v}");
+    for f in v["file_hashes"].as_array().unwrap() {
+        assert_eq!(f["blake3"].as_str().unwrap().len(), 64, "{v}");
+    }
+    assert_eq!(fsx::tree(&tree), fsx::tree(&out.join("tree")));
+}

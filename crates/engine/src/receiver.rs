@@ -471,6 +471,7 @@ impl Receiver {
         let channels = offered.clamp(1, self.opts.max_channels.max(1));
         let mut warnings = Vec::new();
         let tcp = caps & wire::CAP_TCP_DATA != 0;
+        let checksum = caps & wire::CAP_CHECKSUM != 0;
         let mut udps = Vec::new();
         for _ in 0..if tcp { 0 } else { channels } {
             let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
@@ -564,6 +565,15 @@ impl Receiver {
             let existing = std::fs::symlink_metadata(&target).ok();
             let mut resumed = None;
             decisions.push(match (e.kind, existing) {
+                // As hurtle leaves a file it received: rsync's quick check.
+                (EntryKind::File, Some(m))
+                    if !checksum
+                        && m.is_file()
+                        && m.len() == e.size
+                        && store::mtime_ns(&m) == e.mtime_ns =>
+                {
+                    Decision::Unchanged
+                }
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
                     hash: store::hash_file(&target).map_err(|err| {
                         SessionError::io(format!("read {}", target.display()), err)
@@ -693,7 +703,7 @@ impl Receiver {
             .iter()
             .zip(&decisions)
             .filter(|(e, _)| e.kind == EntryKind::File)
-            .map(|(_, d)| matches!(d, Decision::Have { .. }))
+            .map(|(_, d)| matches!(d, Decision::Have { .. } | Decision::Unchanged))
             .collect();
         if let Some(f) = (0..files.len()).find(|&f| skipped[f] && !offered[f]) {
             return Err(SessionError::Protocol(format!(
@@ -708,8 +718,16 @@ impl Receiver {
             .zip(&skipped)
             .map(|((_, d), &s)| match d {
                 Decision::Have { hash, .. } if s => Some(*hash),
+                // Not read: the summary reports no hash for it.
+                Decision::Unchanged if s => Some([0; 32]),
                 _ => None,
             })
+            .collect();
+        let unchecked: Vec<bool> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| matches!(d, Decision::Unchanged))
             .collect();
         // Skipped files take no room in the layout: no block of theirs is ever sent.
         let sizes: Vec<u64> = files
@@ -866,10 +884,15 @@ impl Receiver {
                 .iter()
                 .zip(hashes)
                 .zip(&kept)
-                .map(|((f, h), k)| crate::sender::FileReport {
+                .zip(&unchecked)
+                .map(|(((f, h), k), &u)| crate::sender::FileReport {
                     path: f.path.clone(),
                     size: f.size,
-                    blake3: to_hex(&h),
+                    blake3: if u && k.is_some() {
+                        String::new()
+                    } else {
+                        to_hex(&h)
+                    },
                     skipped: k.is_some(),
                 })
                 .collect(),

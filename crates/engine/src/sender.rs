@@ -76,6 +76,9 @@ pub struct SendOptions {
     pub block_size: u64,
     /// Follow symbolic links instead of skipping them.
     pub follow_symlinks: bool,
+    /// Compare files the receiver already has by BLAKE3 (both sides read them), not by size
+    /// and modification time.
+    pub checksum: bool,
     /// Directory for per-channel network logs.
     pub log_dir: Option<PathBuf>,
     /// Give up when nothing progresses for this long.
@@ -98,6 +101,7 @@ impl Default for SendOptions {
             payload: wire::MAX_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
+            checksum: false,
             log_dir: None,
             stall_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -118,7 +122,8 @@ pub struct FileReport {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
-    /// BLAKE3, hex, as confirmed by the receiver.
+    /// BLAKE3, hex, as confirmed by the receiver; empty for a file skipped because the
+    /// receiver's copy had the same size and modification time (not read; see `--checksum`).
     pub blake3: String,
     /// Not sent: the receiver already had it, identical.
     pub skipped: bool,
@@ -357,7 +362,7 @@ fn send_once(
             wire::CAP_TCP_DATA
         } else {
             0
-        },
+        } | if opts.checksum { wire::CAP_CHECKSUM } else { 0 },
         channels: opts.channels.max(1),
         payload: opts.payload,
         block_size: opts.block_size,
@@ -412,6 +417,8 @@ fn send_once(
         });
     }
     let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    // Of those, the ones skipped on size and modification time, unread: no hash to report.
+    let mut unchecked = vec![false; files.len()];
     // Per file: the blocks the receiver holds from an interrupted transfer.
     let mut resumed: Vec<Vec<(u64, u64)>> = vec![Vec::new(); files.len()];
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
@@ -457,6 +464,18 @@ fn send_once(
                             let _ = writer.join();
                             return Err(err);
                         }
+                    }
+                    Decision::Unchanged if e.kind == EntryKind::File && !opts.checksum => {
+                        // The hash is not known; nothing reads this placeholder but the
+                        // summary, which reports no hash for it.
+                        skipped[file_id] = Some([0; 32]);
+                        unchecked[file_id] = true;
+                    }
+                    Decision::Unchanged => {
+                        return Err(SessionError::Protocol(format!(
+                            "the receiver skipped {} on size and time alone",
+                            e.path
+                        )))
                     }
                     Decision::Resume { blocks } if e.kind == EntryKind::File => {
                         resumed[file_id] = blocks.clone();
@@ -755,10 +774,11 @@ fn send_once(
             .iter()
             .zip(hashes)
             .zip(&skipped)
-            .map(|((f, h), k)| FileReport {
+            .zip(&unchecked)
+            .map(|(((f, h), k), &u)| FileReport {
                 path: f.rel_path.clone(),
                 size: f.size,
-                blake3: to_hex(&h),
+                blake3: if u { String::new() } else { to_hex(&h) },
                 skipped: k.is_some(),
             })
             .collect(),

@@ -60,6 +60,10 @@ pub enum Kind {
 
 /// Capability bit of the hello: data goes over N TCP connections instead of UDP channels.
 pub const CAP_TCP_DATA: u64 = 1;
+/// Capability bit of the hello: the sender wants files the receiver already has compared by
+/// BLAKE3 ([`Decision::Have`]), never by size and modification time alone
+/// ([`Decision::Unchanged`]).
+pub const CAP_CHECKSUM: u64 = 2;
 
 /// Flag: this datagram repeats data sent before.
 pub const FLAG_RETRANSMIT: u8 = 1;
@@ -207,6 +211,10 @@ pub enum Decision {
         /// The receiver may replace its file (it runs with `--overwrite`).
         replace_ok: bool,
     },
+    /// The receiver already has a file of this size and modification time (as hurtle leaves a
+    /// file it received), and the sender did not ask for checksums: the sender skips it
+    /// without reading it, as rsync does by default.
+    Unchanged,
     /// Send the file, but the receiver already holds these blocks of it from an interrupted
     /// transfer (half-open ranges of the file's block numbers, counted from 0 within the file,
     /// ascending and disjoint). The sender hashes them and sends their values without their
