@@ -1285,6 +1285,33 @@ mod tests {
                 prop_assert_eq!(p.to_str(), Some(s.as_str()));
             }
         }
+
+        /// Whatever a journal holds after its header, what it yields is sorted, without
+        /// repeats and inside the file; the lines that are whole numbers in range all count.
+        #[test]
+        fn any_journal_yields_only_blocks_of_the_file(
+            lines in proptest::collection::vec("[0-9]{0,3}|x|[0-9]+ ", 0..40),
+            torn in "[0-9]{0,2}",
+        ) {
+            let (size, block) = (50 * 1024 + 1, 1024);
+            let mut text = journal_header(size, block).into_bytes();
+            for l in &lines {
+                text.extend_from_slice(l.as_bytes());
+                text.push(b'\n');
+            }
+            text.extend_from_slice(torn.as_bytes());
+            let got = parse_journal(&text, size, block).unwrap();
+            let mut want: Vec<u64> = lines
+                .iter()
+                .filter_map(|l| l.parse::<u64>().ok())
+                .filter(|&b| b < 51)
+                .collect();
+            want.sort_unstable();
+            want.dedup();
+            prop_assert_eq!(got, want);
+            prop_assert!(parse_journal(&text, size + 1, block).is_none());
+            prop_assert!(parse_journal(&text[1..], size, block).is_none());
+        }
     }
 
     #[test]
