@@ -556,51 +556,7 @@ impl Receiver {
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
-        let mut decisions = Vec::with_capacity(entries.len());
-        // Per file entry: a part file left by an interrupted transfer, and the values of the
-        // blocks its journal lists, hashed again now.
-        let mut resumes: Vec<Option<Resumed>> = Vec::new();
-        for e in &entries {
-            let target = store::resolve_under(root, &e.path)?;
-            let existing = std::fs::symlink_metadata(&target).ok();
-            let mut resumed = None;
-            decisions.push(match (e.kind, existing) {
-                // As hurtle leaves a file it received: rsync's quick check.
-                (EntryKind::File, Some(m))
-                    if !checksum
-                        && m.is_file()
-                        && m.len() == e.size
-                        && store::mtime_ns(&m) == e.mtime_ns =>
-                {
-                    Decision::Unchanged
-                }
-                (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: store::hash_file(&target).map_err(|err| {
-                        SessionError::io(format!("read {}", target.display()), err)
-                    })?,
-                    replace_ok: self.opts.overwrite,
-                },
-                (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
-                    "it exists on the receiver (receive with --overwrite to replace it)".into(),
-                ),
-                (EntryKind::File, _) if e.size > 0 => {
-                    match Resumed::open(root, e, block_size, self.opts.overwrite)? {
-                        Some(r) => {
-                            let d = Decision::Resume {
-                                blocks: r.block_ranges(),
-                            };
-                            resumed = Some(r);
-                            d
-                        }
-                        None => Decision::SendAll,
-                    }
-                }
-                _ => Decision::SendAll,
-            });
-            if e.kind == EntryKind::File {
-                resumes.push(resumed);
-            }
-        }
+        let (decisions, resumes) = self.decide(&entries, block_size, checksum)?;
         if let Some((e, Decision::Refuse(reason))) = entries
             .iter()
             .zip(&decisions)
@@ -634,50 +590,8 @@ impl Receiver {
             .filter(|(e, _)| e.kind == EntryKind::File)
             .map(|(_, d)| d)
             .collect();
-        // Files of more than one block keep a journal of their verified blocks, so that an
-        // interrupted transfer can resume; a one-block file is simply sent again.
-        let new_part = |e: &Entry| -> Result<PartFile, SessionError> {
-            let mut p = PartFile::create(root, &e.path, e.size, self.opts.overwrite)?;
-            if e.size > block_size {
-                p.keep_journal(block_size)?;
-            }
-            Ok(p)
-        };
-        let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
-        let mut parts = Vec::with_capacity(files.len());
-        let mut needed = 0;
-        for (f, (e, d)) in files.iter().zip(&file_decisions).enumerate() {
-            parts.push(match (d, resumes[f].take()) {
-                (Decision::SendAll, _) => {
-                    needed += e.size;
-                    Some(new_part(e)?)
-                }
-                (Decision::Resume { .. }, Some(r)) => {
-                    // Space is needed only for the blocks not held.
-                    needed += e.size.saturating_sub(r.values.len() as u64 * block_size);
-                    held_values[f] = r.values;
-                    Some(r.part)
-                }
-                _ => None,
-            });
-        }
-        if store::free_space(root).is_some_and(|free| free < needed) {
-            for (p, d) in parts.into_iter().zip(&file_decisions) {
-                // Best effort: the error below is what matters; a new file holds nothing. A
-                // resumed one is kept for a later try.
-                if let (Some(p), Decision::SendAll) = (p, d) {
-                    let _ = p.discard();
-                }
-            }
-            return Err(store::StoreError::NoSpace {
-                path: root.to_path_buf(),
-                needed,
-            }
-            .into());
-        }
-        for p in parts.iter().flatten() {
-            p.preallocate()?;
-        }
+        let (mut parts, held_values) =
+            self.prepare_parts(&files, &file_decisions, resumes, block_size)?;
         drop(_alive);
         let _ = tx.send(Control::ManifestReply {
             decisions: decisions.clone(),
@@ -760,7 +674,7 @@ impl Receiver {
         // differs, and --overwrite allows replacing it) gets its part file now.
         for (f, part) in parts.iter_mut().enumerate() {
             if part.is_none() && !skipped[f] {
-                let p = new_part(files[f])?;
+                let p = self.new_part(files[f], block_size)?;
                 p.preallocate()?;
                 *part = Some(p);
             }
@@ -898,6 +812,124 @@ impl Receiver {
                 .collect(),
         })
     }
+
+    /// The answer to each manifest entry: send, refuse, already here (unchanged, or to be
+    /// compared by hash), or resume from a part file; for each file entry, the part file to
+    /// resume and what it holds.
+    fn decide(
+        &self,
+        entries: &[Entry],
+        block_size: u64,
+        checksum: bool,
+    ) -> Result<(Vec<Decision>, Vec<Option<Resumed>>), SessionError> {
+        let root = &self.opts.out_dir;
+        let mut decisions = Vec::with_capacity(entries.len());
+        // Per file entry: a part file left by an interrupted transfer, and the values of the
+        // blocks its journal lists, hashed again now.
+        let mut resumes: Vec<Option<Resumed>> = Vec::new();
+        for e in entries {
+            let target = store::resolve_under(root, &e.path)?;
+            let existing = std::fs::symlink_metadata(&target).ok();
+            let mut resumed = None;
+            decisions.push(match (e.kind, existing) {
+                // As hurtle leaves a file it received: rsync's quick check.
+                (EntryKind::File, Some(m))
+                    if !checksum
+                        && m.is_file()
+                        && m.len() == e.size
+                        && store::mtime_ns(&m) == e.mtime_ns =>
+                {
+                    Decision::Unchanged
+                }
+                (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
+                    hash: store::hash_file(&target).map_err(|err| {
+                        SessionError::io(format!("read {}", target.display()), err)
+                    })?,
+                    replace_ok: self.opts.overwrite,
+                },
+                (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
+                    "it exists on the receiver (receive with --overwrite to replace it)".into(),
+                ),
+                (EntryKind::File, _) if e.size > 0 => {
+                    match Resumed::open(root, e, block_size, self.opts.overwrite)? {
+                        Some(r) => {
+                            let d = Decision::Resume {
+                                blocks: r.block_ranges(),
+                            };
+                            resumed = Some(r);
+                            d
+                        }
+                        None => Decision::SendAll,
+                    }
+                }
+                _ => Decision::SendAll,
+            });
+            if e.kind == EntryKind::File {
+                resumes.push(resumed);
+            }
+        }
+        Ok((decisions, resumes))
+    }
+
+    /// The part files of the files to be sent (`None` for the others), created or resumed and
+    /// preallocated, and the held blocks' values of the resumed ones. Refuses with
+    /// [`store::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
+    /// created (a resumed one is kept for a later try).
+    fn prepare_parts(
+        &self,
+        files: &[&Entry],
+        file_decisions: &[&Decision],
+        mut resumes: Vec<Option<Resumed>>,
+        block_size: u64,
+    ) -> Result<PreparedParts, SessionError> {
+        let root = &self.opts.out_dir;
+        let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
+        let mut parts = Vec::with_capacity(files.len());
+        let mut needed = 0;
+        for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
+            parts.push(match (d, resumes[f].take()) {
+                (Decision::SendAll, _) => {
+                    needed += e.size;
+                    Some(self.new_part(e, block_size)?)
+                }
+                (Decision::Resume { .. }, Some(r)) => {
+                    // Space is needed only for the blocks not held.
+                    needed += e.size.saturating_sub(r.values.len() as u64 * block_size);
+                    held_values[f] = r.values;
+                    Some(r.part)
+                }
+                _ => None,
+            });
+        }
+        if store::free_space(root).is_some_and(|free| free < needed) {
+            for (p, d) in parts.into_iter().zip(file_decisions) {
+                // Best effort: the error below is what matters; a new file holds nothing. A
+                // resumed one is kept for a later try.
+                if let (Some(p), Decision::SendAll) = (p, d) {
+                    let _ = p.discard();
+                }
+            }
+            return Err(store::StoreError::NoSpace {
+                path: root.to_path_buf(),
+                needed,
+            }
+            .into());
+        }
+        for p in parts.iter().flatten() {
+            p.preallocate()?;
+        }
+        Ok((parts, held_values))
+    }
+
+    /// A new part file for `e`. Files of more than one block keep a journal of their verified
+    /// blocks, so that an interrupted transfer can resume; a one-block file is sent again.
+    fn new_part(&self, e: &Entry, block_size: u64) -> Result<PartFile, SessionError> {
+        let mut p = PartFile::create(&self.opts.out_dir, &e.path, e.size, self.opts.overwrite)?;
+        if e.size > block_size {
+            p.keep_journal(block_size)?;
+        }
+        Ok(p)
+    }
 }
 
 /// Accepts the sender's `channels` TCP data connections, each opened by its greeting. Connections
@@ -953,6 +985,10 @@ fn accept_data_connections(
         })
         .collect()
 }
+
+/// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
+/// resumed one holds.
+type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
 
 /// A part file left by an interrupted transfer, with the blocks its journal lists and their
 /// values as hashed again from the part file now.
