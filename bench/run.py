@@ -320,6 +320,8 @@ def main():
         err = cargo_build("linkem")
         if err:
             sys.exit(err)
+        if "tcp-b3" in tool_names and (err := cargo_build("tcphash")):
+            log(err)
         if any(t.startswith("hurtle") for t in tool_names) or args.sweep in ("channels", "payload", "tcpgrid"):
             hurtle_build_err = cargo_build("hurtle")
             if hurtle_build_err:

@@ -108,6 +108,28 @@ class PlainTcp(Tool):
                      f"{ends.recv_addr}:{port}"])
 
 
+class HashedTcp(Tool):
+    """One TCP connection doing the integrity work hurtle does: BLAKE3 of every byte on both
+    ends (``bench/tcphash``, Rust, the same blake3 crate), reads and writes in 1 MiB pieces."""
+
+    name = "tcp-b3"
+
+    def _bin(self, env) -> Path:
+        return env.repo / "target" / "release" / "tcphash"
+
+    def unavailable(self, env):
+        if not self._bin(env).exists():
+            return f"{self._bin(env)} missing (cargo build --release -p tcphash failed?)"
+        return None
+
+    def receiver(self, env, ends, port, outdir, src, prof):
+        return Spec([str(self._bin(env)), "recv", "--listen", f"{ends.recv_addr}:{port}",
+                     "--out", str(outdir / src.name)])
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        return Spec([str(self._bin(env)), "send", str(src), "--to", f"{ends.recv_addr}:{port}"])
+
+
 class Iperf3(Tool):
     """Memory-to-memory TCP bound: a time-based iperf3 test (``-t``), whose
     receiver-side rate is reported as goodput. Size-based (``-n``) tests are
@@ -348,6 +370,8 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
     for n in names:
         if n == "tcp":
             out.append(PlainTcp("1 stream, sendfile"))
+        elif n == "tcp-b3":
+            out.append(HashedTcp("1 stream, BLAKE3 both ends"))
         elif n == "iperf3":
             out.append(Iperf3(f"1 stream, {iperf_secs}s mem-to-mem", streams=1, secs=iperf_secs))
         elif n == "iperf3-p4":
