@@ -56,11 +56,16 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
                 b.set_position(p.sent.load(Ordering::Relaxed));
                 if let Ok(cur) = p.current.lock() {
                     let r = p.rate_bps.load(Ordering::Relaxed);
-                    if r > 0 {
-                        b.set_message(format!("pacing {} {}", rate(r as f64), cur));
+                    let mut msg = if r > 0 {
+                        format!("pacing {} {}", rate(r as f64), cur)
                     } else {
-                        b.set_message(cur.clone());
+                        cur.clone()
+                    };
+                    let resumed = p.resumed.load(Ordering::Relaxed);
+                    if resumed > 0 {
+                        msg = format!("{msg} (resumed: {} were already there)", bytes(resumed));
                     }
+                    b.set_message(msg);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }

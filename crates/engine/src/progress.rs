@@ -8,6 +8,9 @@ use std::sync::Mutex;
 pub struct Progress {
     /// Bytes the session will move in total (known after the manifest).
     pub total: AtomicU64,
+    /// Bytes not moved because the receiver holds them from an interrupted transfer (not in
+    /// `total`).
+    pub resumed: AtomicU64,
     /// Bytes sent at least once (sender) or received (receiver).
     pub sent: AtomicU64,
     /// Bytes the receiver reports holding.

@@ -670,6 +670,7 @@ impl Receiver {
         progress
             .total
             .store(total - resumed_bytes, Ordering::Relaxed);
+        progress.resumed.store(resumed_bytes, Ordering::Relaxed);
         // A file the receiver offered as already there but the sender did not skip (its copy
         // differs, and --overwrite allows replacing it) gets its part file now.
         for (f, part) in parts.iter_mut().enumerate() {

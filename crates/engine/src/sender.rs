@@ -522,6 +522,7 @@ fn send_once(
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
+    progress.resumed.store(held_bytes, Ordering::Relaxed);
     let sources = files
         .iter()
         .map(|f| SourceFile::open(&f.abs_path))
