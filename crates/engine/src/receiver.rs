@@ -1166,47 +1166,54 @@ fn session_loop(
         let _ = shared.to_wire.send(Control::FileDone { file, hash });
         Ok(())
     };
+    let mut journal = JournalQueue::new(shared);
     // A verdict about `block`.
-    let handle =
-        |block: u64, v: Verdict, hashes: &mut Vec<Option<[u8; 32]>>| -> Result<(), SessionError> {
-            match v {
-                Verdict::Pending => Ok(()),
-                Verdict::Verified => {
-                    // Written and checked: a resume can start from it.
-                    if let Some((file, index)) = layout.file_of_block(block) {
-                        if let Some(Some(part)) = shared.files.get(file as usize) {
-                            part.record_block(index);
-                        }
-                    }
-                    Ok(())
+    let handle = |block: u64,
+                  v: Verdict,
+                  hashes: &mut Vec<Option<[u8; 32]>>,
+                  journal: &mut JournalQueue|
+     -> Result<(), SessionError> {
+        match v {
+            Verdict::Pending => Ok(()),
+            Verdict::Verified => {
+                // Written and checked: a resume can start from it.
+                if let Some((file, index)) = layout.file_of_block(block) {
+                    journal.push(file, index);
                 }
-                Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
-                Verdict::Mismatch { block } => {
-                    shared
-                        .counters
-                        .rejected_blocks
-                        .fetch_add(1, Ordering::Relaxed);
-                    if let Some((ch, _)) = layout.block_stripe_range(block) {
-                        let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
-                    }
-                    Ok(())
-                }
-                Verdict::GiveUp { block } => {
-                    let path = layout
-                        .file_of_block(block)
-                        .map(|(f, _)| files[f as usize].path.clone())
-                        .unwrap_or_default();
-                    Err(SessionError::Verification {
-                        path,
-                        block,
-                        times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
-                    })
-                }
+                Ok(())
             }
-        };
+            Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
+            Verdict::Mismatch { block } => {
+                shared
+                    .counters
+                    .rejected_blocks
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some((ch, _)) = layout.block_stripe_range(block) {
+                    let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
+                }
+                Ok(())
+            }
+            Verdict::GiveUp { block } => {
+                let path = layout
+                    .file_of_block(block)
+                    .map(|(f, _)| files[f as usize].path.clone())
+                    .unwrap_or_default();
+                Err(SessionError::Verification {
+                    path,
+                    block,
+                    times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
+                })
+            }
+        }
+    };
     // The held blocks' own values wait for the sender's.
     for &(block, value) in held {
-        handle(block, verifier.on_received(block, value), &mut hashes)?;
+        handle(
+            block,
+            verifier.on_received(block, value),
+            &mut hashes,
+            &mut journal,
+        )?;
     }
     let tick = crossbeam_channel::tick(TICK);
     let mut report_every = Duration::from_millis(50);
@@ -1222,7 +1229,7 @@ fn session_loop(
                 match msg {
                     Control::BlockHashes { blocks } => {
                         for (block, value) in blocks {
-                            handle(block, verifier.on_expected(block, value), &mut hashes)?;
+                            handle(block, verifier.on_expected(block, value), &mut hashes, &mut journal)?;
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
@@ -1254,12 +1261,13 @@ fn session_loop(
                 }
             }
             recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value }) => handle(block, verifier.on_received(block, value), &mut hashes)?,
+                Ok(ChanEvent::Block { block, value }) => handle(block, verifier.on_received(block, value), &mut hashes, &mut journal)?,
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },
             recv(tick) -> _ => {
                 let now = Instant::now();
+                journal.tick(now);
                 let interval = now.saturating_duration_since(last.0);
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
@@ -1283,6 +1291,61 @@ fn session_loop(
                 }
             }
         }
+    }
+}
+
+/// Verified blocks waiting to be noted in their files' journals: written in batches, one open
+/// and write per file for every [`JournalQueue::BATCH`] blocks or [`JournalQueue::EVERY`],
+/// and when the session ends, however it ends (a journal line per block cost three system
+/// calls per MiB on the session's thread).
+struct JournalQueue<'a> {
+    shared: &'a Shared,
+    /// `(file, block within the file)`, in verification order.
+    pending: Vec<(u32, u64)>,
+    flushed: Instant,
+}
+
+impl<'a> JournalQueue<'a> {
+    const BATCH: usize = 64;
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn new(shared: &'a Shared) -> Self {
+        JournalQueue {
+            shared,
+            pending: Vec::new(),
+            flushed: Instant::now(),
+        }
+    }
+
+    fn push(&mut self, file: u32, index: u64) {
+        self.pending.push((file, index));
+        if self.pending.len() >= Self::BATCH {
+            self.flush();
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        if !self.pending.is_empty() && now.saturating_duration_since(self.flushed) >= Self::EVERY {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        self.pending.sort_unstable();
+        for run in self.pending.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(Some(part)) = self.shared.files.get(run[0].0 as usize) {
+                let indices: Vec<u64> = run.iter().map(|&(_, i)| i).collect();
+                part.record_blocks(&indices);
+            }
+        }
+        self.pending.clear();
+        self.flushed = Instant::now();
+    }
+}
+
+impl Drop for JournalQueue<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

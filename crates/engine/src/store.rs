@@ -892,10 +892,17 @@ impl PartFile {
     }
 
     /// Notes in the block journal that block `index` (counted within this file) was written
-    /// and passed verification. Best effort and not synced: a lost line costs that block's
-    /// refetch on resume, nothing more.
+    /// and passed verification. See [`PartFile::record_blocks`].
     pub fn record_block(&self, index: u64) {
-        if !self.journal {
+        self.record_blocks(&[index]);
+    }
+
+    /// Notes in the block journal that these blocks (counted within this file) were written
+    /// and passed verification, with one write. Best effort and not synced: a lost line costs
+    /// that block's refetch on resume, nothing more. Does nothing once the file is committed
+    /// (its journal is gone and is not created again).
+    pub fn record_blocks(&self, indices: &[u64]) {
+        if !self.journal || indices.is_empty() {
             return;
         }
         let journal = OpenOptions::new()
@@ -903,7 +910,8 @@ impl PartFile {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&self.journal_path);
         if let Ok(mut j) = journal {
-            let _ = io::Write::write_all(&mut j, format!("{index}\n").as_bytes());
+            let lines: String = indices.iter().map(|i| format!("{i}\n")).collect();
+            let _ = io::Write::write_all(&mut j, lines.as_bytes());
         }
     }
 
@@ -1534,8 +1542,7 @@ mod tests {
         let mut pf = PartFile::create(root, "a/f", 10_000, false).unwrap();
         pf.keep_journal(4096).unwrap();
         pf.write_at(0, &[7; 4096]).unwrap();
-        pf.record_block(0);
-        pf.record_block(2);
+        pf.record_blocks(&[0, 2]);
         pf.record_block(0);
         drop(pf);
         assert_eq!(
