@@ -125,7 +125,8 @@ pub struct FileReport {
     /// BLAKE3, hex, as confirmed by the receiver; empty for a file skipped because the
     /// receiver's copy had the same size and modification time (not read; see `--checksum`).
     pub blake3: String,
-    /// Not sent: the receiver already had it, identical.
+    /// Not sent: the receiver already had it (the same BLAKE3, or without `--checksum` the same
+    /// size and modification time).
     pub skipped: bool,
 }
 
@@ -139,7 +140,7 @@ pub struct SendSummary {
     pub resumed_bytes: u64,
     /// Files in the transfer (including skipped ones).
     pub files: usize,
-    /// Files skipped because the receiver already had them, identical.
+    /// Files skipped because the receiver already had them (see [`FileReport::skipped`]).
     pub skipped: usize,
     /// Directories created.
     pub dirs: usize,
