@@ -12,7 +12,7 @@
 //!   mode and mtime, renames it into place and fsyncs the directory. Nothing is ever written
 //!   under the final name before that rename. Beside the part file, a *block journal*
 //!   `.<name>.hurtle-blocks` lists the blocks that passed verification
-//!   ([`PartFile::record_block`]), so that a transfer interrupted by a killed peer, a lost
+//!   ([`PartFile::record_blocks`]), so that a transfer interrupted by a killed peer, a lost
 //!   network or a full disk can resume ([`PartFile::resume`]). The journal is a hint, not a
 //!   proof: a resumed block is hashed again and checked against the sender's value before it
 //!   counts, so a journal that is stale, torn or lying costs a refetch, never a wrong byte.
@@ -165,7 +165,8 @@ pub enum StoreError {
     TooManyFiles {
         /// Files in the transfer.
         files: usize,
-        /// The process's limit on open files.
+        /// Files the process may have open for a transfer: its limit on open files, less what
+        /// its sockets and logs need.
         limit: u64,
     },
     /// The source file's size or modification time changed since it was opened, or it is
@@ -534,8 +535,8 @@ fn preallocate(_file: &File, _size: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The system calls behind [`preallocate`], [`free_space`] and [`PartFile::start_writeback`]:
-/// the only `unsafe` in this file.
+/// The system calls behind [`preallocate`], [`free_space`], [`PartFile::start_writeback`] and
+/// [`check_open_files`]: the only `unsafe` in this file.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 mod sys {
@@ -621,7 +622,6 @@ mod sys {
         false
     }
 
-    /// `statvfs`: bytes available to unprivileged writers on the filesystem holding `dir`.
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit then in force
     /// (`None` if it cannot be read; `u64::MAX` when unlimited).
     pub(super) fn raise_open_file_limit() -> Option<u64> {
@@ -652,6 +652,7 @@ mod sys {
         })
     }
 
+    /// `statvfs`: bytes available to unprivileged writers on the filesystem holding `dir`.
     pub(super) fn free_space(dir: &Path) -> Option<u64> {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
@@ -812,8 +813,9 @@ impl PartFile {
 
     /// Picks up where an interrupted transfer of `rel` left off: if `.<name>.hurtle-part`
     /// exists with `size` bytes beside a block journal written for `size` and `block_size`,
-    /// opens the part file (journaling on) and returns it with the blocks the journal lists. `Ok(None)` when there is nothing to resume from; then [`PartFile::create`]
-    /// starts over. The listed blocks are only claims: hash them again before trusting them.
+    /// opens the part file (journaling on) and returns it with the blocks the journal lists.
+    /// `Ok(None)` when there is nothing to resume from; then [`PartFile::create`] starts over.
+    /// The listed blocks are only claims: hash them again before trusting them.
     /// Refuses like `create` when the final name exists and `overwrite` is false.
     pub fn resume(
         root: &Path,
@@ -870,7 +872,7 @@ impl PartFile {
     }
 
     /// Starts a block journal for this file (blocks of `block_size` bytes), replacing any
-    /// other: from now on [`PartFile::record_block`] lists the blocks that passed
+    /// other: from now on [`PartFile::record_blocks`] lists the blocks that passed
     /// verification, so that an interrupted transfer can resume. Without it, an interrupted
     /// transfer starts over.
     pub fn keep_journal(&mut self, block_size: u64) -> Result<(), StoreError> {
@@ -891,12 +893,6 @@ impl PartFile {
         Ok(())
     }
 
-    /// Notes in the block journal that block `index` (counted within this file) was written
-    /// and passed verification. See [`PartFile::record_blocks`].
-    pub fn record_block(&self, index: u64) {
-        self.record_blocks(&[index]);
-    }
-
     /// Notes in the block journal that these blocks (counted within this file) were written
     /// and passed verification, with one write. Best effort and not synced: a lost line costs
     /// that block's refetch on resume, nothing more. Does nothing once the file is committed
@@ -913,11 +909,6 @@ impl PartFile {
             let lines: String = indices.iter().map(|i| format!("{i}\n")).collect();
             let _ = io::Write::write_all(&mut j, lines.as_bytes());
         }
-    }
-
-    /// The block journal beside the part file.
-    pub fn journal_path(&self) -> &Path {
-        &self.journal_path
     }
 
     /// Checks `rel` and the final name: the directory to work in (created as needed), the
@@ -1534,16 +1525,23 @@ mod tests {
         assert_eq!(buf, [0, 0, 0]);
     }
 
+    /// A part file for `rel` of `size` bytes whose journal (blocks of 4096) lists `blocks`,
+    /// left as an interrupted transfer leaves it.
+    fn journaled(root: &Path, rel: &str, size: u64, blocks: &[u64]) -> PartFile {
+        let mut pf = PartFile::create(root, rel, size, false).unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.record_blocks(blocks);
+        pf
+    }
+
     #[test]
     fn a_journal_lets_an_interrupted_file_resume() {
         use std::io::Write;
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let mut pf = PartFile::create(root, "a/f", 10_000, false).unwrap();
-        pf.keep_journal(4096).unwrap();
+        let pf = journaled(root, "a/f", 10_000, &[0, 2]);
         pf.write_at(0, &[7; 4096]).unwrap();
-        pf.record_blocks(&[0, 2]);
-        pf.record_block(0);
+        pf.record_blocks(&[0]);
         drop(pf);
         assert_eq!(
             names_in(&root.join("a")),
@@ -1564,7 +1562,7 @@ mod tests {
         let mut buf = [0u8; 4096];
         pf.read_at(0, &mut buf).unwrap();
         assert_eq!(buf, [7; 4096], "resuming keeps the data");
-        pf.record_block(1);
+        pf.record_blocks(&[1]);
         drop(pf);
         let (pf, blocks) = PartFile::resume(root, "a/f", 10_000, 4096, false)
             .unwrap()
@@ -1580,10 +1578,7 @@ mod tests {
         use std::io::Write;
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let mut pf = PartFile::create(root, "f", 10_000, false).unwrap();
-        pf.keep_journal(4096).unwrap();
-        pf.record_block(1);
-        drop(pf);
+        drop(journaled(root, "f", 10_000, &[1]));
         let resume = |size, block| PartFile::resume(root, "f", size, block, false).unwrap();
         assert!(resume(10_001, 4096).is_none(), "another size");
         assert!(resume(10_000, 8192).is_none(), "another block size");
@@ -1602,9 +1597,7 @@ mod tests {
         fs::remove_file(root.join(".f.hurtle-blocks")).unwrap();
         assert!(resume(10_000, 4096).is_none());
         // Nor with the final name taken, unless overwriting.
-        let mut pf = PartFile::create(root, "g", 10, false).unwrap();
-        pf.keep_journal(4096).unwrap();
-        drop(pf);
+        drop(journaled(root, "g", 10, &[]));
         fs::write(root.join("g"), b"x").unwrap();
         assert!(matches!(
             PartFile::resume(root, "g", 10, 4096, false),
@@ -1619,16 +1612,11 @@ mod tests {
     fn starting_over_removes_the_old_journal() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let mut pf = PartFile::create(root, "f", 10, false).unwrap();
-        pf.keep_journal(4096).unwrap();
-        pf.record_block(0);
-        drop(pf);
+        drop(journaled(root, "f", 10, &[0]));
         let pf = PartFile::create(root, "f", 10, false).unwrap();
         assert_eq!(names_in(root), vec![".f.hurtle-part"]);
         pf.discard().unwrap();
-        let mut pf = PartFile::create(root, "f", 10, false).unwrap();
-        pf.keep_journal(4096).unwrap();
-        pf.discard().unwrap();
+        journaled(root, "f", 10, &[]).discard().unwrap();
         assert!(names_in(root).is_empty(), "discard removes both");
     }
 
