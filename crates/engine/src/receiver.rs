@@ -652,21 +652,16 @@ impl Receiver {
         let layout = Layout::new(&sizes, block_size, channels)?;
         let total: u64 = sizes.iter().sum();
         // Held blocks, by global number with their values, and by channel as stripe ranges.
-        let mut held: Vec<(u64, BlockValue)> = Vec::new();
-        let mut held_stripes: Vec<Vec<std::ops::Range<u64>>> =
-            vec![Vec::new(); usize::from(channels)];
-        let mut resumed_bytes = 0;
-        for (f, values) in held_values.into_iter().enumerate() {
-            let first = layout.blocks_of(f as u32).start;
-            for (index, value) in values {
-                let block = first + index;
-                if let Some((ch, stripe)) = layout.block_stripe_range(block) {
-                    resumed_bytes += stripe.end - stripe.start;
-                    held_stripes[usize::from(ch)].push(stripe);
-                    held.push((block, value));
-                }
-            }
-        }
+        let held: Vec<(u64, BlockValue)> = held_values
+            .into_iter()
+            .enumerate()
+            .flat_map(|(f, values)| {
+                let first = layout.blocks_of(f as u32).start;
+                values.into_iter().map(move |(index, v)| (first + index, v))
+            })
+            .collect();
+        let (mut held_stripes, resumed_bytes) =
+            layout.stripes_by_channel(held.iter().map(|&(block, _)| block));
         progress
             .total
             .store(total - resumed_bytes, Ordering::Relaxed);

@@ -510,16 +510,11 @@ fn send_once(
         .collect();
     let layout = Layout::new(&sizes, opts.block_size, channels)?;
     // The stripe ranges of each channel the receiver already holds.
-    let mut held: Vec<Vec<std::ops::Range<u64>>> = vec![Vec::new(); usize::from(channels)];
-    let mut held_bytes = 0;
+    let mut held_blocks = Vec::new();
     for (f, blocks) in resumed.iter().enumerate() {
-        for block in layout.held_blocks(f as u32, blocks)? {
-            if let Some((ch, stripe)) = layout.block_stripe_range(block) {
-                held_bytes += stripe.end - stripe.start;
-                held[usize::from(ch)].push(stripe);
-            }
-        }
+        held_blocks.extend(layout.held_blocks(f as u32, blocks)?);
     }
+    let (mut held, held_bytes) = layout.stripes_by_channel(held_blocks);
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
@@ -1271,7 +1266,6 @@ impl ChannelWorker {
                 .resolve(self.ch, run.pos)
                 .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
             let len = run.len as usize;
-            let src = &self.shared.sources[span.file as usize];
             let data: &[u8] = match run.kind {
                 RunKind::Held => {
                     // The receiver has these bytes: it needs only their value to check them.
@@ -1287,7 +1281,7 @@ impl ChannelWorker {
                 }
                 RunKind::Repair => {
                     let buf = scratch.for_offset(span.offset, len);
-                    src.read_at(span.offset, buf)?;
+                    shared.sources[span.file as usize].read_at(span.offset, buf)?;
                     buf
                 }
             };

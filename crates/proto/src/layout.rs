@@ -232,6 +232,25 @@ impl Layout {
         Ok(out)
     }
 
+    /// The stripe ranges that carry `blocks` (global block numbers), gathered by channel, and
+    /// their total length: what each channel's sender and receiver `hold` on a resume. Blocks
+    /// outside the layout are skipped.
+    pub fn stripes_by_channel(
+        &self,
+        blocks: impl IntoIterator<Item = u64>,
+    ) -> (Vec<Vec<Range<u64>>>, u64) {
+        let mut stripes = vec![Vec::new(); usize::from(self.channels)];
+        let mut bytes = 0;
+        for (ch, stripe) in blocks
+            .into_iter()
+            .filter_map(|b| self.block_stripe_range(b))
+        {
+            bytes += stripe.end - stripe.start;
+            stripes[usize::from(ch)].push(stripe);
+        }
+        (stripes, bytes)
+    }
+
     /// Maps `len` bytes at `offset` of `file` to `(channel, stripe position)`, checking that the
     /// range is non-empty, inside the file and inside a single block.
     pub fn locate(&self, file: u32, offset: u64, len: u64) -> Result<(u16, u64), LayoutError> {
@@ -349,6 +368,16 @@ mod tests {
             );
         }
         assert_eq!(l.held_blocks(2, &[]), Err(LayoutError::NoSuchFile(2)));
+    }
+
+    #[test]
+    fn stripes_of_blocks_are_gathered_by_channel() {
+        // Blocks 0..5 alternate between the two channels; block 4 is the short tail (476).
+        let l = Layout::new(&[3 * 1024, 1500], 1024, 2).unwrap();
+        let (stripes, bytes) = l.stripes_by_channel([0, 2, 4, 1, 99]);
+        assert_eq!(stripes[0], vec![0..1024, 1024..2048, 2048..2524]);
+        assert_eq!(stripes[1], vec![0..1024]);
+        assert_eq!(bytes, 3 * 1024 + 476);
     }
 
     proptest! {
