@@ -621,6 +621,25 @@ mod resume {
     }
 
     #[test]
+    fn a_wrong_copy_in_a_fully_held_stripe_is_fetched_without_a_final_marker() {
+        // Nothing new to send, and every final marker lost: only the failed verification says
+        // what is missing (a property test found this stalling: the receiver waited for data
+        // or a marker to move its loss horizon, and the sender had taken its early
+        // ChannelDone for the answer to a marker).
+        let out = run(
+            "resume, all held, wrong copies, no final markers",
+            Scenario {
+                held: held(0..256, &[5, 130, 255]),
+                final_loss: 1.0,
+                ..Scenario::default()
+            },
+            ms(500),
+        );
+        assert_eq!(out.blocks_rejected, 3, "{out}");
+        assert_eq!(out.repair_bytes, 3 * 16 * 1024, "{out}");
+    }
+
+    #[test]
     fn everything_held_sends_only_hashes_and_final_markers() {
         let out = run(
             "resume, all held",

@@ -16,7 +16,9 @@
 //!
 //! A resumed transfer marks the blocks the receiver already holds with [`ChannelReceiver::hold`]
 //! before anything arrives: they count as received, so they are never asked for, unless
-//! verification later `reject`s one.
+//! verification later `reject`s one. A rejected block is asked for at once, whatever the
+//! frontier: it is missing for certain, and a held block may be rejected before any data or
+//! final marker has moved the frontier past it.
 
 use crate::ranges::RangeSet;
 use std::collections::VecDeque;
@@ -87,6 +89,10 @@ pub struct ChannelReceiver {
     channel: u16,
     stripe_len: u64,
     received: RangeSet,
+    /// Blocks that failed verification and have not arrived again: missing for certain, so
+    /// they are asked for whatever the loss horizon says (a held block is rejected before any
+    /// data or final marker may have moved the horizon past it).
+    rejected: RangeSet,
     frontier: u64,
     /// Frontier samples, oldest first: (sample opened, frontier last raised, frontier). A new
     /// sample opens at most every `reorder_wait / 4`, so the list stays short.
@@ -108,6 +114,7 @@ impl ChannelReceiver {
             channel,
             stripe_len,
             received: RangeSet::new(),
+            rejected: RangeSet::new(),
             frontier: 0,
             history: VecDeque::new(),
             final_at: None,
@@ -172,6 +179,9 @@ impl ChannelReceiver {
     ) -> DataOutcome {
         let end = pos.saturating_add(len).min(self.stripe_len);
         let new_bytes = self.received.insert(pos..end);
+        if !self.rejected.is_empty() {
+            self.rejected.remove(pos..end);
+        }
         self.stats.new_bytes += new_bytes;
         self.stats.duplicate_bytes += (end - pos.min(end)) - new_bytes;
         if !retransmit && end > self.frontier {
@@ -211,6 +221,7 @@ impl ChannelReceiver {
     pub fn reject(&mut self, block: Range<u64>) {
         self.stats.rejected_blocks += 1;
         self.received.remove(block.clone());
+        self.rejected.insert(block.clone());
         for (_, set) in self.asked.iter_mut() {
             set.remove(block.clone());
         }
@@ -270,10 +281,11 @@ impl ChannelReceiver {
             self.asked.pop_front();
         }
         let horizon = self.loss_horizon(now);
-        if horizon == 0 || self.received.covers(0..horizon) {
+        let mut wanted: RangeSet = self.received.gaps(0..horizon).into_iter().collect();
+        wanted.union_with(&self.rejected);
+        if wanted.is_empty() {
             return None;
         }
-        let mut wanted: RangeSet = self.received.gaps(0..horizon).into_iter().collect();
         for (_, set) in &self.asked {
             wanted.subtract(set);
             if wanted.is_empty() {
@@ -419,6 +431,30 @@ mod tests {
         assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(4000, 8000)]));
         let out = r.on_data(t0 + ms(30), 4000, 4000, true, 4000..8000);
         assert!(out.completes_block);
+        assert!(r.poll_done());
+    }
+
+    #[test]
+    fn a_rejected_held_block_is_asked_for_without_data_or_a_final_marker() {
+        // Everything held, nothing sent, the final marker lost: only the rejection says that
+        // 4000..8000 is missing, and that is enough.
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 8000, RecvConfig::default());
+        r.hold(0..8000);
+        assert!(r.poll_done());
+        r.reject(4000..8000);
+        assert_eq!(r.poll_nack(t0), Some(vec![(4000, 8000)]));
+        assert_eq!(r.poll_nack(t0 + ms(10)), None, "already asked");
+        assert_eq!(
+            r.poll_nack(t0 + ms(200)),
+            Some(vec![(4000, 8000)]),
+            "the repair was lost: asked again"
+        );
+        assert!(
+            r.on_data(t0 + ms(210), 4000, 4000, true, 4000..8000)
+                .completes_block
+        );
+        assert_eq!(r.poll_nack(t0 + ms(500)), None);
         assert!(r.poll_done());
     }
 
