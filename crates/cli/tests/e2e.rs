@@ -764,6 +764,18 @@ fn interrupted_transfer(src: &Path, out: &Path, kill: Kill) {
     assert_eq!(left.len(), 2, "a part file and its journal: {left:?}");
 }
 
+/// Sends `src` again into `out` (2 channels) and checks that it arrived whole and nothing of
+/// the interrupted transfer is left; returns the sender's and the receiver's JSON summaries.
+fn send_again(src: &Path, out: &Path) -> (Value, Value) {
+    let r = start_receiver(out, &["--json"]);
+    let s = proc::send(r.addr, &[src], &["--json", "--channels", "2"]);
+    s.assert_success();
+    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
+    fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
+    fsx::assert_no_part_files(out);
+    (s.json(), rj)
+}
+
 #[test]
 fn an_interrupted_transfer_resumes_where_it_stopped() {
     resumes_after(Kill::Sender);
@@ -779,13 +791,7 @@ fn resumes_after(kill: Kill) {
     let src = t.path().join("src/big.bin");
     let out = t.path().join("out");
     interrupted_transfer(&src, &out, kill);
-    let r = start_receiver(&out, &["--json"]);
-    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
-    s.assert_success();
-    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
-    let sj = s.json();
-    fsx::assert_same_file(&src, &out.join("big.bin"));
-    fsx::assert_no_part_files(&out);
+    let (sj, rj) = send_again(&src, &out);
     // About 1.5 s at 50 Mbit/s arrived before the kill: several MiB, far from all of it.
     let resumed = sj["resumed_bytes"].as_u64().unwrap();
     assert!(
@@ -808,7 +814,7 @@ fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
     let src = t.path().join("src/big.bin");
     let out = t.path().join("out");
     interrupted_transfer(&src, &out, Kill::Sender);
-    // Damage the first block (the journal lists it: it went first) and a byte further on.
+    // Damage the first block (the journal lists it: it went first).
     let part = fsx::part_files(&out)
         .into_iter()
         .find(|p| p.to_string_lossy().ends_with(".hurtle-part"))
@@ -817,13 +823,8 @@ fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
     use std::os::unix::fs::FileExt;
     f.write_all_at(b"not what was sent", 1000).unwrap();
     drop(f);
-    let r = start_receiver(&out, &["--json"]);
-    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
-    s.assert_success();
-    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
-    fsx::assert_same_file(&src, &out.join("big.bin"));
-    fsx::assert_no_part_files(&out);
-    assert!(s.json()["resumed_bytes"].as_u64().unwrap() > 0);
+    let (sj, rj) = send_again(&src, &out);
+    assert!(sj["resumed_bytes"].as_u64().unwrap() > 0);
     assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 1, "{rj}");
 }
 
@@ -836,13 +837,8 @@ fn a_journal_for_another_file_is_not_trusted() {
     // A different file of another size under the same name: nothing is resumed from the old
     // part file, and the new file arrives whole.
     fsx::write_random(&src, 3 * MIB + 5, 821);
-    let r = start_receiver(&out, &["--json"]);
-    let s = proc::send(r.addr, &[&src], &["--json", "--channels", "2"]);
-    s.assert_success();
-    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
-    assert_eq!(s.json()["resumed_bytes"].as_u64().unwrap(), 0);
-    fsx::assert_same_file(&src, &out.join("big.bin"));
-    fsx::assert_no_part_files(&out);
+    let (sj, _) = send_again(&src, &out);
+    assert_eq!(sj["resumed_bytes"].as_u64().unwrap(), 0);
 }
 
 /// Both sides of a transfer fail, each with a cause that names the lack of space.
