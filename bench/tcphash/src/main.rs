@@ -7,13 +7,14 @@
 //! ```
 //!
 //! The sender writes the file's size (8 bytes, big-endian), the file, then its BLAKE3 (32
-//! bytes); it reads the file in 1 MiB pieces into a page-aligned buffer and hashes each piece
-//! before sending it. The receiver reads into a 1 MiB buffer, hashes and writes each piece,
+//! bytes); it reads the file in 1 MiB pieces into an aligned buffer (hurtle's own
+//! `iobuf::IoBuf`, as hurtle reads) and hashes each piece before sending it. The receiver reads into a 1 MiB buffer, hashes and writes each piece,
 //! compares the hashes and answers one byte (1: match), so the sender's exit status says
 //! whether the file arrived intact. Both print the byte count on success.
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use hurtle_engine::iobuf::IoBuf;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -47,22 +48,25 @@ enum Cmd {
     },
 }
 
-/// A zeroed buffer of `len` bytes starting on a 4096-byte boundary (the kernel's copy out of
-/// the page cache is much slower into a misaligned buffer on some CPUs; hurtle aligns too).
-struct Aligned {
-    raw: Vec<u8>,
-    start: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let raw = vec![0u8; len + 4096];
-        let start = raw.as_ptr().align_offset(4096).min(4096);
-        Aligned { raw, start }
+/// Moves `size` bytes a piece at a time: `fill` puts the piece at an offset into the buffer,
+/// BLAKE3 takes it, `drain` passes it on. Returns the hash of all of it.
+fn pieces(
+    size: u64,
+    mut fill: impl FnMut(u64, &mut [u8]) -> Result<()>,
+    mut drain: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<blake3::Hash> {
+    let mut buf = IoBuf::new(PIECE);
+    let mut hasher = blake3::Hasher::new();
+    let mut done = 0u64;
+    while done < size {
+        let want = (size - done).min(PIECE as u64) as usize;
+        let piece = &mut buf.aligned()[..want];
+        fill(done, piece)?;
+        hasher.update(piece);
+        drain(done, piece)?;
+        done += want as u64;
     }
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + len]
-    }
+    Ok(hasher.finalize())
 }
 
 fn recv(listen: &str, out: &PathBuf) -> Result<u64> {
@@ -72,20 +76,14 @@ fn recv(listen: &str, out: &PathBuf) -> Result<u64> {
     conn.read_exact(&mut size).context("read the size")?;
     let size = u64::from_be_bytes(size);
     let file = File::create(out).with_context(|| format!("create {}", out.display()))?;
-    let mut buf = Aligned::new(PIECE);
-    let mut hasher = blake3::Hasher::new();
-    let mut done = 0u64;
-    while done < size {
-        let want = (size - done).min(PIECE as u64) as usize;
-        let piece = buf.get(want);
-        conn.read_exact(piece).context("read data")?;
-        hasher.update(piece);
-        file.write_all_at(piece, done).context("write")?;
-        done += want as u64;
-    }
+    let ours = pieces(
+        size,
+        |_, piece| conn.read_exact(piece).context("read data"),
+        |at, piece| file.write_all_at(piece, at).context("write"),
+    )?;
     let mut theirs = [0u8; 32];
     conn.read_exact(&mut theirs).context("read the hash")?;
-    let ok = hasher.finalize().as_bytes() == &theirs;
+    let ok = ours.as_bytes() == &theirs;
     conn.write_all(&[u8::from(ok)]).context("answer")?;
     if !ok {
         bail!("BLAKE3 differs");
@@ -98,18 +96,12 @@ fn send(path: &PathBuf, to: &str) -> Result<u64> {
     let size = file.metadata()?.len();
     let mut conn = TcpStream::connect(to).with_context(|| format!("connect to {to}"))?;
     conn.write_all(&size.to_be_bytes())?;
-    let mut buf = Aligned::new(PIECE);
-    let mut hasher = blake3::Hasher::new();
-    let mut done = 0u64;
-    while done < size {
-        let want = (size - done).min(PIECE as u64) as usize;
-        let piece = buf.get(want);
-        file.read_exact_at(piece, done).context("read")?;
-        hasher.update(piece);
-        conn.write_all(piece).context("send")?;
-        done += want as u64;
-    }
-    conn.write_all(hasher.finalize().as_bytes())?;
+    let hash = pieces(
+        size,
+        |at, piece| file.read_exact_at(piece, at).context("read"),
+        |_, piece| conn.write_all(piece).context("send"),
+    )?;
+    conn.write_all(hash.as_bytes())?;
     let mut answer = [0u8; 1];
     conn.read_exact(&mut answer).context("read the answer")?;
     if answer[0] != 1 {
