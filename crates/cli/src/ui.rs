@@ -132,7 +132,8 @@ struct WithPath<'a, T: serde::Serialize> {
     path: Option<&'a PathInfo>,
 }
 
-/// ", 12.0 MiB resumed from an interrupted transfer" when an interrupted transfer's blocks were reused, else nothing.
+/// ", 12.0 MiB resumed from an interrupted transfer" when an interrupted transfer's blocks
+/// were reused, else nothing.
 fn resumed(n: u64) -> String {
     if n == 0 {
         String::new()

@@ -869,7 +869,6 @@ impl Pair {
             }),
             reports: Vec::new(),
         };
-        let mut pair_held = Vec::new();
         for &(block, corrupt) in &sc.held {
             let (Some((ch, stripe)), Some((file, range))) = (
                 layout.block_stripe_range(block),
@@ -877,9 +876,6 @@ impl Pair {
             ) else {
                 return Err(fail(format!("held block {block} is not in the layout")));
             };
-            pair_held.push((block, ch, stripe, file, range, corrupt));
-        }
-        for (block, ch, stripe, file, range, corrupt) in pair_held {
             let (f, r) = (file as usize, range.start as usize..range.end as usize);
             let copy = snd.files[f][r.clone()].to_vec();
             rcv.files[f][r.clone()].copy_from_slice(&copy);
