@@ -1427,17 +1427,20 @@ impl OneWayDelay {
 }
 
 /// How long a channel thread lets datagrams gather after a round of reads that found a few
-/// (fewer than a batch holds). On a paced path datagrams arrive one at a time, some tens of microseconds apart, and a
-/// thread that woke for each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a
-/// `poll` and a `recvmmsg` per datagram). A pause this short holds back feedback by no more than
-/// it lasts, and what gathers meanwhile (40 KB at 1 Gbit/s) is far below any socket buffer.
+/// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
+/// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
+/// each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a `poll` and a `recvmmsg`
+/// per datagram). A pause this short holds back feedback by no more than it lasts, and what
+/// gathers meanwhile (75 KB at 2 Gbit/s) is far below any socket buffer.
 const GATHER: Duration = Duration::from_micros(300);
 
-/// Below this rate (bits per second, the whole session's) datagrams may be let [`GATHER`].
-const GATHER_BELOW_BPS: u64 = 2_000_000_000;
+/// The session rate, bits per second, below which datagrams may be let [`GATHER`]. Above it a
+/// thread that has caught up is the bottleneck and must not sleep (on loopback it did, and
+/// was slower).
+const GATHER_BELOW_BPS: f64 = 2e9;
 
-/// Whether the session's datagrams arrive slowly enough to let them gather: its received bytes
-/// over the last 10 ms and more, below [`GATHER_BELOW_BPS`].
+/// Whether the session receives slowly enough to let datagrams gather: its received bytes over
+/// the last 10 ms or more, below [`GATHER_BELOW_BPS`].
 struct SlowFlow {
     since: Instant,
     bytes: u64,
@@ -1445,26 +1448,23 @@ struct SlowFlow {
 }
 
 impl SlowFlow {
-    fn new(shared: &Shared) -> SlowFlow {
+    fn new(now: Instant, bytes: u64) -> SlowFlow {
         SlowFlow {
-            since: Instant::now(),
-            bytes: shared.counters.bytes.load(Ordering::Relaxed),
+            since: now,
+            bytes,
             slow: false,
         }
     }
 
-    /// Updates the estimate at most every 10 ms and returns it.
-    fn update(&mut self, shared: &Shared) -> bool {
-        let elapsed = self.since.elapsed();
+    /// With the session's byte count `bytes` at `now`: updates the estimate, at most every
+    /// 10 ms, and returns it.
+    fn update(&mut self, now: Instant, bytes: u64) -> bool {
+        let elapsed = now.saturating_duration_since(self.since);
         if elapsed >= Duration::from_millis(10) {
-            let bytes = shared.counters.bytes.load(Ordering::Relaxed);
-            let bps = (bytes - self.bytes) as f64 * 8.0 / elapsed.as_secs_f64();
-            self.slow = bps < GATHER_BELOW_BPS as f64;
-            *self = SlowFlow {
-                since: Instant::now(),
-                bytes,
-                slow: self.slow,
-            };
+            let bps = bytes.saturating_sub(self.bytes) as f64 * 8.0 / elapsed.as_secs_f64();
+            self.slow = bps < GATHER_BELOW_BPS;
+            self.since = now;
+            self.bytes = bytes;
         }
         self.slow
     }
@@ -1486,7 +1486,8 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
     // filled the whole batch (more is probably waiting). The others only run their timers, so
     // no read comes back empty on a busy thread.
     let mut readable = vec![true; members.len()];
-    let mut slow = SlowFlow::new(shared);
+    let received = || shared.counters.bytes.load(Ordering::Relaxed);
+    let mut slow = SlowFlow::new(Instant::now(), received());
     'run: while !shared.stop.load(Ordering::Relaxed) {
         let mut got = 0;
         for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
@@ -1505,9 +1506,8 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         if readable.iter().any(|&r| r) {
             continue;
         }
-        if got > 0 && got < batch.buffers() && slow.update(shared) {
-            // Datagrams are trickling in: let more gather, then read every link. (Not in a
-            // fast flow, where a thread that catches up is the bottleneck and must not sleep.)
+        if got > 0 && got < batch.buffers() && slow.update(Instant::now(), received()) {
+            // Datagrams are trickling in: let more gather, then read every link.
             std::thread::sleep(GATHER);
             readable.fill(true);
             continue;
@@ -1826,6 +1826,25 @@ impl ChannelWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_flow_is_judged_over_ten_milliseconds() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut flow = SlowFlow::new(t0, 1000);
+        // Not slow until measured, and not measured within 10 ms.
+        assert!(!flow.update(t0 + ms(5), 1000));
+        // 125 KB in 10 ms is 100 Mbit/s: slow.
+        assert!(flow.update(t0 + ms(10), 126_000));
+        assert!(flow.update(t0 + ms(15), 50_000_000));
+        // 50 MB in 10 ms is 40 Gbit/s: fast.
+        assert!(!flow.update(t0 + ms(20), 50_000_000 + 126_000));
+        // Exactly at the threshold is not slow; just under it is.
+        let at = (GATHER_BELOW_BPS / 8.0 / 100.0) as u64; // bytes in 10 ms
+        let b = 50_000_000 + 126_000;
+        assert!(!flow.update(t0 + ms(30), b + at));
+        assert!(flow.update(t0 + ms(40), b + at + at - 1));
+    }
 
     #[test]
     fn lateness_follows_late_ticks_and_decays() {
