@@ -1141,20 +1141,20 @@ fn serve_channels(mut workers: Vec<ChannelWorker>, cmds: Receiver<ThreadCmd>) ->
 }
 
 /// Buffers a channel thread shares between its channels, sized once for the largest send any
-/// of them makes: datagrams being built, and a repair's bytes.
+/// of them makes: the headers of the datagrams being sent, and a repair's bytes.
 struct SendBufs {
-    out: Vec<u8>,
+    headers: Vec<u8>,
     scratch: IoBuf,
 }
 
 impl SendBufs {
     fn for_channels(workers: &[ChannelWorker]) -> SendBufs {
-        let (frames, payload) = workers
+        let (datagrams, payload) = workers
             .iter()
             .map(ChannelWorker::max_send)
-            .fold((0, 0), |(f, p), (wf, wp)| (f.max(wf), p.max(wp)));
+            .fold((0, 0), |(d, p), (wd, wp)| (d.max(wd), p.max(wp)));
         SendBufs {
-            out: vec![0u8; frames],
+            headers: vec![0u8; datagrams * HEADER_LEN],
             scratch: IoBuf::new(payload),
         }
     }
@@ -1203,16 +1203,18 @@ impl ChannelWorker {
     fn max_datagrams(&self) -> usize {
         let dgram = HEADER_LEN + usize::from(self.shared.payload);
         match self.link {
-            LinkOut::Udp { .. } => self.link.max_frames().min((64 * 1024 / dgram).max(1)),
+            LinkOut::Udp { .. } => self
+                .link
+                .max_frames()
+                .min((crate::udp::MAX_GSO_BYTES / dgram).max(1)),
             LinkOut::Tcp(_) => self.link.max_frames(),
         }
     }
 
-    /// The most bytes one send puts in datagrams, and of payload in them.
+    /// The most datagrams one send makes, and the most payload bytes in them.
     fn max_send(&self) -> (usize, usize) {
-        let payload = usize::from(self.shared.payload);
         let n = self.max_datagrams();
-        (n * (HEADER_LEN + payload), n * payload)
+        (n, n * usize::from(self.shared.payload))
     }
 
     /// Reads `block` into the block buffer unless it is there already, and on that first read
@@ -1248,11 +1250,10 @@ impl ChannelWorker {
         let shared = self.shared.clone();
         let layout = &shared.layout;
         let payload = usize::from(self.shared.payload);
-        let dgram = HEADER_LEN + payload;
         // The link's limit can only drop (GSO turned off after a failure): the buffers fit.
         let max_run = (self.max_datagrams() * payload) as u64;
         let scratch = &mut bufs.scratch;
-        let out = &mut bufs.out;
+        let headers = &mut bufs.headers;
         // Data, as the pacer allows, at the rate the controller last chose.
         let rate = self.shared.rate_bps.load(Ordering::Relaxed);
         if rate != self.rate_seen {
@@ -1304,9 +1305,11 @@ impl ChannelWorker {
             let sent_us = self.shared.start.elapsed().as_micros() as u32;
             let mut total = 0;
             let mut n = 0u64;
+            // Headers only: the link gathers each datagram from its header and its slice of
+            // `data`, which is not copied.
             for (i, piece) in data.chunks(payload).enumerate() {
                 self.packet += 1;
-                let at = i * dgram;
+                let at = i * HEADER_LEN;
                 Header {
                     kind: Kind::Data,
                     flags,
@@ -1318,12 +1321,12 @@ impl ChannelWorker {
                     len: piece.len() as u16,
                     sent_us,
                 }
-                .encode(&mut out[at..]);
-                out[at + HEADER_LEN..at + HEADER_LEN + piece.len()].copy_from_slice(piece);
-                total = at + HEADER_LEN + piece.len();
+                .encode(&mut headers[at..]);
+                total += HEADER_LEN + piece.len();
                 n += 1;
             }
-            self.link.send(&out[..total], dgram)?;
+            self.link
+                .send_framed(&headers[..n as usize * HEADER_LEN], data, payload)?;
             self.sent += n;
             if run.kind == RunKind::Repair {
                 self.resent += n;

