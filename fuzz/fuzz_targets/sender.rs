@@ -1,0 +1,50 @@
+//! A hostile receiver's NACKs fed to a channel sender between its sends: never a panic, every
+//! run lies inside the channel's stripe, a repair only covers what was already sent, and the
+//! sender still finishes.
+#![no_main]
+use hurtle_proto::{ChannelSender, Layout, RunKind, SendConfig};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let layout = Layout::new(&[10_000, 0, 5000, 70_000], 1024, 3).unwrap();
+    for ch in 0..3u16 {
+        let stripe = layout.stripe_len(ch);
+        let mut s = ChannelSender::new(&layout, ch, SendConfig::default());
+        let mut sent = 0u64;
+        let check = |run: hurtle_proto::Run, sent: &mut u64| {
+            assert!(run.len > 0 && run.pos + run.len <= stripe, "{run:?} outside {stripe}");
+            match run.kind {
+                RunKind::Repair => assert!(run.pos + run.len <= *sent, "{run:?} not sent yet"),
+                _ => {
+                    assert_eq!(run.pos, *sent, "new data out of order");
+                    *sent = run.pos + run.len;
+                }
+            }
+        };
+        for w in data.chunks_exact(17) {
+            let a = u64::from_le_bytes(w[1..9].try_into().unwrap());
+            let b = u64::from_le_bytes(w[9..17].try_into().unwrap());
+            match w[0] % 3 {
+                0 => {
+                    s.on_nack(&[(a, b), (a % 4096, b % 8192)]);
+                }
+                1 => s.on_channel_done(),
+                _ => {
+                    if let Some(run) = s.poll_run(&layout, u64::from(w[0]) * 64 + 1) {
+                        check(run, &mut sent);
+                    }
+                }
+            }
+        }
+        // Whatever was asked, the rest goes out and the sender ends.
+        for _ in 0..1_000_000 {
+            match s.poll_run(&layout, 1 << 20) {
+                Some(run) => check(run, &mut sent),
+                None => break,
+            }
+        }
+        assert_eq!(sent, stripe);
+        assert_eq!(s.new_remaining(), 0);
+        assert_eq!(s.repair_pending(), 0);
+    }
+});
