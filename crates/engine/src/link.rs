@@ -11,7 +11,7 @@
 //! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.
 
 use crate::error::SessionError;
-use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel};
+use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel, MAX_FRAMED};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -57,11 +57,24 @@ pub enum LinkOut {
 }
 
 impl LinkOut {
-    /// Most frames worth building for one send call.
+    /// Most frames worth building for one send call: what one GSO send carries, or without GSO
+    /// what one `sendmmsg` does (it was one datagram per call), never more than
+    /// [`MAX_FRAMED`].
     pub fn max_frames(&self) -> usize {
         match self {
-            LinkOut::Udp { sock, .. } => sock.max_gso_segments().clamp(1, 64),
-            LinkOut::Tcp(_) => 16,
+            LinkOut::Udp { sock, .. } => match sock.max_gso_segments() {
+                0 | 1 => MAX_FRAMED,
+                n => n.min(MAX_FRAMED),
+            },
+            LinkOut::Tcp(_) => TCP_FRAMES,
+        }
+    }
+
+    /// The most [`max_frames`](Self::max_frames) can ever say for this link.
+    pub fn frame_limit(&self) -> usize {
+        match self {
+            LinkOut::Udp { .. } => MAX_FRAMED,
+            LinkOut::Tcp(_) => TCP_FRAMES,
         }
     }
 
@@ -95,14 +108,18 @@ impl LinkOut {
     }
 }
 
-/// Writes frames (see [`LinkOut::send_framed`]) to `stream`, 16 at a time per vectored write.
+/// Frames per send on a TCP data connection, and per vectored write.
+const TCP_FRAMES: usize = 16;
+
+/// Writes frames (see [`LinkOut::send_framed`]) to `stream`, [`TCP_FRAMES`] at a time per
+/// vectored write.
 fn write_frames(
     stream: &mut TcpStream,
     headers: &[u8],
     data: &[u8],
     payload: usize,
 ) -> std::io::Result<()> {
-    const FRAMES: usize = 16;
+    const FRAMES: usize = TCP_FRAMES;
     let mut pieces = data.chunks(payload).enumerate().peekable();
     while pieces.peek().is_some() {
         let mut slices = [IoSlice::new(&[]); 2 * FRAMES];
@@ -256,5 +273,33 @@ impl TcpFrames {
             self.end = 0;
         }
         Ok(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::ChannelOptions;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn udp_link(gso: bool) -> LinkOut {
+        let lo = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+        let opts = ChannelOptions {
+            gso,
+            ..ChannelOptions::default()
+        };
+        let sock = UdpChannel::bind(lo, &opts).unwrap();
+        let dest = sock.local_addr();
+        LinkOut::Udp { sock, dest }
+    }
+
+    #[test]
+    fn frames_per_send_stay_within_the_limit_and_batch_without_gso() {
+        let with = udp_link(true);
+        assert!((1..=with.frame_limit()).contains(&with.max_frames()));
+        // Without GSO a send is still one sendmmsg of many datagrams, not one per call.
+        let without = udp_link(false);
+        assert_eq!(without.max_frames(), MAX_FRAMED);
+        assert_eq!(without.frame_limit(), MAX_FRAMED);
     }
 }

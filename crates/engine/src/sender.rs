@@ -1199,22 +1199,26 @@ impl ChannelWorker {
         }
     }
 
-    /// How many datagrams one send may carry: the link's limit, and no more than 64 KiB over UDP.
+    /// How many datagrams one send may carry now: the link's limit, and over UDP no more than
+    /// one GSO send's bytes.
     fn max_datagrams(&self) -> usize {
-        let dgram = HEADER_LEN + usize::from(self.shared.payload);
-        match self.link {
-            LinkOut::Udp { .. } => self
-                .link
-                .max_frames()
-                .min((crate::udp::MAX_GSO_BYTES / dgram).max(1)),
-            LinkOut::Tcp(_) => self.link.max_frames(),
-        }
+        self.datagrams_within(self.link.max_frames())
     }
 
-    /// The most datagrams one send makes, and the most payload bytes in them.
+    /// The most datagrams one send can ever make (the link's limit changes when GSO is turned
+    /// off after a failure, but never exceeds [`LinkOut::frame_limit`]), and the most payload
+    /// bytes in them: what the buffers are sized for.
     fn max_send(&self) -> (usize, usize) {
-        let n = self.max_datagrams();
+        let n = self.datagrams_within(self.link.frame_limit());
         (n, n * usize::from(self.shared.payload))
+    }
+
+    fn datagrams_within(&self, frames: usize) -> usize {
+        let dgram = HEADER_LEN + usize::from(self.shared.payload);
+        match self.link {
+            LinkOut::Udp { .. } => frames.min((crate::udp::MAX_GSO_BYTES / dgram).max(1)),
+            LinkOut::Tcp(_) => frames,
+        }
     }
 
     /// Reads `block` into the block buffer unless it is there already, and on that first read
@@ -1250,7 +1254,7 @@ impl ChannelWorker {
         let shared = self.shared.clone();
         let layout = &shared.layout;
         let payload = usize::from(self.shared.payload);
-        // The link's limit can only drop (GSO turned off after a failure): the buffers fit.
+        // The buffers fit any run the link allows (`max_send`).
         let max_run = (self.max_datagrams() * payload) as u64;
         let scratch = &mut bufs.scratch;
         let headers = &mut bufs.headers;
