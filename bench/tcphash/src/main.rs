@@ -8,9 +8,10 @@
 //!
 //! The sender writes the file's size (8 bytes, big-endian), the file, then its BLAKE3 (32
 //! bytes); it reads the file in 1 MiB pieces into an aligned buffer (hurtle's own
-//! `iobuf::IoBuf`, as hurtle reads) and hashes each piece before sending it. The receiver reads into a 1 MiB buffer, hashes and writes each piece,
-//! compares the hashes and answers one byte (1: match), so the sender's exit status says
-//! whether the file arrived intact. Both print the byte count on success.
+//! `iobuf::IoBuf`, as hurtle reads) and hashes each piece before sending it. The receiver reads
+//! into a 1 MiB buffer, hashes and writes each piece, compares the hashes and answers one byte
+//! (1: match), so the sender's exit status says whether the file arrived intact. Both print the
+//! byte count on success.
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -19,7 +20,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Piece size for reads, hashing and writes.
 const PIECE: usize = 1 << 20;
@@ -69,7 +70,7 @@ fn pieces(
     Ok(hasher.finalize())
 }
 
-fn recv(listen: &str, out: &PathBuf) -> Result<u64> {
+fn recv(listen: &str, out: &Path) -> Result<u64> {
     let listener = TcpListener::bind(listen).with_context(|| format!("listen on {listen}"))?;
     let (mut conn, _) = listener.accept().context("accept")?;
     let mut size = [0u8; 8];
@@ -91,7 +92,7 @@ fn recv(listen: &str, out: &PathBuf) -> Result<u64> {
     Ok(size)
 }
 
-fn send(path: &PathBuf, to: &str) -> Result<u64> {
+fn send(path: &Path, to: &str) -> Result<u64> {
     let file = File::open(path).with_context(|| format!("open {}", path.display()))?;
     let size = file.metadata()?.len();
     let mut conn = TcpStream::connect(to).with_context(|| format!("connect to {to}"))?;

@@ -740,16 +740,20 @@ enum Kill {
     Receiver,
 }
 
-/// Starts a 64 MiB transfer at 50 Mbit/s, kills one side (SIGKILL) after 1.5 s and waits for
-/// the other to fail: the receiver's directory is left with a part file and its block journal.
-fn interrupted_transfer(src: &Path, out: &Path, kill: Kill) {
-    fsx::write_random(src, 64 * MIB, 820);
-    let mut r = start_receiver(out, &[]);
+/// In a new temporary directory, starts a 64 MiB transfer of `src/big.bin` into `out` at 50
+/// Mbit/s, kills one side (SIGKILL) after 1.5 s and waits for the other to fail: `out` is left
+/// with a part file and its block journal. Returns the directory, the source and `out`.
+fn interrupted_transfer(kill: Kill) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    let out = t.path().join("out");
+    fsx::write_random(&src, 64 * MIB, 820);
+    let mut r = start_receiver(&out, &[]);
     let mut sender = Proc::spawn(
         "sender",
-        &proc::send_args(r.addr, &[src], &["--rate", "50M", "--channels", "2"]),
+        &proc::send_args(r.addr, &[&src], &["--rate", "50M", "--channels", "2"]),
     );
-    wait_for_part_file(out);
+    wait_for_part_file(&out);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(sender.is_running(), "the sender finished too early");
     assert!(r.proc.is_running(), "the receiver finished too early");
@@ -760,8 +764,9 @@ fn interrupted_transfer(src: &Path, out: &Path, kill: Kill) {
         r.proc.kill();
         sender.wait(Duration::from_secs(30)).assert_failure();
     }
-    let left = fsx::part_files(out);
+    let left = fsx::part_files(&out);
     assert_eq!(left.len(), 2, "a part file and its journal: {left:?}");
+    (t, src, out)
 }
 
 /// Sends `src` again into `out` (2 channels) and checks that it arrived whole and nothing of
@@ -787,10 +792,7 @@ fn a_killed_receiver_resumes_where_it_stopped() {
 }
 
 fn resumes_after(kill: Kill) {
-    let t = tmp();
-    let src = t.path().join("src/big.bin");
-    let out = t.path().join("out");
-    interrupted_transfer(&src, &out, kill);
+    let (_t, src, out) = interrupted_transfer(kill);
     let (sj, rj) = send_again(&src, &out);
     // About 1.5 s at 50 Mbit/s arrived before the kill: several MiB, far from all of it.
     let resumed = sj["resumed_bytes"].as_u64().unwrap();
@@ -810,10 +812,7 @@ fn resumes_after(kill: Kill) {
 
 #[test]
 fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
-    let t = tmp();
-    let src = t.path().join("src/big.bin");
-    let out = t.path().join("out");
-    interrupted_transfer(&src, &out, Kill::Sender);
+    let (_t, src, out) = interrupted_transfer(Kill::Sender);
     // Damage the first block (the journal lists it: it went first).
     let part = fsx::part_files(&out)
         .into_iter()
@@ -830,10 +829,7 @@ fn a_damaged_partial_file_is_fetched_again_where_it_is_wrong() {
 
 #[test]
 fn a_journal_for_another_file_is_not_trusted() {
-    let t = tmp();
-    let src = t.path().join("src/big.bin");
-    let out = t.path().join("out");
-    interrupted_transfer(&src, &out, Kill::Sender);
+    let (_t, src, out) = interrupted_transfer(Kill::Sender);
     // A different file of another size under the same name: nothing is resumed from the old
     // part file, and the new file arrives whole.
     fsx::write_random(&src, 3 * MIB + 5, 821);

@@ -58,8 +58,7 @@ pub enum LinkOut {
 
 impl LinkOut {
     /// Most frames worth building for one send call: what one GSO send carries, or without GSO
-    /// what one `sendmmsg` does (it was one datagram per call), never more than
-    /// [`MAX_FRAMED`].
+    /// what one `sendmmsg` does, never more than [`MAX_FRAMED`].
     pub fn max_frames(&self) -> usize {
         match self {
             LinkOut::Udp { sock, .. } => match sock.max_gso_segments() {
@@ -119,12 +118,11 @@ fn write_frames(
     data: &[u8],
     payload: usize,
 ) -> std::io::Result<()> {
-    const FRAMES: usize = TCP_FRAMES;
     let mut pieces = data.chunks(payload).enumerate().peekable();
     while pieces.peek().is_some() {
-        let mut slices = [IoSlice::new(&[]); 2 * FRAMES];
+        let mut slices = [IoSlice::new(&[]); 2 * TCP_FRAMES];
         let mut n = 0;
-        for (i, body) in pieces.by_ref().take(FRAMES) {
+        for (i, body) in pieces.by_ref().take(TCP_FRAMES) {
             let header = headers
                 .get(i * HEADER_LEN..(i + 1) * HEADER_LEN)
                 .ok_or_else(|| std::io::Error::new(ErrorKind::InvalidInput, "missing header"))?;

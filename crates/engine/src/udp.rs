@@ -73,8 +73,8 @@
 //!
 //! # Unsafe code
 //!
-//! `poll(2)`, `sendmsg(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through `libc`, in the
-//! private `sys` module, which is the only place in this file allowed `unsafe`.
+//! `poll(2)`, `sendmsg(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through
+//! `libc`, in the private `sys` module, which is the only place in this file allowed `unsafe`.
 
 use std::{
     fmt,

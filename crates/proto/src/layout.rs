@@ -215,10 +215,10 @@ impl Layout {
     /// the file's own block numbers, as a resume offer carries them), checking that the ranges
     /// are non-empty, ascending, disjoint and inside the file.
     pub fn held_blocks(&self, file: u32, held: &[(u64, u64)]) -> Result<Vec<u64>, LayoutError> {
-        let blocks = self.blocks_of(file);
         if file as usize >= self.sizes.len() {
             return Err(LayoutError::NoSuchFile(file));
         }
+        let blocks = self.blocks_of(file);
         let count = blocks.end - blocks.start;
         let mut out = Vec::new();
         let mut floor = 0;
