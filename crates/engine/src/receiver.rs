@@ -4,9 +4,10 @@
 //! it feeds the sender's block values in, commits (fsync + rename) each verified file and sends
 //! `FileDone`. Channel threads, one per channel but no more than there are cores, each serve one
 //! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
-//! checks every datagram, gathers each block in a buffer, writes it with one positional write
-//! when complete (and starts its writeback to the disk, so the final fsync has little left to
-//! do), hashes it and hands the value to the session loop. A block still incomplete
+//! checks every datagram, gathers each block in a buffer (hashing it front to back as its
+//! bytes arrive in order, while they are still in the CPU's cache), writes it with one
+//! positional write when complete (and starts its writeback to the disk, so the final fsync has
+//! little left to do) and hands its value to the session loop. A block still incomplete
 //! when buffers run short is *spilled*: what it holds is written to the file, and the rest is
 //! written as it arrives; the block is then hashed by reading it back.
 //!
@@ -22,7 +23,7 @@ use crate::progress::Progress;
 use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
-use hurtle_proto::hash::{block_value, to_hex, BlockValue};
+use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
 use hurtle_proto::wire::{
     self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
 };
@@ -1388,7 +1389,7 @@ struct ChannelWorker {
     cmds: ChanRx<ChanCmd>,
     events: Sender<ChanEvent>,
     /// Incomplete blocks being gathered in memory.
-    buffers: HashMap<u64, Vec<u8>>,
+    buffers: HashMap<u64, Gathering>,
     /// Their arrival order, oldest first (for spilling).
     order: VecDeque<u64>,
     pool: Vec<Vec<u8>>,
@@ -1405,6 +1406,50 @@ struct ChannelWorker {
     batch_queue_us: u64,
     /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
     queue_sampled: Instant,
+}
+
+/// A block being gathered in memory, hashed front to back while its bytes are still in the
+/// CPU's cache: whenever the bytes held from its start reach past the next [`HASH_STEP`]
+/// boundary, those steps are hashed. Hashed bytes are never written again (a datagram that
+/// overlaps them only fills what lies beyond), so the value is that of the bytes written.
+struct Gathering {
+    buf: Vec<u8>,
+    hasher: BlockHasher,
+    /// End of the bytes held without a gap from the block's start (as far as in-order
+    /// arrivals show; a gap filled later is hashed when the block completes).
+    prefix: usize,
+}
+
+/// Bytes hashed at a time while a block is gathered: a multiple of BLAKE3's widest SIMD
+/// batch, and small enough to still be in the cache after the copies that brought it.
+const HASH_STEP: usize = 64 << 10;
+
+impl Gathering {
+    /// Copies `payload` to `at`, except what overlaps bytes already hashed, and hashes what
+    /// is now complete from the start in whole steps.
+    fn fill(&mut self, at: usize, payload: &[u8]) {
+        let hashed = self.hasher.len() as usize;
+        let end = at + payload.len();
+        if end <= hashed {
+            return;
+        }
+        let from = at.max(hashed);
+        self.buf[from..end].copy_from_slice(&payload[from - at..]);
+        if at <= self.prefix {
+            self.prefix = self.prefix.max(end);
+        }
+        let upto = self.prefix / HASH_STEP * HASH_STEP;
+        if upto > hashed {
+            self.hasher.update(&self.buf[hashed..upto]);
+        }
+    }
+
+    /// The block's value, once every byte is in.
+    fn finish(&mut self) -> BlockValue {
+        let hashed = self.hasher.len() as usize;
+        self.hasher.update(&self.buf[hashed..]);
+        self.hasher.finish()
+    }
 }
 
 /// Tracks one-way delay (receiver clock minus the sender's timestamp, both in wrapping
@@ -1738,11 +1783,23 @@ impl ChannelWorker {
                         }
                         let mut buf = self.pool.pop().unwrap_or_default();
                         buf.resize(block_len, 0);
-                        self.buffers.insert(place.block, buf);
+                        let layout = &self.shared.layout;
+                        let blocks = layout.blocks_of(h.file);
+                        let hasher = BlockHasher::new(
+                            place.block - blocks.start,
+                            layout.block_size(),
+                            blocks.end - blocks.start,
+                        );
+                        let gathering = Gathering {
+                            buf,
+                            hasher,
+                            prefix: 0,
+                        };
+                        self.buffers.insert(place.block, gathering);
                         self.order.push_back(place.block);
                     }
-                    if let Some(buf) = self.buffers.get_mut(&place.block) {
-                        buf[at..at + payload.len()].copy_from_slice(payload);
+                    if let Some(g) = self.buffers.get_mut(&place.block) {
+                        g.fill(at, payload);
                     }
                 }
                 if out.completes_block {
@@ -1766,12 +1823,12 @@ impl ChannelWorker {
         let Some(part) = &self.shared.files[file as usize] else {
             return Ok(());
         };
-        let value = if let Some(buf) = self.buffers.remove(&block) {
+        let value = if let Some(mut g) = self.buffers.remove(&block) {
             self.order.retain(|&b| b != block);
-            part.write_at(file_start, &buf)?;
+            let v = g.finish();
+            part.write_at(file_start, &g.buf)?;
             part.start_writeback(file_start, len as u64);
-            let v = block_value(&buf, index, layout.block_size(), count);
-            self.pool.push(buf);
+            self.pool.push(g.buf);
             v
         } else {
             // Spilled: read back what is on disk.
@@ -1793,7 +1850,7 @@ impl ChannelWorker {
         let Some(block) = self.order.pop_front() else {
             return Ok(());
         };
-        let Some(buf) = self.buffers.remove(&block) else {
+        let Some(Gathering { buf, .. }) = self.buffers.remove(&block) else {
             return Ok(());
         };
         let layout = &self.shared.layout;
@@ -1826,6 +1883,82 @@ impl ChannelWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hurtle_proto::hash::block_value;
+
+    fn gathering(len: usize, index: u64, block_size: u64, blocks: u64) -> Gathering {
+        Gathering {
+            buf: vec![0; len],
+            hasher: BlockHasher::new(index, block_size, blocks),
+            prefix: 0,
+        }
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i * 7 + usize::from(seed)) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn a_block_gathered_in_order_is_hashed_as_it_fills() {
+        let block = pattern(300_000, 1);
+        let mut g = gathering(block.len(), 3, 1 << 19, 5);
+        for (i, piece) in block.chunks(8900).enumerate() {
+            g.fill(i * 8900, piece);
+            // Hashing keeps up with the prefix, in whole steps.
+            let hashed = g.hasher.len() as usize;
+            assert_eq!(
+                hashed,
+                ((i + 1) * 8900).min(block.len()) / HASH_STEP * HASH_STEP
+            );
+        }
+        assert_eq!(g.finish(), block_value(&block, 3, 1 << 19, 5));
+    }
+
+    #[test]
+    fn a_block_gathered_out_of_order_gets_the_same_value() {
+        let block = pattern(200_000, 2);
+        let mut g = gathering(block.len(), 0, 1 << 18, 1);
+        let pieces: Vec<(usize, &[u8])> = block
+            .chunks(1000)
+            .enumerate()
+            .map(|(i, p)| (i * 1000, p))
+            .collect();
+        // Every other piece first, then the gaps, then one piece again.
+        for &(at, p) in pieces.iter().step_by(2) {
+            g.fill(at, p);
+        }
+        assert_eq!(
+            g.hasher.len(),
+            0,
+            "nothing is held without a gap from the start"
+        );
+        for &(at, p) in pieces.iter().skip(1).step_by(2) {
+            g.fill(at, p);
+        }
+        g.fill(pieces[3].0, pieces[3].1);
+        assert_eq!(g.buf, block);
+        assert_eq!(g.finish(), *blake3::hash(&block).as_bytes());
+    }
+
+    #[test]
+    fn hashed_bytes_are_never_overwritten() {
+        let block = pattern(4 * HASH_STEP, 3);
+        let mut g = gathering(block.len(), 1, 1 << 20, 2);
+        g.fill(0, &block[..HASH_STEP + 10]);
+        assert_eq!(g.hasher.len() as usize, HASH_STEP);
+        // A datagram that overlaps the hashed step with other bytes: only its part beyond the
+        // step is taken, so what is written is what was hashed.
+        let hostile = vec![0xee; 100];
+        g.fill(HASH_STEP - 50, &hostile);
+        assert_eq!(&g.buf[..HASH_STEP], &block[..HASH_STEP]);
+        assert_eq!(&g.buf[HASH_STEP..HASH_STEP + 50], &hostile[50..]);
+        g.fill(0, &hostile);
+        assert_eq!(&g.buf[..100], &block[..100]);
+        g.fill(HASH_STEP, &block[HASH_STEP..]);
+        assert_eq!(g.buf, block);
+        assert_eq!(g.finish(), block_value(&g.buf, 1, 1 << 20, 2));
+    }
 
     #[test]
     fn slow_flow_is_judged_over_ten_milliseconds() {

@@ -31,6 +31,57 @@ pub fn block_value(
     h.finalize_non_root()
 }
 
+/// Hashes one block in pieces, front to back, as its bytes become final: the same value as
+/// [`block_value`] of the whole block. A receiver hashes a block while its bytes are still in
+/// the CPU's cache rather than all at once when the block is complete.
+#[derive(Clone)]
+pub struct BlockHasher {
+    hasher: blake3::Hasher,
+    root: bool,
+    len: u64,
+}
+
+impl BlockHasher {
+    /// Starts block `index_in_file` of a file that has `blocks_in_file` blocks.
+    pub fn new(index_in_file: u64, block_size: u64, blocks_in_file: u64) -> BlockHasher {
+        let root = blocks_in_file <= 1;
+        let mut hasher = blake3::Hasher::new();
+        if !root {
+            hasher.set_input_offset(index_in_file * block_size);
+        }
+        BlockHasher {
+            hasher,
+            root,
+            len: 0,
+        }
+    }
+
+    /// Adds the block's next bytes.
+    pub fn update(&mut self, data: &[u8]) {
+        self.hasher.update(data);
+        self.len += data.len() as u64;
+    }
+
+    /// Bytes hashed so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True before the first byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The block's value; `update` must have been given the whole block.
+    pub fn finish(&self) -> BlockValue {
+        if self.root {
+            *self.hasher.finalize().as_bytes()
+        } else {
+            self.hasher.finalize_non_root()
+        }
+    }
+}
+
 /// The file's BLAKE3 root from all its block values, in order. An empty slice is the empty file.
 pub fn file_hash(blocks: &[BlockValue]) -> [u8; 32] {
     match blocks.len() {
@@ -112,6 +163,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn block_hasher_in_pieces_equals_block_value() {
+        let d = data(3 * 65536 + 5);
+        for (bs, piece) in [
+            (65536usize, 1usize),
+            (65536, 8900),
+            (65536, 65536),
+            (1024, 300),
+        ] {
+            let n = d.len().div_ceil(bs) as u64;
+            for (i, block) in d.chunks(bs).enumerate() {
+                let mut h = BlockHasher::new(i as u64, bs as u64, n);
+                for p in block.chunks(piece) {
+                    h.update(p);
+                }
+                assert_eq!(h.len(), block.len() as u64);
+                assert_eq!(h.finish(), block_value(block, i as u64, bs as u64, n));
+            }
+        }
+        let one = data(5000);
+        let mut h = BlockHasher::new(0, 8192, 1);
+        h.update(&one[..4096]);
+        h.update(&one[4096..]);
+        assert_eq!(h.finish(), *blake3::hash(&one).as_bytes());
     }
 
     #[test]
