@@ -198,6 +198,15 @@ impl LinkIn {
         }
     }
 
+    /// The receive buffer a UDP link's socket was granted (see
+    /// [`UdpChannel::granted_recv_buffer`]); `None` over TCP, which never drops.
+    pub fn recv_buffer(&self) -> Option<usize> {
+        match self {
+            LinkIn::Udp(sock) => Some(sock.granted_recv_buffer()),
+            LinkIn::Tcp(_) => None,
+        }
+    }
+
     /// Kernel socket drops of a UDP link, when the kernel reports them.
     pub fn kernel_drops(&self) -> Option<u64> {
         match self {

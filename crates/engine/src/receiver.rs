@@ -1471,25 +1471,38 @@ impl OneWayDelay {
     }
 }
 
-/// How long a channel thread lets datagrams gather after a round of reads that found a few
+/// The longest a channel thread lets datagrams gather after a round of reads that found a few
 /// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
 /// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
 /// each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a `poll` and a `recvmmsg`
-/// per datagram). A pause this short holds back feedback by no more than it lasts, and what
-/// gathers meanwhile (75 KB at 2 Gbit/s) is far below any socket buffer.
-const GATHER: Duration = Duration::from_micros(300);
+/// per datagram); pausing 300 µs brought that to 5.2-6.0, 1 ms to 4.7-5.1. A pause holds back
+/// feedback by no more than it lasts (1 ms against round trips of tens of milliseconds), and
+/// what gathers meanwhile is kept small against the socket buffer ([`gather_time`]).
+const GATHER_MAX: Duration = Duration::from_millis(1);
 
-/// The session rate, bits per second, below which datagrams may be let [`GATHER`]. Above it a
+/// The session rate, bits per second, below which datagrams may be let gather. Above it a
 /// thread that has caught up is the bottleneck and must not sleep (on loopback it did, and
 /// was slower).
 const GATHER_BELOW_BPS: f64 = 2e9;
+
+/// How long to let datagrams gather when the session receives `bps` bits per second into
+/// sockets whose smallest receive buffer is `room` bytes: [`GATHER_MAX`], or less if that
+/// would fill more than an eighth of the buffer. The kernel counts each datagram's overhead
+/// against the buffer too (up to about twice the payload), and the sender sees a buffer past
+/// half full as backlog, so an eighth leaves both far off. The session's rate bounds each
+/// channel's.
+fn gather_time(bps: f64, room: usize) -> Duration {
+    let bytes_per_sec = (bps / 8.0).max(1.0);
+    Duration::from_secs_f64(room as f64 / 8.0 / bytes_per_sec).min(GATHER_MAX)
+}
 
 /// Whether the session receives slowly enough to let datagrams gather: its received bytes over
 /// the last 10 ms or more, below [`GATHER_BELOW_BPS`].
 struct SlowFlow {
     since: Instant,
     bytes: u64,
-    slow: bool,
+    /// The last measured rate, bits per second, if below [`GATHER_BELOW_BPS`].
+    slow: Option<f64>,
 }
 
 impl SlowFlow {
@@ -1497,17 +1510,17 @@ impl SlowFlow {
         SlowFlow {
             since: now,
             bytes,
-            slow: false,
+            slow: None,
         }
     }
 
     /// With the session's byte count `bytes` at `now`: updates the estimate, at most every
-    /// 10 ms, and returns it.
-    fn update(&mut self, now: Instant, bytes: u64) -> bool {
+    /// 10 ms, and returns the rate if it is slow.
+    fn update(&mut self, now: Instant, bytes: u64) -> Option<f64> {
         let elapsed = now.saturating_duration_since(self.since);
         if elapsed >= Duration::from_millis(10) {
             let bps = bytes.saturating_sub(self.bytes) as f64 * 8.0 / elapsed.as_secs_f64();
-            self.slow = bps < GATHER_BELOW_BPS;
+            self.slow = (bps < GATHER_BELOW_BPS).then_some(bps);
             self.since = now;
             self.bytes = bytes;
         }
@@ -1533,6 +1546,12 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
     let mut readable = vec![true; members.len()];
     let received = || shared.counters.bytes.load(Ordering::Relaxed);
     let mut slow = SlowFlow::new(Instant::now(), received());
+    // The smallest receive buffer of the thread's UDP links, which gathering must not fill.
+    let room = members
+        .iter()
+        .filter_map(|(_, link)| link.recv_buffer())
+        .min()
+        .unwrap_or(usize::MAX);
     'run: while !shared.stop.load(Ordering::Relaxed) {
         let mut got = 0;
         for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
@@ -1551,9 +1570,13 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         if readable.iter().any(|&r| r) {
             continue;
         }
-        if got > 0 && got < batch.buffers() && slow.update(Instant::now(), received()) {
+        let trickle = got > 0 && got < batch.buffers();
+        if let Some(bps) = trickle
+            .then(|| slow.update(Instant::now(), received()))
+            .flatten()
+        {
             // Datagrams are trickling in: let more gather, then read every link.
-            std::thread::sleep(GATHER);
+            std::thread::sleep(gather_time(bps, room));
             readable.fill(true);
             continue;
         }
@@ -1966,17 +1989,37 @@ mod tests {
         let ms = Duration::from_millis;
         let mut flow = SlowFlow::new(t0, 1000);
         // Not slow until measured, and not measured within 10 ms.
-        assert!(!flow.update(t0 + ms(5), 1000));
+        assert_eq!(flow.update(t0 + ms(5), 1000), None);
         // 125 KB in 10 ms is 100 Mbit/s: slow.
-        assert!(flow.update(t0 + ms(10), 126_000));
-        assert!(flow.update(t0 + ms(15), 50_000_000));
+        let bps = flow.update(t0 + ms(10), 126_000).expect("slow");
+        assert!((bps - 100e6).abs() < 1e3, "{bps}");
+        assert_eq!(flow.update(t0 + ms(15), 50_000_000), Some(bps));
         // 50 MB in 10 ms is 40 Gbit/s: fast.
-        assert!(!flow.update(t0 + ms(20), 50_000_000 + 126_000));
+        assert_eq!(flow.update(t0 + ms(20), 50_000_000 + 126_000), None);
         // Exactly at the threshold is not slow; just under it is.
         let at = (GATHER_BELOW_BPS / 8.0 / 100.0) as u64; // bytes in 10 ms
         let b = 50_000_000 + 126_000;
-        assert!(!flow.update(t0 + ms(30), b + at));
-        assert!(flow.update(t0 + ms(40), b + at + at - 1));
+        assert_eq!(flow.update(t0 + ms(30), b + at), None);
+        assert!(flow.update(t0 + ms(40), b + at + at - 1).is_some());
+    }
+
+    #[test]
+    fn gathering_fills_at_most_an_eighth_of_the_socket_buffer() {
+        // 4 MiB buffers: the full pause at any rate that gathers.
+        assert_eq!(gather_time(400e6, 4 << 20), GATHER_MAX);
+        assert_eq!(gather_time(1.9e9, 4 << 20), GATHER_MAX);
+        // Linux's usual 208 KiB: an eighth is 26.6 KB, 1.06 ms at 200 Mbit/s, 0.53 ms at 400.
+        assert_eq!(gather_time(200e6, 212_992), GATHER_MAX);
+        let t = gather_time(400e6, 212_992);
+        assert!(
+            t > Duration::from_micros(520) && t < Duration::from_micros(540),
+            "{t:?}"
+        );
+        // What gathers at that rate in that time is an eighth of the buffer.
+        let gathered = 400e6 / 8.0 * t.as_secs_f64();
+        assert!((gathered - 212_992.0 / 8.0).abs() < 10.0, "{gathered}");
+        // No UDP link (TCP only): the full pause.
+        assert_eq!(gather_time(1e9, usize::MAX), GATHER_MAX);
     }
 
     #[test]
