@@ -1,15 +1,16 @@
 //! The receiving side of a session: listen, agree, check the manifest, receive, verify, commit.
 //!
 //! Threads: the session loop (the caller's thread) owns the [`Verifier`] and the files' fates:
-//! it feeds the sender's block values in, commits (fsync + rename) each verified file and sends
-//! `FileDone`. Channel threads, one per channel but no more than there are cores, each serve one
-//! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
-//! checks every datagram, gathers each block in a buffer (hashing it front to back as its
-//! bytes arrive in order, while they are still in the CPU's cache), writes it with one
-//! positional write when complete (and starts its writeback to the disk, so the final fsync has
-//! little left to do) and hands its value to the session loop. A block still incomplete
-//! when buffers run short is *spilled*: what it holds is written to the file, and the rest is
-//! written as it arrives; the block is then hashed by reading it back.
+//! it feeds the sender's block values in, commits verified files (fsync + rename, in batches of
+//! a few milliseconds' worth) and sends `FileDone` for each. Channel threads, one per channel
+//! but no more than there are cores, each serve one or more channels; a channel's
+//! [`ChannelReceiver`] and socket belong to one thread, which checks every datagram, gathers
+//! each block in a buffer (hashing it front to back as its bytes arrive in order, while they
+//! are still in the CPU's cache), writes it with one positional write when complete (and starts
+//! its writeback to the disk, so the final fsync has little left to do) and hands its value to
+//! the session loop. A block still incomplete when buffers run short is *spilled*: what it
+//! holds is written to the file, and the rest is written as it arrives; the block is then
+//! hashed by reading it back.
 //!
 //! Every datagram is checked before it is trusted: session id, channel, source address, kind,
 //! length, and that its bytes lie inside one block of a file of the manifest. Failures are
@@ -1143,30 +1144,16 @@ fn session_loop(
     // Skipped files are the receiver's own copy; empty files are complete before any datagram
     // (they are committed when `Start` arrives).
     let mut hashes: Vec<Option<[u8; 32]>> = kept.to_vec();
-    let commit = |file: u32,
-                  hash: [u8; 32],
+    // Verified files wait in `pending` and are committed together (see `commit`).
+    let mut pending: Vec<(u32, [u8; 32])> = Vec::new();
+    let commit = |pending: &mut Vec<(u32, [u8; 32])>,
                   hashes: &mut Vec<Option<[u8; 32]>>|
-     -> Result<(), SessionError> {
-        let f = file as usize;
-        let e = files[f];
-        if let Some(part) = &shared.files[f] {
-            part.commit(e.mode, e.mtime_ns)?;
-        }
-        hashes[f] = Some(hash);
-        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-        *shared
-            .progress
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = e.path.clone();
-        let _ = shared.to_wire.send(Control::FileDone { file, hash });
-        Ok(())
-    };
+     -> Result<(), SessionError> { commit_files(shared, files, pending, hashes) };
     let mut journal = JournalQueue::new(shared);
     // A verdict about `block`.
     let handle = |block: u64,
                   v: Verdict,
-                  hashes: &mut Vec<Option<[u8; 32]>>,
+                  pending: &mut Vec<(u32, [u8; 32])>,
                   journal: &mut JournalQueue|
      -> Result<(), SessionError> {
         match v {
@@ -1178,7 +1165,10 @@ fn session_loop(
                 }
                 Ok(())
             }
-            Verdict::FileComplete { file, hash } => commit(file, hash, hashes),
+            Verdict::FileComplete { file, hash } => {
+                pending.push((file, hash));
+                Ok(())
+            }
             Verdict::Mismatch { block } => {
                 shared
                     .counters
@@ -1207,7 +1197,7 @@ fn session_loop(
         handle(
             block,
             verifier.on_received(block, value),
-            &mut hashes,
+            &mut pending,
             &mut journal,
         )?;
     }
@@ -1225,14 +1215,14 @@ fn session_loop(
                 match msg {
                     Control::BlockHashes { blocks } => {
                         for (block, value) in blocks {
-                            handle(block, verifier.on_expected(block, value), &mut hashes, &mut journal)?;
+                            handle(block, verifier.on_expected(block, value), &mut pending, &mut journal)?;
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
                         if !shared.started.swap(true, Ordering::Relaxed) {
                             for (f, e) in files.iter().enumerate() {
                                 if kept[f].is_none() && e.size == 0 {
-                                    commit(f as u32, *blake3::hash(b"").as_bytes(), &mut hashes)?;
+                                    pending.push((f as u32, *blake3::hash(b"").as_bytes()));
                                 }
                             }
                         }
@@ -1243,6 +1233,7 @@ fn session_loop(
                         return Err(SessionError::FellBack)
                     }
                     Control::Done => {
+                        commit(&mut pending, &mut hashes)?;
                         if let Some(f) = hashes.iter().position(|h| h.is_none()) {
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
                         }
@@ -1257,11 +1248,17 @@ fn session_loop(
                 }
             }
             recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value }) => handle(block, verifier.on_received(block, value), &mut hashes, &mut journal)?,
+                Ok(ChanEvent::Block { block, value }) => {
+                    handle(block, verifier.on_received(block, value), &mut pending, &mut journal)?;
+                    if pending.len() >= COMMIT_BATCH {
+                        commit(&mut pending, &mut hashes)?;
+                    }
+                }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },
             recv(tick) -> _ => {
+                commit(&mut pending, &mut hashes)?;
                 let now = Instant::now();
                 journal.tick(now);
                 let interval = now.saturating_duration_since(last.0);
@@ -1348,8 +1345,70 @@ impl Drop for JournalQueue<'_> {
 /// How often a channel thread samples its socket's receive queue.
 const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(1);
 
-/// The report loop's tick.
+/// The report loop's tick; verified files are committed at least this often.
 const TICK: Duration = Duration::from_millis(5);
+/// Most verified files committed together.
+const COMMIT_BATCH: usize = 256;
+
+/// Commits the verified files in `pending` (emptied) together: each is sealed (attributes
+/// set, synced), then each renamed into place, then each directory synced once, and only then
+/// is each reported to the sender (`FileDone`) and its hash put in `hashes`. One at a time,
+/// each file cost a journal commit for itself and another for its directory: 10,000 files of
+/// 10 KB took 6.6 s to an ext4 disk, against 1.8 s for `tar` and one `sync`. A failure stops
+/// the session; the files of the batch renamed before it are still synced and reported.
+fn commit_files(
+    shared: &Shared,
+    files: &[&Entry],
+    pending: &mut Vec<(u32, [u8; 32])>,
+    hashes: &mut [Option<[u8; 32]>],
+) -> Result<(), SessionError> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let part = |f: u32| shared.files[f as usize].as_ref();
+    let mut failed = None;
+    let mut sealed = 0;
+    for &(f, _) in pending.iter() {
+        let e = files[f as usize];
+        if let Some(Err(err)) = part(f).map(|p| p.seal(e.mode, e.mtime_ns)) {
+            failed = Some(err);
+            break;
+        }
+        sealed += 1;
+    }
+    let mut renamed = 0;
+    let mut dirs: Vec<&Path> = Vec::new();
+    for &(f, _) in &pending[..sealed] {
+        if let Some(p) = part(f) {
+            if let Err(err) = p.rename_into_place() {
+                failed = Some(err);
+                break;
+            }
+            if !dirs.contains(&p.dir()) {
+                dirs.push(p.dir());
+            }
+        }
+        renamed += 1;
+    }
+    for dir in dirs {
+        store::sync_dir(dir)?;
+    }
+    for (file, hash) in pending.drain(..).take(renamed) {
+        let f = file as usize;
+        hashes[f] = Some(hash);
+        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+        *shared
+            .progress
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = files[f].path.clone();
+        let _ = shared.to_wire.send(Control::FileDone { file, hash });
+    }
+    match failed {
+        Some(err) => Err(err.into()),
+        None => Ok(()),
+    }
+}
 /// Longest report interval, however starved the receiver.
 const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
