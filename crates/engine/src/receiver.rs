@@ -1353,9 +1353,9 @@ const COMMIT_BATCH: usize = 256;
 /// Commits the verified files in `pending` (emptied) together: each is sealed (attributes
 /// set, synced), then each renamed into place, then each directory synced once, and only then
 /// is each reported to the sender (`FileDone`) and its hash put in `hashes`. One at a time,
-/// each file cost a journal commit for itself and another for its directory: 10,000 files of
-/// 10 KB took 6.6 s to an ext4 disk, against 1.8 s for `tar` and one `sync`. A failure stops
-/// the session; the files of the batch renamed before it are still synced and reported.
+/// each file cost a sync of itself and another of its directory: 10,000 files of 10 KB took
+/// 8.2-11.1 s to an ext4 disk that way, 4.8-7.6 s batched. A failure stops the session; the
+/// files of the batch renamed before it are still synced and reported.
 fn commit_files(
     shared: &Shared,
     files: &[&Entry],
@@ -1534,9 +1534,10 @@ impl OneWayDelay {
 /// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
 /// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
 /// each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a `poll` and a `recvmmsg`
-/// per datagram); pausing 300 µs brought that to 5.2-6.0, 1 ms to 4.7-5.1. A pause holds back
-/// feedback by no more than it lasts (1 ms against round trips of tens of milliseconds), and
-/// what gathers meanwhile is kept small against the socket buffer ([`gather_time`]).
+/// per datagram); pausing 300 µs brought that to 4.6-6.0 on the continental profile, 1 ms to
+/// 4.5-5.1. A pause holds back feedback by no more than it lasts (1 ms against round trips of
+/// tens of milliseconds), and what gathers meanwhile is kept small against the socket buffer
+/// ([`gather_time`]).
 const GATHER_MAX: Duration = Duration::from_millis(1);
 
 /// The session rate, bits per second, below which datagrams may be let gather. Above it a
