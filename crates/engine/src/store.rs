@@ -1037,8 +1037,8 @@ impl PartFile {
 
     /// The first step of [`PartFile::commit`]: sets the file's permission bits and
     /// modification time and fsyncs it. Many files are committed faster sealed all first,
-    /// then renamed, then each directory synced once (a journaling filesystem commits the
-    /// others' data with the first file's sync).
+    /// then renamed, then each directory synced once, than each committed in turn (one
+    /// directory sync per file).
     pub fn seal(&self, mode: u32, mtime_ns: i64) -> Result<(), StoreError> {
         let part = &self.part_path;
         self.file

@@ -22,13 +22,9 @@ pub fn block_value(
     block_size: u64,
     blocks_in_file: u64,
 ) -> BlockValue {
-    if blocks_in_file <= 1 {
-        return *blake3::hash(data).as_bytes();
-    }
-    let mut h = blake3::Hasher::new();
-    h.set_input_offset(index_in_file * block_size);
+    let mut h = BlockHasher::new(index_in_file, block_size, blocks_in_file);
     h.update(data);
-    h.finalize_non_root()
+    h.finish()
 }
 
 /// Hashes one block in pieces, front to back, as its bytes become final: the same value as
