@@ -20,25 +20,25 @@
 //! # How sending works
 //!
 //! The caller hands [`UdpChannel::send_batch`] one buffer holding several datagrams back to back,
-//! each `segment_size` bytes long except possibly the last.
+//! each `segment_size` bytes long except possibly the last, or [`UdpChannel::send_framed`]
+//! the same datagrams as headers in one buffer and payloads as consecutive slices of another
+//! (a block of the file), so the sender never copies payload into a datagram buffer. Either way
+//! the kernel gathers each datagram from its pieces (one iovec, or a header's and a payload's);
+//! both go through one loop, `send_gathered`.
 //!
-//! - **GSO** (Linux 4.18+, [`UdpChannel::max_gso_segments`] > 1): the buffer is cut into pieces
-//!   of at most `max_gso_segments()` segments and at most [`MAX_GSO_BYTES`] bytes, and each piece
-//!   is one `sendmsg` with a `UDP_SEGMENT` control message (through quinn-udp's
-//!   `UdpSocketState::try_send`). The kernel, or the NIC, cuts it into datagrams. With 1400-byte
-//!   segments that is 46 datagrams per system call.
+//! - **GSO** (Linux 4.18+, [`UdpChannel::max_gso_segments`] > 1): the datagrams are cut into
+//!   runs of at most `max_gso_segments()` segments and at most [`MAX_GSO_BYTES`] bytes, and each
+//!   run is one `sendmsg` with a `UDP_SEGMENT` control message (written here: quinn-udp sends
+//!   only contiguous buffers). The kernel, or the NIC, cuts it into datagrams. With 1424-byte
+//!   datagrams that is 45 per system call. A lone datagram is sent without `UDP_SEGMENT`.
 //! - **Fallback** (no GSO, or [`ChannelOptions::gso`] off): the datagrams go out with
-//!   `sendmmsg(2)`, up to 64 per call. Its message headers live in a fixed array on the stack,
-//!   so nothing is allocated per call. If a GSO send fails with `EIO`/`EINVAL` (a driver that
-//!   cannot segment), quinn-udp turns GSO off for the socket and the piece is sent again on this
-//!   path.
-//! - **Gathered** ([`UdpChannel::send_framed`]): the same datagrams, given as headers in one
-//!   buffer and payloads as consecutive slices of another (a block of the file), so the sender
-//!   never copies payload into a datagram buffer; each datagram is two iovecs. With GSO it is
-//!   one `sendmsg` with `UDP_SEGMENT` per piece, made here (quinn-udp sends only contiguous
-//!   buffers), with the same fallback to `sendmmsg`. In `perf` with 8 channels on loopback the
-//!   user-space copy disappears and the kernel's copy grows by less (it now reads the block
-//!   rather than a freshly written buffer): 30% fewer samples in copies on the sending side.
+//!   `sendmmsg(2)`, up to 64 per call. Its message headers and iovecs live in fixed arrays on
+//!   the stack, so nothing is allocated per call. If a GSO send fails with `EIO`/`EINVAL` (a
+//!   driver that cannot segment), GSO is turned off for the socket and the run is sent again on
+//!   this path.
+//! - In `perf` with 8 channels on loopback, gathering instead of copying payload into datagram
+//!   buffers took away the user-space copy, and the kernel's copy grew by less (it reads the
+//!   block rather than a freshly written buffer): 30% fewer samples in copies when sending.
 //! - A full send buffer (`EAGAIN`) is waited out with `poll(2)`, and `ENOBUFS` (a full device
 //!   queue) with short sleeps; both for at most [`SEND_STALL_LIMIT`] in a row before
 //!   [`UdpError::SendStalled`].
@@ -84,7 +84,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn_udp::{RecvMeta, UdpSocketState};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Largest UDP payload over IPv4 (65535 minus 20 bytes of IP header and 8 of UDP header), and so
@@ -403,8 +403,8 @@ impl UdpChannel {
     /// to 64 at a time without GSO. An empty `buf` sends nothing.
     ///
     /// `segment_size` must fit the path MTU. With GSO, a segment the device cannot carry fails
-    /// with `EINVAL`, which quinn-udp takes for "GSO unsupported": it turns GSO off for this
-    /// socket and the datagrams then fail with `EMSGSIZE` as they would without GSO.
+    /// with `EINVAL`, which is taken for "GSO unsupported": GSO is turned off for this socket
+    /// and the datagrams then fail with `EMSGSIZE` as they would without GSO.
     pub fn send_batch(
         &mut self,
         dest: SocketAddr,
@@ -414,50 +414,13 @@ impl UdpChannel {
         if segment_size == 0 || segment_size > MAX_DATAGRAM {
             return Err(UdpError::InvalidSegmentSize(segment_size));
         }
-        let dest = self.for_socket(dest);
-        let mut rest = buf;
-        while !rest.is_empty() {
-            let gso = self.max_gso_segments();
-            if gso > 1 {
-                let per_send = gso.min(MAX_GSO_BYTES / segment_size).max(1);
-                let take = (per_send * segment_size).min(rest.len());
-                let transmit = Transmit {
-                    destination: dest,
-                    ecn: None,
-                    contents: &rest[..take],
-                    segment_size: Some(segment_size),
-                    src_ip: None,
-                };
-                let sent = self.retry_send(|| {
-                    self.state
-                        .try_send((&self.socket).into(), &transmit)
-                        .map(|()| take)
-                });
-                match sent {
-                    Ok(n) => rest = &rest[n..],
-                    // quinn-udp turned GSO off after EIO/EINVAL: send this piece without it.
-                    Err(UdpError::Io(_)) if self.max_gso_segments() == 1 => {}
-                    Err(e) => return Err(e),
-                }
-            } else {
-                let sockaddr = socket2::SockAddr::from(dest);
-                let fd = self.socket.as_fd();
-                let mut iovs = [libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                }; MMSG_BATCH];
-                for (iov, datagram) in iovs.iter_mut().zip(rest.chunks(segment_size)) {
-                    *iov = libc::iovec {
-                        iov_base: datagram.as_ptr() as *mut libc::c_void,
-                        iov_len: datagram.len(),
-                    };
-                }
-                let iovs = &iovs[..rest.len().div_ceil(segment_size).min(MMSG_BATCH)];
-                let msgs = self.retry_send(|| sys::sendmmsg(fd, &sockaddr, iovs, 1))?;
-                rest = &rest[(msgs * segment_size).min(rest.len())..];
-            }
-        }
-        Ok(())
+        let count = buf.len().div_ceil(segment_size);
+        self.send_gathered(dest, segment_size, count, 1, |d| {
+            [
+                &buf[d * segment_size..((d + 1) * segment_size).min(buf.len())],
+                &[],
+            ]
+        })
     }
 
     /// Sends datagrams that are each one header of `headers` (`header_len` bytes each, back to
@@ -486,6 +449,28 @@ impl UdpChannel {
                 "fewer headers than datagrams",
             )));
         }
+        self.send_gathered(dest, segment_size, count, 2, |d| {
+            [
+                &headers[d * header_len..(d + 1) * header_len],
+                &data[d * payload..((d + 1) * payload).min(data.len())],
+            ]
+        })
+    }
+
+    /// Sends datagrams `0..count`, each gathered by the kernel from the first `per` (1 or 2)
+    /// of the pieces `pieces(d)` gives, every datagram `segment_size` bytes long but the last:
+    /// with GSO one `sendmsg` with `UDP_SEGMENT` per [`MAX_GSO_BYTES`] (a lone datagram goes
+    /// without it, as a plain send), else `sendmmsg` for up to [`MMSG_BATCH`] datagrams. A GSO
+    /// send that fails with `EIO`/`EINVAL` (a device that cannot segment) turns GSO off for the
+    /// socket and is sent again without it.
+    fn send_gathered<'a>(
+        &mut self,
+        dest: SocketAddr,
+        segment_size: usize,
+        count: usize,
+        per: usize,
+        pieces: impl Fn(usize) -> [&'a [u8]; 2],
+    ) -> Result<(), UdpError> {
         let dest = socket2::SockAddr::from(self.for_socket(dest));
         let mut first = 0;
         while first < count {
@@ -497,30 +482,17 @@ impl UdpChannel {
             }
             .min(MAX_FRAMED)
             .min(count - first);
-            let mut iovs = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; 2 * MAX_FRAMED];
-            for (i, pair) in iovs.chunks_exact_mut(2).take(n).enumerate() {
-                let d = first + i;
-                let header = &headers[d * header_len..(d + 1) * header_len];
-                let body = &data[d * payload..((d + 1) * payload).min(data.len())];
-                pair[0] = libc::iovec {
-                    iov_base: header.as_ptr() as *mut libc::c_void,
-                    iov_len: header.len(),
-                };
-                pair[1] = libc::iovec {
-                    iov_base: body.as_ptr() as *mut libc::c_void,
-                    iov_len: body.len(),
-                };
+            let mut iovs = [sys::iovec(&[]); 2 * MAX_FRAMED];
+            for (i, slots) in iovs.chunks_exact_mut(per).take(n).enumerate() {
+                for (slot, piece) in slots.iter_mut().zip(pieces(first + i)) {
+                    *slot = sys::iovec(piece);
+                }
             }
-            let iovs = &iovs[..2 * n];
+            let iovs = &iovs[..per * n];
             let fd = self.socket.as_fd();
-            if gso > 1 {
+            if gso > 1 && n > 1 {
                 match self.retry_send(|| sys::sendmsg_segmented(fd, &dest, iovs, segment_size)) {
                     Ok(()) => first += n,
-                    // A device that cannot segment: as quinn-udp does, send without GSO from
-                    // now on (and this piece again).
                     Err(UdpError::Io(e))
                         if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
                     {
@@ -529,7 +501,7 @@ impl UdpChannel {
                     Err(e) => return Err(e),
                 }
             } else {
-                first += self.retry_send(|| sys::sendmmsg(fd, &dest, iovs, 2))?;
+                first += self.retry_send(|| sys::sendmmsg(fd, &dest, iovs, per))?;
             }
         }
         Ok(())
@@ -879,6 +851,14 @@ mod sys {
             .enumerate()
             .filter(|(_, p)| p.revents != 0)
             .fold(0, |ready, (i, _)| ready | 1 << i))
+    }
+
+    /// An iovec for the kernel to read `piece` from.
+    pub(super) fn iovec(piece: &[u8]) -> libc::iovec {
+        libc::iovec {
+            iov_base: piece.as_ptr() as *mut libc::c_void,
+            iov_len: piece.len(),
+        }
     }
 
     /// Sends one GSO `sendmsg` gathering `iovs` (header and payload pieces, datagram after
