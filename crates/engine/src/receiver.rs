@@ -1144,11 +1144,8 @@ fn session_loop(
     // Skipped files are the receiver's own copy; empty files are complete before any datagram
     // (they are committed when `Start` arrives).
     let mut hashes: Vec<Option<[u8; 32]>> = kept.to_vec();
-    // Verified files wait in `pending` and are committed together (see `commit`).
+    // Verified files wait in `pending` and are committed together (see `commit_files`).
     let mut pending: Vec<(u32, [u8; 32])> = Vec::new();
-    let commit = |pending: &mut Vec<(u32, [u8; 32])>,
-                  hashes: &mut Vec<Option<[u8; 32]>>|
-     -> Result<(), SessionError> { commit_files(shared, files, pending, hashes) };
     let mut journal = JournalQueue::new(shared);
     // A verdict about `block`.
     let handle = |block: u64,
@@ -1233,7 +1230,7 @@ fn session_loop(
                         return Err(SessionError::FellBack)
                     }
                     Control::Done => {
-                        commit(&mut pending, &mut hashes)?;
+                        commit_files(shared, files, &mut pending, &mut hashes)?;
                         if let Some(f) = hashes.iter().position(|h| h.is_none()) {
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
                         }
@@ -1251,14 +1248,14 @@ fn session_loop(
                 Ok(ChanEvent::Block { block, value }) => {
                     handle(block, verifier.on_received(block, value), &mut pending, &mut journal)?;
                     if pending.len() >= COMMIT_BATCH {
-                        commit(&mut pending, &mut hashes)?;
+                        commit_files(shared, files, &mut pending, &mut hashes)?;
                     }
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },
             recv(tick) -> _ => {
-                commit(&mut pending, &mut hashes)?;
+                commit_files(shared, files, &mut pending, &mut hashes)?;
                 let now = Instant::now();
                 journal.tick(now);
                 let interval = now.saturating_duration_since(last.0);
