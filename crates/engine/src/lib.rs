@@ -1,7 +1,8 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
 //! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
-//! - [`udp`]: batched UDP data channels (GSO/GRO and multi-message syscalls via quinn-udp).
+//! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
+//!   `recvmmsg` via quinn-udp).
 //! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
 //! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
