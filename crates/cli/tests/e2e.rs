@@ -1153,17 +1153,22 @@ fn more_files_than_the_soft_open_file_limit_still_go() {
 }
 
 #[test]
-fn more_files_than_can_be_open_fail_at_once_and_clearly() {
+fn more_files_than_can_be_open_at_once_still_go() {
     let t = tmp();
     let tree = many_files(t.path());
-    // Nothing listens here: the sender must fail before it connects.
-    let to = "127.0.0.1:9".parse().unwrap();
-    let s = hurtle_with_ulimit("sender", "-n 300", &proc::send_args(to, &[&tree], &[]));
-    let cause = s.assert_failure();
-    assert!(
-        cause.contains("600 files") && cause.contains("ulimit -n"),
-        "unclear cause: {cause}"
+    let out = t.path().join("out");
+    // Both ends may have only 64 descriptors (soft and hard) for 600 files: they keep the
+    // recently used ones open and reopen the others.
+    let r = proc::start_receiver_under_ulimit("-n 64", &out, &[]);
+    let s = hurtle_with_ulimit(
+        "sender",
+        "-n 64",
+        &proc::send_args(r.addr, &[&tree], &["--channels", "4"]),
     );
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert_eq!(fsx::tree(&tree), fsx::tree(&out.join("tree")));
+    fsx::assert_no_part_files(&out);
 }
 
 #[test]

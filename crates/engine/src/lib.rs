@@ -7,6 +7,7 @@
 //! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
+//! - [`fds`]: open descriptors, a bounded number at a time, for transfers of any number of files.
 //! - [`iobuf`]: read buffers placed so the kernel's copy out of the page cache runs at full speed.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
@@ -16,6 +17,7 @@ pub mod control;
 pub mod cpu;
 pub mod dial;
 pub mod error;
+pub mod fds;
 pub mod iobuf;
 pub mod link;
 pub mod netlog;

@@ -21,13 +21,20 @@
 //! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
 //!   changes underneath the transfer.
 //!
+//! Neither keeps a descriptor of its own: both borrow one from [`Descriptors`], which keeps the
+//! recently used ones open and closes others to stay within the process's limit on open files;
+//! a file reopened by path must still be the same file (device and inode), so a part file or
+//! source replaced meanwhile is an error, never written to or read from.
+//!
 //! Errors are [`PathError`] (a refused path) and [`StoreError`] (everything else); every message
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
+use crate::fds::{Descriptors, Slot};
 use std::fs::{self, File, Metadata, OpenOptions, Permissions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Suffix of the temporary file a file is received into: `.<name>.hurtle-part`.
@@ -159,15 +166,6 @@ pub enum StoreError {
         len: u64,
         /// The file's declared size.
         size: u64,
-    },
-    /// A transfer has more files than this process may keep open at once.
-    #[error("{files} files in one transfer, but this process may have only {limit} files open and keeps every file of a transfer open until it ends: raise the limit (ulimit -n) or send fewer files at a time")]
-    TooManyFiles {
-        /// Files in the transfer.
-        files: usize,
-        /// Files the process may have open for a transfer: its limit on open files, less what
-        /// its sockets and logs need.
-        limit: u64,
     },
     /// The source file's size or modification time changed since it was opened, or it is
     /// shorter than its recorded size.
@@ -536,7 +534,7 @@ fn preallocate(_file: &File, _size: u64) -> io::Result<()> {
 }
 
 /// The system calls behind [`preallocate`], [`free_space`], [`PartFile::start_writeback`] and
-/// [`check_open_files`]: the only `unsafe` in this file.
+/// [`raise_open_file_limit`]: the only `unsafe` in this file.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 mod sys {
@@ -715,28 +713,47 @@ pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
     }
 }
 
-/// Checks that a transfer of `files` files over `channels` channels fits this process's limit
-/// on open files, first raising the soft limit to the hard one (a transfer keeps each of its
-/// files open to the end, and each channel has a socket and maybe a log). Where the system
-/// cannot say, assumes it fits.
-pub fn check_open_files(files: usize, channels: u16) -> Result<(), StoreError> {
-    let Some(limit) = sys::raise_open_file_limit() else {
-        return Ok(());
-    };
-    let others = 64 + 2 * u64::from(channels);
-    if files as u64 + others > limit {
-        return Err(StoreError::TooManyFiles {
-            files,
-            limit: limit.saturating_sub(others),
-        });
-    }
-    Ok(())
+/// Raises this process's soft limit on open files to the hard limit; returns the limit then in
+/// force (`None` if the system cannot say, `u64::MAX` when unlimited). [`Descriptors`] sizes
+/// itself by it.
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
+    sys::raise_open_file_limit()
 }
 
 /// Bytes an unprivileged writer can still use on the filesystem holding `dir` (`statvfs`), or
 /// `None` if the system cannot say.
 pub fn free_space(dir: &Path) -> Option<u64> {
     sys::free_space(dir)
+}
+
+/// Which file a descriptor is open on (device and inode): a file reopened by path must be the
+/// same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity(u64, u64);
+
+impl Identity {
+    fn of(meta: &Metadata) -> Identity {
+        Identity(meta.dev(), meta.ino())
+    }
+
+    /// Fails with [`Replaced`] unless `file` is the file `expected` names.
+    fn check(file: &File, expected: Identity) -> io::Result<()> {
+        if Identity::of(&file.metadata()?) == expected {
+            Ok(())
+        } else {
+            Err(io::Error::other(Replaced))
+        }
+    }
+}
+
+/// A file reopened by path turned out to be another file.
+#[derive(Debug, thiserror::Error)]
+#[error("its path now leads to another file")]
+struct Replaced;
+
+/// Whether `e` is [`Identity::check`]'s refusal.
+fn is_replaced(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Replaced>())
 }
 
 /// A file being received: written positionally into `.<name>.hurtle-part` beside its final
@@ -747,7 +764,10 @@ pub fn free_space(dir: &Path) -> Option<u64> {
 /// from); nothing is ever written under the final name until `finish` renames it.
 #[derive(Debug)]
 pub struct PartFile {
-    file: File,
+    /// Its descriptor, open while in use (see [`Descriptors`]).
+    slot: Slot,
+    /// The file `slot` must be open on: reopening checks it.
+    identity: Identity,
     dir: PathBuf,
     final_path: PathBuf,
     part_path: PathBuf,
@@ -793,14 +813,18 @@ impl PartFile {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&part_path)
             .map_err(|e| map_io(&part_path, "create", 0, e))?;
-        if let Err(e) = file.set_len(size) {
-            drop(file);
-            // Best effort: the error below is what matters, and the file holds nothing yet.
-            let _ = fs::remove_file(&part_path);
-            return Err(map_io(&part_path, "size", size, e));
-        }
+        let identity = match file.set_len(size).and_then(|()| file.metadata()) {
+            Ok(meta) => Identity::of(&meta),
+            Err(e) => {
+                drop(file);
+                // Best effort: the error below is what matters, and the file holds nothing yet.
+                let _ = fs::remove_file(&part_path);
+                return Err(map_io(&part_path, "size", size, e));
+            }
+        };
         Ok(PartFile {
-            file,
+            slot: Slot::new(Descriptors::global(), file),
+            identity,
             dir,
             final_path,
             part_path,
@@ -840,10 +864,10 @@ impl PartFile {
             return Ok(None);
         };
         let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
-        match (regular(&file), regular(&journal)) {
-            (Some(m), Some(j)) if m.len() == size && j.len() <= 64 << 20 => {}
+        let identity = match (regular(&file), regular(&journal)) {
+            (Some(m), Some(j)) if m.len() == size && j.len() <= 64 << 20 => Identity::of(&m),
             _ => return Ok(None),
-        }
+        };
         let mut text = Vec::new();
         if io::Read::read_to_end(&mut journal, &mut text).is_err() {
             return Ok(None);
@@ -858,7 +882,8 @@ impl PartFile {
         }
         Ok(Some((
             PartFile {
-                file,
+                slot: Slot::new(Descriptors::global(), file),
+                identity,
                 dir,
                 final_path,
                 part_path,
@@ -959,7 +984,7 @@ impl PartFile {
     /// skipped on tmpfs and ramfs): a full disk shows as [`StoreError::NoSpace`] now, not
     /// halfway through the transfer.
     pub fn preallocate(&self) -> Result<(), StoreError> {
-        preallocate(&self.file, self.size)
+        preallocate(&*self.file()?, self.size)
             .map_err(|e| map_io(&self.part_path, "preallocate", self.size, e))
     }
 
@@ -968,6 +993,22 @@ impl PartFile {
     pub fn discard(self) -> Result<(), StoreError> {
         let _ = fs::remove_file(&self.journal_path);
         fs::remove_file(&self.part_path).map_err(|e| map_io(&self.part_path, "remove", 0, e))
+    }
+
+    /// The part file's descriptor, reopened if it was closed to make room for others; refused
+    /// if the part file's path now leads to another file.
+    fn file(&self) -> Result<Arc<File>, StoreError> {
+        self.slot
+            .get(|| {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&self.part_path)?;
+                Identity::check(&file, self.identity)?;
+                Ok(file)
+            })
+            .map_err(|e| map_io(&self.part_path, "reopen", 0, e))
     }
 
     fn check_range(&self, offset: u64, len: usize) -> Result<(), StoreError> {
@@ -987,7 +1028,7 @@ impl PartFile {
     /// the declared size.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), StoreError> {
         self.check_range(offset, data.len())?;
-        self.file
+        self.file()?
             .write_all_at(data, offset)
             .map_err(|e| map_io(&self.part_path, "write", data.len() as u64, e))
     }
@@ -996,21 +1037,23 @@ impl PartFile {
     /// final [`PartFile::sync`] then finds most of the file already written instead of
     /// writing all of it at the end. Errors are left for that sync to report.
     pub fn start_writeback(&self, offset: u64, len: u64) {
-        let _ = sys::start_writeback(&self.file, offset, len);
+        if let Ok(file) = self.file() {
+            let _ = sys::start_writeback(&file, offset, len);
+        }
     }
 
     /// Fills `buf` from `offset` (for instance to hash what was written). Refuses with
     /// [`StoreError::OutOfRange`] anything past the declared size.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.check_range(offset, buf.len())?;
-        self.file
+        self.file()?
             .read_exact_at(buf, offset)
             .map_err(|e| map_io(&self.part_path, "read", 0, e))
     }
 
     /// Flushes written data to stable storage (`fdatasync`).
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.file
+        self.file()?
             .sync_data()
             .map_err(|e| map_io(&self.part_path, "sync", 0, e))
     }
@@ -1041,14 +1084,13 @@ impl PartFile {
     /// directory sync per file).
     pub fn seal(&self, mode: u32, mtime_ns: i64) -> Result<(), StoreError> {
         let part = &self.part_path;
-        self.file
-            .set_permissions(Permissions::from_mode(mode & MODE_MASK))
+        let file = self.file()?;
+        file.set_permissions(Permissions::from_mode(mode & MODE_MASK))
             .map_err(|e| map_io(part, "set permissions of", 0, e))?;
         let t = system_time_from_ns(part, mtime_ns)?;
-        self.file
-            .set_modified(t)
+        file.set_modified(t)
             .map_err(|e| map_io(part, "set modification time of", 0, e))?;
-        self.file.sync_all().map_err(|e| map_io(part, "sync", 0, e))
+        file.sync_all().map_err(|e| map_io(part, "sync", 0, e))
     }
 
     /// The second step of [`PartFile::commit`], after [`PartFile::seal`]: renames the part
@@ -1092,7 +1134,10 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 /// so that changes during the transfer are noticed.
 #[derive(Debug)]
 pub struct SourceFile {
-    file: File,
+    /// Its descriptor, open while in use (see [`Descriptors`]).
+    slot: Slot,
+    /// The file `slot` must be open on: a source replaced by another file counts as changed.
+    identity: Identity,
     path: PathBuf,
     size: u64,
     mtime_ns: i64,
@@ -1112,11 +1157,32 @@ impl SourceFile {
             });
         }
         Ok(SourceFile {
-            file,
+            slot: Slot::new(Descriptors::global(), file),
+            identity: Identity::of(&meta),
             path: path.to_path_buf(),
             size: meta.len(),
             mtime_ns: mtime_ns(&meta),
         })
+    }
+
+    /// The source's descriptor, reopened if it was closed to make room for others;
+    /// [`StoreError::SourceChanged`] if its path now leads to another file.
+    fn file(&self) -> Result<Arc<File>, StoreError> {
+        self.slot
+            .get(|| {
+                let file = File::open(&self.path)?;
+                Identity::check(&file, self.identity)?;
+                Ok(file)
+            })
+            .map_err(|e| {
+                if e.kind() == ErrorKind::NotFound || is_replaced(&e) {
+                    StoreError::SourceChanged {
+                        path: self.path.clone(),
+                    }
+                } else {
+                    map_io(&self.path, "reopen", 0, e)
+                }
+            })
     }
 
     /// The path it was opened from.
@@ -1142,9 +1208,10 @@ impl SourceFile {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
         let remaining = self.size.saturating_sub(offset);
         let want = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+        let file = self.file()?;
         let mut got = 0;
         while got < want {
-            match self.file.read_at(&mut buf[got..want], offset + got as u64) {
+            match file.read_at(&mut buf[got..want], offset + got as u64) {
                 Ok(0) => {
                     return Err(StoreError::SourceChanged {
                         path: self.path.clone(),
@@ -1162,7 +1229,7 @@ impl SourceFile {
     /// modification time differ from those recorded at open.
     pub fn check_unchanged(&self) -> Result<(), StoreError> {
         let meta = self
-            .file
+            .file()?
             .metadata()
             .map_err(|e| map_io(&self.path, "inspect", 0, e))?;
         if meta.len() != self.size || mtime_ns(&meta) != self.mtime_ns {
@@ -1180,6 +1247,67 @@ mod tests {
     use proptest::prelude::*;
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
+
+    #[test]
+    fn a_part_file_closed_to_make_room_is_reopened_for_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = PartFile::create(dir.path(), "f.bin", 8, false).unwrap();
+        part.write_at(0, b"abcd").unwrap();
+        part.slot.evict();
+        part.write_at(4, b"efgh").unwrap();
+        part.slot.evict();
+        let mut back = [0u8; 8];
+        part.read_at(0, &mut back).unwrap();
+        assert_eq!(&back, b"abcdefgh");
+        part.slot.evict();
+        let done = part.finish(0o640, 0).unwrap();
+        assert_eq!(fs::read(&done).unwrap(), b"abcdefgh");
+        assert_eq!(
+            fs::metadata(&done).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+    }
+
+    #[test]
+    fn a_part_file_replaced_while_closed_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = PartFile::create(dir.path(), "f.bin", 4, false).unwrap();
+        part.slot.evict();
+        let other = dir.path().join("other");
+        fs::write(&other, b"keep").unwrap();
+        fs::rename(&other, part.part_path()).unwrap();
+        let e = part.write_at(0, b"evil").unwrap_err();
+        assert!(e.to_string().contains("another file"), "{e}");
+        assert_eq!(fs::read(part.part_path()).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn a_source_reopened_after_eviction_reads_on_but_a_replaced_one_counts_as_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("src");
+        fs::write(&path, b"0123456789").unwrap();
+        let src = SourceFile::open(&path).unwrap();
+        src.slot.evict();
+        let mut buf = [0u8; 4];
+        assert_eq!(src.read_at(3, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"3456");
+        src.check_unchanged().unwrap();
+        // Same size, same content, but another file (as an editor's save-by-rename makes).
+        let twin = dir.path().join("twin");
+        fs::write(&twin, b"0123456789").unwrap();
+        fs::rename(&twin, &path).unwrap();
+        src.slot.evict();
+        assert!(matches!(
+            src.read_at(0, &mut buf),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        fs::remove_file(&path).unwrap();
+        src.slot.evict();
+        assert!(matches!(
+            src.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+    }
 
     #[test]
     fn writeback_started_early_leaves_the_data_as_written() {

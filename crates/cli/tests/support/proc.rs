@@ -284,6 +284,19 @@ pub fn start_receiver(out: &Path, extra: &[&str]) -> ReceiverProc {
 
 /// Starts `hurtle receive --listen LISTEN --out OUT EXTRA...` and waits for its address.
 pub fn start_receiver_at(listen: &str, out: &Path, extra: &[&str]) -> ReceiverProc {
+    let args = receive_args(listen, out, extra);
+    await_receiver(Proc::spawn("receiver", &args), out)
+}
+
+/// Like [`start_receiver`], under `sh` with `ulimit LIMIT` (e.g. `-n 64`) applied first.
+pub fn start_receiver_under_ulimit(limit: &str, out: &Path, extra: &[&str]) -> ReceiverProc {
+    let script = format!("ulimit {limit} && exec \"$0\" \"$@\"");
+    let mut args: Vec<&OsStr> = vec!["-c".as_ref(), script.as_ref(), bin().as_ref()];
+    args.extend(receive_args("127.0.0.1:0", out, extra));
+    await_receiver(Proc::spawn_program("receiver", "sh", &args), out)
+}
+
+fn receive_args<'a>(listen: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a OsStr> {
     let mut args: Vec<&OsStr> = vec![
         "receive".as_ref(),
         "--listen".as_ref(),
@@ -292,7 +305,11 @@ pub fn start_receiver_at(listen: &str, out: &Path, extra: &[&str]) -> ReceiverPr
         out.as_os_str(),
     ];
     args.extend(extra.iter().map(|s| OsStr::new(*s)));
-    let mut proc = Proc::spawn("receiver", &args);
+    args
+}
+
+/// Waits for a starting receiver to print its listening address.
+fn await_receiver(mut proc: Proc, out: &Path) -> ReceiverProc {
     let addr = proc.wait_for_output("its listening address", Duration::from_secs(10), |o, e| {
         listening_addr(o).or_else(|| listening_addr(e))
     });
