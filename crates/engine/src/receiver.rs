@@ -553,7 +553,9 @@ impl Receiver {
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
-        let (decisions, resumes) = self.decide(&entries, block_size, checksum)?;
+        // Each directory of the output tree is checked (or created) once for all its files.
+        let out = store::OutRoot::new(&self.opts.out_dir);
+        let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
         if let Some((e, Decision::Refuse(reason))) = entries
             .iter()
             .zip(&decisions)
@@ -588,7 +590,7 @@ impl Receiver {
             .map(|(_, d)| d)
             .collect();
         let (mut parts, held_values) =
-            self.prepare_parts(&files, &file_decisions, resumes, block_size)?;
+            self.prepare_parts(&out, &files, &file_decisions, resumes, block_size)?;
         drop(_alive);
         let _ = tx.send(Control::ManifestReply {
             decisions: decisions.clone(),
@@ -667,7 +669,7 @@ impl Receiver {
         // differs, and --overwrite allows replacing it) gets its part file now.
         for (f, part) in parts.iter_mut().enumerate() {
             if part.is_none() && !skipped[f] {
-                let p = self.new_part(files[f], block_size)?;
+                let p = self.new_part(&out, files[f], block_size)?;
                 p.preallocate()?;
                 *part = Some(p);
             }
@@ -811,17 +813,17 @@ impl Receiver {
     /// resume and what it holds.
     fn decide(
         &self,
+        out: &store::OutRoot,
         entries: &[Entry],
         block_size: u64,
         checksum: bool,
     ) -> Result<(Vec<Decision>, Vec<Option<Resumed>>), SessionError> {
-        let root = &self.opts.out_dir;
         let mut decisions = Vec::with_capacity(entries.len());
         // Per file entry: a part file left by an interrupted transfer, and the values of the
         // blocks its journal lists, hashed again now.
         let mut resumes: Vec<Option<Resumed>> = Vec::new();
         for e in entries {
-            let target = store::resolve_under(root, &e.path)?;
+            let target = out.resolve(&e.path)?;
             let existing = std::fs::symlink_metadata(&target).ok();
             let mut resumed = None;
             decisions.push(match (e.kind, existing) {
@@ -844,7 +846,7 @@ impl Receiver {
                     "it exists on the receiver (receive with --overwrite to replace it)".into(),
                 ),
                 (EntryKind::File, _) if e.size > 0 => {
-                    match Resumed::open(root, e, block_size, self.opts.overwrite)? {
+                    match Resumed::open(out, e, block_size, self.opts.overwrite)? {
                         Some(r) => {
                             let d = Decision::Resume {
                                 blocks: r.block_ranges(),
@@ -870,12 +872,13 @@ impl Receiver {
     /// created (a resumed one is kept for a later try).
     fn prepare_parts(
         &self,
+        out: &store::OutRoot,
         files: &[&Entry],
         file_decisions: &[&Decision],
         mut resumes: Vec<Option<Resumed>>,
         block_size: u64,
     ) -> Result<PreparedParts, SessionError> {
-        let root = &self.opts.out_dir;
+        let root = out.path();
         let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
         let mut parts = Vec::with_capacity(files.len());
         let mut needed = 0;
@@ -883,7 +886,7 @@ impl Receiver {
             parts.push(match (d, resumes[f].take()) {
                 (Decision::SendAll, _) => {
                     needed += e.size;
-                    Some(self.new_part(e, block_size)?)
+                    Some(self.new_part(out, e, block_size)?)
                 }
                 (Decision::Resume { .. }, Some(r)) => {
                     // Space is needed only for the blocks not held.
@@ -916,8 +919,13 @@ impl Receiver {
 
     /// A new part file for `e`. Files of more than one block keep a journal of their verified
     /// blocks, so that an interrupted transfer can resume; a one-block file is sent again.
-    fn new_part(&self, e: &Entry, block_size: u64) -> Result<PartFile, SessionError> {
-        let mut p = PartFile::create(&self.opts.out_dir, &e.path, e.size, self.opts.overwrite)?;
+    fn new_part(
+        &self,
+        out: &store::OutRoot,
+        e: &Entry,
+        block_size: u64,
+    ) -> Result<PartFile, SessionError> {
+        let mut p = PartFile::create_in(out, &e.path, e.size, self.opts.overwrite)?;
         if e.size > block_size {
             p.keep_journal(block_size)?;
         }
@@ -995,12 +1003,13 @@ impl Resumed {
     /// The part file of `e` and what it holds, if there is one to resume from (see
     /// [`PartFile::resume`]) and its journal lists any block.
     fn open(
-        root: &Path,
+        out: &store::OutRoot,
         e: &Entry,
         block_size: u64,
         overwrite: bool,
     ) -> Result<Option<Resumed>, SessionError> {
-        let Some((part, blocks)) = PartFile::resume(root, &e.path, e.size, block_size, overwrite)?
+        let Some((part, blocks)) =
+            PartFile::resume_in(out, &e.path, e.size, block_size, overwrite)?
         else {
             return Ok(None);
         };

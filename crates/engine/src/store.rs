@@ -30,6 +30,8 @@
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
 use crate::fds::{Descriptors, Slot};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fs::{self, File, Metadata, OpenOptions, Permissions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -270,30 +272,7 @@ fn is_drive_prefix(component: &str) -> bool {
 /// `root` itself may be a symlink, and the target itself is not checked: callers that open it
 /// do so without following symlinks, and a rename replaces a symlink rather than following it.
 pub fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, PathError> {
-    let rel_path = sanitize_rel_path(rel)?;
-    let (dirs, _) = split_parent(rel);
-    let mut cur = root.to_path_buf();
-    for comp in Path::new(dirs).components() {
-        cur.push(comp);
-        match fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(PathError::SymlinkInPath {
-                    path: rel.to_owned(),
-                    link: cur,
-                })
-            }
-            Ok(_) => {}
-            // Nothing deeper exists, so nothing deeper can be a symlink.
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => break,
-            Err(e) => {
-                return Err(PathError::Io {
-                    path: cur,
-                    source: e,
-                })
-            }
-        }
-    }
-    Ok(root.join(rel_path))
+    OutRoot::new(root).resolve(rel)
 }
 
 /// Splits a sanitized relative path into its directory part ("" if none) and its last
@@ -341,13 +320,91 @@ fn ensure_real_dir(path: &Path, rel: &str) -> Result<bool, StoreError> {
 /// Creates `root` if missing, then each directory of `dirs` (a sanitized relative path, possibly
 /// empty) below it, refusing symlinks on the way. Returns `root/dirs`.
 fn ensure_dirs(root: &Path, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
-    fs::create_dir_all(root).map_err(|e| map_io(root, "create directory", 0, e))?;
-    let mut cur = root.to_path_buf();
-    for comp in Path::new(dirs).components() {
-        cur.push(comp);
-        ensure_real_dir(&cur, rel)?;
+    OutRoot::new(root).ensure_dirs(dirs, rel)
+}
+
+/// The output directory of one transfer, remembering which directories under it the transfer
+/// has already created or checked (real directories, no symlinks), so that a transfer of many
+/// files in few directories checks each directory once rather than once per file.
+///
+/// What it guards against is a symlink that is in the output tree before the transfer (planted
+/// to redirect writes elsewhere): a directory found real once stays trusted for the rest of the
+/// transfer, as a directory checked just before each write would be for the moment in between.
+#[derive(Debug)]
+pub struct OutRoot {
+    root: PathBuf,
+    /// Directories (`root` included once created) known to be real directories.
+    checked: RefCell<HashSet<PathBuf>>,
+}
+
+impl OutRoot {
+    /// `root`, with nothing checked yet.
+    pub fn new(root: &Path) -> OutRoot {
+        OutRoot {
+            root: root.to_path_buf(),
+            checked: RefCell::new(HashSet::new()),
+        }
     }
-    Ok(cur)
+
+    /// The output directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the root if missing, then each directory of `dirs` (a sanitized relative path,
+    /// possibly empty) below it, refusing symlinks on the way; directories checked before are
+    /// not looked at again. Returns `root/dirs`.
+    fn ensure_dirs(&self, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
+        let mut checked = self.checked.borrow_mut();
+        if !checked.contains(&self.root) {
+            fs::create_dir_all(&self.root)
+                .map_err(|e| map_io(&self.root, "create directory", 0, e))?;
+            checked.insert(self.root.clone());
+        }
+        let mut cur = self.root.clone();
+        for comp in Path::new(dirs).components() {
+            cur.push(comp);
+            if !checked.contains(&cur) {
+                ensure_real_dir(&cur, rel)?;
+                checked.insert(cur.clone());
+            }
+        }
+        Ok(cur)
+    }
+
+    /// [`resolve_under`] this root, skipping the directories already checked.
+    pub fn resolve(&self, rel: &str) -> Result<PathBuf, PathError> {
+        let rel_path = sanitize_rel_path(rel)?;
+        let (dirs, _) = split_parent(rel);
+        let checked = self.checked.borrow();
+        let mut cur = self.root.clone();
+        for comp in Path::new(dirs).components() {
+            cur.push(comp);
+            if checked.contains(&cur) {
+                continue;
+            }
+            match fs::symlink_metadata(&cur) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(PathError::SymlinkInPath {
+                        path: rel.to_owned(),
+                        link: cur,
+                    })
+                }
+                Ok(_) => {}
+                // Nothing deeper exists, so nothing deeper can be a symlink.
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                    break
+                }
+                Err(e) => {
+                    return Err(PathError::Io {
+                        path: cur,
+                        source: e,
+                    })
+                }
+            }
+        }
+        Ok(self.root.join(rel_path))
+    }
 }
 
 /// Opens an existing directory under `root` for metadata changes, refusing symlinks anywhere
@@ -796,7 +853,18 @@ impl PartFile {
         size: u64,
         overwrite: bool,
     ) -> Result<PartFile, StoreError> {
-        let (dir, name, final_path) = Self::target(root, rel, overwrite)?;
+        Self::create_in(&OutRoot::new(root), rel, size, overwrite)
+    }
+
+    /// [`PartFile::create`] under `out`, whose directories this transfer may have checked
+    /// already.
+    pub fn create_in(
+        out: &OutRoot,
+        rel: &str,
+        size: u64,
+        overwrite: bool,
+    ) -> Result<PartFile, StoreError> {
+        let (dir, name, final_path) = Self::target(out, rel, overwrite)?;
         let journal_path = dir.join(journal_file_name(name));
         match fs::remove_file(&journal_path) {
             Ok(()) => {}
@@ -848,7 +916,19 @@ impl PartFile {
         block_size: u64,
         overwrite: bool,
     ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
-        let (dir, name, final_path) = Self::target(root, rel, overwrite)?;
+        Self::resume_in(&OutRoot::new(root), rel, size, block_size, overwrite)
+    }
+
+    /// [`PartFile::resume`] under `out`, whose directories this transfer may have checked
+    /// already.
+    pub fn resume_in(
+        out: &OutRoot,
+        rel: &str,
+        size: u64,
+        block_size: u64,
+        overwrite: bool,
+    ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
+        let (dir, name, final_path) = Self::target(out, rel, overwrite)?;
         let part_path = dir.join(part_file_name(name));
         let journal_path = dir.join(journal_file_name(name));
         let open = |path: &Path, append: bool| {
@@ -859,8 +939,11 @@ impl PartFile {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
         };
-        let (Ok(file), Ok(mut journal)) = (open(&part_path, false), open(&journal_path, true))
-        else {
+        // Most files have no part file: then the journal is not looked for.
+        let Ok(file) = open(&part_path, false) else {
+            return Ok(None);
+        };
+        let Ok(mut journal) = open(&journal_path, true) else {
             return Ok(None);
         };
         let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
@@ -939,13 +1022,13 @@ impl PartFile {
     /// Checks `rel` and the final name: the directory to work in (created as needed), the
     /// file name, and the final path.
     fn target<'a>(
-        root: &Path,
+        out: &OutRoot,
         rel: &'a str,
         overwrite: bool,
     ) -> Result<(PathBuf, &'a str, PathBuf), StoreError> {
         sanitize_rel_path(rel)?;
         let (dirs, name) = split_parent(rel);
-        let dir = ensure_dirs(root, dirs, rel)?;
+        let dir = out.ensure_dirs(dirs, rel)?;
         let final_path = dir.join(name);
         match fs::symlink_metadata(&final_path) {
             Ok(_) if !overwrite => {
@@ -1111,9 +1194,12 @@ impl PartFile {
         }
         fs::rename(&self.part_path, &self.final_path)
             .map_err(|e| map_io(&self.final_path, "rename into place", 0, e))?;
-        // The journal's blocks are in place now. Best effort: a journal left behind has no
-        // part file to resume and is removed by the next `create`.
-        let _ = fs::remove_file(&self.journal_path);
+        // The journal's blocks are in place now (a file without one had any stale journal
+        // removed when it was created). Best effort: a journal left behind has no part file
+        // to resume and is removed by the next `create`.
+        if self.journal {
+            let _ = fs::remove_file(&self.journal_path);
+        }
         Ok(self.final_path.clone())
     }
 
@@ -1247,6 +1333,33 @@ mod tests {
     use proptest::prelude::*;
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
+
+    #[test]
+    fn one_out_root_serves_many_files_and_still_refuses_a_planted_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::create_dir_all(root.join("a")).unwrap();
+        symlink(&elsewhere, root.join("a/link")).unwrap();
+        let out = OutRoot::new(&root);
+        for i in 0..3 {
+            let rel = format!("a/b/f{i}");
+            assert_eq!(out.resolve(&rel).unwrap(), root.join(&rel));
+            let p = PartFile::create_in(&out, &rel, 1, false).unwrap();
+            p.write_at(0, &[i]).unwrap();
+            assert_eq!(fs::read(p.finish(0o644, 0).unwrap()).unwrap(), [i]);
+        }
+        assert!(matches!(
+            out.resolve("a/link/x"),
+            Err(PathError::SymlinkInPath { .. })
+        ));
+        assert!(matches!(
+            PartFile::create_in(&out, "a/link/x", 1, false),
+            Err(StoreError::Path(PathError::SymlinkInPath { .. }))
+        ));
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
 
     #[test]
     fn a_part_file_closed_to_make_room_is_reopened_for_the_next_write() {
