@@ -415,6 +415,19 @@ fn send_once(
             last: i + 1 == n_parts,
         });
     }
+    // The sources are opened while the receiver decides (for many files, both take a while).
+    let opening = {
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.abs_path.clone()).collect();
+        std::thread::Builder::new()
+            .name("open".into())
+            .spawn(move || {
+                paths
+                    .iter()
+                    .map(|p| SourceFile::open(p))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| SessionError::io("open thread", e))?
+    };
     let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
     // Of those, the ones skipped on size and modification time, unread: no hash to report.
     let mut unchecked = vec![false; files.len()];
@@ -517,10 +530,9 @@ fn send_once(
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
     progress.resumed.store(held_bytes, Ordering::Relaxed);
-    let sources = files
-        .iter()
-        .map(|f| SourceFile::open(&f.abs_path))
-        .collect::<Result<Vec<_>, _>>()?;
+    let sources = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
     // Data sockets, of the receiver's address family.
     let bind_ip: IpAddr = if to.is_ipv4() {
