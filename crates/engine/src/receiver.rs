@@ -30,7 +30,6 @@ use hurtle_proto::wire::{
 };
 use hurtle_proto::{ChannelReceiver, Layout, RecvConfig, Verdict, Verifier};
 use serde::Serialize;
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -1131,9 +1130,10 @@ struct Wires<'a> {
     cmds: &'a [Sender<ChanCmd>],
 }
 
-/// The receiver's data phase: verifies blocks as their two values meet (commits each file when
-/// its last block is verified, journals the others), sends reports, and ends on `Done`.
-/// `held` are the blocks resumed from part files, with the values hashed from them.
+/// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
+/// last block is verified to the committer thread, journals the others), sends reports, and
+/// ends on `Done` once the committer has put every file in place. `held` are the blocks
+/// resumed from part files, with the values hashed from them.
 fn session_loop(
     shared: &Shared,
     files: &[&Entry],
@@ -1155,7 +1155,7 @@ fn session_loop(
         let commits = Commits {
             to_commit,
             committed,
-            outstanding: Cell::new(0),
+            outstanding: 0,
             // Skipped files are the receiver's own copy; empty files are complete before any
             // datagram (they are committed when `Start` arrives).
             hashes: kept.to_vec(),
@@ -1173,15 +1173,15 @@ struct Commits {
     to_commit: Sender<(u32, [u8; 32])>,
     committed: crossbeam_channel::Receiver<Result<Committed, SessionError>>,
     /// Files given to the committer and not reported back yet.
-    outstanding: Cell<usize>,
+    outstanding: usize,
     /// Each file's hash once it is in place (or the receiver's own copy is kept).
     hashes: Vec<Option<[u8; 32]>>,
 }
 
 impl Commits {
     /// Gives a verified file to the committer.
-    fn give(&self, file: u32, hash: [u8; 32]) {
-        self.outstanding.set(self.outstanding.get() + 1);
+    fn give(&mut self, file: u32, hash: [u8; 32]) {
+        self.outstanding += 1;
         // The committer outlives the session loop, so the queue cannot be closed here.
         let _ = self.to_commit.send((file, hash));
     }
@@ -1189,8 +1189,7 @@ impl Commits {
     /// Records a batch the committer reports in place; its error ends the session.
     fn note(&mut self, batch: Result<Committed, SessionError>) -> Result<(), SessionError> {
         let batch = batch?;
-        self.outstanding
-            .set(self.outstanding.get().saturating_sub(batch.len()));
+        self.outstanding = self.outstanding.saturating_sub(batch.len());
         for (file, hash) in batch {
             self.hashes[file as usize] = Some(hash);
         }
@@ -1199,7 +1198,7 @@ impl Commits {
 
     /// Waits until the committer has put in place every file it was given.
     fn finish(&mut self) -> Result<(), SessionError> {
-        while self.outstanding.get() > 0 {
+        while self.outstanding > 0 {
             match self.committed.recv() {
                 Ok(batch) => self.note(batch)?,
                 Err(_) => break,
@@ -1229,7 +1228,7 @@ fn verify_loop(
     let handle = |block: u64,
                   v: Verdict,
                   journal: &mut JournalQueue,
-                  commits: &Commits|
+                  commits: &mut Commits|
      -> Result<(), SessionError> {
         match v {
             Verdict::Pending => Ok(()),
@@ -1273,7 +1272,7 @@ fn verify_loop(
             block,
             verifier.on_received(block, value),
             &mut journal,
-            &commits,
+            &mut commits,
         )?;
     }
     let tick = crossbeam_channel::tick(TICK);
@@ -1290,7 +1289,7 @@ fn verify_loop(
                 match msg {
                     Control::BlockHashes { blocks } => {
                         for (block, value) in blocks {
-                            handle(block, verifier.on_expected(block, value), &mut journal, &commits)?;
+                            handle(block, verifier.on_expected(block, value), &mut journal, &mut commits)?;
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
@@ -1324,7 +1323,7 @@ fn verify_loop(
             }
             recv(events) -> ev => match ev {
                 Ok(ChanEvent::Block { block, value }) => {
-                    handle(block, verifier.on_received(block, value), &mut journal, &commits)?;
+                    handle(block, verifier.on_received(block, value), &mut journal, &mut commits)?;
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
