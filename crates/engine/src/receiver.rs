@@ -882,11 +882,18 @@ impl Receiver {
         let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
         let mut parts = Vec::with_capacity(files.len());
         let mut needed = 0;
+        let fresh: Vec<&Entry> = files
+            .iter()
+            .zip(file_decisions)
+            .filter(|(_, d)| matches!(d, Decision::SendAll))
+            .map(|(e, _)| *e)
+            .collect();
+        let mut fresh = self.new_parts(out, &fresh, block_size)?.into_iter();
         for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
             parts.push(match (d, resumes[f].take()) {
                 (Decision::SendAll, _) => {
                     needed += e.size;
-                    Some(self.new_part(out, e, block_size)?)
+                    fresh.next()
                 }
                 (Decision::Resume { .. }, Some(r)) => {
                     // Space is needed only for the blocks not held.
@@ -915,6 +922,43 @@ impl Receiver {
             p.preallocate()?;
         }
         Ok((parts, held_values))
+    }
+
+    /// New part files for `entries`, in order, created on up to four threads when there are many:
+    /// for a transfer of many small files, creating them is most of what the receiver does
+    /// before data moves.
+    fn new_parts(
+        &self,
+        out: &store::OutRoot,
+        entries: &[&Entry],
+        block_size: u64,
+    ) -> Result<Vec<PartFile>, SessionError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = cores.min(4).min(entries.len() / PARTS_PER_THREAD).max(1);
+        let create = |chunk: &[&Entry]| -> Result<Vec<PartFile>, SessionError> {
+            chunk
+                .iter()
+                .map(|e| self.new_part(out, e, block_size))
+                .collect()
+        };
+        if threads == 1 {
+            return create(entries);
+        }
+        // Consecutive entries mostly share a directory: each thread takes a run of them.
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = entries
+                .chunks(entries.len().div_ceil(threads))
+                .map(|chunk| scope.spawn(move || create(chunk)))
+                .collect();
+            let mut parts = Vec::with_capacity(entries.len());
+            for w in workers {
+                match w.join() {
+                    Ok(created) => parts.extend(created?),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            Ok(parts)
+        })
     }
 
     /// A new part file for `e`. Files of more than one block keep a journal of their verified
@@ -989,6 +1033,9 @@ fn accept_data_connections(
 
 /// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
 /// resumed one holds.
+/// Fewest new part files worth a thread of their own.
+const PARTS_PER_THREAD: usize = 256;
+
 type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
 
 /// A part file left by an interrupted transfer, with the blocks its journal lists and their

@@ -30,13 +30,12 @@
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
 use crate::fds::{Descriptors, Slot};
-use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::{self, File, Metadata, OpenOptions, Permissions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// Suffix of the temporary file a file is received into: `.<name>.hurtle-part`.
@@ -333,8 +332,9 @@ fn ensure_dirs(root: &Path, dirs: &str, rel: &str) -> Result<PathBuf, StoreError
 #[derive(Debug)]
 pub struct OutRoot {
     root: PathBuf,
-    /// Directories (`root` included once created) known to be real directories.
-    checked: RefCell<HashSet<PathBuf>>,
+    /// Directories (`root` included once created) known to be real directories. Threads
+    /// creating part files together share it.
+    checked: Mutex<HashSet<PathBuf>>,
 }
 
 impl OutRoot {
@@ -342,7 +342,7 @@ impl OutRoot {
     pub fn new(root: &Path) -> OutRoot {
         OutRoot {
             root: root.to_path_buf(),
-            checked: RefCell::new(HashSet::new()),
+            checked: Mutex::new(HashSet::new()),
         }
     }
 
@@ -351,11 +351,16 @@ impl OutRoot {
         &self.root
     }
 
+    fn checked(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+        // A set of paths stays consistent whatever a panicking holder did.
+        self.checked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Creates the root if missing, then each directory of `dirs` (a sanitized relative path,
     /// possibly empty) below it, refusing symlinks on the way; directories checked before are
     /// not looked at again. Returns `root/dirs`.
     fn ensure_dirs(&self, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
-        let mut checked = self.checked.borrow_mut();
+        let mut checked = self.checked();
         if !checked.contains(&self.root) {
             fs::create_dir_all(&self.root)
                 .map_err(|e| map_io(&self.root, "create directory", 0, e))?;
@@ -376,7 +381,7 @@ impl OutRoot {
     pub fn resolve(&self, rel: &str) -> Result<PathBuf, PathError> {
         let rel_path = sanitize_rel_path(rel)?;
         let (dirs, _) = split_parent(rel);
-        let checked = self.checked.borrow();
+        let checked = self.checked();
         let mut cur = self.root.clone();
         for comp in Path::new(dirs).components() {
             cur.push(comp);
