@@ -733,6 +733,28 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
     );
 }
 
+#[test]
+fn a_file_that_appears_under_the_final_name_meanwhile_is_left_alone() {
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    fsx::write_random(&src, 16 * MIB, 810);
+    let out = t.path().join("out");
+    let r = start_receiver(&out, &[]);
+    let sender = Proc::spawn(
+        "sender",
+        &proc::send_args(r.addr, &[&src], &["--rate", "50M", "--channels", "2"]),
+    );
+    wait_for_part_file(&out);
+    // Someone else writes the final name while the transfer runs (1 s at most before it ends).
+    std::fs::write(out.join("big.bin"), b"not hurtle's").unwrap();
+    let cause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    assert!(cause.contains("already exists"), "unclear cause: {cause}");
+    sender.wait(TRANSFER_TIMEOUT).assert_failure();
+    assert_eq!(std::fs::read(out.join("big.bin")).unwrap(), b"not hurtle's");
+    // The received bytes stay in the part file for a later try.
+    assert!(!fsx::part_files(&out).is_empty(), "the part file is gone");
+}
+
 /// Which side of a transfer gets killed.
 #[derive(Clone, Copy, PartialEq)]
 enum Kill {
