@@ -824,7 +824,11 @@ impl Receiver {
         let mut resumes: Vec<Option<Resumed>> = Vec::new();
         for e in entries {
             let target = out.resolve(&e.path)?;
-            let existing = std::fs::symlink_metadata(&target).ok();
+            let existing = if out.known_missing(&target) {
+                None
+            } else {
+                std::fs::symlink_metadata(&target).ok()
+            };
             let mut resumed = None;
             decisions.push(match (e.kind, existing) {
                 // As hurtle leaves a file it received: rsync's quick check.

@@ -30,7 +30,8 @@
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
 use crate::fds::{Descriptors, Slot};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::fs::{self, File, Metadata, OpenOptions, Permissions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -322,6 +323,24 @@ fn ensure_dirs(root: &Path, dirs: &str, rel: &str) -> Result<PathBuf, StoreError
     OutRoot::new(root).ensure_dirs(dirs, rel)
 }
 
+/// The names in `dir` (`Some(empty)` if it does not exist), or `None` if it cannot be read or
+/// holds more than [`MAX_LISTED`].
+fn list_names(dir: &Path) -> Option<HashSet<OsString>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Some(HashSet::new()),
+        Err(_) => return None,
+    };
+    let mut names = HashSet::new();
+    for entry in entries {
+        names.insert(entry.ok()?.file_name());
+        if names.len() > MAX_LISTED {
+            return None;
+        }
+    }
+    Some(names)
+}
+
 /// The output directory of one transfer, remembering which directories under it the transfer
 /// has already created or checked (real directories, no symlinks), so that a transfer of many
 /// files in few directories checks each directory once rather than once per file.
@@ -335,7 +354,14 @@ pub struct OutRoot {
     /// Directories (`root` included once created) known to be real directories. Threads
     /// creating part files together share it.
     checked: Mutex<HashSet<PathBuf>>,
+    /// The names in each directory when this transfer first looked (`None`: unreadable, or
+    /// more than [`MAX_LISTED`]): a name missing there needs no system call to be found
+    /// missing again.
+    listings: Mutex<HashMap<PathBuf, Option<HashSet<OsString>>>>,
 }
+
+/// Most names of one directory kept in an [`OutRoot`]'s listing.
+const MAX_LISTED: usize = 100_000;
 
 impl OutRoot {
     /// `root`, with nothing checked yet.
@@ -343,6 +369,7 @@ impl OutRoot {
         OutRoot {
             root: root.to_path_buf(),
             checked: Mutex::new(HashSet::new()),
+            listings: Mutex::new(HashMap::new()),
         }
     }
 
@@ -370,11 +397,45 @@ impl OutRoot {
         for comp in Path::new(dirs).components() {
             cur.push(comp);
             if !checked.contains(&cur) {
-                ensure_real_dir(&cur, rel)?;
+                if ensure_real_dir(&cur, rel)? {
+                    // Created just now: nothing in it yet.
+                    self.note_created(&cur);
+                    self.listings
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(cur.clone(), Some(HashSet::new()));
+                }
                 checked.insert(cur.clone());
             }
         }
         Ok(cur)
+    }
+
+    /// Whether `path` (in a directory under this root) was missing when this transfer first
+    /// listed its directory, and has not been created by it since. Only a hint for skipping a
+    /// look-up whose answer would be "missing": a name that appears later is caught where it
+    /// matters, by the check just before a part file is renamed into place.
+    pub fn known_missing(&self, path: &Path) -> bool {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return false;
+        };
+        let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
+        let listing = listings
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| list_names(dir));
+        listing.as_ref().is_some_and(|names| !names.contains(name))
+    }
+
+    /// Notes that this transfer created `path`, so that [`OutRoot::known_missing`] stays true
+    /// to it.
+    fn note_created(&self, path: &Path) {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return;
+        };
+        let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(names)) = listings.get_mut(dir) {
+            names.insert(name.to_os_string());
+        }
     }
 
     /// [`resolve_under`] this root, skipping the directories already checked.
@@ -871,10 +932,12 @@ impl PartFile {
     ) -> Result<PartFile, StoreError> {
         let (dir, name, final_path) = Self::target(out, rel, overwrite)?;
         let journal_path = dir.join(journal_file_name(name));
-        match fs::remove_file(&journal_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(map_io(&journal_path, "remove", 0, e)),
+        if !out.known_missing(&journal_path) {
+            match fs::remove_file(&journal_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(map_io(&journal_path, "remove", 0, e)),
+            }
         }
         let part_path = dir.join(part_file_name(name));
         let file = OpenOptions::new()
@@ -886,6 +949,7 @@ impl PartFile {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&part_path)
             .map_err(|e| map_io(&part_path, "create", 0, e))?;
+        out.note_created(&part_path);
         let identity = match file.set_len(size).and_then(|()| file.metadata()) {
             Ok(meta) => Identity::of(&meta),
             Err(e) => {
@@ -945,6 +1009,9 @@ impl PartFile {
                 .open(path)
         };
         // Most files have no part file: then the journal is not looked for.
+        if out.known_missing(&part_path) {
+            return Ok(None);
+        }
         let Ok(file) = open(&part_path, false) else {
             return Ok(None);
         };
@@ -1035,6 +1102,9 @@ impl PartFile {
         let (dirs, name) = split_parent(rel);
         let dir = out.ensure_dirs(dirs, rel)?;
         let final_path = dir.join(name);
+        if out.known_missing(&final_path) {
+            return Ok((dir, name, final_path));
+        }
         match fs::symlink_metadata(&final_path) {
             Ok(_) if !overwrite => {
                 return Err(StoreError::DestinationExists { path: final_path });
@@ -1364,6 +1434,33 @@ mod tests {
             Err(StoreError::Path(PathError::SymlinkInPath { .. }))
         ));
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn out_root_knows_what_was_missing_when_it_first_looked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        fs::create_dir_all(root.join("d")).unwrap();
+        fs::write(root.join("d/there"), b"x").unwrap();
+        let out = OutRoot::new(&root);
+        assert!(!out.known_missing(&root.join("d/there")));
+        assert!(out.known_missing(&root.join("d/absent")));
+        // A directory that does not exist holds nothing.
+        assert!(out.known_missing(&root.join("new/f")));
+        // What the transfer creates is known too.
+        let p = PartFile::create_in(&out, "new/f", 1, false).unwrap();
+        assert!(!out.known_missing(p.part_path()));
+        assert!(!out.known_missing(&root.join("new")));
+        assert!(out.known_missing(&root.join("new/f")));
+        // Someone else's file appearing later is not seen here: the rename catches it.
+        fs::write(root.join("new/f"), b"theirs").unwrap();
+        assert!(out.known_missing(&root.join("new/f")));
+        p.write_at(0, b"y").unwrap();
+        assert!(matches!(
+            p.finish(0o644, 0),
+            Err(StoreError::DestinationExists { .. })
+        ));
+        assert_eq!(fs::read(root.join("new/f")).unwrap(), b"theirs");
     }
 
     #[test]
