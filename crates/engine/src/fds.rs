@@ -229,6 +229,50 @@ mod tests {
     }
 
     #[test]
+    fn threads_sharing_a_small_set_write_every_byte_where_it_belongs() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fds = leaked(3);
+        let files = 12;
+        let threads = 4;
+        let rounds = 50;
+        let path = |f: usize| dir.path().join(format!("f{f}"));
+        let slots: Vec<Slot> = (0..files)
+            .map(|f| Slot::new(fds, File::create(path(f)).unwrap()))
+            .collect();
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let (slots, path) = (&slots, &path);
+                scope.spawn(move || {
+                    for round in 0..rounds {
+                        // Each thread visits the files in its own order, so they keep evicting
+                        // each other's descriptors.
+                        let f = (round * (t + 1) + t) % files;
+                        let file = slots[f]
+                            .get(|| File::options().write(true).open(path(f)))
+                            .unwrap();
+                        file.write_all_at(&[t as u8 + 1], (round * threads + t) as u64)
+                            .unwrap();
+                        assert!(fds.open_count() <= fds.limit());
+                    }
+                });
+            }
+        });
+        for f in 0..files {
+            let bytes = std::fs::read(path(f)).unwrap();
+            for (at, &b) in bytes.iter().enumerate() {
+                let (round, t) = (at / threads, at % threads);
+                let wrote_here = (round * (t + 1) + t) % files == f;
+                assert_eq!(
+                    b,
+                    if wrote_here { t as u8 + 1 } else { 0 },
+                    "file {f} byte {at}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_global_set_stays_within_its_bounds() {
         let g = Descriptors::global();
         assert!((MIN_OPEN..=MAX_OPEN).contains(&g.limit()), "{}", g.limit());
