@@ -4,7 +4,8 @@
 //!
 //! - [`sanitize_rel_path`] and [`resolve_under`] check a peer-supplied relative path before it
 //!   touches the disk: only plain `/`-separated components, and no pre-existing symlink between
-//!   the output root and the target.
+//!   the output root and the target. [`OutRoot`] does the same for one transfer's many files,
+//!   checking and listing each directory once ([`PartFile::create_in`], [`PartFile::resume_in`]).
 //! - [`PartFile`] is a file being received. It is written positionally into
 //!   `.<name>.hurtle-part` beside its final name ([`free_space`] lets the receiver refuse a
 //!   transfer that cannot fit, and [`PartFile::preallocate`] allocates the file before data
