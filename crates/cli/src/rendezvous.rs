@@ -95,7 +95,8 @@ pub fn receive(
     let reg = client::register(relay_addr, bound, DEFAULT_WORDS).map_err(relay_fail)?;
     let code = reg.code.clone();
     let ttl = reg.ttl_secs;
-    eprintln!("code: {code}");
+    // One write, so that a reader of the pipe never sees half the code.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
     ui::say(
         out,
         &format!("hurtle: on the sending host: hurtle send FILES --code {code} --relay {relay}   (valid {ttl} s, once)"),

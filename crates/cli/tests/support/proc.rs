@@ -115,16 +115,23 @@ impl Proc {
     }
 
     /// Polls the output (stdout, stderr) until `pick` returns a value; fails the test after
-    /// `timeout` or if the process exits first.
+    /// `timeout` or if the process exits first. While the process runs, `pick` sees only
+    /// complete lines: a line can reach the pipe in several writes (Rust's stderr is
+    /// unbuffered), and half a line ("code: 2330" of "code: 2330-purple-sausage") must not be
+    /// taken for the whole.
     pub fn wait_for_output<T>(
         &mut self,
         what: &str,
         timeout: Duration,
         mut pick: impl FnMut(&str, &str) -> Option<T>,
     ) -> T {
+        fn complete(text: &str) -> &str {
+            text.rfind('\n').map_or("", |end| &text[..=end])
+        }
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(v) = pick(&self.stdout(), &self.stderr()) {
+            let (out, err) = (self.stdout(), self.stderr());
+            if let Some(v) = pick(complete(&out), complete(&err)) {
                 return v;
             }
             if !self.is_running() {
