@@ -1,14 +1,14 @@
 //! The receiving side of a session: listen, agree, check the manifest, receive, verify, commit.
 //!
 //! Threads: the session loop (the caller's thread) owns the [`Verifier`] and the files' fates:
-//! it feeds the sender's block values in, commits verified files (fsync + rename, in batches of
-//! a few milliseconds' worth) and sends `FileDone` for each. Channel threads, one per channel
-//! but no more than there are cores, each serve one or more channels; a channel's
-//! [`ChannelReceiver`] and socket belong to one thread, which checks every datagram, gathers
-//! each block in a buffer (hashing it front to back as its bytes arrive in order, while they
-//! are still in the CPU's cache), writes it with one positional write when complete (and starts
-//! its writeback to the disk, so the final fsync has little left to do) and hands its value to
-//! the session loop. A block still incomplete when buffers run short is *spilled*: what it
+//! it feeds the sender's block values in and hands verified files to a committer thread, which
+//! commits them (fsync + rename, in batches of a few milliseconds' worth) and sends `FileDone`
+//! for each. Channel threads, one per channel but no more than there are cores, each serve one
+//! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
+//! checks every datagram, gathers each block in a buffer (hashing it front to back as its bytes
+//! arrive in order, while they are still in the CPU's cache), writes it with one positional
+//! write when complete (and starts its writeback to the disk, so the final fsync has little
+//! left to do) and hands its value to the session loop. A block still incomplete when buffers run short is *spilled*: what it
 //! holds is written to the file, and the rest is written as it arrives; the block is then
 //! hashed by reading it back.
 //!
@@ -747,19 +747,18 @@ impl Receiver {
         }
         drop(ev_tx);
 
-        let result = session_loop(
-            &shared,
-            &files,
-            &dirs,
-            root,
-            Wires {
+        let result = std::thread::scope(|scope| {
+            let commits = Commits::start(scope, &shared, &files, &kept)?;
+            let wires = Wires {
                 rx,
                 events: &ev_rx,
                 cmds: &cmd_txs,
-            },
-            &kept,
-            &held,
-        );
+                commits,
+            };
+            // Returning drops `commits`: the committer ends once it has committed what it
+            // was given, and the scope waits for it.
+            session_loop(&shared, &files, &dirs, root, wires, &kept, &held)
+        });
         shared.stop.store(true, Ordering::Relaxed);
         let mut socket_drops = 0;
         let mut nacks = 0;
@@ -1035,11 +1034,11 @@ fn accept_data_connections(
         .collect()
 }
 
-/// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
-/// resumed one holds.
 /// Fewest new part files worth a thread of their own.
 const PARTS_PER_THREAD: usize = 256;
 
+/// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
+/// resumed one holds.
 type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
 
 /// A part file left by an interrupted transfer, with the blocks its journal lists and their
@@ -1179,6 +1178,8 @@ struct Wires<'a> {
     events: &'a ChanRx<ChanEvent>,
     /// Commands to each channel, by channel.
     cmds: &'a [Sender<ChanCmd>],
+    /// The committer thread, which puts verified files in place.
+    commits: Commits,
 }
 
 /// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
@@ -1194,85 +1195,13 @@ fn session_loop(
     kept: &[Option<[u8; 32]>],
     held: &[(u64, BlockValue)],
 ) -> Result<Vec<[u8; 32]>, SessionError> {
-    // Verified files go to the committer thread, which commits them in batches and reports
-    // each back once it is in place (see `commit_loop`).
-    let (to_commit, queue) = unbounded();
-    let (report, committed) = unbounded();
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("commit".into())
-            .spawn_scoped(scope, move || commit_loop(shared, files, queue, report))
-            .map_err(|e| SessionError::io("commit thread", e))?;
-        let commits = Commits {
-            to_commit,
-            committed,
-            outstanding: 0,
-            // Skipped files are the receiver's own copy; empty files are complete before any
-            // datagram (they are committed when `Start` arrives).
-            hashes: kept.to_vec(),
-        };
-        // Returning drops `commits`: the committer ends once it has committed what it was given.
-        verify_loop(shared, files, dirs, root, wires, kept, held, commits)
-    })
-}
-
-/// Files verified and committed so far.
-type Committed = Vec<(u32, [u8; 32])>;
-
-/// The session loop's side of the committer thread.
-struct Commits {
-    to_commit: Sender<(u32, [u8; 32])>,
-    committed: crossbeam_channel::Receiver<Result<Committed, SessionError>>,
-    /// Files given to the committer and not reported back yet.
-    outstanding: usize,
-    /// Each file's hash once it is in place (or the receiver's own copy is kept).
-    hashes: Vec<Option<[u8; 32]>>,
-}
-
-impl Commits {
-    /// Gives a verified file to the committer.
-    fn give(&mut self, file: u32, hash: [u8; 32]) {
-        self.outstanding += 1;
-        // The committer outlives the session loop, so the queue cannot be closed here.
-        let _ = self.to_commit.send((file, hash));
-    }
-
-    /// Records a batch the committer reports in place; its error ends the session.
-    fn note(&mut self, batch: Result<Committed, SessionError>) -> Result<(), SessionError> {
-        let batch = batch?;
-        self.outstanding = self.outstanding.saturating_sub(batch.len());
-        for (file, hash) in batch {
-            self.hashes[file as usize] = Some(hash);
-        }
-        Ok(())
-    }
-
-    /// Waits until the committer has put in place every file it was given.
-    fn finish(&mut self) -> Result<(), SessionError> {
-        while self.outstanding > 0 {
-            match self.committed.recv() {
-                Ok(batch) => self.note(batch)?,
-                Err(_) => break,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The session loop's body (see [`session_loop`]), with the committer running beside it.
-#[allow(clippy::too_many_arguments)]
-fn verify_loop(
-    shared: &Shared,
-    files: &[&Entry],
-    dirs: &[&Entry],
-    root: &Path,
-    wires: Wires<'_>,
-    kept: &[Option<[u8; 32]>],
-    held: &[(u64, BlockValue)],
-    mut commits: Commits,
-) -> Result<Vec<[u8; 32]>, SessionError> {
+    let Wires {
+        rx,
+        events,
+        cmds,
+        mut commits,
+    } = wires;
     let mut journal = JournalQueue::new(shared);
-    let Wires { rx, events, cmds } = wires;
     let layout = &shared.layout;
     let mut verifier = Verifier::new(layout);
     // A verdict about `block`.
@@ -1418,6 +1347,72 @@ fn verify_loop(
     }
 }
 
+/// Files verified and committed so far.
+type Committed = Vec<(u32, [u8; 32])>;
+
+/// The session loop's side of the committer thread.
+struct Commits {
+    to_commit: Sender<(u32, [u8; 32])>,
+    committed: crossbeam_channel::Receiver<Result<Committed, SessionError>>,
+    /// Files given to the committer and not reported back yet.
+    outstanding: usize,
+    /// Each file's hash once it is in place (or the receiver's own copy is kept).
+    hashes: Vec<Option<[u8; 32]>>,
+}
+
+impl Commits {
+    /// Starts the committer thread in `scope`. `kept`: per file, the hash of the receiver's own
+    /// copy when it is kept (nothing to commit).
+    fn start<'scope, 'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        shared: &'env Shared,
+        files: &'env [&'env Entry],
+        kept: &[Option<[u8; 32]>],
+    ) -> Result<Commits, SessionError> {
+        let (to_commit, queue) = unbounded();
+        let (report, committed) = unbounded();
+        std::thread::Builder::new()
+            .name("commit".into())
+            .spawn_scoped(scope, move || commit_loop(shared, files, queue, report))
+            .map_err(|e| SessionError::io("commit thread", e))?;
+        Ok(Commits {
+            to_commit,
+            committed,
+            outstanding: 0,
+            // Nothing to commit for a kept copy; empty files are given when `Start` arrives.
+            hashes: kept.to_vec(),
+        })
+    }
+
+    /// Gives a verified file to the committer.
+    fn give(&mut self, file: u32, hash: [u8; 32]) {
+        self.outstanding += 1;
+        // The committer outlives the session loop, so the queue cannot be closed here.
+        let _ = self.to_commit.send((file, hash));
+    }
+
+    /// Records a batch the committer reports in place; its error ends the session.
+    fn note(&mut self, batch: Result<Committed, SessionError>) -> Result<(), SessionError> {
+        let batch = batch?;
+        self.outstanding = self.outstanding.saturating_sub(batch.len());
+        for (file, hash) in batch {
+            self.hashes[file as usize] = Some(hash);
+        }
+        Ok(())
+    }
+
+    /// Waits until the committer has put in place every file it was given.
+    fn finish(&mut self) -> Result<(), SessionError> {
+        while self.outstanding > 0 {
+            match self.committed.recv() {
+                Ok(batch) => self.note(batch)?,
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Verified blocks waiting to be noted in their files' journals: written in batches, one open
 /// and write per file for every [`JournalQueue::BATCH`] blocks or [`JournalQueue::EVERY`],
 /// and when the session ends, however it ends (a journal line per block cost three system
@@ -1476,8 +1471,12 @@ impl Drop for JournalQueue<'_> {
 /// How often a channel thread samples its socket's receive queue.
 const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(1);
 
-/// The report loop's tick; verified files are committed at least this often.
+/// The report loop's tick.
 const TICK: Duration = Duration::from_millis(5);
+
+/// Longest report interval, however starved the receiver.
+const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Most verified files committed together.
 const COMMIT_BATCH: usize = 256;
 
@@ -1575,8 +1574,6 @@ fn commit_files(
         None => Ok(()),
     }
 }
-/// Longest report interval, however starved the receiver.
-const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How late the report loop's ticks come, smoothed. A receiver starved of CPU (a cgroup quota,
 /// an overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report

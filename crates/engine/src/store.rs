@@ -379,9 +379,13 @@ impl OutRoot {
         &self.root
     }
 
+    // Sets of paths and names stay consistent whatever a panicking holder did.
     fn checked(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-        // A set of paths stays consistent whatever a panicking holder did.
         self.checked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn listings(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<HashSet<OsString>>>> {
+        self.listings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Creates the root if missing, then each directory of `dirs` (a sanitized relative path,
@@ -399,12 +403,9 @@ impl OutRoot {
             cur.push(comp);
             if !checked.contains(&cur) {
                 if ensure_real_dir(&cur, rel)? {
-                    // Created just now: nothing in it yet.
                     self.note_created(&cur);
-                    self.listings
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(cur.clone(), Some(HashSet::new()));
+                    // Created just now: nothing in it yet.
+                    self.listings().insert(cur.clone(), Some(HashSet::new()));
                 }
                 checked.insert(cur.clone());
             }
@@ -420,7 +421,7 @@ impl OutRoot {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return false;
         };
-        let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listings = self.listings();
         let listing = listings
             .entry(dir.to_path_buf())
             .or_insert_with(|| list_names(dir));
@@ -433,7 +434,7 @@ impl OutRoot {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return;
         };
-        let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listings = self.listings();
         if let Some(Some(names)) = listings.get_mut(dir) {
             names.insert(name.to_os_string());
         }
