@@ -701,18 +701,46 @@ fn wait_for_part_file(out: &Path) {
     }
 }
 
-#[test]
-fn killed_sender_fails_receiver_promptly_without_final_file() {
+/// A one-file transfer paced slowly enough to act on while it runs.
+struct SlowTransfer {
+    t: tempfile::TempDir,
+    src: PathBuf,
+    out: PathBuf,
+    r: ReceiverProc,
+    sender: Proc,
+}
+
+/// In a new temporary directory, starts sending `src/NAME` (`size` random bytes from `seed`)
+/// into `out` at `rate` over 2 channels, and returns once the receiver has its part file.
+fn slow_transfer(name: &str, size: u64, seed: u64, rate: &str) -> SlowTransfer {
     let t = tmp();
-    let src = t.path().join("src/huge.bin");
-    fsx::write_random(&src, 64 * MIB, 800);
+    let src = t.path().join("src").join(name);
+    fsx::write_random(&src, size, seed);
     let out = t.path().join("out");
     let r = start_receiver(&out, &[]);
-    let mut sender = Proc::spawn(
+    let sender = Proc::spawn(
         "sender",
-        &proc::send_args(r.addr, &[&src], &["--rate", "50M", "--channels", "2"]),
+        &proc::send_args(r.addr, &[&src], &["--rate", rate, "--channels", "2"]),
     );
     wait_for_part_file(&out);
+    SlowTransfer {
+        t,
+        src,
+        out,
+        r,
+        sender,
+    }
+}
+
+#[test]
+fn killed_sender_fails_receiver_promptly_without_final_file() {
+    let SlowTransfer {
+        t: _t,
+        out,
+        r,
+        mut sender,
+        ..
+    } = slow_transfer("huge.bin", 64 * MIB, 800, "50M");
     std::thread::sleep(Duration::from_secs(1));
     assert!(sender.is_running(), "the sender finished too early");
     let killed_at = Instant::now();
@@ -735,16 +763,13 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
 
 #[test]
 fn a_file_that_appears_under_the_final_name_meanwhile_is_left_alone() {
-    let t = tmp();
-    let src = t.path().join("src/big.bin");
-    fsx::write_random(&src, 16 * MIB, 810);
-    let out = t.path().join("out");
-    let r = start_receiver(&out, &[]);
-    let sender = Proc::spawn(
-        "sender",
-        &proc::send_args(r.addr, &[&src], &["--rate", "50M", "--channels", "2"]),
-    );
-    wait_for_part_file(&out);
+    let SlowTransfer {
+        t: _t,
+        out,
+        r,
+        sender,
+        ..
+    } = slow_transfer("big.bin", 16 * MIB, 810, "50M");
     // Someone else writes the final name while the transfer runs (1 s at most before it ends).
     std::fs::write(out.join("big.bin"), b"not hurtle's").unwrap();
     let cause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
@@ -766,16 +791,13 @@ enum Kill {
 /// Mbit/s, kills one side (SIGKILL) after 1.5 s and waits for the other to fail: `out` is left
 /// with a part file and its block journal. Returns the directory, the source and `out`.
 fn interrupted_transfer(kill: Kill) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let t = tmp();
-    let src = t.path().join("src/big.bin");
-    let out = t.path().join("out");
-    fsx::write_random(&src, 64 * MIB, 820);
-    let mut r = start_receiver(&out, &[]);
-    let mut sender = Proc::spawn(
-        "sender",
-        &proc::send_args(r.addr, &[&src], &["--rate", "50M", "--channels", "2"]),
-    );
-    wait_for_part_file(&out);
+    let SlowTransfer {
+        t,
+        src,
+        out,
+        mut r,
+        mut sender,
+    } = slow_transfer("big.bin", 64 * MIB, 820, "50M");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(sender.is_running(), "the sender finished too early");
     assert!(r.proc.is_running(), "the receiver finished too early");
@@ -947,16 +969,13 @@ fn unreachable_receiver_fails_within_seconds() {
 
 #[test]
 fn source_changing_while_sent_fails_without_final_file() {
-    let t = tmp();
-    let src = t.path().join("src/moving.bin");
-    fsx::write_random(&src, 32 * MIB, 1100);
-    let out = t.path().join("out");
-    let r = start_receiver(&out, &[]);
-    let sender = Proc::spawn(
-        "sender",
-        &proc::send_args(r.addr, &[&src], &["--rate", "40M", "--channels", "2"]),
-    );
-    wait_for_part_file(&out);
+    let SlowTransfer {
+        t: _t,
+        src,
+        out,
+        r,
+        sender,
+    } = slow_transfer("moving.bin", 32 * MIB, 1100, "40M");
     std::thread::sleep(Duration::from_millis(500));
     {
         use std::os::unix::fs::FileExt;
