@@ -6,6 +6,7 @@
 //! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
 //! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
+//! - [`beneath`]: directories under the output root, opened so that no symlink can redirect them.
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
 //! - [`fds`]: open descriptors, a bounded number at a time, for transfers of any number of files.
 //! - [`iobuf`]: read buffers placed so the kernel's copy out of the page cache runs at full speed.
@@ -13,6 +14,7 @@
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
+pub mod beneath;
 pub mod control;
 pub mod cpu;
 pub mod dial;

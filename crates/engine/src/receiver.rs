@@ -578,7 +578,7 @@ impl Receiver {
             .filter(|e| e.kind == EntryKind::Dir)
             .collect();
         for d in &dirs {
-            store::make_dir(root, &d.path, 0o700)?;
+            out.make_dir(&d.path, 0o700)?;
         }
         // A transfer that cannot fit is refused before anything is sent. Part files are created
         // (and preallocated) before the reply, so that the sender's probes, which follow it,
@@ -840,7 +840,7 @@ impl Receiver {
                     Decision::Unchanged
                 }
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: store::hash_file(&target).map_err(|err| {
+                    hash: store::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
                         SessionError::io(format!("read {}", target.display()), err)
                     })?,
                     replace_ok: self.opts.overwrite,

@@ -2,10 +2,13 @@
 //!
 //! This module owns every filesystem write the receiver makes, and the sender's reads:
 //!
-//! - [`sanitize_rel_path`] and [`resolve_under`] check a peer-supplied relative path before it
-//!   touches the disk: only plain `/`-separated components, and no pre-existing symlink between
-//!   the output root and the target. [`OutRoot`] does the same for one transfer's many files,
-//!   checking and listing each directory once ([`PartFile::create_in`], [`PartFile::resume_in`]).
+//! - [`sanitize_rel_path`] checks a peer-supplied relative path before it touches the disk:
+//!   only plain `/`-separated components. [`OutRoot`] is one transfer's output directory: it
+//!   creates each directory under it once, opened from its parent's descriptor without
+//!   following symlinks ([`crate::beneath`]), and every file is created, renamed and removed
+//!   through its directory's descriptor ([`PartFile::create_in`], [`PartFile::resume_in`]), so
+//!   no symlink in the output tree, planted before the transfer or swapped in during it, is
+//!   ever followed. [`resolve_under`] gives the path of what may already be there, for looking.
 //! - [`PartFile`] is a file being received. It is written positionally into
 //!   `.<name>.hurtle-part` beside its final name ([`free_space`] lets the receiver refuse a
 //!   transfer that cannot fit, and [`PartFile::preallocate`] allocates the file before data
@@ -30,11 +33,15 @@
 //! Errors are [`PathError`] (a refused path) and [`StoreError`] (everything else); every message
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
+use crate::beneath::{self, Access};
 use crate::fds::{Descriptors, Slot};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{self, File, Metadata, OpenOptions, Permissions};
 use std::io::{self, ErrorKind};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -282,48 +289,6 @@ fn split_parent(rel: &str) -> (&str, &str) {
     rel.rsplit_once('/').unwrap_or(("", rel))
 }
 
-/// Makes sure `path` is a real directory, creating it if missing. Returns whether it was
-/// created. A symlink is refused, whatever it points to.
-fn ensure_real_dir(path: &Path, rel: &str) -> Result<bool, StoreError> {
-    // A concurrent creator can make create_dir fail with AlreadyExists; look again then.
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(PathError::SymlinkInPath {
-                    path: rel.to_owned(),
-                    link: path.to_path_buf(),
-                }
-                .into())
-            }
-            Ok(m) if m.is_dir() => return Ok(false),
-            Ok(_) => {
-                return Err(StoreError::Io {
-                    op: "create directory",
-                    path: path.to_path_buf(),
-                    source: io::Error::new(
-                        ErrorKind::NotADirectory,
-                        "a non-directory is in the way",
-                    ),
-                })
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => match fs::create_dir(path) {
-                Ok(()) => return Ok(true),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 3 => continue,
-                Err(e) => return Err(map_io(path, "create directory", 0, e)),
-            },
-            Err(e) => return Err(map_io(path, "inspect", 0, e)),
-        }
-    }
-}
-
-/// Creates `root` if missing, then each directory of `dirs` (a sanitized relative path, possibly
-/// empty) below it, refusing symlinks on the way. Returns `root/dirs`.
-fn ensure_dirs(root: &Path, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
-    OutRoot::new(root).ensure_dirs(dirs, rel)
-}
-
 /// The names in `dir` (`Some(empty)` if it does not exist), or `None` if it cannot be read or
 /// holds more than [`MAX_LISTED`].
 fn list_names(dir: &Path) -> Option<HashSet<OsString>> {
@@ -342,34 +307,80 @@ fn list_names(dir: &Path) -> Option<HashSet<OsString>> {
     Some(names)
 }
 
-/// The output directory of one transfer, remembering which directories under it the transfer
-/// has already created or checked (real directories, no symlinks), so that a transfer of many
-/// files in few directories checks each directory once rather than once per file.
+/// The output directory of one transfer, and the directories under it that the transfer created
+/// or found to be real directories, so that a transfer of many files in few directories
+/// creates and checks each directory once rather than once per file.
 ///
-/// What it guards against is a symlink that is in the output tree before the transfer (planted
-/// to redirect writes elsewhere): a directory found real once stays trusted for the rest of the
-/// transfer, as a directory checked just before each write would be for the moment in between.
+/// Every file operation under it starts from a descriptor of the file's directory opened
+/// through the root's descriptor without following any symlink ([`crate::beneath`]), at the
+/// moment of the operation: a symlink planted before the transfer, or swapped in for a
+/// directory during it, is refused, never followed.
 #[derive(Debug)]
 pub struct OutRoot {
     root: PathBuf,
-    /// Directories (`root` included once created) known to be real directories. Threads
+    /// The root's descriptor once created, and the directories known to be real. Threads
     /// creating part files together share it.
-    checked: Mutex<HashSet<PathBuf>>,
+    dirs: Mutex<Dirs>,
     /// The names in each directory when this transfer first looked (`None`: unreadable, or
     /// more than [`MAX_LISTED`]): a name missing there needs no system call to be found
     /// missing again.
     listings: Mutex<HashMap<PathBuf, Option<HashSet<OsString>>>>,
 }
 
+#[derive(Debug, Default)]
+struct Dirs {
+    root: Option<Arc<OwnedFd>>,
+    /// By path (the root's own too).
+    known: HashMap<PathBuf, Arc<DirAt>>,
+}
+
 /// Most names of one directory kept in an [`OutRoot`]'s listing.
 const MAX_LISTED: usize = 100_000;
+
+/// A directory under an [`OutRoot`] that this transfer created or found real, opened without
+/// following symlinks. Its descriptor is borrowed from [`Descriptors`] like a file's: the files
+/// in it are created and renamed through it, so they stay in this directory even if someone
+/// moves it or puts a symlink at its path. Reopened (after its descriptor was closed to make
+/// room) from the root without following symlinks, and only if it is still the same directory.
+#[derive(Debug)]
+struct DirAt {
+    slot: Slot,
+    identity: Identity,
+    root: Arc<OwnedFd>,
+    /// Relative to the root (`""` for the root itself).
+    rel: String,
+    path: PathBuf,
+}
+
+impl DirAt {
+    fn new(root: Arc<OwnedFd>, rel: &str, path: PathBuf, fd: OwnedFd) -> io::Result<DirAt> {
+        let file = File::from(fd);
+        let identity = Identity::of(&file.metadata()?);
+        Ok(DirAt {
+            slot: Slot::new(Descriptors::global(), file),
+            identity,
+            root,
+            rel: rel.to_owned(),
+            path,
+        })
+    }
+
+    /// Its descriptor (an `O_PATH` anchor for `*at` calls).
+    fn fd(&self) -> io::Result<Arc<File>> {
+        self.slot.get(|| {
+            let file = File::from(beneath::open_dir(&*self.root, &self.rel, Access::Anchor)?);
+            Identity::check(&file, self.identity)?;
+            Ok(file)
+        })
+    }
+}
 
 impl OutRoot {
     /// `root`, with nothing checked yet.
     pub fn new(root: &Path) -> OutRoot {
         OutRoot {
             root: root.to_path_buf(),
-            checked: Mutex::new(HashSet::new()),
+            dirs: Mutex::new(Dirs::default()),
             listings: Mutex::new(HashMap::new()),
         }
     }
@@ -380,43 +391,114 @@ impl OutRoot {
     }
 
     // Sets of paths and names stay consistent whatever a panicking holder did.
-    fn checked(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-        self.checked.lock().unwrap_or_else(|p| p.into_inner())
+    fn dirs(&self) -> std::sync::MutexGuard<'_, Dirs> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn listings(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<HashSet<OsString>>>> {
         self.listings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Creates the root if missing, then each directory of `dirs` (a sanitized relative path,
-    /// possibly empty) below it, refusing symlinks on the way; directories checked before are
-    /// not looked at again. Returns `root/dirs`.
-    fn ensure_dirs(&self, dirs: &str, rel: &str) -> Result<PathBuf, StoreError> {
-        let mut checked = self.checked();
-        if !checked.contains(&self.root) {
-            fs::create_dir_all(&self.root)
-                .map_err(|e| map_io(&self.root, "create directory", 0, e))?;
-            checked.insert(self.root.clone());
+    /// The root's descriptor, creating the root first if missing.
+    fn root_fd(&self, dirs: &mut Dirs) -> Result<Arc<OwnedFd>, StoreError> {
+        if let Some(fd) = &dirs.root {
+            return Ok(fd.clone());
         }
+        fs::create_dir_all(&self.root).map_err(|e| map_io(&self.root, "create directory", 0, e))?;
+        let fd = Arc::new(
+            beneath::open_root(&self.root)
+                .map_err(|e| map_io(&self.root, "open directory", 0, e))?,
+        );
+        dirs.root = Some(fd.clone());
+        Ok(fd)
+    }
+
+    /// Creates the root if missing, then each directory of `dirs` (a sanitized relative path,
+    /// possibly empty) below it, refusing symlinks on the way. Each directory is created and
+    /// checked once per transfer, through its parent's descriptor; the directory `dirs` is
+    /// returned with its descriptor.
+    fn ensure_dirs(&self, dirs: &str, rel: &str) -> Result<Arc<DirAt>, StoreError> {
+        let mut known = self.dirs();
+        let root = self.root_fd(&mut known)?;
         let mut cur = self.root.clone();
-        for comp in Path::new(dirs).components() {
+        let mut dir = match known.known.get(&cur) {
+            Some(d) => d.clone(),
+            None => {
+                let d = beneath::open_dir(&*root, "", Access::Anchor)
+                    .and_then(|fd| DirAt::new(root.clone(), "", cur.clone(), fd))
+                    .map_err(|e| map_io(&cur, "open directory", 0, e))?;
+                let d = Arc::new(d);
+                known.known.insert(cur.clone(), d.clone());
+                d
+            }
+        };
+        let mut at = 0;
+        for comp in dirs.split('/').filter(|c| !c.is_empty()) {
             cur.push(comp);
-            if !checked.contains(&cur) {
-                if ensure_real_dir(&cur, rel)? {
+            at += comp.len() + usize::from(at > 0);
+            if let Some(d) = known.known.get(&cur) {
+                dir = d.clone();
+                continue;
+            }
+            let parent = dir
+                .fd()
+                .map_err(|e| map_io(&dir.path, "open directory", 0, e))?;
+            match rustix::fs::mkdirat(&*parent, comp, Mode::from_raw_mode(0o777)) {
+                Ok(()) => {
                     self.note_created(&cur);
                     // Created just now: nothing in it yet.
                     self.listings().insert(cur.clone(), Some(HashSet::new()));
                 }
-                checked.insert(cur.clone());
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(map_io(&cur, "create directory", 0, e.into())),
+            }
+            let fd = beneath::walk(&*parent, comp, Access::Anchor)
+                .map_err(|e| self.refused(rel, &cur, e))?;
+            let d = DirAt::new(root.clone(), &dirs[..at], cur.clone(), fd)
+                .map_err(|e| map_io(&cur, "open directory", 0, e))?;
+            dir = Arc::new(d);
+            known.known.insert(cur.clone(), dir.clone());
+        }
+        Ok(dir)
+    }
+
+    /// The error for `rel` when opening `path` under the root failed with `e`: a refused
+    /// symlink names the first symlink on the way (looked up for the message only).
+    fn refused(&self, rel: &str, path: &Path, e: io::Error) -> StoreError {
+        if beneath::is_refused_link(&e) {
+            let mut cur = self.root.clone();
+            let below = path.strip_prefix(&self.root).unwrap_or(path);
+            for comp in below.components() {
+                cur.push(comp);
+                match fs::symlink_metadata(&cur) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        return PathError::SymlinkInPath {
+                            path: rel.to_owned(),
+                            link: cur,
+                        }
+                        .into()
+                    }
+                    Ok(m) if !m.is_dir() => {
+                        return StoreError::Io {
+                            op: "open directory",
+                            path: cur,
+                            source: io::Error::new(
+                                ErrorKind::NotADirectory,
+                                "a non-directory is in the way",
+                            ),
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
-        Ok(cur)
+        map_io(path, "open directory", 0, e)
     }
 
     /// Whether `path` (in a directory under this root) was missing when this transfer first
     /// listed its directory, and has not been created by it since. Only a hint for skipping a
     /// look-up whose answer would be "missing": a name that appears later is caught where it
-    /// matters, by the check just before a part file is renamed into place.
+    /// matters, by the rename that refuses to replace it.
     pub fn known_missing(&self, path: &Path) -> bool {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return false;
@@ -440,15 +522,17 @@ impl OutRoot {
         }
     }
 
-    /// [`resolve_under`] this root, skipping the directories already checked.
+    /// [`resolve_under`] this root, skipping the directories already checked. The path is for
+    /// looking at what is there (is the file already here?); writes go through the
+    /// descriptors of [`crate::beneath`].
     pub fn resolve(&self, rel: &str) -> Result<PathBuf, PathError> {
         let rel_path = sanitize_rel_path(rel)?;
         let (dirs, _) = split_parent(rel);
-        let checked = self.checked();
+        let known = self.dirs();
         let mut cur = self.root.clone();
         for comp in Path::new(dirs).components() {
             cur.push(comp);
-            if checked.contains(&cur) {
+            if known.known.contains_key(&cur) {
                 continue;
             }
             match fs::symlink_metadata(&cur) {
@@ -473,66 +557,94 @@ impl OutRoot {
         }
         Ok(self.root.join(rel_path))
     }
-}
 
-/// Opens an existing directory under `root` for metadata changes, refusing symlinks anywhere
-/// from `root` down to and including the directory itself.
-fn open_dir_under(root: &Path, rel: &str) -> Result<(PathBuf, File), StoreError> {
-    let path = resolve_under(root, rel)?;
-    match fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(PathError::SymlinkInPath {
-                path: rel.to_owned(),
-                link: path,
+    /// Opens what is at `rel` under the root for reading (to hash a file that is already
+    /// here), following no symlink on the way or at the end.
+    pub fn open_existing(&self, rel: &str) -> Result<File, StoreError> {
+        sanitize_rel_path(rel)?;
+        let (dirs, name) = split_parent(rel);
+        let root = self.root_fd(&mut self.dirs())?;
+        let path = self.root.join(rel);
+        let dir = beneath::open_dir(&*root, dirs, Access::Anchor)
+            .map_err(|e| self.refused(rel, &path, e))?;
+        open_at(&dir, name, OFlags::RDONLY, 0).map_err(|e| map_io(&path, "open", 0, e))
+    }
+
+    /// Creates directory `rel` under the root, and any missing parents, refusing symlinks on
+    /// the way. Returns its path.
+    ///
+    /// If it is created here it gets `mode`'s permission bits plus owner read/write/execute,
+    /// so that its contents can be written; apply the exact mode with
+    /// [`OutRoot::set_dir_mode`] once they are done. An existing directory is left as it is.
+    /// Missing parents get default permissions.
+    pub fn make_dir(&self, rel: &str, mode: u32) -> Result<PathBuf, StoreError> {
+        sanitize_rel_path(rel)?;
+        let (dirs, name) = split_parent(rel);
+        let parent = self.ensure_dirs(dirs, rel)?;
+        let path = parent.path.join(name);
+        let parent_fd = parent
+            .fd()
+            .map_err(|e| map_io(&parent.path, "open directory", 0, e))?;
+        match rustix::fs::mkdirat(&*parent_fd, name, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {
+                self.note_created(&path);
+                self.listings().insert(path.clone(), Some(HashSet::new()));
+                let dir = beneath::walk(&*parent_fd, name, Access::Read)
+                    .map_err(|e| self.refused(rel, &path, e))?;
+                rustix::fs::fchmod(&dir, Mode::from_raw_mode((mode & MODE_MASK) | 0o700))
+                    .map_err(|e| map_io(&path, "set permissions of", 0, e.into()))?;
             }
-            .into())
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(map_io(&path, "create directory", 0, e.into())),
         }
-        Ok(_) => {}
-        Err(e) => return Err(map_io(&path, "inspect", 0, e)),
+        // Checks that it is a real directory, and keeps it for the files to come.
+        self.ensure_dirs(rel, rel)?;
+        Ok(path)
     }
-    // O_NOFOLLOW also covers a symlink swapped in after the check above.
-    let dir = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| map_io(&path, "open directory", 0, e))?;
-    Ok((path, dir))
+
+    /// Opens existing directory `rel` under the root for metadata changes, refusing symlinks
+    /// anywhere from the root down to and including the directory itself.
+    fn open_dir(&self, rel: &str) -> Result<(PathBuf, File), StoreError> {
+        sanitize_rel_path(rel)?;
+        let root = self.root_fd(&mut self.dirs())?;
+        let path = self.root.join(rel);
+        let fd = beneath::open_dir(&*root, rel, Access::Read)
+            .map_err(|e| self.refused(rel, &path, e))?;
+        Ok((path, File::from(fd)))
+    }
+
+    /// Sets the permission bits of existing directory `rel` (set-ID and sticky bits dropped).
+    /// Call it after the directory's contents are written: a read-only mode would otherwise
+    /// stop them from being created.
+    pub fn set_dir_mode(&self, rel: &str, mode: u32) -> Result<(), StoreError> {
+        let (path, dir) = self.open_dir(rel)?;
+        dir.set_permissions(Permissions::from_mode(mode & MODE_MASK))
+            .map_err(|e| map_io(&path, "set permissions of", 0, e))
+    }
+
+    /// Sets the modification time of existing directory `rel`. Call it after the directory's
+    /// contents are written, since creating a file in it changes its mtime.
+    pub fn set_dir_times(&self, rel: &str, mtime_ns: i64) -> Result<(), StoreError> {
+        let (path, dir) = self.open_dir(rel)?;
+        let t = system_time_from_ns(&path, mtime_ns)?;
+        dir.set_modified(t)
+            .map_err(|e| map_io(&path, "set modification time of", 0, e))
+    }
 }
 
-/// Creates directory `rel` under `root`, and any missing parents, refusing symlinks on the way.
-/// Returns its path.
-///
-/// If it is created here it gets `mode`'s permission bits plus owner read/write/execute, so that
-/// its contents can be written; apply the exact mode with [`set_dir_mode`] once they are done.
-/// An existing directory is left as it is. Missing parents get default permissions.
+/// [`OutRoot::make_dir`] under `root`.
 pub fn make_dir(root: &Path, rel: &str, mode: u32) -> Result<PathBuf, StoreError> {
-    sanitize_rel_path(rel)?;
-    let (dirs, _) = split_parent(rel);
-    ensure_dirs(root, dirs, rel)?;
-    let path = resolve_under(root, rel)?;
-    if ensure_real_dir(&path, rel)? {
-        fs::set_permissions(&path, Permissions::from_mode((mode & MODE_MASK) | 0o700))
-            .map_err(|e| map_io(&path, "set permissions of", 0, e))?;
-    }
-    Ok(path)
+    OutRoot::new(root).make_dir(rel, mode)
 }
 
-/// Sets the permission bits of existing directory `rel` under `root` (set-ID and sticky bits
-/// dropped). Call it after the directory's contents are written: a read-only mode would
-/// otherwise stop them from being created.
+/// [`OutRoot::set_dir_mode`] under `root`.
 pub fn set_dir_mode(root: &Path, rel: &str, mode: u32) -> Result<(), StoreError> {
-    let (path, dir) = open_dir_under(root, rel)?;
-    dir.set_permissions(Permissions::from_mode(mode & MODE_MASK))
-        .map_err(|e| map_io(&path, "set permissions of", 0, e))
+    OutRoot::new(root).set_dir_mode(rel, mode)
 }
 
-/// Sets the modification time of existing directory `rel` under `root`. Call it after the
-/// directory's contents are written, since creating a file in it changes its mtime.
+/// [`OutRoot::set_dir_times`] under `root`.
 pub fn set_dir_times(root: &Path, rel: &str, mtime_ns: i64) -> Result<(), StoreError> {
-    let (path, dir) = open_dir_under(root, rel)?;
-    let t = system_time_from_ns(&path, mtime_ns)?;
-    dir.set_modified(t)
-        .map_err(|e| map_io(&path, "set modification time of", 0, e))
+    OutRoot::new(root).set_dir_times(rel, mtime_ns)
 }
 
 /// Converts nanoseconds since the Unix epoch (possibly negative) to a [`SystemTime`].
@@ -820,8 +932,12 @@ pub fn scratch_file(dir: &Path) -> io::Result<(File, Option<PathBuf>)> {
 /// The BLAKE3 of a whole file (what `b3sum` prints), read in aligned pieces (see
 /// [`crate::iobuf`]).
 pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
+    hash_open(&File::open(path)?)
+}
+
+/// [`hash_file`] of a file already open.
+pub fn hash_open(file: &File) -> io::Result<[u8; 32]> {
     const PIECE: usize = 256 << 10;
-    let file = File::open(path)?;
     let mut buf = crate::iobuf::IoBuf::new(PIECE);
     let mut h = blake3::Hasher::new();
     let mut offset = 0u64;
@@ -893,6 +1009,11 @@ pub struct PartFile {
     slot: Slot,
     /// The file `slot` must be open on: reopening checks it.
     identity: Identity,
+    /// The file's directory: every operation by name goes through its descriptor.
+    dir_at: Arc<DirAt>,
+    name: String,
+    part_name: String,
+    journal_name: String,
     dir: PathBuf,
     final_path: PathBuf,
     part_path: PathBuf,
@@ -932,24 +1053,23 @@ impl PartFile {
         size: u64,
         overwrite: bool,
     ) -> Result<PartFile, StoreError> {
-        let (dir, name, final_path) = Self::target(out, rel, overwrite)?;
-        let journal_path = dir.join(journal_file_name(name));
+        let Target {
+            dir,
+            fd,
+            name,
+            final_path,
+        } = Self::target(out, rel, overwrite)?;
+        let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
+        let journal_path = dir.path.join(&journal_name);
         if !out.known_missing(&journal_path) {
-            match fs::remove_file(&journal_path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(map_io(&journal_path, "remove", 0, e)),
+            match rustix::fs::unlinkat(&*fd, journal_name.as_str(), AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(map_io(&journal_path, "remove", 0, e.into())),
             }
         }
-        let part_path = dir.join(part_file_name(name));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&part_path)
+        let part_path = dir.path.join(&part_name);
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC;
+        let file = open_at(&*fd, &part_name, flags, 0o600)
             .map_err(|e| map_io(&part_path, "create", 0, e))?;
         out.note_created(&part_path);
         let identity = match file.set_len(size).and_then(|()| file.metadata()) {
@@ -957,14 +1077,18 @@ impl PartFile {
             Err(e) => {
                 drop(file);
                 // Best effort: the error below is what matters, and the file holds nothing yet.
-                let _ = fs::remove_file(&part_path);
+                let _ = rustix::fs::unlinkat(&*fd, part_name.as_str(), AtFlags::empty());
                 return Err(map_io(&part_path, "size", size, e));
             }
         };
         Ok(PartFile {
             slot: Slot::new(Descriptors::global(), file),
             identity,
-            dir,
+            dir: dir.path.clone(),
+            dir_at: dir,
+            name: name.to_owned(),
+            part_name,
+            journal_name,
             final_path,
             part_path,
             journal_path,
@@ -999,25 +1123,23 @@ impl PartFile {
         block_size: u64,
         overwrite: bool,
     ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
-        let (dir, name, final_path) = Self::target(out, rel, overwrite)?;
-        let part_path = dir.join(part_file_name(name));
-        let journal_path = dir.join(journal_file_name(name));
-        let open = |path: &Path, append: bool| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .append(append)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(path)
-        };
+        let Target {
+            dir,
+            fd,
+            name,
+            final_path,
+        } = Self::target(out, rel, overwrite)?;
+        let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
+        let part_path = dir.path.join(&part_name);
+        let journal_path = dir.path.join(&journal_name);
         // Most files have no part file: then the journal is not looked for.
         if out.known_missing(&part_path) {
             return Ok(None);
         }
-        let Ok(file) = open(&part_path, false) else {
+        let Ok(file) = open_at(&*fd, &part_name, OFlags::RDWR, 0) else {
             return Ok(None);
         };
-        let Ok(mut journal) = open(&journal_path, true) else {
+        let Ok(mut journal) = open_at(&*fd, &journal_name, OFlags::RDWR | OFlags::APPEND, 0) else {
             return Ok(None);
         };
         let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
@@ -1041,7 +1163,11 @@ impl PartFile {
             PartFile {
                 slot: Slot::new(Descriptors::global(), file),
                 identity,
-                dir,
+                dir: dir.path.clone(),
+                dir_at: dir,
+                name: name.to_owned(),
+                part_name,
+                journal_name,
                 final_path,
                 part_path,
                 journal_path,
@@ -1058,13 +1184,10 @@ impl PartFile {
     /// verification, so that an interrupted transfer can resume. Without it, an interrupted
     /// transfer starts over.
     pub fn keep_journal(&mut self, block_size: u64) -> Result<(), StoreError> {
-        let mut journal = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.journal_path)
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC;
+        let mut journal = self
+            .dir_fd()
+            .and_then(|dir| open_at(&*dir, &self.journal_name, flags, 0o600))
             .map_err(|e| map_io(&self.journal_path, "create", 0, e))?;
         io::Write::write_all(
             &mut journal,
@@ -1083,10 +1206,10 @@ impl PartFile {
         if !self.journal || indices.is_empty() {
             return;
         }
-        let journal = OpenOptions::new()
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.journal_path);
+        let flags = OFlags::WRONLY | OFlags::APPEND;
+        let journal = self
+            .dir_fd()
+            .and_then(|dir| open_at(&*dir, &self.journal_name, flags, 0));
         if let Ok(mut j) = journal {
             let lines: String = indices.iter().map(|i| format!("{i}\n")).collect();
             let _ = io::Write::write_all(&mut j, lines.as_bytes());
@@ -1095,34 +1218,39 @@ impl PartFile {
 
     /// Checks `rel` and the final name: the directory to work in (created as needed), the
     /// file name, and the final path.
-    fn target<'a>(
-        out: &OutRoot,
-        rel: &'a str,
-        overwrite: bool,
-    ) -> Result<(PathBuf, &'a str, PathBuf), StoreError> {
+    fn target<'a>(out: &OutRoot, rel: &'a str, overwrite: bool) -> Result<Target<'a>, StoreError> {
         sanitize_rel_path(rel)?;
         let (dirs, name) = split_parent(rel);
         let dir = out.ensure_dirs(dirs, rel)?;
-        let final_path = dir.join(name);
-        if out.known_missing(&final_path) {
-            return Ok((dir, name, final_path));
+        let fd = dir
+            .fd()
+            .map_err(|e| map_io(&dir.path, "open directory", 0, e))?;
+        let final_path = dir.path.join(name);
+        let target = Target {
+            dir,
+            fd,
+            name,
+            final_path,
+        };
+        if out.known_missing(&target.final_path) {
+            return Ok(target);
         }
-        match fs::symlink_metadata(&final_path) {
+        let final_path = target.final_path.clone();
+        match rustix::fs::statat(&*target.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(_) if !overwrite => {
                 return Err(StoreError::DestinationExists { path: final_path });
             }
-            Ok(m) if m.is_dir() => {
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {
                 return Err(StoreError::Io {
                     op: "replace",
                     path: final_path,
                     source: io::Error::new(ErrorKind::IsADirectory, "it is a directory"),
                 })
             }
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(map_io(&final_path, "inspect", 0, e)),
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(map_io(&final_path, "inspect", 0, e.into())),
         }
-        Ok((dir, name, final_path))
+        Ok(target)
     }
 
     /// The name the file gets once [`PartFile::finish`] succeeds.
@@ -1151,8 +1279,17 @@ impl PartFile {
     /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
     /// its block journal.
     pub fn discard(self) -> Result<(), StoreError> {
-        let _ = fs::remove_file(&self.journal_path);
-        fs::remove_file(&self.part_path).map_err(|e| map_io(&self.part_path, "remove", 0, e))
+        let dir = self
+            .dir_fd()
+            .map_err(|e| map_io(&self.dir, "open directory", 0, e))?;
+        let _ = rustix::fs::unlinkat(&dir, self.journal_name.as_str(), AtFlags::empty());
+        rustix::fs::unlinkat(&dir, self.part_name.as_str(), AtFlags::empty())
+            .map_err(|e| map_io(&self.part_path, "remove", 0, e.into()))
+    }
+
+    /// The file's directory's descriptor.
+    fn dir_fd(&self) -> io::Result<Arc<File>> {
+        self.dir_at.fd()
     }
 
     /// The part file's descriptor, reopened if it was closed to make room for others; refused
@@ -1160,11 +1297,7 @@ impl PartFile {
     fn file(&self) -> Result<Arc<File>, StoreError> {
         self.slot
             .get(|| {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&self.part_path)?;
+                let file = open_at(&*self.dir_fd()?, &self.part_name, OFlags::RDWR, 0)?;
                 Identity::check(&file, self.identity)?;
                 Ok(file)
             })
@@ -1258,24 +1391,38 @@ impl PartFile {
     /// there) and removes its journal. The rename is durable once [`sync_dir`] has synced
     /// [`PartFile::dir`]. Returns the final path.
     pub fn rename_into_place(&self) -> Result<PathBuf, StoreError> {
-        if !self.overwrite {
-            match fs::symlink_metadata(&self.final_path) {
-                Ok(_) => {
-                    return Err(StoreError::DestinationExists {
-                        path: self.final_path.clone(),
-                    })
+        let dir = self
+            .dir_fd()
+            .map_err(|e| map_io(&self.dir, "open directory", 0, e))?;
+        let (from, to) = (self.part_name.as_str(), self.name.as_str());
+        let exists = || StoreError::DestinationExists {
+            path: self.final_path.clone(),
+        };
+        let renamed = if self.overwrite {
+            rustix::fs::renameat(&dir, from, &dir, to)
+        } else {
+            match rustix::fs::renameat_with(&dir, from, &dir, to, RenameFlags::NOREPLACE) {
+                // A filesystem without RENAME_NOREPLACE: look just before the rename instead.
+                Err(Errno::INVAL) => {
+                    match rustix::fs::statat(&dir, to, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(_) => return Err(exists()),
+                        Err(Errno::NOENT) => rustix::fs::renameat(&dir, from, &dir, to),
+                        Err(e) => return Err(map_io(&self.final_path, "inspect", 0, e.into())),
+                    }
                 }
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(map_io(&self.final_path, "inspect", 0, e)),
+                r => r,
             }
+        };
+        match renamed {
+            Ok(()) => {}
+            Err(Errno::EXIST) if !self.overwrite => return Err(exists()),
+            Err(e) => return Err(map_io(&self.final_path, "rename into place", 0, e.into())),
         }
-        fs::rename(&self.part_path, &self.final_path)
-            .map_err(|e| map_io(&self.final_path, "rename into place", 0, e))?;
         // The journal's blocks are in place now (a file without one had any stale journal
         // removed when it was created). Best effort: a journal left behind has no part file
         // to resume and is removed by the next `create`.
         if self.journal {
-            let _ = fs::remove_file(&self.journal_path);
+            let _ = rustix::fs::unlinkat(&dir, self.journal_name.as_str(), AtFlags::empty());
         }
         Ok(self.final_path.clone())
     }
@@ -1284,6 +1431,25 @@ impl PartFile {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Where a received file goes: its directory (with a descriptor), its name and final path.
+struct Target<'a> {
+    dir: Arc<DirAt>,
+    fd: Arc<File>,
+    name: &'a str,
+    final_path: PathBuf,
+}
+
+/// Opens `name` in directory `dir`, never following a symlink (`mode` for a file created).
+fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<File> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?))
 }
 
 /// Fsyncs a directory, making the renames into it durable.
@@ -1439,6 +1605,65 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_swapped_for_a_symlink_during_the_transfer_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        let mode_before = fs::metadata(&elsewhere).unwrap().permissions().mode();
+        let out = OutRoot::new(&root);
+        out.make_dir("a", 0o755).unwrap();
+        let first = PartFile::create_in(&out, "a/f0", 2, false).unwrap();
+        first.write_at(0, b"ok").unwrap();
+        // Someone with write access to the output tree moves the checked directory away and
+        // puts a symlink to another directory in its place.
+        fs::rename(root.join("a"), root.join("moved")).unwrap();
+        symlink(&elsewhere, root.join("a")).unwrap();
+        // This transfer goes on in the directory it checked, wherever that now is.
+        let second = PartFile::create_in(&out, "a/f1", 1, false).unwrap();
+        second.write_at(0, b"!").unwrap();
+        second.finish(0o644, 0).unwrap();
+        first.finish(0o644, 0).unwrap();
+        out.make_dir("a/sub", 0o755).unwrap();
+        assert_eq!(names_in(&root.join("moved")), ["f0", "f1", "sub"]);
+        assert_eq!(fs::read(root.join("moved/f0")).unwrap(), b"ok");
+        // What goes by the path again is refused: the directory's metadata, and a new transfer.
+        assert!(out.set_dir_mode("a", 0o777).is_err());
+        assert!(out.set_dir_times("a", 0).is_err());
+        assert!(matches!(
+            PartFile::create_in(&OutRoot::new(&root), "a/f2", 1, false),
+            Err(StoreError::Path(PathError::SymlinkInPath { .. }))
+        ));
+        assert!(
+            names_in(&elsewhere).is_empty(),
+            "nothing written through the symlink"
+        );
+        assert_eq!(
+            fs::metadata(&elsewhere).unwrap().permissions().mode(),
+            mode_before
+        );
+    }
+
+    #[test]
+    fn an_existing_file_is_opened_for_hashing_without_following_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        fs::create_dir_all(root.join("d")).unwrap();
+        fs::write(root.join("d/f"), b"mine").unwrap();
+        fs::write(tmp.path().join("secret"), b"not yours").unwrap();
+        symlink(tmp.path().join("secret"), root.join("d/leaf")).unwrap();
+        symlink(tmp.path(), root.join("dirlink")).unwrap();
+        let out = OutRoot::new(&root);
+        let f = out.open_existing("d/f").unwrap();
+        assert_eq!(hash_open(&f).unwrap(), *blake3::hash(b"mine").as_bytes());
+        assert!(out.open_existing("d/leaf").is_err());
+        assert!(matches!(
+            out.open_existing("dirlink/secret"),
+            Err(StoreError::Path(PathError::SymlinkInPath { .. }))
+        ));
+    }
+
+    #[test]
     fn out_root_knows_what_was_missing_when_it_first_looked() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("out");
@@ -1483,6 +1708,34 @@ mod tests {
             fs::metadata(&done).unwrap().permissions().mode() & 0o777,
             0o640
         );
+    }
+
+    #[test]
+    fn a_directory_closed_to_make_room_is_reopened_only_if_it_is_the_same_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let out = OutRoot::new(&root);
+        let a = PartFile::create_in(&out, "d/a", 1, false).unwrap();
+        a.dir_at.slot.evict();
+        a.slot.evict();
+        a.write_at(0, b"a").unwrap();
+        a.dir_at.slot.evict();
+        a.finish(0o644, 0).unwrap();
+        assert_eq!(fs::read(root.join("d/a")).unwrap(), b"a");
+
+        // Closed, then the directory is moved away and another put at its path: the file
+        // left in the moved directory is not renamed into the new one.
+        let b = PartFile::create_in(&out, "d/b", 1, false).unwrap();
+        b.dir_at.slot.evict();
+        fs::rename(root.join("d"), root.join("moved")).unwrap();
+        fs::create_dir(root.join("d")).unwrap();
+        let e = b.rename_into_place().unwrap_err();
+        assert!(e.to_string().contains("another file"), "{e}");
+        // A symlink at its path is refused the same way.
+        fs::remove_dir(root.join("d")).unwrap();
+        symlink(root.join("moved"), root.join("d")).unwrap();
+        assert!(b.rename_into_place().is_err());
+        assert!(names_in(&root.join("moved")).contains(&".b.hurtle-part".to_owned()));
     }
 
     #[test]
