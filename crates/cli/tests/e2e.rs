@@ -1171,11 +1171,13 @@ fn hurtle_with_ulimit(name: &str, limit: &str, args: &[String]) -> proc::Finishe
     Proc::spawn_program(name, "sh", &sh_args).wait(TRANSFER_TIMEOUT)
 }
 
-/// 600 small files in `dir/tree`.
+/// 600 small files in 60 directories under `dir/tree` (the receiver keeps a descriptor of each
+/// directory it writes into, so directories count against the limit too).
 fn many_files(dir: &Path) -> PathBuf {
     let tree = dir.join("tree");
     for i in 0..600u64 {
-        fsx::write_random(&tree.join(format!("f{i:04}")), 10 + i, 1000 + i);
+        let rel = format!("d{:02}/f{i:04}", i % 60);
+        fsx::write_random(&tree.join(rel), 10 + i, 1000 + i);
     }
     tree
 }
