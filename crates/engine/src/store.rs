@@ -1645,6 +1645,23 @@ mod tests {
     }
 
     #[test]
+    fn a_file_where_a_directory_should_be_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        fs::create_dir_all(root.join("d")).unwrap();
+        fs::write(root.join("d/a"), b"file").unwrap();
+        let out = OutRoot::new(&root);
+        for e in [
+            PartFile::create_in(&out, "d/a/b", 1, false).unwrap_err(),
+            out.make_dir("d/a", 0o755).unwrap_err(),
+            out.make_dir("d/a/c", 0o755).unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("non-directory is in the way"), "{e}");
+        }
+        assert_eq!(fs::read(root.join("d/a")).unwrap(), b"file");
+    }
+
+    #[test]
     fn an_existing_file_is_opened_for_hashing_without_following_symlinks() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("out");
