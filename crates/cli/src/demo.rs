@@ -91,6 +91,9 @@ pub fn run(
             f.write_all(&buf[..n])?;
             left -= n as u64;
         }
+        // On the disk before either transfer starts, so that neither competes with its
+        // writeback (the first would, and look slower than it is).
+        f.sync_all()?;
     }
     let src_hash = hash_file(&src)?;
 
