@@ -205,8 +205,9 @@ fn measure_in(dir: &Path) -> Result<Capacity, String> {
         .map_err(|e| format!("cannot measure the write rate of {}: {e}", dir.display()))
 }
 
-/// Measures the destination's write rate (16 MiB written and synced into a scratch file in
-/// `dir` that leaves nothing behind, see [`store::scratch_file`]), this machine's BLAKE3 rate
+/// Measures the destination's write rate (16 MiB written out to the disk with
+/// [`store::write_out`], not fsynced, into a scratch file in `dir` that leaves nothing behind,
+/// see [`store::scratch_file`]), this machine's BLAKE3 rate
 /// per core (in CPU time, so a CPU quota does not distort it) and the CPU quota. A session's
 /// threads and ceiling follow from these and its channel count.
 pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
@@ -219,7 +220,7 @@ pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
         for _ in 0..16 {
             f.write_all(&buf)?;
         }
-        f.sync_data()
+        store::write_out(&f, 0, 16 * MIB as u64)
     })();
     let disk_secs = t0.elapsed().as_secs_f64();
     drop(f);

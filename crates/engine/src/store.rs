@@ -812,25 +812,35 @@ mod sys {
     }
 
     /// Starts writing `len` bytes at `offset` of `file` back to the disk without waiting for
-    /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
+    /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`); with `wait`, writes them and waits
+    /// (`SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER`).
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(super) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    pub(super) fn sync_range(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
         let (off, len): (libc::off64_t, libc::off64_t) = (as_off(offset)?, as_off(len)?);
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
         // SAFETY: the descriptor belongs to `file`, which outlives the call; sync_file_range
         // only uses it during the call and touches no memory of ours.
-        if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) }
-            == 0
-        {
+        if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, flags) } == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())
         }
     }
 
-    /// Elsewhere the final fsync does all the writing.
+    /// Elsewhere the final fsync does all the writing, and waiting means a data sync.
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(super) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
-        Ok(())
+    pub(super) fn sync_range(file: &File, _offset: u64, _len: u64, wait: bool) -> io::Result<()> {
+        if wait {
+            file.sync_data()
+        } else {
+            Ok(())
+        }
     }
 
     /// True when `file` is on tmpfs or ramfs.
@@ -1331,7 +1341,7 @@ impl PartFile {
     /// writing all of it at the end. Errors are left for that sync to report.
     pub fn start_writeback(&self, offset: u64, len: u64) {
         if let Ok(file) = self.file() {
-            let _ = sys::start_writeback(&file, offset, len);
+            let _ = sys::sync_range(&file, offset, len, false);
         }
     }
 
@@ -1450,6 +1460,16 @@ fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<F
         flags,
         Mode::from_raw_mode(mode),
     )?))
+}
+
+/// Writes `len` bytes at `offset` of `file` to the disk and waits for them, without a journal
+/// commit or a device cache flush (`sync_file_range`; elsewhere a data sync). This is how fast
+/// a transfer's writes reach the disk right now, which [`PartFile::start_writeback`] relies
+/// on. An `fdatasync` measures something else: on ext4 it waits for the journal, and the
+/// journal for every other file's data still being written back (16 MiB took 1.0-1.4 s while
+/// another 1 GiB file was written back, 0.04 s otherwise).
+pub fn write_out(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    sys::sync_range(file, offset, len, true)
 }
 
 /// Fsyncs a directory, making the renames into it durable.
@@ -1642,6 +1662,18 @@ mod tests {
             fs::metadata(&elsewhere).unwrap().permissions().mode(),
             mode_before
         );
+    }
+
+    #[test]
+    fn write_out_writes_a_range_and_refuses_an_impossible_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = File::create(&path).unwrap();
+        io::Write::write_all(&mut f, &[7; 8192]).unwrap();
+        write_out(&f, 0, 8192).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), [7; 8192]);
+        let e = write_out(&f, u64::MAX, 1).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
     #[test]
