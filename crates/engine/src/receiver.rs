@@ -6,9 +6,12 @@
 //! for each. Channel threads, one per channel but no more than there are cores, each serve one
 //! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
 //! checks every datagram, gathers each block in a buffer (hashing it front to back as its bytes
-//! arrive in order, while they are still in the CPU's cache), writes it with one positional
-//! write when complete (and starts its writeback to the disk, so the final fsync has little
-//! left to do) and hands its value to the session loop. A block still incomplete when buffers run short is *spilled*: what it
+//! arrive in order, while they are still in the CPU's cache), and writes it with one positional
+//! write when complete (starting its writeback to the disk, so the final fsync has little left
+//! to do) and hands its value to the session loop. On a disk the writing is left to a writer
+//! thread (`Writer`), so that a write that blocks never stops a channel thread from
+//! reading its socket; the writer hands the value on once the block is written. A block still
+//! incomplete when buffers run short is *spilled*: what it
 //! holds is written to the file, and the rest is written as it arrives; the block is then
 //! hashed by reading it back.
 //!
@@ -148,7 +151,10 @@ pub struct ReceiveSummary {
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Capacity {
-    /// Sequential write rate of the destination, including fdatasync, bits per second.
+    /// Sequential write rate of the destination (16 MiB written out to the device), bits per
+    /// second. Part of the ceiling only where blocks are written on the receiving threads
+    /// (memory-backed destinations, where it is high anyway); a disk is paced by its writer
+    /// thread's queue instead.
     pub disk_bps: u64,
     /// BLAKE3 rate of one core, bits per second of CPU time.
     pub hash_bps: u64,
@@ -156,8 +162,8 @@ pub struct Capacity {
     pub threads: u64,
     /// The CPU quota of this process's cgroup, in cores, if it has one.
     pub cpu_quota: Option<f64>,
-    /// The ceiling offered to senders: 90% of the slower of disk and hashing (on the threads,
-    /// or within the CPU quota if that is less).
+    /// The ceiling offered to senders: 90% of hashing (on the threads, or within the CPU quota
+    /// if that is less), or of the disk if that is slower and counts.
     pub ceiling_bps: u64,
 }
 
@@ -172,7 +178,12 @@ impl Capacity {
     };
 
     /// The capacity of a session with `channels` channels, from what [`measure_capacity`] saw.
-    fn for_channels(self, channels: u16) -> Capacity {
+    /// With `disk_queued` (blocks go to a writer thread), the disk's rate is left out: a one-off
+    /// sample of a disk is only as good as the moment it was taken (a receiver that measured
+    /// while another big file was written back offered 100-700 Mbit/s of a disk that then took
+    /// 2-3 Gbit/s, and that ceiling held the whole transfer), while the writer's queue reports,
+    /// all along, whether the disk keeps up.
+    fn for_channels(self, channels: u16, disk_queued: bool) -> Capacity {
         if self.hash_bps == 0 {
             return Capacity::UNKNOWN;
         }
@@ -183,7 +194,11 @@ impl Capacity {
         let hashing = self.hash_bps as f64 * cpus;
         Capacity {
             threads,
-            ceiling_bps: (hashing.min(self.disk_bps as f64) * 0.9) as u64,
+            ceiling_bps: (if disk_queued {
+                hashing
+            } else {
+                hashing.min(self.disk_bps as f64)
+            } * 0.9) as u64,
             ..self
         }
     }
@@ -337,6 +352,8 @@ struct Shared {
     queue_fill: AtomicU64,
     /// The session's time origin for one-way delay measurements.
     start: Instant,
+    /// Complete blocks handed to the writer thread and not yet written (see [`Writer`]).
+    write_queue: AtomicU64,
 }
 
 impl Receiver {
@@ -508,8 +525,9 @@ impl Receiver {
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
+        let disk_queued = !store::memory_backed_dir(root);
         let capacity = match self.capacity() {
-            Ok(c) => c.for_channels(channels),
+            Ok(c) => c.for_channels(channels, disk_queued),
             // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
             // offer no ceiling. A real storage problem surfaces, naming the file, when the
             // files are created.
@@ -693,10 +711,24 @@ impl Receiver {
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             start,
+            write_queue: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
         let buffers_per_channel =
             (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
+        // On a disk a write can block for a long time (the device busy, dirty pages throttled),
+        // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
+        // thread instead. On tmpfs a write is a memory copy that never waits, and handing it
+        // over costs more than it saves.
+        let writer = disk_queued.then(|| {
+            let depth = (self.opts.buffer_memory / 4 / block_size as usize).clamp(4, 256);
+            Writer::start(shared.clone(), ev_tx.clone(), depth)
+        });
+        let (write_tx, spare_rx, writer_handle) = match writer {
+            Some(Ok((tx, rx, h))) => (Some(tx), Some(rx), Some(h)),
+            Some(Err(e)) => return Err(SessionError::io("writer thread", e)),
+            None => (None, None, None),
+        };
         let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
         let mut cmd_txs = Vec::new();
         // Channels share threads, no more than there are cores: a thread per channel would
@@ -723,6 +755,10 @@ impl Receiver {
                 buffers: HashMap::new(),
                 order: VecDeque::new(),
                 pool: Vec::new(),
+                writer: write_tx
+                    .clone()
+                    .zip(spare_rx.clone())
+                    .map(|(tx, spare)| Writer { tx, spare }),
                 max_buffers: buffers_per_channel,
                 spilled: HashMap::new(),
                 log,
@@ -747,6 +783,8 @@ impl Receiver {
             );
         }
         drop(ev_tx);
+        // The writer ends once every channel's end of its queue is gone.
+        drop(write_tx);
 
         let result = std::thread::scope(|scope| {
             let commits = Commits::start(scope, &shared, &files, &kept)?;
@@ -768,6 +806,9 @@ impl Receiver {
                 socket_drops += drops;
                 nacks += n;
             }
+        }
+        if let Some(h) = writer_handle {
+            let _ = h.join();
         }
         let hashes = result?;
         let seconds = start.elapsed().as_secs_f64();
@@ -1616,6 +1657,8 @@ struct ChannelWorker {
     /// Their arrival order, oldest first (for spilling).
     order: VecDeque<u64>,
     pool: Vec<Vec<u8>>,
+    /// Where complete blocks go to be written, if not written on this thread.
+    writer: Option<Writer>,
     max_buffers: usize,
     /// Blocks whose bytes go straight to the file; value: the block's file start.
     spilled: HashMap<u64, u64>,
@@ -1629,6 +1672,81 @@ struct ChannelWorker {
     batch_queue_us: u64,
     /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
     queue_sampled: Instant,
+}
+
+/// A complete block on its way to the writer thread.
+struct Written {
+    file: u32,
+    block: u64,
+    file_start: u64,
+    value: BlockValue,
+    buf: Vec<u8>,
+}
+
+/// A channel's end of the writer thread: one thread per session writes complete blocks to
+/// their files in the order they come (so a block asked for again after a failed check is
+/// written after its first copy), starts their writeback, and only then hands each block's
+/// value to the session loop. Its queue is bounded; how full it is counts as receiver backlog
+/// in the reports, so the sender slows down before the queue fills and a channel thread has to
+/// wait.
+struct Writer {
+    tx: Sender<Written>,
+    /// Buffers the writer is done with.
+    spare: ChanRx<Vec<u8>>,
+}
+
+impl Writer {
+    /// Starts the writer thread, with a queue of `depth` blocks; returns the queue, the
+    /// buffers coming back, and the thread.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        shared: Arc<Shared>,
+        events: Sender<ChanEvent>,
+        depth: usize,
+    ) -> std::io::Result<(
+        Sender<Written>,
+        ChanRx<Vec<u8>>,
+        std::thread::JoinHandle<()>,
+    )> {
+        let (tx, rx) = crossbeam_channel::bounded::<Written>(depth);
+        let (spare_tx, spare_rx) = unbounded();
+        let handle = std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || {
+                for w in rx {
+                    let written = match &shared.files[w.file as usize] {
+                        Some(part) => part.write_at(w.file_start, &w.buf).map(|()| {
+                            part.start_writeback(w.file_start, w.buf.len() as u64);
+                        }),
+                        None => Ok(()),
+                    };
+                    shared.write_queue.fetch_sub(1, Ordering::Relaxed);
+                    if let Err(e) = written {
+                        let _ = events.send(ChanEvent::Failed(e.into()));
+                        shared.stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    let _ = events.send(ChanEvent::Block {
+                        block: w.block,
+                        value: w.value,
+                    });
+                    let _ = spare_tx.send(w.buf);
+                }
+            })?;
+        Ok((tx, spare_rx, handle))
+    }
+
+    /// Queues `w` for the writer thread, waiting if its queue is full.
+    fn hand_over(&self, shared: &Shared, w: Written) -> Result<(), SessionError> {
+        let depth = self.tx.capacity().unwrap_or(1).max(1) as u64;
+        let queued = shared.write_queue.fetch_add(1, Ordering::Relaxed) + 1;
+        shared
+            .queue_fill
+            .fetch_max(queued * 1000 / depth, Ordering::Relaxed);
+        self.tx
+            .send(w)
+            .map_err(|_| SessionError::Protocol("the writer thread stopped".into()))
+    }
 }
 
 /// A block being gathered in memory, hashed front to back while its bytes are still in the
@@ -2049,7 +2167,7 @@ impl ChannelWorker {
                         if self.buffers.len() >= self.max_buffers {
                             self.spill_oldest()?;
                         }
-                        let mut buf = self.pool.pop().unwrap_or_default();
+                        let mut buf = self.take_buffer();
                         buf.resize(block_len, 0);
                         let layout = &self.shared.layout;
                         let blocks = layout.blocks_of(h.file);
@@ -2088,12 +2206,25 @@ impl ChannelWorker {
         let layout = &self.shared.layout;
         let blocks = layout.blocks_of(file);
         let (index, count) = (block - blocks.start, blocks.end - blocks.start);
-        let Some(part) = &self.shared.files[file as usize] else {
+        let Some(part) = self.shared.files[file as usize].clone() else {
             return Ok(());
         };
         let value = if let Some(mut g) = self.buffers.remove(&block) {
             self.order.retain(|&b| b != block);
             let v = g.finish();
+            if let Some(w) = &self.writer {
+                // Its value goes to the session loop once written, from the writer thread.
+                return w.hand_over(
+                    &self.shared,
+                    Written {
+                        file,
+                        block,
+                        file_start,
+                        value: v,
+                        buf: g.buf,
+                    },
+                );
+            }
             part.write_at(file_start, &g.buf)?;
             part.start_writeback(file_start, len as u64);
             self.pool.push(g.buf);
@@ -2101,16 +2232,25 @@ impl ChannelWorker {
         } else {
             // Spilled: read back what is on disk.
             self.spilled.remove(&block);
-            let mut buf = self.pool.pop().unwrap_or_default();
+            let mut buf = self.take_buffer();
             buf.resize(len, 0);
             part.read_at(file_start, &mut buf)?;
-            let v = block_value(&buf, index, layout.block_size(), count);
+            let v = block_value(&buf, index, self.shared.layout.block_size(), count);
             self.pool.push(buf);
             v
         };
         self.log.line(|| format!("block {block} complete"));
         let _ = self.events.send(ChanEvent::Block { block, value });
         Ok(())
+    }
+
+    /// A block buffer: from this channel's pool, else one the writer thread is done with, else
+    /// a new one.
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool
+            .pop()
+            .or_else(|| self.writer.as_ref().and_then(|w| w.spare.try_recv().ok()))
+            .unwrap_or_default()
     }
 
     /// Writes what the oldest buffered block holds to its file and frees its buffer.
@@ -2313,14 +2453,14 @@ mod tests {
             cpu_quota: None,
             ceiling_bps: 0,
         };
-        let free = measured.for_channels(1);
+        let free = measured.for_channels(1, false);
         assert_eq!(free.threads, 1);
         assert_eq!(free.ceiling_bps, 7_200_000_000, "90% of one core's hashing");
         let quota = Capacity {
             cpu_quota: Some(0.25),
             ..measured
         }
-        .for_channels(1);
+        .for_channels(1, false);
         assert_eq!(
             quota.ceiling_bps, 1_800_000_000,
             "90% of a quarter core's hashing"
@@ -2329,7 +2469,21 @@ mod tests {
             hash_bps: 0,
             ..measured
         }
-        .for_channels(4);
+        .for_channels(4, false);
         assert_eq!(unknown.ceiling_bps, 0, "nothing measured: no ceiling");
+        let slow_disk = Capacity {
+            disk_bps: 1_000_000_000,
+            ..measured
+        };
+        assert_eq!(
+            slow_disk.for_channels(1, false).ceiling_bps,
+            900_000_000,
+            "blocks written on the receiving threads: 90% of the disk"
+        );
+        assert_eq!(
+            slow_disk.for_channels(1, true).ceiling_bps,
+            7_200_000_000,
+            "a writer thread's queue paces the disk: hashing only"
+        );
     }
 }

@@ -1462,6 +1462,11 @@ fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<F
     )?))
 }
 
+/// True when `dir` is on tmpfs or ramfs (memory, no disk behind it); false if it cannot say.
+pub fn memory_backed_dir(dir: &Path) -> bool {
+    File::open(dir).is_ok_and(|d| sys::memory_backed(&d))
+}
+
 /// Writes `len` bytes at `offset` of `file` to the disk and waits for them, without a journal
 /// commit or a device cache flush (`sync_file_range`; elsewhere a data sync). This is how fast
 /// a transfer's writes reach the disk right now, which [`PartFile::start_writeback`] relies
