@@ -115,9 +115,8 @@ struct ReceiveArgs {
     #[arg(long)]
     overwrite: bool,
     /// Memory for gathering blocks that are still incomplete, across all channels (K/M/G,
-    /// binary); on a disk a quarter of it queues complete blocks for the writer thread. When
-    /// it runs out, the oldest incomplete block is written to the file as it is and the rest
-    /// of it as it arrives; every channel keeps at least 4 blocks' worth.
+    /// binary). When it runs out, the oldest incomplete block is written to the file as it is
+    /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     buffer_memory: u64,
     #[command(flatten)]

@@ -51,8 +51,7 @@ pub struct ReceiveOptions {
     pub max_channels: u16,
     /// Directory for per-channel network logs.
     pub log_dir: Option<PathBuf>,
-    /// Memory for block buffers, across all channels (on a disk a quarter of it queues
-    /// complete blocks for the writer thread).
+    /// Memory for block buffers, across all channels.
     pub buffer_memory: usize,
     /// Give up when the sender is silent this long.
     pub idle_timeout: Duration,
@@ -715,19 +714,16 @@ impl Receiver {
             write_queue: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
+        let buffers_per_channel =
+            (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),
         // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
-        // thread instead, whose queue takes a quarter of the buffer memory. On tmpfs a write
-        // is a memory copy that never waits, and handing it over costs more than it saves.
-        let block_bytes = block_size as usize;
-        let queue_depth =
-            disk_queued.then(|| (self.opts.buffer_memory / 4 / block_bytes).clamp(4, 256));
-        let gathering = self
-            .opts
-            .buffer_memory
-            .saturating_sub(queue_depth.unwrap_or(0) * block_bytes);
-        let buffers_per_channel = (gathering / usize::from(channels) / block_bytes).max(4);
-        let writer = queue_depth.map(|depth| Writer::start(shared.clone(), ev_tx.clone(), depth));
+        // thread instead. On tmpfs a write is a memory copy that never waits, and handing it
+        // over costs more than it saves.
+        let writer = disk_queued.then(|| {
+            let depth = (self.opts.buffer_memory / 4 / block_size as usize).clamp(4, 256);
+            Writer::start(shared.clone(), ev_tx.clone(), depth)
+        });
         let (write_tx, spare_rx, writer_handle) = match writer {
             Some(Ok((tx, rx, h))) => (Some(tx), Some(rx), Some(h)),
             Some(Err(e)) => return Err(SessionError::io("writer thread", e)),
