@@ -115,7 +115,8 @@ struct ReceiveArgs {
     #[arg(long)]
     overwrite: bool,
     /// Memory for gathering blocks that are still incomplete, across all channels (K/M/G,
-    /// binary). When it runs out, the oldest incomplete block is written to the file as it is
+    /// binary); on a disk, up to a quarter as much again queues complete blocks for the writer
+    /// thread. When it runs out, the oldest incomplete block is written to the file as it is
     /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     buffer_memory: u64,
