@@ -354,6 +354,8 @@ struct Shared {
     start: Instant,
     /// Complete blocks handed to the writer thread and not yet written (see [`Writer`]).
     write_queue: AtomicU64,
+    /// The longest a block waited in the writer's queue since the last report, microseconds.
+    write_wait_us: AtomicU64,
 }
 
 impl Receiver {
@@ -712,6 +714,7 @@ impl Receiver {
             queue_fill: AtomicU64::new(0),
             start,
             write_queue: AtomicU64::new(0),
+            write_wait_us: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
         let buffers_per_channel =
@@ -1379,7 +1382,13 @@ fn session_loop(
                         datagrams,
                         lost: (snap.pn_span - prev.pn_span).saturating_sub(datagrams),
                         drops: snap.drops.saturating_sub(prev.drops),
-                        queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us).checked_div(delays).unwrap_or(0),
+                        // A block waiting for the writer is queued at the receiver: the longest
+                        // wait counts like a queue on the path, so a stalled disk slows the
+                        // sender as much as the wait says, not by a fixed step.
+                        queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us)
+                            .checked_div(delays)
+                            .unwrap_or(0)
+                            .max(shared.write_wait_us.swap(0, Ordering::Relaxed)),
                         queue_fill: shared.queue_fill.swap(0, Ordering::Relaxed).min(1000) as u16,
                         lateness_us: late.as_micros() as u64,
                     });
@@ -1676,6 +1685,8 @@ struct ChannelWorker {
 
 /// A complete block on its way to the writer thread.
 struct Written {
+    /// When it was handed to the writer.
+    queued: Instant,
     file: u32,
     block: u64,
     file_start: u64,
@@ -1714,6 +1725,8 @@ impl Writer {
             .name("writer".into())
             .spawn(move || {
                 for w in rx {
+                    let waited = w.queued.elapsed().as_micros() as u64;
+                    shared.write_wait_us.fetch_max(waited, Ordering::Relaxed);
                     let written = match &shared.files[w.file as usize] {
                         Some(part) => part.write_at(w.file_start, &w.buf).map(|()| {
                             part.start_writeback(w.file_start, w.buf.len() as u64);
@@ -2217,6 +2230,7 @@ impl ChannelWorker {
                 return w.hand_over(
                     &self.shared,
                     Written {
+                        queued: Instant::now(),
                         file,
                         block,
                         file_start,
