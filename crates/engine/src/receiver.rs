@@ -723,15 +723,14 @@ impl Receiver {
         // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
         // thread instead. On tmpfs a write is a memory copy that never waits, and handing it
         // over costs more than it saves.
-        let writer = disk_queued.then(|| {
-            let depth = (self.opts.buffer_memory / 4 / block_size as usize).clamp(4, 256);
-            Writer::start(shared.clone(), ev_tx.clone(), depth)
-        });
-        let (write_tx, spare_rx, writer_handle) = match writer {
-            Some(Ok((tx, rx, h))) => (Some(tx), Some(rx), Some(h)),
-            Some(Err(e)) => return Err(SessionError::io("writer thread", e)),
-            None => (None, None, None),
-        };
+        let (writer, writer_handle) = disk_queued
+            .then(|| {
+                let depth = (self.opts.buffer_memory / 4 / block_size as usize).clamp(4, 256);
+                Writer::start(shared.clone(), ev_tx.clone(), depth)
+            })
+            .transpose()
+            .map_err(|e| SessionError::io("writer thread", e))?
+            .unzip();
         let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
         let mut cmd_txs = Vec::new();
         // Channels share threads, no more than there are cores: a thread per channel would
@@ -758,10 +757,7 @@ impl Receiver {
                 buffers: HashMap::new(),
                 order: VecDeque::new(),
                 pool: Vec::new(),
-                writer: write_tx
-                    .clone()
-                    .zip(spare_rx.clone())
-                    .map(|(tx, spare)| Writer { tx, spare }),
+                writer: writer.clone(),
                 max_buffers: buffers_per_channel,
                 spilled: HashMap::new(),
                 log,
@@ -787,7 +783,7 @@ impl Receiver {
         }
         drop(ev_tx);
         // The writer ends once every channel's end of its queue is gone.
-        drop(write_tx);
+        drop(writer);
 
         let result = std::thread::scope(|scope| {
             let commits = Commits::start(scope, &shared, &files, &kept)?;
@@ -989,24 +985,8 @@ impl Receiver {
                 .map(|e| self.new_part(out, e, block_size))
                 .collect()
         };
-        if threads == 1 {
-            return create(entries);
-        }
         // Consecutive entries mostly share a directory: each thread takes a run of them.
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = entries
-                .chunks(entries.len().div_ceil(threads))
-                .map(|chunk| scope.spawn(move || create(chunk)))
-                .collect();
-            let mut parts = Vec::with_capacity(entries.len());
-            for w in workers {
-                match w.join() {
-                    Ok(created) => parts.extend(created?),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-            Ok(parts)
-        })
+        in_runs(entries, threads, create)
     }
 
     /// A new part file for `e`. Files of more than one block keep a journal of their verified
@@ -1128,21 +1108,7 @@ impl Resumed {
                 })
                 .collect()
         };
-        let per_thread = blocks.len().div_ceil(threads);
-        let values = std::thread::scope(|scope| {
-            let workers: Vec<_> = blocks
-                .chunks(per_thread)
-                .map(|mine| scope.spawn(move || hash_some(mine)))
-                .collect();
-            let mut values = Vec::with_capacity(blocks.len());
-            for w in workers {
-                match w.join() {
-                    Ok(v) => values.extend(v?),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-            Ok::<_, StoreError>(values)
-        })?;
+        let values = in_runs(&blocks, threads, hash_some)?;
         Ok(Some(Resumed { part, values }))
     }
 
@@ -1683,6 +1649,42 @@ struct ChannelWorker {
     queue_sampled: Instant,
 }
 
+/// `work` over `items` split into `threads` runs of consecutive items, one thread each (none
+/// spawned for one), with the results joined in order. The first error is returned; a worker's
+/// panic is passed on.
+fn in_runs<T: Sync, R: Send, E: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&[T]) -> Result<Vec<R>, E> + Sync,
+) -> Result<Vec<R>, E> {
+    if threads <= 1 || items.len() <= 1 {
+        return work(items);
+    }
+    let work = &work;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = items
+            .chunks(items.len().div_ceil(threads))
+            .map(|run| scope.spawn(move || work(run)))
+            .collect();
+        let mut all = Vec::with_capacity(items.len());
+        for w in workers {
+            match w.join() {
+                Ok(done) => all.extend(done?),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(all)
+    })
+}
+
+/// Writes a complete block with one positional write and starts its writeback to the disk, so
+/// that the file's final fsync has little left to do.
+fn write_block(part: &PartFile, file_start: u64, buf: &[u8]) -> Result<(), StoreError> {
+    part.write_at(file_start, buf)?;
+    part.start_writeback(file_start, buf.len() as u64);
+    Ok(())
+}
+
 /// A complete block on its way to the writer thread.
 struct Written {
     /// When it was handed to the writer.
@@ -1700,6 +1702,7 @@ struct Written {
 /// value to the session loop. Its queue is bounded; how full it is counts as receiver backlog
 /// in the reports, so the sender slows down before the queue fills and a channel thread has to
 /// wait.
+#[derive(Clone)]
 struct Writer {
     tx: Sender<Written>,
     /// Buffers the writer is done with.
@@ -1707,18 +1710,13 @@ struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread, with a queue of `depth` blocks; returns the queue, the
-    /// buffers coming back, and the thread.
-    #[allow(clippy::type_complexity)]
+    /// Starts the writer thread, with a queue of `depth` blocks; returns the channels' end
+    /// of it (to clone for each) and the thread, which ends once every end is dropped.
     fn start(
         shared: Arc<Shared>,
         events: Sender<ChanEvent>,
         depth: usize,
-    ) -> std::io::Result<(
-        Sender<Written>,
-        ChanRx<Vec<u8>>,
-        std::thread::JoinHandle<()>,
-    )> {
+    ) -> std::io::Result<(Writer, std::thread::JoinHandle<()>)> {
         let (tx, rx) = crossbeam_channel::bounded::<Written>(depth);
         let (spare_tx, spare_rx) = unbounded();
         let handle = std::thread::Builder::new()
@@ -1728,9 +1726,7 @@ impl Writer {
                     let waited = w.queued.elapsed().as_micros() as u64;
                     shared.write_wait_us.fetch_max(waited, Ordering::Relaxed);
                     let written = match &shared.files[w.file as usize] {
-                        Some(part) => part.write_at(w.file_start, &w.buf).map(|()| {
-                            part.start_writeback(w.file_start, w.buf.len() as u64);
-                        }),
+                        Some(part) => write_block(part, w.file_start, &w.buf),
                         None => Ok(()),
                     };
                     shared.write_queue.fetch_sub(1, Ordering::Relaxed);
@@ -1746,7 +1742,13 @@ impl Writer {
                     let _ = spare_tx.send(w.buf);
                 }
             })?;
-        Ok((tx, spare_rx, handle))
+        Ok((
+            Writer {
+                tx,
+                spare: spare_rx,
+            },
+            handle,
+        ))
     }
 
     /// Queues `w` for the writer thread, waiting if its queue is full.
@@ -2239,8 +2241,7 @@ impl ChannelWorker {
                     },
                 );
             }
-            part.write_at(file_start, &g.buf)?;
-            part.start_writeback(file_start, len as u64);
+            write_block(&part, file_start, &g.buf)?;
             self.pool.push(g.buf);
             v
         } else {
@@ -2456,6 +2457,28 @@ mod tests {
             last = now;
         }
         assert!(last < Duration::from_millis(1), "{last:?}");
+    }
+
+    #[test]
+    fn work_in_runs_keeps_the_order_and_returns_an_error() {
+        let items: Vec<u32> = (0..103).collect();
+        for threads in [1, 2, 4, 200] {
+            let doubled = in_runs(&items, threads, |run| {
+                Ok::<_, ()>(run.iter().map(|x| x * 2).collect())
+            });
+            assert_eq!(
+                doubled.unwrap(),
+                items.iter().map(|x| x * 2).collect::<Vec<_>>()
+            );
+            let failed = in_runs(&items, threads, |run| {
+                if run.contains(&77) {
+                    Err(77)
+                } else {
+                    Ok(run.to_vec())
+                }
+            });
+            assert_eq!(failed, Err(77), "{threads} threads");
+        }
     }
 
     #[test]

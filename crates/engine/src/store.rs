@@ -373,6 +373,12 @@ impl DirAt {
             Ok(file)
         })
     }
+
+    /// [`DirAt::fd`], with an error that names the directory.
+    fn open(&self) -> Result<Arc<File>, StoreError> {
+        self.fd()
+            .map_err(|e| map_io(&self.path, "open directory", 0, e))
+    }
 }
 
 impl OutRoot {
@@ -440,18 +446,8 @@ impl OutRoot {
                 dir = d.clone();
                 continue;
             }
-            let parent = dir
-                .fd()
-                .map_err(|e| map_io(&dir.path, "open directory", 0, e))?;
-            match rustix::fs::mkdirat(&*parent, comp, Mode::from_raw_mode(0o777)) {
-                Ok(()) => {
-                    self.note_created(&cur);
-                    // Created just now: nothing in it yet.
-                    self.listings().insert(cur.clone(), Some(HashSet::new()));
-                }
-                Err(Errno::EXIST) => {}
-                Err(e) => return Err(map_io(&cur, "create directory", 0, e.into())),
-            }
+            let parent = dir.open()?;
+            self.make_in(&parent, comp, &cur, 0o777)?;
             let fd = beneath::walk(&*parent, comp, Access::Anchor)
                 .map_err(|e| self.refused(rel, &cur, e))?;
             let d = DirAt::new(root.clone(), &dirs[..at], cur.clone(), fd)
@@ -460,6 +456,28 @@ impl OutRoot {
             known.known.insert(cur.clone(), dir.clone());
         }
         Ok(dir)
+    }
+
+    /// Creates directory `name` (at `path`) in `parent` with `mode` (less the umask), noting it
+    /// as created and empty. Returns whether it was created (false: something is there).
+    fn make_in(
+        &self,
+        parent: &File,
+        name: &str,
+        path: &Path,
+        mode: u32,
+    ) -> Result<bool, StoreError> {
+        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => {
+                self.note_created(path);
+                // Created just now: nothing in it yet.
+                self.listings()
+                    .insert(path.to_path_buf(), Some(HashSet::new()));
+                Ok(true)
+            }
+            Err(Errno::EXIST) => Ok(false),
+            Err(e) => Err(map_io(path, "create directory", 0, e.into())),
+        }
     }
 
     /// The error for `rel` when opening `path` under the root failed with `e`: a refused
@@ -582,20 +600,12 @@ impl OutRoot {
         let (dirs, name) = split_parent(rel);
         let parent = self.ensure_dirs(dirs, rel)?;
         let path = parent.path.join(name);
-        let parent_fd = parent
-            .fd()
-            .map_err(|e| map_io(&parent.path, "open directory", 0, e))?;
-        match rustix::fs::mkdirat(&*parent_fd, name, Mode::from_raw_mode(0o700)) {
-            Ok(()) => {
-                self.note_created(&path);
-                self.listings().insert(path.clone(), Some(HashSet::new()));
-                let dir = beneath::walk(&*parent_fd, name, Access::Read)
-                    .map_err(|e| self.refused(rel, &path, e))?;
-                rustix::fs::fchmod(&dir, Mode::from_raw_mode((mode & MODE_MASK) | 0o700))
-                    .map_err(|e| map_io(&path, "set permissions of", 0, e.into()))?;
-            }
-            Err(Errno::EXIST) => {}
-            Err(e) => return Err(map_io(&path, "create directory", 0, e.into())),
+        let parent_fd = parent.open()?;
+        if self.make_in(&parent_fd, name, &path, 0o700)? {
+            let dir = beneath::walk(&*parent_fd, name, Access::Read)
+                .map_err(|e| self.refused(rel, &path, e))?;
+            rustix::fs::fchmod(&dir, Mode::from_raw_mode((mode & MODE_MASK) | 0o700))
+                .map_err(|e| map_io(&path, "set permissions of", 0, e.into()))?;
         }
         // Checks that it is a real directory, and keeps it for the files to come.
         self.ensure_dirs(rel, rel)?;
@@ -1024,7 +1034,6 @@ pub struct PartFile {
     name: String,
     part_name: String,
     journal_name: String,
-    dir: PathBuf,
     final_path: PathBuf,
     part_path: PathBuf,
     journal_path: PathBuf,
@@ -1094,7 +1103,6 @@ impl PartFile {
         Ok(PartFile {
             slot: Slot::new(Descriptors::global(), file),
             identity,
-            dir: dir.path.clone(),
             dir_at: dir,
             name: name.to_owned(),
             part_name,
@@ -1173,7 +1181,6 @@ impl PartFile {
             PartFile {
                 slot: Slot::new(Descriptors::global(), file),
                 identity,
-                dir: dir.path.clone(),
                 dir_at: dir,
                 name: name.to_owned(),
                 part_name,
@@ -1232,9 +1239,7 @@ impl PartFile {
         sanitize_rel_path(rel)?;
         let (dirs, name) = split_parent(rel);
         let dir = out.ensure_dirs(dirs, rel)?;
-        let fd = dir
-            .fd()
-            .map_err(|e| map_io(&dir.path, "open directory", 0, e))?;
+        let fd = dir.open()?;
         let final_path = dir.path.join(name);
         let target = Target {
             dir,
@@ -1289,9 +1294,7 @@ impl PartFile {
     /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
     /// its block journal.
     pub fn discard(self) -> Result<(), StoreError> {
-        let dir = self
-            .dir_fd()
-            .map_err(|e| map_io(&self.dir, "open directory", 0, e))?;
+        let dir = self.dir_at.open()?;
         let _ = rustix::fs::unlinkat(&dir, self.journal_name.as_str(), AtFlags::empty());
         rustix::fs::unlinkat(&dir, self.part_name.as_str(), AtFlags::empty())
             .map_err(|e| map_io(&self.part_path, "remove", 0, e.into()))
@@ -1377,7 +1380,7 @@ impl PartFile {
     pub fn commit(&self, mode: u32, mtime_ns: i64) -> Result<PathBuf, StoreError> {
         self.seal(mode, mtime_ns)?;
         let path = self.rename_into_place()?;
-        sync_dir(&self.dir)?;
+        sync_dir(self.dir())?;
         Ok(path)
     }
 
@@ -1401,9 +1404,7 @@ impl PartFile {
     /// there) and removes its journal. The rename is durable once [`sync_dir`] has synced
     /// [`PartFile::dir`]. Returns the final path.
     pub fn rename_into_place(&self) -> Result<PathBuf, StoreError> {
-        let dir = self
-            .dir_fd()
-            .map_err(|e| map_io(&self.dir, "open directory", 0, e))?;
+        let dir = self.dir_at.open()?;
         let (from, to) = (self.part_name.as_str(), self.name.as_str());
         let exists = || StoreError::DestinationExists {
             path: self.final_path.clone(),
@@ -1439,7 +1440,7 @@ impl PartFile {
 
     /// The directory the file lands in.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.dir_at.path
     }
 }
 
