@@ -352,8 +352,6 @@ struct Shared {
     queue_fill: AtomicU64,
     /// The session's time origin for one-way delay measurements.
     start: Instant,
-    /// Complete blocks handed to the writer thread and not yet written (see [`Writer`]).
-    write_queue: AtomicU64,
     /// The longest a block waited in the writer's queue since the last report, microseconds.
     write_wait_us: AtomicU64,
 }
@@ -713,7 +711,6 @@ impl Receiver {
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             start,
-            write_queue: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
@@ -1729,7 +1726,6 @@ impl Writer {
                         Some(part) => write_block(part, w.file_start, &w.buf),
                         None => Ok(()),
                     };
-                    shared.write_queue.fetch_sub(1, Ordering::Relaxed);
                     if let Err(e) = written {
                         let _ = events.send(ChanEvent::Failed(e.into()));
                         shared.stop.store(true, Ordering::Relaxed);
@@ -1754,10 +1750,10 @@ impl Writer {
     /// Queues `w` for the writer thread, waiting if its queue is full.
     fn hand_over(&self, shared: &Shared, w: Written) -> Result<(), SessionError> {
         let depth = self.tx.capacity().unwrap_or(1).max(1) as u64;
-        let queued = shared.write_queue.fetch_add(1, Ordering::Relaxed) + 1;
+        let queued = self.tx.len() as u64 + 1;
         shared
             .queue_fill
-            .fetch_max(queued * 1000 / depth, Ordering::Relaxed);
+            .fetch_max(queued.min(depth) * 1000 / depth, Ordering::Relaxed);
         self.tx
             .send(w)
             .map_err(|_| SessionError::Protocol("the writer thread stopped".into()))
@@ -2229,6 +2225,8 @@ impl ChannelWorker {
             let v = g.finish();
             if let Some(w) = &self.writer {
                 // Its value goes to the session loop once written, from the writer thread.
+                self.log
+                    .line(|| format!("block {block} complete, queued for writing"));
                 return w.hand_over(
                     &self.shared,
                     Written {
