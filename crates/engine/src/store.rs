@@ -581,10 +581,8 @@ impl OutRoot {
     pub fn open_existing(&self, rel: &str) -> Result<File, StoreError> {
         sanitize_rel_path(rel)?;
         let (dirs, name) = split_parent(rel);
-        let root = self.root_fd(&mut self.dirs())?;
+        let dir = self.open_below(dirs, rel, Access::Anchor)?;
         let path = self.root.join(rel);
-        let dir = beneath::open_dir(&*root, dirs, Access::Anchor)
-            .map_err(|e| self.refused(rel, &path, e))?;
         open_at(&dir, name, OFlags::RDONLY, 0).map_err(|e| map_io(&path, "open", 0, e))
     }
 
@@ -616,11 +614,20 @@ impl OutRoot {
     /// anywhere from the root down to and including the directory itself.
     fn open_dir(&self, rel: &str) -> Result<(PathBuf, File), StoreError> {
         sanitize_rel_path(rel)?;
+        Ok((
+            self.root.join(rel),
+            self.open_below(rel, rel, Access::Read)?,
+        ))
+    }
+
+    /// Opens directory `dirs` under the root from the root's descriptor, following no symlink
+    /// (for `rel`, whose directory it is or which it is, named in an error).
+    fn open_below(&self, dirs: &str, rel: &str, access: Access) -> Result<File, StoreError> {
         let root = self.root_fd(&mut self.dirs())?;
-        let path = self.root.join(rel);
-        let fd = beneath::open_dir(&*root, rel, Access::Read)
-            .map_err(|e| self.refused(rel, &path, e))?;
-        Ok((path, File::from(fd)))
+        let path = self.root.join(dirs);
+        beneath::open_dir(&*root, dirs, access)
+            .map(File::from)
+            .map_err(|e| self.refused(rel, &path, e))
     }
 
     /// Sets the permission bits of existing directory `rel` (set-ID and sticky bits dropped).
