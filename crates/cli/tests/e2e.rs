@@ -1270,3 +1270,125 @@ fn a_second_send_skips_what_arrived_unread_unless_asked_to_check() {
     }
     assert_eq!(fsx::tree(&tree), fsx::tree(&out.join("tree")));
 }
+
+/// A sparse file of 20 MiB + 777 bytes with data in its 1 MiB blocks 0, 7-10 and 20 (the last,
+/// short one); the rest is holes: 15 MiB.
+fn sparse_source(path: &Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let size = 20 * MIB + 777;
+    let f = fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+    let mut seed = 0x5ba7_u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) as u8
+            })
+            .collect()
+    };
+    f.write_all_at(&noise(100), 0).unwrap();
+    f.write_all_at(&noise(3 << 20), 7 * MIB + 5).unwrap();
+    f.write_all_at(&noise(777), 20 * MIB).unwrap();
+    size
+}
+
+/// Bytes the filesystem allocated for `path`.
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// Sends `src` (1 MiB chunks) into `out`; checks it arrived whole and returns the sender's and
+/// the receiver's summaries.
+fn send_sparse(src: &Path, out: &Path) -> (Value, Value) {
+    let r = start_receiver(out, &["--json"]);
+    let s = proc::send(r.addr, &[src], &["--json", "--chunk-size", "1M"]);
+    s.assert_success();
+    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
+    let got = out.join(src.file_name().unwrap());
+    fsx::assert_same_file(src, &got);
+    fsx::assert_no_part_files(out);
+    (s.json(), rj)
+}
+
+#[test]
+fn a_sparse_file_arrives_exact_without_its_holes_sent_and_stays_sparse() {
+    let t = tmp();
+    let src = t.path().join("src/disk.img");
+    let size = sparse_source(&src);
+    assert!(allocated(&src) < 8 * MIB, "the source is not sparse here");
+    let out = t.path().join("out");
+    let (sj, rj) = send_sparse(&src, &out);
+    for j in [&sj, &rj] {
+        assert_eq!(j["bytes"].as_u64().unwrap(), size, "{j}");
+        assert_eq!(j["sparse_bytes"].as_u64().unwrap(), 15 * MIB, "{j}");
+        assert_eq!(j["resumed_bytes"].as_u64().unwrap(), 0, "{j}");
+    }
+    // The holes were not sent: first transmissions carry the 5 MiB + 777 bytes of data.
+    let first = sj["datagrams_sent"].as_u64().unwrap() - sj["datagrams_resent"].as_u64().unwrap();
+    let payload = sj["payload"].as_u64().unwrap();
+    let data = size - 15 * MIB;
+    assert!(
+        first * payload >= data && first * payload < data + 8 * payload,
+        "{first} datagrams of {payload} bytes for {data} bytes of data"
+    );
+    // Only the data blocks take space.
+    let got = allocated(&out.join("disk.img"));
+    assert!(
+        got <= 7 * MIB,
+        "{got} bytes allocated for 6 MiB of data blocks"
+    );
+}
+
+#[test]
+fn a_partial_file_resumed_with_other_bytes_in_the_holes_ends_exact_and_sparse() {
+    let t = tmp();
+    let src = t.path().join("src/disk.img");
+    let size = sparse_source(&src);
+    // A part file full of the wrong bytes, whose journal claims every block.
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    fs::write(out.join(".disk.img.hurtle-part"), vec![0xaa; size as usize]).unwrap();
+    let claims: String = (0..21).map(|b| format!("{b}\n")).collect();
+    fs::write(
+        out.join(".disk.img.hurtle-blocks"),
+        format!("hurtle-blocks 1 size={size} block={MIB}\n{claims}"),
+    )
+    .unwrap();
+    let (sj, rj) = send_sparse(&src, &out);
+    // The holes are made holes again and check out; the six data blocks hold the wrong bytes
+    // and are fetched again.
+    assert_eq!(rj["sparse_bytes"].as_u64().unwrap(), 15 * MIB, "{rj}");
+    assert_eq!(sj["resumed_bytes"].as_u64().unwrap(), size - 15 * MIB);
+    assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 6, "{rj}");
+    let got = allocated(&out.join("disk.img"));
+    assert!(
+        got <= 7 * MIB,
+        "{got} bytes allocated for 6 MiB of data blocks"
+    );
+}
+
+#[test]
+fn holes_outside_their_file_are_refused() {
+    let t = tmp();
+    let out = t.path().join("out");
+    let r = start_receiver(&out, &[]);
+    let mut p = RawPeer::connect(r.addr);
+    p.hello();
+    // A 10-byte file has one block; holes in blocks 0..5 cannot be.
+    let mut m = manifest_of("f.bin", EntryKind::File);
+    if let Control::Manifest { entries, .. } = &mut m {
+        entries[0].holes = vec![(0, 5)];
+    }
+    p.send(&m);
+    let reason = p.until_abort().expect("an Abort for impossible holes");
+    p.close();
+    assert!(reason.contains("holes"), "{reason}");
+    let cause = r.proc.wait(Duration::from_secs(15)).assert_failure();
+    assert!(cause.contains("holes"), "{cause}");
+    fsx::assert_no_part_files(&out);
+}

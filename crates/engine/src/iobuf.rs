@@ -8,6 +8,17 @@
 //! slices that start where the file offset does, modulo [`ALIGN`]. Writes into the page cache
 //! did not show the effect, so only reads use it.
 
+/// `len` zero bytes (at most 64 MiB, the largest block), to hash a hole without reading it.
+/// One buffer for the process, allocated zeroed and never written: the kernel backs it with
+/// its shared zero page, so it costs neither memory nor cache.
+pub fn zeros(len: usize) -> &'static [u8] {
+    static ZEROS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    &ZEROS.get_or_init(|| vec![0u8; MAX_ZEROS])[..len]
+}
+
+/// Length of the buffer [`zeros`] hands out slices of.
+const MAX_ZEROS: usize = 64 << 20;
+
 /// The alignment a read's destination must share with its file offset.
 pub const ALIGN: usize = 64;
 

@@ -28,6 +28,7 @@ use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
+use hurtle_proto::layout::{check_block_ranges, union_ranges};
 use hurtle_proto::wire::{
     self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
 };
@@ -117,13 +118,16 @@ pub struct ReceiveSummary {
     pub bytes: u64,
     /// Of those, bytes already here from an interrupted transfer (checked, not received again).
     pub resumed_bytes: u64,
+    /// Of those, bytes in holes of sparse files (checked, not received; left as holes here).
+    pub sparse_bytes: u64,
     /// Files written.
     pub files: usize,
     /// Directories created.
     pub dirs: usize,
     /// Seconds from the hello to the end.
     pub seconds: f64,
-    /// Bits per second of file data received in this session (`bytes - resumed_bytes`).
+    /// Bits per second of file data received in this session (`bytes - resumed_bytes -
+    /// sparse_bytes`).
     pub goodput_bps: f64,
     /// Channels used.
     pub channels: u16,
@@ -569,6 +573,7 @@ impl Receiver {
                 other => return Err(unexpected(other, "Manifest")),
             }
         }
+        check_holes(&entries, block_size)?;
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
@@ -669,7 +674,46 @@ impl Receiver {
             .collect();
         let layout = Layout::new(&sizes, block_size, channels)?;
         let total: u64 = sizes.iter().sum();
-        // Held blocks, by global number with their values, and by channel as stripe ranges.
+        // A file the receiver offered as already there but the sender did not skip (its copy
+        // differs, and --overwrite allows replacing it) gets its part file now.
+        for (f, part) in parts.iter_mut().enumerate() {
+            if part.is_none() && !skipped[f] {
+                let p = self.new_part(&out, files[f], block_size)?;
+                p.preallocate(&files[f].holes, block_size)?;
+                *part = Some(p);
+            }
+        }
+        // What is not sent: blocks resumed from part files, and the holes of sparse files.
+        let resumed: Vec<Vec<(u64, u64)>> = file_decisions
+            .iter()
+            .map(|d| match d {
+                Decision::Resume { blocks } => blocks.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let holes: Vec<&[(u64, u64)]> = files
+            .iter()
+            .zip(&skipped)
+            .map(|(e, &s)| if s { &[][..] } else { &e.holes[..] })
+            .collect();
+        let (mut held_stripes, held_bytes, sparse_bytes) = layout.held_stripes(&resumed, &holes)?;
+        let resumed_bytes = held_bytes - sparse_bytes;
+        // A resumed part file may hold other bytes where the sender has holes: they are made
+        // holes again, and their values come from the hole hasher below.
+        let mut held_values = held_values;
+        for (f, h) in holes.iter().enumerate() {
+            if let (Some(part), false) = (&parts[f], h.is_empty() || held_values[f].is_empty()) {
+                part.punch_holes(h, block_size)?;
+                held_values[f].retain(|&(b, _)| !in_ranges(h, b));
+            }
+        }
+        let hole_blocks: Vec<(u32, Vec<u64>)> = holes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(f, h)| (f as u32, h.iter().flat_map(|&(a, b)| a..b).collect()))
+            .collect();
+        // Held blocks, by global number with their values.
         let held: Vec<(u64, BlockValue)> = held_values
             .into_iter()
             .enumerate()
@@ -678,21 +722,8 @@ impl Receiver {
                 values.into_iter().map(move |(index, v)| (first + index, v))
             })
             .collect();
-        let (mut held_stripes, resumed_bytes) =
-            layout.stripes_by_channel(held.iter().map(|&(block, _)| block));
-        progress
-            .total
-            .store(total - resumed_bytes, Ordering::Relaxed);
+        progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
-        // A file the receiver offered as already there but the sender did not skip (its copy
-        // differs, and --overwrite allows replacing it) gets its part file now.
-        for (f, part) in parts.iter_mut().enumerate() {
-            if part.is_none() && !skipped[f] {
-                let p = self.new_part(&out, files[f], block_size)?;
-                p.preallocate()?;
-                *part = Some(p);
-            }
-        }
         let links: Vec<LinkIn> = match &tcp_listener {
             Some(l) => accept_data_connections(l, session, channels, peer.ip())?,
             None => udps.into_iter().map(LinkIn::udp).collect(),
@@ -778,6 +809,10 @@ impl Receiver {
                     .map_err(|e| SessionError::io("channel thread", e))?,
             );
         }
+        let holes_handle = (!hole_blocks.is_empty())
+            .then(|| hash_holes(shared.clone(), ev_tx.clone(), hole_blocks))
+            .transpose()
+            .map_err(|e| SessionError::io("hole hashing thread", e))?;
         drop(ev_tx);
         // The writer ends once every channel's end of its queue is gone.
         drop(writer);
@@ -803,7 +838,7 @@ impl Receiver {
                 nacks += n;
             }
         }
-        if let Some(h) = writer_handle {
+        for h in writer_handle.into_iter().chain(holes_handle) {
             let _ = h.join();
         }
         let hashes = result?;
@@ -813,10 +848,11 @@ impl Receiver {
             peer: peer.to_string(),
             bytes: total,
             resumed_bytes,
+            sparse_bytes,
             files: files.len(),
             dirs: dirs.len(),
             seconds,
-            goodput_bps: (total - resumed_bytes) as f64 * 8.0 / seconds.max(1e-9),
+            goodput_bps: (total - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
             channels,
             duplicate_bytes: c.duplicate.load(Ordering::Relaxed),
             nacks,
@@ -931,14 +967,17 @@ impl Receiver {
             .collect();
         let mut fresh = self.new_parts(out, &fresh, block_size)?.into_iter();
         for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
+            // Space is needed only for the blocks neither held nor in holes.
+            let not_needed = |held: &[(u64, u64)]| {
+                store::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
+            };
             parts.push(match (d, resumes[f].take()) {
                 (Decision::SendAll, _) => {
-                    needed += e.size;
+                    needed += e.size - not_needed(&[]);
                     fresh.next()
                 }
                 (Decision::Resume { .. }, Some(r)) => {
-                    // Space is needed only for the blocks not held.
-                    needed += e.size.saturating_sub(r.values.len() as u64 * block_size);
+                    needed += e.size - not_needed(&r.block_ranges());
                     held_values[f] = r.values;
                     Some(r.part)
                 }
@@ -959,8 +998,10 @@ impl Receiver {
             }
             .into());
         }
-        for p in parts.iter().flatten() {
-            p.preallocate()?;
+        for (p, e) in parts.iter().zip(files) {
+            if let Some(p) = p {
+                p.preallocate(&e.holes, block_size)?;
+            }
         }
         Ok((parts, held_values))
     }
@@ -1088,24 +1129,7 @@ impl Resumed {
         if blocks.is_empty() {
             return Ok(None);
         }
-        // Read and hash on every core: a nearly finished big file holds a lot.
-        let count = e.size.div_ceil(block_size);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(blocks.len());
-        let hash_some = |mine: &[u64]| -> Result<Vec<(u64, BlockValue)>, StoreError> {
-            let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
-            mine.iter()
-                .map(|&index| {
-                    let start = index * block_size;
-                    let len = (e.size - start).min(block_size) as usize;
-                    let data = &mut buf.aligned()[..len];
-                    part.read_at(start, data)?;
-                    Ok((index, block_value(data, index, block_size, count)))
-                })
-                .collect()
-        };
-        let values = in_runs(&blocks, threads, hash_some)?;
+        let values = hash_blocks(&part, e.size, block_size, &blocks)?;
         Ok(Some(Resumed { part, values }))
     }
 
@@ -1120,6 +1144,110 @@ impl Resumed {
         }
         ranges
     }
+}
+
+/// The values of blocks `blocks` (numbers within the file, ascending) of `part`, a file of
+/// `size` bytes, as read from it now: read and hashed on every core, since a nearly finished
+/// big file, or a big sparse one, holds a lot.
+fn hash_blocks(
+    part: &PartFile,
+    size: u64,
+    block_size: u64,
+    blocks: &[u64],
+) -> Result<Vec<(u64, BlockValue)>, StoreError> {
+    let count = size.div_ceil(block_size);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(blocks.len())
+        .max(1);
+    let hash_some = |mine: &[u64]| -> Result<Vec<(u64, BlockValue)>, StoreError> {
+        let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
+        mine.iter()
+            .map(|&index| {
+                let start = index * block_size;
+                let len = (size - start).min(block_size) as usize;
+                // A hole reads as zeros: hashed without reading it, which would fill
+                // page-cache pages with zeros.
+                if part.is_hole(start, start + len as u64)? {
+                    let data = crate::iobuf::zeros(len);
+                    return Ok((index, block_value(data, index, block_size, count)));
+                }
+                let data = &mut buf.aligned()[..len];
+                part.read_at(start, data)?;
+                Ok((index, block_value(data, index, block_size, count)))
+            })
+            .collect()
+    };
+    in_runs(blocks, threads, hash_some)
+}
+
+/// Refuses holes that are not ascending, disjoint block ranges inside their file, and holes in
+/// a directory.
+fn check_holes(entries: &[Entry], block_size: u64) -> Result<(), SessionError> {
+    for e in entries.iter().filter(|e| !e.holes.is_empty()) {
+        let count = match e.kind {
+            EntryKind::File => e.size.div_ceil(block_size),
+            EntryKind::Dir => 0,
+        };
+        if let Err((start, end)) = check_block_ranges(&e.holes, count) {
+            return Err(SessionError::Protocol(format!(
+                "the manifest gives {} holes in blocks {start}..{end}, outside it or out of order",
+                e.path
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// True when block `b` lies in one of `ranges` (ascending, disjoint half-open ranges).
+fn in_ranges(ranges: &[(u64, u64)], b: u64) -> bool {
+    let i = ranges.partition_point(|&(_, end)| end <= b);
+    ranges.get(i).is_some_and(|&(start, _)| start <= b)
+}
+
+/// Blocks of holes hashed at a time, between looks at whether the session stopped.
+const HOLE_BATCH: usize = 64;
+
+/// Starts a thread that reads back and hashes the blocks of sparse files' holes (`blocks`:
+/// per file, block numbers within it) from their part files, where nothing is written, and
+/// hands each value to the session loop as a channel thread hands those of received blocks;
+/// the sender's values for them come as for any other block. A hole the filesystem did not
+/// make reads as what is there: its value then differs from the sender's, and the block is
+/// fetched. On a thread of its own because a big sparse file holds a lot: the channels run
+/// meanwhile, and the data blocks need not wait.
+fn hash_holes(
+    shared: Arc<Shared>,
+    events: Sender<ChanEvent>,
+    blocks: Vec<(u32, Vec<u64>)>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("holes".into())
+        .spawn(move || {
+            let layout = &shared.layout;
+            for (file, indices) in blocks {
+                let Some(part) = &shared.files[file as usize] else {
+                    continue;
+                };
+                let first = layout.blocks_of(file).start;
+                for batch in indices.chunks(HOLE_BATCH) {
+                    if shared.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    match hash_blocks(part, part.size(), layout.block_size(), batch) {
+                        Ok(values) => {
+                            for (index, value) in values {
+                                let block = first + index;
+                                let _ = events.send(ChanEvent::Block { block, value });
+                            }
+                        }
+                        Err(e) => {
+                            let _ = events.send(ChanEvent::Failed(e.into()));
+                            return;
+                        }
+                    }
+                }
+            }
+        })
 }
 
 /// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an

@@ -16,7 +16,7 @@ use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::SourceFile;
 use crate::udp::{ChannelOptions, UdpChannel, UdpError};
-use crate::walk::{self, EntryKind as WalkKind, WalkOptions};
+use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
@@ -138,6 +138,8 @@ pub struct SendSummary {
     /// Of those, bytes the receiver already held from an interrupted transfer (checked, not
     /// sent again).
     pub resumed_bytes: u64,
+    /// Of those, bytes in holes of sparse files (checked, not sent; holes on the receiver too).
+    pub sparse_bytes: u64,
     /// Files in the transfer (including skipped ones).
     pub files: usize,
     /// Files skipped because the receiver already had them (see [`FileReport::skipped`]).
@@ -146,7 +148,8 @@ pub struct SendSummary {
     pub dirs: usize,
     /// Wall time from connect to confirmation.
     pub seconds: f64,
-    /// Bits per second of file data moved in this session (`bytes - resumed_bytes`).
+    /// Bits per second of file data moved in this session (`bytes - resumed_bytes -
+    /// sparse_bytes`).
     pub goodput_bps: f64,
     /// Data datagrams sent, first transmissions and repairs.
     pub datagrams_sent: u64,
@@ -327,7 +330,7 @@ fn send_once(
     let files: Vec<&walk::SourceEntry> = walked
         .entries
         .iter()
-        .filter(|e| e.kind == WalkKind::File)
+        .filter(|e| e.kind == EntryKind::File)
         .collect();
     let dirs = walked.entries.len() - files.len();
     let total_bytes: u64 = files.iter().map(|f| f.size).sum();
@@ -388,19 +391,17 @@ fn send_once(
         .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
 
     // Manifest, in parts that stay well under the frame limit.
+    // A sparse file's holes are announced, and their bytes are not sent.
     let entries: Vec<Entry> = walked
         .entries
         .iter()
         .map(|e| Entry {
-            path: e.rel_path.clone(),
-            kind: if e.kind == WalkKind::File {
-                EntryKind::File
+            holes: if e.sparse {
+                source_holes(&e.abs_path, e.size, opts.block_size)
             } else {
-                EntryKind::Dir
+                Vec::new()
             },
-            size: e.size,
-            mode: e.mode,
-            mtime_ns: e.mtime_ns,
+            ..e.to_wire()
         })
         .collect();
     let parts: Vec<&[Entry]> = if entries.is_empty() {
@@ -520,16 +521,20 @@ fn send_once(
         .map(|(f, s)| if s.is_some() { 0 } else { f.size })
         .collect();
     let layout = Layout::new(&sizes, opts.block_size, channels)?;
-    // The stripe ranges of each channel the receiver already holds.
-    let mut held_blocks = Vec::new();
-    for (f, blocks) in resumed.iter().enumerate() {
-        held_blocks.extend(layout.held_blocks(f as u32, blocks)?);
-    }
-    let (mut held, held_bytes) = layout.stripes_by_channel(held_blocks);
+    // The stripe ranges of each channel the receiver already holds: resumed blocks, and the
+    // holes of sparse files, which the receiver leaves as holes.
+    let holes: Vec<&[(u64, u64)]> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .zip(&skipped)
+        .map(|(e, s)| if s.is_some() { &[][..] } else { &e.holes[..] })
+        .collect();
+    let (mut held, held_bytes, sparse_bytes) = layout.held_stripes(&resumed, &holes)?;
+    let resumed_bytes = held_bytes - sparse_bytes;
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
-    progress.resumed.store(held_bytes, Ordering::Relaxed);
+    progress.resumed.store(resumed_bytes, Ordering::Relaxed);
     let sources = opening
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
@@ -676,6 +681,7 @@ fn send_once(
             packet: 0,
             rate_seen: controller.rate_bps(),
             loaded: None,
+            valued: None,
             block_buf: IoBuf::new(shared.layout.block_size() as usize),
             sent: 0,
             resent: 0,
@@ -758,7 +764,8 @@ fn send_once(
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
         bytes: sent_bytes,
-        resumed_bytes: held_bytes,
+        resumed_bytes,
+        sparse_bytes,
         files: files.len(),
         skipped: skipped.iter().filter(|s| s.is_some()).count(),
         dirs,
@@ -795,6 +802,16 @@ fn send_once(
 }
 
 /// Opens a TCP connection to the receiver with the session's dialer.
+/// The holes of the sparse source file at `path`, in whole blocks (see
+/// [`crate::store::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
+/// are read and sent, holes or not. A hole filled after this look is still sent right: its
+/// value, read when the transfer comes to it, differs from the receiver's, which asks for it.
+fn source_holes(path: &std::path::Path, size: u64, block_size: u64) -> Vec<(u64, u64)> {
+    std::fs::File::open(path)
+        .and_then(|f| crate::store::hole_blocks(&f, size, block_size))
+        .unwrap_or_default()
+}
+
 fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError> {
     let dialer: &dyn Dialer = opts.dialer.as_deref().unwrap_or(&Direct);
     dialer
@@ -1183,6 +1200,8 @@ struct ChannelWorker {
     rate_seen: u64,
     /// The block new data is being sent from, and its bytes.
     loaded: Option<u64>,
+    /// The block whose value was passed on last (a hole's value is, without loading it).
+    valued: Option<u64>,
     block_buf: IoBuf,
     /// Datagrams sent and resent.
     sent: u64,
@@ -1231,27 +1250,42 @@ impl ChannelWorker {
         }
     }
 
-    /// Reads `block` into the block buffer unless it is there already, and on that first read
+    /// Reads `block` into the block buffer unless it is there already, and the first time
     /// hashes it and passes its value on (for the receiver; `held`: the receiver has the block
-    /// and will not be sent it). Returns the block's file offset.
+    /// and will not be sent it, and if it lies in a hole it is hashed as zeros, not read).
+    /// Returns the block's file offset.
     fn load_block(&mut self, block: u64, held: bool) -> Result<u64, SessionError> {
         let layout = &self.shared.layout;
         let (file, range) = layout
             .block_file_range(block)
             .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
-        if self.loaded != Some(block) {
+        let loaded = self.loaded == Some(block);
+        if self.valued != Some(block) || !(held || loaded) {
             let blen = (range.end - range.start) as usize;
-            let block_buf = &mut self.block_buf.aligned()[..blen];
-            self.shared.sources[file as usize].read_at(range.start, block_buf)?;
-            let blocks = layout.blocks_of(file);
-            let value = block_value(
-                block_buf,
-                block - blocks.start,
-                layout.block_size(),
-                blocks.end - blocks.start,
-            );
-            self.loaded = Some(block);
-            let _ = self.events.send(ChanEvent::Block { block, value, held });
+            let source = &self.shared.sources[file as usize];
+            // A hole the receiver holds as a hole is hashed, not read: reading one makes the
+            // kernel fill page-cache pages with zeros (a GiB of holes cost a second of it).
+            let data = if loaded {
+                &self.block_buf.aligned()[..blen]
+            } else if held && source.is_hole(range.start, range.end)? {
+                crate::iobuf::zeros(blen)
+            } else {
+                let block_buf = &mut self.block_buf.aligned()[..blen];
+                source.read_at(range.start, block_buf)?;
+                self.loaded = Some(block);
+                &*block_buf
+            };
+            if self.valued != Some(block) {
+                let blocks = layout.blocks_of(file);
+                let value = block_value(
+                    data,
+                    block - blocks.start,
+                    layout.block_size(),
+                    blocks.end - blocks.start,
+                );
+                self.valued = Some(block);
+                let _ = self.events.send(ChanEvent::Block { block, value, held });
+            }
         }
         Ok(range.start)
     }

@@ -24,6 +24,10 @@
 //!   metadata once their contents are done.
 //! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
 //!   changes underneath the transfer.
+//! - Sparse files: [`hole_blocks`] finds the blocks of a file that lie wholly in holes (the
+//!   sender leaves them out of the transfer), [`is_hole`] asks again before a hole is hashed
+//!   as zeros instead of read, [`PartFile::preallocate`] leaves the holes unallocated and
+//!   [`PartFile::punch_holes`] makes them holes again in a resumed part file.
 //!
 //! Neither keeps a descriptor of its own: both borrow one from [`Descriptors`], which keeps the
 //! recently used ones open and closes others to stay within the process's limit on open files;
@@ -757,13 +761,22 @@ const PREALLOCATE_CHUNK: u64 = 16 << 20;
 /// before the first byte moves, for no layout to gain; [`free_space`] covers the full-disk
 /// check there).
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-fn preallocate(file: &File, size: u64) -> io::Result<()> {
+fn preallocate(file: &File, ranges: impl Iterator<Item = (u64, u64)>) -> io::Result<()> {
     if sys::memory_backed(file) {
         return Ok(());
     }
-    let mut done = 0u64;
-    while done < size {
-        let chunk = (size - done).min(PREALLOCATE_CHUNK);
+    for (start, end) in ranges {
+        preallocate_range(file, start, end)?;
+    }
+    Ok(())
+}
+
+/// Allocates bytes `start..end` of `file` (see [`preallocate`]).
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+fn preallocate_range(file: &File, start: u64, end: u64) -> io::Result<()> {
+    let mut done = start;
+    while done < end {
+        let chunk = (end - done).min(PREALLOCATE_CHUNK);
         match sys::allocate(file, done, chunk) {
             Ok(()) => done += chunk,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -783,8 +796,104 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
 
 /// No preallocation on this platform.
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-fn preallocate(_file: &File, _size: u64) -> io::Result<()> {
+fn preallocate(_file: &File, _ranges: impl Iterator<Item = (u64, u64)>) -> io::Result<()> {
     Ok(())
+}
+
+/// The blocks of `file`'s first `size` bytes (blocks of `block_size` bytes) that lie wholly in
+/// holes, as ascending half-open ranges of block numbers: never written, they read as zeros
+/// and take no space, and a sender need not send them (the file's last block counts when the
+/// hole runs to the end). Found with `lseek(SEEK_HOLE / SEEK_DATA)`; empty where the
+/// filesystem does not report holes (it then puts the only hole at the end of the file).
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+pub fn hole_blocks(file: &File, size: u64, block_size: u64) -> io::Result<Vec<(u64, u64)>> {
+    use rustix::fs::{seek, SeekFrom};
+    let count = size.div_ceil(block_size);
+    let mut holes: Vec<(u64, u64)> = Vec::new();
+    let mut pos = 0;
+    while pos < size {
+        let hole = match seek(file, SeekFrom::Hole(pos)) {
+            Ok(h) => h,
+            // Past the end (the file shrank), or no holes on this filesystem.
+            Err(Errno::NXIO | Errno::INVAL | Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(e.into()),
+        };
+        if hole >= size {
+            break;
+        }
+        let data = match seek(file, SeekFrom::Data(hole)) {
+            Ok(d) => d.min(size),
+            // Nothing but hole to the end.
+            Err(Errno::NXIO) => size,
+            Err(e) => return Err(e.into()),
+        };
+        if data <= pos {
+            break;
+        }
+        let first = hole.div_ceil(block_size);
+        let end = if data == size {
+            count
+        } else {
+            data / block_size
+        };
+        if first < end {
+            match holes.last_mut() {
+                Some(last) if last.1 == first => last.1 = end,
+                _ => holes.push((first, end)),
+            }
+        }
+        pos = data;
+    }
+    Ok(holes)
+}
+
+/// True when bytes `start..end` of `file` lie wholly in a hole (`lseek(SEEK_DATA)` from
+/// `start` finds no data before `end`): they read as zeros without being read. False where
+/// the filesystem does not say.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+pub fn is_hole(file: &File, start: u64, end: u64) -> bool {
+    use rustix::fs::{seek, SeekFrom};
+    match seek(file, SeekFrom::Data(start)) {
+        Ok(data) => data >= end,
+        // No data from `start` on.
+        Err(Errno::NXIO) => true,
+        Err(_) => false,
+    }
+}
+
+/// No holes are looked for on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+pub fn is_hole(_file: &File, _start: u64, _end: u64) -> bool {
+    false
+}
+
+/// No holes are looked for on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+pub fn hole_blocks(_file: &File, _size: u64, _block_size: u64) -> io::Result<Vec<(u64, u64)>> {
+    Ok(Vec::new())
+}
+
+/// The byte ranges of the blocks in `blocks` (ascending half-open ranges of block numbers) of
+/// a file of `size` bytes.
+fn block_bytes(
+    blocks: &[(u64, u64)],
+    block_size: u64,
+    size: u64,
+) -> impl Iterator<Item = (u64, u64)> + '_ {
+    blocks.iter().map(move |&(first, end)| {
+        (
+            first.saturating_mul(block_size).min(size),
+            end.saturating_mul(block_size).min(size),
+        )
+    })
+}
+
+/// The bytes of a file of `size` bytes that lie in the blocks `blocks` (ascending half-open
+/// ranges of block numbers).
+pub fn bytes_in_blocks(blocks: &[(u64, u64)], block_size: u64, size: u64) -> u64 {
+    block_bytes(blocks, block_size, size)
+        .map(|(a, b)| b - a)
+        .sum()
 }
 
 /// The system calls behind [`preallocate`], [`free_space`], [`PartFile::start_writeback`] and
@@ -1290,12 +1399,46 @@ impl PartFile {
         self.size
     }
 
-    /// Allocates the whole file on disk before anything is written (`fallocate(2)` in chunks;
-    /// skipped on tmpfs and ramfs): a full disk shows as [`StoreError::NoSpace`] now, not
-    /// halfway through the transfer.
-    pub fn preallocate(&self) -> Result<(), StoreError> {
-        preallocate(&*self.file()?, self.size)
+    /// Allocates the file on disk before anything is written (`fallocate(2)` in chunks;
+    /// skipped on tmpfs and ramfs), all but `holes` (ascending half-open ranges of blocks of
+    /// `block_size` bytes, which stay holes): a full disk shows as [`StoreError::NoSpace`]
+    /// now, not halfway through the transfer.
+    pub fn preallocate(&self, holes: &[(u64, u64)], block_size: u64) -> Result<(), StoreError> {
+        let mut data = Vec::new();
+        let mut at = 0;
+        for (start, end) in block_bytes(holes, block_size, self.size) {
+            if start > at {
+                data.push((at, start));
+            }
+            at = end;
+        }
+        if at < self.size {
+            data.push((at, self.size));
+        }
+        preallocate(&*self.file()?, data.into_iter())
             .map_err(|e| map_io(&self.part_path, "preallocate", self.size, e))
+    }
+
+    /// Turns the blocks `holes` (ascending half-open ranges of blocks of `block_size` bytes)
+    /// back into holes that read as zeros (`fallocate(PUNCH_HOLE)`), for a resumed part file
+    /// that may hold other bytes there. Where the filesystem cannot, the bytes stay: those
+    /// blocks' values then differ from the sender's and the blocks are fetched again.
+    pub fn punch_holes(&self, holes: &[(u64, u64)], block_size: u64) -> Result<(), StoreError> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use rustix::fs::{fallocate, FallocateFlags};
+            let file = self.file()?;
+            let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            for (start, end) in block_bytes(holes, block_size, self.size) {
+                match fallocate(&*file, mode, start, end - start) {
+                    Ok(()) | Err(Errno::OPNOTSUPP) => {}
+                    Err(e) => return Err(map_io(&self.part_path, "punch a hole in", 0, e.into())),
+                }
+            }
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = (holes, block_size);
+        Ok(())
     }
 
     /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
@@ -1362,6 +1505,12 @@ impl PartFile {
         self.file()?
             .read_exact_at(buf, offset)
             .map_err(|e| map_io(&self.part_path, "read", 0, e))
+    }
+
+    /// True when bytes `start..end` lie wholly in a hole, so they read as zeros (see
+    /// [`is_hole`]).
+    pub fn is_hole(&self, start: u64, end: u64) -> Result<bool, StoreError> {
+        Ok(is_hole(&*self.file()?, start, end))
     }
 
     /// Flushes written data to stable storage (`fdatasync`).
@@ -1585,6 +1734,12 @@ impl SourceFile {
             }
         }
         Ok(want)
+    }
+
+    /// True when bytes `start..end` lie wholly in a hole, so they read as zeros (see
+    /// [`is_hole`]).
+    pub fn is_hole(&self, start: u64, end: u64) -> Result<bool, StoreError> {
+        Ok(is_hole(&*self.file()?, start, end))
     }
 
     /// Stats the open file again and returns [`StoreError::SourceChanged`] if its size or
@@ -2101,7 +2256,7 @@ mod tests {
         let f = File::create(tmp.path().join("big")).unwrap();
         let size = 2 * PREALLOCATE_CHUNK + 12345;
         f.set_len(size).unwrap();
-        preallocate(&f, size).unwrap();
+        preallocate(&f, std::iter::once((0, size))).unwrap();
         let m = f.metadata().unwrap();
         assert_eq!(m.len(), size, "the length is kept");
         // Where the filesystem allocates ahead, every chunk got its blocks, not just the first;
@@ -2115,6 +2270,80 @@ mod tests {
                 m.blocks()
             );
         }
+    }
+
+    /// A sparse file with data in blocks 3 and 8 of ten (1 MiB blocks, the last one short).
+    fn sparse_file(dir: &Path) -> (File, u64) {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("sparse"))
+            .unwrap();
+        let size = (9 << 20) + 4321;
+        f.set_len(size).unwrap();
+        f.write_all_at(&[1; 100], (3 << 20) + 100).unwrap();
+        f.write_all_at(&[2], 8 << 20).unwrap();
+        (f, size)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn holes_are_found_in_whole_blocks() {
+        for dir in [
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir_in("/dev/shm").unwrap(),
+        ] {
+            let (f, size) = sparse_file(dir.path());
+            let mb = 1 << 20;
+            assert_eq!(
+                hole_blocks(&f, size, mb).unwrap(),
+                vec![(0, 3), (4, 8), (9, 10)],
+                "in {}",
+                dir.path().display()
+            );
+            // Smaller blocks: the ones around the written bytes are data.
+            let kb = 64 << 10;
+            let holes = hole_blocks(&f, size, kb).unwrap();
+            assert_eq!(holes.first(), Some(&(0, 48)));
+            assert_eq!(holes.last().map(|h| h.1), Some(size.div_ceil(kb)));
+            assert_eq!(bytes_in_blocks(&holes, kb, size), size - 2 * kb);
+            // Only the first `size` bytes count, and a file without holes has none.
+            assert_eq!(hole_blocks(&f, 3 << 20, mb).unwrap(), vec![(0, 3)]);
+            let full = dir.path().join("full");
+            fs::write(&full, vec![5u8; 3 << 20]).unwrap();
+            let full = File::open(&full).unwrap();
+            assert_eq!(hole_blocks(&full, 3 << 20, mb).unwrap(), vec![]);
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn holes_stay_holes_and_punched_blocks_read_as_zeros() {
+        use std::os::unix::fs::MetadataExt;
+        // Preallocation skips the holes (on tmpfs nothing is preallocated at all).
+        let tmp = tempfile::tempdir().unwrap();
+        let mb = 1u64 << 20;
+        let size = 8 * mb;
+        let pf = PartFile::create(tmp.path(), "p.bin", size, false).unwrap();
+        pf.preallocate(&[(0, 3), (5, 8)], mb).unwrap();
+        let allocated = fs::metadata(pf.part_path()).unwrap().blocks() * 512;
+        assert!(
+            allocated <= 2 * mb,
+            "{allocated} bytes allocated of 2 MiB of data"
+        );
+        // Punched blocks read as zeros, the others keep their bytes.
+        pf.write_at(0, &vec![9u8; size as usize]).unwrap();
+        pf.punch_holes(&[(1, 2), (6, 8)], mb).unwrap();
+        let mut back = vec![0u8; size as usize];
+        pf.read_at(0, &mut back).unwrap();
+        for (i, chunk) in back.chunks(mb as usize).enumerate() {
+            let want = if i == 1 || i >= 6 { 0 } else { 9 };
+            assert!(chunk.iter().all(|&b| b == want), "block {i}");
+        }
+        let f = File::open(pf.part_path()).unwrap();
+        assert_eq!(hole_blocks(&f, size, mb).unwrap(), vec![(1, 2), (6, 8)]);
     }
 
     #[cfg(target_os = "linux")]
@@ -2148,7 +2377,7 @@ mod tests {
         assert!(mount(&["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", m]).success());
         let result = std::panic::catch_unwind(|| {
             let pf = PartFile::create(&mnt, "big.bin", 4 << 20, false).unwrap();
-            pf.preallocate().unwrap();
+            pf.preallocate(&[], 1 << 20).unwrap();
             let chunk = vec![7u8; 256 << 10];
             let err = (0..16)
                 .find_map(|i| pf.write_at(i * chunk.len() as u64, &chunk).err())

@@ -45,6 +45,9 @@ pub struct SourceEntry {
     /// Where to read it: the argument made absolute (without resolving symlinks), joined with
     /// the names below it.
     pub abs_path: PathBuf,
+    /// A file taking less space than its size: it may have holes (or be compressed by its
+    /// filesystem), worth looking for them ([`crate::store::hole_blocks`]).
+    pub sparse: bool,
 }
 
 impl SourceEntry {
@@ -56,6 +59,7 @@ impl SourceEntry {
             size: self.size,
             mode: self.mode,
             mtime_ns: self.mtime_ns,
+            holes: Vec::new(),
         }
     }
 }
@@ -263,6 +267,7 @@ fn walk_tree(
             mode: meta.mode() & 0o7777,
             mtime_ns: mtime_ns(&meta),
             abs_path: item.abs,
+            sparse: kind == EntryKind::File && meta.blocks().saturating_mul(512) < meta.len(),
         });
     }
     Ok(())

@@ -219,17 +219,36 @@ impl Layout {
             return Err(LayoutError::NoSuchFile(file));
         }
         let blocks = self.blocks_of(file);
-        let count = blocks.end - blocks.start;
-        let mut out = Vec::new();
-        let mut floor = 0;
-        for &(start, end) in held {
-            if start < floor || start >= end || end > count {
-                return Err(LayoutError::BadHeld { file, start, end });
-            }
-            out.extend((start..end).map(|b| blocks.start + b));
-            floor = end;
+        check_block_ranges(held, blocks.end - blocks.start)
+            .map_err(|(start, end)| LayoutError::BadHeld { file, start, end })?;
+        Ok(held
+            .iter()
+            .flat_map(|&(start, end)| (start..end).map(|b| blocks.start + b))
+            .collect())
+    }
+
+    /// What is not sent, by channel: the blocks of each file listed in `resumed` (held by the
+    /// receiver from an interrupted transfer) or in `holes` (a sparse file's holes), both as
+    /// half-open ranges of the file's own block numbers, checked like [`Layout::held_blocks`].
+    /// Returns their stripe ranges by channel, their bytes, and the bytes of the holes among
+    /// them. Both peers work it out from the same manifest and decisions.
+    #[allow(clippy::type_complexity)]
+    pub fn held_stripes(
+        &self,
+        resumed: &[Vec<(u64, u64)>],
+        holes: &[&[(u64, u64)]],
+    ) -> Result<(Vec<Vec<Range<u64>>>, u64, u64), LayoutError> {
+        let mut held = Vec::new();
+        let mut in_holes = Vec::new();
+        for f in 0..self.file_count() {
+            let r = resumed.get(f).map_or(&[][..], |r| &r[..]);
+            let h = holes.get(f).copied().unwrap_or(&[]);
+            held.extend(self.held_blocks(f as u32, &union_ranges(r, h))?);
+            in_holes.extend(self.held_blocks(f as u32, h)?);
         }
-        Ok(out)
+        let (stripes, bytes) = self.stripes_by_channel(held);
+        let (_, hole_bytes) = self.stripes_by_channel(in_holes);
+        Ok((stripes, bytes, hole_bytes))
     }
 
     /// The stripe ranges that carry `blocks` (global block numbers), gathered by channel, and
@@ -305,6 +324,35 @@ impl Layout {
     }
 }
 
+/// Checks that `ranges` are non-empty, ascending, disjoint half-open ranges of block numbers
+/// below `count` (as resume offers and sparse files' holes carry them); the first one that is
+/// not is the error.
+pub fn check_block_ranges(ranges: &[(u64, u64)], count: u64) -> Result<(), (u64, u64)> {
+    let mut floor = 0;
+    for &(start, end) in ranges {
+        if start < floor || start >= end || end > count {
+            return Err((start, end));
+        }
+        floor = end;
+    }
+    Ok(())
+}
+
+/// The union of two lists of ascending, disjoint half-open ranges, as one such list with
+/// touching ranges joined.
+pub fn union_ranges(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = a.iter().chain(b).copied().collect();
+    all.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+    for (start, end) in all {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +416,42 @@ mod tests {
             );
         }
         assert_eq!(l.held_blocks(2, &[]), Err(LayoutError::NoSuchFile(2)));
+    }
+
+    #[test]
+    fn block_ranges_are_checked_and_joined() {
+        assert_eq!(check_block_ranges(&[(0, 1), (2, 3)], 3), Ok(()));
+        assert_eq!(check_block_ranges(&[(0, 2), (1, 3)], 3), Err((1, 3)));
+        assert_eq!(check_block_ranges(&[(2, 4)], 3), Err((2, 4)));
+        assert_eq!(
+            union_ranges(&[(0, 2), (5, 6)], &[(1, 3), (3, 4), (8, 9)]),
+            vec![(0, 4), (5, 6), (8, 9)]
+        );
+        assert_eq!(union_ranges(&[], &[(1, 2)]), vec![(1, 2)]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn union_matches_a_set_of_blocks(
+            a in proptest::collection::btree_set(0u64..64, 0..40),
+            b in proptest::collection::btree_set(0u64..64, 0..40),
+        ) {
+            let ranges = |set: &std::collections::BTreeSet<u64>| {
+                let blocks: Vec<u64> = set.iter().copied().collect();
+                let mut r: Vec<(u64, u64)> = Vec::new();
+                for x in blocks {
+                    match r.last_mut() {
+                        Some(last) if last.1 == x => last.1 = x + 1,
+                        _ => r.push((x, x + 1)),
+                    }
+                }
+                r
+            };
+            let want = ranges(&a.union(&b).copied().collect());
+            let got = union_ranges(&ranges(&a), &ranges(&b));
+            proptest::prop_assert!(check_block_ranges(&got, 64).is_ok());
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]

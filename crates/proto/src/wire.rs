@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +185,11 @@ pub struct Entry {
     pub mode: u32,
     /// Modification time, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
+    /// Blocks of a sparse file that lie wholly in holes (never written, read as zeros), as
+    /// ascending half-open ranges of the file's block numbers. Their bytes are not sent: the
+    /// receiver leaves holes there too, and both sides check those blocks' values like those
+    /// of a resumed transfer. Empty for a file without holes and for a directory.
+    pub holes: Vec<(u64, u64)>,
 }
 
 /// What a manifest entry is.
@@ -499,6 +504,7 @@ mod tests {
                     size: 5,
                     mode: 0o644,
                     mtime_ns: -1,
+                    holes: vec![(1, 4)],
                 }],
                 last: true,
             },

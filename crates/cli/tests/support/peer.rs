@@ -95,6 +95,7 @@ pub fn manifest_of(path: &str, kind: EntryKind) -> Control {
             size: if kind == EntryKind::File { 10 } else { 0 },
             mode: 0o644,
             mtime_ns: 0,
+            holes: Vec::new(),
         }],
         last: true,
     }
