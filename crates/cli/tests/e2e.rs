@@ -1373,22 +1373,28 @@ fn a_partial_file_resumed_with_other_bytes_in_the_holes_ends_exact_and_sparse() 
 }
 
 #[test]
-fn holes_outside_their_file_are_refused() {
+fn impossible_holes_and_huge_sparse_files_are_refused() {
     let t = tmp();
     let out = t.path().join("out");
-    let r = start_receiver(&out, &[]);
-    let mut p = RawPeer::connect(r.addr);
-    p.hello();
-    // A 10-byte file has one block; holes in blocks 0..5 cannot be.
-    let mut m = manifest_of("f.bin", EntryKind::File);
-    if let Control::Manifest { entries, .. } = &mut m {
-        entries[0].holes = vec![(0, 5)];
+    // A 10-byte file has one block: holes in blocks 0..5 cannot be. An exbibyte file of holes
+    // takes no disk space but would take the receiver's memory (2^40 blocks of 1 MiB).
+    let cases: [(u64, (u64, u64), &str); 2] =
+        [(10, (0, 5), "holes"), (1 << 60, (0, 1 << 40), "blocks")];
+    for (size, holes, says) in cases {
+        let r = start_receiver(&out, &[]);
+        let mut p = RawPeer::connect(r.addr);
+        p.hello();
+        let mut m = manifest_of("f.bin", EntryKind::File);
+        if let Control::Manifest { entries, .. } = &mut m {
+            entries[0].size = size;
+            entries[0].holes = vec![holes];
+        }
+        p.send(&m);
+        let reason = p.until_abort().expect("an Abort");
+        p.close();
+        assert!(reason.contains(says), "{reason}");
+        let cause = r.proc.wait(Duration::from_secs(15)).assert_failure();
+        assert!(cause.contains(says), "{cause}");
+        fsx::assert_no_part_files(&out);
     }
-    p.send(&m);
-    let reason = p.until_abort().expect("an Abort for impossible holes");
-    p.close();
-    assert!(reason.contains("holes"), "{reason}");
-    let cause = r.proc.wait(Duration::from_secs(15)).assert_failure();
-    assert!(cause.contains("holes"), "{cause}");
-    fsx::assert_no_part_files(&out);
 }

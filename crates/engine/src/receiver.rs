@@ -28,7 +28,7 @@ use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
-use hurtle_proto::layout::{check_block_ranges, union_ranges};
+use hurtle_proto::layout::{check_block_ranges, count_blocks, union_ranges, MAX_BLOCKS};
 use hurtle_proto::wire::{
     self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
 };
@@ -573,7 +573,7 @@ impl Receiver {
                 other => return Err(unexpected(other, "Manifest")),
             }
         }
-        check_holes(&entries, block_size)?;
+        check_blocks(&entries, block_size)?;
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = KeepAlive::start(tx.clone());
@@ -1181,9 +1181,18 @@ fn hash_blocks(
     in_runs(blocks, threads, hash_some)
 }
 
-/// Refuses holes that are not ascending, disjoint block ranges inside their file, and holes in
-/// a directory.
-fn check_holes(entries: &[Entry], block_size: u64) -> Result<(), SessionError> {
+/// Refuses, before anything is created, a manifest of more blocks than a transfer may have
+/// (huge sparse files take no disk space, so the space check does not bound them), and holes
+/// that are not ascending, disjoint block ranges inside their file, or in a directory.
+fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SessionError> {
+    let sizes = entries.iter().map(|e| match e.kind {
+        EntryKind::File => e.size,
+        EntryKind::Dir => 0,
+    });
+    let blocks = count_blocks(sizes, block_size);
+    if blocks > MAX_BLOCKS {
+        return Err(hurtle_proto::layout::LayoutError::TooManyBlocks { blocks, block_size }.into());
+    }
     for e in entries.iter().filter(|e| !e.holes.is_empty()) {
         let count = match e.kind {
             EntryKind::File => e.size.div_ceil(block_size),

@@ -335,6 +335,21 @@ fn send_once(
     let dirs = walked.entries.len() - files.len();
     let total_bytes: u64 = files.iter().map(|f| f.size).sum();
     progress.total.store(total_bytes, Ordering::Relaxed);
+    // A transfer has at most MAX_BLOCKS blocks: a bigger one goes in bigger blocks.
+    let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+    let block_size = hurtle_proto::layout::fitting_block_size(&sizes, opts.block_size);
+    if block_size != opts.block_size {
+        warnings.push(format!(
+            "chunk size raised to {} MiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
+            block_size >> 20,
+            opts.block_size >> 10,
+            hurtle_proto::layout::MAX_BLOCKS
+        ));
+    }
+    let opts = &SendOptions {
+        block_size,
+        ..opts.clone()
+    };
 
     let stream = dial(opts, to)?;
     stream

@@ -19,6 +19,12 @@ pub const MIN_BLOCK_SIZE: u64 = 1024;
 pub const MAX_BLOCK_SIZE: u64 = 64 << 20;
 /// Most channels a session may have.
 pub const MAX_CHANNELS: u16 = 256;
+/// Most blocks a transfer may have: 4 TiB in 1 MiB blocks, 256 TiB in the largest. Each side
+/// keeps some tens of bytes per block (stripe positions, expected and computed values), and a
+/// receiver must not be made to hold more than that for a manifest of huge sparse files that
+/// takes no disk space. A sender raises its block size to stay within it
+/// ([`fitting_block_size`]).
+pub const MAX_BLOCKS: u64 = 1 << 22;
 
 /// Why a layout could not be built, or a position is not part of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +51,14 @@ pub enum LayoutError {
     /// The transfer has more blocks than a u64 stripe can address (not reachable in practice).
     #[error("transfer too large")]
     TooLarge,
+    /// The transfer has more than [`MAX_BLOCKS`] blocks.
+    #[error("the transfer has {blocks} blocks of {block_size} bytes, more than {MAX_BLOCKS}: send it with a larger --chunk-size")]
+    TooManyBlocks {
+        /// Blocks the transfer would have.
+        blocks: u64,
+        /// Its block size.
+        block_size: u64,
+    },
     /// Held block ranges that are empty, out of order, overlapping or past the file's end.
     #[error("held blocks {start}..{end} of file {file} are not ascending ranges inside the file")]
     BadHeld {
@@ -108,13 +122,18 @@ impl Layout {
         if channels == 0 || channels > MAX_CHANNELS {
             return Err(LayoutError::BadChannels(channels));
         }
+        let total_blocks = count_blocks(sizes.iter().copied(), block_size);
+        if total_blocks > MAX_BLOCKS {
+            return Err(LayoutError::TooManyBlocks {
+                blocks: total_blocks,
+                block_size,
+            });
+        }
         let mut first_block = Vec::with_capacity(sizes.len());
-        let mut total_blocks: u64 = 0;
+        let mut next = 0;
         for &size in sizes {
-            first_block.push(total_blocks);
-            total_blocks = total_blocks
-                .checked_add(size.div_ceil(block_size))
-                .ok_or(LayoutError::TooLarge)?;
+            first_block.push(next);
+            next += size.div_ceil(block_size);
         }
         let c = u64::from(channels);
         let mut stripe_starts: Vec<Vec<u64>> = (0..c)
@@ -324,6 +343,24 @@ impl Layout {
     }
 }
 
+/// The blocks of `block_size` bytes that files of `sizes` bytes make (saturating).
+pub fn count_blocks(sizes: impl IntoIterator<Item = u64>, block_size: u64) -> u64 {
+    sizes.into_iter().fold(0u64, |n, size| {
+        n.saturating_add(size.div_ceil(block_size.max(1)))
+    })
+}
+
+/// The smallest block size, `block_size` or a larger power of two up to [`MAX_BLOCK_SIZE`],
+/// that cuts files of `sizes` bytes into at most [`MAX_BLOCKS`] blocks (the largest if none
+/// does; the layout then refuses the transfer).
+pub fn fitting_block_size(sizes: &[u64], block_size: u64) -> u64 {
+    let mut b = block_size;
+    while b < MAX_BLOCK_SIZE && count_blocks(sizes.iter().copied(), b) > MAX_BLOCKS {
+        b *= 2;
+    }
+    b
+}
+
 /// Checks that `ranges` are non-empty, ascending, disjoint half-open ranges of block numbers
 /// below `count` (as resume offers and sparse files' holes carry them); the first one that is
 /// not is the error.
@@ -416,6 +453,23 @@ mod tests {
             );
         }
         assert_eq!(l.held_blocks(2, &[]), Err(LayoutError::NoSuchFile(2)));
+    }
+
+    #[test]
+    fn a_transfer_has_at_most_max_blocks() {
+        let mb = 1 << 20;
+        // 4 TiB in 1 MiB blocks is the most; one byte more is refused, in 2 MiB blocks not.
+        let most = MAX_BLOCKS * mb;
+        assert_eq!(count_blocks([most, 0], mb), MAX_BLOCKS);
+        assert!(Layout::new(&[most + 1], mb, 1).is_err_and(|e| matches!(
+            e,
+            LayoutError::TooManyBlocks { blocks, .. } if blocks == MAX_BLOCKS + 1
+        )));
+        assert_eq!(fitting_block_size(&[most], mb), mb);
+        assert_eq!(fitting_block_size(&[most, 1], mb), 2 * mb);
+        assert_eq!(fitting_block_size(&[u64::MAX], mb), MAX_BLOCK_SIZE);
+        assert_eq!(count_blocks([u64::MAX, u64::MAX], 1), u64::MAX);
+        assert!(Layout::new(&[u64::MAX], MAX_BLOCK_SIZE, 1).is_err());
     }
 
     #[test]
