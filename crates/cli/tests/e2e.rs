@@ -1302,11 +1302,12 @@ fn allocated(path: &Path) -> u64 {
     fs::metadata(path).unwrap().blocks() * 512
 }
 
-/// Sends `src` (1 MiB chunks) into `out`; checks it arrived whole and returns the sender's and
-/// the receiver's summaries.
-fn send_sparse(src: &Path, out: &Path) -> (Value, Value) {
+/// Sends `src` (1 MiB chunks, over `transport`) into `out`; checks it arrived whole and
+/// returns the sender's and the receiver's summaries.
+fn send_sparse(src: &Path, out: &Path, transport: &str) -> (Value, Value) {
     let r = start_receiver(out, &["--json"]);
-    let s = proc::send(r.addr, &[src], &["--json", "--chunk-size", "1M"]);
+    let args = ["--json", "--chunk-size", "1M", "--transport", transport];
+    let s = proc::send(r.addr, &[src], &args);
     s.assert_success();
     let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
     let got = out.join(src.file_name().unwrap());
@@ -1321,27 +1322,30 @@ fn a_sparse_file_arrives_exact_without_its_holes_sent_and_stays_sparse() {
     let src = t.path().join("src/disk.img");
     let size = sparse_source(&src);
     assert!(allocated(&src) < 8 * MIB, "the source is not sparse here");
-    let out = t.path().join("out");
-    let (sj, rj) = send_sparse(&src, &out);
-    for j in [&sj, &rj] {
-        assert_eq!(j["bytes"].as_u64().unwrap(), size, "{j}");
-        assert_eq!(j["sparse_bytes"].as_u64().unwrap(), 15 * MIB, "{j}");
-        assert_eq!(j["resumed_bytes"].as_u64().unwrap(), 0, "{j}");
+    for transport in ["udp", "tcp"] {
+        let out = t.path().join(format!("out-{transport}"));
+        let (sj, rj) = send_sparse(&src, &out, transport);
+        for j in [&sj, &rj] {
+            assert_eq!(j["bytes"].as_u64().unwrap(), size, "{j}");
+            assert_eq!(j["sparse_bytes"].as_u64().unwrap(), 15 * MIB, "{j}");
+            assert_eq!(j["resumed_bytes"].as_u64().unwrap(), 0, "{j}");
+        }
+        // The holes were not sent: first transmissions carry the 5 MiB + 777 bytes of data.
+        let sent = sj["datagrams_sent"].as_u64().unwrap();
+        let first = sent - sj["datagrams_resent"].as_u64().unwrap();
+        let payload = sj["payload"].as_u64().unwrap();
+        let data = size - 15 * MIB;
+        assert!(
+            first * payload >= data && first * payload < data + 8 * payload,
+            "{transport}: {first} datagrams of {payload} bytes for {data} bytes of data"
+        );
+        // Only the data blocks take space.
+        let got = allocated(&out.join("disk.img"));
+        assert!(
+            got <= 7 * MIB,
+            "{got} bytes allocated for 6 MiB of data blocks"
+        );
     }
-    // The holes were not sent: first transmissions carry the 5 MiB + 777 bytes of data.
-    let first = sj["datagrams_sent"].as_u64().unwrap() - sj["datagrams_resent"].as_u64().unwrap();
-    let payload = sj["payload"].as_u64().unwrap();
-    let data = size - 15 * MIB;
-    assert!(
-        first * payload >= data && first * payload < data + 8 * payload,
-        "{first} datagrams of {payload} bytes for {data} bytes of data"
-    );
-    // Only the data blocks take space.
-    let got = allocated(&out.join("disk.img"));
-    assert!(
-        got <= 7 * MIB,
-        "{got} bytes allocated for 6 MiB of data blocks"
-    );
 }
 
 #[test]
@@ -1359,7 +1363,7 @@ fn a_partial_file_resumed_with_other_bytes_in_the_holes_ends_exact_and_sparse() 
         format!("hurtle-blocks 1 size={size} block={MIB}\n{claims}"),
     )
     .unwrap();
-    let (sj, rj) = send_sparse(&src, &out);
+    let (sj, rj) = send_sparse(&src, &out, "udp");
     // The holes are made holes again and check out; the six data blocks hold the wrong bytes
     // and are fetched again.
     assert_eq!(rj["sparse_bytes"].as_u64().unwrap(), 15 * MIB, "{rj}");
