@@ -11,7 +11,7 @@ mod ui;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hurtle_engine::sender::Transport;
-use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError};
+use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError, WriteQueue};
 use hurtle_proto::RateMode;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -120,8 +120,19 @@ struct ReceiveArgs {
     /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     buffer_memory: u64,
+    /// Who writes complete blocks: `auto` (a writer thread on a disk, the channel threads on
+    /// tmpfs), `always` the writer thread, `never`. For tests and comparisons.
+    #[arg(long, hide = true, value_enum, default_value = "auto")]
+    write_queue: WriteQueueArg,
     #[command(flatten)]
     output: OutputArgs,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum WriteQueueArg {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Args)]
@@ -287,6 +298,11 @@ fn receive(a: ReceiveArgs) -> Outcome {
         overwrite: a.overwrite,
         log_dir: a.output.log_dir.clone(),
         buffer_memory: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
+        write_queue: match a.write_queue {
+            WriteQueueArg::Auto => WriteQueue::Auto,
+            WriteQueueArg::Always => WriteQueue::Always,
+            WriteQueueArg::Never => WriteQueue::Never,
+        },
         ..ReceiveOptions::default()
     };
     let own_ports = opts.own_ports.clone();

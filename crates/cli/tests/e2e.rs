@@ -1402,3 +1402,36 @@ fn impossible_holes_and_huge_sparse_files_are_refused() {
         fsx::assert_no_part_files(&out);
     }
 }
+
+/// The destination fills up while the transfer runs (the space check before it passed):
+/// complete blocks written by the channel threads (as on tmpfs) and by the writer thread (as on
+/// a disk, where preallocation would find a lack of space before any write; this is the test
+/// of the writer's failure). Both sides fail naming the lack of space, and nothing is left
+/// under the final name.
+#[test]
+fn a_destination_that_fills_up_mid_transfer_fails_clearly() {
+    if !support::require_root("a_destination_that_fills_up_mid_transfer_fails_clearly") {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src/big.bin");
+    fsx::write_random(&src, 3 * MIB, 930);
+    for writer in [&[][..], &["--write-queue", "always"]] {
+        let mnt = t.path().join(format!("small{}", writer.len()));
+        fs::create_dir_all(&mnt).unwrap();
+        let small = fsx::Tmpfs::mount(&mnt, "4m");
+        let out = small.path().to_path_buf();
+        let r = start_receiver(&out, writer);
+        let args = proc::send_args(r.addr, &[&src], &["--rate", "10M", "--channels", "2"]);
+        let sender = Proc::spawn("sender", &args);
+        wait_for_part_file(&out);
+        // Someone else takes the rest of the space (1.4 MiB of a 3 MiB file go by per second).
+        let filler = out.join("filler");
+        let mut f = fs::File::create(&filler).unwrap();
+        let chunk = vec![1u8; 64 << 10];
+        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+        drop(f);
+        assert_both_fail_for_space(sender.wait(TRANSFER_TIMEOUT), r);
+        assert!(!out.join("big.bin").exists(), "{writer:?}");
+    }
+}

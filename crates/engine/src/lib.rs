@@ -32,5 +32,5 @@ pub mod walk;
 
 pub use error::SessionError;
 pub use progress::Progress;
-pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver};
+pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
 pub use sender::{send, SendOptions, SendSummary};

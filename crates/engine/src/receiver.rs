@@ -59,6 +59,21 @@ pub struct ReceiveOptions {
     /// Filled with the ports this receiver listens on (control, and the current session's TCP
     /// data listener), so a relay agent can refuse to forward connections anywhere else.
     pub own_ports: Arc<OwnPorts>,
+    /// Whether complete blocks go to a writer thread (see [`WriteQueue`]).
+    pub write_queue: WriteQueue,
+}
+
+/// Who writes complete blocks to their files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WriteQueue {
+    /// A writer thread behind a bounded queue on a disk, the channel threads on tmpfs and
+    /// ramfs (where a write never waits for a device).
+    #[default]
+    Auto,
+    /// Always the writer thread (to test or compare its path on any filesystem).
+    Always,
+    /// Always the channel threads.
+    Never,
 }
 
 /// The local TCP ports a receiver is listening on right now.
@@ -105,6 +120,7 @@ impl Default for ReceiveOptions {
             buffer_memory: 256 << 20,
             idle_timeout: Duration::from_secs(30),
             own_ports: Arc::default(),
+            write_queue: WriteQueue::Auto,
         }
     }
 }
@@ -529,7 +545,11 @@ impl Receiver {
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
-        let disk_queued = !store::memory_backed_dir(root);
+        let disk_queued = match self.opts.write_queue {
+            WriteQueue::Auto => !store::memory_backed_dir(root),
+            WriteQueue::Always => true,
+            WriteQueue::Never => false,
+        };
         let capacity = match self.capacity() {
             Ok(c) => c.for_channels(channels, disk_queued),
             // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
