@@ -1435,3 +1435,28 @@ fn a_destination_that_fills_up_mid_transfer_fails_clearly() {
         assert!(!out.join("big.bin").exists(), "{writer:?}");
     }
 }
+
+/// A sender that takes a while to answer the manifest reply (hashing its copy of a file the
+/// receiver has) sends keep-alives meanwhile; the receiver waits through them for the answer.
+#[test]
+fn the_receiver_waits_through_keep_alives_for_the_senders_answer() {
+    let t = tmp();
+    let out = t.path().join("out");
+    let r = start_receiver(&out, &[]);
+    let mut p = RawPeer::connect(r.addr);
+    p.hello();
+    p.send(&manifest_of("f.bin", EntryKind::File));
+    let reply = (0..100)
+        .map_while(|_| p.recv())
+        .find(|m| matches!(m, Control::ManifestReply { .. }));
+    assert!(reply.is_some(), "no manifest reply");
+    for _ in 0..3 {
+        p.send(&Control::KeepAlive);
+    }
+    p.send(&Control::Skip { files: vec![] });
+    // Then the sender goes silent: what the receiver complains about is the data that never
+    // comes, not the keep-alives.
+    p.close();
+    let cause = r.proc.wait(Duration::from_secs(30)).assert_failure();
+    assert!(!cause.contains("expected"), "{cause}");
+}

@@ -145,3 +145,42 @@ mod tests {
         ));
     }
 }
+
+/// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
+/// answer does not time out while this side does slow work.
+pub struct KeepAlive {
+    stop: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    /// Starts sending keep-alives through `tx`.
+    pub fn start(tx: Sender<Control>) -> KeepAlive {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("keepalive".into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Duration::from_secs(1))
+                {
+                    if tx.send(Control::KeepAlive).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        KeepAlive {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -596,7 +596,7 @@ impl Receiver {
         check_blocks(&entries, block_size)?;
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
-        let _alive = KeepAlive::start(tx.clone());
+        let _alive = crate::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
         let out = store::OutRoot::new(&self.opts.out_dir);
         let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
@@ -640,7 +640,15 @@ impl Receiver {
             decisions: decisions.clone(),
         });
         let mut skipped = vec![false; files.len()];
-        match recv(rx, handshake)? {
+        // The sender may take a while (hashing its copies of files the receiver has); it sends
+        // keep-alives meanwhile.
+        let skip = loop {
+            match recv(rx, handshake)? {
+                Control::KeepAlive => continue,
+                other => break other,
+            }
+        };
+        match skip {
             Control::Skip { files: skip } => {
                 for f in skip {
                     match skipped.get_mut(f as usize) {
@@ -1277,44 +1285,6 @@ fn hash_holes(
                 }
             }
         })
-}
-
-/// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
-/// answer does not time out while this side does slow work.
-struct KeepAlive {
-    stop: Option<Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl KeepAlive {
-    fn start(tx: Sender<Control>) -> KeepAlive {
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let thread = std::thread::Builder::new()
-            .name("keepalive".into())
-            .spawn(move || {
-                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Duration::from_secs(1))
-                {
-                    if tx.send(Control::KeepAlive).is_err() {
-                        return;
-                    }
-                }
-            })
-            .ok();
-        KeepAlive {
-            stop: Some(stop),
-            thread,
-        }
-    }
-}
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn unexpected(msg: Control, wanted: &str) -> SessionError {

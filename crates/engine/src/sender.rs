@@ -466,6 +466,12 @@ fn send_once(
                     "manifest reply has the wrong length".into(),
                 ));
             }
+            // Hashing our copies of files the receiver has can take a while (a big file from a
+            // slow disk): the receiver waits for the answer, so keep the connection alive.
+            let _alive = decisions
+                .iter()
+                .any(|d| matches!(d, Decision::Have { .. }))
+                .then(|| crate::control::KeepAlive::start(tx.clone()));
             let mut file_id = 0usize;
             for (d, e) in decisions.iter().zip(&entries) {
                 match d {
@@ -490,6 +496,8 @@ fn send_once(
                             let _ = tx.send(Control::Abort {
                                 reason: err.to_string(),
                             });
+                            // Every end of the writer's queue goes, so that it ends.
+                            drop(_alive);
                             drop(tx);
                             let _ = writer.join();
                             return Err(err);
