@@ -2,7 +2,9 @@
 //!
 //! The session's main loop never blocks on the socket: a reader thread turns incoming frames into
 //! a channel of messages, and a writer thread drains a channel of outgoing messages (flushing
-//! whenever its queue runs dry), so channel threads can send NACKs without a lock.
+//! whenever its queue runs dry), so channel threads can send NACKs without a lock. A
+//! [`KeepAlive`] keeps the peer from timing out while this side does slow work before it can
+//! answer.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use hurtle_proto::wire::{Control, FrameError};
@@ -104,6 +106,45 @@ pub fn spawn_writer(stream: TcpStream) -> io::Result<(Sender<Control>, JoinHandl
     Ok((tx, handle))
 }
 
+/// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
+/// answer does not time out while this side does slow work.
+pub struct KeepAlive {
+    stop: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    /// Starts sending keep-alives through `tx`.
+    pub fn start(tx: Sender<Control>) -> KeepAlive {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("keepalive".into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Duration::from_secs(1))
+                {
+                    if tx.send(Control::KeepAlive).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        KeepAlive {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,43 +185,18 @@ mod tests {
             Err(ControlError::Closed)
         ));
     }
-}
 
-/// Sends a [`Control::KeepAlive`] every second until dropped, so that the peer's wait for an
-/// answer does not time out while this side does slow work.
-pub struct KeepAlive {
-    stop: Option<Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl KeepAlive {
-    /// Starts sending keep-alives through `tx`.
-    pub fn start(tx: Sender<Control>) -> KeepAlive {
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let thread = std::thread::Builder::new()
-            .name("keepalive".into())
-            .spawn(move || {
-                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Duration::from_secs(1))
-                {
-                    if tx.send(Control::KeepAlive).is_err() {
-                        return;
-                    }
-                }
-            })
-            .ok();
-        KeepAlive {
-            stop: Some(stop),
-            thread,
+    #[test]
+    fn keep_alives_come_every_second_until_dropped() {
+        let (tx, rx) = unbounded();
+        let alive = KeepAlive::start(tx);
+        let first = rx.recv_timeout(Duration::from_secs(3)).unwrap();
+        assert_eq!(first, Control::KeepAlive);
+        drop(alive);
+        // Dropping it ends the thread and with it the last sender.
+        while let Ok(m) = rx.recv_timeout(Duration::from_secs(3)) {
+            assert_eq!(m, Control::KeepAlive);
         }
-    }
-}
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        assert!(rx.recv().is_err(), "the keep-alive thread still runs");
     }
 }
