@@ -351,6 +351,23 @@ fn send_once(
         ..opts.clone()
     };
 
+    // The manifest. A sparse file's holes are announced, and their bytes are not sent (looked
+    // for before connecting: the receiver would wait meanwhile). A file smaller than a block
+    // is not looked at (a hole there would save one block at most, and many small files can
+    // look sparse: inline data, compression).
+    let entries: Vec<Entry> = walked
+        .entries
+        .iter()
+        .map(|e| Entry {
+            holes: if e.sparse && e.size >= opts.block_size {
+                source_holes(&e.abs_path, e.size, opts.block_size)
+            } else {
+                Vec::new()
+            },
+            ..e.to_wire()
+        })
+        .collect();
+
     let stream = dial(opts, to)?;
     stream
         .set_nodelay(true)
@@ -406,21 +423,6 @@ fn send_once(
         .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
 
     // Manifest, in parts that stay well under the frame limit.
-    // A sparse file's holes are announced, and their bytes are not sent. A file smaller than
-    // a block is not looked at (a hole there would save one block at most, and many small
-    // files can look sparse: inline data, compression).
-    let entries: Vec<Entry> = walked
-        .entries
-        .iter()
-        .map(|e| Entry {
-            holes: if e.sparse && e.size >= opts.block_size {
-                source_holes(&e.abs_path, e.size, opts.block_size)
-            } else {
-                Vec::new()
-            },
-            ..e.to_wire()
-        })
-        .collect();
     let parts: Vec<&[Entry]> = if entries.is_empty() {
         vec![&[][..]]
     } else {
