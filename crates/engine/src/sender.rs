@@ -340,8 +340,8 @@ fn send_once(
     let block_size = hurtle_proto::layout::fitting_block_size(&sizes, opts.block_size);
     if block_size != opts.block_size {
         warnings.push(format!(
-            "chunk size raised to {} MiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
-            block_size >> 20,
+            "chunk size raised to {} KiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
+            block_size >> 10,
             opts.block_size >> 10,
             hurtle_proto::layout::MAX_BLOCKS
         ));
