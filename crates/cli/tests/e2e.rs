@@ -1460,3 +1460,29 @@ fn the_receiver_waits_through_keep_alives_for_the_senders_answer() {
     let cause = r.proc.wait(Duration::from_secs(30)).assert_failure();
     assert!(!cause.contains("expected"), "{cause}");
 }
+
+/// A file whose zeros are written data, not holes, is sent whole; the receiver does not write
+/// the blocks of zeros where its file already reads as zeros, so on tmpfs they take no memory.
+#[test]
+fn written_zeros_arrive_exact_and_take_no_room_on_tmpfs() {
+    let t = tmp();
+    let src = t.path().join("src/zeros.img");
+    fsx::write_random(&src, 2 * MIB, 1300);
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&src).unwrap();
+        f.write_all(&vec![0u8; 12 * MIB as usize]).unwrap();
+        f.write_all(b"the end").unwrap();
+        f.sync_all().unwrap();
+    }
+    assert!(allocated(&src) >= 14 * MIB, "the source has no holes");
+    let shm = tempfile::tempdir_in("/dev/shm").expect("a tmpfs on /dev/shm");
+    let out = shm.path().join("out");
+    let (sj, _) = send_sparse(&src, &out, "udp");
+    assert_eq!(sj["sparse_bytes"].as_u64().unwrap(), 0, "{sj}");
+    let got = allocated(&out.join("zeros.img"));
+    assert!(
+        got <= 4 * MIB,
+        "{got} bytes allocated for 3 MiB of data blocks"
+    );
+}

@@ -1802,11 +1802,25 @@ fn in_runs<T: Sync, R: Send, E: Send>(
 }
 
 /// Writes a complete block with one positional write and starts its writeback to the disk, so
-/// that the file's final fsync has little left to do.
+/// that the file's final fsync has little left to do. A block of zeros where the file already
+/// reads as zeros (a hole, or space preallocated and never written) is not written: the file
+/// holds the same bytes without the write, and on tmpfs without the memory.
 fn write_block(part: &PartFile, file_start: u64, buf: &[u8]) -> Result<(), StoreError> {
+    let end = file_start + buf.len() as u64;
+    if all_zeros(buf) && part.is_hole(file_start, end)? {
+        return Ok(());
+    }
     part.write_at(file_start, buf)?;
     part.start_writeback(file_start, buf.len() as u64);
     Ok(())
+}
+
+/// True when every byte of `buf` is zero; stops at the first 64 bytes that are not, so data
+/// costs next to nothing to look at.
+fn all_zeros(buf: &[u8]) -> bool {
+    let mut chunks = buf.chunks_exact(64);
+    let whole = chunks.all(|c| c.iter().fold(0u8, |acc, &b| acc | b) == 0);
+    whole && chunks.remainder().iter().all(|&b| b == 0)
 }
 
 /// A complete block on its way to the writer thread.
@@ -2445,6 +2459,37 @@ mod tests {
         (0..len)
             .map(|i| (i * 7 + usize::from(seed)) as u8)
             .collect()
+    }
+
+    #[test]
+    fn zeros_are_told_from_data() {
+        assert!(all_zeros(&[]));
+        assert!(all_zeros(&[0; 1000]));
+        for at in [0, 63, 64, 999] {
+            let mut b = vec![0u8; 1000];
+            b[at] = 1;
+            assert!(!all_zeros(&b), "{at}");
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_block_of_zeros_is_written_only_where_the_file_is_not_zeros() {
+        use std::os::unix::fs::MetadataExt;
+        let mb = 1usize << 20;
+        let dir = tempfile::tempdir_in("/dev/shm").expect("a tmpfs on /dev/shm");
+        let part = PartFile::create(dir.path(), "f", 3 * mb as u64, false).unwrap();
+        let allocated = || std::fs::metadata(part.part_path()).unwrap().blocks() * 512;
+        // Into a hole: not written, nothing allocated.
+        write_block(&part, 0, &vec![0; mb]).unwrap();
+        assert_eq!(allocated(), 0);
+        // Over data: written.
+        write_block(&part, mb as u64, &vec![7; mb]).unwrap();
+        write_block(&part, mb as u64, &vec![0; mb]).unwrap();
+        let mut back = vec![1u8; 3 * mb];
+        part.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        assert_eq!(allocated(), mb as u64, "only the block that held data");
     }
 
     #[test]
