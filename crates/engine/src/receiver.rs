@@ -34,7 +34,7 @@ use hurtle_proto::wire::{
 };
 use hurtle_proto::{ChannelReceiver, Layout, RecvConfig, Verdict, Verifier};
 use serde::Serialize;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -816,6 +816,7 @@ impl Receiver {
                 writer: writer.clone(),
                 max_buffers: buffers_per_channel,
                 spilled: HashMap::new(),
+                refetched: HashSet::new(),
                 log,
                 probes_acked: Vec::new(),
                 owd: OneWayDelay::default(),
@@ -1761,6 +1762,8 @@ struct ChannelWorker {
     max_buffers: usize,
     /// Blocks whose bytes go straight to the file; value: the block's file start.
     spilled: HashMap<u64, u64>,
+    /// Blocks fetched again after a failed check: their first copy was written.
+    refetched: HashSet<u64>,
     log: NetLog,
     probes_acked: Vec<u16>,
     owd: OneWayDelay,
@@ -1802,12 +1805,19 @@ fn in_runs<T: Sync, R: Send, E: Send>(
 }
 
 /// Writes a complete block with one positional write and starts its writeback to the disk, so
-/// that the file's final fsync has little left to do. A block of zeros where the file already
-/// reads as zeros (a hole, or space preallocated and never written) is not written: the file
-/// holds the same bytes without the write, and on tmpfs without the memory.
-fn write_block(part: &PartFile, file_start: u64, buf: &[u8]) -> Result<(), StoreError> {
-    let end = file_start + buf.len() as u64;
-    if all_zeros(buf) && part.is_hole(file_start, end)? {
+/// that the file's final fsync has little left to do. A block of zeros is not written where
+/// the file reads as zeros by construction: a part file created by this transfer (its length
+/// set, its space at most preallocated), at a block never written before (`first`: not a
+/// block fetched again after a failed check). The file then holds the same bytes without the
+/// write, and on tmpfs without the memory. Nothing here asks the filesystem where its holes
+/// are: a block is left unwritten only where nothing was ever written.
+fn write_block(
+    part: &PartFile,
+    file_start: u64,
+    buf: &[u8],
+    first: bool,
+) -> Result<(), StoreError> {
+    if first && part.is_new() && all_zeros(buf) {
         return Ok(());
     }
     part.write_at(file_start, buf)?;
@@ -1832,6 +1842,8 @@ struct Written {
     file_start: u64,
     value: BlockValue,
     buf: Vec<u8>,
+    /// Never written before (see [`write_block`]).
+    first: bool,
 }
 
 /// A channel's end of the writer thread: one thread per session writes complete blocks to
@@ -1864,7 +1876,7 @@ impl Writer {
                     let waited = w.queued.elapsed().as_micros() as u64;
                     shared.write_wait_us.fetch_max(waited, Ordering::Relaxed);
                     let written = match &shared.files[w.file as usize] {
-                        Some(part) => write_block(part, w.file_start, &w.buf),
+                        Some(part) => write_block(part, w.file_start, &w.buf, w.first),
                         None => Ok(()),
                     };
                     if let Err(e) = written {
@@ -2175,6 +2187,7 @@ impl ChannelWorker {
                 self.log
                     .line(|| format!("block {block} failed verification; fetching again"));
                 self.spilled.remove(&block);
+                self.refetched.insert(block);
                 self.rec.reject(range);
             }
         }
@@ -2377,10 +2390,11 @@ impl ChannelWorker {
                         file_start,
                         value: v,
                         buf: g.buf,
+                        first: !self.refetched.contains(&block),
                     },
                 );
             }
-            write_block(&part, file_start, &g.buf)?;
+            write_block(&part, file_start, &g.buf, !self.refetched.contains(&block))?;
             self.pool.push(g.buf);
             v
         } else {
@@ -2474,22 +2488,32 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn a_block_of_zeros_is_written_only_where_the_file_is_not_zeros() {
+    fn a_block_of_zeros_is_written_only_where_something_was_written() {
         use std::os::unix::fs::MetadataExt;
         let mb = 1usize << 20;
         let dir = tempfile::tempdir_in("/dev/shm").expect("a tmpfs on /dev/shm");
-        let part = PartFile::create(dir.path(), "f", 3 * mb as u64, false).unwrap();
-        let allocated = || std::fs::metadata(part.part_path()).unwrap().blocks() * 512;
-        // Into a hole: not written, nothing allocated.
-        write_block(&part, 0, &vec![0; mb]).unwrap();
-        assert_eq!(allocated(), 0);
-        // Over data: written.
-        write_block(&part, mb as u64, &vec![7; mb]).unwrap();
-        write_block(&part, mb as u64, &vec![0; mb]).unwrap();
+        let mut part = PartFile::create(dir.path(), "f", 3 * mb as u64, false).unwrap();
+        let allocated = |p: &PartFile| std::fs::metadata(p.part_path()).unwrap().blocks() * 512;
+        // A first write into a new part file: not written, nothing allocated.
+        write_block(&part, 0, &vec![0; mb], true).unwrap();
+        assert_eq!(allocated(&part), 0);
+        // A block fetched again over its first copy: written.
+        write_block(&part, mb as u64, &vec![7; mb], true).unwrap();
+        write_block(&part, mb as u64, &vec![0; mb], false).unwrap();
         let mut back = vec![1u8; 3 * mb];
         part.read_at(0, &mut back).unwrap();
         assert!(back.iter().all(|&b| b == 0));
-        assert_eq!(allocated(), mb as u64, "only the block that held data");
+        assert_eq!(allocated(&part), mb as u64, "only the block written twice");
+        // A resumed part file may hold anything: written.
+        part.keep_journal(mb as u64).unwrap();
+        part.write_at(2 * mb as u64, &vec![9; mb]).unwrap();
+        drop(part);
+        let (resumed, _) = PartFile::resume(dir.path(), "f", 3 * mb as u64, mb as u64, false)
+            .unwrap()
+            .expect("a part file and its journal");
+        write_block(&resumed, 2 * mb as u64, &vec![0; mb], true).unwrap();
+        resumed.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -1167,6 +1167,8 @@ pub struct PartFile {
     /// two descriptors per file.
     journal: bool,
     size: u64,
+    /// Created by this transfer (not resumed): what was never written reads as zeros.
+    new: bool,
     overwrite: bool,
 }
 
@@ -1237,6 +1239,7 @@ impl PartFile {
             journal_path,
             journal: false,
             size,
+            new: true,
             overwrite,
         })
     }
@@ -1315,6 +1318,7 @@ impl PartFile {
                 journal_path,
                 journal: true,
                 size,
+                new: false,
                 overwrite,
             },
             blocks,
@@ -1406,6 +1410,12 @@ impl PartFile {
     /// The file's declared size.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// True for a part file this transfer created (not resumed from an earlier one): where
+    /// nothing was written yet, it reads as zeros.
+    pub fn is_new(&self) -> bool {
+        self.new
     }
 
     /// Allocates the file on disk before anything is written (`fallocate(2)` in chunks;
