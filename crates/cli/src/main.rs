@@ -177,6 +177,10 @@ struct SendArgs {
     /// does.
     #[arg(long)]
     checksum: bool,
+    /// Send the holes of sparse files as data (by default they are found with SEEK_HOLE and
+    /// not sent, and stay holes on the receiver).
+    #[arg(long)]
+    no_sparse: bool,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -343,6 +347,7 @@ fn send(a: SendArgs) -> Outcome {
         payload: a.payload,
         follow_symlinks: a.follow_symlinks,
         checksum: a.checksum,
+        no_sparse: a.no_sparse,
         log_dir: a.output.log_dir.clone(),
         ..SendOptions::default()
     };

@@ -1346,6 +1346,17 @@ fn a_sparse_file_arrives_exact_without_its_holes_sent_and_stays_sparse() {
             "{got} bytes allocated for 6 MiB of data blocks"
         );
     }
+    // --no-sparse sends the holes as data.
+    let out = t.path().join("out-no-sparse");
+    let r = start_receiver(&out, &[]);
+    let s = proc::send(r.addr, &[&src], &["--json", "--no-sparse"]);
+    s.assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    fsx::assert_same_file(&src, &out.join("disk.img"));
+    let sj = s.json();
+    assert_eq!(sj["sparse_bytes"].as_u64().unwrap(), 0, "{sj}");
+    let first = sj["datagrams_sent"].as_u64().unwrap() - sj["datagrams_resent"].as_u64().unwrap();
+    assert!(first * sj["payload"].as_u64().unwrap() >= size, "{sj}");
 }
 
 #[test]

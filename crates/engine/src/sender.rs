@@ -79,6 +79,9 @@ pub struct SendOptions {
     /// Compare files the receiver already has by BLAKE3 (both sides read them), not by size
     /// and modification time.
     pub checksum: bool,
+    /// Send the holes of sparse files as data, without asking the filesystem where they are
+    /// (for a filesystem whose hole reporting is not trusted).
+    pub no_sparse: bool,
     /// Directory for per-channel network logs.
     pub log_dir: Option<PathBuf>,
     /// Give up when nothing progresses for this long.
@@ -102,6 +105,7 @@ impl Default for SendOptions {
             block_size: 1 << 20,
             follow_symlinks: false,
             checksum: false,
+            no_sparse: false,
             log_dir: None,
             stall_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -359,7 +363,7 @@ fn send_once(
         .entries
         .iter()
         .map(|e| Entry {
-            holes: if e.sparse && e.size >= opts.block_size {
+            holes: if e.sparse && e.size >= opts.block_size && !opts.no_sparse {
                 source_holes(&e.abs_path, e.size, opts.block_size)
             } else {
                 Vec::new()
