@@ -899,9 +899,7 @@ fn full_destination_fails_clearly_on_both_sides() {
         return;
     }
     let t = tmp();
-    let mnt = t.path().join("small");
-    fs::create_dir_all(&mnt).unwrap();
-    let fs4m = fsx::Tmpfs::mount(&mnt, "4m");
+    let fs4m = fsx::Tmpfs::mount(&t.path().join("small"), "4m");
     let out = fs4m.path().to_path_buf();
     let src = t.path().join("src/too-big.bin");
     fsx::write_random(&src, 16 * MIB, 900);
@@ -1428,9 +1426,7 @@ fn a_destination_that_fills_up_mid_transfer_fails_clearly() {
     let src = t.path().join("src/big.bin");
     fsx::write_random(&src, 3 * MIB, 930);
     for writer in [&[][..], &["--write-queue", "always"]] {
-        let mnt = t.path().join(format!("small{}", writer.len()));
-        fs::create_dir_all(&mnt).unwrap();
-        let small = fsx::Tmpfs::mount(&mnt, "4m");
+        let small = fsx::Tmpfs::mount(&t.path().join(format!("small{}", writer.len())), "4m");
         let out = small.path().to_path_buf();
         let r = start_receiver(&out, writer);
         let args = proc::send_args(r.addr, &[&src], &["--rate", "10M", "--channels", "2"]);

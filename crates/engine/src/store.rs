@@ -1199,23 +1199,19 @@ impl PartFile {
         size: u64,
         overwrite: bool,
     ) -> Result<PartFile, StoreError> {
-        let Target {
-            dir,
-            fd,
-            name,
-            final_path,
-        } = Self::target(out, rel, overwrite)?;
+        let target = Self::target(out, rel, overwrite)?;
+        let (dir, fd, name) = (&target.dir, &target.fd, target.name);
         let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
         let journal_path = dir.path.join(&journal_name);
         if !out.known_missing(&journal_path) {
-            match rustix::fs::unlinkat(&*fd, journal_name.as_str(), AtFlags::empty()) {
+            match rustix::fs::unlinkat(&**fd, journal_name.as_str(), AtFlags::empty()) {
                 Ok(()) | Err(Errno::NOENT) => {}
                 Err(e) => return Err(map_io(&journal_path, "remove", 0, e.into())),
             }
         }
         let part_path = dir.path.join(&part_name);
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC;
-        let file = open_at(&*fd, &part_name, flags, 0o600)
+        let file = open_at(&**fd, &part_name, flags, 0o600)
             .map_err(|e| map_io(&part_path, "create", 0, e))?;
         out.note_created(&part_path);
         let identity = match file.set_len(size).and_then(|()| file.metadata()) {
@@ -1223,25 +1219,47 @@ impl PartFile {
             Err(e) => {
                 drop(file);
                 // Best effort: the error below is what matters, and the file holds nothing yet.
-                let _ = rustix::fs::unlinkat(&*fd, part_name.as_str(), AtFlags::empty());
+                let _ = rustix::fs::unlinkat(&**fd, part_name.as_str(), AtFlags::empty());
                 return Err(map_io(&part_path, "size", size, e));
             }
         };
-        Ok(PartFile {
+        Ok(PartFile::opened(
+            target, file, identity, size, overwrite, false,
+        ))
+    }
+
+    /// The part file `file` (of `size` bytes, with `identity`) of `target`; `resumed`: picked
+    /// up from an earlier transfer, its journal kept, rather than created by this one.
+    fn opened(
+        target: Target<'_>,
+        file: File,
+        identity: Identity,
+        size: u64,
+        overwrite: bool,
+        resumed: bool,
+    ) -> PartFile {
+        let Target {
+            dir,
+            name,
+            final_path,
+            ..
+        } = target;
+        let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
+        PartFile {
             slot: Slot::new(Descriptors::global(), file),
             identity,
+            part_path: dir.path.join(&part_name),
+            journal_path: dir.path.join(&journal_name),
             dir_at: dir,
             name: name.to_owned(),
             part_name,
             journal_name,
             final_path,
-            part_path,
-            journal_path,
-            journal: false,
+            journal: resumed,
             size,
-            new: true,
+            new: !resumed,
             overwrite,
-        })
+        }
     }
 
     /// Picks up where an interrupted transfer of `rel` left off: if `.<name>.hurtle-part`
@@ -1269,23 +1287,19 @@ impl PartFile {
         block_size: u64,
         overwrite: bool,
     ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
-        let Target {
-            dir,
-            fd,
-            name,
-            final_path,
-        } = Self::target(out, rel, overwrite)?;
+        let target = Self::target(out, rel, overwrite)?;
+        let (dir, fd, name) = (&target.dir, &target.fd, target.name);
         let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
         let part_path = dir.path.join(&part_name);
-        let journal_path = dir.path.join(&journal_name);
         // Most files have no part file: then the journal is not looked for.
         if out.known_missing(&part_path) {
             return Ok(None);
         }
-        let Ok(file) = open_at(&*fd, &part_name, OFlags::RDWR, 0) else {
+        let Ok(file) = open_at(&**fd, &part_name, OFlags::RDWR, 0) else {
             return Ok(None);
         };
-        let Ok(mut journal) = open_at(&*fd, &journal_name, OFlags::RDWR | OFlags::APPEND, 0) else {
+        let Ok(mut journal) = open_at(&**fd, &journal_name, OFlags::RDWR | OFlags::APPEND, 0)
+        else {
             return Ok(None);
         };
         let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
@@ -1306,21 +1320,7 @@ impl PartFile {
             return Ok(None);
         }
         Ok(Some((
-            PartFile {
-                slot: Slot::new(Descriptors::global(), file),
-                identity,
-                dir_at: dir,
-                name: name.to_owned(),
-                part_name,
-                journal_name,
-                final_path,
-                part_path,
-                journal_path,
-                journal: true,
-                size,
-                new: false,
-                overwrite,
-            },
+            PartFile::opened(target, file, identity, size, overwrite, true),
             blocks,
         )))
     }

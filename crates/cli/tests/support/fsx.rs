@@ -151,8 +151,10 @@ pub struct Tmpfs {
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. "4m") on the existing directory `dir`. Needs root.
+    /// Mounts a tmpfs of `size` (e.g. "4m") on directory `dir`, created if missing. Needs
+    /// root.
     pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("create the mount point");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
