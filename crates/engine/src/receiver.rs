@@ -724,23 +724,29 @@ impl Receiver {
             .zip(&skipped)
             .map(|(e, &s)| if s { &[][..] } else { &e.holes[..] })
             .collect();
-        let (mut held_stripes, held_bytes, sparse_bytes) = layout.held_stripes(&resumed, &holes)?;
+        let hurtle_proto::layout::Held {
+            stripes: mut held_stripes,
+            bytes: held_bytes,
+            hole_bytes: sparse_bytes,
+        } = layout.held_stripes(&resumed, &holes)?;
         let resumed_bytes = held_bytes - sparse_bytes;
-        // A resumed part file may hold other bytes where the sender has holes: they are made
-        // holes again, and their values come from the hole hasher below.
+        // The holes' own values come from the hole hasher below. A new part file reads as
+        // zeros there by construction; a resumed one may hold other bytes, which are made
+        // holes again, or read back where the filesystem cannot.
         let mut held_values = held_values;
+        let mut hole_blocks = Vec::new();
         for (f, h) in holes.iter().enumerate() {
-            if let (Some(part), false) = (&parts[f], h.is_empty() || held_values[f].is_empty()) {
-                part.punch_holes(h, block_size)?;
-                held_values[f].retain(|&(b, _)| !in_ranges(h, b));
-            }
+            let Some(part) = parts[f].as_ref().filter(|_| !h.is_empty()) else {
+                continue;
+            };
+            let zeros = part.is_new() || part.punch_holes(h, block_size)?;
+            held_values[f].retain(|&(b, _)| !in_ranges(h, b));
+            hole_blocks.push(Holes {
+                file: f as u32,
+                blocks: h.iter().flat_map(|&(a, b)| a..b).collect(),
+                zeros,
+            });
         }
-        let hole_blocks: Vec<(u32, Vec<u64>)> = holes
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| !h.is_empty())
-            .map(|(f, h)| (f as u32, h.iter().flat_map(|&(a, b)| a..b).collect()))
-            .collect();
         // Held blocks, by global number with their values.
         let held: Vec<(u64, BlockValue)> = held_values
             .into_iter()
@@ -1158,7 +1164,7 @@ impl Resumed {
         if blocks.is_empty() {
             return Ok(None);
         }
-        let values = hash_blocks(&part, e.size, block_size, &blocks)?;
+        let values = hash_blocks(&part, e.size, block_size, &blocks, false)?;
         Ok(Some(Resumed { part, values }))
     }
 
@@ -1176,13 +1182,15 @@ impl Resumed {
 }
 
 /// The values of blocks `blocks` (numbers within the file, ascending) of `part`, a file of
-/// `size` bytes, as read from it now: read and hashed on every core, since a nearly finished
-/// big file, or a big sparse one, holds a lot.
+/// `size` bytes, as read from it now, or with `zeros` (they read as zeros by construction)
+/// hashed as zeros without reading: hashed on every core, since a nearly finished big file,
+/// or a big sparse one, holds a lot.
 fn hash_blocks(
     part: &PartFile,
     size: u64,
     block_size: u64,
     blocks: &[u64],
+    zeros: bool,
 ) -> Result<Vec<(u64, BlockValue)>, StoreError> {
     let count = size.div_ceil(block_size);
     let threads = std::thread::available_parallelism()
@@ -1195,9 +1203,8 @@ fn hash_blocks(
             .map(|&index| {
                 let start = index * block_size;
                 let len = (size - start).min(block_size) as usize;
-                // A hole reads as zeros: hashed without reading it, which would fill
-                // page-cache pages with zeros.
-                if part.is_hole(start, start + len as u64)? {
+                // Reading a hole would make the kernel fill page-cache pages with zeros.
+                if zeros {
                     let data = crate::iobuf::zeros(len);
                     return Ok((index, block_value(data, index, block_size, count)));
                 }
@@ -1246,32 +1253,47 @@ fn in_ranges(ranges: &[(u64, u64)], b: u64) -> bool {
 /// Blocks of holes hashed at a time, between looks at whether the session stopped.
 const HOLE_BATCH: usize = 64;
 
-/// Starts a thread that reads back and hashes the blocks of sparse files' holes (`blocks`:
-/// per file, block numbers within it) from their part files, where nothing is written, and
-/// hands each value to the session loop as a channel thread hands those of received blocks;
-/// the sender's values for them come as for any other block. A hole the filesystem did not
-/// make reads as what is there: its value then differs from the sender's, and the block is
-/// fetched. On a thread of its own because a big sparse file holds a lot: the channels run
-/// meanwhile, and the data blocks need not wait.
+/// The blocks of a sparse file's holes, for [`hash_holes`].
+struct Holes {
+    /// File id.
+    file: u32,
+    /// Block numbers within the file.
+    blocks: Vec<u64>,
+    /// The part file reads as zeros there by construction (new, or the holes punched again);
+    /// otherwise they are read back.
+    zeros: bool,
+}
+
+/// Starts a thread that hashes the blocks of sparse files' holes in their part files, where
+/// nothing is written, and hands each value to the session loop as a channel thread hands
+/// those of received blocks; the sender's values for them come as for any other block. A
+/// block read back that holds something else than zeros has a value that differs from the
+/// sender's, and is fetched. On a thread of its own because a big sparse file holds a lot:
+/// the channels run meanwhile, and the data blocks need not wait.
 fn hash_holes(
     shared: Arc<Shared>,
     events: Sender<ChanEvent>,
-    blocks: Vec<(u32, Vec<u64>)>,
+    holes: Vec<Holes>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("holes".into())
         .spawn(move || {
             let layout = &shared.layout;
-            for (file, indices) in blocks {
+            for Holes {
+                file,
+                blocks,
+                zeros,
+            } in holes
+            {
                 let Some(part) = &shared.files[file as usize] else {
                     continue;
                 };
                 let first = layout.blocks_of(file).start;
-                for batch in indices.chunks(HOLE_BATCH) {
+                for batch in blocks.chunks(HOLE_BATCH) {
                     if shared.stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    match hash_blocks(part, part.size(), layout.block_size(), batch) {
+                    match hash_blocks(part, part.size(), layout.block_size(), batch, zeros) {
                         Ok(values) => {
                             for (index, value) in values {
                                 let block = first + index;
@@ -2377,6 +2399,7 @@ impl ChannelWorker {
         let value = if let Some(mut g) = self.buffers.remove(&block) {
             self.order.retain(|&b| b != block);
             let v = g.finish();
+            let first = !self.refetched.contains(&block);
             if let Some(w) = &self.writer {
                 // Its value goes to the session loop once written, from the writer thread.
                 self.log
@@ -2390,11 +2413,11 @@ impl ChannelWorker {
                         file_start,
                         value: v,
                         buf: g.buf,
-                        first: !self.refetched.contains(&block),
+                        first,
                     },
                 );
             }
-            write_block(&part, file_start, &g.buf, !self.refetched.contains(&block))?;
+            write_block(&part, file_start, &g.buf, first)?;
             self.pool.push(g.buf);
             v
         } else {

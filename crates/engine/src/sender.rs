@@ -560,7 +560,11 @@ fn send_once(
         .zip(&skipped)
         .map(|(e, s)| if s.is_some() { &[][..] } else { &e.holes[..] })
         .collect();
-    let (mut held, held_bytes, sparse_bytes) = layout.held_stripes(&resumed, &holes)?;
+    let hurtle_proto::layout::Held {
+        stripes: mut held,
+        bytes: held_bytes,
+        hole_bytes: sparse_bytes,
+    } = layout.held_stripes(&resumed, &holes)?;
     let resumed_bytes = held_bytes - sparse_bytes;
     progress
         .total
@@ -832,7 +836,6 @@ fn send_once(
     })
 }
 
-/// Opens a TCP connection to the receiver with the session's dialer.
 /// The holes of the sparse source file at `path`, in whole blocks (see
 /// [`crate::store::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
 /// are read and sent, holes or not. A hole filled after this look is still sent right: its
@@ -843,6 +846,7 @@ fn source_holes(path: &std::path::Path, size: u64, block_size: u64) -> Vec<(u64,
         .unwrap_or_default()
 }
 
+/// Opens a TCP connection to the receiver with the session's dialer.
 fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError> {
     let dialer: &dyn Dialer = opts.dialer.as_deref().unwrap_or(&Direct);
     dialer
@@ -1291,7 +1295,10 @@ impl ChannelWorker {
             .block_file_range(block)
             .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
         let loaded = self.loaded == Some(block);
-        if self.valued != Some(block) || !(held || loaded) {
+        // Bytes to send from the buffer (a held block's are not sent), and a value to pass on.
+        let need_bytes = !held && !loaded;
+        let need_value = self.valued != Some(block);
+        if need_bytes || need_value {
             let blen = (range.end - range.start) as usize;
             let source = &self.shared.sources[file as usize];
             // A hole the receiver holds as a hole is hashed, not read: reading one makes the
@@ -1306,7 +1313,7 @@ impl ChannelWorker {
                 self.loaded = Some(block);
                 &*block_buf
             };
-            if self.valued != Some(block) {
+            if need_value {
                 let blocks = layout.blocks_of(file);
                 let value = block_value(
                     data,

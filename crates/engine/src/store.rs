@@ -25,9 +25,10 @@
 //! - [`SourceFile`] is the sender's side: positional reads that notice when the source file
 //!   changes underneath the transfer.
 //! - Sparse files: [`hole_blocks`] finds the blocks of a file that lie wholly in holes (the
-//!   sender leaves them out of the transfer), [`is_hole`] asks again before a hole is hashed
-//!   as zeros instead of read, [`PartFile::preallocate`] leaves the holes unallocated and
-//!   [`PartFile::punch_holes`] makes them holes again in a resumed part file.
+//!   sender leaves them out of the transfer), [`is_hole`] asks again before a source's hole is
+//!   hashed as zeros instead of read, [`PartFile::preallocate`] leaves the holes unallocated
+//!   and [`PartFile::punch_holes`] makes them holes again in a resumed part file. A part
+//!   file's zeros are never taken from the filesystem's word ([`PartFile::is_new`]).
 //!
 //! Neither keeps a descriptor of its own: both borrow one from [`Descriptors`], which keeps the
 //! recently used ones open and closes others to stay within the process's limit on open files;
@@ -1440,9 +1441,9 @@ impl PartFile {
 
     /// Turns the blocks `holes` (ascending half-open ranges of blocks of `block_size` bytes)
     /// back into holes that read as zeros (`fallocate(PUNCH_HOLE)`), for a resumed part file
-    /// that may hold other bytes there. Where the filesystem cannot, the bytes stay: those
-    /// blocks' values then differ from the sender's and the blocks are fetched again.
-    pub fn punch_holes(&self, holes: &[(u64, u64)], block_size: u64) -> Result<(), StoreError> {
+    /// that may hold other bytes there. Returns false where the filesystem cannot: then the
+    /// bytes stay.
+    pub fn punch_holes(&self, holes: &[(u64, u64)], block_size: u64) -> Result<bool, StoreError> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             use rustix::fs::{fallocate, FallocateFlags};
@@ -1450,14 +1451,18 @@ impl PartFile {
             let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
             for (start, end) in block_bytes(holes, block_size, self.size) {
                 match fallocate(&*file, mode, start, end - start) {
-                    Ok(()) | Err(Errno::OPNOTSUPP) => {}
+                    Ok(()) => {}
+                    Err(Errno::OPNOTSUPP) => return Ok(false),
                     Err(e) => return Err(map_io(&self.part_path, "punch a hole in", 0, e.into())),
                 }
             }
+            Ok(true)
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        let _ = (holes, block_size);
-        Ok(())
+        {
+            let _ = (holes, block_size);
+            Ok(false)
+        }
     }
 
     /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
@@ -1524,12 +1529,6 @@ impl PartFile {
         self.file()?
             .read_exact_at(buf, offset)
             .map_err(|e| map_io(&self.part_path, "read", 0, e))
-    }
-
-    /// True when bytes `start..end` lie wholly in a hole, so they read as zeros (see
-    /// [`is_hole`]).
-    pub fn is_hole(&self, start: u64, end: u64) -> Result<bool, StoreError> {
-        Ok(is_hole(&*self.file()?, start, end))
     }
 
     /// Flushes written data to stable storage (`fdatasync`).

@@ -246,17 +246,15 @@ impl Layout {
             .collect())
     }
 
-    /// What is not sent, by channel: the blocks of each file listed in `resumed` (held by the
-    /// receiver from an interrupted transfer) or in `holes` (a sparse file's holes), both as
-    /// half-open ranges of the file's own block numbers, checked like [`Layout::held_blocks`].
-    /// Returns their stripe ranges by channel, their bytes, and the bytes of the holes among
-    /// them. Both peers work it out from the same manifest and decisions.
-    #[allow(clippy::type_complexity)]
+    /// What is not sent: the blocks of each file listed in `resumed` (held by the receiver
+    /// from an interrupted transfer) or in `holes` (a sparse file's holes), both as half-open
+    /// ranges of the file's own block numbers, checked like [`Layout::held_blocks`]. Both
+    /// peers work it out from the same manifest and decisions.
     pub fn held_stripes(
         &self,
         resumed: &[Vec<(u64, u64)>],
         holes: &[&[(u64, u64)]],
-    ) -> Result<(Vec<Vec<Range<u64>>>, u64, u64), LayoutError> {
+    ) -> Result<Held, LayoutError> {
         let mut held = Vec::new();
         let mut in_holes = Vec::new();
         for f in 0..self.file_count() {
@@ -267,7 +265,11 @@ impl Layout {
         }
         let (stripes, bytes) = self.stripes_by_channel(held);
         let (_, hole_bytes) = self.stripes_by_channel(in_holes);
-        Ok((stripes, bytes, hole_bytes))
+        Ok(Held {
+            stripes,
+            bytes,
+            hole_bytes,
+        })
     }
 
     /// The stripe ranges that carry `blocks` (global block numbers), gathered by channel, and
@@ -341,6 +343,17 @@ impl Layout {
             to_block_end: starts[j + 1] - pos,
         })
     }
+}
+
+/// What a transfer does not send ([`Layout::held_stripes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Stripe ranges, by channel: what each channel's sender and receiver `hold`.
+    pub stripes: Vec<Vec<Range<u64>>>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Of those, the bytes in sparse files' holes (the rest was resumed).
+    pub hole_bytes: u64,
 }
 
 /// The blocks of `block_size` bytes that files of `sizes` bytes make (saturating).
