@@ -21,7 +21,7 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
-    BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,
+    rate, BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,
     RunKind, SendConfig,
 };
 use serde::Serialize;
@@ -66,7 +66,8 @@ pub struct SendOptions {
     /// Bits per second for all channels together: the cap that `Auto` and `Fair` never exceed,
     /// or the exact rate in `Fixed` mode. The receiver's measured ceiling lowers it further.
     pub rate_bps: u64,
-    /// First rate of `Auto` and `Fair`, bits per second.
+    /// Lowest first rate of `Auto` and `Fair`, bits per second (on a short path it starts
+    /// higher, at TCP's initial window per round trip: [`hurtle_proto::rate::initial_rate`]).
     pub start_rate_bps: u64,
     /// Largest datagram payload to try. The handshake probes it, then the 1500-byte-path size,
     /// then smaller ones, and keeps the largest that reaches the receiver on every channel; a
@@ -669,7 +670,8 @@ fn send_once(
         RateConfig {
             mode: rate_mode,
             ceiling_bps: ceiling,
-            start_bps: opts.start_rate_bps,
+            // Capped by the user's --rate through the ceiling.
+            start_bps: rate::initial_rate(opts.start_rate_bps, payload, rtt),
             min_bps: 1_000_000,
             rtt,
         },

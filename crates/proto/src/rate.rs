@@ -84,6 +84,21 @@ pub struct RateConfig {
     pub rtt: Duration,
 }
 
+/// Datagrams a transfer may send per round trip at its first rate: TCP's initial window
+/// (RFC 6928), as a rate.
+pub const INITIAL_WINDOW: u64 = 10;
+
+/// The first rate for a path: [`INITIAL_WINDOW`] datagrams of `payload` bytes per `rtt`, or
+/// `floor_bps` if that is higher. On a long path the floor decides (10 datagrams of 1384
+/// bytes per 100 ms is 1.1 Mbit/s); on a short one (loopback, a rack) startup begins where TCP
+/// would, not dozens of doubling rounds below it, since a round is a report interval (10 ms at
+/// least), many round trips there.
+pub fn initial_rate(floor_bps: u64, payload: u16, rtt: Duration) -> u64 {
+    let window_bits = (INITIAL_WINDOW * u64::from(payload) * 8) as f64;
+    let rtt = rtt.as_secs_f64().max(1e-6);
+    floor_bps.max((window_bits / rtt).min(u64::MAX as f64 / 2.0) as u64)
+}
+
 impl RateConfig {
     /// Queueing delay above which the mode sees congestion.
     pub fn delay_target(&self) -> Duration {
@@ -671,6 +686,22 @@ mod tests {
             queue_delay: Duration::from_millis(delay_ms),
             ..Feedback::default()
         }
+    }
+
+    #[test]
+    fn initial_rate_is_the_floor_on_long_paths_and_a_window_per_rtt_on_short_ones() {
+        // 10 x 1384 bytes per 100 ms: 1.1 Mbit/s, under the floor.
+        assert_eq!(
+            initial_rate(100_000_000, 1384, Duration::from_millis(100)),
+            100_000_000
+        );
+        // Loopback: 10 x 8900 bytes per 250 us.
+        assert_eq!(
+            initial_rate(100_000_000, 8900, Duration::from_micros(250)),
+            2_848_000_000
+        );
+        // A zero RTT (a coarse clock) is bounded, not a division by zero.
+        assert!(initial_rate(0, 8900, Duration::ZERO) <= 712_000_000_000);
     }
 
     #[test]
