@@ -278,10 +278,26 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, e)) => {
-            eprintln!("hurtle: error: {e:#}");
+            eprintln!("hurtle: error: {}", one_line(&e));
             ExitCode::from(code)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: most of the engine's errors already
+/// name their cause in their own message, context added with `anyhow` does not.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 type Outcome = std::result::Result<(), (u8, anyhow::Error)>;
@@ -399,5 +415,15 @@ mod tests {
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("-5M").is_err());
         assert!(parse_rate("5X").is_err());
+    }
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        use anyhow::Context;
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let own = anyhow::Error::new(SessionError::io("create /x", io()));
+        assert_eq!(one_line(&own), "create /x: gone");
+        let added = Err::<(), _>(io()).context("cannot start").unwrap_err();
+        assert_eq!(one_line(&added), "cannot start: gone");
     }
 }

@@ -963,6 +963,35 @@ fn unreachable_receiver_fails_within_seconds() {
         cause.contains(&port.to_string()) && cause.contains("reach"),
         "unclear cause: {cause}"
     );
+    assert_eq!(
+        cause.matches("os error").count(),
+        1,
+        "cause repeated: {cause}"
+    );
+}
+
+#[test]
+fn receiver_that_cannot_create_its_output_fails_at_once() {
+    let t = tmp();
+    let file = t.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = file.join("incoming");
+    let r = Proc::spawn(
+        "receiver",
+        &[
+            "receive",
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .wait(Duration::from_secs(10));
+    let cause = r.assert_failure();
+    assert!(
+        cause.contains("incoming") && cause.contains("Not a directory"),
+        "unclear cause: {cause}"
+    );
 }
 
 #[test]

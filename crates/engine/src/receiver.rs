@@ -169,28 +169,30 @@ pub struct ReceiveSummary {
 }
 
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
+///
+/// Only hashing is measured, in CPU time. The destination's write rate is not: a one-off sample
+/// is only as good as the moment it was taken (a receiver that sampled a disk while another big
+/// file was written back offered 100-700 Mbit/s of a disk that then took 2-3 Gbit/s, and that
+/// ceiling held the whole transfer; a 16 MiB sample of tmpfs read 8.3 to 18 Gbit/s on one
+/// machine from one run to the next, against the 10.5-11 its receiving threads then took), and
+/// the transfer measures it all along instead: a disk's writer queue, or a receiving thread that
+/// writes slowly and so reads its socket slowly, shows as backlog in every report.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Capacity {
-    /// Sequential write rate of the destination (16 MiB written out to the device), bits per
-    /// second. Part of the ceiling only where blocks are written on the receiving threads
-    /// (memory-backed destinations, where it is high anyway); a disk is paced by its writer
-    /// thread's queue instead.
-    pub disk_bps: u64,
     /// BLAKE3 rate of one core, bits per second of CPU time.
     pub hash_bps: u64,
     /// Threads that can hash at once (channels, at most the cores).
     pub threads: u64,
     /// The CPU quota of this process's cgroup, in cores, if it has one.
     pub cpu_quota: Option<f64>,
-    /// The ceiling offered to senders: 90% of hashing (on the threads, or within the CPU quota
-    /// if that is less), or of the disk if that is slower and counts.
+    /// The ceiling offered to senders: 90% of hashing, on the threads or within the CPU quota
+    /// if that is less.
     pub ceiling_bps: u64,
 }
 
 impl Capacity {
     /// No measurement: no ceiling.
     const UNKNOWN: Capacity = Capacity {
-        disk_bps: 0,
         hash_bps: 0,
         threads: 0,
         cpu_quota: None,
@@ -198,12 +200,7 @@ impl Capacity {
     };
 
     /// The capacity of a session with `channels` channels, from what [`measure_capacity`] saw.
-    /// With `disk_queued` (blocks go to a writer thread), the disk's rate is left out: a one-off
-    /// sample of a disk is only as good as the moment it was taken (a receiver that measured
-    /// while another big file was written back offered 100-700 Mbit/s of a disk that then took
-    /// 2-3 Gbit/s, and that ceiling held the whole transfer), while the writer's queue reports,
-    /// all along, whether the disk keeps up.
-    fn for_channels(self, channels: u16, disk_queued: bool) -> Capacity {
+    fn for_channels(self, channels: u16) -> Capacity {
         if self.hash_bps == 0 {
             return Capacity::UNKNOWN;
         }
@@ -211,14 +208,9 @@ impl Capacity {
         let cpus = self
             .cpu_quota
             .map_or(threads as f64, |q| q.min(threads as f64));
-        let hashing = self.hash_bps as f64 * cpus;
         Capacity {
             threads,
-            ceiling_bps: (if disk_queued {
-                hashing
-            } else {
-                hashing.min(self.disk_bps as f64)
-            } * 0.9) as u64,
+            ceiling_bps: (self.hash_bps as f64 * cpus * 0.9) as u64,
             ..self
         }
     }
@@ -233,36 +225,12 @@ fn receive_threads(channels: u16) -> usize {
         .max(usize::from(channels).div_ceil(crate::udp::MAX_WAIT_FDS))
 }
 
-/// [`measure_capacity`] in `dir`, created if missing, with the error as a warning to pass on.
-fn measure_in(dir: &Path) -> Result<Capacity, String> {
-    std::fs::create_dir_all(dir)
-        .and_then(|()| measure_capacity(dir))
-        .map_err(|e| format!("cannot measure the write rate of {}: {e}", dir.display()))
-}
-
-/// Measures the destination's write rate (16 MiB written out to the disk with
-/// [`store::write_out`], not fsynced, into a scratch file in `dir` that leaves nothing behind,
-/// see [`store::scratch_file`]), this machine's BLAKE3 rate
-/// per core (in CPU time, so a CPU quota does not distort it) and the CPU quota. A session's
-/// threads and ceiling follow from these and its channel count.
-pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
-    use std::io::Write;
+/// Measures this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does not distort
+/// it) and the CPU quota. A session's threads and ceiling follow from these and its channel
+/// count.
+pub fn measure_capacity() -> Capacity {
     const MIB: usize = 1 << 20;
     let buf = vec![0x5au8; MIB];
-    let t0 = Instant::now();
-    let (mut f, path) = store::scratch_file(dir)?;
-    let written = (|| {
-        for _ in 0..16 {
-            f.write_all(&buf)?;
-        }
-        store::write_out(&f, 0, 16 * MIB as u64)
-    })();
-    let disk_secs = t0.elapsed().as_secs_f64();
-    drop(f);
-    if let Some(path) = path {
-        let _ = std::fs::remove_file(&path);
-    }
-    written?;
     let (c0, t1) = (crate::cpu::thread_time(), Instant::now());
     let cpu = || crate::cpu::thread_time().saturating_sub(c0);
     let mut rounds = 0u64;
@@ -278,15 +246,12 @@ pub fn measure_capacity(dir: &Path) -> std::io::Result<Capacity> {
     }
     .as_secs_f64()
     .max(1e-6);
-    let hash_bps = (rounds as f64 * MIB as f64 * 8.0 / hash_secs) as u64;
-    let disk_bps = (16.0 * MIB as f64 * 8.0 / disk_secs.max(1e-6)) as u64;
-    Ok(Capacity {
-        disk_bps,
-        hash_bps,
+    Capacity {
+        hash_bps: (rounds as f64 * MIB as f64 * 8.0 / hash_secs) as u64,
         threads: 0,
         cpu_quota: crate::cpu::quota_cores(),
         ceiling_bps: 0,
-    })
+    }
 }
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
@@ -294,7 +259,7 @@ pub struct Receiver {
     listener: TcpListener,
     opts: ReceiveOptions,
     /// Measured once, by a thread started at bind time (see [`Receiver::bind`]).
-    capacity: Arc<std::sync::OnceLock<Result<Capacity, String>>>,
+    capacity: Arc<std::sync::OnceLock<Capacity>>,
 }
 
 #[derive(Default)]
@@ -377,23 +342,26 @@ struct Shared {
 }
 
 impl Receiver {
-    /// Binds the control port, and starts measuring what this receiver can absorb (creating the
-    /// output directory for that), so that the measurement is done, or nearly, when the first
+    /// Creates the output directory if it is missing (so that a receiver that cannot write there
+    /// says so at once, not when a sender arrives), binds the control port, and starts
+    /// measuring what this receiver can absorb, so that the measurement is done, or nearly, when the first
     /// sender says hello: in the hello's round trip it would inflate the sender's RTT estimate,
     /// and with it how slowly the sender's rate ramps up.
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
+        std::fs::create_dir_all(&opts.out_dir)
+            .map_err(|e| SessionError::io(format!("create {}", opts.out_dir.display()), e))?;
         let listener =
             TcpListener::bind(addr).map_err(|source| SessionError::Listen { addr, source })?;
         if let Ok(a) = listener.local_addr() {
             opts.own_ports.add(a.port());
         }
         let capacity = Arc::new(std::sync::OnceLock::new());
-        let (slot, root) = (capacity.clone(), opts.out_dir.clone());
+        let slot = capacity.clone();
         // If the thread cannot start, the first hello measures instead.
         let _ = std::thread::Builder::new()
             .name("capacity".into())
             .spawn(move || {
-                slot.get_or_init(|| measure_in(&root));
+                slot.get_or_init(measure_capacity);
             });
         Ok(Receiver {
             listener,
@@ -402,13 +370,10 @@ impl Receiver {
         })
     }
 
-    /// What this receiver can absorb, or why it could not be measured: measured once, in the
-    /// output directory, by the thread [`Receiver::bind`] started (waiting for it if it is
-    /// still at work).
-    fn capacity(&self) -> Result<Capacity, String> {
-        self.capacity
-            .get_or_init(|| measure_in(&self.opts.out_dir))
-            .clone()
+    /// What this receiver can absorb: measured once, by the thread [`Receiver::bind`] started
+    /// (waiting for it if it is still at work).
+    fn capacity(&self) -> Capacity {
+        *self.capacity.get_or_init(measure_capacity)
     }
 
     /// The address actually bound (useful with port 0).
@@ -550,16 +515,7 @@ impl Receiver {
             WriteQueue::Always => true,
             WriteQueue::Never => false,
         };
-        let capacity = match self.capacity() {
-            Ok(c) => c.for_channels(channels, disk_queued),
-            // No room for the 16 MiB test file is no reason to refuse a smaller transfer:
-            // offer no ceiling. A real storage problem surfaces, naming the file, when the
-            // files are created.
-            Err(e) => {
-                warnings.push(e);
-                Capacity::UNKNOWN
-            }
-        };
+        let capacity = self.capacity().for_channels(channels);
         let ack_sent = Instant::now();
         let _ = tx.send(Control::HelloAck {
             version: wire::VERSION,
@@ -2701,20 +2657,19 @@ mod tests {
     #[test]
     fn capacity_scales_hashing_by_the_cpu_quota() {
         let measured = Capacity {
-            disk_bps: 10_000_000_000,
             hash_bps: 8_000_000_000,
             threads: 0,
             cpu_quota: None,
             ceiling_bps: 0,
         };
-        let free = measured.for_channels(1, false);
+        let free = measured.for_channels(1);
         assert_eq!(free.threads, 1);
         assert_eq!(free.ceiling_bps, 7_200_000_000, "90% of one core's hashing");
         let quota = Capacity {
             cpu_quota: Some(0.25),
             ..measured
         }
-        .for_channels(1, false);
+        .for_channels(1);
         assert_eq!(
             quota.ceiling_bps, 1_800_000_000,
             "90% of a quarter core's hashing"
@@ -2723,21 +2678,7 @@ mod tests {
             hash_bps: 0,
             ..measured
         }
-        .for_channels(4, false);
+        .for_channels(4);
         assert_eq!(unknown.ceiling_bps, 0, "nothing measured: no ceiling");
-        let slow_disk = Capacity {
-            disk_bps: 1_000_000_000,
-            ..measured
-        };
-        assert_eq!(
-            slow_disk.for_channels(1, false).ceiling_bps,
-            900_000_000,
-            "blocks written on the receiving threads: 90% of the disk"
-        );
-        assert_eq!(
-            slow_disk.for_channels(1, true).ceiling_bps,
-            7_200_000_000,
-            "a writer thread's queue paces the disk: hashing only"
-        );
     }
 }
