@@ -1,7 +1,7 @@
 //! Rate control end to end: the sender's `RateController` fed by the receiver's reports, as in
 //! the engine, over simulated paths (see `hurtle_netsim::pair`, "Rate control").
 //!
-//! Every case starts cold at 100 Mbit/s with a 10 Gbit/s ceiling on a 40 ms RTT path, 4
+//! Every case but the short paths' starts cold at 100 Mbit/s with a 10 Gbit/s ceiling on a 40 ms RTT path, 4
 //! channels, 1 MiB blocks, runs of 4 datagrams (bursts of 4 x 5.6 KB across the channels) and
 //! the engine's timers (final marker every 2 RTT, NACK retry from `RecvConfig::for_rtt`). The
 //! runner checks every run ends byte-exact; the cases check how the rate behaves:
@@ -18,7 +18,10 @@
 //! link rate behind a 256 KiB socket buffer sets the rate within 15 RTTs to within 15%, its
 //! buffer bounded, its drops reported as socket drops; a bottleneck halving at 1.5 s is followed
 //! within 8 RTTs and its recovery at 3 s within 20; `fair` keeps a 2 MiB queue near its 5 ms
-//! delay target; and random paths never stall.
+//! delay target; random paths never stall; and on short paths, started at the initial window as
+//! the engine does, a loopback-like receiver (8 Gbit/s, 0.25 ms) is reached at least 40 ms
+//! sooner than from 100 Mbit/s, while a LAN's 100 Mbit/s bottleneck behind a 64 KiB queue is
+//! not flooded by it (under 3% resent).
 //!
 //! Delivered rates count whole datagrams (header included), as the bottleneck does; goodput
 //! counts new file bytes. Run with `--nocapture` to see each case's numbers and rate timeline.
@@ -580,5 +583,113 @@ mod properties {
             let bound = ideal * 4 + rtt * 50;
             prop_assert!(out.duration <= bound, "took {:?}, bound {:?}\n{}", out.duration, bound, out);
         }
+    }
+}
+
+/// Short paths, where the first rate is TCP's initial window per round trip
+/// ([`hurtle_proto::rate::initial_rate`]) rather than the 100 Mbit/s floor, as in the engine.
+mod short_path {
+    use super::*;
+    use hurtle_proto::rate::initial_rate;
+
+    /// A cold start over a path of `rtt` with `payload`-byte datagrams, 1 channel, starting at
+    /// `start_bps`.
+    fn short(rtt: Duration, payload: u16, start_bps: u64, link: LinkConfig, mib: u64) -> Scenario {
+        let base = scenario(RateMode::Auto, link, mib);
+        Scenario {
+            channels: 1,
+            payload,
+            link: base.link.with_delay(rtt / 2),
+            rate: Some(RateConfig {
+                start_bps,
+                rtt,
+                ..base.rate.unwrap()
+            }),
+            send: SendConfig {
+                final_interval: (rtt * 2).max(ms(30)),
+                ..SendConfig::default()
+            },
+            recv: RecvConfig::for_rtt(rtt),
+            ..base
+        }
+    }
+
+    /// When the delivered rate first reached `share` of `c` (a report's interval).
+    fn reached(out: &Outcome, c: f64, share: f64) -> Duration {
+        out.reports
+            .iter()
+            .find(|r| {
+                r.feedback.bytes as f64 * 8.0 / r.feedback.interval.as_secs_f64() >= share * c
+            })
+            .unwrap_or_else(|| panic!("never delivered {share} of the capacity\n{out}"))
+            .at
+    }
+
+    #[test]
+    fn loopback_like_receiver_is_reached_rounds_sooner_from_the_initial_window() {
+        // A receiver that takes 8 Gbit/s behind a 4 MiB socket buffer, 0.25 ms away, 8900-byte
+        // payloads: the initial window is 2.8 Gbit/s.
+        let (rtt, payload, absorb) = (Duration::from_micros(250), 8900, 8_000_000_000u64);
+        let c = absorb as f64;
+        let start = initial_rate(100_000_000, payload, rtt);
+        assert_eq!(start, 2_848_000_000);
+        let sc = |start_bps| Scenario {
+            receiver_rate_bps: Some(absorb),
+            ..short(rtt, payload, start_bps, LinkConfig::default(), 256)
+        };
+        let window = run(
+            "0.25 ms, receiver takes 8 Gbit/s, initial window",
+            sc(start),
+        );
+        let floor = run(
+            "0.25 ms, receiver takes 8 Gbit/s, 100 Mbit/s",
+            sc(100_000_000),
+        );
+        let (w, f) = (reached(&window, c, 0.9), reached(&floor, c, 0.9));
+        eprintln!(
+            "  90% of the receiver after {:.0} ms (initial window) vs {:.0} ms (100 Mbit/s); \
+             whole transfer {:.0} vs {:.0} ms; resent {:.2}% vs {:.2}%",
+            w.as_secs_f64() * 1e3,
+            f.as_secs_f64() * 1e3,
+            window.duration.as_secs_f64() * 1e3,
+            floor.duration.as_secs_f64() * 1e3,
+            window.resent_share() * 100.0,
+            floor.resent_share() * 100.0,
+        );
+        // Five doublings of the 10 ms report interval saved, give or take one.
+        assert!(w + ms(40) <= f, "{w:?} vs {f:?}");
+        assert!(window.duration < floor.duration);
+        assert!(window.resent_share() < 0.02, "{window}");
+    }
+
+    #[test]
+    fn a_lan_with_a_slow_shallow_bottleneck_is_not_flooded_by_the_initial_window() {
+        // 0.5 ms, 1384-byte payloads: the initial window is 221 Mbit/s, over a 100 Mbit/s
+        // bottleneck with a 64 KiB drop-tail queue.
+        let (rtt, payload, c) = (Duration::from_micros(500), 1384, 100_000_000u64);
+        let start = initial_rate(100_000_000, payload, rtt);
+        assert_eq!(start, 221_440_000);
+        let out = run(
+            "0.5 ms, 100 Mbit/s, 64 KiB drop-tail, initial window",
+            short(
+                rtt,
+                payload,
+                start,
+                LinkConfig::default().with_rate(c, 64 << 10),
+                32,
+            ),
+        );
+        let end = out.steady_until;
+        let c = c as f64;
+        let at = settled(&out, Duration::ZERO, end, 0.85 * c, 1.1 * c)
+            .unwrap_or_else(|| panic!("never settled\n{out}"));
+        eprintln!(
+            "  settled after {:.0} ms; goodput {}; resent {:.2}%",
+            at.as_secs_f64() * 1e3,
+            mbit(out.goodput_bps()),
+            out.resent_share() * 100.0
+        );
+        assert!(at <= ms(200), "settled after {at:?}");
+        assert!(out.resent_share() < 0.03, "{out}");
     }
 }

@@ -11,8 +11,9 @@
 //!   RTT, with the queueing delay, plus about one report interval after the change); reports in
 //!   between only feed the loss floor, unless the receiver already sees congestion after an
 //!   increase, which is acted on at once;
-//! - **startup**: the rate doubles each round (but to no more than twice what was delivered)
-//!   until the first sign of congestion;
+//! - **startup**: from the first rate (the engine's floor, or [`initial_rate`] on a short
+//!   path), the rate doubles each round (but to no more than twice what was delivered) until
+//!   the first sign of congestion;
 //! - **congestion** is any of: loss clearly above the path's *loss floor* (what the quieter
 //!   recent rounds lost, which is what random loss looks like, allowing for the counts' noise),
 //!   queueing delay above the mode's target, kernel socket drops at the receiver, a receiver
