@@ -342,11 +342,11 @@ struct Shared {
 }
 
 impl Receiver {
-    /// Creates the output directory if it is missing (so that a receiver that cannot write there
-    /// says so at once, not when a sender arrives), binds the control port, and starts
-    /// measuring what this receiver can absorb, so that the measurement is done, or nearly, when the first
-    /// sender says hello: in the hello's round trip it would inflate the sender's RTT estimate,
-    /// and with it how slowly the sender's rate ramps up.
+    /// Creates the output directory if it is missing (so that a receiver that cannot write
+    /// there says so at once, not when a sender arrives), binds the control port, and starts
+    /// measuring what this receiver can absorb, so that the measurement is done, or nearly,
+    /// when the first sender says hello: in the hello's round trip it would inflate the
+    /// sender's RTT estimate, and with it how slowly the sender's rate ramps up.
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
         std::fs::create_dir_all(&opts.out_dir)
             .map_err(|e| SessionError::io(format!("create {}", opts.out_dir.display()), e))?;

@@ -44,10 +44,10 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::fs::{self, File, Metadata, OpenOptions, Permissions};
+use std::fs::{self, File, Metadata, Permissions};
 use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -939,35 +939,26 @@ mod sys {
     }
 
     /// Starts writing `len` bytes at `offset` of `file` back to the disk without waiting for
-    /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`); with `wait`, writes them and waits
-    /// (`SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER`).
+    /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(super) fn sync_range(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+    pub(super) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
         let (off, len): (libc::off64_t, libc::off64_t) = (as_off(offset)?, as_off(len)?);
-        let flags = if wait {
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER
-        } else {
-            libc::SYNC_FILE_RANGE_WRITE
-        };
         // SAFETY: the descriptor belongs to `file`, which outlives the call; sync_file_range
         // only uses it during the call and touches no memory of ours.
-        if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, flags) } == 0 {
+        let done = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+        if done == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())
         }
     }
 
-    /// Elsewhere the final fsync does all the writing, and waiting means a data sync.
+    /// Elsewhere the final fsync does all the writing.
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(super) fn sync_range(file: &File, _offset: u64, _len: u64, wait: bool) -> io::Result<()> {
-        if wait {
-            file.sync_data()
-        } else {
-            Ok(())
-        }
+    pub(super) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
     }
 
     /// True when `file` is on tmpfs or ramfs.
@@ -1040,30 +1031,6 @@ mod sys {
         let (avail, frsize) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
         Some(avail.saturating_mul(frsize))
     }
-}
-
-/// A file to write test data into in `dir`, gone when closed: unnamed (`O_TMPFILE`) where the
-/// filesystem allows it, so nothing is left behind even if the process is killed; elsewhere
-/// `.hurtle-scratch-<pid>`, whose path is returned for the caller to remove.
-pub fn scratch_file(dir: &Path) -> io::Result<(File, Option<PathBuf>)> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    if let Ok(f) = OpenOptions::new()
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir)
-    {
-        return Ok((f, None));
-    }
-    let path = dir.join(format!(".hurtle-scratch-{}", std::process::id()));
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
-    Ok((f, Some(path)))
 }
 
 /// The BLAKE3 of a whole file (what `b3sum` prints), read in aligned pieces (see
@@ -1518,7 +1485,7 @@ impl PartFile {
     /// writing all of it at the end. Errors are left for that sync to report.
     pub fn start_writeback(&self, offset: u64, len: u64) {
         if let Ok(file) = self.file() {
-            let _ = sys::sync_range(&file, offset, len, false);
+            let _ = sys::start_writeback(&file, offset, len);
         }
     }
 
@@ -1640,16 +1607,6 @@ fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<F
 /// True when `dir` is on tmpfs or ramfs (memory, no disk behind it); false if it cannot say.
 pub fn memory_backed_dir(dir: &Path) -> bool {
     File::open(dir).is_ok_and(|d| sys::memory_backed(&d))
-}
-
-/// Writes `len` bytes at `offset` of `file` to the disk and waits for them, without a journal
-/// commit or a device cache flush (`sync_file_range`; elsewhere a data sync). This is how fast
-/// a transfer's writes reach the disk right now, which [`PartFile::start_writeback`] relies
-/// on. An `fdatasync` measures something else: on ext4 it waits for the journal, and the
-/// journal for every other file's data still being written back (16 MiB took 1.0-1.4 s while
-/// another 1 GiB file was written back, 0.04 s otherwise).
-pub fn write_out(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    sys::sync_range(file, offset, len, true)
 }
 
 /// Fsyncs a directory, making the renames into it durable.
@@ -1780,6 +1737,7 @@ impl SourceFile {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::fs::OpenOptions;
     use std::os::unix::fs::symlink;
     use std::sync::Arc;
 
@@ -1848,18 +1806,6 @@ mod tests {
             fs::metadata(&elsewhere).unwrap().permissions().mode(),
             mode_before
         );
-    }
-
-    #[test]
-    fn write_out_writes_a_range_and_refuses_an_impossible_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let mut f = File::create(&path).unwrap();
-        io::Write::write_all(&mut f, &[7; 8192]).unwrap();
-        write_out(&f, 0, 8192).unwrap();
-        assert_eq!(fs::read(&path).unwrap(), [7; 8192]);
-        let e = write_out(&f, u64::MAX, 1).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
     #[test]
@@ -2028,19 +1974,6 @@ mod tests {
         part.start_writeback(1 << 40, 1 << 20);
         let done = part.finish(0o644, 0).unwrap();
         assert_eq!(fs::read(done).unwrap(), data);
-    }
-
-    #[test]
-    fn scratch_files_leave_nothing_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut f, path) = scratch_file(dir.path()).unwrap();
-        std::io::Write::write_all(&mut f, &[1u8; 4096]).unwrap();
-        f.sync_data().unwrap();
-        if let Some(p) = path {
-            fs::remove_file(p).unwrap();
-        }
-        drop(f);
-        assert!(names_in(dir.path()).is_empty());
     }
 
     #[test]

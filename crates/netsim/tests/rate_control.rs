@@ -1,10 +1,11 @@
 //! Rate control end to end: the sender's `RateController` fed by the receiver's reports, as in
 //! the engine, over simulated paths (see `hurtle_netsim::pair`, "Rate control").
 //!
-//! Every case but the short paths' starts cold at 100 Mbit/s with a 10 Gbit/s ceiling on a 40 ms RTT path, 4
-//! channels, 1 MiB blocks, runs of 4 datagrams (bursts of 4 x 5.6 KB across the channels) and
-//! the engine's timers (final marker every 2 RTT, NACK retry from `RecvConfig::for_rtt`). The
-//! runner checks every run ends byte-exact; the cases check how the rate behaves:
+//! Every case but the short paths' starts cold at 100 Mbit/s with a 10 Gbit/s ceiling on a
+//! 40 ms RTT path, 4 channels, 1 MiB blocks, runs of 4 datagrams (bursts of 4 x 5.6 KB across
+//! the channels) and the engine's timers (final marker every 2 RTT, NACK retry from
+//! `RecvConfig::for_rtt`). The runner checks every run ends byte-exact; the cases check how the
+//! rate behaves:
 //!
 //! - *settling*: the first moment after which the rate delivered to the receiver, over every
 //!   sliding window of [`WINDOW`] reports (one report per RTT) up to the end of the steady part
