@@ -64,6 +64,19 @@ pub fn write_frame(w: &mut impl Write, msg: &Control) -> Result<(), ControlError
 /// Incoming control messages, in order; the last item is the error that ended the stream.
 pub type Incoming = Receiver<Result<Control, ControlError>>;
 
+/// Both ends of the control connection on `stream`: `TCP_NODELAY` set, the reader thread (the
+/// peer may stay silent for `idle`) and the writer thread, whose handle the caller joins after
+/// dropping the sender to flush what it sent last.
+pub fn open(
+    stream: &TcpStream,
+    idle: Duration,
+) -> io::Result<(Incoming, Sender<Control>, JoinHandle<()>)> {
+    stream.set_nodelay(true)?;
+    let (rx, _reader) = spawn_reader(stream.try_clone()?, idle)?;
+    let (tx, writer) = spawn_writer(stream.try_clone()?)?;
+    Ok((rx, tx, writer))
+}
+
 /// Spawns the reader thread. Each frame (or the error that ended the stream) is delivered in order;
 /// after an error the thread exits. `idle` bounds how long the peer may stay silent.
 pub fn spawn_reader(stream: TcpStream, idle: Duration) -> io::Result<(Incoming, JoinHandle<()>)> {

@@ -1,8 +1,10 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
-use crate::control::ControlError;
+use crate::control::{ControlError, Incoming};
+use hurtle_proto::wire::Control;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Why a send or a receive failed.
 #[derive(Debug, thiserror::Error)]
@@ -109,5 +111,22 @@ impl SessionError {
             context: context.into(),
             source,
         }
+    }
+
+    /// The peer sent `msg` where `wanted` belongs: its abort, or a protocol error naming both.
+    pub(crate) fn unexpected(msg: Control, wanted: &str) -> Self {
+        match msg {
+            Control::Abort { reason } => SessionError::PeerAborted(reason),
+            other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
+        }
+    }
+}
+
+/// The next control message, or why there is none within `timeout`.
+pub(crate) fn next_control(rx: &Incoming, timeout: Duration) -> Result<Control, SessionError> {
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(msg)) => Ok(msg),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ControlError::Timeout(timeout).into()),
     }
 }

@@ -19,8 +19,8 @@
 //! length, and that its bytes lie inside one block of a file of the manifest. Failures are
 //! counted and dropped.
 
-use crate::control::{spawn_reader, spawn_writer, ControlError};
-use crate::error::SessionError;
+use crate::control::ControlError;
+use crate::error::{next_control, SessionError};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
@@ -29,6 +29,7 @@ use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
 use hurtle_proto::layout::{check_block_ranges, count_blocks, union_ranges, MAX_BLOCKS};
+use hurtle_proto::rate::OneWayDelay;
 use hurtle_proto::wire::{
     self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
 };
@@ -406,26 +407,12 @@ impl Receiver {
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
         let start = Instant::now();
-        stream
-            .set_nodelay(true)
-            .map_err(|e| SessionError::io("control socket", e))?;
         let local_ip = stream
             .local_addr()
             .map_err(|e| SessionError::io("control socket", e))?
             .ip();
-        let (rx, _reader) = spawn_reader(
-            stream
-                .try_clone()
-                .map_err(|e| SessionError::io("control socket", e))?,
-            self.opts.idle_timeout,
-        )
-        .map_err(|e| SessionError::io("control thread", e))?;
-        let (tx, writer) = spawn_writer(
-            stream
-                .try_clone()
-                .map_err(|e| SessionError::io("control socket", e))?,
-        )
-        .map_err(|e| SessionError::io("control thread", e))?;
+        let (rx, tx, writer) = crate::control::open(&stream, self.opts.idle_timeout)
+            .map_err(|e| SessionError::io("control connection", e))?;
         let result = self.run(&rx, &tx, peer, local_ip, start, progress);
         if let Err(e) = &result {
             if !matches!(
@@ -453,7 +440,7 @@ impl Receiver {
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
         let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session, caps) = match recv(rx, handshake)? {
+        let (offered, payload, block_size, session, caps) = match next_control(rx, handshake)? {
             Control::Hello {
                 magic,
                 version,
@@ -471,7 +458,7 @@ impl Receiver {
                 }
                 (channels, payload, block_size, session, caps)
             }
-            other => return Err(unexpected(other, "Hello")),
+            other => return Err(SessionError::unexpected(other, "Hello")),
         };
         let channels = offered.clamp(1, self.opts.max_channels.max(1));
         let mut warnings = Vec::new();
@@ -529,7 +516,7 @@ impl Receiver {
         let mut entries: Vec<Entry> = Vec::new();
         let mut rtt = None;
         loop {
-            match recv(rx, handshake)? {
+            match next_control(rx, handshake)? {
                 Control::Manifest {
                     entries: part,
                     last,
@@ -546,7 +533,7 @@ impl Receiver {
                         break;
                     }
                 }
-                other => return Err(unexpected(other, "Manifest")),
+                other => return Err(SessionError::unexpected(other, "Manifest")),
             }
         }
         check_blocks(&entries, block_size)?;
@@ -599,7 +586,7 @@ impl Receiver {
         // The sender may take a while (hashing its copies of files the receiver has); it sends
         // keep-alives meanwhile.
         let skip = loop {
-            match recv(rx, handshake)? {
+            match next_control(rx, handshake)? {
                 Control::KeepAlive => continue,
                 other => break other,
             }
@@ -617,7 +604,7 @@ impl Receiver {
                     }
                 }
             }
-            other => return Err(unexpected(other, "Skip")),
+            other => return Err(SessionError::unexpected(other, "Skip")),
         }
         // A skipped file only counts if the receiver offered it (Have), never by the sender's say.
         let offered: Vec<bool> = entries
@@ -1266,24 +1253,6 @@ fn hash_holes(
         })
 }
 
-fn unexpected(msg: Control, wanted: &str) -> SessionError {
-    match msg {
-        Control::Abort { reason } => SessionError::PeerAborted(reason),
-        other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
-    }
-}
-
-fn recv(
-    rx: &ChanRx<Result<Control, ControlError>>,
-    timeout: Duration,
-) -> Result<Control, SessionError> {
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(m)) => Ok(m),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(ControlError::Timeout(timeout).into()),
-    }
-}
-
 /// What the receiver's session loop listens to and commands.
 struct Wires<'a> {
     /// Control messages from the sender.
@@ -1412,7 +1381,7 @@ fn session_loop(
                         return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
                     }
                     Control::Abort { reason } => return Err(SessionError::PeerAborted(reason)),
-                    other => return Err(unexpected(other, "a data-phase message")),
+                    other => return Err(SessionError::unexpected(other, "a data-phase message")),
                 }
             }
             recv(events) -> ev => match ev {
@@ -1932,25 +1901,6 @@ impl Gathering {
         let hashed = self.hasher.len() as usize;
         self.hasher.update(&self.buf[hashed..]);
         self.hasher.finish()
-    }
-}
-
-/// Tracks one-way delay (receiver clock minus the sender's timestamp, both in wrapping
-/// microseconds) relative to the lowest seen: the part above the lowest is queueing.
-#[derive(Default)]
-struct OneWayDelay {
-    base: Option<u32>,
-    min: i64,
-}
-
-impl OneWayDelay {
-    /// Queueing delay in microseconds for a datagram sent at `sent_us` and received at `now_us`.
-    fn sample(&mut self, now_us: u32, sent_us: u32) -> u64 {
-        let d = now_us.wrapping_sub(sent_us);
-        let base = *self.base.get_or_insert(d);
-        let rel = i64::from(d.wrapping_sub(base) as i32);
-        self.min = self.min.min(rel);
-        (rel - self.min) as u64
     }
 }
 

@@ -7,9 +7,9 @@
 //! a writer thread. Channel threads talk to the session loop through channels, one message per
 //! block or per NACK, never per datagram.
 
-use crate::control::{spawn_reader, spawn_writer, ControlError, Incoming};
+use crate::control::{ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
-use crate::error::SessionError;
+use crate::error::{next_control, SessionError};
 use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
@@ -374,23 +374,9 @@ fn send_once(
         .collect();
 
     let stream = dial(opts, to)?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| SessionError::io("control socket", e))?;
     let handshake_timeout = Duration::from_secs(10);
-    let (rx, _reader) = spawn_reader(
-        stream
-            .try_clone()
-            .map_err(|e| SessionError::io("control socket", e))?,
-        opts.stall_timeout,
-    )
-    .map_err(|e| SessionError::io("control thread", e))?;
-    let (tx, writer) = spawn_writer(
-        stream
-            .try_clone()
-            .map_err(|e| SessionError::io("control socket", e))?,
-    )
-    .map_err(|e| SessionError::io("control thread", e))?;
+    let (rx, tx, writer) = crate::control::open(&stream, opts.stall_timeout)
+        .map_err(|e| SessionError::io("control connection", e))?;
 
     let session: u64 = rand::random::<u64>() | 1;
     let hello_at = Instant::now();
@@ -407,7 +393,7 @@ fn send_once(
         block_size: opts.block_size,
         session,
     });
-    let (ports, max_payload, receiver_ceiling) = match recv_control(&rx, handshake_timeout)? {
+    let (ports, max_payload, receiver_ceiling) = match next_control(&rx, handshake_timeout)? {
         Control::HelloAck {
             ports,
             payload,
@@ -420,7 +406,7 @@ fn send_once(
                 "receiver speaks version {version}, no usable channels"
             )))
         }
-        other => return Err(unexpected(other, "HelloAck")),
+        other => return Err(SessionError::unexpected(other, "HelloAck")),
     };
     let mut rtt = hello_at.elapsed();
     let channels = ports
@@ -461,7 +447,7 @@ fn send_once(
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
     // sends keep-alives meanwhile, and each one restarts the wait.
     let reply = loop {
-        match recv_control(&rx, handshake_timeout)? {
+        match next_control(&rx, handshake_timeout)? {
             Control::KeepAlive => continue,
             other => break other,
         }
@@ -532,7 +518,7 @@ fn send_once(
                 }
             }
         }
-        other => return Err(unexpected(other, "ManifestReply")),
+        other => return Err(SessionError::unexpected(other, "ManifestReply")),
     }
     let _ = tx.send(Control::Skip {
         files: (0..files.len() as u32)
@@ -856,24 +842,6 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
         .map_err(|source| SessionError::Connect { addr, source })
 }
 
-fn unexpected(msg: Control, wanted: &str) -> SessionError {
-    match msg {
-        Control::Abort { reason } => SessionError::PeerAborted(reason),
-        other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
-    }
-}
-
-fn recv_control(
-    rx: &Receiver<Result<Control, ControlError>>,
-    timeout: Duration,
-) -> Result<Control, SessionError> {
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(msg)) => Ok(msg),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(ControlError::Timeout(timeout).into()),
-    }
-}
-
 /// Sends probe datagrams of decreasing size on every channel until each channel gets one through;
 /// returns the payload size that works everywhere, and the shortest probe round trip seen (a
 /// truer RTT than the hello's, which may include the receiver finishing its capacity test).
@@ -953,7 +921,7 @@ fn probe_payload(
                     Ok(Ok(
                         Control::ProbeAck { .. } | Control::Report { .. } | Control::KeepAlive,
                     )) => {}
-                    Ok(Ok(other)) => return Err(unexpected(other, "ProbeAck")),
+                    Ok(Ok(other)) => return Err(SessionError::unexpected(other, "ProbeAck")),
                     Ok(Err(e)) => return Err(e.into()),
                     Err(_) => break,
                 }
@@ -1073,7 +1041,7 @@ fn session_loop(
                         }
                     }
                     Control::KeepAlive => {}
-                    other => return Err(unexpected(other, "a data-phase message")),
+                    other => return Err(SessionError::unexpected(other, "a data-phase message")),
                 }
             }
             recv(events) -> ev => match ev {

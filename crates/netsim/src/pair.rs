@@ -86,7 +86,7 @@
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::rate::Reason;
+use hurtle_proto::rate::{OneWayDelay, Reason};
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
 use hurtle_proto::{
     ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController,
@@ -631,26 +631,6 @@ impl RecvStage {
             return None;
         }
         self.out.pop_front().map(|(_, dg)| dg)
-    }
-}
-
-/// One-way delay relative to the lowest seen, from wrapping microsecond clocks on two hosts: the
-/// engine receiver's `OneWayDelay`, same arithmetic.
-#[derive(Debug, Default)]
-struct OneWayDelay {
-    base: Option<u32>,
-    min: i64,
-}
-
-impl OneWayDelay {
-    /// Queueing delay in microseconds of a datagram sent at `sent_us` (sender clock) and
-    /// received at `now_us` (receiver clock).
-    fn sample(&mut self, now_us: u32, sent_us: u32) -> u64 {
-        let d = now_us.wrapping_sub(sent_us);
-        let base = *self.base.get_or_insert(d);
-        let rel = i64::from(d.wrapping_sub(base) as i32);
-        self.min = self.min.min(rel);
-        (rel - self.min) as u64
     }
 }
 
@@ -1654,26 +1634,6 @@ mod tests {
         stage.offer(t0 + ms(10), vec![9; 1000]);
         assert_eq!(stage.next_delivery(), Some(t0 + ms(11)));
         assert_eq!(stage.drops, 2);
-    }
-
-    #[test]
-    fn one_way_delay_is_relative_across_clock_offsets_and_wraps() {
-        for offset in [0u64, 17, u64::from(u32::MAX) - 500] {
-            let mut owd = OneWayDelay::default();
-            let recv = |sent: u64, delay: u64| ((sent + delay + offset) as u32, sent as u32);
-            let mut samples = Vec::new();
-            for (sent, delay) in [
-                (0, 20_000),
-                (1_000, 25_000),
-                (2_000, 19_000),
-                (3_000, 21_000),
-            ] {
-                let (now_us, sent_us) = recv(sent, delay);
-                samples.push(owd.sample(now_us, sent_us));
-            }
-            // Above the lowest seen so far.
-            assert_eq!(samples, vec![0, 5_000, 0, 2_000], "offset {offset}");
-        }
     }
 
     #[test]

@@ -162,6 +162,27 @@ impl Feedback {
     }
 }
 
+/// Tracks one-way delay (receiver clock minus the sender's timestamp, both in wrapping
+/// microseconds, from unsynchronised clocks) relative to the lowest seen: the part above the
+/// lowest is queueing. What a receiver reports as [`Feedback::queue_delay`].
+#[derive(Debug, Default, Clone)]
+pub struct OneWayDelay {
+    base: Option<u32>,
+    min: i64,
+}
+
+impl OneWayDelay {
+    /// Queueing delay in microseconds of a datagram sent at `sent_us` (sender clock) and
+    /// received at `now_us` (receiver clock).
+    pub fn sample(&mut self, now_us: u32, sent_us: u32) -> u64 {
+        let d = now_us.wrapping_sub(sent_us);
+        let base = *self.base.get_or_insert(d);
+        let rel = i64::from(d.wrapping_sub(base) as i32);
+        self.min = self.min.min(rel);
+        (rel - self.min) as u64
+    }
+}
+
 /// Why the rate changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -686,6 +707,26 @@ mod tests {
             datagrams: (rate_bps / 8.0 * 0.01 / 8900.0) as u64,
             queue_delay: Duration::from_millis(delay_ms),
             ..Feedback::default()
+        }
+    }
+
+    #[test]
+    fn one_way_delay_is_relative_across_clock_offsets_and_wraps() {
+        for offset in [0u64, 17, u64::from(u32::MAX) - 500] {
+            let mut owd = OneWayDelay::default();
+            let recv = |sent: u64, delay: u64| ((sent + delay + offset) as u32, sent as u32);
+            let mut samples = Vec::new();
+            for (sent, delay) in [
+                (0, 20_000),
+                (1_000, 25_000),
+                (2_000, 19_000),
+                (3_000, 21_000),
+            ] {
+                let (now_us, sent_us) = recv(sent, delay);
+                samples.push(owd.sample(now_us, sent_us));
+            }
+            // Above the lowest seen so far.
+            assert_eq!(samples, vec![0, 5_000, 0, 2_000], "offset {offset}");
         }
     }
 
