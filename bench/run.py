@@ -205,18 +205,19 @@ def measure_ceiling(lab: netlab.Lab, work: Path) -> dict:
 # -- main loop ---------------------------------------------------------------
 
 def cpu_jiffies():
-    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    """(busy, total, steal) jiffies over all CPUs from /proc/stat. Steal is time the
+    hypervisor ran something else while this VM wanted the CPU; it counts as busy."""
     f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = f[3] + (f[4] if len(f) > 4 else 0)
-    return sum(f) - idle, sum(f)
+    return sum(f) - idle, sum(f), (f[7] if len(f) > 7 else 0)
 
 
 def foreign_load() -> float:
     """CPUs' worth of busy time over the last second, for the 'wait for a
     quiet machine' check (other people's builds share the cores)."""
-    b0, t0 = cpu_jiffies()
+    b0, t0, _ = cpu_jiffies()
     time.sleep(1.0)
-    b1, t1 = cpu_jiffies()
+    b1, t1, _ = cpu_jiffies()
     return (b1 - b0) / max(1, t1 - t0) * (os.cpu_count() or 1)
 
 
@@ -431,7 +432,8 @@ def main():
                     res = tools.run_once(tool, env, ends, prof, src, port, rundir, timeout)
                     j1 = cpu_jiffies()
                     busy = (j1[0] - j0[0]) / max(1, j1[1] - j0[1]) * 100
-                    notes.append(f"cpu_busy={busy:.0f}% of {os.cpu_count()} cores"
+                    steal_ms = (j1[2] - j0[2]) * 1000 // (os.sysconf("SC_CLK_TCK") or 100)
+                    notes.append(f"cpu_busy={busy:.0f}% of {os.cpu_count()} cores, steal {steal_ms} ms"
                                  + (f", idle-before={idle_busy:.2f} CPUs busy" if idle_busy is not None else "")
                                  + (f", warmed {human(warm)}" if warm > 0 else ""))
                     if idle_busy is not None and idle_busy > 0.5:
