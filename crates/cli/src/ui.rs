@@ -135,10 +135,10 @@ struct WithPath<'a, T: serde::Serialize> {
 /// ", 12.0 MiB resumed from an interrupted transfer" when an interrupted transfer's blocks
 /// were reused, ", 80.0 GiB of holes not sent" when sparse files' holes were left out; else
 /// nothing.
-fn resumed(n: u64, sparse: u64) -> String {
+fn not_sent(resumed: u64, sparse: u64) -> String {
     let mut s = String::new();
-    if n > 0 {
-        s += &format!(", {} resumed from an interrupted transfer", bytes(n));
+    if resumed > 0 {
+        s += &format!(", {} resumed from an interrupted transfer", bytes(resumed));
     }
     if sparse > 0 {
         s += &format!(", {} of holes not sent", bytes(sparse));
@@ -160,7 +160,7 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         "sent {} in {} files ({} dirs{}{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
         bytes(s.bytes), s.files, s.dirs,
         if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() },
-        resumed(s.resumed_bytes, s.sparse_bytes), s.seconds, rate(s.goodput_bps), s.channels, s.transport,
+        not_sent(s.resumed_bytes, s.sparse_bytes), s.seconds, rate(s.goodput_bps), s.channels, s.transport,
         if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
         rate(s.rate.final_bps as f64), s.rate.mode
     ));
@@ -207,7 +207,7 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
         out,
         &format!(
         "received {} in {} files ({} dirs{}) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
-        bytes(s.bytes), s.files, s.dirs, resumed(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
+        bytes(s.bytes), s.files, s.dirs, not_sent(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
     ),
     );
     if out.verbose {

@@ -667,12 +667,10 @@ impl Receiver {
             .zip(&skipped)
             .map(|(e, &s)| if s { &[][..] } else { &e.holes[..] })
             .collect();
-        let hurtle_proto::layout::Held {
-            stripes: mut held_stripes,
-            bytes: held_bytes,
-            hole_bytes: sparse_bytes,
-        } = layout.held_stripes(&resumed, &holes)?;
-        let resumed_bytes = held_bytes - sparse_bytes;
+        let held = layout.held_stripes(&resumed, &holes)?;
+        let (held_bytes, resumed_bytes, sparse_bytes) =
+            (held.bytes(), held.resumed_bytes, held.hole_bytes);
+        let mut held_stripes = held.stripes;
         // The holes' own values come from the hole hasher below. A new part file reads as
         // zeros there by construction; a resumed one may hold other bytes, which are made
         // holes again, or read back where the filesystem cannot.
@@ -1141,18 +1139,20 @@ fn hash_blocks(
         .min(blocks.len())
         .max(1);
     let hash_some = |mine: &[u64]| -> Result<Vec<(u64, BlockValue)>, StoreError> {
-        let mut buf = crate::iobuf::IoBuf::new(block_size as usize);
+        // Reading a hole would make the kernel fill page-cache pages with zeros.
+        let mut buf = (!zeros).then(|| crate::iobuf::IoBuf::new(block_size as usize));
         mine.iter()
             .map(|&index| {
                 let start = index * block_size;
                 let len = (size - start).min(block_size) as usize;
-                // Reading a hole would make the kernel fill page-cache pages with zeros.
-                if zeros {
-                    let data = crate::iobuf::zeros(len);
-                    return Ok((index, block_value(data, index, block_size, count)));
-                }
-                let data = &mut buf.aligned()[..len];
-                part.read_at(start, data)?;
+                let data = match &mut buf {
+                    None => crate::iobuf::zeros(len),
+                    Some(buf) => {
+                        let data = &mut buf.aligned()[..len];
+                        part.read_at(start, data)?;
+                        &*data
+                    }
+                };
                 Ok((index, block_value(data, index, block_size, count)))
             })
             .collect()

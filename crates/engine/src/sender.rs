@@ -547,12 +547,10 @@ fn send_once(
         .zip(&skipped)
         .map(|(e, s)| if s.is_some() { &[][..] } else { &e.holes[..] })
         .collect();
-    let hurtle_proto::layout::Held {
-        stripes: mut held,
-        bytes: held_bytes,
-        hole_bytes: sparse_bytes,
-    } = layout.held_stripes(&resumed, &holes)?;
-    let resumed_bytes = held_bytes - sparse_bytes;
+    let held = layout.held_stripes(&resumed, &holes)?;
+    let (held_bytes, resumed_bytes, sparse_bytes) =
+        (held.bytes(), held.resumed_bytes, held.hole_bytes);
+    let mut held = held.stripes;
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);

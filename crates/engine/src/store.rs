@@ -848,6 +848,12 @@ pub fn hole_blocks(file: &File, size: u64, block_size: u64) -> io::Result<Vec<(u
     Ok(holes)
 }
 
+/// True when a file takes less space than its size: it may have holes (or be compressed by
+/// its filesystem), worth asking [`hole_blocks`] or [`is_hole`] about.
+pub fn may_have_holes(meta: &Metadata) -> bool {
+    meta.blocks().saturating_mul(512) < meta.len()
+}
+
 /// True when bytes `start..end` of `file` lie wholly in a hole (`lseek(SEEK_DATA)` from
 /// `start` finds no data before `end`): they read as zeros without being read. False where
 /// the filesystem does not say.
@@ -1044,7 +1050,7 @@ pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
 pub fn hash_open(file: &File) -> io::Result<[u8; 32]> {
     const PIECE: usize = 256 << 10;
     let meta = file.metadata()?;
-    let sparse = meta.blocks().saturating_mul(512) < meta.len();
+    let sparse = may_have_holes(&meta);
     let mut buf = crate::iobuf::IoBuf::new(PIECE);
     let mut h = blake3::Hasher::new();
     let mut offset = 0u64;

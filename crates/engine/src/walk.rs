@@ -45,8 +45,7 @@ pub struct SourceEntry {
     /// Where to read it: the argument made absolute (without resolving symlinks), joined with
     /// the names below it.
     pub abs_path: PathBuf,
-    /// A file taking less space than its size: it may have holes (or be compressed by its
-    /// filesystem), worth looking for them ([`crate::store::hole_blocks`]).
+    /// A file taking less space than its size ([`crate::store::may_have_holes`]).
     pub sparse: bool,
 }
 
@@ -267,7 +266,7 @@ fn walk_tree(
             mode: meta.mode() & 0o7777,
             mtime_ns: mtime_ns(&meta),
             abs_path: item.abs,
-            sparse: kind == EntryKind::File && meta.blocks().saturating_mul(512) < meta.len(),
+            sparse: kind == EntryKind::File && crate::store::may_have_holes(&meta),
         });
     }
     Ok(())

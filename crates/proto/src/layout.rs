@@ -267,7 +267,8 @@ impl Layout {
         let (_, hole_bytes) = self.stripes_by_channel(in_holes);
         Ok(Held {
             stripes,
-            bytes,
+            // A block both resumed and in a hole counts as a hole.
+            resumed_bytes: bytes - hole_bytes,
             hole_bytes,
         })
     }
@@ -350,10 +351,17 @@ impl Layout {
 pub struct Held {
     /// Stripe ranges, by channel: what each channel's sender and receiver `hold`.
     pub stripes: Vec<Vec<Range<u64>>>,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Of those, the bytes in sparse files' holes (the rest was resumed).
+    /// Their bytes resumed from an earlier transfer.
+    pub resumed_bytes: u64,
+    /// Their bytes in sparse files' holes.
     pub hole_bytes: u64,
+}
+
+impl Held {
+    /// All their bytes.
+    pub fn bytes(&self) -> u64 {
+        self.resumed_bytes + self.hole_bytes
+    }
 }
 
 /// The blocks of `block_size` bytes that files of `sizes` bytes make (saturating).
