@@ -94,12 +94,26 @@ def source_file(size: int, d: Path) -> Path:
     return p
 
 
-def machine_info(ceiling: dict | None, sock_buf: int, tcp_cc: str | None) -> dict:
-    cpu = ""
+def cpu_name() -> str:
+    """The CPU as /proc/cpuinfo names it, with its family and model and the widest SIMD it has
+    (BLAKE3, which both hurtle and tcp-b3 run on every byte, is about twice as fast with AVX-512
+    as with AVX2). A VM's host changes from one session to the next behind the same model name
+    ("AMD EPYC" has been an AVX2 part and a family-26 AVX-512 one), so rows from different
+    machines are told apart here."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+        if not line.strip():
+            break  # the first processor is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    simd = next((f for f in ("avx512f", "avx2", "sse4_1") if f in flags), "no-simd")
+    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')}, {simd.removesuffix('f')})")
+
+
+def machine_info(ceiling: dict | None, sock_buf: int, tcp_cc: str | None) -> dict:
+    cpu = cpu_name()
     mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
     cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
     info = {
@@ -155,7 +169,7 @@ def write_machine_txt(info: dict):
 
 def machine_short(info: dict) -> str:
     c = info.get("emulator_ceiling", {})
-    return (f"{info['cores']}c {info['cpu'][:40]} {info['memory_gib']}GiB linux-{info['kernel']} "
+    return (f"{info['cores']}c {info['cpu'][:60]} {info['memory_gib']}GiB linux-{info['kernel']} "
             f"cc={info['tcp_congestion_control'].split()[0]} "
             f"emu-ceiling={c.get('ceiling_mbps', 0):.0f}Mbps")
 
