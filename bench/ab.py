@@ -19,6 +19,10 @@ fresh directory under ``--workdir`` (tmpfs by default), the sender with ``--json
 time counts from the sender's start to the receiver's exit (both must exit 0: the receiver
 has verified every byte). Per run it prints goodput, the sender's resent datagrams, both
 processes' CPU seconds, and the CPU the hypervisor stole meanwhile.
+
+``--pin`` runs the sender on the first CPU and the receiver on the last, as two hosts of one
+core each would: without it both ends share every core, so more channels (more threads on
+each side) also means more threads competing for the same two cores.
 """
 from __future__ import annotations
 
@@ -55,10 +59,18 @@ class Variant:
             raise argparse.ArgumentTypeError(f"{self.binary} is not an executable")
 
 
-def start_receiver(v: Variant, out: Path) -> tuple[subprocess.Popen, str]:
+def pinned(cpus: set[int] | None):
+    """A ``preexec_fn`` that confines the child to ``cpus`` (``None``: no confinement)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def start_receiver(v: Variant, out: Path, cpus: set[int] | None) -> tuple[subprocess.Popen, str]:
     """A receiver on a free loopback port; returns it with the address it printed."""
     p = subprocess.Popen([v.binary, "receive", "--listen", "127.0.0.1:0", "--out", str(out), "--json"]
-                         + v.receive, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         + v.receive, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=pinned(cpus))
     said = b""
     deadline = time.monotonic() + 10
     while b"\n" not in said and time.monotonic() < deadline:
@@ -76,14 +88,16 @@ def start_receiver(v: Variant, out: Path) -> tuple[subprocess.Popen, str]:
     return p, line.split("listening on", 1)[1].split(",", 1)[0].strip()
 
 
-def one_run(v: Variant, src: Path, work: Path, send_args: list[str]) -> dict:
+def one_run(v: Variant, src: Path, work: Path, send_args: list[str],
+            pins: tuple[set[int], set[int]] | None) -> dict:
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
-    recv, addr = start_receiver(v, out)
+    recv, addr = start_receiver(v, out, pins and pins[1])
     steal0 = cpu_jiffies()[2]
     t0 = time.monotonic()
     send = subprocess.Popen([v.binary, "send", str(src), "--to", addr, "-q", "--json"] + send_args + v.send,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pinned(pins and pins[0]))
     try:
         s_out, s_err = send.communicate(timeout=RUN_TIMEOUT)
         recv.communicate(timeout=RUN_TIMEOUT)
@@ -119,12 +133,20 @@ def main():
                     "(default twice the file, at most 4G; 0 = off)")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-ab"),
                     help="source file and received files (default /dev/shm/hurtle-ab)")
+    ap.add_argument("--pin", action="store_true",
+                    help="sender on the first CPU, receiver on the last (two one-core hosts)")
     args = ap.parse_args()
     if not 1 <= args.rounds <= 100:
         sys.exit("--rounds must be 1 to 100")
     warm = args.warm if args.warm is not None else min(2 * args.size, 4 << 30)
     src = source_file(args.size, args.workdir)
     send_args = shlex.split(args.send_args)
+    pins = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            sys.exit("--pin needs at least two CPUs")
+        pins = ({cpus[0]}, {cpus[-1]})
     results: dict[str, list[dict]] = {v.name: [] for v in args.variants}
     try:
         for r in range(args.rounds):
@@ -132,7 +154,7 @@ def main():
             for v in args.variants[k:] + args.variants[:k]:
                 warm_memory(warm)
                 cpu0 = children_cpu()
-                res = one_run(v, src, args.workdir, send_args)
+                res = one_run(v, src, args.workdir, send_args, pins)
                 res["cpu"] = children_cpu() - cpu0
                 results[v.name].append(res)
                 print(f"round {r + 1} {v.name}: {res['mbps']:.0f} Mbit/s in {res['wall']:.3f} s, "
@@ -140,7 +162,8 @@ def main():
     finally:
         shutil.rmtree(args.workdir / "out", ignore_errors=True)
     first = None
-    print(f"\n{len(args.variants)} variants, {args.rounds} rounds, {args.size} bytes, warmed {warm} bytes")
+    print(f"\n{len(args.variants)} variants, {args.rounds} rounds, {args.size} bytes, warmed {warm} bytes"
+          + (f", sender on CPU {min(pins[0])}, receiver on CPU {min(pins[1])}" if pins else ""))
     for v in args.variants:
         runs = results[v.name]
         med = statistics.median(x["mbps"] for x in runs)
