@@ -89,15 +89,16 @@ def start_receiver(v: Variant, out: Path, cpus: set[int] | None) -> tuple[subpro
 
 
 def one_run(v: Variant, src: Path, work: Path, send_args: list[str],
-            pins: tuple[set[int], set[int]] | None) -> dict:
+            pins: tuple[set[int] | None, set[int] | None]) -> dict:
+    """One transfer; ``pins`` holds the sender's and the receiver's CPUs (``None``: any)."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
-    recv, addr = start_receiver(v, out, pins and pins[1])
+    recv, addr = start_receiver(v, out, pins[1])
     steal0 = cpu_jiffies()[2]
     t0 = time.monotonic()
     send = subprocess.Popen([v.binary, "send", str(src), "--to", addr, "-q", "--json"] + send_args + v.send,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=pinned(pins and pins[0]))
+                            preexec_fn=pinned(pins[0]))
     try:
         s_out, s_err = send.communicate(timeout=RUN_TIMEOUT)
         recv.communicate(timeout=RUN_TIMEOUT)
@@ -141,7 +142,7 @@ def main():
     warm = args.warm if args.warm is not None else min(2 * args.size, 4 << 30)
     src = source_file(args.size, args.workdir)
     send_args = shlex.split(args.send_args)
-    pins = None
+    pins: tuple[set[int] | None, set[int] | None] = (None, None)
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) < 2:
@@ -163,7 +164,7 @@ def main():
         shutil.rmtree(args.workdir / "out", ignore_errors=True)
     first = None
     print(f"\n{len(args.variants)} variants, {args.rounds} rounds, {args.size} bytes, warmed {warm} bytes"
-          + (f", sender on CPU {min(pins[0])}, receiver on CPU {min(pins[1])}" if pins else ""))
+          + (f", sender on CPU {min(pins[0])}, receiver on CPU {min(pins[1])}" if args.pin else ""))
     for v in args.variants:
         runs = results[v.name]
         med = statistics.median(x["mbps"] for x in runs)

@@ -107,9 +107,10 @@ def cpu_name() -> str:
         key, _, value = line.partition(":")
         fields[key.strip()] = value.strip()
     flags = set(fields.get("flags", "").split())
-    simd = next((f for f in ("avx512f", "avx2", "sse4_1") if f in flags), "no-simd")
+    simd = next((label for flag, label in (("avx512f", "avx512"), ("avx2", "avx2"),
+                                            ("sse4_1", "sse4.1")) if flag in flags), "no-simd")
     return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')} "
-            f"model {fields.get('model', '?')}, {simd.removesuffix('f')})")
+            f"model {fields.get('model', '?')}, {simd})")
 
 
 def machine_info(ceiling: dict | None, sock_buf: int, tcp_cc: str | None) -> dict:
