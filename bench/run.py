@@ -294,9 +294,9 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help=f"profiles {','.join(QUICK_PROFILES)}, tools {','.join(QUICK_TOOLS)}, 64M, repeat 3")
     ap.add_argument("--profiles", help="comma list; one of: " + ",".join(netlab.PROFILES) + " or 'all'")
-    ap.add_argument("--tools", help="comma list of: tcp,iperf3,iperf3-p4,scp,rsync,gridftp (p=1,4,8),"
-                    "gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,hurtle (default+channels=4),"
-                    "hurtle-default")
+    ap.add_argument("--tools", help="comma list of: tcp,tcp-bbr,tcp-cubic (16 MiB at most),tcp-b3,iperf3,"
+                    "iperf3-p4,scp,rsync,gridftp (p=1,4,8),gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,"
+                    "hurtle (default+channels=4),hurtle-default,hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
     ap.add_argument("--size", type=parse_size, help="file size (e.g. 64M, 1G); default 64M quick, 1G otherwise")
     ap.add_argument("--repeat", type=int, help="runs per tool and profile (default 3)")
     ap.add_argument("--sweep", choices=["channels", "payload", "tcpgrid", "gridftp"],
@@ -404,6 +404,9 @@ def main():
         tl = tools.make_tools(tool_names, args.sweep, iperf_secs=5 if args.quick else 10)
         src = source_file(size, args.workdir)
         tools.sha256(src)
+        # Tools too slow for the full size (cubic on a long lossy path) move a smaller file.
+        small_srcs = {t.max_size: source_file(t.max_size, args.workdir)
+                      for t in tl if t.max_size and t.max_size < size}
         pkg_reason = {t.name: f"package(s) unavailable: {', '.join(p for p in t.packages if p in unavailable_pkgs)}"
                       for t in tl if any(p in unavailable_pkgs for p in t.packages)}
         port = 47000
@@ -421,8 +424,9 @@ def main():
                     k += 1
                     ts = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
                     run_id = f"{prefix}-{k:04d}"
+                    tsrc = small_srcs.get(tool.max_size, src)
                     row = {"timestamp": ts, "tool": tool.name, "settings": tool.settings + (f" [tcp cc {args.tcp_cc}]" if args.tcp_cc else ""),
-                           "profile": pname, "file_size": size, "run_id": run_id, "repeat": rep + 1,
+                           "profile": pname, "file_size": tsrc.stat().st_size, "run_id": run_id, "repeat": rep + 1,
                            "path": prof.summary(), "machine": mshort,
                            "emu_ceiling_mbps": fmt(ceil_mbps, 0) if prof.kind == "emu" else ""}
                     why = pkg_reason.get(tool.name) or tool.unavailable(env)
@@ -444,7 +448,9 @@ def main():
                         lab.start_linkem(prof, seed=rep + 1, logdir=rundir)
                         drops0 = lab.tun_drops()
                     j0 = cpu_jiffies()
-                    res = tools.run_once(tool, env, ends, prof, src, port, rundir, timeout)
+                    # A small file for a slow tool may go at 1 Mbit/s (cubic at 1% loss, 150 ms).
+                    t_out = timeout if tsrc is src else max(timeout, min(900.0, 30 + tsrc.stat().st_size * 8 / 1e6))
+                    res = tools.run_once(tool, env, ends, prof, tsrc, port, rundir, t_out)
                     j1 = cpu_jiffies()
                     busy = (j1[0] - j0[0]) / max(1, j1[1] - j0[1]) * 100
                     steal_ms = (j1[2] - j0[2]) * 1000 // (os.sysconf("SC_CLK_TCK") or 100)
@@ -480,7 +486,8 @@ def main():
                     if not res.ok:
                         if tool.name == "hurtle" and hurtle_build_err:
                             row["note"] += f"; {hurtle_build_err[:200]}"
-                        row["note"] += f"; logs: {rundir.relative_to(REPO)}"
+                        logs = rundir.relative_to(REPO) if rundir.is_relative_to(REPO) else rundir
+                        row["note"] += f"; logs: {logs}"
                     append_row(row)
                     log(f"[{k}/{n_runs}] {pname} rep{rep + 1} {tool.label}: "
                         + (f"{res.goodput_mbps:.1f} Mbit/s in {res.wall_s:.2f}s" if res.ok else "FAILED")

@@ -90,6 +90,10 @@ class Profile:
         parts.append(f"loss {self.loss * 100:g}%/dir" + (f" (bursts ~{self.loss_burst:g})" if self.loss_burst > 1 else ""))
         if self.jitter_ms:
             parts.append(f"jitter +-{self.jitter_ms:g} ms/dir")
+        if self.reorder:
+            parts.append(f"reorder {self.reorder * 100:g}%")
+        if self.extra:
+            parts.append(" ".join(self.extra))
         parts.append(f"queue {self.queue}")
         return ", ".join(parts)
 
@@ -108,6 +112,16 @@ PROFILES: dict[str, Profile] = {
         Profile("lossy-wifi", "emu", "lossy Wi-Fi", rtt_ms=20, rate_mbps=200, loss=0.02, jitter_ms=2.0,
                 loss_burst=2.0, queue="512k"),
         Profile("satellite", "emu", "GEO satellite", rtt_ms=600, rate_mbps=100, loss=0.001, queue="2M"),
+        # The WAN-fill issue's paths beyond the ones above.
+        Profile("wan-1g", "emu", "1 Gbit/s intercontinental", rtt_ms=150, rate_mbps=1000, loss=0.01,
+                queue="8M"),
+        Profile("lossy-wifi-reorder", "emu", "lossy Wi-Fi, 2% reordered, 1% duplicated", rtt_ms=20,
+                rate_mbps=200, loss=0.02, jitter_ms=2.0, loss_burst=2.0, queue="512k", reorder=0.02,
+                extra=["--dup", "0.01", "--reorder-delay", "3ms"]),
+        # A queue of a tenth of the bandwidth-delay product (1 Gbit/s x 40 ms = 5 MB).
+        Profile("shallow-1g", "emu", "1 Gbit/s, shallow queue", rtt_ms=40, rate_mbps=1000, loss=0.0,
+                queue="500k"),
+        Profile("lossy-5pct", "emu", "heavy random loss", rtt_ms=100, rate_mbps=300, loss=0.05, queue="2M"),
     ]
 }
 

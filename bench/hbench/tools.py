@@ -69,6 +69,7 @@ class Tool:
     oneshot_receiver = True  # receiver exits by itself after one transfer
     ready_proto = "tcp"
     file_output = True  # False: memory-to-memory (iperf3)
+    max_size: int | None = None  # a smaller source file for tools too slow for the full size
 
     def __init__(self, settings="default", **opts):
         self.settings = settings
@@ -97,15 +98,28 @@ class Tool:
 
 
 class PlainTcp(Tool):
+    """One TCP connection; ``cc`` names its congestion control (default: the namespace's, which
+    is the kernel's default or ``--tcp-cc``)."""
+
     name = "tcp"
+
+    def __init__(self, settings="default", cc: str | None = None, max_size: int | None = None, **opts):
+        super().__init__(settings, **opts)
+        self.cc = cc
+        self.max_size = max_size
+        if cc:
+            self.name = f"tcp-{cc}"
+
+    def _cc(self) -> list[str]:
+        return ["--cc", self.cc] if self.cc else []
 
     def receiver(self, env, ends, port, outdir, src, prof):
         return Spec(["python3", str(HERE / "tcpcopy.py"), "recv", "--listen",
-                     f"{ends.recv_addr}:{port}", "--out", str(outdir / src.name)])
+                     f"{ends.recv_addr}:{port}", "--out", str(outdir / src.name)] + self._cc())
 
     def sender(self, env, ends, port, outdir, src, prof):
         return Spec(["python3", str(HERE / "tcpcopy.py"), "send", str(src), "--to",
-                     f"{ends.recv_addr}:{port}"])
+                     f"{ends.recv_addr}:{port}"] + self._cc())
 
 
 class HashedTcp(Tool):
@@ -314,11 +328,16 @@ class Hurtle(Tool):
 
     def sender(self, env, ends, port, outdir, src, prof):
         a = [str(env.hurtle_bin), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
-        for k in ("transport", "channels", "chunk_size", "payload", "rate"):
+        for k in ("transport", "channels", "chunk_size", "payload", "rate", "rate_fixed"):
             if self.opts.get(k) is not None:
                 v = self.opts[k]
-                if k == "rate" and v == "bottleneck":
+                if v == "bottleneck":
                     v = f"{int(prof.rate_mbps or 1000)}M"
+                elif v == "oracle":
+                    # The path's bound: what the bottleneck carries after random loss.
+                    if not prof.rate_mbps:
+                        raise ValueError(f"profile {prof.name} has no bottleneck rate for an oracle")
+                    v = f"{int(prof.rate_mbps * (1 - prof.loss))}M"
                 a += ["--" + k.replace("_", "-"), str(v)]
         return Spec(a)
 
@@ -370,6 +389,12 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
     for n in names:
         if n == "tcp":
             out.append(PlainTcp("1 stream, sendfile"))
+        elif n in ("tcp-bbr", "tcp-cubic"):
+            # The congestion control named on the socket, whatever the namespace's default.
+            # cubic crawls on long lossy paths (a few Mbit/s): it moves at most 16 MiB.
+            cc = n.split("-")[1]
+            out.append(PlainTcp(f"1 stream, sendfile, {cc}", cc=cc,
+                                max_size=(16 << 20) if cc == "cubic" else None))
         elif n == "tcp-b3":
             out.append(HashedTcp("1 stream, BLAKE3 both ends"))
         elif n == "iperf3":
@@ -398,6 +423,10 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
             out.append(Hurtle("transport=tcp", transport="tcp"))
         elif n == "hurtle-default":
             out.append(Hurtle("default"))
+        elif n == "hurtle-oracle":
+            # --rate-fixed at the path's bound (bottleneck x (1 - loss)): what a controller that
+            # knew the path would get, the figure automatic rate control is measured against.
+            out.append(Hurtle("rate-fixed=bottleneck*(1-loss)", rate_fixed="oracle"))
         else:
             raise SystemExit(f"unknown tool {n!r}")
     # A sweep comes first; tools named with it (e.g. tcp) run beside it as baselines.
