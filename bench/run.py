@@ -296,7 +296,7 @@ def main():
     ap.add_argument("--profiles", help="comma list; one of: " + ",".join(netlab.PROFILES) + " or 'all'")
     ap.add_argument("--tools", help="comma list of: tcp,tcp-bbr,tcp-cubic (16 MiB at most),tcp-b3,iperf3,"
                     "iperf3-p4,scp,rsync,gridftp (p=1,4,8),gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,"
-                    "hurtle (default+channels=4),hurtle-default,hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
+                    "hurtle (default+channels=4),hurtle-default,hurtle-base (--hurtle-base PATH),hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
     ap.add_argument("--size", type=parse_size, help="file size (e.g. 64M, 1G); default 64M quick, 1G otherwise")
     ap.add_argument("--repeat", type=int, help="runs per tool and profile (default 3)")
     ap.add_argument("--sweep", choices=["channels", "payload", "tcpgrid", "gridftp"],
@@ -322,6 +322,8 @@ def main():
     ap.add_argument("--workdir", type=Path, default=RESULTS / "tmp",
                     help="where source files and received files live (e.g. /dev/shm/hbench for tmpfs, "
                          "so the disk is out of the picture); default bench/results/tmp")
+    ap.add_argument("--hurtle-base", type=Path, metavar="PATH",
+                    help="a second hurtle binary for the tool hurtle-base (e.g. the build before a change)")
     ap.add_argument("--csv", type=Path, default=CSV_PATH, help=f"append rows here (default {CSV_PATH})")
     args = ap.parse_args()
     CSV_PATH = args.csv.resolve()
@@ -399,7 +401,7 @@ def main():
         mshort = machine_short(info)
         ceil_mbps = (ceiling or {}).get("ceiling_mbps")
 
-        env = tools.Env(repo=REPO, work=work, hurtle_bin=hurtle_bin,
+        env = tools.Env(repo=REPO, work=work, hurtle_bin=hurtle_bin, hurtle_base_bin=args.hurtle_base,
                         sock_buf=args.sock_buf or 4 << 20)
         tl = tools.make_tools(tool_names, args.sweep, iperf_secs=5 if args.quick else 10)
         src = source_file(size, args.workdir)

@@ -35,6 +35,7 @@ class Env:
     hurtle_bin: Path
     sock_buf: int  # bytes, for tools with an explicit buffer option
     ssh_dir: Path | None = None
+    hurtle_base_bin: Path | None = None  # a second hurtle build, run beside the first (hurtle-base)
 
 
 @dataclass
@@ -317,17 +318,23 @@ class Uftp(Tool):
 class Hurtle(Tool):
     name = "hurtle"
 
+    def _bin(self, env) -> Path | None:
+        return env.hurtle_base_bin if self.opts.get("base") else env.hurtle_bin
+
     def unavailable(self, env):
-        if not env.hurtle_bin.exists():
-            return f"{env.hurtle_bin} missing (cargo build --release -p hurtle failed?)"
+        b = self._bin(env)
+        if b is None:
+            return "hurtle-base needs --hurtle-base PATH"
+        if not b.exists():
+            return f"{b} missing (cargo build --release -p hurtle failed?)"
         return None
 
     def receiver(self, env, ends, port, outdir, src, prof):
-        return Spec([str(env.hurtle_bin), "receive", "--listen", f"{ends.recv_addr}:{port}",
+        return Spec([str(self._bin(env)), "receive", "--listen", f"{ends.recv_addr}:{port}",
                      "--out", str(outdir), "--json", "-q"])
 
     def sender(self, env, ends, port, outdir, src, prof):
-        a = [str(env.hurtle_bin), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
+        a = [str(self._bin(env)), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
         for k in ("transport", "channels", "chunk_size", "payload", "rate", "rate_fixed"):
             if self.opts.get(k) is not None:
                 v = self.opts[k]
@@ -423,6 +430,9 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
             out.append(Hurtle("transport=tcp", transport="tcp"))
         elif n == "hurtle-default":
             out.append(Hurtle("default"))
+        elif n == "hurtle-base":
+            # The defaults, with the build given by --hurtle-base: before against after, side by side.
+            out.append(Hurtle("default, base build", base=True))
         elif n == "hurtle-oracle":
             # --rate-fixed at the path's bound (bottleneck x (1 - loss)): what a controller that
             # knew the path would get, the figure automatic rate control is measured against.
