@@ -1340,6 +1340,7 @@ fn session_loop(
     }
     let tick = crossbeam_channel::tick(TICK);
     let mut report_every = Duration::from_millis(50);
+    let mut lost_count = hurtle_proto::rate::LostCount::default();
     let mut last = (Instant::now(), shared.snapshot());
     let mut lateness = Lateness::new(last.0);
     loop {
@@ -1418,7 +1419,7 @@ fn session_loop(
                         interval_us: interval.as_micros() as u64,
                         bytes: snap.bytes - prev.bytes,
                         datagrams,
-                        lost: (snap.pn_span - prev.pn_span).saturating_sub(datagrams),
+                        lost: lost_count.report(snap.pn_span, snap.datagrams),
                         drops: snap.drops.saturating_sub(prev.drops),
                         // A block waiting for the writer is queued at the receiver: the longest
                         // wait counts like a queue on the path, so a stalled disk slows the

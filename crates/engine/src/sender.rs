@@ -628,7 +628,7 @@ fn send_once(
             .collect();
         (links, payload)
     };
-    let report_every = rtt.clamp(Duration::from_millis(10), Duration::from_millis(500));
+    let report_every = rate::report_interval(rtt);
     let _ = tx.send(Control::Start {
         payload,
         report_interval_us: report_every.as_micros() as u64,

@@ -32,7 +32,7 @@
 //! - **Rate control** ([`Scenario::rate`]): without it every pacer runs at a fixed share of
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
-//!   interval (the configured RTT clamped to 10..500 ms, as the engine's sender asks in `Start`;
+//!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, as the engine's sender asks in `Start`;
 //!   the first at that interval after time zero), with the datagram bytes and count received in
 //!   the interval, `lost` = packet numbers spanned minus datagrams received (per channel, `Data`
 //!   and `Final`, counted once the session id and channel check out, as in the engine), the
@@ -86,7 +86,7 @@
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::rate::{OneWayDelay, Reason};
+use hurtle_proto::rate::{LostCount, OneWayDelay, Reason};
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
 use hurtle_proto::{
     ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController,
@@ -133,6 +133,10 @@ pub struct Scenario {
     /// counting the datagram being read). Only used with [`Scenario::receiver_rate_bps`].
     /// Default: 4 MiB, the engine's `SO_RCVBUF` request.
     pub receiver_queue_bytes: usize,
+    /// Moments the receiving host's reader stops (a CPU hiccup, a page fault storm): from each
+    /// start to each end (virtual times from time zero) nothing is taken off its socket buffer,
+    /// which fills and then drops. Only used with [`Scenario::receiver_rate_bps`].
+    pub receiver_stalls: Vec<(Duration, Duration)>,
     /// One-way delay of the control connection; `None` uses `link.delay`.
     pub control_delay: Option<Duration>,
     /// Probability that a NACK message is dropped instead of sent.
@@ -177,6 +181,7 @@ impl Default for Scenario {
             rate_changes: Vec::new(),
             receiver_rate_bps: None,
             receiver_queue_bytes: 4 << 20,
+            receiver_stalls: Vec::new(),
             control_delay: None,
             nack_loss: 0.0,
             final_loss: 0.0,
@@ -573,11 +578,14 @@ struct RecvStage {
     max_waiting: usize,
     /// Most bytes waiting since the last report took it.
     peak_waiting: usize,
+    /// When the reader stops, and until when (absolute).
+    stalls: Vec<(Instant, Instant)>,
 }
 
 impl RecvStage {
-    fn new(rate_bps: u64, capacity: usize, t0: Instant) -> Self {
+    fn new(rate_bps: u64, capacity: usize, t0: Instant, stalls: &[(Duration, Duration)]) -> Self {
         RecvStage {
+            stalls: stalls.iter().map(|&(a, b)| (t0 + a, t0 + b)).collect(),
             rate_bps,
             capacity,
             busy_until: t0,
@@ -599,7 +607,11 @@ impl RecvStage {
             self.waiting.pop_front();
             self.waiting_bytes -= len;
         }
-        let start = self.busy_until.max(now);
+        let mut start = self.busy_until.max(now);
+        // A stalled reader takes nothing until the stall ends.
+        if let Some(&(_, end)) = self.stalls.iter().find(|&&(a, b)| a <= start && start < b) {
+            start = end;
+        }
         if start > now {
             if self.waiting_bytes.saturating_add(dg.len()) > self.capacity {
                 self.drops += 1;
@@ -659,6 +671,10 @@ struct Reporter {
     counts: ReportCounts,
     /// Socket drops reported so far.
     drops_reported: u64,
+    /// Packet numbers spanned and datagrams received so far, and what was reported lost.
+    spanned: u64,
+    received: u64,
+    lost: LostCount,
 }
 
 impl Reporter {
@@ -834,18 +850,19 @@ impl Pair {
             nacks_dropped: 0,
             stage: sc
                 .receiver_rate_bps
-                .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0)),
+                .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
             reporter: sc.rate.as_ref().map(|cfg| Reporter {
-                // The engine's sender asks for one report per RTT, clamped to 10..500 ms.
-                every: cfg
-                    .rtt
-                    .clamp(Duration::from_millis(10), Duration::from_millis(500)),
+                // What the engine's sender asks for in `Start`.
+                every: hurtle_proto::rate::report_interval(cfg.rtt),
                 last: t0,
                 highest: vec![None; n],
                 owd: OneWayDelay::default(),
                 clock_offset_us: SimRng::new(sc.seed, stream::CLOCK).next_u64(),
                 counts: ReportCounts::default(),
                 drops_reported: 0,
+                spanned: 0,
+                received: 0,
+                lost: LostCount::default(),
             }),
             reports: Vec::new(),
         };
@@ -1091,7 +1108,11 @@ impl Pair {
             interval_us: interval.as_micros() as u64,
             bytes: c.bytes,
             datagrams: c.datagrams,
-            lost: c.pn_span.saturating_sub(c.datagrams),
+            lost: {
+                rep.spanned += c.pn_span;
+                rep.received += c.datagrams;
+                rep.lost.report(rep.spanned, rep.received)
+            },
             drops,
             queue_delay_us: c.delay_sum_us.checked_div(c.delay_count).unwrap_or(0),
             queue_fill: self
@@ -1620,7 +1641,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         // 8 Mbit/s: 1000 bytes take 1 ms; room for two waiting.
-        let mut stage = RecvStage::new(8_000_000, 2000, t0);
+        let mut stage = RecvStage::new(8_000_000, 2000, t0, &[]);
         for i in 0..5u8 {
             stage.offer(t0, vec![i; 1000]);
         }

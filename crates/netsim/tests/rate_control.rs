@@ -51,6 +51,11 @@ fn rtts(d: Duration) -> f64 {
 
 /// A cold start in `mode` over `link` (its delay is set to half the RTT).
 fn scenario(mode: RateMode, link: LinkConfig, mib: u64) -> Scenario {
+    scenario_rtt(mode, link, mib, RTT)
+}
+
+/// [`scenario`] on a path of round-trip time `rtt`.
+fn scenario_rtt(mode: RateMode, link: LinkConfig, mib: u64, rtt: Duration) -> Scenario {
     Scenario {
         files: vec![mib * MIB],
         block_size: MIB,
@@ -58,19 +63,19 @@ fn scenario(mode: RateMode, link: LinkConfig, mib: u64) -> Scenario {
         run_datagrams: 4,
         // The engine's pacer catch-up.
         pacer_burst: Duration::from_micros(1500),
-        link: link.with_delay(RTT / 2),
+        link: link.with_delay(rtt / 2),
         rate: Some(RateConfig {
             mode,
             ceiling_bps: 10_000_000_000,
             start_bps: 100_000_000,
             min_bps: 1_000_000,
-            rtt: RTT,
+            rtt,
         }),
         send: SendConfig {
-            final_interval: (RTT * 2).max(ms(30)),
+            final_interval: (rtt * 2).max(ms(30)),
             ..SendConfig::default()
         },
-        recv: RecvConfig::for_rtt(RTT),
+        recv: RecvConfig::for_rtt(rtt),
         max_virtual: Duration::from_secs(60),
         max_steps: 50_000_000,
         ..Scenario::default()
@@ -89,13 +94,13 @@ fn run(name: &str, sc: Scenario) -> Outcome {
                 "{:.0}:{:.0}{}",
                 p.at.as_secs_f64() * 1e3,
                 p.rate_bps as f64 / MBIT,
-                &p.reason.as_str()[..1]
+                &p.reason.as_str()[..2]
             )
         })
         .collect();
     eprintln!(
         "{name}: {:.3} s virtual, steady until {:.3} s, resent {:.2}%, wall {:.0} ms\n  {out}\n  \
-         rate (ms:Mbit/s, first letter of the reason: startup, probe, loss, delay, socket-drops, backlog): {}",
+         rate (ms:Mbit/s, first two letters of the reason: startup, drain, cruise, probe, loss, delay, socket-drops, backlog): {}",
         out.duration.as_secs_f64(),
         out.steady_until.as_secs_f64(),
         out.resent_share() * 100.0,
@@ -467,7 +472,13 @@ mod fair {
             let end = out.steady_until;
             let (mean, max) = queue_delays(&out, from, end);
             let util = goodput(&out, from, end) / c;
-            let target = scenario(mode, link(), 1).rate.unwrap().delay_target();
+            let rtt = scenario(mode, link(), 1).rate.unwrap().rtt;
+            // `fair` keeps the queue near its delay target by backing off for delay; `auto`'s
+            // model paces at the bottleneck and keeps it under its own, lower queue target.
+            let target = match mode {
+                RateMode::Auto => hurtle_proto::rate::model::queue_target(rtt),
+                _ => scenario(mode, link(), 1).rate.unwrap().delay_target(),
+            };
             eprintln!(
                 "  {mode:?}: queueing delay after startup mean {:.1} ms, max {:.1} ms (target \
                  {:.0} ms); goodput {:.1}% of the link; resent {:.2}%",
@@ -482,7 +493,9 @@ mod fair {
                 .iter()
                 .filter(|p| p.at >= from && p.reason == Reason::Delay)
                 .count();
-            assert!(delay_cuts > 0, "{mode:?} never backed off for delay");
+            if mode == RateMode::Fair {
+                assert!(delay_cuts > 0, "{mode:?} never backed off for delay");
+            }
             seen.push((mode, mean, max, target, util));
         }
         for (mode, mean, max, target, util) in seen {
@@ -692,5 +705,224 @@ mod short_path {
         );
         assert!(at <= ms(200), "settled after {at:?}");
         assert!(out.resent_share() < 0.03, "{out}");
+    }
+}
+
+/// The long fat pipe (the WAN-fill issue): each behaviour of `auto`'s model, with numbers.
+mod wan {
+    use super::*;
+
+    /// First time a report delivered at least `share` of `bps`, from `from`.
+    fn first_delivering(out: &Outcome, from: Duration, share: f64, bps: f64) -> Option<Duration> {
+        out.reports
+            .iter()
+            .filter(|r| r.at >= from)
+            .find(|r| {
+                r.feedback.bytes as f64 * 8.0 / r.feedback.interval.as_secs_f64() >= share * bps
+            })
+            .map(|r| r.at)
+    }
+
+    /// Rate changes for a congestion reason, from `from` to `to`.
+    fn corrections(out: &Outcome, from: Duration, to: Duration) -> Vec<Reason> {
+        out.rate_timeline
+            .iter()
+            .filter(|p| p.at >= from && p.at < to)
+            .map(|p| p.reason)
+            .filter(|r| {
+                matches!(
+                    r,
+                    Reason::Loss | Reason::Delay | Reason::SocketDrops | Reason::Backlog
+                )
+            })
+            .collect()
+    }
+
+    /// When startup ended (the first change that is not a startup step).
+    fn startup_end(out: &Outcome) -> Duration {
+        out.rate_timeline
+            .iter()
+            .find(|p| !matches!(p.reason, Reason::Start | Reason::Startup))
+            .map_or(Duration::ZERO, |p| p.at)
+    }
+
+    #[test]
+    fn a_cold_start_reaches_90_percent_of_the_bottleneck_in_a_few_round_trips() {
+        let rtt = ms(100);
+        let c = 500e6;
+        let mut sc = scenario_rtt(
+            RateMode::Auto,
+            LinkConfig::default().with_rate(500_000_000, 4 << 20),
+            256,
+            rtt,
+        );
+        // From 10 Mbit/s: five and a half doublings to 90%.
+        sc.rate.as_mut().unwrap().start_bps = 10_000_000;
+        let out = run("500 Mbit/s, 100 ms, 4 MiB queue, from 10 Mbit/s", sc);
+        let at = first_delivering(&out, Duration::ZERO, 0.9, c).expect("never at 90%");
+        let after_startup = startup_end(&out);
+        eprintln!(
+            "  90% delivered after {:.1} RTTs; startup ended after {:.1} RTTs; resent {:.2}%",
+            at.as_secs_f64() / rtt.as_secs_f64(),
+            after_startup.as_secs_f64() / rtt.as_secs_f64(),
+            out.resent_share() * 100.0
+        );
+        assert!(at <= rtt * 10, "90% after {at:?}");
+        assert!(
+            out.resent_share() < 0.01,
+            "resent {:.2}%",
+            out.resent_share() * 100.0
+        );
+    }
+
+    #[test]
+    fn random_loss_of_1_and_3_percent_is_never_taken_for_congestion() {
+        let rtt = ms(100);
+        for loss in [0.01, 0.03] {
+            let out = run(
+                &format!(
+                    "300 Mbit/s, 100 ms, 4 MiB queue, {}% random loss",
+                    loss * 100.0
+                ),
+                scenario_rtt(
+                    RateMode::Auto,
+                    LinkConfig::default()
+                        .with_rate(BOTTLENECK, 4 << 20)
+                        .with_loss(loss),
+                    128,
+                    rtt,
+                ),
+            );
+            let from = startup_end(&out) + rtt * 2;
+            let cuts = corrections(&out, from, out.steady_until);
+            let bound = BOTTLENECK as f64 * (1.0 - loss);
+            let steady = goodput(&out, from, out.steady_until);
+            eprintln!(
+                "  {}%: corrections after startup {:?}; steady goodput {} ({:.1}% of the bound); \
+                 resent {:.2}%",
+                loss * 100.0,
+                cuts,
+                mbit(steady),
+                steady / bound * 100.0,
+                out.resent_share() * 100.0
+            );
+            assert!(cuts.is_empty(), "{loss}: cut for {cuts:?}");
+            assert!(
+                steady > 0.9 * bound,
+                "{loss}: steady goodput {}",
+                mbit(steady)
+            );
+            assert!(
+                out.resent_share() < loss + 0.01,
+                "{loss}: resent {:.2}%",
+                out.resent_share() * 100.0
+            );
+        }
+    }
+
+    #[test]
+    fn a_receiver_that_stalls_for_50_ms_costs_no_capacity() {
+        // A fast receiver (twice the path) that stops reading for 50 ms twice: at 300 Mbit/s
+        // its 4 MiB buffer holds the stall; at 1 Gbit/s it overflows and drops.
+        for (link, queue) in [(BOTTLENECK, 4usize << 20), (1_000_000_000, 4 << 20)] {
+            let stalls = vec![(ms(1500), ms(1550)), (ms(2500), ms(2550))];
+            let out = run(
+                &format!("{} Mbit/s, receiver stalls 50 ms twice", link / 1_000_000),
+                Scenario {
+                    receiver_rate_bps: Some(2 * link),
+                    receiver_queue_bytes: queue,
+                    receiver_stalls: stalls.clone(),
+                    ..scenario(
+                        RateMode::Auto,
+                        LinkConfig::default().with_rate(link, 4 << 20),
+                        if link > BOTTLENECK { 512 } else { 160 },
+                    )
+                },
+            );
+            assert!(
+                out.steady_until > ms(2700),
+                "too short: {:?}",
+                out.steady_until
+            );
+            let cuts = corrections(&out, ms(1500), ms(3000));
+            let low = rates(&out, ms(1500), ms(3000))
+                .into_iter()
+                .min()
+                .unwrap_or(0);
+            eprintln!(
+                "  corrections during the stalls {cuts:?}; lowest rate {}; {} socket drops",
+                mbit(low as f64),
+                out.socket_drops
+            );
+            assert!(cuts.is_empty(), "cut for {cuts:?}");
+            assert!(
+                low as f64 >= 0.85 * link as f64,
+                "rate down to {}",
+                mbit(low as f64)
+            );
+        }
+    }
+
+    #[test]
+    fn after_a_3_s_blackout_the_rate_is_back_within_5_round_trips() {
+        let (start, end) = (ms(1000), ms(4000));
+        let out = run(
+            "300 Mbit/s, 40 ms, 3 s blackout",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(BOTTLENECK, 1 << 20)
+                    .with_blackout(start, end),
+                256,
+            ),
+        );
+        let back = first_delivering(&out, end, 0.9, BOTTLENECK as f64).expect("never back");
+        let rate_at_end = rates(&out, start, end + RTT).into_iter().min().unwrap_or(0);
+        eprintln!(
+            "  90% delivered {:.1} RTTs after the blackout; lowest rate across it {}",
+            rtts(back - end),
+            mbit(rate_at_end as f64)
+        );
+        assert!(
+            back <= end + RTT * 5,
+            "back after {:.1} RTTs",
+            rtts(back - end)
+        );
+    }
+
+    #[test]
+    fn jitter_reordering_and_duplication_are_not_a_queue() {
+        let c = 200e6;
+        let out = run(
+            "200 Mbit/s, 40 ms, +-5 ms jitter, 2% reordered by 3 ms, 1% duplicated",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(200_000_000, 512 << 10)
+                    .with_jitter(ms(5))
+                    .with_reorder(0.02, ms(3))
+                    .with_duplicate(0.01),
+                64,
+            ),
+        );
+        let from = startup_end(&out) + RTT * 2;
+        let cuts = corrections(&out, from, out.steady_until);
+        let steady = goodput(&out, from, out.steady_until);
+        eprintln!(
+            "  corrections after startup {cuts:?}; steady goodput {} ({:.1}%)",
+            mbit(steady),
+            steady / c * 100.0
+        );
+        // Jitter itself never crosses the queue target; what does is a real queue, built when
+        // duplicates and lucky intervals (this model's jitter reorders almost every datagram)
+        // lift the modelled bottleneck a few percent above the path: the model corrects that,
+        // but not more than about once a second.
+        let delay_cuts = cuts.iter().filter(|&&r| r == Reason::Delay).count();
+        let secs = (out.steady_until - from).as_secs_f64();
+        assert!(
+            delay_cuts as f64 <= secs.ceil(),
+            "{delay_cuts} delay cuts in {secs:.1} s"
+        );
+        assert!(steady > 0.9 * c, "steady goodput {}", mbit(steady));
     }
 }

@@ -1,0 +1,489 @@
+//! `auto` rate control: a model of the path, in the spirit of BBR but in rates, for a receiver
+//! that reports what it got (see [`super::Feedback`]) rather than acknowledging each datagram.
+//!
+//! # The model
+//!
+//! - **Bottleneck rate**: the windowed maximum, over the last [`BW_WINDOW_ROUNDS`] rounds, of
+//!   each report's *delivery sample*: what the receiver got over the report's interval, with
+//!   the share of datagrams that random loss explains added back (the loss floor, see
+//!   [`super::RateController`]), since the sender has to send those too. A round is one
+//!   round-trip time (or one report interval, where that is longer). A report that delivered
+//!   little while losing most datagrams (an outage) is not a sample, and rounds in which the
+//!   sender had little to send do not age the maximum: after a blackout or a stall the rate
+//!   returns to the remembered bottleneck at once.
+//! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
+//!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
+//!   receiver's timer lateness, which is how far a receiver that runs in lumps moves it).
+//!
+//! # States
+//!
+//! | state | pacing rate | leaves when | to |
+//! |---|---|---|---|
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
+//! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
+//! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
+//! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and two intervals after it began) | `ProbeUp` with k + 1 if the bottleneck rose by half the probe's step or more (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//!
+//! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
+//! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
+//! in a row sets the bottleneck to the highest sample of the last round (what the path or the
+//! receiver takes now) and drains (`Drain`). One report's socket-drop burst or delay swing (a
+//! receiver's CPU hiccup, jitter) changes nothing. Reports that describe data sent before the
+//! last correction or drain (one round trip and an interval) are not judged. Random loss that
+//! the floor explains is never congestion: it costs only the lost bytes.
+//!
+//! The gains stay within 10% of the bottleneck once startup is over, so a settled transfer's
+//! rate moves within that band; a path that got faster is found by the doubling probe step.
+
+use super::{Feedback, Reason};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Rounds over which the bottleneck's maximum is kept.
+pub const BW_WINDOW_ROUNDS: u64 = 10;
+/// Rounds of cruising between probes.
+pub const CRUISE_ROUNDS: u64 = 2;
+/// Startup ends when the bottleneck grew less than this factor...
+const FULL_GROWTH: f64 = 1.25;
+/// ... for this many rounds in a row.
+const FULL_ROUNDS: u32 = 3;
+/// Pacing gain while draining startup's queue.
+const STARTUP_DRAIN_GAIN: f64 = 0.75;
+/// Pacing gain while draining after a correction, and after a probe.
+const DRAIN_GAIN: f64 = 0.9;
+/// Pacing gain while cruising with a queue of a third of the target or more.
+const CRUISE_DRAIN_GAIN: f64 = 0.95;
+/// The first probe's step above the bottleneck; it doubles with each probe the path takes.
+pub const PROBE_STEP: f64 = 0.08;
+/// Most doublings of the probe step (8 x: 64% above the bottleneck).
+const MAX_PROBE_DOUBLINGS: u32 = 3;
+/// Most rounds spent draining (startup's queue can be a few round trips' worth at 0.75).
+const MAX_DRAIN_ROUNDS: u32 = 6;
+/// A report with fewer datagrams than this is no delivery sample (too few to time).
+const MIN_SAMPLE_DATAGRAMS: u64 = 4;
+
+/// The queueing delay `auto` keeps under: the larger of 15 ms and an eighth of the RTT.
+pub fn queue_target(rtt: Duration) -> Duration {
+    Duration::from_millis(15).max(rtt / 8)
+}
+
+/// Startup's pacing gain over the bottleneck: a report describes data sent about one round
+/// trip plus half a report interval ago, so to double per round trip the rate is set to
+/// `2^(lag / round)` times it; at least 2 (a round is a report interval on short paths) and at
+/// most 2.5.
+pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
+    let round = rtt.max(interval).as_secs_f64().max(1e-6);
+    let lag = (rtt + interval / 2).as_secs_f64();
+    2f64.powf(lag / round).clamp(2.0, 2.5)
+}
+
+/// Where the model is (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Finding the bottleneck: the rate roughly doubles per round trip.
+    Startup,
+    /// Emptying the queue startup or a correction built.
+    Drain,
+    /// Pacing at the bottleneck.
+    Cruise,
+    /// Sending a little more for one report interval, to see whether the path takes it.
+    ProbeUp,
+    /// Draining what the probe queued.
+    ProbeDown,
+    /// Waiting for the probe's data to be reported.
+    ProbeWait,
+}
+
+/// What the controller knows beyond the report itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Signals {
+    /// The loss rate random loss explains, from earlier reports (see
+    /// [`super::RateController`]); `None` before any.
+    pub floor: Option<f64>,
+    /// How far the queueing delay moves without any queue (twice the receiver's lateness).
+    pub noise: Duration,
+}
+
+/// The `auto` controller's path model and state.
+#[derive(Debug, Clone)]
+pub struct Model {
+    phase: Phase,
+    rtt: Duration,
+    /// Per round, the highest delivery sample: (round, bits per second).
+    bw_rounds: VecDeque<(u64, f64)>,
+    /// The samples of the last two reports, newest last: what the path delivered while it
+    /// showed congestion.
+    recent: VecDeque<f64>,
+    /// The pacing rates of the last round trip and a few intervals: (until when, bits per
+    /// second), a step function. Nothing can be delivered faster than it was sent, so a
+    /// receiver's catch-up after a stall is no sample above them.
+    sent: VecDeque<(Instant, f64)>,
+    /// Datagrams lost on the path and seen, in the reports of the last round: (when, lost,
+    /// seen). Loss is judged over a round, where a datagram that one report counted as lost
+    /// (reordered) is counted as received by the next.
+    round_loss: VecDeque<(Instant, u64, u64)>,
+    /// Socket drops at the receiver not yet matched by gaps in the packet numbers.
+    drops_unexplained: u64,
+    /// Startup: the lowest queueing delay reported (jitter, not a queue).
+    startup_delay_floor: Option<Duration>,
+    round: u64,
+    round_start: Instant,
+    phase_round: u64,
+    /// Startup: the bottleneck when it last grew by [`FULL_GROWTH`], and rounds since.
+    full_bw: f64,
+    full_rounds: u32,
+    full_round: u64,
+    /// The bottleneck before the current probe, when it began, and its step's doublings.
+    probe_base: f64,
+    probe_start: Instant,
+    probe_doublings: u32,
+    /// When the current state began.
+    phase_start: Instant,
+    /// The pacing gain of the current drain.
+    drain_gain: f64,
+    /// Reports before this describe data sent before the last correction or drain.
+    judge_after: Instant,
+    /// Since when the reports have shown a queue over the target, and the receiver falling
+    /// behind (with how many reports in a row).
+    queue_since: Option<Instant>,
+    behind_since: Option<(Instant, u32)>,
+}
+
+impl Model {
+    /// A model with nothing learnt yet, at `now`.
+    pub fn new(rtt: Duration, now: Instant) -> Model {
+        Model {
+            phase: Phase::Startup,
+            rtt,
+            bw_rounds: VecDeque::new(),
+            recent: VecDeque::new(),
+            sent: VecDeque::new(),
+            round_loss: VecDeque::new(),
+            drops_unexplained: 0,
+            startup_delay_floor: None,
+            round: 0,
+            round_start: now,
+            phase_round: 0,
+            full_bw: 0.0,
+            full_rounds: 0,
+            full_round: 0,
+            probe_base: 0.0,
+            probe_start: now,
+            probe_doublings: 0,
+            phase_start: now,
+            drain_gain: STARTUP_DRAIN_GAIN,
+            judge_after: now,
+            queue_since: None,
+            behind_since: None,
+        }
+    }
+
+    /// The current state.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The bottleneck rate as the model has it, bits per second (`None` before any sample).
+    pub fn bottleneck_bps(&self) -> Option<f64> {
+        self.bw_rounds.iter().map(|r| r.1).reduce(f64::max)
+    }
+
+    fn enter(&mut self, phase: Phase, now: Instant) {
+        self.phase = phase;
+        self.phase_round = self.round;
+        self.phase_start = now;
+    }
+
+    /// The probe step now: [`PROBE_STEP`], doubled for each probe in a row the path took.
+    fn probe_gain(&self) -> f64 {
+        1.0 + PROBE_STEP * f64::from(1u32 << self.probe_doublings)
+    }
+
+    /// Counts socket drops the receiver reported, also in a report of no datagrams (a reader
+    /// that stalled while its buffer overflowed), so that the gaps they leave are not taken
+    /// for the path's loss.
+    pub fn note_drops(&mut self, drops: u64) {
+        self.drops_unexplained = self.drops_unexplained.saturating_add(drops);
+    }
+
+    /// The highest pacing rate in force between `from` and `until` (`now_rate` after the last
+    /// recorded change).
+    fn rate_between(&self, from: Instant, until: Instant, now_rate: f64) -> f64 {
+        let mut highest: Option<f64> = None;
+        for &(end, r) in &self.sent {
+            if end < from {
+                continue;
+            }
+            highest = Some(highest.map_or(r, |h| h.max(r)));
+            if end >= until {
+                return highest.unwrap_or(r);
+            }
+        }
+        highest.map_or(now_rate, |h| h.max(now_rate))
+    }
+
+    fn rounds_in_phase(&self) -> u64 {
+        self.round - self.phase_round
+    }
+
+    /// Forgets every sample but the lower of the last two reports', which showed the
+    /// congestion: what the path (or the receiver) takes now, erring low (probing finds more); never less than half the
+    /// bottleneck at once (a report in which the sender had little to send is no measure of
+    /// the path).
+    fn correct_to_recent(&mut self) {
+        let (Some(recent), Some(bw)) = (
+            self.recent.iter().copied().reduce(f64::min),
+            self.bottleneck_bps(),
+        ) else {
+            return;
+        };
+        self.bw_rounds.clear();
+        self.bw_rounds
+            .push_back((self.round, recent.clamp(bw / 2.0, bw)));
+    }
+
+    /// Takes one report (already checked and clamped by the controller) and the controller's
+    /// current `rate`; returns the new pacing rate and why, or `None` to keep the rate.
+    pub fn on_report(
+        &mut self,
+        now: Instant,
+        fb: &Feedback,
+        sig: Signals,
+        rate: f64,
+    ) -> Option<(f64, Reason)> {
+        let seen = fb.datagrams.saturating_add(fb.lost);
+        let loss = fb.lost as f64 / seen.max(1) as f64;
+        let delivered = fb.bytes as f64 * 8.0 / fb.interval.as_secs_f64();
+        let round_len = self.rtt.max(fb.interval);
+        // The rate until now; the reports' data left about a round trip ago.
+        self.sent.push_back((now, rate));
+        while self.sent.len() > 1 && self.sent[0].0 + self.rtt + fb.interval * 4 <= now {
+            self.sent.pop_front();
+        }
+        // The sample: what the report delivered, with what random loss took added back, since
+        // the sender has to send that too; and no more than was sent: the highest rate in force
+        // while that data left (a receiver catching up after a stall delivers faster than the
+        // path, and so do the lucky intervals of a jittery one).
+        let random = sig.floor.unwrap_or(0.0).min(loss);
+        let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
+        let left_until = now.checked_sub(self.rtt).unwrap_or(now);
+        let sent_then = self.rate_between(left_from, left_until, rate);
+        let passed = delivered / (1.0 - random).max(0.5);
+        // A receiver that delivers clearly more than was sent is catching up (after a stall):
+        // neither its rate nor the delay its late datagrams carry says anything about the path.
+        let catching_up = passed > sent_then * 1.05;
+        let sample = passed.min(sent_then * 1.02);
+        // Loss over the last round, against the floor.
+        // Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
+        // one: those are the receiver's, judged as it falling behind, not the path's loss.
+        self.note_drops(fb.socket_drops);
+        let explained = fb.lost.min(self.drops_unexplained);
+        self.drops_unexplained -= explained;
+        let path_lost = (fb.lost - explained).min(seen);
+        self.round_loss.push_back((now, path_lost, seen));
+        while self.round_loss.len() > 1 && self.round_loss[0].0 + round_len <= now {
+            self.round_loss.pop_front();
+        }
+        let (round_lost, round_seen) = self.round_loss.iter().fold((0u64, 0u64), |(l, s), r| {
+            (l.saturating_add(r.1), s.saturating_add(r.2))
+        });
+        let loss_congestion = super::loss_beyond(sig.floor, round_lost, round_seen);
+        let bw = self.bottleneck_bps();
+        // An outage (most datagrams lost, little delivered, no queue): nothing about the path's
+        // rate, and no reason to slow down; deliveries resume at the remembered rate.
+        if loss > 0.5 && bw.is_some_and(|b| delivered < b / 4.0) {
+            return None;
+        }
+        // A round in which the sender had little to send (or the path was out) does not age
+        // the maximum.
+        let sending = delivered >= rate / 2.0;
+        if now >= self.round_start + round_len && sending {
+            self.round += 1;
+            self.round_start = now;
+        }
+        if sample.is_finite()
+            && sample > 0.0
+            && fb.datagrams >= MIN_SAMPLE_DATAGRAMS
+            && !catching_up
+        {
+            match self.bw_rounds.back_mut() {
+                Some(last) if last.0 == self.round => last.1 = last.1.max(sample),
+                _ => self.bw_rounds.push_back((self.round, sample)),
+            }
+            while self
+                .bw_rounds
+                .front()
+                .is_some_and(|r| r.0 + BW_WINDOW_ROUNDS <= self.round)
+            {
+                self.bw_rounds.pop_front();
+            }
+            self.recent.push_back(sample);
+            if self.recent.len() > 2 {
+                self.recent.pop_front();
+            }
+        }
+        let bw = self.bottleneck_bps()?;
+
+        let target = queue_target(self.rtt) + sig.noise;
+        let queue = fb.queue_delay > target && !catching_up;
+        // Startup sees a queue as soon as the delay rises clearly above what jitter gave it.
+        let delay_floor = self
+            .startup_delay_floor
+            .map_or(fb.queue_delay, |d| d.min(fb.queue_delay));
+        if self.phase == Phase::Startup {
+            self.startup_delay_floor = Some(delay_floor);
+        }
+        let startup_queue =
+            fb.queue_delay > delay_floor + Duration::from_millis(5).max(self.rtt / 20) + sig.noise;
+        let behind =
+            (fb.socket_drops > 0 || fb.queue_fill > super::QUEUE_FILL_LIMIT) && !catching_up;
+        // A queue counts once it has lasted a round (a receiver that stalled for a moment shows
+        // a burst of delay and then delivers its backlog above the path's rate); a receiver
+        // falling behind once it has in two reports over half a round (one report's drops are
+        // a hiccup).
+        self.queue_since = queue.then(|| self.queue_since.unwrap_or(now));
+        self.behind_since = behind.then(|| match self.behind_since {
+            Some((since, n)) => (since, n + 1),
+            None => (now, 1),
+        });
+        let queue_lasts = self
+            .queue_since
+            .is_some_and(|since| now >= since + self.rtt.max(fb.interval));
+        let behind_lasts = self
+            .behind_since
+            .is_some_and(|(since, n)| n >= 2 && now >= since + (self.rtt / 2).min(fb.interval));
+        let behind_reason = if fb.socket_drops > 0 {
+            Reason::SocketDrops
+        } else {
+            Reason::Backlog
+        };
+
+        let judged = now >= self.judge_after;
+        // Data sent from now on is reported about a round trip and an interval later.
+        let settle = self.rtt + fb.interval;
+        match self.phase {
+            Phase::Startup => {
+                if self.round > self.full_round {
+                    self.full_round = self.round;
+                    if bw >= self.full_bw * FULL_GROWTH {
+                        self.full_bw = bw;
+                        self.full_rounds = 0;
+                    } else {
+                        self.full_rounds += 1;
+                    }
+                }
+                let why = if behind {
+                    Some(behind_reason)
+                } else if queue || startup_queue {
+                    Some(Reason::Delay)
+                } else if loss_congestion {
+                    Some(Reason::Loss)
+                } else if self.full_rounds >= FULL_ROUNDS {
+                    Some(Reason::Drain)
+                } else {
+                    None
+                };
+                match why {
+                    Some(why) => {
+                        // Startup's maximum is what the path took; on congestion, what it
+                        // takes now is the last round's.
+                        if why != Reason::Drain {
+                            self.correct_to_recent();
+                        }
+                        // A path queue built by startup's surplus needs a deep drain; a
+                        // receiver's socket buffer holds only milliseconds.
+                        self.drain_gain = if behind {
+                            DRAIN_GAIN
+                        } else {
+                            STARTUP_DRAIN_GAIN
+                        };
+                        self.enter(Phase::Drain, now);
+                        self.judge_after = now + settle;
+                        let bw = self.bottleneck_bps().unwrap_or(bw);
+                        Some((bw * self.drain_gain, why))
+                    }
+                    None => {
+                        let grown = startup_gain(self.rtt, fb.interval) * bw;
+                        (grown > rate).then_some((grown, Reason::Startup))
+                    }
+                }
+            }
+            _ => {
+                let congestion = if !judged {
+                    None
+                } else if behind_lasts {
+                    Some(behind_reason)
+                } else if queue_lasts && self.phase != Phase::Drain {
+                    // (A queue while draining is what the drain is for.)
+                    Some(Reason::Delay)
+                } else if loss_congestion {
+                    Some(Reason::Loss)
+                } else {
+                    None
+                };
+                if let Some(why) = congestion {
+                    self.correct_to_recent();
+                    self.queue_since = None;
+                    self.behind_since = None;
+                    self.probe_doublings = 0;
+                    self.drain_gain = DRAIN_GAIN;
+                    self.enter(Phase::Drain, now);
+                    self.judge_after = now + settle;
+                    let bw = self.bottleneck_bps().unwrap_or(bw);
+                    return Some((bw * DRAIN_GAIN, why));
+                }
+                match self.phase {
+                    Phase::Drain => {
+                        let drained = judged && fb.queue_delay <= target / 2 && !behind;
+                        if drained || self.rounds_in_phase() >= u64::from(MAX_DRAIN_ROUNDS) {
+                            self.enter(Phase::Cruise, now);
+                            Some((bw, Reason::Cruise))
+                        } else {
+                            Some((bw * self.drain_gain, Reason::Drain))
+                        }
+                    }
+                    Phase::Cruise if judged && self.rounds_in_phase() >= CRUISE_ROUNDS => {
+                        self.probe_base = bw;
+                        self.probe_start = now;
+                        self.enter(Phase::ProbeUp, now);
+                        Some((bw * self.probe_gain(), Reason::Probe))
+                    }
+                    Phase::ProbeUp if now >= self.phase_start + fb.interval => {
+                        self.enter(Phase::ProbeDown, now);
+                        Some((bw * DRAIN_GAIN, Reason::Drain))
+                    }
+                    Phase::ProbeDown if now >= self.phase_start + fb.interval => {
+                        self.enter(Phase::ProbeWait, now);
+                        Some((bw, Reason::Cruise))
+                    }
+                    Phase::ProbeWait if now >= self.probe_start + settle + fb.interval => {
+                        let took = bw >= self.probe_base * (1.0 + (self.probe_gain() - 1.0) / 2.0);
+                        if took && !queue && !behind {
+                            self.probe_doublings =
+                                (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS);
+                            self.probe_base = bw;
+                            self.probe_start = now;
+                            self.enter(Phase::ProbeUp, now);
+                            Some((bw * self.probe_gain(), Reason::Probe))
+                        } else {
+                            self.probe_doublings = 0;
+                            self.enter(Phase::Cruise, now);
+                            Some((bw, Reason::Cruise))
+                        }
+                    }
+                    Phase::ProbeUp => Some((self.probe_base * self.probe_gain(), Reason::Probe)),
+                    Phase::ProbeDown => Some((self.probe_base * DRAIN_GAIN, Reason::Drain)),
+                    // Pacing at the bottleneck exactly leaves any overestimate standing in the
+                    // queue: a queue of a third of the target is let drain, gently, without
+                    // changing the model.
+                    _ if fb.queue_delay > target / 3 => {
+                        Some((bw * CRUISE_DRAIN_GAIN, Reason::Cruise))
+                    }
+                    _ => Some((bw, Reason::Cruise)),
+                }
+            }
+        }
+    }
+}
