@@ -205,6 +205,14 @@ pub struct RateSummary {
     pub reasons: std::collections::BTreeMap<&'static str, u64>,
     /// The changes, `(milliseconds since start, bits per second, reason)`, thinned to a few hundred.
     pub timeline: Vec<(u64, u64, &'static str)>,
+    /// The receiver's reports, `(milliseconds since start, delivered bits per second, queueing
+    /// delay in microseconds, datagrams lost, datagrams counted, rate after it)`, thinned to a
+    /// few hundred (`bench/timeline.py` draws them).
+    pub reports: Vec<(u64, u64, u64, u64, u64, u64)>,
+    /// `auto`'s model of the path at the end: its bottleneck rate, bits per second.
+    pub path_bps: Option<u64>,
+    /// The share of datagrams random loss took, as the controller estimated it at the end.
+    pub random_loss: Option<f64>,
 }
 
 impl RateSummary {
@@ -238,6 +246,25 @@ impl RateSummary {
                     )
                 })
                 .collect(),
+            reports: ctl
+                .reports()
+                .iter()
+                .map(|r| {
+                    (
+                        r.at.saturating_duration_since(start).as_millis() as u64,
+                        r.delivered_bps,
+                        r.queue_delay.as_micros() as u64,
+                        r.lost,
+                        r.seen,
+                        r.rate_bps,
+                    )
+                })
+                .collect(),
+            path_bps: ctl
+                .model()
+                .and_then(|m| m.bottleneck_bps())
+                .map(|b| b as u64),
+            random_loss: ctl.random_loss(),
         }
     }
 }
@@ -1024,7 +1051,7 @@ fn session_loop(
                         rejected = r;
                         drops = socket_drops;
                         let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
-                        let change = controller.on_feedback(Instant::now(), &fb);
+                        let change = controller.on_report(Instant::now(), &fb);
                         let why = change.as_ref().map(|c| c.reason.as_str());
                         rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
                         if change.is_some() {

@@ -231,6 +231,23 @@ pub struct RateChange {
     pub reason: Reason,
 }
 
+/// One report as the controller took it, for a picture of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportPoint {
+    /// When it arrived.
+    pub at: Instant,
+    /// What the receiver got over its interval, bits per second.
+    pub delivered_bps: u64,
+    /// Its queueing delay.
+    pub queue_delay: Duration,
+    /// Datagrams missing by packet number, and all it counted (received plus missing).
+    pub lost: u64,
+    /// Datagrams received plus missing.
+    pub seen: u64,
+    /// The pacing rate after it, bits per second.
+    pub rate_bps: u64,
+}
+
 /// Receiver socket buffer fill above which the receiver counts as falling behind: past it a
 /// stall of the reader, or a little more surplus, and the kernel drops.
 pub const QUEUE_FILL_LIMIT: f64 = 0.5;
@@ -295,6 +312,7 @@ pub struct RateController {
     /// `auto`'s model of the path; `None` in the other modes.
     model: Option<Model>,
     timeline: Vec<RateChange>,
+    reports: Vec<ReportPoint>,
     changes: u64,
 }
 
@@ -315,6 +333,18 @@ pub fn loss_beyond(floor: Option<f64>, lost: u64, seen: u64) -> bool {
 
 /// Most timeline entries kept (older ones are thinned out).
 const TIMELINE_CAP: usize = 256;
+
+/// Before a push onto a full timeline: keeps the first entry and every other later one, a
+/// coarser but complete picture.
+fn thin<T>(v: &mut Vec<T>) {
+    if v.len() >= TIMELINE_CAP {
+        let mut i = 0;
+        v.retain(|_| {
+            i += 1;
+            i == 1 || i % 2 == 0
+        });
+    }
+}
 
 impl RateController {
     /// A controller starting at `now`.
@@ -339,6 +369,7 @@ impl RateController {
             waited: false,
             prev_delay: Duration::ZERO,
             timeline: Vec::new(),
+            reports: Vec::new(),
             changes: 0,
         };
         c.record(now, Reason::Start);
@@ -378,16 +409,40 @@ impl RateController {
         self.changes
     }
 
+    /// The reports taken so far (thinned to at most a few hundred entries).
+    pub fn reports(&self) -> &[ReportPoint] {
+        &self.reports
+    }
+
+    /// The loss rate random loss explains, from recent reports (`None` before any).
+    pub fn random_loss(&self) -> Option<f64> {
+        self.loss_floor()
+    }
+
+    /// Takes one report (see [`RateController::on_feedback`]) and keeps it for
+    /// [`RateController::reports`].
+    pub fn on_report(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
+        let change = self.on_feedback(now, fb);
+        let secs = fb.interval.as_secs_f64();
+        thin(&mut self.reports);
+        self.reports.push(ReportPoint {
+            at: now,
+            delivered_bps: if secs > 0.0 {
+                (fb.bytes as f64 * 8.0 / secs).min(u64::MAX as f64 / 2.0) as u64
+            } else {
+                0
+            },
+            queue_delay: fb.queue_delay,
+            lost: fb.lost,
+            seen: fb.datagrams.saturating_add(fb.lost),
+            rate_bps: self.rate_bps(),
+        });
+        change
+    }
+
     fn record(&mut self, now: Instant, reason: Reason) {
         self.changes += 1;
-        if self.timeline.len() >= TIMELINE_CAP {
-            // Keep the first entry and every other later one: a coarser but complete picture.
-            let mut i = 0;
-            self.timeline.retain(|_| {
-                i += 1;
-                i == 1 || i % 2 == 0
-            });
-        }
+        thin(&mut self.timeline);
         self.timeline.push(RateChange {
             at: now,
             rate_bps: self.rate as u64,

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Rate over time: one run's pacing rate, delivered rate, queueing delay and loss, as a PNG.
+
+    hurtle send big.iso --to host:7400 --json > run.json
+    python3 bench/timeline.py run.json                # writes run.png beside it
+    python3 bench/timeline.py run.json --out x.png --title "intercontinental, auto"
+
+It reads the `rate` object of hurtle's `--json` summary (the sender's): `timeline` (each rate
+change with its reason) and `reports` (each receiver report: delivered bits per second,
+queueing delay, datagrams lost and counted, the rate after it), both thinned to a few hundred
+entries on long runs. The top panel shows the pacing rate as steps, the delivered rate as
+points, and the model's bottleneck estimate at the end (`path_bps`) as a line; the middle one
+the queueing delay; the bottom one the share of datagrams lost per report beside the random
+loss the controller estimated (`random_loss`). A controller change shows here as a different
+picture on the same path.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def load(path: Path) -> dict:
+    """The last JSON object in the file (hurtle prints one summary line; a harness log may
+    have other lines before it)."""
+    text = path.read_text()
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return json.loads(text)
+
+
+def draw(summary: dict, out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rate = summary.get("rate") or {}
+    timeline = rate.get("timeline") or []
+    reports = rate.get("reports") or []
+    if not timeline:
+        sys.exit("no rate timeline in this summary (a --json summary of `hurtle send`?)")
+    fig, (ax_rate, ax_delay, ax_loss) = plt.subplots(
+        3, 1, figsize=(10, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3, 1.3]})
+
+    t = [p[0] / 1000 for p in timeline]
+    r = [p[1] / 1e6 for p in timeline]
+    end = max(t[-1], reports[-1][0] / 1000 if reports else 0, summary.get("seconds", 0))
+    ax_rate.step(t + [end], r + [r[-1]], where="post", color="tab:blue", label="pacing rate")
+    if reports:
+        rt = [p[0] / 1000 for p in reports]
+        ax_rate.plot(rt, [p[1] / 1e6 for p in reports], ".", ms=3, color="tab:orange",
+                     label="delivered (per report)")
+        ax_delay.plot(rt, [p[2] / 1000 for p in reports], "-", lw=1, color="tab:purple")
+        ax_loss.plot(rt, [100 * p[3] / p[4] if p[4] else 0 for p in reports], "-", lw=1,
+                     color="tab:red", label="lost per report")
+    if rate.get("path_bps"):
+        ax_rate.axhline(rate["path_bps"] / 1e6, ls="--", lw=1, color="gray",
+                        label=f"model's bottleneck at the end ({rate['path_bps'] / 1e6:.0f} Mbit/s)")
+    if rate.get("random_loss") is not None:
+        ax_loss.axhline(100 * rate["random_loss"], ls="--", lw=1, color="gray",
+                        label=f"random loss estimate ({100 * rate['random_loss']:.2f}%)")
+    # Mark the corrections (congestion reasons) on the rate panel.
+    for p in timeline:
+        if p[2] in ("loss", "delay", "socket-drops", "backlog"):
+            ax_rate.axvline(p[0] / 1000, color="tab:red", alpha=0.25, lw=0.8)
+    ax_rate.set_ylabel("Mbit/s")
+    ax_rate.legend(loc="lower right", fontsize=8)
+    ax_delay.set_ylabel("queueing\ndelay, ms")
+    ax_loss.set_ylabel("lost, %")
+    ax_loss.set_xlabel("seconds since the sender started")
+    ax_loss.legend(loc="upper right", fontsize=8)
+    gp = summary.get("goodput_bps")
+    sub = (f"{summary.get('bytes', 0) / 2**20:.0f} MiB in {summary.get('seconds', 0):.2f} s"
+           + (f", {gp / 1e6:.0f} Mbit/s" if gp else "")
+           + f", resent {100 * summary.get('resent_share', 0):.2f}%, mode {rate.get('mode', '?')}"
+           + "; red lines: corrections")
+    fig.suptitle(f"{title}\n{sub}" if title else sub, fontsize=10)
+    for ax in (ax_rate, ax_delay, ax_loss):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", type=Path, help="hurtle send --json output")
+    ap.add_argument("--out", type=Path, help="PNG to write (default: beside the JSON)")
+    ap.add_argument("--title", default="", help="a first title line")
+    a = ap.parse_args()
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        # Debian's python3-matplotlib belongs to /usr/bin/python3, which may not be the
+        # python3 first on PATH (e.g. under pyenv).
+        syspy = "/usr/bin/python3"
+        if os.path.exists(syspy) and os.path.realpath(sys.executable) != os.path.realpath(syspy):
+            os.execv(syspy, [syspy, __file__] + sys.argv[1:])
+        sys.exit("matplotlib missing: apt-get install python3-matplotlib (or pip install matplotlib)")
+    draw(load(a.json), a.out or a.json.with_suffix(".png"), a.title)
+
+
+if __name__ == "__main__":
+    main()
