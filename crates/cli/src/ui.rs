@@ -164,6 +164,9 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
         rate(s.rate.final_bps as f64), s.rate.mode
     ));
+    if let Some(b) = &s.bottleneck {
+        say(out, &format!("limited by {}", b.detail));
+    }
     if out.verbose {
         say(
             out,

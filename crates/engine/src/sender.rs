@@ -19,6 +19,7 @@ use crate::udp::{ChannelOptions, UdpChannel, UdpError};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
+use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
     rate, BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,
@@ -172,6 +173,9 @@ pub struct SendSummary {
     pub payload: u16,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,
+    /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
+    /// kernel's congestion control paces).
+    pub bottleneck: Option<BottleneckSummary>,
     /// Datagrams the receiver rejected (foreign, malformed, out of bounds).
     pub receiver_rejected: u64,
     /// Kernel socket drops reported by the receiver.
@@ -180,6 +184,52 @@ pub struct SendSummary {
     pub warnings: Vec<String>,
     /// Per-file results.
     pub file_hashes: Vec<FileReport>,
+}
+
+/// What limited a send (see [`hurtle_proto::rate::bottleneck`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct BottleneckSummary {
+    /// `path`, `receiver`, `receiver-ceiling`, `rate-cap`, `sender` or `fixed-rate`.
+    pub kind: &'static str,
+    /// One line for people, with the figures behind it.
+    pub detail: String,
+}
+
+impl BottleneckSummary {
+    /// Names what limited a send paced by `ctl` from `start` until now, in which the channels
+    /// sent `datagrams` of `payload` bytes; `cap_bps` is the user's `--rate` (0: none).
+    fn new(
+        ctl: &RateController,
+        datagrams: u64,
+        payload: u16,
+        cap_bps: u64,
+        receiver_ceiling_bps: u64,
+    ) -> BottleneckSummary {
+        let tl = ctl.timeline();
+        let first = tl.first().map_or_else(Instant::now, |c| c.at);
+        let paced_for = first.elapsed();
+        let bits = datagrams as f64 * (HEADER_LEN + usize::from(payload)) as f64 * 8.0;
+        let b = Bottleneck::classify(&Evidence {
+            mode: ctl.config().mode,
+            changes: tl
+                .iter()
+                .map(|c| (c.at.saturating_duration_since(first), c.rate_bps, c.reason))
+                .collect(),
+            paced_for,
+            cap_bps,
+            receiver_ceiling_bps,
+            sent_bps: bits / paced_for.as_secs_f64().max(1e-9),
+            path_bps: ctl
+                .model()
+                .and_then(|m| m.bottleneck_bps())
+                .map(|b| b as u64),
+            random_loss: ctl.random_loss(),
+        });
+        BottleneckSummary {
+            kind: b.name(),
+            detail: b.to_string(),
+        }
+    }
 }
 
 /// The rate timeline of a send, for `--json` and the summary line.
@@ -831,6 +881,15 @@ fn send_once(
         transport: transport.as_str(),
         payload,
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
+        bottleneck: (transport != Transport::Tcp).then(|| {
+            // The default --rate is no ceiling at all.
+            let cap = if opts.rate_bps >= SendOptions::default().rate_bps {
+                0
+            } else {
+                opts.rate_bps
+            };
+            BottleneckSummary::new(&controller, sent, payload, cap, receiver_ceiling)
+        }),
         receiver_rejected: rejected,
         receiver_socket_drops: drops,
         warnings,

@@ -926,3 +926,61 @@ mod wan {
         assert!(steady > 0.9 * c, "steady goodput {}", mbit(steady));
     }
 }
+
+/// The bottleneck named at the end of a transfer, from what the sender saw.
+mod bottleneck_named {
+    use super::*;
+    use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence};
+
+    fn named(out: &Outcome, payload: u16) -> Bottleneck {
+        let bits = out.datagrams_sent as f64
+            * (payload as usize + hurtle_proto::wire::HEADER_LEN) as f64
+            * 8.0;
+        Bottleneck::classify(&Evidence {
+            mode: RateMode::Auto,
+            changes: out
+                .rate_timeline
+                .iter()
+                .map(|p| (p.at, p.rate_bps, p.reason))
+                .collect(),
+            paced_for: out.duration,
+            cap_bps: 0,
+            receiver_ceiling_bps: 0,
+            sent_bps: bits / out.duration.as_secs_f64(),
+            path_bps: None,
+            random_loss: None,
+        })
+    }
+
+    #[test]
+    fn a_path_limited_transfer_names_the_path_and_a_slow_receiver_the_receiver() {
+        let sc = scenario(
+            RateMode::Auto,
+            LinkConfig::default()
+                .with_rate(BOTTLENECK, 256 << 10)
+                .with_loss(0.005),
+            64,
+        );
+        let payload = sc.payload;
+        let out = run("300 Mbit/s path, 0.5% loss", sc);
+        let b = named(&out, payload);
+        eprintln!("  named: {b}");
+        assert_eq!(b.name(), "path", "{b:?}");
+
+        let out = run(
+            "300 Mbit/s path, receiver takes 75 Mbit/s",
+            Scenario {
+                receiver_rate_bps: Some(BOTTLENECK / 4),
+                receiver_queue_bytes: 256 << 10,
+                ..scenario(
+                    RateMode::Auto,
+                    LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                    32,
+                )
+            },
+        );
+        let b = named(&out, payload);
+        eprintln!("  named: {b}");
+        assert_eq!(b.name(), "receiver", "{b:?}");
+    }
+}

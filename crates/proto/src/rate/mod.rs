@@ -18,9 +18,12 @@
 //! path's, not congestion: it costs only the lost bytes, which is the point against TCP. Loss
 //! clearly beyond it is congestion.
 //!
+//! At the end, [`bottleneck`] names what limited the transfer from the controller's view.
+//!
 //! Every change is recorded with its reason ([`RateChange`]) for the progress line, the JSON
 //! summary and the channel logs. The controller is pure: time comes in as arguments.
 
+pub mod bottleneck;
 pub mod model;
 
 use crate::wire::Control;

@@ -1,0 +1,335 @@
+//! What limited a transfer, named from the sender's view: the rate controller's timeline and
+//! model, and what the channels managed to send.
+//!
+//! | name | when |
+//! |---|---|
+//! | `fixed-rate` | `--rate-fixed`: the rate was set, not found |
+//! | `sender` | the channels sent less than three quarters of the rate they were paced at (over at least a second of pacing): the sender's CPU, or the disk it reads from |
+//! | `rate-cap` | the user's `--rate` held the rate for half the transfer or more |
+//! | `receiver-ceiling` | the ceiling the receiver offered (how fast it hashes, times its cores) held it for half the transfer or more |
+//! | `receiver` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU, or the disk it writes to |
+//! | `path` | otherwise: the path, with the rate `auto`'s model has for it and the random loss on it |
+//!
+//! The sender cannot yet tell a receiver's CPU from its disk, nor whether the receiver's socket
+//! buffers were capped by `net.core.rmem_max` (the receiver warns about that itself).
+
+use super::{RateMode, Reason};
+use std::fmt;
+use std::time::Duration;
+
+/// What limited a transfer. See the module docs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bottleneck {
+    /// `--rate-fixed`: the rate was set, not found.
+    FixedRate {
+        /// The rate, bits per second.
+        bps: u64,
+    },
+    /// The sender could not send as fast as it paced: its CPU, or the disk it reads from.
+    Sender {
+        /// What the channels sent, bits per second.
+        sent_bps: u64,
+        /// The mean pacing rate, bits per second.
+        paced_bps: u64,
+    },
+    /// The user's `--rate` ceiling.
+    RateCap {
+        /// The ceiling, bits per second.
+        bps: u64,
+    },
+    /// The ceiling the receiver offered: how fast it hashes, times its cores.
+    ReceiverCeiling {
+        /// The ceiling, bits per second.
+        bps: u64,
+    },
+    /// The receiver fell behind: its CPU, or the disk it writes to.
+    Receiver {
+        /// Rate corrections for a receiver falling behind.
+        corrections: u64,
+    },
+    /// The path.
+    Path {
+        /// The path's rate as `auto`'s model has it, bits per second.
+        bps: Option<u64>,
+        /// The share of datagrams random loss took.
+        random_loss: Option<f64>,
+    },
+}
+
+/// What the sender knows at the end of a transfer.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    /// The rate mode.
+    pub mode: RateMode,
+    /// The rate changes: (time since the first, bits per second, why), the first being the
+    /// start.
+    pub changes: Vec<(Duration, u64, Reason)>,
+    /// How long the rate was in force, from the first change to the end.
+    pub paced_for: Duration,
+    /// The user's `--rate`, bits per second (0: none).
+    pub cap_bps: u64,
+    /// The receiver's offered ceiling, bits per second (0: none).
+    pub receiver_ceiling_bps: u64,
+    /// Datagram bits the channels sent per second while paced.
+    pub sent_bps: f64,
+    /// `auto`'s model of the path's rate, bits per second.
+    pub path_bps: Option<u64>,
+    /// The random loss the controller estimated.
+    pub random_loss: Option<f64>,
+}
+
+/// Share of its time a rate must spend at a ceiling for the ceiling to be the bottleneck.
+const AT_CEILING: f64 = 0.5;
+/// Below this share of its pacing rate the sender itself is the bottleneck.
+const SENDER_KEPT: f64 = 0.75;
+/// The sender is judged only after this much pacing (short transfers are mostly setup and
+/// tail, when channels wait with nothing to send).
+const SENDER_JUDGED_AFTER: Duration = Duration::from_secs(1);
+
+impl Evidence {
+    /// The time-weighted mean pacing rate.
+    fn mean_rate(&self) -> f64 {
+        self.weighted(|_| 1.0) / self.paced_for.as_secs_f64().max(1e-9)
+    }
+
+    /// Share of the time the rate was at `level` or within 2% under it.
+    fn share_at(&self, level: u64) -> f64 {
+        let level = level as f64 * 0.98;
+        let at = self.weighted(|r| if r >= level { 1.0 / r } else { 0.0 });
+        at / self.paced_for.as_secs_f64().max(1e-9)
+    }
+
+    /// The sum over the intervals between changes of `rate x weight(rate) x seconds`.
+    fn weighted(&self, weight: impl Fn(f64) -> f64) -> f64 {
+        let mut sum = 0.0;
+        for (i, &(at, bps, _)) in self.changes.iter().enumerate() {
+            let until = self
+                .changes
+                .get(i + 1)
+                .map_or(self.paced_for, |n| n.0)
+                .min(self.paced_for);
+            let secs = until.saturating_sub(at).as_secs_f64();
+            let r = bps as f64;
+            sum += r * weight(r) * secs;
+        }
+        sum
+    }
+
+    fn count(&self, reasons: &[Reason]) -> u64 {
+        self.changes
+            .iter()
+            .filter(|c| reasons.contains(&c.2))
+            .count() as u64
+    }
+}
+
+impl Bottleneck {
+    /// Names what limited a transfer (see the module docs).
+    pub fn classify(e: &Evidence) -> Bottleneck {
+        if e.mode == RateMode::Fixed {
+            return Bottleneck::FixedRate {
+                bps: e.changes.first().map_or(0, |c| c.1),
+            };
+        }
+        let paced = e.mean_rate();
+        if e.paced_for >= SENDER_JUDGED_AFTER && e.sent_bps < paced * SENDER_KEPT {
+            return Bottleneck::Sender {
+                sent_bps: e.sent_bps as u64,
+                paced_bps: paced as u64,
+            };
+        }
+        if e.cap_bps > 0 && e.share_at(e.cap_bps) >= AT_CEILING {
+            return Bottleneck::RateCap { bps: e.cap_bps };
+        }
+        if e.receiver_ceiling_bps > 0 && e.share_at(e.receiver_ceiling_bps) >= AT_CEILING {
+            return Bottleneck::ReceiverCeiling {
+                bps: e.receiver_ceiling_bps,
+            };
+        }
+        let receiver = e.count(&[Reason::Backlog, Reason::SocketDrops]);
+        let path = e.count(&[Reason::Loss, Reason::Delay]);
+        if receiver > 0 && receiver >= path {
+            return Bottleneck::Receiver {
+                corrections: receiver,
+            };
+        }
+        Bottleneck::Path {
+            bps: e.path_bps,
+            random_loss: e.random_loss,
+        }
+    }
+
+    /// Short lowercase name, for JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Bottleneck::FixedRate { .. } => "fixed-rate",
+            Bottleneck::Sender { .. } => "sender",
+            Bottleneck::RateCap { .. } => "rate-cap",
+            Bottleneck::ReceiverCeiling { .. } => "receiver-ceiling",
+            Bottleneck::Receiver { .. } => "receiver",
+            Bottleneck::Path { .. } => "path",
+        }
+    }
+}
+
+fn mbit(bps: u64) -> String {
+    format!("{:.0} Mbit/s", bps as f64 / 1e6)
+}
+
+impl fmt::Display for Bottleneck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bottleneck::FixedRate { bps } => write!(f, "the fixed rate ({})", mbit(*bps)),
+            Bottleneck::Sender {
+                sent_bps,
+                paced_bps,
+            } => write!(
+                f,
+                "the sender: its CPU or the disk it reads from (sent {} of the {} it paced at)",
+                mbit(*sent_bps),
+                mbit(*paced_bps)
+            ),
+            Bottleneck::RateCap { bps } => write!(f, "the --rate ceiling ({})", mbit(*bps)),
+            Bottleneck::ReceiverCeiling { bps } => write!(
+                f,
+                "the receiver's CPU: the ceiling it offered, {}, how fast it hashes",
+                mbit(*bps)
+            ),
+            Bottleneck::Receiver { corrections } => write!(
+                f,
+                "the receiver: its CPU or the disk it writes to ({corrections} times its socket \
+                 buffers filled or dropped)"
+            ),
+            Bottleneck::Path { bps, random_loss } => {
+                write!(f, "the path")?;
+                match (bps, random_loss) {
+                    (Some(b), Some(l)) => {
+                        write!(f, " (about {}, {:.2}% random loss)", mbit(*b), l * 100.0)
+                    }
+                    (Some(b), None) => write!(f, " (about {})", mbit(*b)),
+                    (None, Some(l)) => write!(f, " ({:.2}% random loss)", l * 100.0),
+                    (None, None) => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(changes: &[(u64, u64, Reason)], secs: u64) -> Evidence {
+        Evidence {
+            mode: RateMode::Auto,
+            changes: changes
+                .iter()
+                .map(|&(ms, bps, r)| (Duration::from_millis(ms), bps, r))
+                .collect(),
+            paced_for: Duration::from_secs(secs),
+            cap_bps: 0,
+            receiver_ceiling_bps: 0,
+            sent_bps: 400e6,
+            path_bps: Some(450_000_000),
+            random_loss: Some(0.01),
+        }
+    }
+
+    const M: u64 = 1_000_000;
+
+    #[test]
+    fn a_path_that_showed_loss_and_queues_is_the_path() {
+        let e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (500, 500 * M, Reason::Startup),
+                (900, 400 * M, Reason::Delay),
+                (3000, 420 * M, Reason::Cruise),
+                (6000, 400 * M, Reason::Loss),
+            ],
+            10,
+        );
+        let b = Bottleneck::classify(&e);
+        assert_eq!(b.name(), "path");
+        assert_eq!(
+            b.to_string(),
+            "the path (about 450 Mbit/s, 1.00% random loss)"
+        );
+    }
+
+    #[test]
+    fn a_receiver_that_fell_behind_more_often_than_the_path_showed_congestion_is_the_receiver() {
+        let e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (500, 500 * M, Reason::Backlog),
+                (900, 400 * M, Reason::SocketDrops),
+                (3000, 420 * M, Reason::Delay),
+            ],
+            10,
+        );
+        assert_eq!(
+            Bottleneck::classify(&e),
+            Bottleneck::Receiver { corrections: 2 }
+        );
+    }
+
+    #[test]
+    fn ceilings_name_themselves_when_they_held_the_rate_half_the_time() {
+        let mut e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (1000, 300 * M, Reason::Startup),
+            ],
+            10,
+        );
+        e.sent_bps = 280e6;
+        e.cap_bps = 300 * M;
+        assert_eq!(
+            Bottleneck::classify(&e),
+            Bottleneck::RateCap { bps: 300 * M }
+        );
+        e.cap_bps = 0;
+        e.receiver_ceiling_bps = 300 * M;
+        assert_eq!(
+            Bottleneck::classify(&e).name(),
+            "receiver-ceiling",
+            "{:?}",
+            Bottleneck::classify(&e)
+        );
+        // At the ceiling only briefly: not the ceiling.
+        let mut brief = evidence(
+            &[(0, 300 * M, Reason::Start), (1000, 200 * M, Reason::Delay)],
+            10,
+        );
+        brief.sent_bps = 200e6;
+        brief.cap_bps = 300 * M;
+        assert_eq!(Bottleneck::classify(&brief).name(), "path");
+    }
+
+    #[test]
+    fn a_sender_that_sent_far_less_than_it_paced_is_the_sender_but_not_in_a_short_transfer() {
+        let mut e = evidence(&[(0, 400 * M, Reason::Start)], 10);
+        e.sent_bps = 200e6;
+        assert_eq!(
+            Bottleneck::classify(&e),
+            Bottleneck::Sender {
+                sent_bps: 200 * M,
+                paced_bps: 400 * M
+            }
+        );
+        e.paced_for = Duration::from_millis(500);
+        assert_eq!(Bottleneck::classify(&e).name(), "path");
+    }
+
+    #[test]
+    fn a_fixed_rate_is_named_as_such() {
+        let mut e = evidence(&[(0, 900 * M, Reason::Start)], 10);
+        e.mode = RateMode::Fixed;
+        assert_eq!(e.mean_rate() as u64, 900 * M);
+        assert_eq!(
+            Bottleneck::classify(&e).to_string(),
+            "the fixed rate (900 Mbit/s)"
+        );
+    }
+}
