@@ -131,6 +131,12 @@ fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
         "{v}"
     );
     assert!(!v["rate"]["reports"].as_array().unwrap().is_empty(), "{v}");
+    // When the first data left: after the start, before the end.
+    let first = v["first_data_ms"].as_f64().unwrap();
+    assert!(
+        first > 0.0 && first < v["seconds"].as_f64().unwrap() * 1e3,
+        "{v}"
+    );
 }
 
 #[test]

@@ -171,6 +171,9 @@ pub struct SendSummary {
     pub transport: &'static str,
     /// Payload bytes per datagram after probing.
     pub payload: u16,
+    /// Milliseconds from the sender's start to its first data datagram: what setting up the
+    /// session cost (`None` if no data was sent).
+    pub first_data_ms: Option<f64>,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,
     /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
@@ -354,6 +357,8 @@ struct Shared {
     /// Current pacing rate for all channels together, bits per second.
     rate_bps: AtomicU64,
     channels: u16,
+    /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
+    first_data_us: AtomicU64,
 }
 
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
@@ -748,6 +753,7 @@ fn send_once(
         progress: progress.clone(),
         rate_bps: AtomicU64::new(controller.rate_bps()),
         channels,
+        first_data_us: AtomicU64::new(u64::MAX),
     });
     progress
         .rate_bps
@@ -880,6 +886,10 @@ fn send_once(
         channels,
         transport: transport.as_str(),
         payload,
+        first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            us => Some(us as f64 / 1e3),
+        },
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
         bottleneck: (transport != Transport::Tcp).then(|| {
             // The default --rate is no ceiling at all.
@@ -1467,6 +1477,11 @@ impl ChannelWorker {
             }
             self.link
                 .send_framed(&headers[..n as usize * HEADER_LEN], data, payload)?;
+            if self.sent == 0 {
+                shared
+                    .first_data_us
+                    .fetch_min(shared.start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
             self.sent += n;
             if run.kind == RunKind::Repair {
                 self.resent += n;
