@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import re
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hbench.sysutil import matplotlib_or_reexec  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SWEEP_KEYS = ("channels=", "payload=", "transport=tcp,channels=", "p=")
@@ -212,15 +214,8 @@ def main():
     if not a.csv.exists():
         sys.exit(f"no {a.csv}; run bench/run.py first")
     rows = load(a.csv)
-    try:
-        import matplotlib
-    except ImportError:
-        # Debian's python3-matplotlib belongs to /usr/bin/python3, which may
-        # not be the python3 first on PATH (e.g. under pyenv).
-        syspy = "/usr/bin/python3"
-        if os.path.exists(syspy) and os.path.realpath(sys.executable) != os.path.realpath(syspy):
-            os.execv(syspy, [syspy, __file__] + sys.argv[1:])
-        sys.exit("matplotlib missing: apt-get install python3-matplotlib (or pip install matplotlib)")
+    matplotlib_or_reexec(__file__)
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -15,24 +15,19 @@ loss the controller estimated (`random_loss`). A controller change shows here as
 picture on the same path.
 """
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hbench.sysutil import last_json, matplotlib_or_reexec  # noqa: E402
+
 
 def load(path: Path) -> dict:
-    """The last JSON object in the file (hurtle prints one summary line; a harness log may
-    have other lines before it)."""
-    text = path.read_text()
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return json.loads(text)
+    """The summary in the file (the last JSON object in it)."""
+    summary = last_json(path.read_text())
+    if summary is None:
+        sys.exit(f"no JSON summary in {path}")
+    return summary
 
 
 def draw(summary: dict, out: Path, title: str) -> None:
@@ -96,15 +91,7 @@ def main():
     ap.add_argument("--out", type=Path, help="PNG to write (default: beside the JSON)")
     ap.add_argument("--title", default="", help="a first title line")
     a = ap.parse_args()
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        # Debian's python3-matplotlib belongs to /usr/bin/python3, which may not be the
-        # python3 first on PATH (e.g. under pyenv).
-        syspy = "/usr/bin/python3"
-        if os.path.exists(syspy) and os.path.realpath(sys.executable) != os.path.realpath(syspy):
-            os.execv(syspy, [syspy, __file__] + sys.argv[1:])
-        sys.exit("matplotlib missing: apt-get install python3-matplotlib (or pip install matplotlib)")
+    matplotlib_or_reexec(__file__)
     draw(load(a.json), a.out or a.json.with_suffix(".png"), a.title)
 
 

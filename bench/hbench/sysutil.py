@@ -372,3 +372,32 @@ def cargo_build(pkg, timeout=1800) -> str | None:
         lines = [l for l in r.stderr.splitlines() if l.startswith("error")]
         return f"cargo build -p {pkg} failed: " + ("; ".join(lines[:3]) or r.stderr[-300:])
     return None
+
+
+def last_json(text: str):
+    """The last JSON object printed in ``text`` (hurtle's ``--json`` prints one summary line; a
+    log may have other lines before it), or the whole text as JSON; ``None`` if neither parses."""
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def matplotlib_or_reexec(script: str) -> None:
+    """Makes sure matplotlib imports: Debian's python3-matplotlib belongs to /usr/bin/python3,
+    which may not be the python3 first on PATH (e.g. under pyenv), so the script is started
+    again under that one; exits with what to install if neither has it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        syspy = "/usr/bin/python3"
+        if os.path.exists(syspy) and os.path.realpath(sys.executable) != os.path.realpath(syspy):
+            os.execv(syspy, [syspy, script] + sys.argv[1:])
+        sys.exit("matplotlib missing: apt-get install python3-matplotlib (or pip install matplotlib)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .netlab import PathEnds, Profile
-from .sysutil import Proc, descendants, log, sh
+from .sysutil import Proc, descendants, last_json, log, sh
 
 HERE = Path(__file__).resolve().parent
 
@@ -350,17 +350,7 @@ class Hurtle(Tool):
 
     @staticmethod
     def _json(text):
-        for line in reversed(text.strip().splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    continue
-        try:
-            return json.loads(text)
-        except ValueError:
-            return None
+        return last_json(text)
 
     def inspect(self, sender, receiver, src, res):
         # target/release/hurtle is rebuilt by others while benchmarks run:

@@ -261,8 +261,6 @@ const FLOOR_ROUNDS: usize = 16;
 const LOSS_MARGIN: f64 = 0.005;
 /// Outside startup one report cuts the rate to no less than this share of it.
 const MAX_CUT: f64 = 0.5;
-/// Most doublings of the probing step above the last known capacity (8 x the base step).
-const MAX_PROBE_DOUBLINGS: u32 = 3;
 /// Outside startup, a judged round that delivered less than this share of the rate (or less,
 /// after a large increase) means the surplus is queueing somewhere.
 const SATURATED: f64 = 0.97;
@@ -270,8 +268,6 @@ const SATURATED: f64 = 0.97;
 const STARTUP_SATURATED: f64 = 0.75;
 /// Longest report interval, queueing delay or RTT taken at face value.
 const MAX_REPORTED: Duration = Duration::from_secs(3600);
-/// `auto`: probing step above the last known capacity, as a share of the rate.
-const AUTO_STEP: f64 = 0.06;
 /// `fair`: share of the rate given up per report for each delay target's worth of queueing
 /// delay over the target (at most twice that: a cut to half at three times the target).
 const FAIR_CUT: f64 = 0.25;
@@ -287,9 +283,6 @@ const FAIR_PROBE_GAIN: f64 = 0.03;
 const FAIR_PROBE_GAIN_MAX: f64 = 0.12;
 /// `fair`: most doublings of the step over rounds with an empty queue.
 const FAIR_MAX_DOUBLINGS: u32 = 6;
-/// Share of the rate a round must pass (delivered or lost, not queued) to count as the path
-/// keeping up with it.
-const KEPT_UP: f64 = 0.99;
 
 /// The sender's rate controller. See the module docs.
 #[derive(Debug, Clone)]
@@ -302,14 +295,10 @@ pub struct RateController {
     recent_loss: VecDeque<(u64, u64)>,
     /// Delivery rate the last time congestion was seen: where the path's capacity was.
     capacity: Option<f64>,
-    /// `auto`: quiet probing rounds in a row at or above `capacity`; `fair`: rounds in a row
-    /// with an empty queue. Either way, how many times the probing step has doubled.
+    /// Rounds in a row with an empty queue: how many times the probing step has doubled.
     quiet_above: u32,
     /// New rate over old rate of the last change; `None` before the first.
     last_change: Option<f64>,
-    /// A probe above capacity was put off once because the path did not clearly take the last
-    /// increase.
-    waited: bool,
     /// Queueing delay of the previous report.
     prev_delay: Duration,
     /// `auto`'s model of the path; `None` in the other modes.
@@ -369,7 +358,6 @@ impl RateController {
             capacity: None,
             quiet_above: 0,
             last_change: None,
-            waited: false,
             prev_delay: Duration::ZERO,
             timeline: Vec::new(),
             reports: Vec::new(),
@@ -467,40 +455,30 @@ impl RateController {
         (seen > 0.0).then(|| ((lost + 2.0 + 2.0 * (lost + 1.0).sqrt()) / seen).min(1.0))
     }
 
-    /// Takes one report; returns the change made, if any.
+    /// Takes one report; returns the change made, if any. `fixed` ignores it; `auto` hands it
+    /// to its [`Model`] with the loss floor; `fair` follows the rules below.
     ///
-    /// A round's loss is congestion if it is over half the datagrams, or if the lost count
-    /// exceeds what the floor of the *earlier* rounds explains (`floor x seen`) by more than
-    /// that count's noise (three standard deviations of a Poisson count, plus two datagrams)
-    /// plus 0.5% of the round: so small rounds need more than a loss or two, and a
-    /// clean path that has been watched for a while notices an overshoot of about 1%.
+    /// Loss is congestion as [`loss_beyond`] says, against the floor of the *earlier* reports.
     ///
     /// A judged round is *saturated* if less passed the path (delivered, plus the lost share
-    /// added back) than 97% of the rate (75% in startup, less after
-    /// a large increase), and the mean queueing delay grew by at least half of what that
-    /// surplus would queue in an interval; it counts as [`Reason::Delay`].
+    /// added back) than 97% of the rate (75% in startup, less after a large increase), and the
+    /// mean queueing delay grew by at least half of what that surplus would queue in an
+    /// interval; it counts as [`Reason::Delay`].
     ///
     /// On congestion the rate goes to the delivered rate (or the current rate, if lower) times
-    /// the mode's factor; for [`Reason::Delay`] or [`Reason::Backlog`], or a queue longer than
-    /// the delay target, lower still: low enough to drain the queue (the report's delay, plus,
-    /// for a queue on the path, what the surplus added since) within two holds, never below
-    /// half. The hold that follows lasts until that
-    /// queue has drained (at most two more rounds), and a queue seen shrinking after a cut is
-    /// left to drain, unless a report shows the receiver's socket buffer over its limit and
-    /// dropping while it delivered less than 95% of the new rate: a full buffer is read as
-    /// fast as the receiver can, so that cut was not deep enough, and the rate is cut again.
-    /// Outside startup one report never cuts more than half, so an
-    /// interval in which the sender had little to send (the end of a transfer) cannot collapse
-    /// the rate. The delivered rate is remembered as the path's capacity.
+    /// 0.95 (0.8 on loss), or, past startup with the queue over the delay target, down by 25% per
+    /// target's worth of excess (LEDBAT's rule, judged again after one round); for
+    /// [`Reason::Backlog`], or a queue longer than the target, low enough to drain the queue
+    /// within two holds. The hold that follows lasts until that queue has drained (at most two
+    /// more rounds), and a queue seen shrinking after a cut is left to drain, unless a report
+    /// shows the receiver's socket buffer over its limit and dropping while it delivered less
+    /// than 95% of the new rate: then the rate is cut again. Outside startup one report never
+    /// cuts more than half.
     ///
     /// Without congestion: in startup the rate doubles, but to no more than twice what was
-    /// delivered; after startup it closes half the distance to the remembered capacity per
-    /// round (at least a quarter of the mode's step) until within 3% of it, and from there
-    /// probes by the mode's step, doubling for every round in a row in which the path passed
-    /// 99% of the rate. A round that did not is followed by a round without increase
-    /// (and another while the queueing delay grows), then the base step again. A round that
-    /// delivered less than half the rate says nothing about the path (the sender had little to
-    /// send): the rate stays.
+    /// delivered; after it, the rate climbs in proportion to the room under the delay target,
+    /// by a smaller step near the delivered rate of the last congestion, the step doubling over
+    /// rounds in which the queue stays empty.
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         if self.cfg.mode == RateMode::Fixed {
             return None;
@@ -548,13 +526,6 @@ impl RateController {
             && fb.queue_fill > QUEUE_FILL_LIMIT
             && measured
             && delivered < self.rate * 0.95;
-        // After a cut, a report that delivered more than is being sent saw a queue drain, and
-        // a queue drains as fast as its bottleneck serves it: that is the path's capacity, and
-        // the climb back aims there. (The report that caused the cut can show much less, when
-        // the receiver fell behind for a moment rather than for good.)
-        if last_cut && self.cfg.mode == RateMode::Auto && measured && delivered > self.rate {
-            self.capacity = Some(self.capacity.map_or(delivered, |c| c.max(delivered)));
-        }
         // A queue that is draining after a cut is no reason to cut again, nor to speed up.
         if last_cut
             && !overflowing
@@ -686,7 +657,7 @@ impl RateController {
             // it: a competing flow may be using it now. A queue that stays empty round after
             // round means the path has room (the competitor left): the step doubles each such
             // round, so the rate is back in a few rounds, not minutes.
-            None if fair => {
+            None => {
                 let target = self.cfg.delay_target();
                 let under = 1.0 - fb.queue_delay.as_secs_f64() / target.as_secs_f64();
                 if self.capacity.is_some_and(|c| self.rate > c * 1.25) {
@@ -712,36 +683,6 @@ impl RateController {
                 };
                 (new, Reason::Probe)
             }
-            None => match self.capacity {
-                Some(c) if self.rate < c * 0.97 => (
-                    self.rate + ((c - self.rate) / 2.0).max(self.rate * AUTO_STEP / 4.0),
-                    Reason::Probe,
-                ),
-                _ => {
-                    // Did the path clearly take the last increase?
-                    let took = !measured || passed >= self.rate * KEPT_UP;
-                    if took {
-                        // The step grows while the path takes each increase.
-                        self.waited = false;
-                        let gain = AUTO_STEP * f64::from(1u32 << self.quiet_above);
-                        self.quiet_above = (self.quiet_above + 1).min(MAX_PROBE_DOUBLINGS);
-                        (self.rate * (1.0 + gain), Reason::Probe)
-                    } else if !self.waited
-                        || fb.queue_delay
-                            > prev_delay + fb.interval.mul_f64((1.0 - KEPT_UP) / 2.0) + noise
-                    {
-                        // Not clearly, or the queue grows: wait a round and see.
-                        self.waited = true;
-                        self.quiet_above = 0;
-                        (self.rate, Reason::Probe)
-                    } else {
-                        // Quiet twice, and no queue building: the base step.
-                        self.waited = false;
-                        self.quiet_above = 1;
-                        (self.rate * (1.0 + AUTO_STEP), Reason::Probe)
-                    }
-                }
-            },
         };
         self.hold_until = now.checked_add(hold);
         self.set_rate(now, new, why)
