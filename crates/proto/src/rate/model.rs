@@ -229,9 +229,9 @@ impl Model {
     }
 
     /// Forgets every sample but the lower of the last two reports', which showed the
-    /// congestion: what the path (or the receiver) takes now, erring low (probing finds more); never less than half the
-    /// bottleneck at once (a report in which the sender had little to send is no measure of
-    /// the path).
+    /// congestion: what the path (or the receiver) takes now, erring low (probing finds more);
+    /// never less than half the bottleneck at once (a report in which the sender had little to
+    /// send is no measure of the path).
     fn correct_to_recent(&mut self) {
         let (Some(recent), Some(bw)) = (
             self.recent.iter().copied().reduce(f64::min),
@@ -257,6 +257,11 @@ impl Model {
         let loss = fb.lost as f64 / seen.max(1) as f64;
         let delivered = fb.bytes as f64 * 8.0 / fb.interval.as_secs_f64();
         let round_len = self.rtt.max(fb.interval);
+        // An outage (most datagrams lost, little delivered): nothing about the path's rate or
+        // its congestion, and no reason to slow down; deliveries resume at the remembered rate.
+        if loss > 0.5 && self.bottleneck_bps().is_some_and(|b| delivered < b / 4.0) {
+            return None;
+        }
         // The rate until now; the reports' data left about a round trip ago.
         self.sent.push_back((now, rate));
         while self.sent.len() > 1 && self.sent[0].0 + self.rtt + fb.interval * 4 <= now {
@@ -275,8 +280,7 @@ impl Model {
         // neither its rate nor the delay its late datagrams carry says anything about the path.
         let catching_up = passed > sent_then * 1.05;
         let sample = passed.min(sent_then * 1.02);
-        // Loss over the last round, against the floor.
-        // Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
+        // Loss over the last round, against the floor. Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
         // one: those are the receiver's, judged as it falling behind, not the path's loss.
         self.note_drops(fb.socket_drops);
         let explained = fb.lost.min(self.drops_unexplained);
@@ -290,12 +294,6 @@ impl Model {
             (l.saturating_add(r.1), s.saturating_add(r.2))
         });
         let loss_congestion = super::loss_beyond(sig.floor, round_lost, round_seen);
-        let bw = self.bottleneck_bps();
-        // An outage (most datagrams lost, little delivered, no queue): nothing about the path's
-        // rate, and no reason to slow down; deliveries resume at the remembered rate.
-        if loss > 0.5 && bw.is_some_and(|b| delivered < b / 4.0) {
-            return None;
-        }
         // A round in which the sender had little to send (or the path was out) does not age
         // the maximum.
         let sending = delivered >= rate / 2.0;
