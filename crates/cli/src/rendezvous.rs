@@ -1,4 +1,5 @@
-//! Pairing by code: `hurtle relay`, `hurtle receive --relay` and `hurtle send --code --relay`.
+//! Pairing by code, on the two ends: `hurtle receive --relay` and `hurtle send --code` (the relay
+//! server itself is `cmd/relay.rs`).
 //!
 //! The receiver registers with the relay, prints `code: CODE` on stderr (always, even with `-q`
 //! or `--json`), and keeps an agent connected to the relay that forwards relayed connections to
@@ -7,76 +8,19 @@
 //! taken: `path: direct to ADDR` / `path: relayed via RELAY` (sender), `path: direct from ADDR` /
 //! `path: relayed via RELAY` (receiver).
 
+use crate::args::{HostPort, OutputArgs};
+use crate::cmd::{resolve, session_failure};
+use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
-use crate::{fail, resolve, Outcome, OutputArgs};
 use anyhow::anyhow;
-use clap::Args;
 use hurtle_engine::dial::Dialer;
 use hurtle_engine::{OwnPorts, ReceiveSummary, Receiver, SessionError};
-use hurtle_relay::client::{self, AgentEvent, RelayError};
+use hurtle_relay::client::{self, AgentEvent};
 use hurtle_relay::code::DEFAULT_WORDS;
-use hurtle_relay::{Code, Config, Server};
+use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-
-/// Flags of `hurtle relay`.
-#[derive(Args)]
-pub struct RelayArgs {
-    /// Address to listen on, ADDR:PORT.
-    #[arg(long, default_value = "0.0.0.0:7401")]
-    listen: String,
-    /// Seconds a code stays valid unless used.
-    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
-    code_ttl: f64,
-    /// Seconds of silence after which a client is disconnected.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    idle_timeout: f64,
-    /// Lookups one client IP may make at once.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    lookup_burst: u32,
-    /// Lookups per second one client IP may make on average.
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
-    lookup_per_sec: f64,
-    /// Most connections served at once.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    max_connections: usize,
-    /// Most codes registered at once.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    max_codes: usize,
-}
-
-fn secs(name: &str, v: f64) -> Result<Duration, (u8, anyhow::Error)> {
-    Duration::try_from_secs_f64(v)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| (2, anyhow!("--{name} must be a positive number of seconds")))
-}
-
-/// `hurtle relay`: serves until killed.
-pub fn serve(a: RelayArgs) -> Outcome {
-    let addr = resolve(&a.listen).map_err(fail)?;
-    let cfg = Config {
-        code_ttl: secs("code-ttl", a.code_ttl)?,
-        idle_timeout: secs("idle-timeout", a.idle_timeout)?,
-        lookup_burst: a.lookup_burst,
-        lookup_per_sec: a.lookup_per_sec,
-        max_connections: a.max_connections.max(1),
-        max_codes: a.max_codes.max(1),
-        log: true,
-    };
-    let server =
-        Server::bind(addr, cfg).map_err(|source| fail(SessionError::Listen { addr, source }))?;
-    let bound = server
-        .local_addr()
-        .map_err(|e| fail(SessionError::io("relay socket", e)))?;
-    eprintln!("hurtle relay: listening on {bound}");
-    server.run().map_err(|e| (4, anyhow!("relay stopped: {e}")))
-}
-
-fn relay_fail(e: RelayError) -> (u8, anyhow::Error) {
-    (if e.is_network() { 4 } else { 1 }, anyhow::Error::new(e))
-}
 
 enum Event {
     Agent(AgentEvent),
@@ -86,13 +30,13 @@ enum Event {
 /// `hurtle receive --relay`: registers, prints the code, serves one transfer.
 pub fn receive(
     out: &OutputArgs,
-    relay: &str,
+    relay: &HostPort,
     receiver: Receiver,
     bound: SocketAddr,
     own_ports: Arc<OwnPorts>,
 ) -> Outcome {
-    let relay_addr = resolve(relay).map_err(fail)?;
-    let reg = client::register(relay_addr, bound, DEFAULT_WORDS).map_err(relay_fail)?;
+    let relay_addr = resolve(relay, "relay")?;
+    let reg = client::register(relay_addr, bound, DEFAULT_WORDS)?;
     let code = reg.code.clone();
     let ttl = reg.ttl_secs;
     // One write, so that a reader of the pipe never sees half the code.
@@ -107,23 +51,29 @@ pub fn receive(
         .start_agent(bound.ip(), own_ports, move |e| {
             let _ = agent_tx.send(Event::Agent(e));
         })
-        .map_err(|e| fail(SessionError::io("relay agent thread", e)))?;
+        .map_err(|e| SessionError::io("relay agent thread", e))?;
     let (progress, bar) = ui::progress_bar(out, "receiving");
+    crate::interrupt::watch(&progress);
+    let watched = progress.clone();
     std::thread::Builder::new()
         .name("receive".into())
         .spawn(move || {
             let _ = tx.send(Event::Done(receiver.accept_one(progress)));
         })
-        .map_err(|e| fail(SessionError::io("receive thread", e)))?;
+        .map_err(|e| SessionError::io("receive thread", e))?;
     let mut info: Option<PathInfo> = None;
     let mut paired = false;
     let end = |bar: ui::Bar, code: u8, e: anyhow::Error| {
         bar.finish();
-        Err((code, e))
+        Err(Failure::new(code, e))
     };
     loop {
         let Ok(ev) = rx.recv() else {
-            return end(bar, 1, anyhow!("the receive thread ended without a result"));
+            return end(
+                bar,
+                exit::OTHER,
+                anyhow!("the receive thread ended without a result"),
+            );
         };
         match ev {
             Event::Agent(AgentEvent::Paired { sender, relayed }) => {
@@ -147,23 +97,27 @@ pub fn receive(
             }
             Event::Agent(AgentEvent::Refused { port, reason }) => {
                 if !out.quiet {
-                    eprintln!("hurtle: warning: the relay asked for port {port}: {reason}");
+                    ui::warning(&format!("the relay asked for port {port}: {reason}"));
                 }
             }
             Event::Agent(AgentEvent::Cancelled(reason)) if !paired => {
-                return end(bar, 1, anyhow!("the relay cancelled code {code}: {reason}; run receive again for a new code"));
+                return end(bar, exit::OTHER, anyhow!("the relay cancelled code {code}: {reason}; run receive again for a new code"));
             }
             Event::Agent(AgentEvent::Expired) if !paired => {
-                return end(bar, 1, anyhow!("code {code} expired unused after {ttl} s; run receive again for a new code"));
+                return end(bar, exit::OTHER, anyhow!("code {code} expired unused after {ttl} s; run receive again for a new code"));
             }
             Event::Agent(AgentEvent::Lost(reason)) if !paired => {
-                return end(bar, 4, anyhow!("lost the relay at {relay}: {reason}"));
+                return end(
+                    bar,
+                    exit::NETWORK,
+                    anyhow!("lost the relay at {relay}: {reason}"),
+                );
             }
             Event::Agent(_) => {}
             Event::Done(result) => {
                 bar.finish();
                 agent.stop();
-                let s = result.map_err(fail)?;
+                let s = result.map_err(|e| session_failure(e, true, &watched))?;
                 ui::print_receive_summary(out, &s, info.as_ref());
                 return Ok(());
             }
@@ -183,13 +137,13 @@ pub struct Paired {
 /// the address the engine should connect to (with the returned dialer).
 pub fn pair(
     out: &OutputArgs,
-    relay: &str,
+    relay: &HostPort,
     code: &str,
     relay_only: bool,
-) -> Result<(SocketAddr, Paired), (u8, anyhow::Error)> {
-    let code = Code::parse(code).map_err(|e| (2, anyhow!("bad code {code:?}: {e}")))?;
-    let relay_addr = resolve(relay).map_err(fail)?;
-    let found = client::lookup(relay_addr, &code).map_err(relay_fail)?;
+) -> Result<(SocketAddr, Paired), Failure> {
+    let code = Code::parse(code).map_err(|e| Failure::usage(format!("bad code {code:?}: {e}")))?;
+    let relay_addr = resolve(relay, "relay")?;
+    let found = client::lookup(relay_addr, &code)?;
     let port = found.port();
     let direct = if relay_only {
         None

@@ -150,7 +150,7 @@ fn not_sent(resumed: u64, sparse: u64) -> String {
 pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
         if !out.quiet {
-            eprintln!("hurtle: warning: {w}");
+            warning(w);
         }
     }
     if out.json {
@@ -200,7 +200,7 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
 pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
         if !out.quiet {
-            eprintln!("hurtle: warning: {w}");
+            warning(w);
         }
     }
     if out.json {
@@ -218,4 +218,28 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
             say(out, &format!("  {}  {}", f.blake3, f.path));
         }
     }
+}
+
+/// Whether errors and warnings on stderr are colored: `--color`, then `NO_COLOR`, then whether
+/// stderr is a terminal.
+pub fn set_color(choice: crate::args::ColorArg, no_color: bool) {
+    use crate::args::ColorArg;
+    let on = match choice {
+        ColorArg::Always => true,
+        ColorArg::Never => false,
+        ColorArg::Auto => !no_color && std::io::stderr().is_terminal(),
+    };
+    console::set_colors_enabled_stderr(on);
+}
+
+/// Prints `hurtle: error: LINE` on stderr, in one write.
+pub fn error_line(line: &str) {
+    let tag = console::style("error:").red().bold().for_stderr();
+    eprintln!("hurtle: {tag} {line}");
+}
+
+/// Prints `hurtle: warning: LINE` on stderr, in one write.
+pub fn warning(line: &str) {
+    let tag = console::style("warning:").yellow().bold().for_stderr();
+    eprintln!("hurtle: {tag} {line}");
 }

@@ -1,7 +1,7 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
 use crate::control::{ControlError, Incoming};
-use hurtle_proto::wire::Control;
+use hurtle_proto::wire::{AbortCause, Control};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,12 +28,35 @@ pub enum SessionError {
     /// The control connection failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The peer speaks another version of the protocol, or not hurtle at all.
+    #[error("{0}")]
+    Incompatible(String),
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// The peer aborted the session.
-    #[error("the peer aborted: {0}")]
-    PeerAborted(String),
+    /// The peer aborted the session and said why.
+    #[error("{}", peer_aborted(*.peer, *.cause, .reason))]
+    PeerAborted {
+        /// Which side the peer is.
+        peer: Side,
+        /// What kind of failure it reported.
+        cause: AbortCause,
+        /// Its one-line reason.
+        reason: String,
+    },
+    /// The peer closed the control connection before the session ended (it was killed, or its
+    /// host or the network went away).
+    #[error("the {peer} disconnected before the transfer finished")]
+    PeerGone {
+        /// Which side the peer is.
+        peer: Side,
+    },
+    /// This side was interrupted (SIGINT or SIGTERM) and ended the session; the peer is told.
+    #[error("the {side} was interrupted")]
+    Interrupted {
+        /// This side.
+        side: Side,
+    },
     /// The receiver refused an entry of the manifest.
     #[error("the receiver refused {path}: {reason}")]
     Refused {
@@ -79,9 +102,10 @@ pub enum SessionError {
     /// No progress for too long.
     #[error("transfer stalled: no progress for {0} s")]
     Stalled(u64),
-    /// Storage failed (disk full, permissions, unsafe path ...).
+    /// Storage failed (disk full, permissions, unsafe path ...). A source file that changed is
+    /// [`SessionError::SourceChanged`] instead.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(crate::store::StoreError),
     /// A path in the manifest is unsafe.
     #[error(transparent)]
     Path(#[from] crate::store::PathError),
@@ -104,6 +128,44 @@ pub enum SessionError {
     },
 }
 
+/// One side of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The side that sends files.
+    Sender,
+    /// The side that receives them.
+    Receiver,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Sender => "sender",
+            Side::Receiver => "receiver",
+        })
+    }
+}
+
+fn peer_aborted(peer: Side, cause: AbortCause, reason: &str) -> String {
+    match cause {
+        // The interrupted side's own words ("the sender was interrupted") say it already.
+        AbortCause::Interrupted => format!("the {peer} was interrupted"),
+        // A sender refuses only on the receiver's behalf, and says so.
+        AbortCause::Refused if peer == Side::Sender => reason.to_string(),
+        AbortCause::Refused => format!("the {peer} cannot take the transfer: {reason}"),
+        _ => format!("the {peer} failed: {reason}"),
+    }
+}
+
+impl From<crate::store::StoreError> for SessionError {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::SourceChanged { path } => SessionError::SourceChanged(path),
+            other => SessionError::Store(other),
+        }
+    }
+}
+
 impl SessionError {
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
@@ -113,11 +175,68 @@ impl SessionError {
         }
     }
 
-    /// The peer sent `msg` where `wanted` belongs: its abort, or a protocol error naming both.
-    pub(crate) fn unexpected(msg: Control, wanted: &str) -> Self {
+    /// The peer (`peer`) sent `msg` where `wanted` belongs: its abort, or a protocol error
+    /// naming both.
+    pub(crate) fn unexpected(peer: Side, msg: Control, wanted: &str) -> Self {
         match msg {
-            Control::Abort { reason } => SessionError::PeerAborted(reason),
+            Control::Abort { cause, reason } => SessionError::PeerAborted {
+                peer,
+                cause,
+                reason,
+            },
+            Control::Reject { reason } => SessionError::PeerAborted {
+                peer,
+                cause: AbortCause::Failed,
+                reason,
+            },
             other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
+        }
+    }
+
+    /// Whether the peer already knows the session is over (it aborted or went away), so that
+    /// telling it is pointless.
+    pub(crate) fn peer_knows(&self) -> bool {
+        matches!(
+            self,
+            SessionError::PeerAborted { .. }
+                | SessionError::PeerGone { .. }
+                | SessionError::Control(_)
+                | SessionError::FellBack
+        )
+    }
+
+    /// The message that tells the peer this side (`side`) ends the session with this error.
+    pub(crate) fn to_abort(&self, side: Side) -> Control {
+        if let SessionError::Incompatible(reason) = self {
+            // Said in the one message every version reads.
+            return Control::Reject {
+                reason: reason.clone(),
+            };
+        }
+        Control::Abort {
+            cause: self.abort_cause(side),
+            reason: self.to_string(),
+        }
+    }
+
+    /// How the peer should report this error of `side`.
+    pub fn abort_cause(&self, side: Side) -> AbortCause {
+        match self {
+            SessionError::Interrupted { .. } => AbortCause::Interrupted,
+            SessionError::Refused { .. } => AbortCause::Refused,
+            SessionError::Store(_) | SessionError::Path(_) if side == Side::Receiver => {
+                AbortCause::Refused
+            }
+            SessionError::Connect { .. }
+            | SessionError::Control(_)
+            | SessionError::UdpBlocked { .. }
+            | SessionError::Stalled(_)
+            | SessionError::PeerGone { .. }
+            | SessionError::Udp(_) => AbortCause::Network,
+            SessionError::Verification { .. }
+            | SessionError::HashMismatch { .. }
+            | SessionError::SourceChanged(_) => AbortCause::Verification,
+            _ => AbortCause::Failed,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Live counters a session updates and a user interface reads (from another thread).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Progress of one session. All counters are monotonic within a session.
@@ -21,4 +21,20 @@ pub struct Progress {
     pub files_done: AtomicUsize,
     /// The file most recently started.
     pub current: Mutex<String>,
+    /// Set by the user interface (on SIGINT or SIGTERM) to end the session: within a fraction
+    /// of a second the session tells the peer, keeps what it verified, and returns
+    /// [`crate::SessionError::Interrupted`].
+    pub interrupt: AtomicBool,
+}
+
+impl Progress {
+    /// Asks the session to end (see [`Progress::interrupt`]).
+    pub fn interrupt(&self) {
+        self.interrupt.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the session was asked to end.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt.load(Ordering::Relaxed)
+    }
 }

@@ -20,7 +20,7 @@
 //! counted and dropped.
 
 use crate::control::ControlError;
-use crate::error::{next_control, SessionError};
+use crate::error::{next_control, SessionError, Side};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
@@ -415,13 +415,8 @@ impl Receiver {
             .map_err(|e| SessionError::io("control connection", e))?;
         let result = self.run(&rx, &tx, peer, local_ip, start, progress);
         if let Err(e) = &result {
-            if !matches!(
-                e,
-                SessionError::PeerAborted(_) | SessionError::Control(_) | SessionError::FellBack
-            ) {
-                let _ = tx.send(Control::Abort {
-                    reason: e.to_string(),
-                });
+            if !e.peer_knows() {
+                let _ = tx.send(e.to_abort(Side::Receiver));
             }
         }
         drop(tx);
@@ -451,14 +446,14 @@ impl Receiver {
                 caps,
             } => {
                 if magic != wire::MAGIC || version != wire::VERSION {
-                    return Err(SessionError::Protocol(format!(
-                        "not a hurtle {} sender (magic {magic:?}, version {version})",
+                    return Err(SessionError::Incompatible(format!(
+                        "not a hurtle {} sender (magic {magic:?}, version {version}): use the same hurtle version on both sides",
                         wire::VERSION
                     )));
                 }
                 (channels, payload, block_size, session, caps)
             }
-            other => return Err(SessionError::unexpected(other, "Hello")),
+            other => return Err(SessionError::unexpected(Side::Sender, other, "Hello")),
         };
         let channels = offered.clamp(1, self.opts.max_channels.max(1));
         let mut warnings = Vec::new();
@@ -533,7 +528,7 @@ impl Receiver {
                         break;
                     }
                 }
-                other => return Err(SessionError::unexpected(other, "Manifest")),
+                other => return Err(SessionError::unexpected(Side::Sender, other, "Manifest")),
             }
         }
         check_blocks(&entries, block_size)?;
@@ -604,7 +599,7 @@ impl Receiver {
                     }
                 }
             }
-            other => return Err(SessionError::unexpected(other, "Skip")),
+            other => return Err(SessionError::unexpected(Side::Sender, other, "Skip")),
         }
         // A skipped file only counts if the receiver offered it (Have), never by the sender's say.
         let offered: Vec<bool> = entries
@@ -1347,7 +1342,7 @@ fn session_loop(
         select! {
             recv(rx) -> msg => {
                 let msg = msg.map_err(|_| ControlError::Closed)?.map_err(|e| match e {
-                    ControlError::Closed => SessionError::Protocol("the sender disconnected before the transfer finished".into()),
+                    ControlError::Closed => SessionError::PeerGone { peer: Side::Sender },
                     other => other.into(),
                 })?;
                 match msg {
@@ -1381,8 +1376,7 @@ fn session_loop(
                         }
                         return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
                     }
-                    Control::Abort { reason } => return Err(SessionError::PeerAborted(reason)),
-                    other => return Err(SessionError::unexpected(other, "a data-phase message")),
+                    other => return Err(SessionError::unexpected(Side::Sender, other, "a data-phase message")),
                 }
             }
             recv(events) -> ev => match ev {
@@ -1403,6 +1397,9 @@ fn session_loop(
                 }
             }
             recv(tick) -> _ => {
+                if shared.progress.interrupted() {
+                    return Err(SessionError::Interrupted { side: Side::Receiver });
+                }
                 let now = Instant::now();
                 journal.tick(now);
                 let interval = now.saturating_duration_since(last.0);

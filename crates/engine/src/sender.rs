@@ -9,7 +9,7 @@
 
 use crate::control::{ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
-use crate::error::{next_control, SessionError};
+use crate::error::{next_control, SessionError, Side};
 use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
@@ -488,7 +488,7 @@ fn send_once(
                 "receiver speaks version {version}, no usable channels"
             )))
         }
-        other => return Err(SessionError::unexpected(other, "HelloAck")),
+        other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
     };
     let mut rtt = hello_at.elapsed();
     let channels = ports
@@ -568,9 +568,7 @@ fn send_once(
                                 reason: "a different file of the same size exists on the receiver (receive with --overwrite to replace it)".into(),
                             };
                             // The receiver waits for our answer to its offer: tell it why not.
-                            let _ = tx.send(Control::Abort {
-                                reason: err.to_string(),
-                            });
+                            let _ = tx.send(err.to_abort(Side::Sender));
                             // Every end of the writer's queue goes, so that it ends.
                             drop(_alive);
                             drop(tx);
@@ -600,7 +598,13 @@ fn send_once(
                 }
             }
         }
-        other => return Err(SessionError::unexpected(other, "ManifestReply")),
+        other => {
+            return Err(SessionError::unexpected(
+                Side::Receiver,
+                other,
+                "ManifestReply",
+            ))
+        }
     }
     let _ = tx.send(Control::Skip {
         files: (0..files.len() as u32)
@@ -689,9 +693,7 @@ fn send_once(
                 let _ = tx.send(if opts.transport == Transport::Auto {
                     Control::Fallback
                 } else {
-                    Control::Abort {
-                        reason: e.to_string(),
-                    }
+                    e.to_abort(Side::Sender)
                 });
                 drop(tx);
                 let _ = writer.join();
@@ -856,11 +858,10 @@ fn send_once(
         Ok(_) => {
             let _ = tx.send(Control::Done);
         }
-        Err(e) => {
-            let _ = tx.send(Control::Abort {
-                reason: e.to_string(),
-            });
+        Err(e) if !e.peer_knows() => {
+            let _ = tx.send(e.to_abort(Side::Sender));
         }
+        Err(_) => {}
     }
     drop(tx);
     let _ = writer.join();
@@ -1015,7 +1016,9 @@ fn probe_payload(
                     Ok(Ok(
                         Control::ProbeAck { .. } | Control::Report { .. } | Control::KeepAlive,
                     )) => {}
-                    Ok(Ok(other)) => return Err(SessionError::unexpected(other, "ProbeAck")),
+                    Ok(Ok(other)) => {
+                        return Err(SessionError::unexpected(Side::Receiver, other, "ProbeAck"))
+                    }
                     Ok(Err(e)) => return Err(e.into()),
                     Err(_) => break,
                 }
@@ -1135,7 +1138,7 @@ fn session_loop(
                         }
                     }
                     Control::KeepAlive => {}
-                    other => return Err(SessionError::unexpected(other, "a data-phase message")),
+                    other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
                 }
             }
             recv(events) -> ev => match ev {
@@ -1159,6 +1162,9 @@ fn session_loop(
                 Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
             },
             recv(tick) -> _ => {
+                if shared.progress.interrupted() {
+                    return Err(SessionError::Interrupted { side: Side::Sender });
+                }
                 let _ = tx.send(Control::KeepAlive);
                 if last_progress.elapsed() > stall {
                     return Err(SessionError::Stalled(stall.as_secs()));

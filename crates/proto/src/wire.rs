@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,11 +354,36 @@ pub enum Control {
     KeepAlive,
     /// Sender -> receiver: everything is confirmed; the session ends.
     Done,
-    /// Either side: the session fails; the text says why.
-    Abort {
+    /// Either side, before versions are agreed: the session fails; the text says why. Its
+    /// encoding is the same in every version (it was `Abort` up to version 4), so a peer of
+    /// another version can read why it was turned away.
+    Reject {
         /// One-line cause.
         reason: String,
     },
+    /// Either side: the session fails, for the given cause; the text says why.
+    Abort {
+        /// What kind of failure, so that the peer can report it (and exit) the same way.
+        cause: AbortCause,
+        /// One-line cause.
+        reason: String,
+    },
+}
+
+/// Why a side aborted a session, as its peer should report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AbortCause {
+    /// Anything not named below (a protocol error, a bug, a local error of the aborting side).
+    Failed,
+    /// The receiver cannot take the transfer: a file exists, the destination is full or not
+    /// writable, a path is unsafe.
+    Refused,
+    /// The network failed or stalled.
+    Network,
+    /// Data failed verification, or a source file changed while it was sent.
+    Verification,
+    /// The aborting side was interrupted by a signal (Ctrl-C); its part is kept for a resume.
+    Interrupted,
 }
 
 /// Why a control frame could not be decoded.
@@ -422,6 +447,7 @@ impl Control {
             Control::KeepAlive => "KeepAlive",
             Control::Fallback => "Fallback",
             Control::Done => "Done",
+            Control::Reject { .. } => "Reject",
             Control::Abort { .. } => "Abort",
         }
     }
@@ -522,6 +548,10 @@ mod tests {
                 ],
             },
             Control::Done,
+            Control::Abort {
+                cause: AbortCause::Interrupted,
+                reason: "the sender was interrupted".into(),
+            },
         ];
         for m in msgs {
             let frame = m.to_frame();
@@ -533,6 +563,17 @@ mod tests {
         let mut frame = Control::Done.to_frame();
         frame.push(0);
         assert!(Control::from_body(&frame[4..]).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn a_reject_reads_as_the_abort_of_version_4() {
+        // Up to version 4, `Abort { reason }` was variant 15: a peer of that version can read
+        // why it is turned away, and its own abort reads here as a reject.
+        let frame = Control::Reject {
+            reason: "no".into(),
+        }
+        .to_frame();
+        assert_eq!(frame[4..], [15, 2, b'n', b'o']);
     }
 
     proptest! {

@@ -73,7 +73,7 @@ impl RawPeer {
     pub fn until_abort(&mut self) -> Option<String> {
         for _ in 0..100 {
             match self.recv()? {
-                Control::Abort { reason } => return Some(reason),
+                Control::Abort { reason, .. } | Control::Reject { reason } => return Some(reason),
                 _ => continue,
             }
         }

@@ -5,10 +5,11 @@
 //! the same file through one plain TCP connection (sendfile on one side, write + fsync on the
 //! other) for comparison. The temporary directory is removed at the end, also on failure.
 
+use crate::args::{DemoArgs, OutputArgs};
+use crate::exit::{self, Failure, Outcome};
 use crate::ui::{bytes, rate, say};
-use crate::OutputArgs;
-use anyhow::{bail, Context, Result};
-use hurtle_engine::{ReceiveOptions, Receiver, SendOptions};
+use anyhow::{Context, Result};
+use hurtle_engine::{ReceiveOptions, Receiver, SendOptions, SessionError};
 use rand::RngCore;
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -56,12 +57,30 @@ fn plain_tcp(src: &Path, dst: &Path) -> Result<f64> {
     Ok(secs)
 }
 
-/// Runs the demo.
-pub fn run(
+/// The copy's BLAKE3 differs from the source's.
+#[derive(Debug, thiserror::Error)]
+#[error("the received file's BLAKE3 differs from the source's")]
+struct Mismatch;
+
+/// `hurtle demo`.
+pub fn run(a: DemoArgs) -> Outcome {
+    demo(&a.output, a.size, a.channels, &a.rate, !a.no_tcp).map_err(|e| {
+        let code = if e.is::<Mismatch>() {
+            exit::VERIFICATION
+        } else if let Some(s) = e.downcast_ref::<SessionError>() {
+            exit::session_code(s)
+        } else {
+            exit::OTHER
+        };
+        Failure::new(code, e)
+    })
+}
+
+fn demo(
     out: &OutputArgs,
     size: u64,
     channels: Option<u16>,
-    rate_args: &crate::RateArgs,
+    rate_args: &crate::args::RateArgs,
     with_tcp: bool,
 ) -> Result<()> {
     let dir = tempfile::Builder::new()
@@ -129,6 +148,7 @@ pub fn run(
         ),
     );
     let (progress, bar) = crate::ui::progress_bar(out, "sending");
+    crate::interrupt::watch(&progress);
     let sent = hurtle_engine::send(std::slice::from_ref(&src), addr, &opts, progress);
     bar.finish();
     let received = recv_thread
@@ -186,7 +206,7 @@ pub fn run(
         }
     }
     if !matched {
-        bail!("the received file's BLAKE3 differs from the source's");
+        return Err(Mismatch.into());
     }
     Ok(())
 }

@@ -1,0 +1,518 @@
+//! The command line: every command's flags (clap derive) and the parsers that check their values,
+//! so that a bad value is a usage error (exit 2) before anything starts.
+
+use crate::exit;
+use clap::{Args, Parser, Subcommand};
+use hurtle_engine::sender::Transport;
+use hurtle_engine::{SendOptions, WriteQueue};
+use hurtle_proto::RateMode;
+use std::path::PathBuf;
+
+/// The receiver's default control port (`--to HOST` means HOST:7400).
+pub const RECEIVER_PORT: u16 = 7400;
+/// The relay's default port (`--relay HOST` means HOST:7401).
+pub const RELAY_PORT: u16 = 7401;
+/// The most channels a receiver serves.
+pub const MAX_CHANNELS: u16 = 32;
+
+/// Fast, verified file transfer over long, fat, lossy networks.
+#[derive(Parser)]
+#[command(name = "hurtle", version, after_help = exit::TABLE)]
+#[command(about = "Fast, verified file transfer over long, fat, lossy networks.")]
+pub struct Cli {
+    /// When to color errors and warnings: auto (on a terminal, unless NO_COLOR is set), always,
+    /// never.
+    #[arg(long, value_enum, default_value = "auto", global = true)]
+    pub color: ColorArg,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Receive one transfer (or, with --serve, transfers until interrupted).
+    #[command(after_help = exit::TABLE)]
+    Receive(ReceiveArgs),
+    /// Send files and directories to a receiver.
+    #[command(after_help = exit::TABLE)]
+    Send(SendArgs),
+    /// Send a file of random bytes to a receiver on this machine and compare with plain TCP.
+    Demo(DemoArgs),
+    /// Run a rendezvous/relay server that pairs senders with receivers by a code.
+    Relay(RelayArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(CompletionsArgs),
+    /// Write manual pages (hurtle.1 and one per command) into a directory, or hurtle.1 on stdout.
+    Man(ManArgs),
+}
+
+/// `--color`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorArg {
+    /// On a terminal, unless `NO_COLOR` is set to something.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Output flags shared by every transfer command.
+#[derive(Args, Clone)]
+pub struct OutputArgs {
+    /// Print one JSON summary object on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print more detail (warnings, counters).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Write one network log per channel into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// `--transport`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TransportArg {
+    /// UDP, falling back to TCP when no datagram gets through.
+    Auto,
+    /// UDP only.
+    Udp,
+    /// Parallel TCP connections.
+    Tcp,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Auto => Transport::Auto,
+            TransportArg::Udp => Transport::Udp,
+            TransportArg::Tcp => Transport::Tcp,
+        }
+    }
+}
+
+/// Rate flags shared by `send` and `demo`.
+#[derive(Args, Clone)]
+pub struct RateArgs {
+    /// Highest rate in bits per second, with k/M/G suffixes (e.g. 800M); automatic rate control
+    /// never exceeds it [env: HURTLE_RATE] [default: only the receiver's measured ceiling]
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<u64>,
+    /// Pace at exactly this rate and ignore feedback (for benchmarks and links you own)
+    #[arg(long, value_parser = parse_rate, conflicts_with_all = ["rate", "fair"])]
+    pub rate_fixed: Option<u64>,
+    /// Yield to competing traffic on a shared bottleneck (delay-based back-off)
+    #[arg(long)]
+    pub fair: bool,
+}
+
+impl RateArgs {
+    /// Applies the flags to sender options.
+    pub fn apply(&self, opts: &mut SendOptions) {
+        if let Some(r) = self.rate_fixed {
+            opts.rate_mode = RateMode::Fixed;
+            opts.rate_bps = r;
+            return;
+        }
+        opts.rate_mode = if self.fair {
+            RateMode::Fair
+        } else {
+            RateMode::Auto
+        };
+        if let Some(r) = self.rate {
+            opts.rate_bps = r;
+            opts.start_rate_bps = opts.start_rate_bps.min(r);
+        }
+    }
+}
+
+/// `hurtle receive`.
+#[derive(Args)]
+pub struct ReceiveArgs {
+    /// Address to listen on for the control connection, HOST[:PORT] (UDP ports are chosen per
+    /// transfer) [default: 0.0.0.0:7400, or 0.0.0.0:0 with --relay]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_listen)]
+    pub listen: Option<HostPort>,
+    /// Register with this relay and print a code for the sender; without a value, the relay of
+    /// HURTLE_RELAY or the configuration file.
+    #[arg(long, value_name = "HOST[:PORT]", num_args = 0..=1, default_missing_value = "",
+          conflicts_with = "serve")]
+    pub relay: Option<String>,
+    /// Directory to receive into (created if missing) [env: HURTLE_OUT] [default: .]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Keep receiving transfers until interrupted.
+    #[arg(long)]
+    pub serve: bool,
+    /// Replace files that already exist.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Memory for gathering blocks that are still incomplete, across all channels (K/M/G,
+    /// binary); on a disk, up to a quarter as much again queues complete blocks for the writer
+    /// thread. When it runs out, the oldest incomplete block is written to the file as it is
+    /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    pub buffer_memory: u64,
+    /// Who writes complete blocks: `auto` (a writer thread on a disk, the channel threads on
+    /// tmpfs), `always` the writer thread, `never`. For tests and comparisons.
+    #[arg(long, hide = true, value_enum, default_value = "auto")]
+    pub write_queue: WriteQueueArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `--write-queue`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WriteQueueArg {
+    /// A writer thread on a disk, the channel threads on tmpfs.
+    Auto,
+    /// Always the writer thread.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl From<WriteQueueArg> for WriteQueue {
+    fn from(w: WriteQueueArg) -> Self {
+        match w {
+            WriteQueueArg::Auto => WriteQueue::Auto,
+            WriteQueueArg::Always => WriteQueue::Always,
+            WriteQueueArg::Never => WriteQueue::Never,
+        }
+    }
+}
+
+/// `hurtle send`.
+#[derive(Args)]
+pub struct SendArgs {
+    /// Files and directories to send (directories recursively).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The receiver's address, HOST[:PORT] (port 7400 when not given).
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_to,
+          required_unless_present = "code", conflicts_with = "code")]
+    pub to: Option<HostPort>,
+    /// The code the receiver printed (it registered with a relay).
+    #[arg(long)]
+    pub code: Option<String>,
+    /// The relay the receiver registered with, HOST[:PORT] (with --code) [env: HURTLE_RELAY]
+    /// [default: the configuration file's relay]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_relay_target, requires = "code")]
+    pub relay: Option<HostPort>,
+    /// Never connect directly: go through the relay (for tests).
+    #[arg(long, hide = true, requires = "code")]
+    pub relay_only: bool,
+    /// Number of UDP data channels, or TCP connections with --transport tcp, 1 to 32
+    /// [env: HURTLE_CHANNELS] [default: one per core, 2 to 8]
+    #[arg(long, alias = "connections", value_parser = parse_channels)]
+    pub channels: Option<u16>,
+    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
+    /// when no datagram gets through).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub transport: TransportArg,
+    /// Chunk size: the unit of striping, hashing and verification (a power of two, 1K to 64M).
+    #[arg(long, value_parser = parse_chunk_size, default_value = "1M")]
+    pub chunk_size: u64,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Largest datagram payload to try, in bytes (512 to 8900). The handshake lowers it to what
+    /// the path carries: 1384 on a 1500-byte path, more with jumbo frames or on loopback.
+    #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
+    pub payload: u16,
+    /// Follow symbolic links instead of skipping them.
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
+    /// by default a file of the same size and modification time is skipped unread, as rsync
+    /// does.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Send the holes of sparse files as data (by default they are found with SEEK_HOLE and
+    /// not sent, and stay holes on the receiver).
+    #[arg(long)]
+    pub no_sparse: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `hurtle demo`.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Size of the random file, with K/M/G suffixes (binary).
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    pub size: u64,
+    /// Number of UDP data channels, 1 to 32 [default: one per core, 2 to 8].
+    #[arg(long, value_parser = parse_channels)]
+    pub channels: Option<u16>,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Skip the plain-TCP comparison.
+    #[arg(long)]
+    pub no_tcp: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `hurtle relay`.
+#[derive(Args)]
+pub struct RelayArgs {
+    /// Address to listen on, HOST[:PORT].
+    #[arg(long, value_name = "HOST[:PORT]", default_value = "0.0.0.0:7401", value_parser = parse_relay)]
+    pub listen: HostPort,
+    /// Seconds a code stays valid unless used.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0, value_parser = parse_secs)]
+    pub code_ttl: f64,
+    /// Seconds of silence after which a client is disconnected.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
+    pub idle_timeout: f64,
+    /// Lookups one client IP may make at once.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub lookup_burst: u32,
+    /// Lookups per second one client IP may make on average.
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = parse_secs)]
+    pub lookup_per_sec: f64,
+    /// Most connections served at once.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_count)]
+    pub max_connections: usize,
+    /// Most codes registered at once.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_count)]
+    pub max_codes: usize,
+}
+
+/// `hurtle completions`.
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+/// `hurtle man`.
+#[derive(Args)]
+pub struct ManArgs {
+    /// Write hurtle.1 and hurtle-COMMAND.1 into this directory instead of hurtle.1 on stdout.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// A host name or IP address and a port, as given (resolved only when used, so that an
+/// unknown host is a network error and a malformed address a usage error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// Name or address, without brackets.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl HostPort {
+    /// Parses `HOST`, `HOST:PORT`, `[V6]`, `[V6]:PORT` or a bare IPv6 address; `default_port`
+    /// when none is given. Port 0 only when `zero_ok`.
+    pub fn parse(s: &str, default_port: u16, zero_ok: bool) -> Result<HostPort, String> {
+        let s = s.trim();
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (host, after) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("{s:?}: a '[' without its ']'"))?;
+            match after {
+                "" => (host, None),
+                p => (
+                    host,
+                    Some(
+                        p.strip_prefix(':')
+                            .ok_or_else(|| format!("{s:?}: expected ':PORT' after ']'"))?,
+                    ),
+                ),
+            }
+        } else if s.matches(':').count() > 1 {
+            (s, None) // a bare IPv6 address
+        } else {
+            match s.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("{s:?}: no host (expected HOST or HOST:PORT)"));
+        }
+        let port = match port {
+            None => default_port,
+            Some(p) => match p.parse::<u16>() {
+                Ok(0) if !zero_ok => return Err(format!("{s:?}: port 0 cannot be connected to")),
+                Ok(n) => n,
+                Err(_) => return Err(format!("{s:?}: {p:?} is not a port (0 to 65535)")),
+            },
+        };
+        Ok(HostPort {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+fn parse_to(s: &str) -> Result<HostPort, String> {
+    HostPort::parse(s, RECEIVER_PORT, false)
+}
+
+fn parse_listen(s: &str) -> Result<HostPort, String> {
+    HostPort::parse(s, RECEIVER_PORT, true)
+}
+
+fn parse_relay(s: &str) -> Result<HostPort, String> {
+    HostPort::parse(s, RELAY_PORT, true)
+}
+
+/// A relay address for connecting: `HOST[:PORT]`, port 7401 when not given.
+pub fn parse_relay_target(s: &str) -> Result<HostPort, String> {
+    HostPort::parse(s, RELAY_PORT, false)
+}
+
+/// `--channels`: 1 to [`MAX_CHANNELS`], an error otherwise (never silently changed).
+pub fn parse_channels(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(n) if (1..=MAX_CHANNELS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?}: expected a number of channels from 1 to {MAX_CHANNELS}"
+        )),
+    }
+}
+
+fn parse_chunk_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if v.is_power_of_two() && (1024..=64 << 20).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: must be a power of two from 1K to 64M"))
+    }
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
+        _ => Err(format!("{s:?}: expected a positive number")),
+    }
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?}: expected a whole number of at least 1")),
+    }
+}
+
+/// Parses "800M", "1.5G", "250k" or a plain number as bits per second.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    parse_scaled(s, 1000.0).map_err(|e| format!("{e} (expected bits per second like 800M or 2G)"))
+}
+
+/// Parses "1G", "64M", "4096" as bytes (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_scaled(s, 1024.0).map_err(|e| format!("{e} (expected a size like 1G or 64M)"))
+}
+
+fn parse_scaled(s: &str, base: f64) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches(['b', 'B', 'i']);
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_lowercase() {
+                'k' => base,
+                'm' => base * base,
+                'g' => base * base * base,
+                't' => base * base * base * base,
+                _ => return Err(format!("unknown suffix in {s:?}")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("must be positive: {s:?}"));
+    }
+    let scaled = v * mult;
+    if scaled < 1.0 || scaled >= u64::MAX as f64 {
+        return Err(format!("out of range: {s:?}"));
+    }
+    Ok(scaled as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn rates_and_sizes_parse() {
+        assert_eq!(parse_rate("800M"), Ok(800_000_000));
+        assert_eq!(parse_rate("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("250k"), Ok(250_000));
+        assert_eq!(parse_rate("1000"), Ok(1000));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-5M").is_err());
+        assert!(parse_rate("5X").is_err());
+        assert!(parse_rate("0.1").is_err(), "rounds to nothing");
+        assert!(parse_size("99999999T").is_err(), "beyond u64");
+    }
+
+    #[test]
+    fn addresses_take_a_default_port() {
+        let hp = |h: &str, p| HostPort {
+            host: h.into(),
+            port: p,
+        };
+        assert_eq!(parse_to("example.org"), Ok(hp("example.org", 7400)));
+        assert_eq!(parse_to("example.org:9"), Ok(hp("example.org", 9)));
+        assert_eq!(parse_to("10.0.0.1"), Ok(hp("10.0.0.1", 7400)));
+        assert_eq!(parse_to("[::1]:80"), Ok(hp("::1", 80)));
+        assert_eq!(parse_to("[::1]"), Ok(hp("::1", 7400)));
+        assert_eq!(parse_to("::1"), Ok(hp("::1", 7400)));
+        assert_eq!(parse_relay_target("r.example"), Ok(hp("r.example", 7401)));
+        assert_eq!(parse_listen("0.0.0.0:0"), Ok(hp("0.0.0.0", 0)));
+        assert_eq!(hp("::1", 80).to_string(), "[::1]:80");
+        for bad in [
+            "",
+            ":7400",
+            "host:",
+            "host:port",
+            "host:70000",
+            "host:0",
+            "[::1",
+            "[::1]x",
+        ] {
+            assert!(parse_to(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn counts_out_of_range_are_refused() {
+        assert_eq!(parse_channels("4"), Ok(4));
+        assert_eq!(parse_channels("32"), Ok(32));
+        for bad in ["0", "33", "100", "-1", "x"] {
+            assert!(parse_channels(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_chunk_size("64K"), Ok(64 << 10));
+        assert!(parse_chunk_size("3K").is_err());
+        assert!(parse_chunk_size("128M").is_err());
+    }
+}

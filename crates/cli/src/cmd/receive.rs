@@ -1,0 +1,98 @@
+//! `hurtle receive`: checks `--out`, listens, and serves one transfer (or, with `--serve`, each
+//! transfer until interrupted; with `--relay`, one transfer paired by code).
+
+use crate::args::{parse_relay_target, HostPort, ReceiveArgs, RECEIVER_PORT};
+use crate::cmd::{resolve, session_failure};
+use crate::config::Defaults;
+use crate::exit::{self, Failure, Outcome};
+use crate::{interrupt, rendezvous, ui};
+use hurtle_engine::{ReceiveOptions, Receiver};
+use std::path::{Path, PathBuf};
+
+/// Runs `hurtle receive`.
+pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
+    let out = match a.out.clone() {
+        Some(out) => out,
+        None => defaults
+            .get("out", |s| Ok(PathBuf::from(s)))?
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    let free = check_out(&out)?;
+    let relay = match a.relay.as_deref() {
+        None => None,
+        Some("") => Some(defaults.get("relay", parse_relay_target)?.ok_or_else(|| {
+            Failure::usage(
+                "--relay without a value needs HURTLE_RELAY or relay in the configuration file",
+            )
+        })?),
+        Some(r) => Some(parse_relay_target(r).map_err(Failure::usage)?),
+    };
+    let listen = a.listen.clone().unwrap_or(HostPort {
+        host: "0.0.0.0".into(),
+        port: if relay.is_some() { 0 } else { RECEIVER_PORT },
+    });
+    let addr = resolve(&listen, "listening")?;
+    let opts = ReceiveOptions {
+        out_dir: out.clone(),
+        overwrite: a.overwrite,
+        log_dir: a.output.log_dir.clone(),
+        buffer_memory: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
+        write_queue: a.write_queue.into(),
+        ..ReceiveOptions::default()
+    };
+    let own_ports = opts.own_ports.clone();
+    let receiver = Receiver::bind(addr, opts)?;
+    let bound = receiver.local_addr()?;
+    let free = free.map_or(String::new(), |f| format!(" ({} free)", ui::bytes(f)));
+    ui::say(
+        &a.output,
+        &format!(
+            "hurtle: listening on {bound}, receiving into {}{free}",
+            out.display()
+        ),
+    );
+    if let Some(relay) = &relay {
+        return rendezvous::receive(&a.output, relay, receiver, bound, own_ports);
+    }
+    loop {
+        let (progress, bar) = ui::progress_bar(&a.output, "receiving");
+        interrupt::watch(&progress);
+        let result = receiver.accept_one(progress.clone());
+        bar.finish();
+        match result {
+            Ok(s) => ui::print_receive_summary(&a.output, &s, None),
+            Err(e) if a.serve && !progress.interrupted() => {
+                // One write, so a reader never sees half the line.
+                let line = format!("hurtle: transfer failed: {e}");
+                eprintln!("{line}");
+                continue;
+            }
+            Err(e) => return Err(session_failure(e, true, &progress)),
+        }
+        if !a.serve {
+            return Ok(());
+        }
+    }
+}
+
+/// Checks that `out` is, or can be made, a writable directory, before anything listens; returns
+/// the space free there when the file system says.
+fn check_out(out: &Path) -> Result<Option<u64>, Failure> {
+    let fail = |what: String| Failure::new(exit::STORAGE, anyhow::anyhow!(what));
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_dir() => {
+            return Err(fail(format!(
+                "--out {}: exists and is not a directory",
+                out.display()
+            )))
+        }
+        Ok(_) => {}
+        Err(_) => std::fs::create_dir_all(out)
+            .map_err(|e| fail(format!("cannot create --out {}: {e}", out.display())))?,
+    }
+    tempfile::Builder::new()
+        .prefix(".hurtle-check-")
+        .tempfile_in(out)
+        .map_err(|e| fail(format!("cannot write into --out {}: {e}", out.display())))?;
+    Ok(hurtle_engine::store::free_space(out))
+}

@@ -1,0 +1,57 @@
+//! `hurtle send`: to an address (`--to`) or to a receiver found by code through a relay.
+
+use crate::args::{parse_channels, parse_rate, parse_relay_target, SendArgs};
+use crate::cmd::{resolve, session_failure};
+use crate::config::Defaults;
+use crate::exit::{Failure, Outcome};
+use crate::{interrupt, rendezvous, ui};
+use hurtle_engine::SendOptions;
+
+/// Runs `hurtle send`.
+pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
+    let mut opts = SendOptions {
+        payload: a.payload,
+        follow_symlinks: a.follow_symlinks,
+        checksum: a.checksum,
+        no_sparse: a.no_sparse,
+        log_dir: a.output.log_dir.clone(),
+        block_size: a.chunk_size,
+        transport: a.transport.into(),
+        ..SendOptions::default()
+    };
+    if let Some(c) = a
+        .channels
+        .map_or_else(|| defaults.get("channels", parse_channels), |c| Ok(Some(c)))?
+    {
+        opts.channels = c;
+    }
+    if a.rate.rate.is_none() && a.rate.rate_fixed.is_none() {
+        a.rate.rate = defaults.get("rate", parse_rate)?;
+    }
+    a.rate.apply(&mut opts);
+    let (to, path) = match (&a.to, &a.code) {
+        (Some(to), _) => (resolve(to, "receiver")?, None),
+        (None, Some(code)) => {
+            let relay = match &a.relay {
+                Some(r) => r.clone(),
+                None => defaults.get("relay", parse_relay_target)?.ok_or_else(|| {
+                    Failure::usage(
+                        "--code needs a relay: --relay HOST[:PORT], HURTLE_RELAY or relay in the \
+                         configuration file",
+                    )
+                })?,
+            };
+            let (to, path) = rendezvous::pair(&a.output, &relay, code, a.relay_only)?;
+            opts.dialer = Some(path.dialer.clone());
+            (to, Some(path))
+        }
+        (None, None) => return Err(Failure::usage("give --to, or --code")),
+    };
+    let (progress, bar) = ui::progress_bar(&a.output, "sending");
+    interrupt::watch(&progress);
+    let result = hurtle_engine::send(&a.paths, to, &opts, progress.clone());
+    bar.finish();
+    let s = result.map_err(|e| session_failure(e, false, &progress))?;
+    ui::print_send_summary(&a.output, &s, path.as_ref().map(|p| &p.info));
+    Ok(())
+}

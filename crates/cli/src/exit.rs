@@ -1,0 +1,133 @@
+//! Exit codes: the table users and scripts rely on, and the one place that maps each typed
+//! failure to its code.
+
+use hurtle_engine::SessionError;
+use hurtle_proto::wire::AbortCause;
+use hurtle_relay::client::RelayError;
+
+/// Success.
+pub const OK: u8 = 0;
+/// Any failure not named below (a protocol error, an expired or cancelled code).
+pub const OTHER: u8 = 1;
+/// Usage: a bad flag, value, address, code or configuration file.
+pub const USAGE: u8 = 2;
+/// The receiver refused the transfer (a file exists, its destination is full or not writable,
+/// an unsafe path); the sender's code.
+pub const REFUSED: u8 = 3;
+/// Network: a host that cannot be resolved or reached, a stalled transfer, UDP blocked, a peer
+/// that disconnected or was interrupted.
+pub const NETWORK: u8 = 4;
+/// Verification: a block or file whose BLAKE3 does not match, a source file that changed while
+/// it was sent.
+pub const VERIFICATION: u8 = 5;
+/// Local storage: disk full, a destination that is not a writable directory, an unsafe path, a
+/// source that cannot be read.
+pub const STORAGE: u8 = 6;
+/// Interrupted by SIGINT (Ctrl-C): 128 + 2, as shells report it.
+pub const SIGINT: u8 = 130;
+/// Interrupted by SIGTERM: 128 + 15.
+pub const SIGTERM: u8 = 143;
+
+/// The table shown at the end of `--help` and in the README (a test keeps them equal).
+pub const TABLE: &str = "\
+Exit codes:
+  0    success
+  1    other failure (a protocol error, an expired or cancelled code)
+  2    usage: a bad flag, value, address, code or configuration file
+  3    refused by the receiver (a file exists, its destination is full or not writable)
+  4    network: unresolvable or unreachable host, stalled, UDP blocked, peer gone or interrupted
+  5    verification: a hash mismatch, a source file changed while it was sent
+  6    local storage: disk full, --out not a writable directory, unsafe path, unreadable source
+  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM: what was verified is kept, and the same
+       command again resumes";
+
+/// A failed command: its exit code and what to print.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process exit code.
+    pub code: u8,
+    /// The error, printed on one line.
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// A failure with this code.
+    pub fn new(code: u8, error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code,
+            error: error.into(),
+        }
+    }
+
+    /// A usage error (exit 2).
+    pub fn usage(msg: impl std::fmt::Display) -> Self {
+        Failure::new(USAGE, anyhow::anyhow!("{msg}"))
+    }
+}
+
+impl From<SessionError> for Failure {
+    fn from(e: SessionError) -> Self {
+        Failure::new(session_code(&e), e)
+    }
+}
+
+impl From<RelayError> for Failure {
+    fn from(e: RelayError) -> Self {
+        Failure::new(if e.is_network() { NETWORK } else { OTHER }, e)
+    }
+}
+
+/// What a command returns.
+pub type Outcome = Result<(), Failure>;
+
+/// The exit code of a session's error, on either side.
+pub fn session_code(e: &SessionError) -> u8 {
+    match e {
+        SessionError::Refused { .. } => REFUSED,
+        SessionError::PeerAborted { cause, .. } => match cause {
+            AbortCause::Refused => REFUSED,
+            AbortCause::Network | AbortCause::Interrupted => NETWORK,
+            AbortCause::Verification => VERIFICATION,
+            _ => OTHER,
+        },
+        SessionError::Connect { .. }
+        | SessionError::Listen { .. }
+        | SessionError::Control(_)
+        | SessionError::PeerGone { .. }
+        | SessionError::UdpBlocked { .. }
+        | SessionError::Stalled(_)
+        | SessionError::Udp(_) => NETWORK,
+        SessionError::Verification { .. }
+        | SessionError::HashMismatch { .. }
+        | SessionError::SourceChanged(_) => VERIFICATION,
+        SessionError::Store(_) | SessionError::Path(_) | SessionError::Walk(_) => STORAGE,
+        SessionError::Interrupted { .. } => SIGINT,
+        _ => OTHER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hurtle_engine::error::Side;
+
+    #[test]
+    fn a_peer_abort_exits_as_its_cause() {
+        let aborted = |cause| SessionError::PeerAborted {
+            peer: Side::Receiver,
+            cause,
+            reason: "x".into(),
+        };
+        assert_eq!(session_code(&aborted(AbortCause::Refused)), REFUSED);
+        assert_eq!(session_code(&aborted(AbortCause::Interrupted)), NETWORK);
+        assert_eq!(
+            session_code(&aborted(AbortCause::Verification)),
+            VERIFICATION
+        );
+        assert_eq!(session_code(&aborted(AbortCause::Failed)), OTHER);
+        let changed = SessionError::from(hurtle_engine::store::StoreError::SourceChanged {
+            path: "a".into(),
+        });
+        assert_eq!(session_code(&changed), VERIFICATION);
+    }
+}
