@@ -1,5 +1,8 @@
 //! The command line: every command's flags (clap derive) and the parsers that check their values,
 //! so that a bad value is a usage error (exit 2) before anything starts.
+//!
+//! The flags' doc comments are `--help` text, not Markdown: `HOST[:PORT]` is no link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use crate::exit;
 use clap::{Args, Parser, Subcommand};
@@ -209,7 +212,7 @@ pub struct SendArgs {
     pub relay_only: bool,
     /// Number of UDP data channels, or TCP connections with --transport tcp, 1 to 32
     /// [env: HURTLE_CHANNELS] [default: one per core, 2 to 8]
-    #[arg(long, alias = "connections", value_parser = parse_channels)]
+    #[arg(long, visible_alias = "connections", value_parser = parse_channels)]
     pub channels: Option<u16>,
     /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
     /// when no datagram gets through).

@@ -320,12 +320,12 @@ fn existing_destination_is_refused_without_overwrite_and_replaced_with_it() {
     fs::write(&dest, b"old contents").unwrap();
     let r = start_receiver(&out, &[]);
     let s = proc::send(r.addr, &[&src], &[]);
-    let cause = s.assert_failure();
+    let cause = s.assert_exit(3);
     assert!(
         cause.contains("report.bin"),
         "cause lacks the path: {cause}"
     );
-    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_exit(3);
     assert!(
         rcause.contains("report.bin"),
         "cause lacks the path: {rcause}"
@@ -338,12 +338,12 @@ fn existing_destination_is_refused_without_overwrite_and_replaced_with_it() {
     fs::write(&dest, &same_size).unwrap();
     let r = start_receiver(&out, &[]);
     let s = proc::send(r.addr, &[&src], &[]);
-    let cause = s.assert_failure();
+    let cause = s.assert_exit(3);
     assert!(
         cause.contains("report.bin"),
         "cause lacks the path: {cause}"
     );
-    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_exit(3);
     assert!(
         rcause.contains("report.bin"),
         "cause lacks the path: {rcause}"
@@ -773,7 +773,7 @@ fn killed_sender_fails_receiver_promptly_without_final_file() {
     assert!(sender.is_running(), "the sender finished too early");
     let killed_at = Instant::now();
     sender.kill();
-    let cause = r.proc.wait(Duration::from_secs(20)).assert_failure();
+    let cause = r.proc.wait(Duration::from_secs(20)).assert_exit(4);
     let took = killed_at.elapsed();
     assert!(
         took < Duration::from_secs(5),
@@ -910,9 +910,10 @@ fn a_journal_for_another_file_is_not_trusted() {
 }
 
 /// Both sides of a transfer fail, each with a cause that names the lack of space.
+/// The sender exits 3 (refused by the receiver), the receiver 6 (its storage).
 fn assert_both_fail_for_space(sender: proc::Finished, r: ReceiverProc) {
-    let cause = sender.assert_failure();
-    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_failure();
+    let cause = sender.assert_exit(3);
+    let rcause = r.proc.wait(TRANSFER_TIMEOUT).assert_exit(6);
     for c in [&cause, &rcause] {
         assert!(
             c.contains("space") || c.contains("full"),
@@ -985,7 +986,7 @@ fn unreachable_receiver_fails_within_seconds() {
     let started = Instant::now();
     let s = Proc::spawn("sender", &proc::send_args(to, &[&src], &[])).wait(Duration::from_secs(10));
     let took = started.elapsed();
-    let cause = s.assert_failure();
+    let cause = s.assert_exit(4);
     assert!(took < Duration::from_secs(6), "took {took:?}");
     assert!(
         cause.contains(&port.to_string()) && cause.contains("reach"),
@@ -1015,7 +1016,7 @@ fn receiver_that_cannot_create_its_output_fails_at_once() {
         ],
     )
     .wait(Duration::from_secs(10));
-    let cause = r.assert_failure();
+    let cause = r.assert_exit(6);
     assert!(
         cause.contains("incoming") && cause.contains("Not a directory"),
         "unclear cause: {cause}"
@@ -1038,13 +1039,13 @@ fn source_changing_while_sent_fails_without_final_file() {
         f.write_all_at(&[0x5a; 1 << 20], 20 * MIB).unwrap();
     }
     let s = sender.wait(TRANSFER_TIMEOUT);
-    let cause = s.assert_failure();
+    let cause = s.assert_exit(5);
     assert!(
         cause.contains("source") && cause.contains("change"),
         "unclear cause: {cause}"
     );
-    let rcause = r.proc.wait(Duration::from_secs(10)).assert_failure();
-    assert!(!rcause.is_empty());
+    let rcause = r.proc.wait(Duration::from_secs(10)).assert_exit(5);
+    assert!(rcause.contains("sender failed"), "{rcause}");
     assert!(
         !out.join("moving.bin").exists(),
         "a file exists under the final name"

@@ -61,13 +61,26 @@ impl Proc {
 
     /// Starts `PROGRAM ARGS` (e.g. `ip netns exec NS hurtle ...`), labelled `name`.
     pub fn spawn_program<S: AsRef<OsStr>>(name: &str, program: &str, args: &[S]) -> Proc {
-        let mut child = Command::new(program)
-            .args(args)
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        Proc::start(name, cmd)
+    }
+
+    /// Starts `hurtle ARGS` with these environment variables added, labelled `name`.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn spawn_env<S: AsRef<OsStr>>(name: &str, args: &[S], env: &[(&str, &str)]) -> Proc {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).envs(env.iter().copied());
+        Proc::start(name, cmd)
+    }
+
+    fn start(name: &str, mut cmd: Command) -> Proc {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({program}): {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let readers = vec![
@@ -252,6 +265,20 @@ impl Finished {
             self.stderr
         );
         errors[0].to_owned()
+    }
+
+    /// Fails the test unless the process exited with `code` and one `hurtle: error:` line;
+    /// returns that line's message.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn assert_exit(&self, code: i32) -> String {
+        let cause = self.assert_failure();
+        assert_eq!(
+            self.status.code(),
+            Some(code),
+            "{} should exit {code}: {cause}",
+            self.name
+        );
+        cause
     }
 
     /// The JSON summary printed on stdout with `--json`.
