@@ -152,7 +152,7 @@ pub struct SendSummary {
     pub skipped: usize,
     /// Directories created.
     pub dirs: usize,
-    /// Wall time from connect to confirmation.
+    /// Wall time from connect to confirmation, including a UDP attempt before a fallback to TCP.
     pub seconds: f64,
     /// Bits per second of file data moved in this session (`bytes - resumed_bytes -
     /// sparse_bytes`).
@@ -174,6 +174,9 @@ pub struct SendSummary {
     /// Milliseconds from the sender's start to its first data datagram: what setting up the
     /// session cost (`None` if no data was sent).
     pub first_data_ms: Option<f64>,
+    /// Seconds spent finding UDP blocked before falling back to parallel TCP (`None` when there
+    /// was no fallback); counted in `seconds`.
+    pub fallback_seconds: Option<f64>,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,
     /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
@@ -387,12 +390,19 @@ pub fn send(
     } else {
         Transport::Udp
     };
+    let started = Instant::now();
     match send_once(paths, to, opts, first, progress.clone()) {
-        Err(SessionError::UdpBlocked { channel, secs })
+        Err(SessionError::UdpBlocked { channel, .. })
             if opts.transport == Transport::Auto && !tcp_only =>
         {
+            let lost = started.elapsed();
             let mut s = send_once(paths, to, opts, Transport::Tcp, progress)?;
-            s.warnings.insert(0, format!("no UDP datagram reached the receiver within {secs} s (channel {channel}); fell back to parallel TCP"));
+            let moved = s.goodput_bps * s.seconds;
+            s.seconds += lost.as_secs_f64();
+            s.goodput_bps = moved / s.seconds.max(1e-9);
+            s.first_data_ms = s.first_data_ms.map(|ms| ms + lost.as_secs_f64() * 1e3);
+            s.fallback_seconds = Some(lost.as_secs_f64());
+            s.warnings.insert(0, format!("no UDP datagram reached the receiver (channel {channel}); fell back to parallel TCP after {:.1} s, counted in the time", lost.as_secs_f64()));
             Ok(s)
         }
         other => other,
@@ -686,6 +696,7 @@ fn send_once(
             &rx,
             session,
             opts.payload.min(max_payload),
+            rtt,
         ) {
             Err(e @ SessionError::UdpBlocked { .. }) => {
                 // End this session cleanly: the caller retries over TCP when the transport was
@@ -887,6 +898,7 @@ fn send_once(
         channels,
         transport: transport.as_str(),
         payload,
+        fallback_seconds: None,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
             us => Some(us as f64 / 1e3),
@@ -937,15 +949,27 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
         .map_err(|source| SessionError::Connect { addr, source })
 }
 
-/// Sends probe datagrams of decreasing size on every channel until each channel gets one through;
-/// returns the payload size that works everywhere, and the shortest probe round trip seen (a
-/// truer RTT than the hello's, which may include the receiver finishing its capacity test).
+/// How long probing may take before UDP counts as blocked: at least this, or three round trips
+/// of the hello on a longer path.
+const PROBE_DEADLINE: Duration = Duration::from_millis(1500);
+
+/// Probes the path with datagrams of every candidate size at once, on every channel, about
+/// every 100 ms until they are acknowledged; returns the largest size acknowledged on every
+/// channel, and the shortest probe round trip seen (a truer RTT than the hello's, which may
+/// include the receiver finishing its capacity test).
+///
+/// Once one size has got through everywhere, larger sizes still in flight get `grace` (a hello
+/// round trip, 50 ms at least) to arrive; a size the local interface cannot carry fails at once
+/// (`EMSGSIZE`: the sockets set don't-fragment). When no size reaches some channel by the
+/// deadline, UDP is blocked: on a path where it is, the fallback to TCP costs 1.5 s (or three
+/// round trips), not a timeout per size.
 fn probe_payload(
     udps: &mut [UdpChannel],
     dests: &[SocketAddr],
     rx: &Receiver<Result<Control, ControlError>>,
     session: u64,
     wanted: u16,
+    hello_rtt: Duration,
 ) -> Result<(u16, Option<Duration>), SessionError> {
     let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
     for c in [wire::DEFAULT_PAYLOAD, 1200u16, wire::MIN_PAYLOAD] {
@@ -953,22 +977,41 @@ fn probe_payload(
             candidates.push(c);
         }
     }
-    let per_size = Duration::from_millis(1500);
-    let mut last_failed = 0;
-    // Round trips of probes acknowledged in the first round of their size (a later round's
-    // ack may answer an earlier probe, so it says nothing about the time).
+    let start = Instant::now();
+    let deadline = start + PROBE_DEADLINE.max(hello_rtt * 3);
+    let grace = hello_rtt.max(Duration::from_millis(50));
+    let channels = udps.len();
+    // acked[size][channel]; too_big[size]: the local interface refused it.
+    let mut acked = vec![vec![false; channels]; candidates.len()];
+    let mut too_big = vec![false; candidates.len()];
+    let mut settled_at: Option<Instant> = None;
+    // Round trips of probes acknowledged in the first round (a later round's ack may answer an
+    // earlier probe, so it says nothing about the time).
     let mut rtt: Option<Duration> = None;
-    for &payload in &candidates {
-        let size = HEADER_LEN + usize::from(payload);
-        let mut buf = vec![0u8; size];
-        let mut acked = vec![false; udps.len()];
-        let deadline = Instant::now() + per_size;
-        let mut packet = 0u64;
-        let mut too_big = false;
-        let mut first_round = true;
-        while !too_big && Instant::now() < deadline && acked.iter().any(|a| !a) {
+    let mut packet = 0u64;
+    let mut buf = vec![0u8; HEADER_LEN + usize::from(candidates[0])];
+    let mut first_round = true;
+    loop {
+        let now = Instant::now();
+        if let Some(best) = (0..candidates.len()).find(|&i| acked[i].iter().all(|a| *a)) {
+            let larger_pending = (0..best).any(|j| !too_big[j]);
+            let since = *settled_at.get_or_insert(now);
+            if !larger_pending || now >= since + grace || now >= deadline {
+                return Ok((candidates[best], rtt));
+            }
+        } else if now >= deadline {
+            let channel = (0..channels)
+                .find(|&ch| !acked.iter().any(|a| a[ch]))
+                .unwrap_or(0);
+            return Err(SessionError::UdpBlocked {
+                channel: channel as u16,
+                secs: start.elapsed().as_secs(),
+            });
+        }
+        for (i, &payload) in candidates.iter().enumerate() {
+            let size = HEADER_LEN + usize::from(payload);
             for (ch, udp) in udps.iter_mut().enumerate() {
-                if acked[ch] {
+                if too_big[i] || acked[i][ch] {
                     continue;
                 }
                 packet += 1;
@@ -983,58 +1026,50 @@ fn probe_payload(
                     len: payload,
                     sent_us: 0,
                 }
-                .encode(&mut buf);
-                // A size the local interface cannot carry fails right here (EMSGSIZE, the
-                // sockets set don't-fragment): go to the next size at once. Any other failure
-                // is the same answer as a probe lost on the way.
-                if let Err(UdpError::Io(e)) = udp.send_batch(dests[ch], &buf, size) {
+                .encode(&mut buf[..size]);
+                // Any failure but EMSGSIZE is the same answer as a probe lost on the way.
+                if let Err(UdpError::Io(e)) = udp.send_batch(dests[ch], &buf[..size], size) {
                     if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                        too_big = true;
+                        too_big[i] = true;
+                    }
+                }
+            }
+        }
+        let sent_at = Instant::now();
+        let mut wait_until = (sent_at + Duration::from_millis(100)).min(deadline);
+        if let Some(since) = settled_at {
+            wait_until = wait_until.min(since + grace);
+        }
+        while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(Ok(Control::ProbeAck { channel, size })) => {
+                    let Some(i) = candidates
+                        .iter()
+                        .position(|&c| HEADER_LEN + usize::from(c) == usize::from(size))
+                    else {
+                        continue;
+                    };
+                    if let Some(a) = acked[i].get_mut(usize::from(channel)) {
+                        *a = true;
+                        if first_round {
+                            let sample = sent_at.elapsed();
+                            rtt = Some(rtt.map_or(sample, |r| r.min(sample)));
+                        }
+                    }
+                    if acked[i].iter().all(|a| *a) && (i == 0 || settled_at.is_none()) {
                         break;
                     }
                 }
-            }
-            if too_big {
-                break;
-            }
-            let sent_at = Instant::now();
-            let wait_until = (Instant::now() + Duration::from_millis(100)).min(deadline);
-            while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
-                match rx.recv_timeout(left) {
-                    Ok(Ok(Control::ProbeAck { channel, size: s })) if usize::from(s) == size => {
-                        if let Some(a) = acked.get_mut(usize::from(channel)) {
-                            *a = true;
-                            if first_round {
-                                let sample = sent_at.elapsed();
-                                rtt = Some(rtt.map_or(sample, |r| r.min(sample)));
-                            }
-                        }
-                        if acked.iter().all(|a| *a) {
-                            break;
-                        }
-                    }
-                    Ok(Ok(
-                        Control::ProbeAck { .. } | Control::Report { .. } | Control::KeepAlive,
-                    )) => {}
-                    Ok(Ok(other)) => {
-                        return Err(SessionError::unexpected(Side::Receiver, other, "ProbeAck"))
-                    }
-                    Ok(Err(e)) => return Err(e.into()),
-                    Err(_) => break,
+                Ok(Ok(Control::Report { .. } | Control::KeepAlive)) => {}
+                Ok(Ok(other)) => {
+                    return Err(SessionError::unexpected(Side::Receiver, other, "ProbeAck"))
                 }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => break,
             }
-            first_round = false;
         }
-        if let Some(ch) = acked.iter().position(|a| !a) {
-            last_failed = ch as u16;
-            continue;
-        }
-        return Ok((payload, rtt));
+        first_round = false;
     }
-    Err(SessionError::UdpBlocked {
-        channel: last_failed,
-        secs: (per_size * candidates.len() as u32).as_secs(),
-    })
 }
 
 /// One line of `send-rate.log`: a receiver report and the change it caused, if any.
@@ -1137,7 +1172,8 @@ fn session_loop(
                             last_progress = Instant::now();
                         }
                     }
-                    Control::KeepAlive => {}
+                    // Acks of probes still in flight when probing settled.
+                    Control::KeepAlive | Control::ProbeAck { .. } => {}
                     other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
                 }
             }
