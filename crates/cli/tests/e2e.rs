@@ -1191,8 +1191,9 @@ fn blocked_udp_falls_back_to_parallel_tcp_within_seconds() {
         started.elapsed()
     );
 
-    // Told to use UDP only, the sender fails with a clear cause instead.
-    let r = proc::start_receiver_at(&format!("{ip}:0"), &out, &["--overwrite"]);
+    // Told to use UDP only, the sender fails with a clear cause instead (into another
+    // directory: with the file already there, nothing would need to move at all).
+    let r = proc::start_receiver_at(&format!("{ip}:0"), &t.path().join("out-udp"), &[]);
     let s = proc::send(r.addr, &[&src], &["--transport", "udp"]);
     let cause = s.assert_exit(4);
     assert!(cause.contains("UDP"), "cause does not name UDP: {cause}");
@@ -1367,7 +1368,17 @@ fn allocated(path: &Path) -> u64 {
 /// returns the sender's and the receiver's summaries.
 fn send_sparse(src: &Path, out: &Path, transport: &str) -> (Value, Value) {
     let r = start_receiver(out, &["--json"]);
-    let args = ["--json", "--chunk-size", "1M", "--transport", transport];
+    // One payload size all through (probing would otherwise move it up while data flows), so
+    // the count of first transmissions says how many bytes were sent.
+    let args = [
+        "--json",
+        "--chunk-size",
+        "1M",
+        "--transport",
+        transport,
+        "--payload",
+        "1384",
+    ];
     let s = proc::send(r.addr, &[src], &args);
     s.assert_success();
     let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();

@@ -11,7 +11,7 @@
 //! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.
 
 use crate::error::SessionError;
-use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel, MAX_FRAMED};
+use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -89,7 +89,7 @@ impl LinkOut {
     ) -> Result<(), SessionError> {
         match self {
             LinkOut::Udp { sock, dest } => {
-                Ok(sock.send_framed(*dest, headers, HEADER_LEN, data, payload)?)
+                lost_locally(sock.send_framed(*dest, headers, HEADER_LEN, data, payload))
             }
             LinkOut::Tcp(s) => write_frames(s, headers, data, payload)
                 .map_err(|e| SessionError::io("TCP data connection", e)),
@@ -99,7 +99,7 @@ impl LinkOut {
     /// Sends frames laid back to back in `buf`, each `frame_size` bytes but the last.
     pub fn send(&mut self, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
         match self {
-            LinkOut::Udp { sock, dest } => Ok(sock.send_batch(*dest, buf, frame_size)?),
+            LinkOut::Udp { sock, dest } => lost_locally(sock.send_batch(*dest, buf, frame_size)),
             LinkOut::Tcp(s) => s
                 .write_all(buf)
                 .map_err(|e| SessionError::io("TCP data connection", e)),
@@ -109,6 +109,16 @@ impl LinkOut {
 
 /// Frames per send on a TCP data connection, and per vectored write.
 const TCP_FRAMES: usize = 16;
+
+/// A send a local firewall refused (`EPERM`: a netfilter rule dropped it on the way out) is a
+/// datagram lost, as on the path: repairs and probing deal with it, as they do with loss, and a
+/// path where nothing gets through is found blocked by probing, not failed on the first send.
+fn lost_locally(sent: Result<(), UdpError>) -> Result<(), SessionError> {
+    match sent {
+        Err(UdpError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        other => Ok(other?),
+    }
+}
 
 /// Writes frames (see [`LinkOut::send_framed`]) to `stream`, [`TCP_FRAMES`] at a time per
 /// vectored write.

@@ -1362,7 +1362,9 @@ fn session_loop(
                         report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
                     }
                     Control::KeepAlive => {}
-                    Control::Fallback if !shared.started.load(Ordering::Relaxed) => {
+                    // Probing runs beside the data: the sender may find UDP blocked after it
+                    // started, as long as nothing got through.
+                    Control::Fallback if shared.progress.sent.load(Ordering::Relaxed) == 0 => {
                         return Err(SessionError::FellBack)
                     }
                     Control::Done => {

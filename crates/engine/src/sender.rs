@@ -15,10 +15,11 @@ use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::store::SourceFile;
-use crate::udp::{ChannelOptions, UdpChannel, UdpError};
+use crate::udp::{ChannelOptions, UdpChannel};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
+use hurtle_proto::probe::{PayloadProbe, ProbeDecision};
 use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
@@ -29,7 +30,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -354,7 +355,10 @@ struct Shared {
     layout: Layout,
     sources: Vec<SourceFile>,
     session: u64,
-    payload: u16,
+    /// Payload bytes per data datagram now: probing may move it while data flows.
+    payload: AtomicU16,
+    /// The most `payload` can become: what buffers are sized for.
+    max_payload: u16,
     start: Instant,
     progress: Arc<Progress>,
     /// Current pacing rate for all channels together, bits per second.
@@ -485,27 +489,8 @@ fn send_once(
         block_size: opts.block_size,
         session,
     });
-    let (ports, max_payload, receiver_ceiling) = match next_control(&rx, handshake_timeout)? {
-        Control::HelloAck {
-            ports,
-            payload,
-            version,
-            rate_ceiling,
-            ..
-        } if version == wire::VERSION && !ports.is_empty() => (ports, payload, rate_ceiling),
-        Control::HelloAck { version, .. } => {
-            return Err(SessionError::Protocol(format!(
-                "receiver speaks version {version}, no usable channels"
-            )))
-        }
-        other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
-    };
-    let mut rtt = hello_at.elapsed();
-    let channels = ports
-        .len()
-        .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
-
-    // Manifest, in parts that stay well under the frame limit.
+    // The manifest follows at once, in parts that stay well under the frame limit: the
+    // receiver answers the hello and the manifest in the same round trip.
     let parts: Vec<&[Entry]> = if entries.is_empty() {
         vec![&[][..]]
     } else {
@@ -531,6 +516,66 @@ fn send_once(
             })
             .map_err(|e| SessionError::io("open thread", e))?
     };
+    let (ports, max_payload, receiver_ceiling) = match next_control(&rx, handshake_timeout)? {
+        Control::HelloAck {
+            ports,
+            payload,
+            version,
+            rate_ceiling,
+            ..
+        } if version == wire::VERSION && !ports.is_empty() => (ports, payload, rate_ceiling),
+        Control::HelloAck { version, .. } => {
+            return Err(SessionError::Protocol(format!(
+                "receiver speaks version {version}, no usable channels"
+            )))
+        }
+        other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
+    };
+    let mut rtt = hello_at.elapsed();
+    let channels = ports
+        .len()
+        .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
+    // Data sockets, of the receiver's address family. They are set up while the receiver
+    // decides on the manifest: TCP connections are dialled, UDP probes are on their way.
+    let bind_ip: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let dests: Vec<SocketAddr> = ports
+        .iter()
+        .take(usize::from(channels))
+        .map(|&p| SocketAddr::new(to.ip(), p))
+        .collect();
+    let mut data = if transport == Transport::Tcp {
+        DataSetup::Tcp(dial_data(opts, &dests, session))
+    } else {
+        let mut udps = Vec::with_capacity(usize::from(channels));
+        for _ in 0..channels {
+            let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let socks = udps
+            .iter()
+            .map(UdpChannel::try_clone_socket)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SessionError::io("UDP socket", e))?;
+        let mut prober = Prober {
+            probe: PayloadProbe::new(opts.payload.min(max_payload), channels, rtt, Instant::now()),
+            socks,
+            dests: dests.clone(),
+            session,
+            packet: 0,
+        };
+        prober.send_due(Instant::now());
+        DataSetup::Udp(udps, Box::new(prober))
+    };
+
     let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
     // Of those, the ones skipped on size and modification time, unread: no hash to report.
     let mut unchecked = vec![false; files.len()];
@@ -541,6 +586,13 @@ fn send_once(
     let reply = loop {
         match next_control(&rx, handshake_timeout)? {
             Control::KeepAlive => continue,
+            Control::ProbeAck { channel, size } => {
+                if let DataSetup::Udp(_, prober) = &mut data {
+                    prober
+                        .probe
+                        .on_ack(channel, usize::from(size), Instant::now());
+                }
+            }
             other => break other,
         }
     };
@@ -655,50 +707,29 @@ fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
-    // Data sockets, of the receiver's address family.
-    let bind_ip: IpAddr = if to.is_ipv4() {
-        Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        Ipv6Addr::UNSPECIFIED.into()
-    };
-    let dests: Vec<SocketAddr> = ports
-        .iter()
-        .take(usize::from(channels))
-        .map(|&p| SocketAddr::new(to.ip(), p))
-        .collect();
-    let (links, payload) = if transport == Transport::Tcp {
-        let mut links = Vec::with_capacity(dests.len());
-        for (ch, dest) in dests.iter().enumerate() {
-            let mut s = dial(opts, *dest)?;
-            let _ = s.set_nodelay(true);
-            s.write_all(&link::greeting(session, ch as u16))
-                .map_err(|e| SessionError::io("TCP data connection", e))?;
-            links.push(LinkOut::Tcp(s));
-        }
-        (
-            links,
-            link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
-        )
-    } else {
-        let mut udps = Vec::with_capacity(usize::from(channels));
-        for _ in 0..channels {
-            let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
-            if let Some(w) = u.buffer_warning() {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
+    let (links, payload, prober) = match data {
+        DataSetup::Tcp(dialing) => {
+            let mut links = Vec::with_capacity(dialing.len());
+            for d in dialing {
+                let s = d
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                links.push(LinkOut::Tcp(s));
             }
-            udps.push(u);
+            (
+                links,
+                link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
+                None,
+            )
         }
-        let payload = match probe_payload(
-            &mut udps,
-            &dests,
-            &rx,
-            session,
-            opts.payload.min(max_payload),
-            rtt,
-        ) {
-            Err(e @ SessionError::UdpBlocked { .. }) => {
+        DataSetup::Udp(udps, mut prober) => {
+            let now = Instant::now();
+            prober.send_due(now);
+            if let Some(ProbeDecision::Blocked { channel, after }) = prober.probe.poll(now, false) {
+                let e = SessionError::UdpBlocked {
+                    channel,
+                    secs: after.as_secs(),
+                };
                 // End this session cleanly: the caller retries over TCP when the transport was
                 // left to us, and otherwise the receiver is told why the transfer fails.
                 let _ = tx.send(if opts.transport == Transport::Auto {
@@ -710,18 +741,17 @@ fn send_once(
                 let _ = writer.join();
                 return Err(e);
             }
-            other => other?,
-        };
-        let (payload, probe_rtt) = payload;
-        if let Some(p) = probe_rtt {
-            rtt = rtt.min(p);
+            if let Some(p) = prober.probe.rtt() {
+                rtt = rtt.min(p);
+            }
+            let links = udps
+                .into_iter()
+                .zip(&dests)
+                .map(|(sock, &dest)| LinkOut::Udp { sock, dest })
+                .collect();
+            let payload = prober.probe.payload();
+            (links, payload, Some(*prober))
         }
-        let links = udps
-            .into_iter()
-            .zip(&dests)
-            .map(|(sock, &dest)| LinkOut::Udp { sock, dest })
-            .collect();
-        (links, payload)
     };
     let report_every = rate::report_interval(rtt);
     let _ = tx.send(Control::Start {
@@ -761,7 +791,8 @@ fn send_once(
         layout,
         sources,
         session,
-        payload,
+        payload: AtomicU16::new(payload),
+        max_payload: prober.as_ref().map_or(payload, |p| p.probe.max_payload()),
         start,
         progress: progress.clone(),
         rate_bps: AtomicU64::new(controller.rate_bps()),
@@ -851,6 +882,7 @@ fn send_once(
         opts.stall_timeout,
         (&mut controller, &mut rate_log),
         &skipped,
+        prober,
     );
     for c in &thread_cmds {
         let _ = c.send(ThreadCmd::Stop);
@@ -868,6 +900,10 @@ fn send_once(
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
+        }
+        // Probing found no datagram getting through: the caller retries over TCP.
+        Err(SessionError::UdpBlocked { .. }) if opts.transport == Transport::Auto => {
+            let _ = tx.send(Control::Fallback);
         }
         Err(e) if !e.peer_knows() => {
             let _ = tx.send(e.to_abort(Side::Sender));
@@ -897,7 +933,7 @@ fn send_once(
         nacks,
         channels,
         transport: transport.as_str(),
-        payload,
+        payload: shared.payload.load(Ordering::Relaxed),
         fallback_seconds: None,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -911,7 +947,13 @@ fn send_once(
             } else {
                 opts.rate_bps
             };
-            BottleneckSummary::new(&controller, sent, payload, cap, receiver_ceiling)
+            BottleneckSummary::new(
+                &controller,
+                sent,
+                shared.payload.load(Ordering::Relaxed),
+                cap,
+                receiver_ceiling,
+            )
         }),
         receiver_rejected: rejected,
         receiver_socket_drops: drops,
@@ -949,126 +991,79 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
         .map_err(|source| SessionError::Connect { addr, source })
 }
 
-/// How long probing may take before UDP counts as blocked: at least this, or three round trips
-/// of the hello on a longer path.
-const PROBE_DEADLINE: Duration = Duration::from_millis(1500);
+/// The data paths being set up while the receiver decides on the manifest.
+enum DataSetup {
+    /// One connection per channel, being dialled.
+    Tcp(Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>>),
+    /// The channels' sockets, and the probing of the path that started on them.
+    Udp(Vec<UdpChannel>, Box<Prober>),
+}
 
-/// Probes the path with datagrams of every candidate size at once, on every channel, about
-/// every 100 ms until they are acknowledged; returns the largest size acknowledged on every
-/// channel, and the shortest probe round trip seen (a truer RTT than the hello's, which may
-/// include the receiver finishing its capacity test).
-///
-/// Once one size has got through everywhere, larger sizes still in flight get `grace` (a hello
-/// round trip, 50 ms at least) to arrive; a size the local interface cannot carry fails at once
-/// (`EMSGSIZE`: the sockets set don't-fragment). When no size reaches some channel by the
-/// deadline, UDP is blocked: on a path where it is, the fallback to TCP costs 1.5 s (or three
-/// round trips), not a timeout per size.
-fn probe_payload(
-    udps: &mut [UdpChannel],
+/// Dials the TCP data connections, all at once (one after the other, 8 of them would cost 8
+/// round trips), each greeted with the session and its channel.
+fn dial_data(
+    opts: &SendOptions,
     dests: &[SocketAddr],
-    rx: &Receiver<Result<Control, ControlError>>,
     session: u64,
-    wanted: u16,
-    hello_rtt: Duration,
-) -> Result<(u16, Option<Duration>), SessionError> {
-    let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
-    for c in [wire::DEFAULT_PAYLOAD, 1200u16, wire::MIN_PAYLOAD] {
-        if c < candidates[candidates.len() - 1] {
-            candidates.push(c);
-        }
-    }
-    let start = Instant::now();
-    let deadline = start + PROBE_DEADLINE.max(hello_rtt * 3);
-    let grace = hello_rtt.max(Duration::from_millis(50));
-    let channels = udps.len();
-    // acked[size][channel]; too_big[size]: the local interface refused it.
-    let mut acked = vec![vec![false; channels]; candidates.len()];
-    let mut too_big = vec![false; candidates.len()];
-    let mut settled_at: Option<Instant> = None;
-    // Round trips of probes acknowledged in the first round (a later round's ack may answer an
-    // earlier probe, so it says nothing about the time).
-    let mut rtt: Option<Duration> = None;
-    let mut packet = 0u64;
-    let mut buf = vec![0u8; HEADER_LEN + usize::from(candidates[0])];
-    let mut first_round = true;
-    loop {
-        let now = Instant::now();
-        if let Some(best) = (0..candidates.len()).find(|&i| acked[i].iter().all(|a| *a)) {
-            let larger_pending = (0..best).any(|j| !too_big[j]);
-            let since = *settled_at.get_or_insert(now);
-            if !larger_pending || now >= since + grace || now >= deadline {
-                return Ok((candidates[best], rtt));
-            }
-        } else if now >= deadline {
-            let channel = (0..channels)
-                .find(|&ch| !acked.iter().any(|a| a[ch]))
-                .unwrap_or(0);
-            return Err(SessionError::UdpBlocked {
-                channel: channel as u16,
-                secs: start.elapsed().as_secs(),
-            });
-        }
-        for (i, &payload) in candidates.iter().enumerate() {
+) -> Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>> {
+    dests
+        .iter()
+        .enumerate()
+        .map(|(ch, &dest)| {
+            let opts = opts.clone();
+            std::thread::spawn(move || {
+                let mut s = dial(&opts, dest)?;
+                let _ = s.set_nodelay(true);
+                s.write_all(&link::greeting(session, ch as u16))
+                    .map_err(|e| SessionError::io("TCP data connection", e))?;
+                Ok(s)
+            })
+        })
+        .collect()
+}
+
+/// The driver of [`PayloadProbe`]: sends its probe datagrams from clones of the channels'
+/// sockets (the channel threads own the sockets themselves), beside the data.
+struct Prober {
+    probe: PayloadProbe,
+    socks: Vec<std::net::UdpSocket>,
+    dests: Vec<SocketAddr>,
+    session: u64,
+    packet: u64,
+}
+
+impl Prober {
+    /// Sends the probes that are due. A size the local interface refuses (`EMSGSIZE`: the
+    /// sockets set don't-fragment) is dropped; any other failure is a probe lost on the way.
+    fn send_due(&mut self, now: Instant) {
+        let mut buf = vec![0u8; HEADER_LEN + usize::from(self.probe.max_payload())];
+        for (ch, payload) in self.probe.to_send(now) {
+            let (Some(sock), Some(dest)) = (
+                self.socks.get(usize::from(ch)),
+                self.dests.get(usize::from(ch)),
+            ) else {
+                continue;
+            };
             let size = HEADER_LEN + usize::from(payload);
-            for (ch, udp) in udps.iter_mut().enumerate() {
-                if too_big[i] || acked[i][ch] {
-                    continue;
-                }
-                packet += 1;
-                Header {
-                    kind: Kind::Probe,
-                    flags: 0,
-                    channel: ch as u16,
-                    session,
-                    packet,
-                    file: 0,
-                    offset: size as u64,
-                    len: payload,
-                    sent_us: 0,
-                }
-                .encode(&mut buf[..size]);
-                // Any failure but EMSGSIZE is the same answer as a probe lost on the way.
-                if let Err(UdpError::Io(e)) = udp.send_batch(dests[ch], &buf[..size], size) {
-                    if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                        too_big[i] = true;
-                    }
+            self.packet += 1;
+            Header {
+                kind: Kind::Probe,
+                flags: 0,
+                channel: ch,
+                session: self.session,
+                packet: self.packet,
+                file: 0,
+                offset: size as u64,
+                len: payload,
+                sent_us: 0,
+            }
+            .encode(&mut buf[..size]);
+            if let Err(e) = sock.send_to(&buf[..size], dest) {
+                if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                    self.probe.on_too_big(payload);
                 }
             }
         }
-        let sent_at = Instant::now();
-        let mut wait_until = (sent_at + Duration::from_millis(100)).min(deadline);
-        if let Some(since) = settled_at {
-            wait_until = wait_until.min(since + grace);
-        }
-        while let Some(left) = wait_until.checked_duration_since(Instant::now()) {
-            match rx.recv_timeout(left) {
-                Ok(Ok(Control::ProbeAck { channel, size })) => {
-                    let Some(i) = candidates
-                        .iter()
-                        .position(|&c| HEADER_LEN + usize::from(c) == usize::from(size))
-                    else {
-                        continue;
-                    };
-                    if let Some(a) = acked[i].get_mut(usize::from(channel)) {
-                        *a = true;
-                        if first_round {
-                            let sample = sent_at.elapsed();
-                            rtt = Some(rtt.map_or(sample, |r| r.min(sample)));
-                        }
-                    }
-                    if acked[i].iter().all(|a| *a) && (i == 0 || settled_at.is_none()) {
-                        break;
-                    }
-                }
-                Ok(Ok(Control::Report { .. } | Control::KeepAlive)) => {}
-                Ok(Ok(other)) => {
-                    return Err(SessionError::unexpected(Side::Receiver, other, "ProbeAck"))
-                }
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => break,
-            }
-        }
-        first_round = false;
     }
 }
 
@@ -1111,6 +1106,7 @@ fn session_loop(
     stall: Duration,
     (controller, rate_log): (&mut RateController, &mut NetLog),
     skipped: &[Option<[u8; 32]>],
+    mut prober: Option<Prober>,
 ) -> LoopResult {
     let Wires {
         rx,
@@ -1172,8 +1168,13 @@ fn session_loop(
                             last_progress = Instant::now();
                         }
                     }
-                    // Acks of probes still in flight when probing settled.
-                    Control::KeepAlive | Control::ProbeAck { .. } => {}
+                    Control::ProbeAck { channel, size } => {
+                        if let Some(p) = prober.as_mut() {
+                            p.probe.on_ack(channel, usize::from(size), Instant::now());
+                            probe_step(p, shared, last_received > 0, rate_log)?;
+                        }
+                    }
+                    Control::KeepAlive => {}
                     other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
                 }
             }
@@ -1201,6 +1202,13 @@ fn session_loop(
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
                 }
+                if let Some(p) = prober.as_mut() {
+                    p.send_due(Instant::now());
+                    probe_step(p, shared, last_received > 0, rate_log)?;
+                    if p.probe.is_done() {
+                        prober = None;
+                    }
+                }
                 let _ = tx.send(Control::KeepAlive);
                 if last_progress.elapsed() > stall {
                     return Err(SessionError::Stalled(stall.as_secs()));
@@ -1216,6 +1224,28 @@ fn session_loop(
         rejected,
         drops,
     ))
+}
+
+/// Applies what probing decided: another payload for the data from now on, or UDP blocked.
+/// `delivered`: the receiver has reported data.
+fn probe_step(
+    p: &mut Prober,
+    shared: &Shared,
+    delivered: bool,
+    log: &mut NetLog,
+) -> Result<(), SessionError> {
+    match p.probe.poll(Instant::now(), delivered) {
+        Some(ProbeDecision::UsePayload(payload)) => {
+            shared.payload.store(payload, Ordering::Relaxed);
+            log.line(|| format!("payload {payload}: the largest size the path carried"));
+            Ok(())
+        }
+        Some(ProbeDecision::Blocked { channel, after }) => Err(SessionError::UdpBlocked {
+            channel,
+            secs: after.as_secs(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Commands to the thread that serves a channel. The thread sleeps in `park_timeout` between
@@ -1371,20 +1401,28 @@ impl ChannelWorker {
 
     /// How many datagrams one send may carry now: the link's limit, and over UDP no more than
     /// one GSO send's bytes.
-    fn max_datagrams(&self) -> usize {
-        self.datagrams_within(self.link.max_frames())
+    fn max_datagrams(&self, payload: u16) -> usize {
+        self.datagrams_within(self.link.max_frames(), payload)
     }
 
     /// The most datagrams one send can ever make (the link's limit changes when GSO is turned
     /// off after a failure, but never exceeds [`LinkOut::frame_limit`]), and the most payload
     /// bytes in them: what the buffers are sized for.
+    /// Probing may move the payload between [`wire::MIN_PAYLOAD`] and the session's largest:
+    /// the buffers fit either.
     fn max_send(&self) -> (usize, usize) {
-        let n = self.datagrams_within(self.link.frame_limit());
-        (n, n * usize::from(self.shared.payload))
+        let frames = self.link.frame_limit();
+        [wire::MIN_PAYLOAD, self.shared.max_payload]
+            .into_iter()
+            .map(|p| {
+                let n = self.datagrams_within(frames, p);
+                (n, n * usize::from(p))
+            })
+            .fold((0, 0), |(d, b), (n, nb)| (d.max(n), b.max(nb)))
     }
 
-    fn datagrams_within(&self, frames: usize) -> usize {
-        let dgram = HEADER_LEN + usize::from(self.shared.payload);
+    fn datagrams_within(&self, frames: usize, payload: u16) -> usize {
+        let dgram = HEADER_LEN + usize::from(payload);
         match self.link {
             LinkOut::Udp { .. } => frames.min((crate::udp::MAX_GSO_BYTES / dgram).max(1)),
             LinkOut::Tcp(_) => frames,
@@ -1441,9 +1479,10 @@ impl ChannelWorker {
         // Its own handle, so that reading blocks (which borrows the worker) can go on beside it.
         let shared = self.shared.clone();
         let layout = &shared.layout;
-        let payload = usize::from(self.shared.payload);
+        let payload16 = self.shared.payload.load(Ordering::Relaxed);
+        let payload = usize::from(payload16);
         // The buffers fit any run the link allows (`max_send`).
-        let max_run = (self.max_datagrams() * payload) as u64;
+        let max_run = (self.max_datagrams(payload16) * payload) as u64;
         let scratch = &mut bufs.scratch;
         let headers = &mut bufs.headers;
         // Data, as the pacer allows, at the rate the controller last chose.

@@ -284,6 +284,12 @@ impl UdpChannel {
         Ok(())
     }
 
+    /// Another handle on the same socket (same port, same options), for datagrams sent beside
+    /// the channel's own batches, such as path probes.
+    pub fn try_clone_socket(&self) -> io::Result<std::net::UdpSocket> {
+        self.socket.try_clone()
+    }
+
     /// Changes how long [`recv_batch`](Self::recv_batch) waits; `None` waits for ever.
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
         self.read_timeout = timeout;

@@ -34,6 +34,7 @@
 
 pub mod hash;
 pub mod layout;
+pub mod probe;
 pub mod ranges;
 pub mod rate;
 pub mod recv;

@@ -1,0 +1,387 @@
+//! Path probing beside the data: which datagram payload the path carries, and whether UDP gets
+//! through at all, found without a round trip spent only on probing.
+//!
+//! The sender probes every candidate size at once on every channel as soon as it knows the
+//! receiver's ports, and repeats the probes not yet acknowledged every [`RESEND`]. Data does not
+//! wait for them: it starts at the largest size already acknowledged everywhere, or else at
+//! [`wire::DEFAULT_PAYLOAD`] (which fits a 1500-byte path, the common case), and
+//! [`PayloadProbe::poll`] says when to move to another size:
+//!
+//! | situation | decision |
+//! |---|---|
+//! | the largest size not refused locally is acknowledged on every channel | use it; done |
+//! | a smaller size is acknowledged everywhere, a larger one is not after `grace` | use the largest acknowledged; done |
+//! | the size in use is not acknowledged but a smaller one is (a path under 1500 bytes) | use the smaller one (the receiver asks again for what was lost) |
+//! | the deadline passes with some channel acknowledging nothing and no data delivered | UDP is blocked |
+//! | the deadline passes, and data was delivered | keep the size in use; done |
+//!
+//! `grace` is a hello round trip (50 ms at least): a larger size sent beside a smaller one
+//! arrives about as soon. The deadline is 1.5 s, or three hello round trips on a longer path.
+//! A size the local interface cannot carry is refused at once by the kernel (the sockets set
+//! don't-fragment) and is dropped from the candidates ([`PayloadProbe::on_too_big`]).
+
+use crate::wire::{self, HEADER_LEN};
+use std::time::{Duration, Instant};
+
+/// How often probes not yet acknowledged are sent again.
+pub const RESEND: Duration = Duration::from_millis(100);
+/// How long probing may take before UDP counts as blocked, at least (three hello round trips
+/// on a longer path).
+pub const DEADLINE: Duration = Duration::from_millis(1500);
+
+/// What the driver should do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeDecision {
+    /// Send data datagrams of this payload from now on.
+    UsePayload(u16),
+    /// No datagram of any size reached this channel by the deadline, and no data arrived.
+    Blocked {
+        /// The first channel that got nothing through.
+        channel: u16,
+        /// How long probing ran.
+        after: Duration,
+    },
+}
+
+/// The probing of one session (sans-IO: the driver sends, reads the acks, and keeps time).
+#[derive(Debug, Clone)]
+pub struct PayloadProbe {
+    /// Payload sizes, largest first.
+    candidates: Vec<u16>,
+    /// `acked[size][channel]`.
+    acked: Vec<Vec<bool>>,
+    /// Sizes the local interface refused.
+    too_big: Vec<bool>,
+    start: Instant,
+    deadline: Instant,
+    grace: Duration,
+    /// When some size was first acknowledged everywhere.
+    settled_at: Option<Instant>,
+    /// When probes were last sent, and whether that was the first round.
+    last_sent: Option<Instant>,
+    first_sent: Option<Instant>,
+    rtt: Option<Duration>,
+    /// The payload data uses now.
+    in_use: u16,
+    done: bool,
+}
+
+impl PayloadProbe {
+    /// Probing of up to `wanted` bytes of payload on `channels` channels, started at `now`
+    /// after a hello that took `hello_rtt`.
+    pub fn new(wanted: u16, channels: u16, hello_rtt: Duration, now: Instant) -> PayloadProbe {
+        let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
+        for c in [wire::DEFAULT_PAYLOAD, 1200, wire::MIN_PAYLOAD] {
+            if c < candidates[candidates.len() - 1] {
+                candidates.push(c);
+            }
+        }
+        let n = candidates.len();
+        let in_use = candidates
+            .iter()
+            .copied()
+            .find(|&c| c <= wire::DEFAULT_PAYLOAD)
+            .unwrap_or(wire::MIN_PAYLOAD);
+        PayloadProbe {
+            acked: vec![vec![false; usize::from(channels.max(1))]; n],
+            too_big: vec![false; n],
+            candidates,
+            start: now,
+            deadline: now + DEADLINE.max(hello_rtt * 3),
+            grace: hello_rtt.max(Duration::from_millis(50)),
+            settled_at: None,
+            last_sent: None,
+            first_sent: None,
+            rtt: None,
+            in_use,
+            done: false,
+        }
+    }
+
+    /// The largest payload any probe tries: what buffers must hold.
+    pub fn max_payload(&self) -> u16 {
+        self.candidates[0]
+    }
+
+    /// The payload data should use now.
+    pub fn payload(&self) -> u16 {
+        self.in_use
+    }
+
+    /// Whether probing is over (the payload no longer changes).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The shortest round trip of a first-round probe (a later round's ack may answer an
+    /// earlier probe, so it says nothing about the time).
+    pub fn rtt(&self) -> Option<Duration> {
+        self.rtt
+    }
+
+    /// The probes to send now, as `(channel, payload)`: every size not yet acknowledged on a
+    /// channel, when a round is due (at once, then every [`RESEND`]); none once done.
+    pub fn to_send(&mut self, now: Instant) -> Vec<(u16, u16)> {
+        if self.done || self.last_sent.is_some_and(|t| now < t + RESEND) {
+            return Vec::new();
+        }
+        self.last_sent = Some(now);
+        self.first_sent.get_or_insert(now);
+        let mut out = Vec::new();
+        for (i, &payload) in self.candidates.iter().enumerate() {
+            if self.too_big[i] {
+                continue;
+            }
+            for (ch, &acked) in self.acked[i].iter().enumerate() {
+                if !acked {
+                    out.push((ch as u16, payload));
+                }
+            }
+        }
+        out
+    }
+
+    /// The local interface refused a probe of `payload` bytes (`EMSGSIZE`).
+    pub fn on_too_big(&mut self, payload: u16) {
+        if let Some(i) = self.candidates.iter().position(|&c| c == payload) {
+            self.too_big[i] = true;
+            if self.in_use == payload {
+                // Data cannot go out at this size either.
+                if let Some(j) = (i + 1..self.candidates.len()).find(|&j| !self.too_big[j]) {
+                    self.in_use = self.candidates[j];
+                }
+            }
+        }
+    }
+
+    /// The receiver acknowledged a probe datagram of `datagram_len` bytes (header included) on
+    /// `channel`, at `now`. Acks of unknown sizes or channels are ignored.
+    pub fn on_ack(&mut self, channel: u16, datagram_len: usize, now: Instant) {
+        let Some(i) = self
+            .candidates
+            .iter()
+            .position(|&c| HEADER_LEN + usize::from(c) == datagram_len)
+        else {
+            return;
+        };
+        if let Some(a) = self.acked[i].get_mut(usize::from(channel)) {
+            *a = true;
+        } else {
+            return;
+        }
+        // Only the first round's acks time a round trip.
+        if let (Some(first), Some(last)) = (self.first_sent, self.last_sent) {
+            if first == last {
+                let sample = now.saturating_duration_since(first);
+                self.rtt = Some(self.rtt.map_or(sample, |r| r.min(sample)));
+            }
+        }
+    }
+
+    /// The next time [`PayloadProbe::poll`] or [`PayloadProbe::to_send`] has something to do.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        if self.done {
+            return None;
+        }
+        let resend = self.last_sent.map(|t| t + RESEND);
+        let settle = self.settled_at.map(|t| t + self.grace);
+        [resend, settle, Some(self.deadline)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// What to do now; `delivered`: the receiver has reported data bytes (so the size in use
+    /// gets through).
+    pub fn poll(&mut self, now: Instant, delivered: bool) -> Option<ProbeDecision> {
+        if self.done {
+            return None;
+        }
+        if delivered {
+            if let Some(i) = self.candidates.iter().position(|&c| c == self.in_use) {
+                self.acked[i].iter_mut().for_each(|a| *a = true);
+            }
+        }
+        let best = (0..self.candidates.len()).find(|&i| self.acked[i].iter().all(|&a| a));
+        let Some(best) = best else {
+            if now >= self.deadline {
+                self.done = true;
+                let channel = (0..self.acked[0].len())
+                    .find(|&ch| !self.acked.iter().any(|a| a[ch]))
+                    .unwrap_or(0);
+                return Some(ProbeDecision::Blocked {
+                    channel: channel as u16,
+                    after: now.saturating_duration_since(self.start),
+                });
+            }
+            return None;
+        };
+        let since = *self.settled_at.get_or_insert(now);
+        // Larger sizes (the one in use among them, perhaps) may still come through: wait for
+        // them a grace, or until the deadline.
+        let larger_pending = (0..best).any(|j| !self.too_big[j]);
+        if larger_pending && now < since + self.grace && now < self.deadline {
+            return None;
+        }
+        self.done = true;
+        let chosen = self.candidates[best];
+        if chosen == self.in_use {
+            return None;
+        }
+        self.in_use = chosen;
+        Some(ProbeDecision::UsePayload(chosen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn len(payload: u16) -> usize {
+        HEADER_LEN + usize::from(payload)
+    }
+
+    /// Acks every probe in `sent` whose payload passes `fits`, at `at`.
+    fn ack_all(p: &mut PayloadProbe, sent: &[(u16, u16)], fits: impl Fn(u16) -> bool, at: Instant) {
+        for &(ch, payload) in sent {
+            if fits(payload) {
+                p.on_ack(ch, len(payload), at);
+            }
+        }
+    }
+
+    #[test]
+    fn data_starts_at_the_1500_byte_size_and_moves_up_when_jumbo_passes() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 2, 20 * MS, t0);
+        assert_eq!(p.payload(), wire::DEFAULT_PAYLOAD);
+        assert_eq!(p.max_payload(), wire::MAX_PAYLOAD);
+        let sent = p.to_send(t0);
+        assert_eq!(sent.len(), 2 * 4, "every size on every channel");
+        assert!(p.to_send(t0 + 10 * MS).is_empty(), "not before RESEND");
+        ack_all(&mut p, &sent, |_| true, t0 + 20 * MS);
+        assert_eq!(
+            p.poll(t0 + 20 * MS, false),
+            Some(ProbeDecision::UsePayload(wire::MAX_PAYLOAD))
+        );
+        assert!(p.is_done());
+        assert_eq!(p.rtt(), Some(20 * MS));
+        assert_eq!(p.poll(t0 + 30 * MS, true), None);
+    }
+
+    #[test]
+    fn a_1500_byte_path_settles_on_the_default_after_the_grace() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 2, 100 * MS, t0);
+        let sent = p.to_send(t0);
+        ack_all(&mut p, &sent, |s| s <= wire::DEFAULT_PAYLOAD, t0 + 100 * MS);
+        // The default is in use and through: nothing changes, probing waits for the jumbo.
+        assert_eq!(p.poll(t0 + 100 * MS, true), None);
+        assert!(!p.is_done());
+        assert_eq!(p.poll(t0 + 199 * MS, true), None);
+        assert_eq!(
+            p.poll(t0 + 200 * MS, true),
+            None,
+            "settled on the size in use"
+        );
+        assert!(p.is_done());
+        assert_eq!(p.payload(), wire::DEFAULT_PAYLOAD);
+    }
+
+    #[test]
+    fn a_narrow_tunnel_moves_data_down_to_what_passes() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 100 * MS, t0);
+        let sent = p.to_send(t0);
+        ack_all(&mut p, &sent, |s| s <= 1200, t0 + 100 * MS);
+        // 1200 is through, 1384 (in use) is not yet known: wait out the grace.
+        assert_eq!(p.poll(t0 + 150 * MS, false), None);
+        assert_eq!(
+            p.poll(t0 + 250 * MS, false),
+            Some(ProbeDecision::UsePayload(1200))
+        );
+        assert_eq!(p.payload(), 1200);
+    }
+
+    #[test]
+    fn sizes_the_interface_refuses_are_dropped_at_once() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 10 * MS, t0);
+        p.on_too_big(wire::MAX_PAYLOAD);
+        let sent = p.to_send(t0);
+        assert!(sent.iter().all(|&(_, s)| s != wire::MAX_PAYLOAD));
+        ack_all(&mut p, &sent, |_| true, t0 + 10 * MS);
+        // Nothing larger is pending: done at once, on the size in use.
+        assert_eq!(p.poll(t0 + 10 * MS, false), None);
+        assert!(p.is_done());
+        assert_eq!(p.payload(), wire::DEFAULT_PAYLOAD);
+        // Refusing the size in use moves data down at once.
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 10 * MS, t0);
+        p.on_too_big(wire::DEFAULT_PAYLOAD);
+        assert_eq!(p.payload(), 1200);
+    }
+
+    #[test]
+    fn nothing_through_by_the_deadline_is_blocked_unless_data_arrived() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 3, 10 * MS, t0);
+        let mut rounds = 0;
+        let mut t = t0;
+        let decision = loop {
+            if let Some(d) = p.poll(t, false) {
+                break d;
+            }
+            if !p.to_send(t).is_empty() {
+                rounds += 1;
+            }
+            t = p.next_timeout().unwrap();
+            assert!(t <= t0 + DEADLINE);
+        };
+        assert_eq!(
+            decision,
+            ProbeDecision::Blocked {
+                channel: 0,
+                after: DEADLINE
+            }
+        );
+        assert_eq!(rounds, 15, "a round every 100 ms");
+        assert_eq!(t, t0 + DEADLINE);
+        assert_eq!(p.poll(t, false), None, "decided once");
+        // Data that arrived says the size in use passes even if every probe was lost.
+        let mut r = PayloadProbe::new(wire::MAX_PAYLOAD, 3, 10 * MS, t0);
+        r.to_send(t0);
+        assert_eq!(r.poll(t0 + DEADLINE, true), None);
+        assert!(r.is_done());
+        assert_eq!(r.payload(), wire::DEFAULT_PAYLOAD);
+    }
+
+    #[test]
+    fn a_long_path_gets_three_round_trips_and_a_round_trip_of_grace() {
+        let t0 = Instant::now();
+        let rtt = 600 * MS;
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, rtt, t0);
+        p.to_send(t0);
+        assert_eq!(
+            p.poll(t0 + 1700 * MS, false),
+            None,
+            "before three round trips"
+        );
+        match p.poll(t0 + 1800 * MS, false) {
+            Some(ProbeDecision::Blocked { channel: 0, after }) => assert_eq!(after, 1800 * MS),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn acks_of_unknown_sizes_and_channels_are_ignored() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 10 * MS, t0);
+        p.to_send(t0);
+        p.on_ack(7, len(wire::DEFAULT_PAYLOAD), t0);
+        p.on_ack(0, 3, t0);
+        assert_eq!(p.poll(t0 + 10 * MS, false), None);
+        assert!(!p.is_done());
+    }
+}
