@@ -55,6 +55,7 @@ pub fn receive(
     let (progress, bar) = ui::progress_bar(out, "receiving");
     crate::interrupt::watch(&progress);
     let watched = progress.clone();
+    bar.waiting_for(format!("with code {code}"));
     std::thread::Builder::new()
         .name("receive".into())
         .spawn(move || {

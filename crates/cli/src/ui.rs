@@ -1,22 +1,36 @@
 //! What the user sees: progress bars (terminal only), summaries, JSON.
 
 use crate::OutputArgs;
+use hurtle_engine::progress::Phase;
 use hurtle_engine::{Progress, ReceiveSummary, SendSummary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// A progress bar fed from the session's counters by a background thread. Hidden when stderr is
-/// not a terminal, with `-q` or with `--json`.
+/// A progress display fed from the session's counters by a background thread. Hidden when
+/// stderr is not a terminal, with `-q` or with `--json`.
+///
+/// Until data moves it is a spinner that says what the session waits for ("waiting for a
+/// sender on ADDR…", "connecting to ADDR…", "setting up…"), never a bar. Once data moves it is
+/// a bar with the rate (bit/s, over the last few seconds of the transfer only) and the time
+/// left, and the files whose bytes moved in the last moment.
 pub struct Bar {
     bar: ProgressBar,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// What a receiver waits for, when not a sender on its address (a code).
+    waiting: Arc<Mutex<Option<String>>>,
 }
 
 impl Bar {
+    /// Says "waiting for a sender WHAT…" while the receiver waits (default: "on ADDR").
+    pub fn waiting_for(&self, what: String) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
+    }
+
     /// Stops updating and clears the bar.
     pub fn finish(mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -27,7 +41,15 @@ impl Bar {
     }
 }
 
-/// Creates the session's counters and, when appropriate, a bar that shows them.
+/// How often the display is refreshed from the counters.
+const TICK: Duration = Duration::from_millis(100);
+/// The rate shown is measured over this much of the recent transfer.
+const RATE_WINDOW: Duration = Duration::from_secs(3);
+/// A file is shown as moving while some channel moved bytes of it this recently.
+const MOVING_WITHIN: Duration = Duration::from_millis(500);
+
+/// Creates the session's counters and, when appropriate, a display that shows them. `verb` is
+/// "sending" or "receiving".
 pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar) {
     let progress = Arc::new(Progress::default());
     let visible = !out.quiet && !out.json && std::io::stderr().is_terminal();
@@ -39,39 +61,205 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
             ProgressDrawTarget::hidden()
         },
     );
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {wide_msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
     bar.set_prefix(verb);
+    let side = if verb == "receiving" {
+        Side::Receiver(None)
+    } else {
+        Side::Sender
+    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiting = Arc::new(Mutex::new(None));
     let thread = visible.then(|| {
-        let (p, b, s) = (progress.clone(), bar.clone(), stop.clone());
+        let (p, b, s, w) = (progress.clone(), bar.clone(), stop.clone(), waiting.clone());
         std::thread::spawn(move || {
+            let mut meter = Meter::default();
+            let mut spinning = None;
             while !s.load(Ordering::Relaxed) {
-                b.set_length(p.total.load(Ordering::Relaxed));
-                b.set_position(p.sent.load(Ordering::Relaxed));
-                if let Ok(cur) = p.current.lock() {
-                    let r = p.rate_bps.load(Ordering::Relaxed);
-                    let mut msg = if r > 0 {
-                        format!("pacing {} {}", rate(r as f64), cur)
-                    } else {
-                        cur.clone()
-                    };
-                    let resumed = p.resumed.load(Ordering::Relaxed);
-                    if resumed > 0 {
-                        msg = format!("{msg} (resumed: {} were already there)", bytes(resumed));
+                let what = w.lock().map(|w| w.clone()).unwrap_or(None);
+                let shown = match (&side, what) {
+                    (Side::Receiver(_), Some(what)) => Side::Receiver(Some(what)),
+                    _ => side.clone(),
+                };
+                match describe(&p, &shown, &mut meter, Instant::now()) {
+                    View::Waiting(msg) => {
+                        if spinning != Some(true) {
+                            b.set_style(spinner_style());
+                            spinning = Some(true);
+                        }
+                        b.set_message(msg);
+                        b.tick();
                     }
-                    b.set_message(msg);
+                    View::Moving { total, done, msg } => {
+                        if spinning != Some(false) {
+                            b.set_style(bar_style());
+                            spinning = Some(false);
+                        }
+                        b.set_length(total);
+                        b.set_position(done);
+                        b.set_message(msg);
+                    }
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(TICK);
             }
         })
     });
-    (progress, Bar { bar, stop, thread })
+    (
+        progress,
+        Bar {
+            bar,
+            stop,
+            thread,
+            waiting,
+        },
+    )
+}
+
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+fn bar_style() -> ProgressStyle {
+    // No `{bytes_per_sec}` or `{eta}`: indicatif's count the time before data moved, and speak
+    // bytes per second. The rate and time left are in the message.
+    ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
+/// Which end of the transfer a display is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Side {
+    Sender,
+    /// With what it waits for, when not a sender on its address.
+    Receiver(Option<String>),
+}
+
+/// What the display shows at one moment.
+#[derive(Debug, Clone, PartialEq)]
+enum View {
+    /// No data moves yet: what the session waits for.
+    Waiting(String),
+    /// Data moves: `done` of `total` bytes, and the rate, time left and files.
+    Moving { total: u64, done: u64, msg: String },
+}
+
+/// The transfer's rate, measured over the last [`RATE_WINDOW`] of it (never over the time
+/// before data moved).
+#[derive(Debug, Default)]
+struct Meter {
+    /// When the transfer started, as the engine said (a fallback starts a new one).
+    since: Option<Instant>,
+    /// `(when, bytes moved)`, oldest first; the first is at or before the window's start.
+    samples: VecDeque<(Instant, u64)>,
+    /// When every byte had moved, first seen.
+    all_moved: Option<Instant>,
+}
+
+impl Meter {
+    /// Takes a sample of a transfer that started at `since` (bytes then: 0); returns the rate
+    /// in bits per second, once there is a tenth of a second to measure it over.
+    fn sample(&mut self, since: Instant, now: Instant, done: u64) -> Option<f64> {
+        if self.since != Some(since) {
+            self.since = Some(since);
+            self.samples.clear();
+            self.samples.push_back((since, 0));
+            self.all_moved = None;
+        }
+        self.samples.push_back((now, done));
+        // Keep one sample at or before the window's start, so the window is full.
+        while self.samples.len() > 2
+            && now.saturating_duration_since(self.samples[1].0) >= RATE_WINDOW
+        {
+            self.samples.pop_front();
+        }
+        let &(t0, b0) = self.samples.front()?;
+        let secs = now.saturating_duration_since(t0).as_secs_f64();
+        (secs >= 0.1).then(|| done.saturating_sub(b0) as f64 * 8.0 / secs)
+    }
+}
+
+/// What to show for `p` now.
+fn describe(p: &Progress, side: &Side, meter: &mut Meter, now: Instant) -> View {
+    let receiver = matches!(side, Side::Receiver(_));
+    let since = match (p.phase(), p.moving_since(), side) {
+        (Phase::Moving, Some(since), _) => since,
+        (Phase::Idle, _, Side::Receiver(what)) => {
+            let what = match (what, p.address()) {
+                (Some(what), _) => format!(" {what}"),
+                (None, Some(a)) => format!(" on {a}"),
+                (None, None) => String::new(),
+            };
+            return View::Waiting(format!("waiting for a sender{what}…"));
+        }
+        (Phase::Connecting, _, _) => {
+            let to = p.address().map(|a| format!(" to {a}")).unwrap_or_default();
+            return View::Waiting(format!("connecting{to}…"));
+        }
+        (Phase::SettingUp, _, Side::Receiver(_)) => {
+            return View::Waiting("a sender connected: setting up…".into())
+        }
+        _ => return View::Waiting("setting up…".into()),
+    };
+    let total = p.total.load(Ordering::Relaxed);
+    if total == 0 {
+        // Nothing to move: every file is empty, skipped or already there.
+        return View::Waiting("nothing to move: finishing…".into());
+    }
+    let done = p.sent.load(Ordering::Relaxed).min(total);
+    let bps = meter.sample(since, now, done);
+    let mut msg = if done >= total {
+        let end = *meter.all_moved.get_or_insert(now);
+        let secs = end.saturating_duration_since(since).as_secs_f64().max(1e-3);
+        format!(
+            "{} average; {}",
+            rate(total as f64 * 8.0 / secs),
+            if receiver {
+                "all received, finishing…"
+            } else {
+                "all sent, waiting for the receiver to confirm"
+            }
+        )
+    } else {
+        let mut m = match bps {
+            Some(bps) => rate(bps),
+            None => "measuring the rate".into(),
+        };
+        if let Some(bps) = bps.filter(|&b| b > 0.0) {
+            if now.saturating_duration_since(since) >= Duration::from_secs(1) {
+                let left = (total - done) as f64 * 8.0 / bps;
+                m += &format!(", ETA {}", eta(left));
+            }
+        }
+        let files = p.moving_files(MOVING_WITHIN);
+        if let Some(first) = files.first() {
+            m += "  ";
+            m += first;
+            if files.len() > 1 {
+                m += &format!(" (+{} more)", files.len() - 1);
+            }
+        }
+        m
+    };
+    let resumed = p.resumed.load(Ordering::Relaxed);
+    if resumed > 0 {
+        msg = format!("{msg} (resumed: {} were already there)", bytes(resumed));
+    }
+    View::Moving { total, done, msg }
+}
+
+/// Time left, rounded up: "7 s", "2 min 05 s", "1 h 02 min".
+fn eta(secs: f64) -> String {
+    let s = if secs.is_finite() {
+        secs.ceil().clamp(0.0, 1e9) as u64
+    } else {
+        return "unknown".into();
+    };
+    match s {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min {:02} s", s / 60, s % 60),
+        s => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
 }
 
 /// Prints a line unless quiet; on stderr when stdout is reserved for JSON.
@@ -242,4 +430,117 @@ pub fn error_line(line: &str) {
 pub fn warning(line: &str) {
     let tag = console::style("warning:").yellow().bold().for_stderr();
     eprintln!("hurtle: {tag} {line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(p: &Progress, side: &Side) -> String {
+        match describe(p, side, &mut Meter::default(), Instant::now()) {
+            View::Waiting(msg) => msg,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn before_data_moves_it_says_what_it_waits_for() {
+        let p = Progress::default();
+        let receiver = Side::Receiver(None);
+        assert_eq!(waiting(&p, &receiver), "waiting for a sender…");
+        p.set_address("127.0.0.1:7400".parse().unwrap());
+        assert_eq!(
+            waiting(&p, &receiver),
+            "waiting for a sender on 127.0.0.1:7400…"
+        );
+        let coded = Side::Receiver(Some("with code 7-a-b".into()));
+        assert_eq!(waiting(&p, &coded), "waiting for a sender with code 7-a-b…");
+        assert_eq!(waiting(&p, &Side::Sender), "setting up…");
+        p.set_phase(Phase::Connecting);
+        assert_eq!(waiting(&p, &Side::Sender), "connecting to 127.0.0.1:7400…");
+        p.set_phase(Phase::SettingUp);
+        assert_eq!(waiting(&p, &Side::Sender), "setting up…");
+        assert_eq!(waiting(&p, &receiver), "a sender connected: setting up…");
+        // The total is known before data moves: still no bar.
+        p.total.store(1 << 30, Ordering::Relaxed);
+        assert_eq!(waiting(&p, &receiver), "a sender connected: setting up…");
+        // Data moves, but there is none to move.
+        p.total.store(0, Ordering::Relaxed);
+        p.set_phase(Phase::Moving);
+        assert_eq!(waiting(&p, &receiver), "nothing to move: finishing…");
+    }
+
+    #[test]
+    fn the_rate_counts_the_transfer_only_in_bits_per_second() {
+        let p = Progress::default();
+        p.total.store(100_000_000, Ordering::Relaxed);
+        // A long wait before data moves does not count.
+        std::thread::sleep(Duration::from_millis(50));
+        p.set_phase(Phase::Moving);
+        p.set_files(vec!["a.bin".into(), "b.bin".into(), "c.bin".into()]);
+        let since = p.moving_since().unwrap();
+        let mut meter = Meter::default();
+        // 25 MB in the first second: 200 Mbit/s, 3 s left.
+        p.sent.store(25_000_000, Ordering::Relaxed);
+        p.note_moving(0, 1);
+        p.note_moving(1, 2);
+        let view = describe(
+            &p,
+            &Side::Sender,
+            &mut meter,
+            since + Duration::from_secs(1),
+        );
+        assert_eq!(
+            view,
+            View::Moving {
+                total: 100_000_000,
+                done: 25_000_000,
+                msg: "200.0 Mbit/s, ETA 3 s  b.bin (+1 more)".into()
+            }
+        );
+        // Then 10 MB a second for 4 s: the rate is the last 3 s's.
+        for s in 2..=5 {
+            p.sent
+                .store(25_000_000 + (s - 1) * 10_000_000, Ordering::Relaxed);
+            let view = describe(
+                &p,
+                &Side::Receiver(None),
+                &mut meter,
+                since + Duration::from_secs(s),
+            );
+            if s == 5 {
+                let View::Moving { done, msg, .. } = view else {
+                    panic!("a bar")
+                };
+                assert_eq!(done, 65_000_000);
+                assert!(msg.starts_with("80.0 Mbit/s, ETA 4 s"), "{msg}");
+            }
+        }
+        // All moved: the average over the transfer, frozen.
+        p.sent.store(100_000_000, Ordering::Relaxed);
+        for s in [8, 20] {
+            let view = describe(
+                &p,
+                &Side::Sender,
+                &mut meter,
+                since + Duration::from_secs(s),
+            );
+            let View::Moving { msg, .. } = view else {
+                panic!("a bar")
+            };
+            assert_eq!(
+                msg,
+                "100.0 Mbit/s average; all sent, waiting for the receiver to confirm"
+            );
+        }
+    }
+
+    #[test]
+    fn time_left_reads_as_the_summaries_do() {
+        assert_eq!(eta(0.2), "1 s");
+        assert_eq!(eta(59.0), "59 s");
+        assert_eq!(eta(125.0), "2 min 05 s");
+        assert_eq!(eta(3720.0), "1 h 02 min");
+        assert_eq!(eta(f64::INFINITY), "unknown");
+    }
 }

@@ -1,10 +1,33 @@
 //! Live counters a session updates and a user interface reads (from another thread).
+//!
+//! Besides byte counters, a session says which [`Phase`] it is in (so that a display does not
+//! show an empty transfer as a finished one while it waits), when data started moving (so
+//! that a rate is measured over the transfer, not over the wait), and, per channel, which file
+//! it last moved bytes of (so that a display names the files whose bytes are moving now, not
+//! the one most recently started or finished).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where a session is. Set by the engine; a fallback to TCP goes back to an earlier phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Nothing has happened yet: a receiver waits for a sender to connect, a sender reads
+    /// the list of files to send.
+    Idle = 0,
+    /// A sender connects to the receiver.
+    Connecting = 1,
+    /// Connected: hello, manifest, decisions, preallocation, probing the path. No data yet.
+    SettingUp = 2,
+    /// Data moves: `total` is known and `sent` counts up to it.
+    Moving = 3,
+}
 
 /// Progress of one session. All counters are monotonic within a session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Progress {
     /// Bytes the session will move in total (known after the manifest).
     pub total: AtomicU64,
@@ -19,12 +42,43 @@ pub struct Progress {
     pub rate_bps: AtomicU64,
     /// Files confirmed complete.
     pub files_done: AtomicUsize,
-    /// The file most recently started.
-    pub current: Mutex<String>,
     /// Set by the user interface (on SIGINT or SIGTERM) to end the session: within a fraction
     /// of a second the session tells the peer, keeps what it verified, and returns
     /// [`crate::SessionError::Interrupted`].
     pub interrupt: AtomicBool,
+    phase: AtomicU8,
+    /// When `phase` became [`Phase::Moving`], microseconds after `origin` (`u64::MAX`: not).
+    moving_since_us: AtomicU64,
+    /// The address a receiver waits on, or the one a sender connects to.
+    address: Mutex<Option<SocketAddr>>,
+    /// File names by file id (the manifest's files, in order).
+    names: Mutex<Arc<[String]>>,
+    /// Per channel: `(file id + 1) << 32 | milliseconds after origin` of the last bytes it
+    /// moved; 0 when it moved none yet.
+    moving: Box<[AtomicU64]>,
+    origin: Instant,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            total: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            confirmed: AtomicU64::new(0),
+            rate_bps: AtomicU64::new(0),
+            files_done: AtomicUsize::new(0),
+            interrupt: AtomicBool::new(false),
+            phase: AtomicU8::new(Phase::Idle as u8),
+            moving_since_us: AtomicU64::new(u64::MAX),
+            address: Mutex::new(None),
+            names: Mutex::new(Arc::from(Vec::new())),
+            moving: (0..hurtle_proto::layout::MAX_CHANNELS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            origin: Instant::now(),
+        }
+    }
 }
 
 impl Progress {
@@ -36,5 +90,122 @@ impl Progress {
     /// Whether the session was asked to end.
     pub fn interrupted(&self) -> bool {
         self.interrupt.load(Ordering::Relaxed)
+    }
+
+    /// The session's phase.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Idle,
+            1 => Phase::Connecting,
+            2 => Phase::SettingUp,
+            _ => Phase::Moving,
+        }
+    }
+
+    /// Enters `phase`; entering [`Phase::Moving`] starts the transfer's clock, leaving it
+    /// (a fallback) stops it.
+    pub fn set_phase(&self, phase: Phase) {
+        let since = if phase == Phase::Moving {
+            self.origin.elapsed().as_micros() as u64
+        } else {
+            u64::MAX
+        };
+        self.moving_since_us.store(since, Ordering::Release);
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// When data started moving, if it has.
+    pub fn moving_since(&self) -> Option<Instant> {
+        match self.moving_since_us.load(Ordering::Acquire) {
+            u64::MAX => None,
+            us => Some(self.origin + Duration::from_micros(us)),
+        }
+    }
+
+    /// The address a receiver waits on, or the one a sender connects to.
+    pub fn address(&self) -> Option<SocketAddr> {
+        *self.address.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets [`Progress::address`].
+    pub fn set_address(&self, addr: SocketAddr) {
+        *self.address.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
+    }
+
+    /// Names the session's files, by file id, and forgets what any channel moved before.
+    pub fn set_files(&self, names: Vec<String>) {
+        *self.names.lock().unwrap_or_else(|e| e.into_inner()) = Arc::from(names);
+        for m in self.moving.iter() {
+            m.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Channel `channel` just moved bytes of file `file` (sent them, or received new ones).
+    /// Cheap: one clock read and one store.
+    pub fn note_moving(&self, channel: u16, file: u32) {
+        if let Some(slot) = self.moving.get(usize::from(channel)) {
+            let ms = self.origin.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
+            slot.store((u64::from(file) + 1) << 32 | ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The names of the files some channel moved bytes of in the last `within`, by file id
+    /// (transfer order), each once.
+    pub fn moving_files(&self, within: Duration) -> Vec<String> {
+        let now_ms = self.origin.elapsed().as_millis() as u64;
+        let window_ms = within.as_millis() as u64;
+        let mut ids: Vec<u32> = self
+            .moving
+            .iter()
+            .map(|m| m.load(Ordering::Relaxed))
+            .filter(|&v| v != 0 && now_ms.saturating_sub(v & 0xffff_ffff) <= window_ms)
+            .map(|v| ((v >> 32) - 1) as u32)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ids.iter()
+            .filter_map(|&id| names.get(id as usize).cloned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_and_the_transfer_clock() {
+        let p = Progress::default();
+        assert_eq!(p.phase(), Phase::Idle);
+        assert!(p.moving_since().is_none());
+        p.set_phase(Phase::SettingUp);
+        assert!(p.moving_since().is_none());
+        p.set_phase(Phase::Moving);
+        assert_eq!(p.phase(), Phase::Moving);
+        let since = p.moving_since().expect("moving");
+        assert!(since <= Instant::now());
+        p.set_phase(Phase::Connecting);
+        assert!(p.moving_since().is_none());
+    }
+
+    #[test]
+    fn moving_files_are_recent_in_transfer_order_and_once() {
+        let p = Progress::default();
+        assert!(p.moving_files(Duration::from_secs(1)).is_empty());
+        p.set_files(vec!["a".into(), "b".into(), "c".into()]);
+        p.note_moving(3, 2);
+        p.note_moving(0, 1);
+        p.note_moving(1, 2);
+        assert_eq!(p.moving_files(Duration::from_secs(1)), ["b", "c"]);
+        // A channel's last file stays only while it is recent.
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(p.moving_files(Duration::from_millis(5)).is_empty());
+        // Unknown channels and files are ignored.
+        p.note_moving(u16::MAX, 0);
+        p.note_moving(2, 9);
+        assert!(p.moving_files(Duration::from_secs(1)).len() == 2);
+        p.set_files(vec!["x".into()]);
+        assert!(p.moving_files(Duration::from_secs(1)).is_empty());
     }
 }

@@ -23,7 +23,7 @@ use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
@@ -388,11 +388,15 @@ impl Receiver {
     /// its first session and connects again with parallel TCP: that is still one transfer.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
         let mut fallbacks = 0;
+        if let Ok(addr) = self.listener.local_addr() {
+            progress.set_address(addr);
+        }
         loop {
             let (stream, peer) = self
                 .listener
                 .accept()
                 .map_err(|e| SessionError::io("accept", e))?;
+            progress.set_phase(Phase::SettingUp);
             match self.serve(stream, peer, progress.clone()) {
                 Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
                 other => return other,
@@ -639,6 +643,7 @@ impl Receiver {
             .map(|(f, &s)| if s { 0 } else { f.size })
             .collect();
         let layout = Layout::new(&sizes, block_size, channels)?;
+        progress.set_files(files.iter().map(|f| f.path.clone()).collect());
         let total: u64 = sizes.iter().sum();
         // A file the receiver offered as already there but the sender did not skip (its copy
         // differs, and --overwrite allows replacing it) gets its part file now.
@@ -766,6 +771,7 @@ impl Receiver {
                 batch: Snapshot::default(),
                 batch_queue_us: 0,
                 queue_sampled: Instant::now(),
+                moved_file: None,
             };
             groups[usize::from(ch) % threads].push((worker, link));
             cmd_txs.push(cmd_tx);
@@ -1353,6 +1359,7 @@ fn session_loop(
                     }
                     Control::Start { report_interval_us, .. } => {
                         if !shared.started.swap(true, Ordering::Relaxed) {
+                            shared.progress.set_phase(Phase::Moving);
                             for (f, e) in files.iter().enumerate() {
                                 if kept[f].is_none() && e.size == 0 {
                                     commits.give(f as u32, *blake3::hash(b"").as_bytes());
@@ -1648,14 +1655,8 @@ fn commit_files(
         store::sync_dir(dir)?;
     }
     for (file, hash) in pending.drain(..).take(renamed) {
-        let f = file as usize;
         done.push((file, hash));
         shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-        *shared
-            .progress
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = files[f].path.clone();
         let _ = shared.to_wire.send(Control::FileDone { file, hash });
     }
     match failed {
@@ -1721,6 +1722,8 @@ struct ChannelWorker {
     batch_queue_us: u64,
     /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
     queue_sampled: Instant,
+    /// The file of the last new bytes in the current batch, for the progress display.
+    moved_file: Option<u32>,
 }
 
 /// `work` over `items` split into `threads` runs of consecutive items, one thread each (none
@@ -2103,6 +2106,9 @@ impl ChannelWorker {
                 .progress
                 .sent
                 .fetch_add(new_bytes, Ordering::Relaxed);
+            if let Some(file) = self.moved_file.take() {
+                self.shared.progress.note_moving(self.ch, file);
+            }
             self.log.line(|| {
                 format!(
                     "recv datagrams={n} new_bytes={new_bytes} held={}",
@@ -2248,6 +2254,7 @@ impl ChannelWorker {
                 if out.new_bytes == 0 {
                     return Ok(0);
                 }
+                self.moved_file = Some(h.file);
                 let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
                 let at = (h.offset - place.block_file_start) as usize;
                 let Some(file) = &self.shared.files[h.file as usize] else {

@@ -13,7 +13,7 @@ use crate::error::{next_control, SessionError, Side};
 use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut};
 use crate::netlog::NetLog;
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::store::SourceFile;
 use crate::udp::{ChannelOptions, UdpChannel};
 use crate::walk::{self, WalkOptions};
@@ -469,7 +469,10 @@ fn send_once(
         })
         .collect();
 
+    progress.set_address(to);
+    progress.set_phase(Phase::Connecting);
     let stream = dial(opts, to)?;
+    progress.set_phase(Phase::SettingUp);
     let handshake_timeout = Duration::from_secs(10);
     let (rx, tx, writer) = crate::control::open(&stream, opts.stall_timeout)
         .map_err(|e| SessionError::io("control connection", e))?;
@@ -687,6 +690,7 @@ fn send_once(
         .map(|(f, s)| if s.is_some() { 0 } else { f.size })
         .collect();
     let layout = Layout::new(&sizes, opts.block_size, channels)?;
+    progress.set_files(files.iter().map(|f| f.rel_path.clone()).collect());
     // The stripe ranges of each channel the receiver already holds: resumed blocks, and the
     // holes of sparse files, which the receiver leaves as holes.
     let holes: Vec<&[(u64, u64)]> = entries
@@ -758,6 +762,7 @@ fn send_once(
         payload,
         report_interval_us: report_every.as_micros() as u64,
     });
+    progress.set_phase(Phase::Moving);
     let ceiling = match (opts.rate_mode, receiver_ceiling) {
         (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
         (_, r) => opts.rate_bps.min(r),
@@ -1189,9 +1194,6 @@ fn session_loop(
                         // Every block of this file has been read once: make sure it did not change
                         // meanwhile, before the last hash lets the receiver finish the file.
                         shared.sources[file as usize].check_unchanged()?;
-                        if let Some(p) = files.get(file as usize) {
-                            *shared.progress.current.lock().unwrap_or_else(|e| e.into_inner()) = p.rel_path.clone();
-                        }
                     }
                     let _ = tx.send(Control::BlockHashes { blocks: vec![(block, value)] });
                 }
@@ -1564,6 +1566,7 @@ impl ChannelWorker {
                     .fetch_min(shared.start.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
             self.sent += n;
+            shared.progress.note_moving(self.ch, span.file);
             if run.kind == RunKind::Repair {
                 self.resent += n;
             } else {
