@@ -1347,10 +1347,15 @@ fn session_loop(
     loop {
         select! {
             recv(rx) -> msg => {
-                let msg = msg.map_err(|_| ControlError::Closed)?.map_err(|e| match e {
-                    ControlError::Closed => SessionError::PeerGone { peer: Side::Sender },
-                    other => other.into(),
-                })?;
+                let msg = match msg.map_err(|_| ControlError::Closed)? {
+                    Ok(msg) => msg,
+                    // The sender ends as soon as every file is confirmed, and its `Done` can
+                    // be lost to a reset of the connection (a report of ours reaching its
+                    // closed socket): with every file in place, this is the end it said.
+                    Err(ControlError::Closed) if commits.hashes.iter().all(Option::is_some) => Control::Done,
+                    Err(ControlError::Closed) => return Err(SessionError::PeerGone { peer: Side::Sender }),
+                    Err(other) => return Err(other.into()),
+                };
                 match msg {
                     Control::BlockHashes { blocks } => {
                         for (block, value) in blocks {

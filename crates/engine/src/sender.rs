@@ -917,6 +917,9 @@ fn send_once(
     }
     drop(tx);
     let _ = writer.join();
+    // A FIN right behind the last message, so that the receiver reads it before anything of
+    // ours could reset the connection.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
     let (hashes, rejected, drops) = result?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
