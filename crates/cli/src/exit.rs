@@ -1,6 +1,7 @@
 //! Exit codes: the table users and scripts rely on, and the one place that maps each typed
 //! failure to its code.
 
+use hurtle_engine::control::ControlError;
 use hurtle_engine::SessionError;
 use hurtle_proto::wire::AbortCause;
 use hurtle_relay::client::RelayError;
@@ -90,6 +91,8 @@ pub fn session_code(e: &SessionError) -> u8 {
             AbortCause::Verification => VERIFICATION,
             _ => OTHER,
         },
+        // Bytes that are not a message are the peer's fault, not the network's.
+        SessionError::Control(ControlError::Frame(_)) => OTHER,
         SessionError::Connect { .. }
         | SessionError::Listen { .. }
         | SessionError::Control(_)

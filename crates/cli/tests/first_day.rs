@@ -118,6 +118,46 @@ fn an_unknown_host_is_a_network_error() {
 }
 
 #[test]
+fn a_source_that_cannot_be_read_exits_6_before_connecting() {
+    // Port 9 (discard) on loopback: nothing listens, and nothing is dialled anyway.
+    let cause = hurtle(&["send", "/nonexistent/x.bin", "--to", "127.0.0.1:9"]).assert_exit(6);
+    assert!(cause.contains("/nonexistent/x.bin"), "{cause}");
+}
+
+#[test]
+fn a_peer_that_speaks_no_hurtle_makes_the_receiver_exit_1() {
+    use hurtle_proto::wire::{Control, VERSION};
+    use support::peer::RawPeer;
+    let t = tmp();
+    // Bytes that are no message.
+    let r = start_receiver(&t.path().join("out"), &[]);
+    let mut p = RawPeer::connect(r.addr);
+    p.send_raw(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    let cause = r.proc.wait(Duration::from_secs(10)).assert_exit(1);
+    assert!(cause.contains("malformed"), "{cause}");
+    // A hurtle of another protocol version: told in the message every version reads.
+    let r = start_receiver(&t.path().join("out"), &[]);
+    let mut p = RawPeer::connect(r.addr);
+    p.send(&Control::Hello {
+        magic: *b"HRTL",
+        version: VERSION + 1,
+        caps: 0,
+        channels: 1,
+        payload: 1384,
+        block_size: 1 << 20,
+        session: 1,
+    });
+    match p.recv() {
+        Some(Control::Reject { reason }) => {
+            assert!(reason.contains("same hurtle version"), "{reason}")
+        }
+        other => panic!("expected a Reject, got {other:?}"),
+    }
+    let cause = r.proc.wait(Duration::from_secs(10)).assert_exit(1);
+    assert!(cause.contains("version"), "{cause}");
+}
+
+#[test]
 fn to_without_a_port_means_port_7400() {
     // An address of its own in 127/8, so that no other test's port 7400 is in the way.
     let t = tmp();
