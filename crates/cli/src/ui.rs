@@ -122,7 +122,7 @@ fn spinner_style() -> ProgressStyle {
 fn bar_style() -> ProgressStyle {
     // No `{bytes_per_sec}` or `{eta}`: indicatif's count the time before data moved, and speak
     // bytes per second. The rate and time left are in the message.
-    ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {wide_msg}")
+    ProgressStyle::with_template("{prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ")
 }
@@ -238,6 +238,9 @@ fn describe(p: &Progress, side: &Side, meter: &mut Meter, now: Instant) -> View 
             if files.len() > 1 {
                 m += &format!(" (+{} more)", files.len() - 1);
             }
+        }
+        if let Some(limit) = p.limit() {
+            m += &format!("  limited by {limit}");
         }
         m
     };

@@ -56,6 +56,8 @@ pub struct Progress {
     /// Per channel: `(file id + 1) << 32 | milliseconds after origin` of the last bytes it
     /// moved; 0 when it moved none yet.
     moving: Box<[AtomicU64]>,
+    /// What limits the transfer now, in a few words (sender; `None` until it is known).
+    limit: Mutex<Option<String>>,
     origin: Instant,
 }
 
@@ -76,6 +78,7 @@ impl Default for Progress {
             moving: (0..hurtle_proto::layout::MAX_CHANNELS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            limit: Mutex::new(None),
             origin: Instant::now(),
         }
     }
@@ -147,6 +150,17 @@ impl Progress {
             let ms = self.origin.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
             slot.store((u64::from(file) + 1) << 32 | ms, Ordering::Relaxed);
         }
+    }
+
+    /// Says what limits the transfer now (see [`Progress::limit`]).
+    pub fn set_limit(&self, what: String) {
+        *self.limit.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
+    }
+
+    /// What limits the transfer now, in a few words ("the path, about 412 Mbit/s, 1.0% random
+    /// loss"), as the sender's rate controller sees it; `None` until known.
+    pub fn limit(&self) -> Option<String> {
+        self.limit.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The names of the files some channel moved bytes of in the last `within`, by file id

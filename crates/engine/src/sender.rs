@@ -204,19 +204,30 @@ pub struct BottleneckSummary {
 
 impl BottleneckSummary {
     /// Names what limited a send paced by `ctl` from `start` until now, in which the channels
-    /// sent `datagrams` of `payload` bytes; `cap_bps` is the user's `--rate` (0: none).
+    /// sent `bits` of datagrams; `cap_bps` is the user's `--rate` (0: none).
     fn new(
         ctl: &RateController,
-        datagrams: u64,
-        payload: u16,
+        bits: f64,
         cap_bps: u64,
         receiver_ceiling_bps: u64,
     ) -> BottleneckSummary {
+        let b = Self::judge(ctl, bits, cap_bps, receiver_ceiling_bps);
+        BottleneckSummary {
+            kind: b.name(),
+            detail: b.to_string(),
+        }
+    }
+
+    fn judge(
+        ctl: &RateController,
+        bits: f64,
+        cap_bps: u64,
+        receiver_ceiling_bps: u64,
+    ) -> Bottleneck {
         let tl = ctl.timeline();
         let first = tl.first().map_or_else(Instant::now, |c| c.at);
         let paced_for = first.elapsed();
-        let bits = datagrams as f64 * (HEADER_LEN + usize::from(payload)) as f64 * 8.0;
-        let b = Bottleneck::classify(&Evidence {
+        Bottleneck::classify(&Evidence {
             mode: ctl.config().mode,
             changes: tl
                 .iter()
@@ -231,11 +242,7 @@ impl BottleneckSummary {
                 .and_then(|m| m.bottleneck_bps())
                 .map(|b| b as u64),
             random_loss: ctl.random_loss(),
-        });
-        BottleneckSummary {
-            kind: b.name(),
-            detail: b.to_string(),
-        }
+        })
     }
 }
 
@@ -366,6 +373,9 @@ struct Shared {
     channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     first_data_us: AtomicU64,
+    /// What the live bottleneck is judged against: the user's `--rate` (0: none) and the
+    /// receiver's offered ceiling; `None` over parallel TCP, which paces itself.
+    limits: Option<(u64, u64)>,
 }
 
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
@@ -803,6 +813,7 @@ fn send_once(
         rate_bps: AtomicU64::new(controller.rate_bps()),
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
+        limits: (transport != Transport::Tcp).then(|| (user_cap(opts), receiver_ceiling)),
     });
     progress
         .rate_bps
@@ -948,19 +959,14 @@ fn send_once(
             us => Some(us as f64 / 1e3),
         },
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
-        bottleneck: (transport != Transport::Tcp).then(|| {
-            // The default --rate is no ceiling at all.
-            let cap = if opts.rate_bps >= SendOptions::default().rate_bps {
-                0
-            } else {
-                opts.rate_bps
-            };
+        bottleneck: shared.limits.map(|(cap, ceiling)| {
             BottleneckSummary::new(
                 &controller,
-                sent,
-                shared.payload.load(Ordering::Relaxed),
+                sent as f64
+                    * (HEADER_LEN + usize::from(shared.payload.load(Ordering::Relaxed))) as f64
+                    * 8.0,
                 cap,
-                receiver_ceiling,
+                ceiling,
             )
         }),
         receiver_rejected: rejected,
@@ -1129,6 +1135,7 @@ fn session_loop(
     let (mut rejected, mut drops) = (0, 0);
     let mut last_received = 0;
     let mut last_progress = Instant::now();
+    let mut judged_at = Instant::now();
     let tick = crossbeam_channel::tick(Duration::from_millis(200));
     while left > 0 {
         select! {
@@ -1171,6 +1178,10 @@ fn session_loop(
                             shared.progress.rate_bps.store(r, Ordering::Relaxed);
                         }
                         shared.progress.confirmed.store(received, Ordering::Relaxed);
+                        if judged_at.elapsed() >= LIMIT_EVERY {
+                            judged_at = Instant::now();
+                            judge_live(shared, controller);
+                        }
                         if received > last_received {
                             last_received = received;
                             last_progress = Instant::now();
@@ -1229,6 +1240,32 @@ fn session_loop(
         rejected,
         drops,
     ))
+}
+
+/// The user's `--rate`, or 0 when it is the default (no ceiling at all).
+fn user_cap(opts: &SendOptions) -> u64 {
+    if opts.rate_bps >= SendOptions::default().rate_bps {
+        0
+    } else {
+        opts.rate_bps
+    }
+}
+
+/// How often the progress line's bottleneck is judged again.
+const LIMIT_EVERY: Duration = Duration::from_secs(1);
+
+/// Judges what limits the transfer so far, for the progress line.
+fn judge_live(shared: &Shared, controller: &RateController) {
+    let Some((cap, ceiling)) = shared.limits else {
+        return;
+    };
+    let payload = usize::from(shared.payload.load(Ordering::Relaxed)).max(1);
+    // First transmissions only: close enough to tell a sender that cannot keep up.
+    let bits =
+        shared.progress.sent.load(Ordering::Relaxed) as f64 * 8.0 * (HEADER_LEN + payload) as f64
+            / payload as f64;
+    let b = BottleneckSummary::judge(controller, bits, cap, ceiling);
+    shared.progress.set_limit(b.brief());
 }
 
 /// Applies what probing decided: another payload for the data from now on, or UDP blocked.

@@ -172,6 +172,30 @@ impl Bottleneck {
     }
 }
 
+impl Bottleneck {
+    /// A few words for a progress line: "the path, about 412 Mbit/s, 1.00% random loss".
+    pub fn brief(&self) -> String {
+        match self {
+            Bottleneck::FixedRate { bps } => format!("the fixed rate, {}", mbit(*bps)),
+            Bottleneck::Sender { .. } => "the sender's CPU or disk".into(),
+            Bottleneck::RateCap { bps } => format!("--rate {}", mbit(*bps)),
+            Bottleneck::ReceiverCeiling { bps } => {
+                format!("the receiver's hashing, {}", mbit(*bps))
+            }
+            Bottleneck::Receiver { .. } => "the receiver's CPU or disk".into(),
+            Bottleneck::Path { bps, random_loss } => match (bps, random_loss) {
+                (Some(b), Some(l)) => format!(
+                    "the path, about {}, {:.2}% random loss",
+                    mbit(*b),
+                    l * 100.0
+                ),
+                (Some(b), None) => format!("the path, about {}", mbit(*b)),
+                _ => "the path".into(),
+            },
+        }
+    }
+}
+
 fn mbit(bps: u64) -> String {
     format!("{:.0} Mbit/s", bps as f64 / 1e6)
 }
