@@ -567,8 +567,9 @@ impl Receiver {
             out.make_dir(&d.path, 0o700)?;
         }
         // A transfer that cannot fit is refused before anything is sent. Part files are created
-        // (and preallocated) before the reply, so that the sender's probes, which follow it,
-        // find the channels running however long preallocation takes.
+        // (and preallocated) before the reply. The sender's probes may arrive meanwhile: they
+        // wait in the sockets' buffers, and the sender's probe deadline runs only from the end
+        // of this set-up (see `hurtle_proto::probe`).
         let file_decisions: Vec<&Decision> = entries
             .iter()
             .zip(&decisions)

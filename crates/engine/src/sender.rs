@@ -738,6 +738,7 @@ fn send_once(
         }
         DataSetup::Udp(udps, mut prober) => {
             let now = Instant::now();
+            prober.probe.receiver_ready(now);
             prober.send_due(now);
             if let Some(ProbeDecision::Blocked { channel, after }) = prober.probe.poll(now, false) {
                 let e = SessionError::UdpBlocked {

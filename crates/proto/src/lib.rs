@@ -8,6 +8,7 @@
 //! | [`wire`] | the datagram header and the control messages, and their encodings |
 //! | [`ranges`] | [`RangeSet`], the set of byte ranges behind all loss bookkeeping |
 //! | [`layout`] | which channel carries which bytes of which file |
+//! | [`probe`] | which payload the path carries, and whether UDP gets through, found beside the data |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
@@ -16,14 +17,17 @@
 //!
 //! # A session, in order
 //!
-//! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id);
-//!    receiver -> `HelloAck` (its UDP ports; their count is the channel count).
-//! 2. Sender -> `Manifest` parts; receiver -> `ManifestReply` (per entry: send, refuse, already
+//! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id) and,
+//!    without waiting, the `Manifest` parts; receiver -> `HelloAck` (its UDP ports; their count
+//!    is the channel count).
+//! 2. Receiver -> `ManifestReply` (per entry: send, refuse, already
 //!    have it, or resume: these blocks are here from an interrupted transfer); sender -> `Skip`
 //!    (the files it will not send). Both build the same [`Layout`] from the accepted files, and
 //!    both `hold` the resumed blocks: the sender hashes them without sending them.
-//! 3. Sender -> `Probe` datagrams on every channel; receiver -> `ProbeAck`; sender -> `Start`
-//!    with the payload size that got through.
+//! 3. From `HelloAck` on, sender -> `Probe` datagrams of every candidate size on every channel;
+//!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): sender ->
+//!    `Start` with the largest size through so far (or 1384), and data moves to another size
+//!    when probing settles. Data starts two round trips after the sender's connect.
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver's [`ChannelReceiver`]
 //!    records them and sends `Nack`s; the sender sends `BlockHashes` as it reads blocks.
 //! 5. The receiver verifies each block with the [`Verifier`], syncs and renames finished files

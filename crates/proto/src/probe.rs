@@ -54,6 +54,8 @@ pub struct PayloadProbe {
     too_big: Vec<bool>,
     start: Instant,
     deadline: Instant,
+    /// How long probing may take: [`DEADLINE`], or three hello round trips.
+    allowed: Duration,
     grace: Duration,
     /// When some size was first acknowledged everywhere.
     settled_at: Option<Instant>,
@@ -88,6 +90,7 @@ impl PayloadProbe {
             candidates,
             start: now,
             deadline: now + DEADLINE.max(hello_rtt * 3),
+            allowed: DEADLINE.max(hello_rtt * 3),
             grace: hello_rtt.max(Duration::from_millis(50)),
             settled_at: None,
             last_sent: None,
@@ -96,6 +99,13 @@ impl PayloadProbe {
             in_use,
             done: false,
         }
+    }
+
+    /// The receiver reads its sockets from now on (it answers probes once its channel threads
+    /// run, after the manifest and the skip list): the deadline runs from here, so that a slow
+    /// set-up (files hashed, space preallocated) is not taken for a blocked path.
+    pub fn receiver_ready(&mut self, now: Instant) {
+        self.deadline = self.deadline.max(now + self.allowed);
     }
 
     /// The largest payload any probe tries: what buffers must hold.
@@ -372,6 +382,22 @@ mod tests {
             Some(ProbeDecision::Blocked { channel: 0, after }) => assert_eq!(after, 1800 * MS),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_deadline_runs_from_when_the_receiver_reads() {
+        let t0 = Instant::now();
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 10 * MS, t0);
+        p.to_send(t0);
+        // The receiver took 3 s to decide on the manifest.
+        let ready = t0 + Duration::from_secs(3);
+        p.receiver_ready(ready);
+        assert_eq!(p.poll(ready, false), None, "not blocked yet");
+        assert!(!p.to_send(ready).is_empty(), "a round is due at once");
+        assert!(matches!(
+            p.poll(ready + DEADLINE, false),
+            Some(ProbeDecision::Blocked { .. })
+        ));
     }
 
     #[test]

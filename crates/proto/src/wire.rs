@@ -288,7 +288,8 @@ pub enum Control {
         /// Datagram size.
         size: u16,
     },
-    /// Sender -> receiver: the payload size chosen after probing; data follows.
+    /// Sender -> receiver: data follows, at this payload size to begin with (probing goes on
+    /// beside the data and may move it; see [`crate::probe`]).
     Start {
         /// Payload bytes per datagram.
         payload: u16,
@@ -319,7 +320,8 @@ pub enum Control {
         /// BLAKE3 of the whole file as received.
         hash: [u8; 32],
     },
-    /// Receiver -> sender: progress and what the receiver has seen (about once per RTT).
+    /// Receiver -> sender: progress and what the receiver has seen (four times per round
+    /// trip, every 10 to 500 ms: `Start::report_interval_us`).
     Report {
         /// Bytes of payload accepted so far (new, not duplicates).
         received: u64,
@@ -350,7 +352,8 @@ pub enum Control {
     /// Sender -> receiver: UDP does not get through; this session ends and the sender will
     /// connect again with parallel TCP.
     Fallback,
-    /// Either side: nothing else to say, but still here (sent about once a second when idle).
+    /// Either side: nothing else to say, but still here (a sender in the data phase sends one
+    /// every 200 ms; a side busy with slow work, once a second).
     KeepAlive,
     /// Sender -> receiver: everything is confirmed; the session ends.
     Done,
