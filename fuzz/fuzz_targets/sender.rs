@@ -9,7 +9,13 @@ fuzz_target!(|data: &[u8]| {
     let layout = Layout::new(&[10_000, 0, 5000, 70_000], 1024, 3).unwrap();
     for ch in 0..3u16 {
         let stripe = layout.stripe_len(ch);
-        let mut s = ChannelSender::new(&layout, ch, SendConfig::default());
+        // Repairs are remembered for 5 ms; the clock moves 1 ms per operation.
+        let cfg = SendConfig {
+            repair_echo: std::time::Duration::from_millis(5),
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&layout, ch, cfg);
+        let mut now = std::time::Instant::now();
         let mut sent = 0u64;
         let check = |run: hurtle_proto::Run, sent: &mut u64| {
             assert!(run.len > 0 && run.pos + run.len <= stripe, "{run:?} outside {stripe}");
@@ -22,15 +28,16 @@ fuzz_target!(|data: &[u8]| {
             }
         };
         for w in data.chunks_exact(17) {
+            now += std::time::Duration::from_millis(1);
             let a = u64::from_le_bytes(w[1..9].try_into().unwrap());
             let b = u64::from_le_bytes(w[9..17].try_into().unwrap());
             match w[0] % 3 {
                 0 => {
-                    s.on_nack(&[(a, b), (a % 4096, b % 8192)]);
+                    s.on_nack(&[(a, b), (a % 4096, b % 8192)], now);
                 }
                 1 => s.on_channel_done(),
                 _ => {
-                    if let Some(run) = s.poll_run(&layout, u64::from(w[0]) * 64 + 1) {
+                    if let Some(run) = s.poll_run(&layout, u64::from(w[0]) * 64 + 1, now) {
                         check(run, &mut sent);
                     }
                 }
@@ -38,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         }
         // Whatever was asked, the rest goes out and the sender ends.
         for _ in 0..1_000_000 {
-            match s.poll_run(&layout, 1 << 20) {
+            match s.poll_run(&layout, 1 << 20, now) {
                 Some(run) => check(run, &mut sent),
                 None => break,
             }

@@ -821,10 +821,7 @@ fn send_once(
         .store(controller.rate_bps(), Ordering::Relaxed);
     let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
     let per_channel_rate = (controller.rate_bps() / u64::from(channels)).max(100_000);
-    let send_cfg = SendConfig {
-        final_interval: (rtt * 2).max(Duration::from_millis(30)),
-        ..SendConfig::default()
-    };
+    let send_cfg = SendConfig::for_rtt(rtt);
     let threads = send_threads(channels, matches!(links.first(), Some(LinkOut::Tcp(_))));
     let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
     for (ch, link) in links.into_iter().enumerate() {
@@ -1426,7 +1423,7 @@ impl ChannelWorker {
     fn on_cmd(&mut self, cmd: ChanCmd) {
         match cmd {
             ChanCmd::Nack(ranges) => {
-                let q = self.sender.on_nack(&ranges);
+                let q = self.sender.on_nack(&ranges, Instant::now());
                 self.log.line(|| {
                     format!(
                         "nack ranges={} queued={q} first={:?}",
@@ -1544,7 +1541,7 @@ impl ChannelWorker {
         let mut now = Instant::now();
         let mut bursts = 0;
         while self.pacer.can_send(now) && bursts < 16 {
-            let Some(run) = self.sender.poll_run(layout, run_cap) else {
+            let Some(run) = self.sender.poll_run(layout, run_cap, now) else {
                 break;
             };
             bursts += 1;

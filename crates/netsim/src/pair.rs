@@ -1244,7 +1244,7 @@ impl Pair {
                         .channels
                         .get_mut(usize::from(channel))
                         .ok_or("NACK for an unknown channel")?
-                        .on_nack(&ranges);
+                        .on_nack(&ranges, now);
                 }
                 Control::ChannelDone { channel } => self
                     .snd
@@ -1289,7 +1289,7 @@ impl Pair {
         let max_run = u64::from(self.sc.payload) * u64::from(self.sc.run_datagrams);
         for ch in 0..self.snd.channels.len() {
             while self.snd.pacers[ch].can_send(now) {
-                let Some(run) = self.snd.channels[ch].poll_run(&self.layout, max_run) else {
+                let Some(run) = self.snd.channels[ch].poll_run(&self.layout, max_run, now) else {
                     break;
                 };
                 if run.kind == RunKind::Held {

@@ -71,10 +71,7 @@ fn scenario_rtt(mode: RateMode, link: LinkConfig, mib: u64, rtt: Duration) -> Sc
             min_bps: 1_000_000,
             rtt,
         }),
-        send: SendConfig {
-            final_interval: (rtt * 2).max(ms(30)),
-            ..SendConfig::default()
-        },
+        send: SendConfig::for_rtt(rtt),
         recv: RecvConfig::for_rtt(rtt),
         max_virtual: Duration::from_secs(60),
         max_steps: 50_000_000,
@@ -581,8 +578,8 @@ mod properties {
             // so a channel without data would leave its share unused.
             sc.block_size = 256 << 10;
             sc.link.delay = rtt / 2;
-            sc.send.final_interval = (rtt * 2).max(ms(30));
             sc.recv = RecvConfig::for_rtt(rtt);
+            sc.send = SendConfig::for_rtt(rtt);
             let cfg = sc.rate.as_mut().unwrap();
             cfg.rtt = rtt;
             let (min, max) = (cfg.min_bps, cfg.ceiling_bps);
@@ -619,10 +616,7 @@ mod short_path {
                 rtt,
                 ..base.rate.unwrap()
             }),
-            send: SendConfig {
-                final_interval: (rtt * 2).max(ms(30)),
-                ..SendConfig::default()
-            },
+            send: SendConfig::for_rtt(rtt),
             recv: RecvConfig::for_rtt(rtt),
             ..base
         }
@@ -818,6 +812,33 @@ mod wan {
                 out.resent_share() * 100.0
             );
         }
+    }
+
+    #[test]
+    fn repairs_waiting_behind_a_startup_overshoot_are_not_sent_twice() {
+        // 1 Gbit/s, 40 ms, a queue of a tenth of the bandwidth-delay product: startup's
+        // overshoot drops thousands of datagrams at once, and their repairs wait in the
+        // sender's queue longer than the receiver waits before asking again. Those second
+        // requests come before the repairs could arrive, and get no second copy: every byte
+        // resent is a byte the path dropped.
+        let rtt = ms(40);
+        let out = run(
+            "1 Gbit/s, 40 ms, 500 KB queue",
+            scenario_rtt(
+                RateMode::Auto,
+                LinkConfig::default().with_rate(1_000_000_000, 500_000),
+                256,
+                rtt,
+            ),
+        );
+        eprintln!(
+            "  resent {:.2}%, {} datagrams dropped by the queue, {} duplicate bytes",
+            out.resent_share() * 100.0,
+            out.link.dropped_queue,
+            out.duplicate_bytes
+        );
+        assert_eq!(out.duplicate_bytes, 0);
+        assert_eq!(out.datagrams_resent, out.link.dropped_queue);
     }
 
     #[test]

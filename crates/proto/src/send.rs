@@ -23,6 +23,7 @@
 
 use crate::layout::Layout;
 use crate::ranges::RangeSet;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Tunables of a channel sender.
@@ -34,6 +35,11 @@ pub struct SendConfig {
     pub credit_cap: u64,
     /// How long to wait for `ChannelDone` before sending the final marker again.
     pub final_interval: Duration,
+    /// How long a repair is on its way: a NACK for bytes repaired less than this ago was sent
+    /// before the repair could arrive (the receiver asked again while the repair waited in the
+    /// sender's queue), and is not answered with another copy. About a round trip and the
+    /// path's queueing; zero answers every NACK.
+    pub repair_echo: Duration,
 }
 
 impl Default for SendConfig {
@@ -42,6 +48,20 @@ impl Default for SendConfig {
             repair_share: 0.5,
             credit_cap: 1 << 20,
             final_interval: Duration::from_millis(100),
+            repair_echo: Duration::ZERO,
+        }
+    }
+}
+
+impl SendConfig {
+    /// Timers for a path of round-trip time `rtt`: the final marker is sent again after two
+    /// round trips (30 ms at least), and a NACK that comes within a round trip and a quarter
+    /// (and 10 ms) of a repair of its bytes was sent before that repair could arrive.
+    pub fn for_rtt(rtt: Duration) -> SendConfig {
+        SendConfig {
+            final_interval: (rtt * 2).max(Duration::from_millis(30)),
+            repair_echo: rtt + rtt / 4 + Duration::from_millis(10),
+            ..SendConfig::default()
         }
     }
 }
@@ -105,7 +125,12 @@ pub struct ChannelSender {
     fin: Final,
     cfg: SendConfig,
     stats: SendStats,
+    /// Repairs sent within the last `cfg.repair_echo`: (when, stripe range), oldest first.
+    recent_repairs: VecDeque<(Instant, u64, u64)>,
 }
+
+/// Most repairs remembered for [`SendConfig::repair_echo`] (older ones are forgotten first).
+const RECENT_REPAIRS: usize = 8192;
 
 impl ChannelSender {
     /// A sender for `channel` of `layout`.
@@ -120,6 +145,7 @@ impl ChannelSender {
             fin: Final::NotSent,
             cfg,
             stats: SendStats::default(),
+            recent_repairs: VecDeque::new(),
         }
     }
 
@@ -157,7 +183,7 @@ impl ChannelSender {
 
     /// The next run to send, at most `max_len` bytes, or `None` when there is nothing to send.
     /// A [`RunKind::Held`] run is a whole held block, whatever `max_len` says.
-    pub fn poll_run(&mut self, layout: &Layout, max_len: u64) -> Option<Run> {
+    pub fn poll_run(&mut self, layout: &Layout, max_len: u64, now: Instant) -> Option<Run> {
         let max_len = max_len.max(1);
         let new_left = self.next_new < self.stripe_len;
         let repair_allowed = !self.repair.is_empty() && (!new_left || self.credit >= 0.0);
@@ -170,6 +196,13 @@ impl ChannelSender {
                 self.credit -= len as f64;
             }
             self.stats.repair_bytes += len;
+            if !self.cfg.repair_echo.is_zero() {
+                if self.recent_repairs.len() >= RECENT_REPAIRS {
+                    self.recent_repairs.pop_front();
+                }
+                self.recent_repairs
+                    .push_back((now, first.start, first.start + len));
+            }
             return Some(Run {
                 pos: first.start,
                 len,
@@ -215,14 +248,31 @@ impl ChannelSender {
 
     /// The receiver asks for these stripe ranges again. Ranges beyond what was sent are ignored
     /// (that data is on its way); returns the bytes newly queued.
-    pub fn on_nack(&mut self, ranges: &[(u64, u64)]) -> u64 {
+    /// Bytes repaired less than [`SendConfig::repair_echo`] before `now` are not queued again.
+    pub fn on_nack(&mut self, ranges: &[(u64, u64)], now: Instant) -> u64 {
         self.stats.nacks += 1;
+        while self
+            .recent_repairs
+            .front()
+            .is_some_and(|&(at, _, _)| at + self.cfg.repair_echo <= now)
+        {
+            self.recent_repairs.pop_front();
+        }
         let mut queued = 0;
         for &(s, e) in ranges {
             let e = e.min(self.next_new);
             if s < e {
                 self.stats.nacked_bytes += e - s;
-                queued += self.repair.insert(s..e);
+                let mut asked = RangeSet::new();
+                asked.insert(s..e);
+                for &(_, rs, re) in &self.recent_repairs {
+                    if rs < e && s < re {
+                        asked.remove(rs..re);
+                    }
+                }
+                for r in asked.iter() {
+                    queued += self.repair.insert(r);
+                }
             }
         }
         if queued > 0 && self.fin == Final::Acked {
@@ -339,7 +389,7 @@ mod tests {
     fn sends_new_data_in_block_sized_runs_then_final() {
         let l = layout();
         let mut s = ChannelSender::new(&l, 0, SendConfig::default());
-        let runs: Vec<Run> = std::iter::from_fn(|| s.poll_run(&l, 3000)).collect();
+        let runs: Vec<Run> = std::iter::from_fn(|| s.poll_run(&l, 3000, Instant::now())).collect();
         let lens: Vec<u64> = runs.iter().map(|r| r.len).collect();
         assert_eq!(lens, vec![3000, 1096, 3000, 1096, 1808]);
         let t0 = Instant::now();
@@ -360,12 +410,12 @@ mod tests {
         };
         let mut s = ChannelSender::new(&l, 0, cfg);
         for _ in 0..100 {
-            s.poll_run(&l, 1000);
+            s.poll_run(&l, 1000, Instant::now());
         }
-        s.on_nack(&[(0, 100_000)]);
+        s.on_nack(&[(0, 100_000)], Instant::now());
         let (mut new, mut rep) = (0, 0);
         for _ in 0..200 {
-            let r = s.poll_run(&l, 1000).unwrap();
+            let r = s.poll_run(&l, 1000, Instant::now()).unwrap();
             match r.kind {
                 RunKind::New => new += r.len,
                 RunKind::Repair => rep += r.len,
@@ -380,14 +430,17 @@ mod tests {
     fn nacks_for_unsent_data_are_ignored_and_reopen_a_confirmed_channel() {
         let l = layout();
         let mut s = ChannelSender::new(&l, 0, SendConfig::default());
-        assert_eq!(s.on_nack(&[(0, 100)]), 0);
-        while s.poll_run(&l, 5000).is_some() {}
+        assert_eq!(s.on_nack(&[(0, 100)], Instant::now()), 0);
+        while s.poll_run(&l, 5000, Instant::now()).is_some() {}
         s.poll_final(Instant::now());
         s.on_channel_done();
         assert!(s.is_done());
-        assert_eq!(s.on_nack(&[(4096, 8192), (9000, 20_000)]), 4096 + 1000);
+        assert_eq!(
+            s.on_nack(&[(4096, 8192), (9000, 20_000)], Instant::now()),
+            4096 + 1000
+        );
         assert!(!s.is_done());
-        let r = s.poll_run(&l, 5000).unwrap();
+        let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
     }
 
@@ -397,9 +450,10 @@ mod tests {
         let l = Layout::new(&[5 * 4096], 4096, 2).unwrap();
         let mut s = ChannelSender::new(&l, 0, SendConfig::default());
         s.hold(4096..8192);
-        let runs: Vec<(u64, u64, RunKind)> = std::iter::from_fn(|| s.poll_run(&l, 3000))
-            .map(|r| (r.pos, r.len, r.kind))
-            .collect();
+        let runs: Vec<(u64, u64, RunKind)> =
+            std::iter::from_fn(|| s.poll_run(&l, 3000, Instant::now()))
+                .map(|r| (r.pos, r.len, r.kind))
+                .collect();
         assert_eq!(
             runs,
             vec![
@@ -414,10 +468,10 @@ mod tests {
         assert_eq!(s.stats().new_bytes, 8192);
         // The receiver's copy of the held block turned out wrong: it is asked for and resent.
         assert!(s.poll_final(Instant::now()));
-        assert_eq!(s.on_nack(&[(4096, 8192)]), 4096);
-        let r = s.poll_run(&l, 5000).unwrap();
+        assert_eq!(s.on_nack(&[(4096, 8192)], Instant::now()), 4096);
+        let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
-        assert_eq!(s.poll_run(&l, 5000), None);
+        assert_eq!(s.poll_run(&l, 5000, Instant::now()), None);
     }
 
     #[test]
@@ -427,7 +481,7 @@ mod tests {
         s.hold(0..4096);
         s.hold(4096..8192);
         s.hold(8192..10_000);
-        let kinds: Vec<RunKind> = std::iter::from_fn(|| s.poll_run(&l, 1000))
+        let kinds: Vec<RunKind> = std::iter::from_fn(|| s.poll_run(&l, 1000, Instant::now()))
             .map(|r| r.kind)
             .collect();
         assert_eq!(kinds, vec![RunKind::Held; 3]);
@@ -435,7 +489,31 @@ mod tests {
         assert!(s.poll_final(Instant::now()));
         // Holding what the cursor passed changes nothing.
         s.hold(0..4096);
-        assert_eq!(s.poll_run(&l, 1000), None);
+        assert_eq!(s.poll_run(&l, 1000, Instant::now()), None);
+    }
+
+    #[test]
+    fn a_nack_sent_before_a_repair_could_arrive_gets_no_second_copy() {
+        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
+        let cfg = SendConfig {
+            repair_echo: Duration::from_millis(50),
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&l, 0, cfg);
+        let t0 = Instant::now();
+        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        assert_eq!(s.on_nack(&[(1000, 3000)], t0), 2000);
+        let r = s.poll_run(&l, 1 << 20, t0).unwrap();
+        assert_eq!((r.pos, r.len, r.kind), (1000, 2000, RunKind::Repair));
+        // The receiver asks again, and more, before the repair could reach it: only the new
+        // part is queued.
+        let soon = t0 + Duration::from_millis(20);
+        assert_eq!(s.on_nack(&[(1000, 4000)], soon), 1000);
+        let r = s.poll_run(&l, 1 << 20, soon).unwrap();
+        assert_eq!((r.pos, r.len), (3000, 1000));
+        // Asked again a round trip after the repair went out: it was lost, send it again.
+        let later = t0 + Duration::from_millis(60);
+        assert_eq!(s.on_nack(&[(1000, 3000)], later), 2000);
     }
 
     #[test]
