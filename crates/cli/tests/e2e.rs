@@ -27,10 +27,7 @@ const MIB: u64 = 1 << 20;
 
 /// A fresh temporary directory.
 fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("hurtle-e2e-")
-        .tempdir()
-        .unwrap()
+    support::tempdir("hurtle-e2e-")
 }
 
 /// A `--json` field as an unsigned number.

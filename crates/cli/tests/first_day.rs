@@ -14,11 +14,9 @@ use support::TRANSFER_TIMEOUT;
 
 const MIB: u64 = 1 << 20;
 
+/// A fresh temporary directory.
 fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("hurtle-firstday-")
-        .tempdir()
-        .unwrap()
+    support::tempdir("hurtle-firstday-")
 }
 
 /// Runs `hurtle ARGS` to completion (10 s at most).

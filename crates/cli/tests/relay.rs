@@ -25,11 +25,9 @@ use support::TRANSFER_TIMEOUT;
 
 const MIB: u64 = 1 << 20;
 
+/// A fresh temporary directory.
 fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("hurtle-relay-")
-        .tempdir()
-        .unwrap()
+    support::tempdir("hurtle-relay-")
 }
 
 /// A running relay and its address.

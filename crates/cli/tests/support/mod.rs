@@ -8,6 +8,11 @@ pub mod proxy;
 
 use std::time::Duration;
 
+/// A fresh temporary directory named `PREFIX...`, removed when dropped.
+pub fn tempdir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
+}
+
 /// Longest any single transfer in this suite may take before the test fails.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 
