@@ -1,35 +1,72 @@
-//! Hostile datagrams fed to a channel receiver through the same checks the driver makes: the
-//! receiver's accounting never panics and never counts more bytes than its stripe holds.
+//! Hostile datagrams fed to channel receivers through the same admission the engine's channel
+//! threads use (`hurtle_proto::admit`): admission never panics, gives every datagram exactly
+//! one verdict, counts only what it admitted, and a receiver never counts more bytes than its
+//! stripe holds.
 #![no_main]
-use hurtle_proto::wire::{Header, Kind, FLAG_RETRANSMIT};
-use hurtle_proto::{ChannelReceiver, Layout, RecvConfig};
+use hurtle_proto::admit::{Admit, Tally};
+use hurtle_proto::wire::{Header, HEADER_LEN};
+use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, Instant};
 
+const SESSION: u64 = 0;
+
 fuzz_target!(|data: &[u8]| {
     let layout = Layout::new(&[10_000, 0, 5000], 1024, 2).unwrap();
-    let mut recv: Vec<ChannelReceiver> = (0..2).map(|c| ChannelReceiver::new(c, layout.stripe_len(c), RecvConfig::default())).collect();
     let t0 = Instant::now();
+    let mut admissions: Vec<Admission> = (0..2)
+        .map(|c| Admission::new(SESSION, c..c + 1, t0))
+        .collect();
+    let mut recv: Vec<ChannelReceiver> = (0..2)
+        .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), RecvConfig::default()))
+        .collect();
+    let (mut admitted, mut admitted_bytes, mut probes, mut verdicts) = (0u64, 0u64, 0u64, 0u64);
     for (i, chunk) in data.chunks(48).enumerate() {
         let now = t0 + Duration::from_millis(i as u64);
-        let Ok((h, _)) = Header::decode(chunk) else { continue };
-        let Some(r) = recv.get_mut(usize::from(h.channel)) else { continue };
-        match h.kind {
-            Kind::Data => {
-                if let Ok(p) = layout.place(h.file, h.offset, u64::from(h.len)) {
-                    if p.channel == h.channel {
-                        r.on_data(now, p.pos, u64::from(h.len), h.flags & FLAG_RETRANSMIT != 0, p.block_stripe);
-                    }
-                }
+        // As on one socket per channel: the header's channel picks the socket, and a datagram
+        // that names none (or does not decode) lands on channel 0's.
+        let ch = Header::decode(chunk).map_or(0, |(h, _)| usize::from(h.channel));
+        let ch = if ch < admissions.len() { ch } else { 0 };
+        let (verdict, payload) = admissions[ch].admit_datagram(now, &layout, chunk);
+        verdicts += 1;
+        let r = &mut recv[ch];
+        match verdict {
+            Admit::Data(p) => {
+                assert_eq!(p.place.channel as usize, ch);
+                assert_eq!(payload.len() as u64, p.len);
+                r.on_data(now, p.place.pos, p.len, p.retransmit, p.place.block_stripe);
+                admitted += 1;
+                admitted_bytes += (HEADER_LEN + payload.len()) as u64;
             }
-            Kind::Final => {
-                r.on_final(now, h.offset);
+            Admit::Final {
+                channel,
+                stripe_len,
+            } => {
+                assert_eq!(usize::from(channel), ch);
+                assert!(
+                    r.on_final(now, stripe_len),
+                    "admission checked the stripe length"
+                );
+                r.resend_done();
+                admitted += 1;
+                admitted_bytes += HEADER_LEN as u64 + payload.len() as u64;
             }
-            Kind::Probe => {}
+            Admit::Probe { channel, size } => {
+                assert_eq!(usize::from(channel), ch);
+                assert_eq!(usize::from(size), chunk.len());
+                probes += 1;
+            }
+            Admit::Reject(_) => {}
         }
         let _ = r.poll_nack(now);
     }
-    for (c, r) in recv.iter().enumerate() {
-        assert!(r.received_bytes() <= layout.stripe_len(c as u16));
+    let mut totals = Tally::default();
+    for (a, r) in admissions.iter().zip(&recv) {
+        totals.add(&a.tally());
+        assert_eq!(a.tally().rejected, a.rejected().total());
+        assert!(r.received_bytes() <= layout.stripe_len(a.channels().start));
     }
+    assert_eq!((totals.datagrams, totals.bytes), (admitted, admitted_bytes));
+    assert_eq!(totals.datagrams + totals.rejected + probes, verdicts);
+    assert_eq!(totals.delay_count, totals.datagrams);
 });

@@ -15,9 +15,11 @@
 //! holds is written to the file, and the rest is written as it arrives; the block is then
 //! hashed by reading it back.
 //!
-//! Every datagram is checked before it is trusted: session id, channel, source address, kind,
-//! length, and that its bytes lie inside one block of a file of the manifest. Failures are
-//! counted and dropped.
+//! Every datagram is checked before it is trusted: its source address here, everything else
+//! (session id, channel, kind, length, and that its bytes lie inside one block of a file of the
+//! manifest) by the channel's [`Admission`] in `hurtle-proto`, which also counts what
+//! the reports say; failures are counted and dropped. The reports themselves are built by a
+//! [`ReportBuilder`] in the session loop.
 
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
@@ -27,13 +29,13 @@ use crate::progress::{Phase, Progress};
 use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
+use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
 use hurtle_proto::layout::{check_block_ranges, count_blocks, union_ranges, MAX_BLOCKS};
-use hurtle_proto::rate::OneWayDelay;
-use hurtle_proto::wire::{
-    self, Control, Decision, Entry, EntryKind, Header, Kind, FLAG_RETRANSMIT,
+use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind};
+use hurtle_proto::{
+    Admission, ChannelReceiver, Layout, RecvConfig, ReportBuilder, Verdict, Verifier,
 };
-use hurtle_proto::{ChannelReceiver, Layout, RecvConfig, Verdict, Verifier};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -270,42 +272,47 @@ struct Counters {
     nacks: AtomicU64,
     rejected_blocks: AtomicU64,
     spilled_blocks: AtomicU64,
-    /// Data and final datagrams accepted, and their bytes (for rate feedback).
+    /// The channels' admission [`Tally`]s, summed (`rejected` above is its `rejected`): each
+    /// channel thread adds what its channels counted once per receive batch.
     datagrams: AtomicU64,
     bytes: AtomicU64,
-    /// Packet numbers spanned (highest seen minus previous highest), summed over channels.
     pn_span: AtomicU64,
-    /// Queueing delay samples, microseconds.
     delay_sum_us: AtomicU64,
     delay_count: AtomicU64,
 }
 
-/// What one report interval saw, from the counters' deltas.
-#[derive(Default, Clone, Copy)]
-struct Snapshot {
-    datagrams: u64,
-    bytes: u64,
-    pn_span: u64,
-    delay_sum_us: u64,
-    delay_count: u64,
-    drops: u64,
+impl Counters {
+    /// Adds what a channel's admission counted since it was last added.
+    fn add(&self, t: &Tally) {
+        self.datagrams.fetch_add(t.datagrams, Ordering::Relaxed);
+        self.bytes.fetch_add(t.bytes, Ordering::Relaxed);
+        self.pn_span.fetch_add(t.pn_span, Ordering::Relaxed);
+        self.delay_sum_us
+            .fetch_add(t.delay_sum_us, Ordering::Relaxed);
+        self.delay_count.fetch_add(t.delay_count, Ordering::Relaxed);
+        self.rejected.fetch_add(t.rejected, Ordering::Relaxed);
+    }
+
+    /// The admission totals of all channels so far.
+    fn totals(&self) -> Tally {
+        Tally {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            pn_span: self.pn_span.load(Ordering::Relaxed),
+            delay_sum_us: self.delay_sum_us.load(Ordering::Relaxed),
+            delay_count: self.delay_count.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Shared {
-    fn snapshot(&self) -> Snapshot {
-        let c = &self.counters;
-        Snapshot {
-            datagrams: c.datagrams.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            pn_span: c.pn_span.load(Ordering::Relaxed),
-            delay_sum_us: c.delay_sum_us.load(Ordering::Relaxed),
-            delay_count: c.delay_count.load(Ordering::Relaxed),
-            drops: self
-                .channel_drops
-                .iter()
-                .map(|d| d.load(Ordering::Relaxed))
-                .sum(),
-        }
+    /// Kernel socket drops so far, summed over the channels.
+    fn socket_drops(&self) -> u64 {
+        self.channel_drops
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -322,7 +329,6 @@ struct Shared {
     layout: Layout,
     /// The files being received, by file id (`None`: skipped, the receiver has it).
     files: Vec<Option<Arc<PartFile>>>,
-    session: u64,
     peer_ip: IpAddr,
     to_wire: Sender<Control>,
     counters: Counters,
@@ -336,8 +342,6 @@ struct Shared {
     /// The fullest any channel's socket receive buffer got since the last report, thousandths
     /// of its limit (sampled by the channel threads, taken by the report loop).
     queue_fill: AtomicU64,
-    /// The session's time origin for one-way delay measurements.
-    start: Instant,
     /// The longest a block waited in the writer's queue since the last report, microseconds.
     write_wait_us: AtomicU64,
 }
@@ -708,7 +712,6 @@ impl Receiver {
         let shared = Arc::new(Shared {
             layout,
             files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
-            session,
             peer_ip: peer.ip(),
             to_wire: tx.clone(),
             counters: Counters::default(),
@@ -717,7 +720,6 @@ impl Receiver {
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
-            start,
             write_wait_us: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
@@ -767,10 +769,8 @@ impl Receiver {
                 refetched: HashSet::new(),
                 log,
                 probes_acked: Vec::new(),
-                owd: OneWayDelay::default(),
-                highest_pn: 0,
-                batch: Snapshot::default(),
-                batch_queue_us: 0,
+                admission: Admission::new(session, ch..ch + 1, start),
+                added: Tally::default(),
                 queue_sampled: Instant::now(),
                 moved_file: None,
             };
@@ -1342,9 +1342,12 @@ fn session_loop(
     }
     let tick = crossbeam_channel::tick(TICK);
     let mut report_every = Duration::from_millis(50);
-    let mut lost_count = hurtle_proto::rate::LostCount::default();
-    let mut last = (Instant::now(), shared.snapshot());
-    let mut lateness = Lateness::new(last.0);
+    let mut reports = ReportBuilder::new(
+        Instant::now(),
+        shared.counters.totals(),
+        shared.socket_drops(),
+    );
+    let mut lateness = Lateness::new(reports.interval_start());
     loop {
         select! {
             recv(rx) -> msg => {
@@ -1417,32 +1420,21 @@ fn session_loop(
                 }
                 let now = Instant::now();
                 journal.tick(now);
-                let interval = now.saturating_duration_since(last.0);
+                let interval = now.saturating_duration_since(reports.interval_start());
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
-                    let snap = shared.snapshot();
-                    let prev = std::mem::replace(&mut last, (now, snap)).1;
-                    let datagrams = snap.datagrams - prev.datagrams;
-                    let delays = snap.delay_count - prev.delay_count;
-                    let _ = shared.to_wire.send(Control::Report {
+                    let facts = ReportFacts {
+                        totals: shared.counters.totals(),
                         received: shared.progress.sent.load(Ordering::Relaxed),
-                        rejected: shared.counters.rejected.load(Ordering::Relaxed),
-                        socket_drops: snap.drops,
-                        interval_us: interval.as_micros() as u64,
-                        bytes: snap.bytes - prev.bytes,
-                        datagrams,
-                        lost: lost_count.report(snap.pn_span, snap.datagrams),
-                        drops: snap.drops.saturating_sub(prev.drops),
+                        socket_drops: shared.socket_drops(),
+                        queue_fill_permille: shared.queue_fill.swap(0, Ordering::Relaxed),
                         // A block waiting for the writer is queued at the receiver: the longest
                         // wait counts like a queue on the path, so a stalled disk slows the
                         // sender as much as the wait says, not by a fixed step.
-                        queue_delay_us: (snap.delay_sum_us - prev.delay_sum_us)
-                            .checked_div(delays)
-                            .unwrap_or(0)
-                            .max(shared.write_wait_us.swap(0, Ordering::Relaxed)),
-                        queue_fill: shared.queue_fill.swap(0, Ordering::Relaxed).min(1000) as u16,
-                        lateness_us: late.as_micros() as u64,
-                    });
+                        held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
+                        lateness: late,
+                    };
+                    let _ = shared.to_wire.send(reports.build(now, &facts));
                 }
             }
         }
@@ -1720,12 +1712,10 @@ struct ChannelWorker {
     refetched: HashSet<u64>,
     log: NetLog,
     probes_acked: Vec<u16>,
-    owd: OneWayDelay,
-    highest_pn: u64,
-    /// Feedback counts of the current batch, added to the shared counters once per batch.
-    batch: Snapshot,
-    /// Most queueing delay of a datagram in the current batch, microseconds.
-    batch_queue_us: u64,
+    /// The channel's checks of each datagram, and their counts.
+    admission: Admission,
+    /// The admission totals already added to the shared counters (once per batch).
+    added: Tally,
     /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
     queue_sampled: Instant,
     /// The file of the last new bytes in the current batch, for the progress display.
@@ -2099,15 +2089,12 @@ impl ChannelWorker {
         let now = Instant::now();
         self.sample_queue(now, link);
         if n > 0 {
-            let queued = Duration::from_micros(std::mem::take(&mut self.batch_queue_us));
+            // Repairs wait behind the queue the batch's datagrams met.
+            let queued = self.admission.take_peak_queue_delay();
             self.rec.note_queue_delay(now, queued);
-            let b = std::mem::take(&mut self.batch);
-            let c = &self.shared.counters;
-            c.datagrams.fetch_add(b.datagrams, Ordering::Relaxed);
-            c.bytes.fetch_add(b.bytes, Ordering::Relaxed);
-            c.pn_span.fetch_add(b.pn_span, Ordering::Relaxed);
-            c.delay_sum_us.fetch_add(b.delay_sum_us, Ordering::Relaxed);
-            c.delay_count.fetch_add(b.delay_count, Ordering::Relaxed);
+            let totals = self.admission.tally();
+            self.shared.counters.add(&totals.since(&self.added));
+            self.added = totals;
             self.shared
                 .progress
                 .sent
@@ -2180,31 +2167,6 @@ impl ChannelWorker {
         }
     }
 
-    fn reject(&self) -> u64 {
-        self.shared
-            .counters
-            .rejected
-            .fetch_add(1, Ordering::Relaxed);
-        0
-    }
-
-    /// Adds a data or final datagram that passed every check to the rate feedback (packet
-    /// numbers, bytes, one-way delay). Rejected datagrams never count: their packet numbers and
-    /// timestamps are not the sender's.
-    fn account(&mut self, now: Instant, h: &Header, len: usize) {
-        if h.packet > self.highest_pn {
-            self.batch.pn_span += h.packet - self.highest_pn;
-            self.highest_pn = h.packet;
-        }
-        self.batch.datagrams += 1;
-        self.batch.bytes += len as u64;
-        let now_us = now.saturating_duration_since(self.shared.start).as_micros() as u32;
-        let queued_us = self.owd.sample(now_us, h.sent_us);
-        self.batch.delay_sum_us += queued_us;
-        self.batch.delay_count += 1;
-        self.batch_queue_us = self.batch_queue_us.max(queued_us);
-    }
-
     /// Checks and stores one datagram; returns the new payload bytes it brought.
     fn on_datagram(
         &mut self,
@@ -2212,19 +2174,17 @@ impl ChannelWorker {
         src: &SocketAddr,
         datagram: &[u8],
     ) -> Result<u64, SessionError> {
-        let Ok((h, payload)) = Header::decode(datagram) else {
-            return Ok(self.reject());
-        };
-        if h.session != self.shared.session
-            || h.channel != self.ch
-            || src.ip().to_canonical() != self.shared.peer_ip.to_canonical()
-        {
-            return Ok(self.reject());
+        if src.ip().to_canonical() != self.shared.peer_ip.to_canonical() {
+            self.admission.reject(RejectReason::Source);
+            return Ok(0);
         }
-        match h.kind {
-            Kind::Probe => {
-                let size = datagram.len() as u16;
-                if h.offset == datagram.len() as u64 && !self.probes_acked.contains(&size) {
+        let (verdict, payload) = self
+            .admission
+            .admit_datagram(now, &self.shared.layout, datagram);
+        match verdict {
+            Admit::Reject(_) => Ok(0),
+            Admit::Probe { size, .. } => {
+                if !self.probes_acked.contains(&size) {
                     self.probes_acked.push(size);
                     let _ = self.shared.to_wire.send(Control::ProbeAck {
                         channel: self.ch,
@@ -2233,41 +2193,36 @@ impl ChannelWorker {
                 }
                 Ok(0)
             }
-            Kind::Final => {
-                if !self.rec.on_final(now, h.offset) {
-                    return Ok(self.reject());
-                }
-                self.account(now, &h, datagram.len());
+            Admit::Final { stripe_len, .. } => {
+                self.rec.on_final(now, stripe_len);
                 self.rec.resend_done();
-                self.log.line(|| format!("final stripe_len={}", h.offset));
+                self.log.line(|| format!("final stripe_len={stripe_len}"));
                 Ok(0)
             }
-            Kind::Data => {
-                let Ok(place) = self.shared.layout.place(h.file, h.offset, u64::from(h.len)) else {
-                    return Ok(self.reject());
-                };
-                if place.channel != self.ch {
-                    return Ok(self.reject());
-                }
-                self.account(now, &h, datagram.len());
-                let out = self.rec.on_data(
-                    now,
-                    place.pos,
-                    u64::from(h.len),
-                    h.flags & FLAG_RETRANSMIT != 0,
-                    place.block_stripe.clone(),
-                );
+            Admit::Data(Placed {
+                file: file_id,
+                offset,
+                len,
+                retransmit,
+                place,
+            }) => {
+                let out =
+                    self.rec
+                        .on_data(now, place.pos, len, retransmit, place.block_stripe.clone());
                 if out.new_bytes == 0 {
                     return Ok(0);
                 }
-                self.moved_file = Some(h.file);
+                self.moved_file = Some(file_id);
                 let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
-                let at = (h.offset - place.block_file_start) as usize;
-                let Some(file) = &self.shared.files[h.file as usize] else {
-                    return Ok(self.reject());
+                let at = (offset - place.block_file_start) as usize;
+                let Some(file) = &self.shared.files[file_id as usize] else {
+                    // A file this receiver is not receiving (it takes no room in the layout,
+                    // so nothing of it is ever placed).
+                    self.admission.reject(RejectReason::Layout);
+                    return Ok(0);
                 };
                 if self.spilled.contains_key(&place.block) {
-                    file.write_at(h.offset, payload)?;
+                    file.write_at(offset, payload)?;
                 } else {
                     if !self.buffers.contains_key(&place.block) {
                         if self.buffers.len() >= self.max_buffers {
@@ -2276,7 +2231,7 @@ impl ChannelWorker {
                         let mut buf = self.take_buffer();
                         buf.resize(block_len, 0);
                         let layout = &self.shared.layout;
-                        let blocks = layout.blocks_of(h.file);
+                        let blocks = layout.blocks_of(file_id);
                         let hasher = BlockHasher::new(
                             place.block - blocks.start,
                             layout.block_size(),
@@ -2295,7 +2250,7 @@ impl ChannelWorker {
                     }
                 }
                 if out.completes_block {
-                    self.complete_block(place.block, h.file, place.block_file_start, block_len)?;
+                    self.complete_block(place.block, file_id, place.block_file_start, block_len)?;
                 }
                 Ok(out.new_bytes)
             }

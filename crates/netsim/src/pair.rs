@@ -13,12 +13,14 @@
 //!   channel. Each turn it applies control messages (`Nack` -> `on_nack`, `ChannelDone` ->
 //!   `on_channel_done`), sends runs while the pacer allows (cut into datagrams of `payload`
 //!   bytes with a [`Header`]: kind `Data`, `FLAG_RETRANSMIT` for repairs, per-channel packet
-//!   numbers, file id and offset from [`Layout::resolve`]), sends a `Final` datagram when
+//!   numbers from 1, file id and offset from [`Layout::resolve`]), sends a `Final` datagram when
 //!   `poll_final` says so, and sends `BlockHashes` for every block it read for the first time.
-//! - **Receiver side**: one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory copy
-//!   of every file. Datagrams that fail [`Header::decode`], carry another session id, an
-//!   unexpected kind, a channel that is not the one the layout assigns, or a `(file, offset,
-//!   len)` that [`Layout::place`] refuses are dropped and counted ([`Rejected`]). Good data is
+//! - **Receiver side**: one [`Admission`] for all channels (they share one link, as they would
+//!   share one socket), one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory
+//!   copy of every file. Admission is the engine's, from `hurtle-proto`: datagrams that fail [`Header::decode`], carry another session id, a probe
+//!   (this runner has no probing phase), a channel that is not the one the layout assigns, a
+//!   wrong stripe length in a final marker, or a `(file, offset, len)` that [`Layout::place`]
+//!   refuses are dropped and counted ([`Rejected`]). Good data is
 //!   recorded with `on_data` and copied into the file when it brought new bytes; a completed
 //!   block is hashed over the received bytes and judged; a mismatch `reject`s the block on its
 //!   channel, `GiveUp` fails the run. Each turn it sends `poll_nack` results as `Nack` and
@@ -32,15 +34,17 @@
 //! - **Rate control** ([`Scenario::rate`]): without it every pacer runs at a fixed share of
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
-//!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, as the engine's sender asks in `Start`;
-//!   the first at that interval after time zero), with the datagram bytes and count received in
-//!   the interval, `lost` = packet numbers spanned minus datagrams received (per channel, `Data`
-//!   and `Final`, counted once the session id and channel check out, as in the engine), the
-//!   receiver stage's drops as kernel socket drops, the receiver stage's fullest moment (as
-//!   `queue_fill`), and the mean queueing delay: one-way delay
-//!   above the lowest seen, from the header's `sent_us` (stamped by the sender at send time, µs
-//!   since time zero, wrapping) against the receiver's own clock, which is offset from the
-//!   sender's by a seeded amount so only differences mean anything. The sender feeds each report
+//!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, as the engine's
+//!   sender asks in `Start`; the first at that interval after time zero), built by the engine's
+//!   [`ReportBuilder`] from the admission counts: the datagram bytes and count admitted in the
+//!   interval, `lost` = packet numbers spanned minus datagrams admitted (per channel, `Data`
+//!   and `Final`, counted only once every check passed), the receiver stage's drops as kernel
+//!   socket drops, the receiver stage's fullest moment (as `queue_fill`), and the mean queueing
+//!   delay: one-way delay above the lowest seen on the channel, from the header's `sent_us`
+//!   (stamped by the sender at send time, µs since time zero, wrapping) against the receiver's
+//!   own clock, which is offset from the sender's by a seeded amount so only differences mean
+//!   anything. Each channel's receiver waits that much longer before asking for a repair again,
+//!   as in the engine. The sender feeds each report
 //!   to `on_feedback` when it arrives and sets every pacer to the new rate divided by the channel
 //!   count (at least 100 kbit/s). Every change lands in [`Outcome::rate_timeline`], every report
 //!   in [`Outcome::reports`].
@@ -85,12 +89,13 @@
 //! SplitMix64 stream, so turning one knob does not reshuffle the others.
 
 use crate::link::{Link, LinkConfig, LinkStats};
+use hurtle_proto::admit::{ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::rate::{LostCount, OneWayDelay, Reason};
+use hurtle_proto::rate::Reason;
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
 use hurtle_proto::{
-    ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController,
-    RecvConfig, RunKind, SendConfig, Verdict, Verifier,
+    Admission, Admit, ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig,
+    RateController, RecvConfig, ReportBuilder, RunKind, SendConfig, Verdict, Verifier,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -242,29 +247,9 @@ const FORGERIES: [Forgery; 10] = [
     Forgery::Truncated,
 ];
 
-/// Datagrams the receiver dropped, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rejected {
-    /// `Header::decode` failed (short, bad kind, bad length, reserved bits).
-    pub malformed: u64,
-    /// Another session id.
-    pub session: u64,
-    /// A kind that has no business in the data phase (probe).
-    pub kind: u64,
-    /// `(file, offset, len)` refused by `Layout::place`.
-    pub layout: u64,
-    /// The header's channel is not the one that carries those bytes (or does not exist).
-    pub channel: u64,
-    /// A final marker with the wrong stripe length.
-    pub final_len: u64,
-}
-
-impl Rejected {
-    /// All rejected datagrams.
-    pub fn total(&self) -> u64 {
-        self.malformed + self.session + self.kind + self.layout + self.channel + self.final_len
-    }
-}
+/// Datagrams the receiver dropped, by reason: the engine's admission counts
+/// ([`hurtle_proto::admit::Rejected`]).
+pub use hurtle_proto::admit::Rejected;
 
 /// What a finished run did. Byte counts are payload bytes unless noted.
 #[derive(Debug, Clone)]
@@ -646,69 +631,12 @@ impl RecvStage {
     }
 }
 
-/// What the receiver has counted towards its next report.
-#[derive(Debug, Clone, Copy, Default)]
-struct ReportCounts {
-    bytes: u64,
-    datagrams: u64,
-    /// Packet numbers spanned: per channel, highest seen minus the previous highest.
-    pn_span: u64,
-    delay_sum_us: u64,
-    delay_count: u64,
-}
-
-/// The receiver's rate feedback, computed as the engine's receiver computes `Control::Report`.
+/// The receiver's rate feedback: when the next `Control::Report` is due, and the engine's
+/// builder that computes it.
 #[derive(Debug)]
 struct Reporter {
     every: Duration,
-    /// End of the last interval reported.
-    last: Instant,
-    /// Highest packet number seen, per channel.
-    highest: Vec<Option<u64>>,
-    owd: OneWayDelay,
-    /// The receiver's clock reads virtual time plus this many microseconds.
-    clock_offset_us: u64,
-    counts: ReportCounts,
-    /// Socket drops reported so far.
-    drops_reported: u64,
-    /// Packet numbers spanned and datagrams received so far, and what was reported lost.
-    spanned: u64,
-    received: u64,
-    lost: LostCount,
-}
-
-impl Reporter {
-    /// Counts one data or final datagram of `len` bytes on `channel`, received `since_t0` into
-    /// the run; returns its queueing delay.
-    fn on_datagram(
-        &mut self,
-        since_t0: Duration,
-        channel: u16,
-        packet: u64,
-        len: usize,
-        sent_us: u32,
-    ) -> Duration {
-        let highest = &mut self.highest[usize::from(channel)];
-        match *highest {
-            Some(h) if packet <= h => {}
-            Some(h) => {
-                self.counts.pn_span = self.counts.pn_span.saturating_add(packet - h);
-                *highest = Some(packet);
-            }
-            None => {
-                // Packet numbers start at 0: the first one seen spans everything before it too.
-                self.counts.pn_span = self.counts.pn_span.saturating_add(packet.saturating_add(1));
-                *highest = Some(packet);
-            }
-        }
-        self.counts.datagrams += 1;
-        self.counts.bytes += len as u64;
-        let now_us = (since_t0.as_micros() as u64).wrapping_add(self.clock_offset_us) as u32;
-        let queued_us = self.owd.sample(now_us, sent_us);
-        self.counts.delay_sum_us += queued_us;
-        self.counts.delay_count += 1;
-        Duration::from_micros(queued_us)
-    }
+    builder: ReportBuilder,
 }
 
 /// The sending peer.
@@ -731,10 +659,11 @@ struct SenderSide {
 #[derive(Debug)]
 struct ReceiverSide {
     files: Vec<Vec<u8>>,
+    /// The checks of every datagram, and their counts.
+    admission: Admission,
     channels: Vec<ChannelReceiver>,
     verifier: Verifier,
     file_hashes: Vec<Option<[u8; 32]>>,
-    rejected: Rejected,
     blocks_rejected: u64,
     nacks_dropped: u64,
     /// With [`Scenario::receiver_rate_bps`].
@@ -833,7 +762,12 @@ impl Pair {
             }],
             files,
         };
+        let session = SimRng::new(sc.seed, stream::SESSION).next_u64();
+        let clock_offset_us = SimRng::new(sc.seed, stream::CLOCK).next_u64();
         let mut rcv = ReceiverSide {
+            admission: Admission::new(session, 0..sc.channels, t0)
+                .without_probes()
+                .with_clock_offset(clock_offset_us),
             files: sc.files.iter().map(|&s| vec![0u8; s as usize]).collect(),
             channels: (0..sc.channels)
                 .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
@@ -845,7 +779,6 @@ impl Pair {
                 .iter()
                 .map(|&s| (s == 0).then(|| *blake3::hash(b"").as_bytes()))
                 .collect(),
-            rejected: Rejected::default(),
             blocks_rejected: 0,
             nacks_dropped: 0,
             stage: sc
@@ -854,15 +787,7 @@ impl Pair {
             reporter: sc.rate.as_ref().map(|cfg| Reporter {
                 // What the engine's sender asks for in `Start`.
                 every: hurtle_proto::rate::report_interval(cfg.rtt),
-                last: t0,
-                highest: vec![None; n],
-                owd: OneWayDelay::default(),
-                clock_offset_us: SimRng::new(sc.seed, stream::CLOCK).next_u64(),
-                counts: ReportCounts::default(),
-                drops_reported: 0,
-                spanned: 0,
-                received: 0,
-                lost: LostCount::default(),
+                builder: ReportBuilder::new(t0, Tally::default(), 0),
             }),
             reports: Vec::new(),
         };
@@ -896,7 +821,7 @@ impl Pair {
         let blackouts = sc.link.blackouts.clone();
         Ok(Pair {
             layout,
-            session: SimRng::new(sc.seed, stream::SESSION).next_u64(),
+            session,
             t0,
             now: t0,
             steps: 0,
@@ -1009,7 +934,12 @@ impl Pair {
         };
         consider(self.link.next_delivery());
         consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
-        consider(self.rcv.reporter.as_ref().map(|r| r.last + r.every));
+        consider(
+            self.rcv
+                .reporter
+                .as_ref()
+                .map(|r| r.builder.interval_start() + r.every),
+        );
         consider(
             self.rate_changes
                 .get(self.rate_changes_done)
@@ -1081,48 +1011,38 @@ impl Pair {
         Ok(())
     }
 
-    /// Sends a `Report` if an interval has passed, computed as the engine's receiver does.
+    /// Sends a `Report` if an interval has passed, built as the engine's receiver builds it.
     fn maybe_report(&mut self, now: Instant) {
-        let Some(rep) = self.rcv.reporter.as_mut() else {
+        let Some(rep) = self.rcv.reporter.as_ref() else {
             return;
         };
-        if now < rep.last + rep.every {
+        if now < rep.builder.interval_start() + rep.every {
             return;
         }
-        let interval = now - rep.last;
-        rep.last = now;
-        let c = std::mem::take(&mut rep.counts);
-        let drops_total = self.rcv.stage.as_ref().map_or(0, |s| s.drops);
-        let drops = drops_total - rep.drops_reported;
-        rep.drops_reported = drops_total;
         let received = self
             .rcv
             .channels
             .iter()
             .map(ChannelReceiver::received_bytes)
             .sum();
-        let report = Control::Report {
+        let facts = ReportFacts {
+            totals: self.rcv.admission.tally(),
             received,
-            rejected: self.rcv.rejected.total(),
-            socket_drops: drops_total,
-            interval_us: interval.as_micros() as u64,
-            bytes: c.bytes,
-            datagrams: c.datagrams,
-            lost: {
-                rep.spanned += c.pn_span;
-                rep.received += c.datagrams;
-                rep.lost.report(rep.spanned, rep.received)
-            },
-            drops,
-            queue_delay_us: c.delay_sum_us.checked_div(c.delay_count).unwrap_or(0),
-            queue_fill: self
+            socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
+            queue_fill_permille: self
                 .rcv
                 .stage
                 .as_mut()
-                .map_or(0, RecvStage::take_fill_permille),
-            // The simulated receiver runs whenever something is due: never late.
-            lateness_us: 0,
+                .map_or(0, |s| u64::from(s.take_fill_permille())),
+            // No writer queue, and the simulated receiver runs whenever something is due:
+            // never late.
+            held_us: 0,
+            lateness: Duration::ZERO,
         };
+        let Some(rep) = self.rcv.reporter.as_mut() else {
+            return;
+        };
+        let report = rep.builder.build(now, &facts);
         if let Some(feedback) = Feedback::of_report(&report) {
             self.rcv.reports.push(ReportSample {
                 at: now - self.t0,
@@ -1134,67 +1054,40 @@ impl Pair {
     }
 
     fn on_datagram(&mut self, now: Instant, dg: &[u8]) -> Result<(), String> {
-        let rej = &mut self.rcv.rejected;
-        let Ok((h, payload)) = Header::decode(dg) else {
-            rej.malformed += 1;
-            return Ok(());
-        };
-        if h.session != self.session {
-            rej.session += 1;
-            return Ok(());
-        }
-        if let Some(rep) = self.rcv.reporter.as_mut() {
-            // The engine counts every datagram on its channel's socket with the right session.
-            if h.kind != Kind::Probe && usize::from(h.channel) < rep.highest.len() {
-                let queued =
-                    rep.on_datagram(now - self.t0, h.channel, h.packet, dg.len(), h.sent_us);
-                // As the engine's channel threads do: repairs wait behind this queue.
-                if let Some(r) = self.rcv.channels.get_mut(usize::from(h.channel)) {
+        let (verdict, payload) = self.rcv.admission.admit_datagram(now, &self.layout, dg);
+        let queued = self.rcv.admission.take_peak_queue_delay();
+        // With rate control, as the engine's channel threads do: repairs wait behind the
+        // queue the datagram met. (Without it this runner has never done so.)
+        let rated = self.rcv.reporter.is_some();
+        match verdict {
+            Admit::Probe { .. } | Admit::Reject(_) => {}
+            Admit::Final {
+                channel,
+                stripe_len,
+            } => {
+                let r = &mut self.rcv.channels[usize::from(channel)];
+                if rated {
                     r.note_queue_delay(now, queued);
                 }
+                r.on_final(now, stripe_len);
+                // Answers the marker again if the channel is already complete.
+                r.resend_done();
             }
-        }
-        match h.kind {
-            Kind::Probe => rej.kind += 1,
-            Kind::Final => {
-                let Some(r) = self.rcv.channels.get_mut(usize::from(h.channel)) else {
-                    rej.channel += 1;
-                    return Ok(());
-                };
-                if !r.on_final(now, h.offset) {
-                    rej.final_len += 1;
-                } else {
-                    // Answers the marker again if the channel is already complete.
-                    r.resend_done();
+            Admit::Data(p) => {
+                let r = &mut self.rcv.channels[usize::from(p.place.channel)];
+                if rated {
+                    r.note_queue_delay(now, queued);
                 }
-            }
-            Kind::Data => {
-                let len = u64::from(h.len);
-                let Ok(place) = self.layout.place(h.file, h.offset, len) else {
-                    rej.layout += 1;
-                    return Ok(());
-                };
-                if place.channel != h.channel {
-                    rej.channel += 1;
-                    return Ok(());
-                }
-                let retransmit = h.flags & FLAG_RETRANSMIT != 0;
-                let out = self.rcv.channels[usize::from(place.channel)].on_data(
-                    now,
-                    place.pos,
-                    len,
-                    retransmit,
-                    place.block_stripe,
-                );
+                let out = r.on_data(now, p.place.pos, p.len, p.retransmit, p.place.block_stripe);
                 // Like the real receiver: a datagram that brought new bytes is written whole.
                 if out.new_bytes > 0 {
-                    let file = &mut self.rcv.files[h.file as usize];
-                    let at = h.offset as usize;
+                    let file = &mut self.rcv.files[p.file as usize];
+                    let at = p.offset as usize;
                     file[at..at + payload.len()].copy_from_slice(payload);
                 }
                 if out.completes_block {
-                    let value = block_value_of(&self.layout, &self.rcv.files, place.block);
-                    let verdict = self.rcv.verifier.on_received(place.block, value);
+                    let value = block_value_of(&self.layout, &self.rcv.files, p.place.block);
+                    let verdict = self.rcv.verifier.on_received(p.place.block, value);
                     self.on_verdict(now, verdict)?;
                 }
             }
@@ -1417,10 +1310,11 @@ impl Pair {
         Ok(())
     }
 
+    /// The next packet number of channel `ch`: 1, 2, 3, ... as the engine's sender numbers
+    /// them (admission counts the span from 0).
     fn next_packet(&mut self, ch: usize) -> u64 {
-        let p = self.snd.packet_numbers[ch];
         self.snd.packet_numbers[ch] += 1;
-        p
+        self.snd.packet_numbers[ch]
     }
 
     fn sent_us(&self, now: Instant) -> u32 {
@@ -1532,7 +1426,7 @@ impl Pair {
             nacks_dropped: self.rcv.nacks_dropped,
             duplicate_bytes: r.map(|r| r.duplicate_bytes).sum(),
             blocks_rejected: self.rcv.blocks_rejected,
-            rejected: self.rcv.rejected,
+            rejected: self.rcv.admission.rejected(),
             injected: self.injected_total,
             header_corrupted: self.header_corrupted,
             hash_messages: self.to_receiver.sent,
@@ -1683,12 +1577,16 @@ mod tests {
         };
         let mut pair = Pair::new(sc).unwrap();
         for (i, &f) in FORGERIES.iter().enumerate() {
-            let before = pair.rcv.rejected.total();
+            let before = pair.rcv.admission.rejected().total();
             let dg = pair.forge(f, pair.now);
             pair.on_datagram(pair.now, &dg).unwrap();
-            assert_eq!(pair.rcv.rejected.total(), before + 1, "forgery {i}: {f:?}");
+            assert_eq!(
+                pair.rcv.admission.rejected().total(),
+                before + 1,
+                "forgery {i}: {f:?}"
+            );
         }
-        let r = pair.rcv.rejected;
+        let r = pair.rcv.admission.rejected();
         assert_eq!(
             (
                 r.malformed,

@@ -11,6 +11,7 @@
 //! | [`probe`] | which payload the path carries, and whether UDP gets through, found beside the data |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
+//! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
 //! | [`hash`] | BLAKE3 of blocks, and each file's real BLAKE3 from its blocks |
 //! | [`verify`] | which blocks and files are proven, and what to fetch again |
@@ -28,14 +29,17 @@
 //!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): sender ->
 //!    `Start` with the largest size through so far (or 1384), and data moves to another size
 //!    when probing settles. Data starts two round trips after the sender's connect.
-//! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver's [`ChannelReceiver`]
-//!    records them and sends `Nack`s; the sender sends `BlockHashes` as it reads blocks.
+//! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver checks each datagram with
+//!    an [`Admission`] (one per socket), the channel's [`ChannelReceiver`] records what was
+//!    admitted and sends `Nack`s, and a [`ReportBuilder`] turns the admission counts into a
+//!    `Report` every interval; the sender sends `BlockHashes` as it reads blocks.
 //! 5. The receiver verifies each block with the [`Verifier`], syncs and renames finished files
 //!    and sends `FileDone` with each file's hash; `ChannelDone` answers each final marker.
 //! 6. When every file is confirmed with a matching hash, the sender sends `Done`.
 
 #![warn(missing_docs)]
 
+pub mod admit;
 pub mod hash;
 pub mod layout;
 pub mod probe;
@@ -46,6 +50,7 @@ pub mod send;
 pub mod verify;
 pub mod wire;
 
+pub use admit::{Admission, Admit, ReportBuilder};
 pub use layout::Layout;
 pub use ranges::RangeSet;
 pub use rate::{Feedback, RateConfig, RateController, RateMode};
