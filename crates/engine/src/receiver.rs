@@ -344,6 +344,8 @@ struct Shared {
     queue_fill: AtomicU64,
     /// The longest a block waited in the writer's queue since the last report, microseconds.
     write_wait_us: AtomicU64,
+    /// The fullest the writer's queue got since the last report, thousandths of its depth.
+    write_fill: AtomicU64,
 }
 
 impl Receiver {
@@ -721,6 +723,7 @@ impl Receiver {
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
+            write_fill: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
         let buffers_per_channel =
@@ -1433,6 +1436,7 @@ fn session_loop(
                         // sender as much as the wait says, not by a fixed step.
                         held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
                         lateness: late,
+                        disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
                     };
                     let _ = shared.to_wire.send(reports.build(now, &facts));
                 }
@@ -1850,9 +1854,10 @@ impl Writer {
     fn hand_over(&self, shared: &Shared, w: Written) -> Result<(), SessionError> {
         let depth = self.tx.capacity().unwrap_or(1).max(1) as u64;
         let queued = self.tx.len() as u64 + 1;
-        shared
-            .queue_fill
-            .fetch_max(queued.min(depth) * 1000 / depth, Ordering::Relaxed);
+        let fill = queued.min(depth) * 1000 / depth;
+        // The writer's queue counts as the receiver's backlog, and apart as its disk's.
+        shared.queue_fill.fetch_max(fill, Ordering::Relaxed);
+        shared.write_fill.fetch_max(fill, Ordering::Relaxed);
         self.tx
             .send(w)
             .map_err(|_| SessionError::Protocol("the writer thread stopped".into()))

@@ -20,7 +20,7 @@ use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::probe::{PayloadProbe, ProbeDecision};
-use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence};
+use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
     rate, BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,
@@ -196,7 +196,8 @@ pub struct SendSummary {
 /// What limited a send (see [`hurtle_proto::rate::bottleneck`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct BottleneckSummary {
-    /// `path`, `receiver`, `receiver-ceiling`, `rate-cap`, `sender` or `fixed-rate`.
+    /// `path`, `receiver-cpu`, `receiver-disk`, `receiver-ceiling`, `rate-cap`, `sender` or
+    /// `fixed-rate`.
     pub kind: &'static str,
     /// One line for people, with the figures behind it.
     pub detail: String,
@@ -208,10 +209,10 @@ impl BottleneckSummary {
     fn new(
         ctl: &RateController,
         bits: f64,
-        cap_bps: u64,
-        receiver_ceiling_bps: u64,
+        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        receiver: ReceiverSigns,
     ) -> BottleneckSummary {
-        let b = Self::judge(ctl, bits, cap_bps, receiver_ceiling_bps);
+        let b = Self::judge(ctl, bits, (cap_bps, receiver_ceiling_bps), receiver);
         BottleneckSummary {
             kind: b.name(),
             detail: b.to_string(),
@@ -221,8 +222,8 @@ impl BottleneckSummary {
     fn judge(
         ctl: &RateController,
         bits: f64,
-        cap_bps: u64,
-        receiver_ceiling_bps: u64,
+        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        receiver: ReceiverSigns,
     ) -> Bottleneck {
         let tl = ctl.timeline();
         let first = tl.first().map_or_else(Instant::now, |c| c.at);
@@ -242,6 +243,7 @@ impl BottleneckSummary {
                 .and_then(|m| m.bottleneck_bps())
                 .map(|b| b as u64),
             random_loss: ctl.random_loss(),
+            receiver,
         })
     }
 }
@@ -376,6 +378,8 @@ struct Shared {
     /// What the live bottleneck is judged against: the user's `--rate` (0: none) and the
     /// receiver's offered ceiling; `None` over parallel TCP, which paces itself.
     limits: Option<(u64, u64)>,
+    /// What the receiver's reports said of its CPU and its disk.
+    receiver_signs: std::sync::Mutex<ReceiverSigns>,
 }
 
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
@@ -815,6 +819,7 @@ fn send_once(
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
         limits: (transport != Transport::Tcp).then(|| (user_cap(opts), receiver_ceiling)),
+        receiver_signs: Default::default(),
     });
     progress
         .rate_bps
@@ -957,14 +962,14 @@ fn send_once(
             us => Some(us as f64 / 1e3),
         },
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
-        bottleneck: shared.limits.map(|(cap, ceiling)| {
+        bottleneck: shared.limits.map(|limits| {
             BottleneckSummary::new(
                 &controller,
                 sent as f64
                     * (HEADER_LEN + usize::from(shared.payload.load(Ordering::Relaxed))) as f64
                     * 8.0,
-                cap,
-                ceiling,
+                limits,
+                shared.signs(),
             )
         }),
         receiver_rejected: rejected,
@@ -1167,6 +1172,11 @@ fn session_loop(
                         rejected = r;
                         drops = socket_drops;
                         let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
+                        shared
+                            .receiver_signs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .note(&fb, hurtle_proto::rate::model::queue_target(controller.config().rtt));
                         let change = controller.on_report(Instant::now(), &fb);
                         let why = change.as_ref().map(|c| c.reason.as_str());
                         rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
@@ -1240,6 +1250,16 @@ fn session_loop(
     ))
 }
 
+impl Shared {
+    /// What the receiver's reports said of its CPU and its disk so far.
+    fn signs(&self) -> ReceiverSigns {
+        *self
+            .receiver_signs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The user's `--rate`, or 0 when it is the default (no ceiling at all).
 fn user_cap(opts: &SendOptions) -> u64 {
     if opts.rate_bps >= SendOptions::default().rate_bps {
@@ -1254,7 +1274,7 @@ const LIMIT_EVERY: Duration = Duration::from_secs(1);
 
 /// Judges what limits the transfer so far, for the progress line.
 fn judge_live(shared: &Shared, controller: &RateController) {
-    let Some((cap, ceiling)) = shared.limits else {
+    let Some(limits) = shared.limits else {
         return;
     };
     let payload = usize::from(shared.payload.load(Ordering::Relaxed)).max(1);
@@ -1262,7 +1282,7 @@ fn judge_live(shared: &Shared, controller: &RateController) {
     let bits =
         shared.progress.sent.load(Ordering::Relaxed) as f64 * 8.0 * (HEADER_LEN + payload) as f64
             / payload as f64;
-    let b = BottleneckSummary::judge(controller, bits, cap, ceiling);
+    let b = BottleneckSummary::judge(controller, bits, limits, shared.signs());
     shared.progress.set_limit(b.brief());
 }
 

@@ -142,6 +142,11 @@ pub struct Scenario {
     /// start to each end (virtual times from time zero) nothing is taken off its socket buffer,
     /// which fills and then drops. Only used with [`Scenario::receiver_rate_bps`].
     pub receiver_stalls: Vec<(Duration, Duration)>,
+    /// The receiving host's limit is its disk, not its CPU: the stage of
+    /// [`Scenario::receiver_rate_bps`] stands for the engine's writer queue, and the reports
+    /// carry its fill and wait as the writer's (`disk_fill`, `disk_wait_us`) besides the
+    /// backlog and queueing delay, as the engine's do.
+    pub receiver_is_disk: bool,
     /// One-way delay of the control connection; `None` uses `link.delay`.
     pub control_delay: Option<Duration>,
     /// Probability that a NACK message is dropped instead of sent.
@@ -187,6 +192,7 @@ impl Default for Scenario {
             receiver_rate_bps: None,
             receiver_queue_bytes: 4 << 20,
             receiver_stalls: Vec::new(),
+            receiver_is_disk: false,
             control_delay: None,
             nack_loss: 0.0,
             final_loss: 0.0,
@@ -1025,19 +1031,30 @@ impl Pair {
             .iter()
             .map(ChannelReceiver::received_bytes)
             .sum();
+        let fill = self
+            .rcv
+            .stage
+            .as_mut()
+            .map_or(0, |s| u64::from(s.take_fill_permille()));
+        // A disk: the stage is the writer's queue, and its fullest moment waited as long as
+        // that much of it takes to drain.
+        let (disk_fill, disk_wait_us) = match (self.sc.receiver_is_disk, self.sc.receiver_rate_bps)
+        {
+            (true, Some(rate)) => (
+                fill,
+                fill * self.sc.receiver_queue_bytes as u64 * 8 / 1000 * 1_000_000 / rate.max(1),
+            ),
+            _ => (0, 0),
+        };
         let facts = ReportFacts {
             totals: self.rcv.admission.tally(),
             received,
             socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
-            queue_fill_permille: self
-                .rcv
-                .stage
-                .as_mut()
-                .map_or(0, |s| u64::from(s.take_fill_permille())),
-            // No writer queue, and the simulated receiver runs whenever something is due:
-            // never late.
-            held_us: 0,
+            queue_fill_permille: fill,
+            // The simulated receiver runs whenever something is due: never late.
+            held_us: disk_wait_us,
             lateness: Duration::ZERO,
+            disk_fill_permille: disk_fill,
         };
         let Some(rep) = self.rcv.reporter.as_mut() else {
             return;

@@ -951,9 +951,14 @@ mod wan {
 /// The bottleneck named at the end of a transfer, from what the sender saw.
 mod bottleneck_named {
     use super::*;
-    use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence};
+    use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
 
     fn named(out: &Outcome, payload: u16) -> Bottleneck {
+        // As the engine's sender does: every report the receiver sent, against the target.
+        let mut receiver = ReceiverSigns::default();
+        for r in &out.reports {
+            receiver.note(&r.feedback, hurtle_proto::rate::model::queue_target(ms(40)));
+        }
         let bits = out.datagrams_sent as f64
             * (payload as usize + hurtle_proto::wire::HEADER_LEN) as f64
             * 8.0;
@@ -970,11 +975,12 @@ mod bottleneck_named {
             sent_bps: bits / out.duration.as_secs_f64(),
             path_bps: None,
             random_loss: None,
+            receiver,
         })
     }
 
     #[test]
-    fn a_path_limited_transfer_names_the_path_and_a_slow_receiver_the_receiver() {
+    fn a_path_limited_transfer_names_the_path_a_slow_reader_the_cpu_and_a_slow_writer_the_disk() {
         let sc = scenario(
             RateMode::Auto,
             LinkConfig::default()
@@ -1002,6 +1008,24 @@ mod bottleneck_named {
         );
         let b = named(&out, payload);
         eprintln!("  named: {b}");
-        assert_eq!(b.name(), "receiver", "{b:?}");
+        assert_eq!(b.name(), "receiver-cpu", "{b:?}");
+
+        // The same receiver, but what it cannot keep up with is its writer's queue: the disk.
+        let out = run(
+            "300 Mbit/s path, receiver's disk takes 75 Mbit/s",
+            Scenario {
+                receiver_rate_bps: Some(BOTTLENECK / 4),
+                receiver_queue_bytes: 256 << 10,
+                receiver_is_disk: true,
+                ..scenario(
+                    RateMode::Auto,
+                    LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                    32,
+                )
+            },
+        );
+        let b = named(&out, payload);
+        eprintln!("  named: {b}");
+        assert_eq!(b.name(), "receiver-disk", "{b:?}");
     }
 }

@@ -405,6 +405,9 @@ pub struct ReportFacts {
     pub held_us: u64,
     /// How late the receiver's timer has been running (smoothed).
     pub lateness: Duration,
+    /// The fullest the writer thread's queue got in the interval, thousandths of its depth (0
+    /// without one); `queue_fill_permille` should count it too.
+    pub disk_fill_permille: u64,
 }
 
 /// Builds the receiver's `Control::Report` for each interval from running totals, and
@@ -460,6 +463,8 @@ impl ReportBuilder {
                 .max(facts.held_us),
             queue_fill: facts.queue_fill_permille.min(1000) as u16,
             lateness_us: facts.lateness.as_micros() as u64,
+            disk_wait_us: facts.held_us,
+            disk_fill: facts.disk_fill_permille.min(1000) as u16,
         }
     }
 }
@@ -780,6 +785,7 @@ mod tests {
             queue_fill_permille: 1500,
             held_us: 0,
             lateness: Duration::from_micros(250),
+            disk_fill_permille: 0,
         };
         let report = b.build(t0 + ms(50), &facts);
         assert_eq!(
@@ -796,6 +802,8 @@ mod tests {
                 queue_delay_us: 300,
                 queue_fill: 1000,
                 lateness_us: 250,
+                disk_wait_us: 0,
+                disk_fill: 0,
             }
         );
         assert_eq!(b.interval_start(), t0 + ms(50));
@@ -810,6 +818,7 @@ mod tests {
             },
             held_us: 2000,
             queue_fill_permille: 10,
+            disk_fill_permille: 10,
             ..facts
         };
         let Control::Report {
@@ -820,6 +829,8 @@ mod tests {
             drops,
             queue_delay_us,
             queue_fill,
+            disk_wait_us,
+            disk_fill,
             ..
         } = b.build(t0 + ms(100), &late)
         else {
@@ -827,6 +838,11 @@ mod tests {
         };
         assert_eq!((interval_us, bytes, datagrams), (50_000, 1000, 1));
         assert_eq!((lost, drops, queue_delay_us, queue_fill), (0, 0, 2000, 10));
+        assert_eq!(
+            (disk_wait_us, disk_fill),
+            (2000, 10),
+            "the writer's share, apart"
+        );
         // A clock that went backwards is an empty interval, not a panic.
         let Control::Report { interval_us, .. } = b.build(t0, &late) else {
             panic!("not a report");

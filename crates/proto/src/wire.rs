@@ -348,6 +348,13 @@ pub enum Control {
         /// How late the receiver's timer has been running (smoothed), microseconds: a receiver
         /// starved of CPU runs in lumps about this far apart.
         lateness_us: u64,
+        /// The longest a complete block waited for the receiver's writer thread in the
+        /// interval, microseconds (0 where the receiving threads write themselves, as on
+        /// tmpfs): a disk slower than the network. Also in `queue_delay_us`.
+        disk_wait_us: u64,
+        /// The fullest the writer thread's queue got in the interval, in thousandths of its
+        /// depth (0 without a writer thread). Also in `queue_fill`.
+        disk_fill: u16,
     },
     /// Sender -> receiver: UDP does not get through; this session ends and the sender will
     /// connect again with parallel TCP.

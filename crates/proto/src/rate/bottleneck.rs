@@ -7,13 +7,14 @@
 //! | `sender` | the channels sent less than three quarters of the rate they were paced at (over at least a second of pacing): the sender's CPU, or the disk it reads from |
 //! | `rate-cap` | the user's `--rate` held the rate for half the transfer or more |
 //! | `receiver-ceiling` | the ceiling the receiver offered (how fast it hashes, times its cores) held it for half the transfer or more |
-//! | `receiver` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU, or the disk it writes to |
+//! | `receiver-disk` | in at least [`DISK_REPORTS`] reports, and more of them than showed its CPU behind, the receiver's writer queue was over half full or a block waited in it longer than the queueing target, and the rate was corrected: the disk it writes to |
+//! | `receiver-cpu` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU |
 //! | `path` | otherwise: the path, with the rate `auto`'s model has for it and the random loss on it |
 //!
-//! The sender cannot yet tell a receiver's CPU from its disk, nor whether the receiver's socket
-//! buffers were capped by `net.core.rmem_max` (the receiver warns about that itself).
+//! The sender cannot yet tell whether the receiver's socket buffers were capped by
+//! `net.core.rmem_max` (the receiver warns about that itself).
 
-use super::{RateMode, Reason};
+use super::{Feedback, RateMode, Reason};
 use std::fmt;
 use std::time::Duration;
 
@@ -42,7 +43,14 @@ pub enum Bottleneck {
         /// The ceiling, bits per second.
         bps: u64,
     },
-    /// The receiver fell behind: its CPU, or the disk it writes to.
+    /// The receiver's disk: blocks waited for its writer.
+    ReceiverDisk {
+        /// Reports that showed the writer behind.
+        reports: u64,
+        /// The longest a block waited for the writer.
+        longest_wait: Duration,
+    },
+    /// The receiver fell behind: its CPU.
     Receiver {
         /// Rate corrections for a receiver falling behind.
         corrections: u64,
@@ -76,7 +84,38 @@ pub struct Evidence {
     pub path_bps: Option<u64>,
     /// The random loss the controller estimated.
     pub random_loss: Option<f64>,
+    /// What the receiver's reports said of its CPU and its disk.
+    pub receiver: ReceiverSigns,
 }
+
+/// Counts of the receiver's reports that showed it behind, by cause (see
+/// [`ReceiverSigns::note`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReceiverSigns {
+    /// Reports in which its writer queue was over half full or a block waited in it longer
+    /// than the queueing target: its disk.
+    pub disk_reports: u64,
+    /// Reports in which its socket buffers were over half full or dropped (and the writer
+    /// was not behind): its CPU.
+    pub cpu_reports: u64,
+    /// The longest a block waited for the writer.
+    pub longest_disk_wait: Duration,
+}
+
+impl ReceiverSigns {
+    /// Takes one report; `target` is the queueing delay `auto` keeps under.
+    pub fn note(&mut self, fb: &Feedback, target: Duration) {
+        if fb.disk_fill > super::QUEUE_FILL_LIMIT || fb.disk_wait > target {
+            self.disk_reports += 1;
+            self.longest_disk_wait = self.longest_disk_wait.max(fb.disk_wait);
+        } else if fb.queue_fill > super::QUEUE_FILL_LIMIT || fb.socket_drops > 0 {
+            self.cpu_reports += 1;
+        }
+    }
+}
+
+/// Reports of a writer behind that make the disk the bottleneck, at least.
+pub const DISK_REPORTS: u64 = 3;
 
 /// Share of its time a rate must spend at a ceiling for the ceiling to be the bottleneck.
 const AT_CEILING: f64 = 0.5;
@@ -148,6 +187,18 @@ impl Bottleneck {
         }
         let receiver = e.count(&[Reason::Backlog, Reason::SocketDrops]);
         let path = e.count(&[Reason::Loss, Reason::Delay]);
+        // A slow disk corrects the rate through the backlog and the queueing delay its writer
+        // adds; the reports say whose they were.
+        let signs = &e.receiver;
+        if signs.disk_reports >= DISK_REPORTS
+            && signs.disk_reports > signs.cpu_reports
+            && receiver + path > 0
+        {
+            return Bottleneck::ReceiverDisk {
+                reports: signs.disk_reports,
+                longest_wait: signs.longest_disk_wait,
+            };
+        }
         if receiver > 0 && receiver >= path {
             return Bottleneck::Receiver {
                 corrections: receiver,
@@ -166,7 +217,8 @@ impl Bottleneck {
             Bottleneck::Sender { .. } => "sender",
             Bottleneck::RateCap { .. } => "rate-cap",
             Bottleneck::ReceiverCeiling { .. } => "receiver-ceiling",
-            Bottleneck::Receiver { .. } => "receiver",
+            Bottleneck::ReceiverDisk { .. } => "receiver-disk",
+            Bottleneck::Receiver { .. } => "receiver-cpu",
             Bottleneck::Path { .. } => "path",
         }
     }
@@ -182,7 +234,8 @@ impl Bottleneck {
             Bottleneck::ReceiverCeiling { bps } => {
                 format!("the receiver's hashing, {}", mbit(*bps))
             }
-            Bottleneck::Receiver { .. } => "the receiver's CPU or disk".into(),
+            Bottleneck::ReceiverDisk { .. } => "the receiver's disk".into(),
+            Bottleneck::Receiver { .. } => "the receiver's CPU".into(),
             Bottleneck::Path { bps, random_loss } => match (bps, random_loss) {
                 (Some(b), Some(l)) => format!(
                     "the path, about {}, {:.2}% random loss",
@@ -219,10 +272,23 @@ impl fmt::Display for Bottleneck {
                 "the receiver's CPU: the ceiling it offered, {}, how fast it hashes",
                 mbit(*bps)
             ),
+            Bottleneck::ReceiverDisk {
+                reports,
+                longest_wait,
+            } => write!(
+                f,
+                "the receiver's disk: blocks waited for its writer in {reports} reports, up to \
+                 {} ms",
+                longest_wait.as_millis()
+            ),
             Bottleneck::Receiver { corrections } => write!(
                 f,
-                "the receiver: its CPU or the disk it writes to ({corrections} times its socket \
-                 buffers filled or dropped)"
+                "the receiver's CPU: it fell behind {} (its socket buffers filled or dropped)",
+                if *corrections == 1 {
+                    "once".to_string()
+                } else {
+                    format!("{corrections} times")
+                }
             ),
             Bottleneck::Path { bps, random_loss } => {
                 write!(f, "the path")?;
@@ -256,10 +322,66 @@ mod tests {
             sent_bps: 400e6,
             path_bps: Some(450_000_000),
             random_loss: Some(0.01),
+            receiver: ReceiverSigns::default(),
         }
     }
 
     const M: u64 = 1_000_000;
+
+    #[test]
+    fn a_writer_that_fell_behind_is_the_receivers_disk_not_the_path() {
+        // A slow disk corrects the rate through queueing delay (the writer's wait is in it).
+        let mut e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (500, 500 * M, Reason::Startup),
+                (900, 200 * M, Reason::Delay),
+                (3000, 180 * M, Reason::Delay),
+            ],
+            10,
+        );
+        let fb = |disk_fill: f64, disk_ms: u64, queue_fill: f64, drops: u64| Feedback {
+            interval: Duration::from_millis(50),
+            bytes: 1,
+            datagrams: 1,
+            lost: 0,
+            socket_drops: drops,
+            queue_delay: Duration::from_millis(disk_ms),
+            queue_fill,
+            receiver_lag: Duration::ZERO,
+            disk_wait: Duration::from_millis(disk_ms),
+            disk_fill,
+        };
+        let target = Duration::from_millis(15);
+        for _ in 0..5 {
+            e.receiver.note(&fb(0.9, 40, 0.9, 0), target);
+        }
+        e.receiver.note(&fb(0.0, 0, 0.8, 3), target);
+        e.receiver.note(&fb(0.1, 2, 0.1, 0), target);
+        assert_eq!(
+            e.receiver,
+            ReceiverSigns {
+                disk_reports: 5,
+                cpu_reports: 1,
+                longest_disk_wait: Duration::from_millis(40)
+            }
+        );
+        let b = Bottleneck::classify(&e);
+        assert_eq!(b.name(), "receiver-disk", "{b:?}");
+        assert_eq!(
+            b.to_string(),
+            "the receiver's disk: blocks waited for its writer in 5 reports, up to 40 ms"
+        );
+        // Its CPU behind more often than its writer: the CPU.
+        for _ in 0..5 {
+            e.receiver.note(&fb(0.0, 0, 0.8, 3), target);
+        }
+        e.changes
+            .push((Duration::from_secs(4), 150 * M, Reason::SocketDrops));
+        e.changes
+            .push((Duration::from_secs(5), 140 * M, Reason::Backlog));
+        assert_eq!(Bottleneck::classify(&e).name(), "receiver-cpu");
+    }
 
     #[test]
     fn a_path_that_showed_loss_and_queues_is_the_path() {

@@ -111,6 +111,11 @@ pub struct Feedback {
     /// lumps this far apart, and the queueing delay it measures moves by about that much from
     /// one report to the next without any queue building.
     pub receiver_lag: Duration,
+    /// The longest a complete block waited for the receiver's writer (its disk); also in
+    /// `queue_delay`.
+    pub disk_wait: Duration,
+    /// How full the receiver's writer queue got (0 to 1); also in `queue_fill`.
+    pub disk_fill: f64,
 }
 
 impl Feedback {
@@ -126,6 +131,8 @@ impl Feedback {
                 queue_delay_us,
                 queue_fill,
                 lateness_us,
+                disk_wait_us,
+                disk_fill,
                 ..
             } => Some(Feedback {
                 interval: Duration::from_micros(interval_us),
@@ -136,6 +143,8 @@ impl Feedback {
                 queue_delay: Duration::from_micros(queue_delay_us),
                 queue_fill: f64::from(queue_fill.min(1000)) / 1000.0,
                 receiver_lag: Duration::from_micros(lateness_us),
+                disk_wait: Duration::from_micros(disk_wait_us),
+                disk_fill: f64::from(disk_fill.min(1000)) / 1000.0,
             }),
             _ => None,
         }
@@ -495,6 +504,7 @@ impl RateController {
             interval: fb.interval.min(MAX_REPORTED),
             queue_delay: fb.queue_delay.min(MAX_REPORTED),
             receiver_lag: fb.receiver_lag.min(MAX_REPORTED),
+            disk_wait: fb.disk_wait.min(MAX_REPORTED),
             ..*fb
         };
         // Queueing delay that moves within twice the receiver's lag is its lumps, not a queue.
@@ -736,6 +746,8 @@ mod tests {
             queue_delay: Duration::from_millis(delay_ms),
             queue_fill: 0.0,
             receiver_lag: Duration::ZERO,
+            disk_wait: Duration::ZERO,
+            disk_fill: 0.0,
         }
     }
 
@@ -1249,6 +1261,8 @@ mod tests {
                     queue_delay: Duration::from_micros(u64::MAX),
                     queue_fill: 0.0,
                     receiver_lag: Duration::ZERO,
+                    disk_wait: Duration::ZERO,
+                    disk_fill: 0.0,
                 },
                 Feedback {
                     interval: Duration::from_nanos(1),
@@ -1290,6 +1304,8 @@ mod tests {
                     queue_delay: Duration::from_millis(delay),
                     queue_fill: f64::from(fill) / 1000.0,
                     receiver_lag: Duration::from_millis(dt / 8),
+                    disk_wait: Duration::ZERO,
+                    disk_fill: 0.0,
                 };
                 c.on_feedback(t, &f);
                 let r = c.rate_bps();
