@@ -994,38 +994,28 @@ mod bottleneck_named {
         eprintln!("  named: {b}");
         assert_eq!(b.name(), "path", "{b:?}");
 
-        let out = run(
-            "300 Mbit/s path, receiver takes 75 Mbit/s",
-            Scenario {
-                receiver_rate_bps: Some(BOTTLENECK / 4),
-                receiver_queue_bytes: 256 << 10,
-                ..scenario(
-                    RateMode::Auto,
-                    LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
-                    32,
-                )
-            },
-        );
-        let b = named(&out, payload);
-        eprintln!("  named: {b}");
-        assert_eq!(b.name(), "receiver-cpu", "{b:?}");
-
-        // The same receiver, but what it cannot keep up with is its writer's queue: the disk.
-        let out = run(
-            "300 Mbit/s path, receiver's disk takes 75 Mbit/s",
-            Scenario {
-                receiver_rate_bps: Some(BOTTLENECK / 4),
-                receiver_queue_bytes: 256 << 10,
-                receiver_is_disk: true,
-                ..scenario(
-                    RateMode::Auto,
-                    LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
-                    32,
-                )
-            },
-        );
-        let b = named(&out, payload);
-        eprintln!("  named: {b}");
-        assert_eq!(b.name(), "receiver-disk", "{b:?}");
+        // A receiver that takes a quarter of the path: its reader (CPU), then its writer
+        // (disk).
+        for (disk, what, name) in [
+            (false, "receiver takes", "receiver-cpu"),
+            (true, "receiver's disk takes", "receiver-disk"),
+        ] {
+            let out = run(
+                &format!("300 Mbit/s path, {what} 75 Mbit/s"),
+                Scenario {
+                    receiver_rate_bps: Some(BOTTLENECK / 4),
+                    receiver_queue_bytes: 256 << 10,
+                    receiver_is_disk: disk,
+                    ..scenario(
+                        RateMode::Auto,
+                        LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                        32,
+                    )
+                },
+            );
+            let b = named(&out, payload);
+            eprintln!("  named: {b}");
+            assert_eq!(b.name(), name, "{b:?}");
+        }
     }
 }
