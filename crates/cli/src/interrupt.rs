@@ -6,6 +6,7 @@
 
 use crate::exit;
 use crate::ui;
+use hurtle_engine::progress::Phase;
 use hurtle_engine::Progress;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -64,7 +65,7 @@ fn on_signal(sig: i32) {
     }
     let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
     match current {
-        Some(p) if p.total.load(Ordering::Relaxed) > 0 => {
+        Some(p) if p.phase() == Phase::Moving => {
             p.interrupt();
             std::thread::sleep(GRACE);
             ui::error_line(&format!(

@@ -42,10 +42,8 @@ pub struct Progress {
     pub rate_bps: AtomicU64,
     /// Files confirmed complete.
     pub files_done: AtomicUsize,
-    /// Set by the user interface (on SIGINT or SIGTERM) to end the session: within a fraction
-    /// of a second the session tells the peer, keeps what it verified, and returns
-    /// [`crate::SessionError::Interrupted`].
-    pub interrupt: AtomicBool,
+    /// Set by the user interface (on SIGINT or SIGTERM) through [`Progress::interrupt`].
+    interrupt: AtomicBool,
     phase: AtomicU8,
     /// When `phase` became [`Phase::Moving`], microseconds after `origin` (`u64::MAX`: not).
     moving_since_us: AtomicU64,
@@ -85,7 +83,8 @@ impl Default for Progress {
 }
 
 impl Progress {
-    /// Asks the session to end (see [`Progress::interrupt`]).
+    /// Asks the session to end: within a fraction of a second the session tells the peer,
+    /// keeps what it verified, and returns [`crate::SessionError::Interrupted`].
     pub fn interrupt(&self) {
         self.interrupt.store(true, Ordering::Relaxed);
     }

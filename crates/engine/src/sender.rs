@@ -742,24 +742,10 @@ fn send_once(
         }
         DataSetup::Udp(udps, mut prober) => {
             let now = Instant::now();
+            // The deadline runs from here: probing can only find UDP blocked in the data
+            // phase (`probe_step`), where the caller's fallback to TCP is handled too.
             prober.probe.receiver_ready(now);
             prober.send_due(now);
-            if let Some(ProbeDecision::Blocked { channel, after }) = prober.probe.poll(now, false) {
-                let e = SessionError::UdpBlocked {
-                    channel,
-                    secs: after.as_secs(),
-                };
-                // End this session cleanly: the caller retries over TCP when the transport was
-                // left to us, and otherwise the receiver is told why the transfer fails.
-                let _ = tx.send(if opts.transport == Transport::Auto {
-                    Control::Fallback
-                } else {
-                    e.to_abort(Side::Sender)
-                });
-                drop(tx);
-                let _ = writer.join();
-                return Err(e);
-            }
             if let Some(p) = prober.probe.rtt() {
                 rtt = rtt.min(p);
             }

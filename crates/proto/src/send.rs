@@ -263,12 +263,15 @@ impl ChannelSender {
             let e = e.min(self.next_new);
             if s < e {
                 self.stats.nacked_bytes += e - s;
+                let echoes = |&&(_, rs, re): &&(Instant, u64, u64)| rs < e && s < re;
+                if !self.recent_repairs.iter().any(|r| echoes(&r)) {
+                    queued += self.repair.insert(s..e);
+                    continue;
+                }
                 let mut asked = RangeSet::new();
                 asked.insert(s..e);
-                for &(_, rs, re) in &self.recent_repairs {
-                    if rs < e && s < re {
-                        asked.remove(rs..re);
-                    }
+                for &(_, rs, re) in self.recent_repairs.iter().filter(echoes) {
+                    asked.remove(rs..re);
                 }
                 for r in asked.iter() {
                     queued += self.repair.insert(r);

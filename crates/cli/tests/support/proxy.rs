@@ -249,11 +249,6 @@ fn on_to_receiver(ctx: &Arc<Ctx>, msg: Control, frame: Vec<u8>) -> Vec<u8> {
                 .filter(|e| e.kind == EntryKind::File)
                 .map(|e| e.size),
         ),
-        // Skip is the sender's last word before probes and data: forged bytes injected now are
-        // queued at the receiver ahead of any real datagram.
-        Control::Skip { .. } if ctx.cfg.forge => {
-            forge(ctx, &s);
-        }
         Control::Start { .. } => {
             if ctx.cfg.pn_jump {
                 pn_jump(ctx, &s);
@@ -269,6 +264,13 @@ fn on_to_receiver(ctx: &Arc<Ctx>, msg: Control, frame: Vec<u8>) -> Vec<u8> {
 }
 
 fn on_to_sender(ctx: &Arc<Ctx>, msg: Control, frame: Vec<u8>) -> Vec<u8> {
+    // The sender sends data as soon as it has the receiver's answer to the manifest: forged
+    // bytes injected before that answer is passed on are queued at the receiver ahead of any
+    // real datagram (its channels read them once the skip list has come).
+    if matches!(msg, Control::ManifestReply { .. }) && ctx.cfg.forge {
+        forge(ctx, &ctx.session.lock().unwrap());
+        return frame;
+    }
     let Control::HelloAck {
         version,
         caps,
