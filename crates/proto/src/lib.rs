@@ -11,6 +11,7 @@
 //! | [`probe`] | which payload the path carries, and whether UDP gets through, found beside the data |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
+//! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
 //! | [`hash`] | BLAKE3 of blocks, and each file's real BLAKE3 from its blocks |
@@ -46,6 +47,7 @@ pub mod probe;
 pub mod ranges;
 pub mod rate;
 pub mod recv;
+pub mod secure;
 pub mod send;
 pub mod verify;
 pub mod wire;

@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,6 +378,23 @@ pub enum Control {
         /// One-line cause.
         reason: String,
     },
+    /// The first frame of each side (version 6 on), the only one sent in the clear besides
+    /// `Reject`: the key agreement ([`crate::secure`]). Every frame after it is sealed.
+    Agree {
+        /// Must be [`MAGIC`].
+        magic: [u8; 4],
+        /// Protocol version.
+        version: u16,
+        /// Which secret the sender uses ([`crate::secure::KeyId`]); zero for a code.
+        key_id: [u8; 8],
+        /// The SPAKE2 message.
+        pake: Vec<u8>,
+        /// Receiver only: proof that it derived the same keys (empty from the sender).
+        confirm: Vec<u8>,
+        /// This side asks for data datagrams in the clear (`--no-encryption`); they are sent so
+        /// only when both sides ask.
+        plain_data: bool,
+    },
 }
 
 /// Why a side aborted a session, as its peer should report it.
@@ -405,6 +422,9 @@ pub enum FrameError {
     /// The bytes are not a valid message.
     #[error("malformed control message: {0}")]
     Malformed(#[from] postcard::Error),
+    /// A sealed frame failed authentication: changed on the way, or not from the peer.
+    #[error("a control frame failed authentication (changed on the way, or not from the peer)")]
+    Unauthentic,
 }
 
 impl Control {
@@ -422,7 +442,7 @@ impl Control {
     /// Checks a frame's length prefix and returns the body length to read next.
     pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
         let len = u32::from_be_bytes(prefix) as usize;
-        if len > MAX_FRAME {
+        if len > MAX_FRAME + crate::secure::TAG_LEN {
             return Err(FrameError::TooLong(len));
         }
         Ok(len)
@@ -458,6 +478,7 @@ impl Control {
             Control::Fallback => "Fallback",
             Control::Done => "Done",
             Control::Reject { .. } => "Reject",
+            Control::Agree { .. } => "Agree",
             Control::Abort { .. } => "Abort",
         }
     }

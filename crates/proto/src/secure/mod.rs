@@ -1,0 +1,42 @@
+//! Session security: the key agreement that opens every control connection, and the AEAD that
+//! seals every control frame and data datagram after it.
+//!
+//! Both sides hold the same [`Secret`]: a code the receiver printed (`7431-purple-sausage-...`),
+//! or a key from a key file (`hurtle key new`). Neither is ever sent. The sender's first frame
+//! is [`Control::Agree`](crate::wire::Control::Agree) with a SPAKE2 message
+//! ([`Offer`]); the receiver answers with its own and a confirmation ([`answer`]). Both derive
+//! the [`SessionKeys`] from SPAKE2's output and a hash of both frames (HKDF-SHA256), one key per
+//! direction and purpose. SPAKE2 is a balanced PAKE: whoever is on the path (a relay included)
+//! learns nothing from the messages that lets it test a guess of the code offline, and a man in
+//! the middle gets one guess per attempt, which the receiver counts.
+//!
+//! After the agreement:
+//! - every control frame is sealed with AES-256-GCM ([`FrameSeal`], [`FrameOpen`]): the length
+//!   prefix is associated data, the nonce is a per-direction counter, so a frame dropped,
+//!   replayed, reordered or changed fails to open and ends the session;
+//! - every data datagram (and every frame on a TCP data connection) is sealed ([`PacketSeal`],
+//!   [`PacketOpen`]): the 40-byte header is associated data, the nonce is the header's channel
+//!   and packet number (unique per channel and key; probes use packet numbers with the top bit
+//!   set, a space of their own), the tag follows the payload, and a [`ReplayWindow`] per channel
+//!   drops repeats. Anything that fails is dropped before it reaches the receiver's bookkeeping,
+//!   and counted. With `--no-encryption` on both sides, data datagrams go in the clear (control
+//!   frames stay sealed: authentication is never off).
+//!
+//! The cipher is `ring`'s AES-256-GCM: on this project's machines (AES-NI, VAES) it seals
+//! 4.6 GB/s per core at 1,384-byte payloads, against 1.9 GB/s for ChaCha20-Poly1305.
+//!
+//! The ephemeral SPAKE2 scalar is drawn from the operating system's random source: the one
+//! place where this crate reaches outside its arguments.
+
+mod agree;
+mod replay;
+mod seal;
+
+pub use agree::{answer, offered_key, AgreeError, KeyError, KeyId, Offer, Secret, SessionKeys};
+pub use replay::ReplayWindow;
+pub use seal::{
+    DataKey, FrameOpen, FrameSeal, OpenError, PacketOpen, PacketSeal, PROBE_PACKETS, TAG_LEN,
+};
+
+/// The AEAD of every sealed frame and datagram.
+pub(crate) static AEAD: &ring::aead::Algorithm = &ring::aead::AES_256_GCM;
