@@ -1,5 +1,10 @@
 //! The TCP control connection: framed [`Control`] messages, one reader and one writer thread.
 //!
+//! Only the key agreement ([`crate::agree`]) reads and writes plain frames ([`read_frame`],
+//! [`write_frame`]); every frame after it is sealed: the writer thread seals with this side's
+//! [`FrameSeal`], the reader thread opens with the peer's [`FrameOpen`], and a frame that fails
+//! to open ends the connection ([`FrameError::Unauthentic`]).
+//!
 //! The session's main loop never blocks on the socket: a reader thread turns incoming frames into
 //! a channel of messages, and a writer thread drains a channel of outgoing messages (flushing
 //! whenever its queue runs dry), so channel threads can send NACKs without a lock. A
@@ -7,6 +12,7 @@
 //! answer.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use hurtle_proto::secure::{FrameOpen, FrameSeal};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::TcpStream;
@@ -55,6 +61,24 @@ pub fn read_frame(r: &mut impl Read, timeout: Duration) -> Result<Control, Contr
     Ok(Control::from_body(&body)?)
 }
 
+/// Reads one sealed frame and opens it with `open`.
+pub fn read_sealed(
+    r: &mut impl Read,
+    open: &mut FrameOpen,
+    timeout: Duration,
+) -> Result<Control, ControlError> {
+    let map_timeout = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout(timeout),
+        _ => ControlError::from(e),
+    };
+    let mut prefix = [0u8; 4];
+    r.read_exact(&mut prefix).map_err(map_timeout)?;
+    let len = Control::frame_len(prefix)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(map_timeout)?;
+    Ok(open.open(prefix, body)?)
+}
+
 /// Writes one frame (unflushed if `w` buffers).
 pub fn write_frame(w: &mut impl Write, msg: &Control) -> Result<(), ControlError> {
     w.write_all(&msg.to_frame())?;
@@ -67,19 +91,27 @@ pub type Incoming = Receiver<Result<Control, ControlError>>;
 /// Both ends of the control connection on `stream`: `TCP_NODELAY` set, the reader thread (the
 /// peer may stay silent for `idle`) and the writer thread, whose handle the caller joins after
 /// dropping the sender to flush what it sent last.
+/// Frames are sealed with `seal` and opened with `open` (the session's keys, after the
+/// agreement).
 pub fn open(
     stream: &TcpStream,
     idle: Duration,
+    seal: FrameSeal,
+    open: FrameOpen,
 ) -> io::Result<(Incoming, Sender<Control>, JoinHandle<()>)> {
     stream.set_nodelay(true)?;
-    let (rx, _reader) = spawn_reader(stream.try_clone()?, idle)?;
-    let (tx, writer) = spawn_writer(stream.try_clone()?)?;
+    let (rx, _reader) = spawn_reader(stream.try_clone()?, idle, open)?;
+    let (tx, writer) = spawn_writer(stream.try_clone()?, seal)?;
     Ok((rx, tx, writer))
 }
 
 /// Spawns the reader thread. Each frame (or the error that ended the stream) is delivered in order;
 /// after an error the thread exits. `idle` bounds how long the peer may stay silent.
-pub fn spawn_reader(stream: TcpStream, idle: Duration) -> io::Result<(Incoming, JoinHandle<()>)> {
+pub fn spawn_reader(
+    stream: TcpStream,
+    idle: Duration,
+    mut open: FrameOpen,
+) -> io::Result<(Incoming, JoinHandle<()>)> {
     stream.set_read_timeout(Some(idle))?;
     let (tx, rx) = unbounded();
     let handle = std::thread::Builder::new()
@@ -87,7 +119,7 @@ pub fn spawn_reader(stream: TcpStream, idle: Duration) -> io::Result<(Incoming, 
         .spawn(move || {
             let mut r = BufReader::with_capacity(256 * 1024, stream);
             loop {
-                let msg = read_frame(&mut r, idle);
+                let msg = read_sealed(&mut r, &mut open, idle);
                 let stop = msg.is_err();
                 if tx.send(msg).is_err() || stop {
                     return;
@@ -99,14 +131,17 @@ pub fn spawn_reader(stream: TcpStream, idle: Duration) -> io::Result<(Incoming, 
 
 /// Spawns the writer thread. Dropping every [`Sender`] flushes and ends it; a write error ends it
 /// too (the reader then reports the broken connection).
-pub fn spawn_writer(stream: TcpStream) -> io::Result<(Sender<Control>, JoinHandle<()>)> {
+pub fn spawn_writer(
+    stream: TcpStream,
+    mut seal: FrameSeal,
+) -> io::Result<(Sender<Control>, JoinHandle<()>)> {
     let (tx, rx) = unbounded::<Control>();
     let handle = std::thread::Builder::new()
         .name("control-tx".into())
         .spawn(move || {
             let mut w = BufWriter::with_capacity(256 * 1024, &stream);
             while let Ok(msg) = rx.recv() {
-                if write_frame(&mut w, &msg).is_err() {
+                if w.write_all(&seal.seal(&msg)).is_err() {
                     return;
                 }
                 if rx.is_empty() && w.flush().is_err() {

@@ -34,6 +34,16 @@ pub enum SessionError {
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Neither a code nor a key was given (authentication is never off).
+    #[error("no code or key: give the receiver's code with --code (or HURTLE_CODE), or a key file with --key")]
+    NoSecret,
+    /// The key agreement failed: the peer holds another code or key, or someone in between
+    /// changed the messages. Nothing was sent or written.
+    #[error("{0}")]
+    NotAuthenticated(String),
+    /// A receiver's code was tried too often with the wrong words; it is spent.
+    #[error("the code was tried {0} times with the wrong words and is no longer valid; nothing was written (run the receiver again for a new code)")]
+    CodeSpent(u32),
     /// The peer aborted the session and said why.
     #[error("{}", peer_aborted(*.peer, *.cause, .reason))]
     PeerAborted {

@@ -4,7 +4,9 @@
 //! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
 //!   `recvmmsg` via quinn-udp).
 //! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
-//! - [`control`]: the TCP control connection (framed messages, reader and writer threads).
+//! - [`agree`]: the key agreement that opens every control connection, and what a receiver
+//!   accepts ([`agree::Keyring`]).
+//! - [`control`]: the TCP control connection (sealed framed messages, reader and writer threads).
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
 //! - [`beneath`]: directories under the output root, opened so that no symlink can redirect them.
 //! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
@@ -14,6 +16,7 @@
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
+pub mod agree;
 pub mod beneath;
 pub mod control;
 pub mod cpu;
@@ -30,6 +33,7 @@ pub mod store;
 pub mod udp;
 pub mod walk;
 
+pub use agree::Keyring;
 pub use error::SessionError;
 pub use progress::Progress;
 pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};

@@ -7,11 +7,18 @@
 //! Everything above this module (striping, verification, NACKs, final markers) is the same for
 //! both.
 //!
-//! A TCP data connection opens with a 16-byte greeting: the session id (8 bytes, big-endian),
-//! the channel index (2 bytes) and 6 zero bytes, so the receiver can tell which channel it is.
+//! Frames are sealed (see [`hurtle_proto::secure`]): each carries a 16-byte tag after its
+//! payload, made with the session's data key, and the receiving end opens it in place and
+//! drops, and counts, anything that fails, before the channel sees it. With `--no-encryption`
+//! on both sides frames go as they are.
+//!
+//! A TCP data connection opens with a 32-byte greeting: the session id (8 bytes, big-endian),
+//! the channel index (2 bytes), 6 zero bytes, and a tag over those 16 bytes made with the data
+//! key, so the receiver can tell which channel it is and that it comes from the peer.
 
 use crate::error::SessionError;
 use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
+use hurtle_proto::secure::{DataKey, PacketOpen, PacketSeal, TAG_LEN};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,31 +27,82 @@ use std::time::Duration;
 
 /// Payload per frame on TCP data connections (the header's length field is 16 bits).
 pub const TCP_PAYLOAD: u16 = 65_472;
-/// Bytes of the greeting that opens a TCP data connection.
-pub const GREETING_LEN: usize = 16;
+/// Bytes of the greeting that opens a TCP data connection: 16 bytes and their tag.
+pub const GREETING_LEN: usize = 16 + TAG_LEN;
 
 /// Encodes the greeting of a TCP data connection.
-pub fn greeting(session: u64, channel: u16) -> [u8; GREETING_LEN] {
+pub fn greeting(key: &DataKey, session: u64, channel: u16) -> [u8; GREETING_LEN] {
     let mut g = [0u8; GREETING_LEN];
     g[..8].copy_from_slice(&session.to_be_bytes());
     g[8..10].copy_from_slice(&channel.to_be_bytes());
+    let tag = key.greeting_tag(&g[..16]);
+    g[16..].copy_from_slice(&tag);
     g
 }
 
-/// Reads a greeting; returns `(session, channel)`, or `None` for anything malformed.
-pub fn read_greeting(stream: &mut TcpStream, timeout: Duration) -> Option<(u64, u16)> {
+/// Reads a greeting; returns `(session, channel)`, or `None` for anything malformed or not
+/// made with `key`.
+pub fn read_greeting(
+    stream: &mut TcpStream,
+    key: &DataKey,
+    timeout: Duration,
+) -> Option<(u64, u16)> {
     stream.set_read_timeout(Some(timeout)).ok()?;
     let mut g = [0u8; GREETING_LEN];
     stream.read_exact(&mut g).ok()?;
-    if g[10..].iter().any(|&b| b != 0) {
+    if g[10..16].iter().any(|&b| b != 0) || !key.check_greeting(&g[..16], &g[16..]) {
         return None;
     }
     let session = u64::from_be_bytes(g[..8].try_into().ok()?);
     Some((session, u16::from_be_bytes([g[8], g[9]])))
 }
 
-/// The sending end of a channel.
-pub enum LinkOut {
+/// A link's sealing: the sealer and the buffer sealed frames are built in (a frame's payload
+/// is copied once, into its place beside its header and tag, and encrypted there).
+pub struct Sealer {
+    seal: PacketSeal,
+    buf: Vec<u8>,
+}
+
+impl Sealer {
+    /// Seals with `seal`.
+    pub fn new(seal: PacketSeal) -> Sealer {
+        Sealer {
+            seal,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Builds the sealed frames of `headers` and `data` (as [`LinkOut::send_framed`] takes
+    /// them) in the buffer; returns it and the size of each frame but the last.
+    fn frames(&mut self, headers: &[u8], data: &[u8], payload: usize) -> (&[u8], usize) {
+        self.buf.clear();
+        let pieces: Box<dyn Iterator<Item = &[u8]>> = if data.is_empty() {
+            Box::new(std::iter::repeat_n(&[][..], headers.len() / HEADER_LEN))
+        } else {
+            Box::new(data.chunks(payload.max(1)))
+        };
+        for (header, piece) in headers.chunks_exact(HEADER_LEN).zip(pieces) {
+            let at = self.buf.len();
+            self.buf.extend_from_slice(header);
+            self.buf.extend_from_slice(piece);
+            self.buf.extend_from_slice(&[0u8; TAG_LEN]);
+            self.seal.seal(&mut self.buf[at..]);
+        }
+        (&self.buf, HEADER_LEN + payload + TAG_LEN)
+    }
+}
+
+/// The sending end of a channel: where frames go, and how they are sealed (`None`: in the
+/// clear, when both sides asked for it).
+pub struct LinkOut {
+    /// Where frames go.
+    pub path: OutPath,
+    seal: Option<Sealer>,
+}
+
+/// Where a channel's frames go.
+pub enum OutPath {
     /// Datagrams to `dest`.
     Udp {
         /// The channel's socket.
@@ -57,53 +115,86 @@ pub enum LinkOut {
 }
 
 impl LinkOut {
+    /// A link over `path`, sealing with `seal`.
+    pub fn new(path: OutPath, seal: Option<PacketSeal>) -> LinkOut {
+        LinkOut {
+            path,
+            seal: seal.map(Sealer::new),
+        }
+    }
+
+    /// Whether this is a TCP data connection.
+    pub fn is_tcp(&self) -> bool {
+        matches!(self.path, OutPath::Tcp(_))
+    }
+
+    /// Bytes a frame adds to its payload: the header, and the tag when sealed.
+    pub fn frame_overhead(&self) -> usize {
+        HEADER_LEN + if self.seal.is_some() { TAG_LEN } else { 0 }
+    }
+
     /// Most frames worth building for one send call: what one GSO send carries, or without GSO
     /// what one `sendmmsg` does, never more than [`MAX_FRAMED`].
     pub fn max_frames(&self) -> usize {
-        match self {
-            LinkOut::Udp { sock, .. } => match sock.max_gso_segments() {
+        match &self.path {
+            OutPath::Udp { sock, .. } => match sock.max_gso_segments() {
                 0 | 1 => MAX_FRAMED,
                 n => n.min(MAX_FRAMED),
             },
-            LinkOut::Tcp(_) => TCP_FRAMES,
+            OutPath::Tcp(_) => TCP_FRAMES,
         }
     }
 
     /// The most [`max_frames`](Self::max_frames) can ever say for this link.
     pub fn frame_limit(&self) -> usize {
-        match self {
-            LinkOut::Udp { .. } => MAX_FRAMED,
-            LinkOut::Tcp(_) => TCP_FRAMES,
+        match self.path {
+            OutPath::Udp { .. } => MAX_FRAMED,
+            OutPath::Tcp(_) => TCP_FRAMES,
         }
     }
 
     /// Sends frames that are each one header of `headers` ([`HEADER_LEN`] bytes each, back to
     /// back) and the next `payload` bytes of `data` (the last may be shorter), without copying
     /// `data`: UDP gathers each datagram from the two pieces
-    /// ([`UdpChannel::send_framed`]); TCP writes them with vectored writes.
+    /// ([`UdpChannel::send_framed`]); TCP writes them with vectored writes. Sealed, each frame
+    /// is built and encrypted in the sealer's buffer first.
     pub fn send_framed(
         &mut self,
         headers: &[u8],
         data: &[u8],
         payload: usize,
     ) -> Result<(), SessionError> {
-        match self {
-            LinkOut::Udp { sock, dest } => {
+        if let Some(sealer) = &mut self.seal {
+            let (buf, frame_size) = sealer.frames(headers, data, payload);
+            return send_sealed(&mut self.path, buf, frame_size);
+        }
+        match &mut self.path {
+            OutPath::Udp { sock, dest } => {
                 lost_locally(sock.send_framed(*dest, headers, HEADER_LEN, data, payload))
             }
-            LinkOut::Tcp(s) => write_frames(s, headers, data, payload)
+            OutPath::Tcp(s) => write_frames(s, headers, data, payload)
                 .map_err(|e| SessionError::io("TCP data connection", e)),
         }
     }
 
-    /// Sends frames laid back to back in `buf`, each `frame_size` bytes but the last.
-    pub fn send(&mut self, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
-        match self {
-            LinkOut::Udp { sock, dest } => lost_locally(sock.send_batch(*dest, buf, frame_size)),
-            LinkOut::Tcp(s) => s
-                .write_all(buf)
-                .map_err(|e| SessionError::io("TCP data connection", e)),
+    /// Sends header-only frames laid back to back in `headers` (final markers).
+    pub fn send_headers(&mut self, headers: &[u8]) -> Result<(), SessionError> {
+        if let Some(sealer) = &mut self.seal {
+            let (buf, frame_size) = sealer.frames(headers, &[], 0);
+            return send_sealed(&mut self.path, buf, frame_size);
         }
+        send_sealed(&mut self.path, headers, HEADER_LEN)
+    }
+}
+
+/// Sends frames already built (and sealed) back to back in `buf`, each `frame_size` bytes but
+/// the last.
+fn send_sealed(path: &mut OutPath, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
+    match path {
+        OutPath::Udp { sock, dest } => lost_locally(sock.send_batch(*dest, buf, frame_size)),
+        OutPath::Tcp(s) => s
+            .write_all(buf)
+            .map_err(|e| SessionError::io("TCP data connection", e)),
     }
 }
 
@@ -155,7 +246,14 @@ fn write_frames(
 
 /// The receiving end of a channel. It never waits: a thread serving several channels waits
 /// for any of their [`fd`](LinkIn::fd)s (see [`crate::udp::wait_readable`]), then reads each.
-pub enum LinkIn {
+pub struct LinkIn {
+    /// Where frames come from.
+    pub path: InPath,
+    open: Option<PacketOpen>,
+}
+
+/// Where a channel's frames come from.
+pub enum InPath {
     /// Datagrams, received in batches.
     Udp(UdpChannel),
     /// Frames from a TCP connection.
@@ -164,64 +262,89 @@ pub enum LinkIn {
 
 impl LinkIn {
     /// A UDP link; its reads return at once when nothing is queued.
-    pub fn udp(mut sock: UdpChannel) -> Self {
+    pub fn udp(mut sock: UdpChannel, open: Option<PacketOpen>) -> Self {
         sock.set_read_timeout(Some(Duration::ZERO));
-        LinkIn::Udp(sock)
+        LinkIn {
+            path: InPath::Udp(sock),
+            open,
+        }
+    }
+
+    /// A TCP data connection's frames.
+    pub fn tcp(frames: TcpFrames, open: Option<PacketOpen>) -> Self {
+        LinkIn {
+            path: InPath::Tcp(frames),
+            open,
+        }
     }
 
     /// Hands each frame that is waiting to `f` with its source, using `batch` for UDP;
-    /// returns how many came (0 when none was waiting).
+    /// returns how many came (0 when none was waiting), those that failed to open included.
+    /// A sealed frame is opened first; one that fails is dropped and counted
+    /// ([`dropped`](Self::dropped)), and `f` never sees it.
     pub fn recv(
         &mut self,
         batch: &mut RecvBatch,
         mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
     ) -> Result<usize, SessionError> {
-        match self {
-            LinkIn::Udp(sock) => {
+        let tag = if self.open.is_some() { TAG_LEN } else { 0 };
+        let open = &mut self.open;
+        let mut deliver = |src: &SocketAddr, frame: &mut [u8]| match open {
+            Some(o) => match o.open(frame) {
+                Ok(plain) => f(src, plain),
+                Err(_) => Ok(()),
+            },
+            None => f(src, frame),
+        };
+        match &mut self.path {
+            InPath::Udp(sock) => {
                 let n = sock.recv_batch(batch)?;
                 if n > 0 {
-                    for (src, d) in batch.iter() {
-                        f(src, d)?;
-                    }
+                    batch.for_each_mut(&mut deliver)?;
                 }
                 Ok(n)
             }
-            LinkIn::Tcp(t) => t.recv(f),
+            InPath::Tcp(t) => t.recv(tag, deliver),
         }
+    }
+
+    /// Frames dropped because they failed to open (forged, changed, replayed, misdirected).
+    pub fn dropped(&self) -> u64 {
+        self.open.as_ref().map_or(0, |o| o.dropped)
     }
 
     /// What to wait on for the next frame; `None` once a TCP connection has closed.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        match self {
-            LinkIn::Udp(sock) => Some(sock.as_fd()),
-            LinkIn::Tcp(t) if t.closed => None,
-            LinkIn::Tcp(t) => Some(t.stream.as_fd()),
+        match &self.path {
+            InPath::Udp(sock) => Some(sock.as_fd()),
+            InPath::Tcp(t) if t.closed => None,
+            InPath::Tcp(t) => Some(t.stream.as_fd()),
         }
     }
 
     /// The receive queue of a UDP link, where the kernel reports it (see
     /// [`UdpChannel::receive_queue`]); `None` over TCP, whose queue is flow-controlled.
     pub fn receive_queue(&self) -> Option<ReceiveQueue> {
-        match self {
-            LinkIn::Udp(sock) => sock.receive_queue(),
-            LinkIn::Tcp(_) => None,
+        match &self.path {
+            InPath::Udp(sock) => sock.receive_queue(),
+            InPath::Tcp(_) => None,
         }
     }
 
     /// The receive buffer a UDP link's socket was granted (see
     /// [`UdpChannel::granted_recv_buffer`]); `None` over TCP, which never drops.
     pub fn recv_buffer(&self) -> Option<usize> {
-        match self {
-            LinkIn::Udp(sock) => Some(sock.granted_recv_buffer()),
-            LinkIn::Tcp(_) => None,
+        match &self.path {
+            InPath::Udp(sock) => Some(sock.granted_recv_buffer()),
+            InPath::Tcp(_) => None,
         }
     }
 
     /// Kernel socket drops of a UDP link, when the kernel reports them.
     pub fn kernel_drops(&self) -> Option<u64> {
-        match self {
-            LinkIn::Udp(sock) => sock.kernel_drops(),
-            LinkIn::Tcp(_) => Some(0),
+        match &self.path {
+            InPath::Udp(sock) => sock.kernel_drops(),
+            InPath::Tcp(_) => Some(0),
         }
     }
 }
@@ -251,14 +374,19 @@ impl TcpFrames {
         })
     }
 
+    /// Reads what is waiting and hands each whole frame (header, payload and `tag` bytes of
+    /// tag) to `f`.
     fn recv(
         &mut self,
-        mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
+        tag: usize,
+        mut f: impl FnMut(&SocketAddr, &mut [u8]) -> Result<(), SessionError>,
     ) -> Result<usize, SessionError> {
         if self.closed {
             return Ok(0);
         }
-        if self.start > 0 && self.buf.len() - self.end < HEADER_LEN + usize::from(TCP_PAYLOAD) {
+        if self.start > 0
+            && self.buf.len() - self.end < HEADER_LEN + usize::from(TCP_PAYLOAD) + TAG_LEN
+        {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -275,14 +403,13 @@ impl TcpFrames {
         }
         let mut frames = 0;
         while self.end - self.start >= HEADER_LEN {
-            let h = &self.buf[self.start..self.end];
-            let len = usize::from(u16::from_be_bytes([h[32], h[33]]));
-            if h.len() < HEADER_LEN + len {
+            let h = &mut self.buf[self.start..self.end];
+            let len = HEADER_LEN + usize::from(u16::from_be_bytes([h[32], h[33]])) + tag;
+            if h.len() < len {
                 break;
             }
-            let frame = &h[..HEADER_LEN + len];
-            f(&self.peer, frame)?;
-            self.start += HEADER_LEN + len;
+            f(&self.peer, &mut h[..len])?;
+            self.start += len;
             frames += 1;
         }
         if self.start == self.end {
@@ -307,7 +434,7 @@ mod tests {
         };
         let sock = UdpChannel::bind(lo, &opts).unwrap();
         let dest = sock.local_addr();
-        LinkOut::Udp { sock, dest }
+        LinkOut::new(OutPath::Udp { sock, dest }, None)
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! the reports say; failures are counted and dropped. The reports themselves are built by a
 //! [`ReportBuilder`] in the session loop.
 
+use crate::agree::{self, Accepted, Keyring, CODE_TRIES};
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
@@ -31,6 +32,7 @@ use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
+use hurtle_proto::secure::{DataKey, PacketOpen};
 use hurtle_proto::layout::{check_block_ranges, count_blocks, union_ranges, MAX_BLOCKS};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind};
 use hurtle_proto::{
@@ -64,6 +66,12 @@ pub struct ReceiveOptions {
     pub own_ports: Arc<OwnPorts>,
     /// Whether complete blocks go to a writer thread (see [`WriteQueue`]).
     pub write_queue: WriteQueue,
+    /// The code and keys a sender may use (authentication is never off: an empty keyring
+    /// fails with [`SessionError::NoSecret`]).
+    pub keys: Keyring,
+    /// Ask for data datagrams in the clear (`--no-encryption`): granted only when the sender
+    /// asks too.
+    pub no_encryption: bool,
 }
 
 /// Who writes complete blocks to their files.
@@ -124,6 +132,8 @@ impl Default for ReceiveOptions {
             idle_timeout: Duration::from_secs(30),
             own_ports: Arc::default(),
             write_queue: WriteQueue::Auto,
+            keys: Keyring::default(),
+            no_encryption: false,
         }
     }
 }
@@ -156,6 +166,12 @@ pub struct ReceiveSummary {
     pub nacks: u64,
     /// Datagrams dropped as foreign, malformed or out of bounds.
     pub rejected: u64,
+    /// Data frames dropped because they failed to open: forged, changed on the way, replayed.
+    pub unauthentic: u64,
+    /// Whether data frames were encrypted (control frames always are).
+    pub encrypted: bool,
+    /// Connections turned away before this session (strangers, wrong codes or keys).
+    pub refused_connections: u64,
     /// Blocks that failed verification and were fetched again.
     pub rejected_blocks: u64,
     /// Blocks written to the file while still incomplete because the block buffers ran out
@@ -267,6 +283,8 @@ pub struct Receiver {
 
 #[derive(Default)]
 struct Counters {
+    /// Data frames that failed to open.
+    unauthentic: AtomicU64,
     rejected: AtomicU64,
     duplicate: AtomicU64,
     nacks: AtomicU64,
@@ -392,19 +410,48 @@ impl Receiver {
 
     /// Waits for one sender and receives its transfer. A sender that finds UDP blocked ends
     /// its first session and connects again with parallel TCP: that is still one transfer.
+    ///
+    /// A connection that does not pass the key agreement ([`crate::agree::accept`]) is turned
+    /// away, noted in `progress` ([`Progress::note_refusal`]), and the receiver waits on; a
+    /// code survives [`CODE_TRIES`] failed agreements.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
+        if self.opts.keys.is_empty() {
+            return Err(SessionError::NoSecret);
+        }
         let mut fallbacks = 0;
+        let mut code_tries = 0;
+        let mut refused = 0;
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
         }
         loop {
-            let (stream, peer) = self
+            let (mut stream, peer) = self
                 .listener
                 .accept()
                 .map_err(|e| SessionError::io("accept", e))?;
+            let deadline = Instant::now() + GREETING_GRACE;
+            let accepted =
+                match agree::accept(&mut stream, &self.opts.keys, self.opts.no_encryption, deadline) {
+                    Ok(a) => a,
+                    Err(refusal) => {
+                        refused += 1;
+                        progress.note_refusal(format!("connection from {peer} turned away: {}", refusal.reason));
+                        if refusal.code_try {
+                            code_tries += 1;
+                            if code_tries >= CODE_TRIES {
+                                return Err(SessionError::CodeSpent(code_tries));
+                            }
+                        }
+                        continue;
+                    }
+                };
             progress.set_phase(Phase::SettingUp);
-            match self.serve(stream, peer, progress.clone()) {
+            match self.serve(stream, peer, accepted, progress.clone()) {
                 Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
+                Ok(mut summary) => {
+                    summary.refused_connections = refused;
+                    return Ok(summary);
+                }
                 other => return other,
             }
         }
@@ -414,6 +461,7 @@ impl Receiver {
         &self,
         stream: TcpStream,
         peer: SocketAddr,
+        accepted: Accepted,
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
         let start = Instant::now();
@@ -421,9 +469,15 @@ impl Receiver {
             .local_addr()
             .map_err(|e| SessionError::io("control socket", e))?
             .ip();
-        let (rx, tx, writer) = crate::control::open(&stream, self.opts.idle_timeout)
-            .map_err(|e| SessionError::io("control connection", e))?;
-        let result = self.run(&rx, &tx, peer, local_ip, start, progress);
+        let Accepted { keys, hello, .. } = accepted;
+        let data = DataKeys {
+            key: keys.data,
+            encrypt: keys.encrypt_data,
+        };
+        let (rx, tx, writer) =
+            crate::control::open(&stream, self.opts.idle_timeout, keys.frames_out, keys.frames_in)
+                .map_err(|e| SessionError::io("control connection", e))?;
+        let result = self.run(&rx, &tx, peer, local_ip, start, progress, hello, &data);
         if let Err(e) = &result {
             if !e.peer_knows() {
                 let _ = tx.send(e.to_abort(Side::Receiver));
@@ -443,9 +497,11 @@ impl Receiver {
         local_ip: IpAddr,
         start: Instant,
         progress: Arc<Progress>,
+        hello: Control,
+        data: &DataKeys,
     ) -> Result<ReceiveSummary, SessionError> {
         let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session, caps) = match next_control(rx, handshake)? {
+        let (offered, payload, block_size, session, caps) = match hello {
             Control::Hello {
                 magic,
                 version,
@@ -707,8 +763,12 @@ impl Receiver {
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
         let links: Vec<LinkIn> = match &tcp_listener {
-            Some(l) => accept_data_connections(l, session, channels, peer.ip())?,
-            None => udps.into_iter().map(LinkIn::udp).collect(),
+            Some(l) => accept_data_connections(l, session, channels, peer.ip(), data)?,
+            None => udps
+                .into_iter()
+                .enumerate()
+                .map(|(ch, u)| LinkIn::udp(u, data.opener(ch as u16)))
+                .collect(),
         };
 
         let shared = Arc::new(Shared {
@@ -838,6 +898,9 @@ impl Receiver {
             duplicate_bytes: c.duplicate.load(Ordering::Relaxed),
             nacks,
             rejected: c.rejected.load(Ordering::Relaxed),
+            unauthentic: c.unauthentic.load(Ordering::Relaxed),
+            encrypted: data.encrypt,
+            refused_connections: 0,
             rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
             spilled_blocks: c.spilled_blocks.load(Ordering::Relaxed),
             socket_drops,
@@ -1031,6 +1094,7 @@ fn accept_data_connections(
     session: u64,
     channels: u16,
     peer_ip: IpAddr,
+    data: &DataKeys,
 ) -> Result<Vec<LinkIn>, SessionError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     listener
@@ -1049,7 +1113,7 @@ fn accept_data_connections(
                     continue;
                 }
                 let _ = s.set_nonblocking(false);
-                match read_greeting(&mut s, Duration::from_secs(5)) {
+                match read_greeting(&mut s, &data.key, Duration::from_secs(5)) {
                     Some((sess, ch))
                         if sess == session
                             && usize::from(ch) < slots.len()
@@ -1070,12 +1134,29 @@ fn accept_data_connections(
     slots
         .into_iter()
         .flatten()
-        .map(|s| {
+        .enumerate()
+        .map(|(ch, s)| {
             TcpFrames::new(s)
-                .map(LinkIn::Tcp)
+                .map(|frames| LinkIn::tcp(frames, data.opener(ch as u16)))
                 .map_err(|e| SessionError::io("TCP data connection", e))
         })
         .collect()
+}
+
+/// How long a new connection has to pass the key agreement (OpenSSH's `LoginGraceTime`).
+pub const GREETING_GRACE: Duration = Duration::from_secs(5);
+
+/// The session's data key, and whether data frames are sealed with it.
+struct DataKeys {
+    key: DataKey,
+    encrypt: bool,
+}
+
+impl DataKeys {
+    /// The opener of `channel`'s frames (`None`: they come in the clear).
+    fn opener(&self, channel: u16) -> Option<PacketOpen> {
+        self.encrypt.then(|| self.key.opener(channel))
+    }
 }
 
 /// Fewest new part files worth a thread of their own.
@@ -2071,6 +2152,10 @@ impl ChannelWorker {
             .counters
             .duplicate
             .fetch_add(self.rec.stats().duplicate_bytes, Ordering::Relaxed);
+        self.shared
+            .counters
+            .unauthentic
+            .fetch_add(link.dropped(), Ordering::Relaxed);
         (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
     }
 

@@ -11,7 +11,7 @@ use crate::control::{ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
 use crate::error::{next_control, SessionError, Side};
 use crate::iobuf::IoBuf;
-use crate::link::{self, LinkOut};
+use crate::link::{self, LinkOut, OutPath};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
 use crate::store::SourceFile;
@@ -20,6 +20,7 @@ use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::probe::{PayloadProbe, ProbeDecision};
+use hurtle_proto::secure::{self, DataKey, PacketSeal, Secret, TAG_LEN};
 use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
@@ -94,6 +95,12 @@ pub struct SendOptions {
     /// How TCP connections to the receiver are opened (`None`: directly). A dialer that is
     /// [`Dialer::tcp_only`] forces the parallel-TCP transport.
     pub dialer: Option<Arc<dyn Dialer>>,
+    /// The code or key both sides hold; the session's keys are agreed from it. Required
+    /// (`None` fails with [`SessionError::NoSecret`]): authentication is never off.
+    pub secret: Option<Secret>,
+    /// Ask for data datagrams in the clear (`--no-encryption`): granted only when the receiver
+    /// asks too. Control frames are sealed either way.
+    pub no_encryption: bool,
 }
 
 impl Default for SendOptions {
@@ -113,6 +120,8 @@ impl Default for SendOptions {
             stall_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             dialer: None,
+            secret: None,
+            no_encryption: false,
         }
     }
 }
@@ -151,6 +160,8 @@ pub struct SendSummary {
     pub files: usize,
     /// Files skipped because the receiver already had them (see [`FileReport::skipped`]).
     pub skipped: usize,
+    /// Whether data frames were encrypted (control frames always are).
+    pub encrypted: bool,
     /// Directories created.
     pub dirs: usize,
     /// Wall time from connect to confirmation, including a UDP attempt before a fallback to TCP.
@@ -485,11 +496,18 @@ fn send_once(
 
     progress.set_address(to);
     progress.set_phase(Phase::Connecting);
-    let stream = dial(opts, to)?;
+    let secret = opts.secret.as_ref().ok_or(SessionError::NoSecret)?;
+    let mut stream = dial(opts, to)?;
     progress.set_phase(Phase::SettingUp);
     let handshake_timeout = Duration::from_secs(10);
-    let (rx, tx, writer) = crate::control::open(&stream, opts.stall_timeout)
-        .map_err(|e| SessionError::io("control connection", e))?;
+    let agree_at = Instant::now();
+    let keys = crate::agree::offer(&mut stream, secret, opts.no_encryption, handshake_timeout)?;
+    let agree_rtt = agree_at.elapsed();
+    let data_key = keys.data.clone();
+    let data_seal = keys.encrypt_data.then(|| keys.data.sealer());
+    let (rx, tx, writer) =
+        crate::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
+            .map_err(|e| SessionError::io("control connection", e))?;
 
     let session: u64 = rand::random::<u64>() | 1;
     let hello_at = Instant::now();
@@ -548,7 +566,7 @@ fn send_once(
         }
         other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
     };
-    let mut rtt = hello_at.elapsed();
+    let mut rtt = hello_at.elapsed().min(agree_rtt);
     let channels = ports
         .len()
         .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
@@ -565,7 +583,7 @@ fn send_once(
         .map(|&p| SocketAddr::new(to.ip(), p))
         .collect();
     let mut data = if transport == Transport::Tcp {
-        DataSetup::Tcp(dial_data(opts, &dests, session))
+        DataSetup::Tcp(dial_data(opts, &dests, session, &data_key))
     } else {
         let mut udps = Vec::with_capacity(usize::from(channels));
         for _ in 0..channels {
@@ -587,7 +605,8 @@ fn send_once(
             socks,
             dests: dests.clone(),
             session,
-            packet: 0,
+            packet: secure::PROBE_PACKETS,
+            seal: data_seal.clone(),
         };
         prober.send_due(Instant::now());
         DataSetup::Udp(udps, Box::new(prober))
@@ -732,7 +751,7 @@ fn send_once(
                 let s = d
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-                links.push(LinkOut::Tcp(s));
+                links.push(LinkOut::new(OutPath::Tcp(s), data_seal.clone()));
             }
             (
                 links,
@@ -752,7 +771,7 @@ fn send_once(
             let links = udps
                 .into_iter()
                 .zip(&dests)
-                .map(|(sock, &dest)| LinkOut::Udp { sock, dest })
+                .map(|(sock, &dest)| LinkOut::new(OutPath::Udp { sock, dest }, data_seal.clone()))
                 .collect();
             let payload = prober.probe.payload();
             (links, payload, Some(*prober))
@@ -813,7 +832,7 @@ fn send_once(
     let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
     let per_channel_rate = (controller.rate_bps() / u64::from(channels)).max(100_000);
     let send_cfg = SendConfig::for_rtt(rtt);
-    let threads = send_threads(channels, matches!(links.first(), Some(LinkOut::Tcp(_))));
+    let threads = send_threads(channels, links.first().is_some_and(LinkOut::is_tcp));
     let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
     for (ch, link) in links.into_iter().enumerate() {
         let ch = ch as u16;
@@ -928,6 +947,7 @@ fn send_once(
         sparse_bytes,
         files: files.len(),
         skipped: skipped.iter().filter(|s| s.is_some()).count(),
+        encrypted: data_seal.is_some(),
         dirs,
         seconds,
         goodput_bps: (sent_bytes - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
@@ -1008,16 +1028,18 @@ fn dial_data(
     opts: &SendOptions,
     dests: &[SocketAddr],
     session: u64,
+    key: &DataKey,
 ) -> Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>> {
     dests
         .iter()
         .enumerate()
         .map(|(ch, &dest)| {
             let opts = opts.clone();
+            let greeting = link::greeting(key, session, ch as u16);
             std::thread::spawn(move || {
                 let mut s = dial(&opts, dest)?;
                 let _ = s.set_nodelay(true);
-                s.write_all(&link::greeting(session, ch as u16))
+                s.write_all(&greeting)
                     .map_err(|e| SessionError::io("TCP data connection", e))?;
                 Ok(s)
             })
@@ -1032,14 +1054,17 @@ struct Prober {
     socks: Vec<std::net::UdpSocket>,
     dests: Vec<SocketAddr>,
     session: u64,
+    /// The last probe packet number, counted from [`secure::PROBE_PACKETS`] (a space of its
+    /// own: a probe never shares a nonce with data).
     packet: u64,
+    seal: Option<PacketSeal>,
 }
 
 impl Prober {
     /// Sends the probes that are due. A size the local interface refuses (`EMSGSIZE`: the
     /// sockets set don't-fragment) is dropped; any other failure is a probe lost on the way.
     fn send_due(&mut self, now: Instant) {
-        let mut buf = vec![0u8; HEADER_LEN + usize::from(self.probe.max_payload())];
+        let mut buf = vec![0u8; HEADER_LEN + usize::from(self.probe.max_payload()) + TAG_LEN];
         for (ch, payload) in self.probe.to_send(now) {
             let (Some(sock), Some(dest)) = (
                 self.socks.get(usize::from(ch)),
@@ -1061,6 +1086,13 @@ impl Prober {
                 sent_us: 0,
             }
             .encode(&mut buf[..size]);
+            let size = match &self.seal {
+                Some(seal) => {
+                    seal.seal(&mut buf[..size + TAG_LEN]);
+                    size + TAG_LEN
+                }
+                None => size,
+            };
             if let Err(e) = sock.send_to(&buf[..size], dest) {
                 if e.raw_os_error() == Some(libc::EMSGSIZE) {
                     self.probe.on_too_big(payload);
@@ -1468,10 +1500,11 @@ impl ChannelWorker {
     }
 
     fn datagrams_within(&self, frames: usize, payload: u16) -> usize {
-        let dgram = HEADER_LEN + usize::from(payload);
-        match self.link {
-            LinkOut::Udp { .. } => frames.min((crate::udp::MAX_GSO_BYTES / dgram).max(1)),
-            LinkOut::Tcp(_) => frames,
+        let dgram = self.link.frame_overhead() + usize::from(payload);
+        if self.link.is_tcp() {
+            frames
+        } else {
+            frames.min((crate::udp::MAX_GSO_BYTES / dgram).max(1))
         }
     }
 
@@ -1645,7 +1678,7 @@ impl ChannelWorker {
                 sent_us: self.shared.start.elapsed().as_micros() as u32,
             }
             .encode(&mut fin);
-            self.link.send(&fin, HEADER_LEN)?;
+            self.link.send_headers(&fin)?;
             self.log
                 .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
         }

@@ -717,6 +717,26 @@ impl RecvBatch {
         }
     }
 
+    /// Hands each datagram to `f` as [`iter`](Self::iter) does, but mutable (sealed datagrams
+    /// are opened in place); stops at the first error.
+    pub fn for_each_mut<E>(
+        &mut self,
+        mut f: impl FnMut(&SocketAddr, &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (b, m) in self.meta[..self.filled].iter().enumerate() {
+            let base = b * self.buf_size;
+            let buf = &mut self.data[base..base + m.len];
+            if m.len == 0 {
+                f(&m.addr, buf)?;
+                continue;
+            }
+            for datagram in buf.chunks_mut(m.stride) {
+                f(&m.addr, datagram)?;
+            }
+        }
+        Ok(())
+    }
+
     fn clear(&mut self) {
         self.filled = 0;
         self.datagrams = 0;
@@ -1490,6 +1510,14 @@ mod tests {
             (v4, (200..207).collect()),
         ];
         assert_eq!(got, want);
+        let mut again = Vec::new();
+        batch
+            .for_each_mut(|a, d| {
+                again.push((*a, d.to_vec()));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!(again, want);
         batch.clear();
         assert_eq!(batch.iter().count(), 0);
     }

@@ -1,0 +1,254 @@
+//! The key agreement's driver: runs [`hurtle_proto::secure`]'s agreement on a new control
+//! connection, before any other frame, within a deadline, and tells a peer that failed it from
+//! a session that failed.
+//!
+//! The sender [`offer`]s; the receiver [`accept`]s, which also reads the sender's first sealed
+//! frame (the hello), so that everything a stranger can do (connect and stay silent, send
+//! garbage, an HTTP request or a huge length, speak another version, hold another key, guess a
+//! code) is decided here, before a session exists, and comes back as a [`Refusal`] the
+//! receiver logs and survives. A [`Keyring`] holds what a receiver accepts: its code, and the
+//! keys of a key file.
+
+use crate::control::{read_frame, read_sealed, write_frame, ControlError};
+use crate::error::SessionError;
+use hurtle_proto::secure::{self, AgreeError, KeyId, Offer, Secret, SessionKeys};
+use hurtle_proto::wire::{Control, FrameError};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Failed agreements a code survives; the next one spends it (a code has about 29 bits, so
+/// three online guesses leave an attacker about one chance in 180 million).
+pub const CODE_TRIES: u32 = 3;
+
+/// What a receiver accepts: a code, and named keys (from a key file).
+#[derive(Debug, Clone, Default)]
+pub struct Keyring {
+    entries: Vec<(String, Secret)>,
+}
+
+impl Keyring {
+    /// A keyring holding one code.
+    pub fn code(code: &str) -> Keyring {
+        Keyring {
+            entries: vec![("code".into(), Secret::code(code))],
+        }
+    }
+
+    /// Adds a key under `name` (for the logs: which sender came).
+    pub fn add(&mut self, name: impl Into<String>, secret: Secret) {
+        self.entries.push((name.into(), secret));
+    }
+
+    /// Whether it holds nothing (a receiver then refuses to start).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether it holds a code (whose tries are limited).
+    pub fn has_code(&self) -> bool {
+        self.entries.iter().any(|(_, s)| s.is_code())
+    }
+
+    fn find(&self, id: KeyId) -> Option<&(String, Secret)> {
+        self.entries.iter().find(|(_, s)| s.id() == id)
+    }
+}
+
+/// The sender's side: sends the offer and reads the answer on `stream`, within `timeout`.
+pub fn offer(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    plain_data: bool,
+    timeout: Duration,
+) -> Result<SessionKeys, SessionError> {
+    let (offer, first) = Offer::new(secret, plain_data);
+    stream.set_nodelay(true).ok();
+    write_frame(stream, &first)?;
+    stream.flush().map_err(ControlError::from)?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| SessionError::io("control connection", e))?;
+    let reply = read_frame(stream, timeout)?;
+    offer.finish(reply).map_err(|e| match e {
+        AgreeError::WrongSecret => SessionError::NotAuthenticated(if secret.is_code() {
+            "the receiver does not hold this code: check it (or someone in between changed the key agreement); nothing was sent".into()
+        } else {
+            "the receiver does not hold this key (or someone in between changed the key agreement); nothing was sent".into()
+        }),
+        AgreeError::Rejected(reason) => SessionError::NotAuthenticated(format!("the receiver refused: {reason}")),
+        AgreeError::Version { .. } => SessionError::Incompatible(format!("the receiver: {e}")),
+        other => SessionError::Protocol(other.to_string()),
+    })
+}
+
+/// A sender that passed the agreement.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The session's keys (the control frames' opener has read the hello already).
+    pub keys: SessionKeys,
+    /// The sender's first sealed frame: its hello.
+    pub hello: Control,
+    /// The name of the key it used (`code` for the code).
+    pub key_name: String,
+}
+
+/// Why a connection did not become a session. The receiver logs it and goes on waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// One line for the log.
+    pub reason: String,
+    /// It ran the agreement with the code and failed: one of the code's [`CODE_TRIES`].
+    pub code_try: bool,
+}
+
+impl Refusal {
+    fn stray(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            reason: reason.into(),
+            code_try: false,
+        }
+    }
+}
+
+/// The receiver's side: reads the offer, answers it with a key from `keys`, and reads the
+/// sender's first sealed frame, all before `deadline`.
+pub fn accept(
+    stream: &mut TcpStream,
+    keys: &Keyring,
+    plain_data: bool,
+    deadline: Instant,
+) -> Result<Accepted, Refusal> {
+    let left = |stream: &TcpStream| -> Result<Duration, Refusal> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Refusal::stray("did not finish the key agreement in time"));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| Refusal::stray(format!("socket: {e}")))?;
+        Ok(left)
+    };
+    let t = left(stream)?;
+    let first = read_frame(stream, t).map_err(|e| Refusal::stray(describe(&e, "sent")))?;
+    let id = match secure::offered_key(&first) {
+        Ok(id) => id,
+        Err(e @ AgreeError::Version { .. }) => {
+            // A real hurtle peer of another version: tell it why, in the frame every version
+            // reads.
+            let reason = format!("this receiver speaks hurtle protocol version {}; {e}", hurtle_proto::wire::VERSION);
+            let _ = write_frame(stream, &Control::Reject { reason });
+            return Err(Refusal::stray(e.to_string()));
+        }
+        Err(e) => return Err(Refusal::stray(format!("not a hurtle peer ({e})"))),
+    };
+    let Some((name, secret)) = keys.find(id) else {
+        let _ = write_frame(
+            stream,
+            &Control::Reject {
+                reason: format!("this receiver does not know key {id}"),
+            },
+        );
+        return Err(Refusal::stray(format!("offered key {id}, which is not authorized here")));
+    };
+    let code_try = secret.is_code();
+    let failed = |reason: String| Refusal { reason, code_try };
+    let (mut session, reply) = secure::answer(secret, &first, plain_data)
+        .map_err(|e| failed(format!("key agreement: {e}")))?;
+    write_frame(stream, &reply).map_err(|e| failed(describe(&e, "left")))?;
+    let t = left(stream).map_err(|r| failed(r.reason))?;
+    let hello = read_sealed(stream, &mut session.frames_in, t).map_err(|e| {
+        failed(match e {
+            ControlError::Closed => format!("left after the key agreement: it does not hold the same {}", if code_try { "code" } else { "key" }),
+            ControlError::Frame(FrameError::Unauthentic) => "its first frame failed authentication".into(),
+            other => describe(&other, "sent after the key agreement"),
+        })
+    })?;
+    Ok(Accepted {
+        keys: session,
+        hello,
+        key_name: name.clone(),
+    })
+}
+
+fn describe(e: &ControlError, what: &str) -> String {
+    match e {
+        ControlError::Closed => "closed the connection".into(),
+        ControlError::Timeout(_) => "stayed silent".into(),
+        ControlError::Frame(FrameError::TooLong(n)) => {
+            format!("{what} a length prefix of {n} bytes (not a hurtle peer)")
+        }
+        ControlError::Frame(f) => format!("{what} bytes that are no hurtle message ({f})"),
+        ControlError::Io(e) => format!("socket error: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn receive(mut s: TcpStream, keys: Keyring, secs: u64) -> Result<Accepted, Refusal> {
+        accept(&mut s, &keys, false, Instant::now() + Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn the_right_code_opens_a_session_and_the_hello_is_read() {
+        let (mut s, r) = pair();
+        let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
+        let mut keys = offer(&mut s, &Secret::code("12-A-B"), false, Duration::from_secs(5)).unwrap();
+        s.write_all(&keys.frames_out.seal(&Control::KeepAlive)).unwrap();
+        let got = rx.join().unwrap().unwrap();
+        assert_eq!(got.hello, Control::KeepAlive);
+        assert_eq!(got.key_name, "code");
+    }
+
+    #[test]
+    fn a_wrong_code_fails_on_both_sides_and_costs_a_try() {
+        let (mut s, r) = pair();
+        let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
+        let err = offer(&mut s, &Secret::code("12-a-c"), false, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(err, SessionError::NotAuthenticated(_)), "{err}");
+        drop(s);
+        let refusal = rx.join().unwrap().unwrap_err();
+        assert!(refusal.code_try, "{refusal:?}");
+    }
+
+    #[test]
+    fn strangers_are_refused_without_a_try() {
+        for junk in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            &[0xff, 0xff, 0xff, 0xff][..],
+            &[0, 0, 0, 3, 1, 2, 3][..],
+            &[][..],
+        ] {
+            let (mut s, r) = pair();
+            s.write_all(junk).unwrap();
+            drop(s);
+            let refusal = receive(r, Keyring::code("1-a-b"), 5).unwrap_err();
+            assert!(!refusal.code_try, "{junk:?}: {refusal:?}");
+        }
+        let (_s, r) = pair();
+        let refusal = receive(r, Keyring::code("1-a-b"), 0).unwrap_err();
+        assert!(refusal.reason.contains("in time"), "{refusal:?}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_told_and_refused() {
+        let mut ring = Keyring::default();
+        ring.add("alice", Secret::key([1; 32]));
+        let (mut s, r) = pair();
+        let rx = std::thread::spawn(move || receive(r, ring, 5));
+        let err = offer(&mut s, &Secret::key([2; 32]), false, Duration::from_secs(5)).unwrap_err();
+        assert!(err.to_string().contains("does not know key"), "{err}");
+        assert!(!rx.join().unwrap().unwrap_err().code_try);
+    }
+}
