@@ -21,6 +21,7 @@
 //! the reports say; failures are counted and dropped. The reports themselves are built by a
 //! [`ReportBuilder`] in the session loop.
 
+use crate::accept::{Arrival, DoorLimits, FrontDoor};
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
@@ -64,6 +65,9 @@ pub struct ReceiveOptions {
     pub own_ports: Arc<OwnPorts>,
     /// Whether complete blocks go to a writer thread (see [`WriteQueue`]).
     pub write_queue: WriteQueue,
+    /// How new connections are greeted: the grace time for their hello and how many may be
+    /// greeted at once (see [`crate::accept`]).
+    pub door: DoorLimits,
 }
 
 /// Who writes complete blocks to their files.
@@ -124,6 +128,7 @@ impl Default for ReceiveOptions {
             idle_timeout: Duration::from_secs(30),
             own_ports: Arc::default(),
             write_queue: WriteQueue::Auto,
+            door: DoorLimits::default(),
         }
     }
 }
@@ -169,6 +174,9 @@ pub struct ReceiveSummary {
     pub capacity: Capacity,
     /// Per-file results.
     pub file_hashes: Vec<crate::sender::FileReport>,
+    /// Connections dropped before their greeting (not hurtle peers, or silent) since the
+    /// receiver's previous transfer ended, or since it began listening: see [`crate::accept`].
+    pub strays: u64,
 }
 
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
@@ -259,6 +267,8 @@ pub fn measure_capacity() -> Capacity {
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
 pub struct Receiver {
+    /// Accepts and greets connections on `listener`; dropped first, which stops it.
+    door: FrontDoor,
     listener: TcpListener,
     opts: ReceiveOptions,
     /// Measured once, by a thread started at bind time (see [`Receiver::bind`]).
@@ -362,6 +372,10 @@ impl Receiver {
         if let Ok(a) = listener.local_addr() {
             opts.own_ports.add(a.port());
         }
+        let door = listener
+            .try_clone()
+            .and_then(|l| FrontDoor::open(l, opts.door))
+            .map_err(|e| SessionError::io("accepting thread", e))?;
         let capacity = Arc::new(std::sync::OnceLock::new());
         let slot = capacity.clone();
         // If the thread cannot start, the first hello measures instead.
@@ -371,6 +385,7 @@ impl Receiver {
                 slot.get_or_init(measure_capacity);
             });
         Ok(Receiver {
+            door,
             listener,
             opts,
             capacity,
@@ -392,30 +407,45 @@ impl Receiver {
 
     /// Waits for one sender and receives its transfer. A sender that finds UDP blocked ends
     /// its first session and connects again with parallel TCP: that is still one transfer.
+    /// Connections that are not a hurtle sender's are dropped meanwhile and do not end the
+    /// wait ([`crate::accept`]); the summary counts them.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
         let mut fallbacks = 0;
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
         }
         loop {
-            let (stream, peer) = self
-                .listener
-                .accept()
+            let arrival = self
+                .door
+                .next()
                 .map_err(|e| SessionError::io("accept", e))?;
             progress.set_phase(Phase::SettingUp);
-            match self.serve(stream, peer, progress.clone()) {
+            match self.serve(arrival, progress.clone()) {
                 Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
+                Ok(mut summary) => {
+                    summary.strays = self.door.take_strays();
+                    return Ok(summary);
+                }
                 other => return other,
             }
         }
     }
 
+    /// Connections dropped before their greeting and not yet counted in a summary.
+    pub fn strays(&self) -> u64 {
+        self.door.strays()
+    }
+
     fn serve(
         &self,
-        stream: TcpStream,
-        peer: SocketAddr,
+        arrival: Arrival,
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
+        let Arrival {
+            stream,
+            peer,
+            greeted,
+        } = arrival;
         let start = Instant::now();
         let local_ip = stream
             .local_addr()
@@ -423,7 +453,7 @@ impl Receiver {
             .ip();
         let (rx, tx, writer) = crate::control::open(&stream, self.opts.idle_timeout)
             .map_err(|e| SessionError::io("control connection", e))?;
-        let result = self.run(&rx, &tx, peer, local_ip, start, progress);
+        let result = self.run(greeted.hello, &rx, &tx, peer, local_ip, start, progress);
         if let Err(e) = &result {
             if !e.peer_knows() {
                 let _ = tx.send(e.to_abort(Side::Receiver));
@@ -435,8 +465,11 @@ impl Receiver {
         result
     }
 
+    /// The session on a greeted connection whose first message was `first`.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
+        first: Control,
         rx: &ChanRx<Result<Control, ControlError>>,
         tx: &Sender<Control>,
         peer: SocketAddr,
@@ -445,7 +478,7 @@ impl Receiver {
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
         let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session, caps) = match next_control(rx, handshake)? {
+        let (offered, payload, block_size, session, caps) = match first {
             Control::Hello {
                 magic,
                 version,
@@ -859,6 +892,7 @@ impl Receiver {
                     skipped: k.is_some(),
                 })
                 .collect(),
+            strays: 0,
         })
     }
 
