@@ -308,20 +308,17 @@ impl Reading<'_> {
             .extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
-    /// Reads a little more of what is already there, only to show it in the log (a request
-    /// line rather than its first four bytes).
+    /// Reads what more is already there, without waiting, only to show it in the log (a
+    /// request line rather than its first four bytes).
     fn glimpse_more(&mut self) {
         let mut more = [0u8; 2 * GLIMPSE];
-        let wait = self
-            .deadline
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(20));
-        if wait.is_zero() || self.stream.set_read_timeout(Some(wait)).is_err() {
+        if self.stream.set_nonblocking(true).is_err() {
             return;
         }
         if let Ok(n) = self.stream.read(&mut more) {
             self.keep(&more[..n]);
         }
+        let _ = self.stream.set_nonblocking(false);
     }
 
     fn silent(&self) -> Stray {
