@@ -84,7 +84,10 @@ pub type Outcome = Result<(), Failure>;
 /// The exit code of a session's error, on either side.
 pub fn session_code(e: &SessionError) -> u8 {
     match e {
-        SessionError::Refused { .. } => REFUSED,
+        SessionError::Refused { .. }
+        | SessionError::NotAuthenticated(_)
+        | SessionError::CodeSpent(_) => REFUSED,
+        SessionError::NoSecret => USAGE,
         SessionError::PeerAborted { cause, .. } => match cause {
             AbortCause::Refused => REFUSED,
             AbortCause::Network | AbortCause::Interrupted => NETWORK,

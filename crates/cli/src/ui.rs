@@ -404,11 +404,70 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
         bytes(s.bytes), s.files, s.dirs, not_sent(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
     ),
     );
+    if s.strays > 0 {
+        say(
+            out,
+            &format!(
+                "{} stray connection{} dropped before the transfer (not hurtle senders, or silent)",
+                s.strays,
+                if s.strays == 1 { "" } else { "s" }
+            ),
+        );
+    }
     if out.verbose {
         for f in &s.file_hashes {
             say(out, &format!("  {}  {}", f.blake3, f.path));
         }
     }
+}
+
+/// Prints the engine's log events on stderr, unless `--quiet`: those of hurtle's own crates at
+/// `info` and above (a stray connection dropped by the receiver's front door, say), as
+/// `hurtle: MESSAGE`, or `hurtle: warning: MESSAGE` for warnings, one write per line.
+pub fn log_engine_events(out: &OutputArgs) {
+    if !out.quiet {
+        // Only fails if one is installed already, which then does the job.
+        let _ = tracing::subscriber::set_global_default(StderrLog);
+    }
+}
+
+/// A `tracing` subscriber that prints events' messages on stderr, and keeps no spans.
+struct StderrLog;
+
+impl tracing::Subscriber for StderrLog {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= tracing::Level::INFO && m.target().starts_with("hurtle")
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, e: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        e.record(&mut m);
+        if *e.metadata().level() <= tracing::Level::WARN {
+            warning(&m.0);
+        } else {
+            eprintln!("hurtle: {}", m.0);
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// Whether errors and warnings on stderr are colored: `--color`, then `NO_COLOR`, then whether

@@ -1,6 +1,8 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
 //! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
+//! - [`accept`]: the receiver's front door: accepts connections and greets each, dropping
+//!   strangers' (strays) without troubling the session.
 //! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
 //!   `recvmmsg` via quinn-udp).
 //! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
@@ -16,6 +18,7 @@
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
 
+pub mod accept;
 pub mod agree;
 pub mod beneath;
 pub mod control;

@@ -56,8 +56,6 @@ pub struct Progress {
     moving: Box<[AtomicU64]>,
     /// What limits the transfer now, in a few words (sender; `None` until it is known).
     limit: Mutex<Option<String>>,
-    /// Connections a receiver turned away, one line each, until the interface takes them.
-    refusals: Mutex<Vec<String>>,
     origin: Instant,
 }
 
@@ -79,28 +77,12 @@ impl Default for Progress {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             limit: Mutex::new(None),
-            refusals: Mutex::new(Vec::new()),
             origin: Instant::now(),
         }
     }
 }
 
 impl Progress {
-    /// Notes a connection the receiver turned away (a stranger, a wrong code or key).
-    pub fn note_refusal(&self, line: String) {
-        if let Ok(mut r) = self.refusals.lock() {
-            r.push(line);
-        }
-    }
-
-    /// The refusals noted since the last call, for the interface to show.
-    pub fn take_refusals(&self) -> Vec<String> {
-        self.refusals
-            .lock()
-            .map(|mut r| std::mem::take(&mut *r))
-            .unwrap_or_default()
-    }
-
     /// Asks the session to end: within a fraction of a second the session tells the peer,
     /// keeps what it verified, and returns [`crate::SessionError::Interrupted`].
     pub fn interrupt(&self) {

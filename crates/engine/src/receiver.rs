@@ -21,7 +21,8 @@
 //! the reports say; failures are counted and dropped. The reports themselves are built by a
 //! [`ReportBuilder`] in the session loop.
 
-use crate::agree::{self, Accepted, Keyring, CODE_TRIES};
+use crate::accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
+use crate::agree::Keyring;
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
@@ -72,6 +73,9 @@ pub struct ReceiveOptions {
     /// Ask for data datagrams in the clear (`--no-encryption`): granted only when the sender
     /// asks too.
     pub no_encryption: bool,
+    /// How new connections are greeted: the grace time for their hello and how many may be
+    /// greeted at once (see [`crate::accept`]).
+    pub door: DoorLimits,
 }
 
 /// Who writes complete blocks to their files.
@@ -134,6 +138,7 @@ impl Default for ReceiveOptions {
             write_queue: WriteQueue::Auto,
             keys: Keyring::default(),
             no_encryption: false,
+            door: DoorLimits::default(),
         }
     }
 }
@@ -170,8 +175,6 @@ pub struct ReceiveSummary {
     pub unauthentic: u64,
     /// Whether data frames were encrypted (control frames always are).
     pub encrypted: bool,
-    /// Connections turned away before this session (strangers, wrong codes or keys).
-    pub refused_connections: u64,
     /// Blocks that failed verification and were fetched again.
     pub rejected_blocks: u64,
     /// Blocks written to the file while still incomplete because the block buffers ran out
@@ -185,6 +188,9 @@ pub struct ReceiveSummary {
     pub capacity: Capacity,
     /// Per-file results.
     pub file_hashes: Vec<crate::sender::FileReport>,
+    /// Connections dropped before their greeting (not hurtle peers, or silent) since the
+    /// receiver's previous transfer ended, or since it began listening: see [`crate::accept`].
+    pub strays: u64,
 }
 
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
@@ -275,6 +281,8 @@ pub fn measure_capacity() -> Capacity {
 
 /// A bound receiver; [`Receiver::accept_one`] serves one transfer.
 pub struct Receiver {
+    /// Accepts and greets connections on `listener`; dropped first, which stops it.
+    door: FrontDoor,
     listener: TcpListener,
     opts: ReceiveOptions,
     /// Measured once, by a thread started at bind time (see [`Receiver::bind`]).
@@ -373,6 +381,9 @@ impl Receiver {
     /// when the first sender says hello: in the hello's round trip it would inflate the
     /// sender's RTT estimate, and with it how slowly the sender's rate ramps up.
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
+        if opts.keys.is_empty() {
+            return Err(SessionError::NoSecret);
+        }
         std::fs::create_dir_all(&opts.out_dir)
             .map_err(|e| SessionError::io(format!("create {}", opts.out_dir.display()), e))?;
         let listener =
@@ -380,6 +391,16 @@ impl Receiver {
         if let Ok(a) = listener.local_addr() {
             opts.own_ports.add(a.port());
         }
+        let door = listener
+            .try_clone()
+            .and_then(|l| {
+                let keys = Gatekeeper {
+                    keys: opts.keys.clone(),
+                    plain_data: opts.no_encryption,
+                };
+                FrontDoor::open(l, opts.door, keys)
+            })
+            .map_err(|e| SessionError::io("accepting thread", e))?;
         let capacity = Arc::new(std::sync::OnceLock::new());
         let slot = capacity.clone();
         // If the thread cannot start, the first hello measures instead.
@@ -389,6 +410,7 @@ impl Receiver {
                 slot.get_or_init(measure_capacity);
             });
         Ok(Receiver {
+            door,
             listener,
             opts,
             capacity,
@@ -414,42 +436,20 @@ impl Receiver {
     /// A connection that does not pass the key agreement ([`crate::agree::accept`]) is turned
     /// away, noted in `progress` ([`Progress::note_refusal`]), and the receiver waits on; a
     /// code survives [`CODE_TRIES`] failed agreements.
+    /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
+    /// meanwhile and do not end the wait ([`crate::accept`]); the summary counts them.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
-        if self.opts.keys.is_empty() {
-            return Err(SessionError::NoSecret);
-        }
         let mut fallbacks = 0;
-        let mut code_tries = 0;
-        let mut refused = 0;
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
         }
         loop {
-            let (mut stream, peer) = self
-                .listener
-                .accept()
-                .map_err(|e| SessionError::io("accept", e))?;
-            let deadline = Instant::now() + GREETING_GRACE;
-            let accepted =
-                match agree::accept(&mut stream, &self.opts.keys, self.opts.no_encryption, deadline) {
-                    Ok(a) => a,
-                    Err(refusal) => {
-                        refused += 1;
-                        progress.note_refusal(format!("connection from {peer} turned away: {}", refusal.reason));
-                        if refusal.code_try {
-                            code_tries += 1;
-                            if code_tries >= CODE_TRIES {
-                                return Err(SessionError::CodeSpent(code_tries));
-                            }
-                        }
-                        continue;
-                    }
-                };
+            let arrival = self.door.next()?;
             progress.set_phase(Phase::SettingUp);
-            match self.serve(stream, peer, accepted, progress.clone()) {
+            match self.serve(arrival, progress.clone()) {
                 Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
                 Ok(mut summary) => {
-                    summary.refused_connections = refused;
+                    summary.strays = self.door.take_strays();
                     return Ok(summary);
                 }
                 other => return other,
@@ -457,19 +457,31 @@ impl Receiver {
         }
     }
 
+    /// Connections dropped before their greeting and not yet counted in a summary.
+    pub fn strays(&self) -> u64 {
+        self.door.strays()
+    }
+
     fn serve(
         &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        accepted: Accepted,
+        arrival: Arrival,
         progress: Arc<Progress>,
     ) -> Result<ReceiveSummary, SessionError> {
+        let Arrival {
+            stream,
+            peer,
+            greeted,
+        } = arrival;
         let start = Instant::now();
         let local_ip = stream
             .local_addr()
             .map_err(|e| SessionError::io("control socket", e))?
             .ip();
-        let Accepted { keys, hello, .. } = accepted;
+        let Greeted {
+            hello,
+            keys,
+            key_name: _,
+        } = greeted;
         let data = DataKeys {
             key: keys.data,
             encrypt: keys.encrypt_data,
@@ -477,7 +489,7 @@ impl Receiver {
         let (rx, tx, writer) =
             crate::control::open(&stream, self.opts.idle_timeout, keys.frames_out, keys.frames_in)
                 .map_err(|e| SessionError::io("control connection", e))?;
-        let result = self.run(&rx, &tx, peer, local_ip, start, progress, hello, &data);
+        let result = self.run(hello, &rx, &tx, peer, local_ip, start, progress, &data);
         if let Err(e) = &result {
             if !e.peer_knows() {
                 let _ = tx.send(e.to_abort(Side::Receiver));
@@ -489,19 +501,21 @@ impl Receiver {
         result
     }
 
+    /// The session on a greeted connection whose first message was `first`.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
+        first: Control,
         rx: &ChanRx<Result<Control, ControlError>>,
         tx: &Sender<Control>,
         peer: SocketAddr,
         local_ip: IpAddr,
         start: Instant,
         progress: Arc<Progress>,
-        hello: Control,
         data: &DataKeys,
     ) -> Result<ReceiveSummary, SessionError> {
         let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session, caps) = match hello {
+        let (offered, payload, block_size, session, caps) = match first {
             Control::Hello {
                 magic,
                 version,
@@ -900,7 +914,6 @@ impl Receiver {
             rejected: c.rejected.load(Ordering::Relaxed),
             unauthentic: c.unauthentic.load(Ordering::Relaxed),
             encrypted: data.encrypt,
-            refused_connections: 0,
             rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
             spilled_blocks: c.spilled_blocks.load(Ordering::Relaxed),
             socket_drops,
@@ -922,6 +935,7 @@ impl Receiver {
                     skipped: k.is_some(),
                 })
                 .collect(),
+            strays: 0,
         })
     }
 
@@ -1142,9 +1156,6 @@ fn accept_data_connections(
         })
         .collect()
 }
-
-/// How long a new connection has to pass the key agreement (OpenSSH's `LoginGraceTime`).
-pub const GREETING_GRACE: Duration = Duration::from_secs(5);
 
 /// The session's data key, and whether data frames are sealed with it.
 struct DataKeys {

@@ -40,6 +40,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         write_queue: a.write_queue.into(),
         ..ReceiveOptions::default()
     };
+    ui::log_engine_events(&a.output);
     let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(addr, opts)?;
     let bound = receiver.local_addr()?;

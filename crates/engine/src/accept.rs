@@ -1,0 +1,943 @@
+//! The receiver's front door: accepting control connections and greeting them, so that a
+//! stranger cannot stop or stall a waiting receiver.
+//!
+//! This module owns everything between `accept` and the session: a thread that accepts on the
+//! receiver's listener ([`FrontDoor`]), and the *greeting* of each connection ([`greet`]), the
+//! step before the session that tells a hurtle sender from a stranger. Each greeting runs in a
+//! thread of its own under a grace deadline ([`GREETING_GRACE`], like OpenSSH's
+//! `LoginGraceTime`), and at most [`MAX_UNGREETED`] run at once (like `MaxStartups`): a
+//! connection beyond that is closed at once. A connection whose greeting fails is a *stray*
+//! ([`Stray`]): garbage, an HTTP request, a length prefix no hello has, a frame that does not
+//! decode, a first message other than a hello, a hello without hurtle's magic, silence past
+//! the deadline, or a close. It is closed, counted ([`FrontDoor::take_strays`]) and logged
+//! (`tracing`, target `hurtle_engine::accept`, with the peer's address and the reason), and
+//! nobody else notices it.
+//!
+//! A greeted connection ([`Arrival`]: the stream and the hello already read from it) is handed
+//! to the session in the order the greetings completed, so a silent connection never delays a
+//! real sender. A hello of another protocol version is a hurtle peer, not a stranger: it is
+//! greeted, and the session answers it with `Reject`, as before.
+//!
+//! Sessions themselves still run one at a time (`Receiver::accept_one`): under `--serve`, a
+//! sender greeted while another's transfer runs waits in the queue for it to end. Greetings go
+//! on meanwhile, so strays are dropped during a transfer too.
+//!
+//! The greeting is the key agreement ([`crate::agree`]): the first frame must be the sender's
+//! `Agree`, answered with a key from the receiver's [`Keyring`], and the sender's first sealed
+//! frame, its hello, must open. Whatever fails before the peer is authenticated is a stray and
+//! ignored: a stranger, a peer of another protocol version (answered with a `Reject` saying
+//! so), a sender with a key this receiver does not know, or one with the wrong code. Wrong
+//! codes are counted: the [`CODE_TRIES`]th spends the code, and the receiver ends
+//! ([`SessionError::CodeSpent`]). Whatever fails after the agreement is the session's error.
+//! [`greet`] is the one place that decides.
+
+use crate::agree::{self, Keyring, CODE_TRIES};
+use crate::error::SessionError;
+use hurtle_proto::secure::SessionKeys;
+use hurtle_proto::wire::{self, Control};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a new connection has to send its hello before it is dropped as a stray (a real
+/// sender sends it as soon as it has connected).
+pub const GREETING_GRACE: Duration = Duration::from_secs(5);
+
+/// How many connections may be in their greeting at once; one more is closed at once.
+pub const MAX_UNGREETED: usize = 32;
+
+/// The longest first frame read: a hello is some 30 bytes, and a stranger's length prefix must
+/// not make the receiver hold megabytes for each of [`MAX_UNGREETED`] connections.
+pub const MAX_HELLO_FRAME: usize = 64 << 10;
+
+/// How many of a stray's first bytes are kept to show in the log.
+const GLIMPSE: usize = 40;
+
+/// What a successful greeting established: an authenticated sender, the session's keys, and
+/// its first sealed message (its hello).
+#[derive(Debug)]
+pub struct Greeted {
+    /// The sender's first sealed message (a `Control::Hello` from a real sender).
+    pub hello: Control,
+    /// The session's keys.
+    pub keys: SessionKeys,
+    /// The name of the key the sender used (`code` for the code).
+    pub key_name: String,
+}
+
+/// What the greeting checks senders against.
+#[derive(Debug, Clone)]
+pub struct Gatekeeper {
+    /// The code and keys a sender may use.
+    pub keys: Keyring,
+    /// This receiver asks for data in the clear (`--no-encryption`).
+    pub plain_data: bool,
+}
+
+/// A greeted connection, ready for a session.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The control connection; what follows the hello is still unread in it.
+    pub stream: TcpStream,
+    /// The peer's address.
+    pub peer: SocketAddr,
+    /// What the greeting established.
+    pub greeted: Greeted,
+}
+
+/// Why a connection was dropped before its greeting completed: it is not a hurtle peer, or not
+/// one that spoke in time.
+#[derive(Debug)]
+pub enum Stray {
+    /// Closed before a whole hello arrived; `got` bytes of it did.
+    Closed {
+        /// Bytes received.
+        got: usize,
+    },
+    /// No whole hello within the grace time.
+    Silent {
+        /// The grace time it had.
+        after: Duration,
+        /// Bytes received.
+        got: usize,
+    },
+    /// A length prefix no hello has (over [`MAX_HELLO_FRAME`]): text such as an HTTP request,
+    /// most often.
+    TooLong {
+        /// The length the prefix claimed.
+        len: usize,
+        /// The first bytes received.
+        first: Vec<u8>,
+    },
+    /// A frame of length zero.
+    EmptyFrame,
+    /// A frame whose body is no message.
+    Malformed {
+        /// The decoder's complaint.
+        error: String,
+        /// The first bytes received.
+        first: Vec<u8>,
+    },
+    /// A message other than the key agreement came first.
+    NotHello {
+        /// The message's name.
+        name: &'static str,
+    },
+    /// A hurtle peer of another protocol version (answered with a `Reject` saying so).
+    OtherVersion {
+        /// Its version.
+        version: u16,
+    },
+    /// The key agreement failed: an unknown key, a wrong code, a changed message.
+    Agreement {
+        /// What failed.
+        reason: String,
+        /// It used the receiver's code: one of its [`CODE_TRIES`].
+        code_try: bool,
+    },
+    /// A hello without hurtle's magic (it was answered with a `Reject` saying so).
+    NotHurtle {
+        /// The magic it had.
+        magic: [u8; 4],
+    },
+    /// Closed at once: [`MAX_UNGREETED`] connections were already being greeted.
+    Busy {
+        /// The limit that was reached.
+        limit: usize,
+    },
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl Stray {
+    /// Whether the stray sent bytes that are not hurtle's (as opposed to saying nothing, or
+    /// too little): those are logged as warnings, the others as information.
+    pub fn is_foreign(&self) -> bool {
+        matches!(
+            self,
+            Stray::TooLong { .. }
+                | Stray::EmptyFrame
+                | Stray::Malformed { .. }
+                | Stray::NotHello { .. }
+                | Stray::NotHurtle { .. }
+                | Stray::Agreement { .. }
+        )
+    }
+}
+
+impl fmt::Display for Stray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stray::Closed { got: 0 } => write!(f, "closed without sending anything"),
+            Stray::Closed { got } => write!(f, "closed after {got} bytes, before a whole hello"),
+            Stray::Silent { after, got: 0 } => {
+                write!(f, "sent nothing within {} s", after.as_secs_f64())
+            }
+            Stray::Silent { after, got } => write!(
+                f,
+                "sent {got} bytes but no whole hello within {} s",
+                after.as_secs_f64()
+            ),
+            Stray::TooLong { first, .. } => {
+                write!(f, "sent {} (not a hurtle peer)", glimpse(first))
+            }
+            Stray::EmptyFrame => write!(f, "sent an empty frame (not a hurtle peer)"),
+            Stray::Malformed { error, first } => {
+                write!(f, "sent {} (not a hurtle peer: {error})", glimpse(first))
+            }
+            Stray::NotHello { name } => {
+                write!(f, "sent {name} before any key agreement (not a hurtle sender)")
+            }
+            Stray::OtherVersion { version } => write!(
+                f,
+                "a hurtle peer of protocol version {version} (this receiver speaks {}); told so",
+                wire::VERSION
+            ),
+            Stray::Agreement { reason, .. } => write!(f, "failed the key agreement: {reason}"),
+            Stray::NotHurtle { magic } => write!(
+                f,
+                "sent a hello with magic {} (not a hurtle peer)",
+                glimpse(magic)
+            ),
+            Stray::Busy { limit } => write!(
+                f,
+                "closed at once: {limit} connections were already being greeted"
+            ),
+            Stray::Io(e) => write!(f, "socket error: {e}"),
+        }
+    }
+}
+
+/// The first line of `bytes`, quoted, with bytes that are not printable ASCII escaped.
+fn glimpse(bytes: &[u8]) -> String {
+    let line = bytes
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .filter(|&end| end > 0)
+        .map_or(bytes, |end| &bytes[..end]);
+    let mut s = String::from("'");
+    for &b in line.iter().take(GLIMPSE) {
+        match b {
+            b' '..=b'~' if b != b'\'' && b != b'\\' => s.push(char::from(b)),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if line.len() > GLIMPSE {
+        s.push_str("...");
+    }
+    s.push('\'');
+    s
+}
+
+/// Greets a new control connection: reads its first message, within `deadline`, runs the key
+/// agreement with `gate`'s keys, and decides whether the peer is an authenticated hurtle sender
+/// ([`Greeted`]) or a stray ([`Stray`]).
+///
+/// Reads exactly the first frame and nothing more, so what follows it (the manifest, which a
+/// sender sends without waiting) is left for the session. A hello with another magic is
+/// answered with a `Reject` (best effort) before it counts as a stray. Leaves the stream
+/// without a read or write timeout.
+///
+/// This is the step an authenticated key agreement replaces: everything that fails in here is
+/// a stranger's doing and is ignored; what fails after it is the session's error.
+pub fn greet(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    gate: &Gatekeeper,
+) -> Result<Greeted, Stray> {
+    let result = greet_inner(stream, deadline, gate);
+    let _ = stream.set_read_timeout(None);
+    let _ = stream.set_write_timeout(None);
+    result
+}
+
+fn greet_inner(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    gate: &Gatekeeper,
+) -> Result<Greeted, Stray> {
+    let started = Instant::now();
+    let mut r = Reading {
+        stream,
+        deadline,
+        grace: deadline.saturating_duration_since(started),
+        got: 0,
+        first: Vec::new(),
+    };
+    let mut prefix = [0u8; 4];
+    r.fill(&mut prefix)?;
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len == 0 {
+        return Err(Stray::EmptyFrame);
+    }
+    if len > MAX_HELLO_FRAME {
+        r.glimpse_more();
+        return Err(Stray::TooLong {
+            len,
+            first: r.first,
+        });
+    }
+    let mut body = vec![0u8; len];
+    r.fill(&mut body)?;
+    let msg = Control::from_body(&body).map_err(|e| Stray::Malformed {
+        error: e.to_string(),
+        first: r.first.clone(),
+    })?;
+    let told = |stream: &mut TcpStream, reason: String| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = stream.set_write_timeout(Some(left.max(Duration::from_millis(10))));
+        let _ = stream.write_all(&Control::Reject { reason }.to_frame());
+    };
+    match &msg {
+        Control::Hello { magic, version, .. } | Control::Agree { magic, version, .. }
+            if *magic != wire::MAGIC =>
+        {
+            told(r.stream, format!(
+                "not a hurtle {} sender (magic {magic:?}, version {version}): use the same hurtle version on both sides",
+                wire::VERSION
+            ));
+            Err(Stray::NotHurtle { magic: *magic })
+        }
+        Control::Hello { version, .. } | Control::Agree { version, .. }
+            if *version != wire::VERSION =>
+        {
+            told(r.stream, format!(
+                "this receiver speaks hurtle protocol version {}, the sender {version}: use the same hurtle version on both sides",
+                wire::VERSION
+            ));
+            Err(Stray::OtherVersion { version: *version })
+        }
+        Control::Agree { .. } => {
+            let accepted = agree::answer(r.stream, &gate.keys, gate.plain_data, &msg, deadline)
+                .map_err(|refusal| Stray::Agreement {
+                    reason: refusal.reason,
+                    code_try: refusal.code_try,
+                })?;
+            Ok(Greeted {
+                hello: accepted.hello,
+                keys: accepted.keys,
+                key_name: accepted.key_name,
+            })
+        }
+        other => Err(Stray::NotHello { name: other.name() }),
+    }
+}
+
+/// Reads within a deadline, keeping the first bytes for the log.
+struct Reading<'a> {
+    stream: &'a mut TcpStream,
+    deadline: Instant,
+    grace: Duration,
+    got: usize,
+    first: Vec<u8>,
+}
+
+impl Reading<'_> {
+    /// Fills `buf` entirely, or says why not.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), Stray> {
+        let mut at = 0;
+        while at < buf.len() {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.silent());
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(Stray::Io)?;
+            match self.stream.read(&mut buf[at..]) {
+                Ok(0) => return Err(Stray::Closed { got: self.got }),
+                Ok(n) => {
+                    self.keep(&buf[at..at + n]);
+                    at += n;
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::Interrupted => {}
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        return Err(self.silent())
+                    }
+                    io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::UnexpectedEof => return Err(Stray::Closed { got: self.got }),
+                    _ => return Err(Stray::Io(e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        self.got += bytes.len();
+        let room = (2 * GLIMPSE).saturating_sub(self.first.len());
+        self.first
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// Reads what more is already there, without waiting, only to show it in the log (a
+    /// request line rather than its first four bytes).
+    fn glimpse_more(&mut self) {
+        let mut more = [0u8; 2 * GLIMPSE];
+        if self.stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if let Ok(n) = self.stream.read(&mut more) {
+            self.keep(&more[..n]);
+        }
+        let _ = self.stream.set_nonblocking(false);
+    }
+
+    fn silent(&self) -> Stray {
+        Stray::Silent {
+            after: self.grace,
+            got: self.got,
+        }
+    }
+}
+
+/// How the front door admits connections.
+#[derive(Debug, Clone, Copy)]
+pub struct DoorLimits {
+    /// How long a connection has to greet ([`GREETING_GRACE`]).
+    pub grace: Duration,
+    /// How many connections may be greeted at once ([`MAX_UNGREETED`]).
+    pub max_ungreeted: usize,
+}
+
+impl Default for DoorLimits {
+    fn default() -> Self {
+        DoorLimits {
+            grace: GREETING_GRACE,
+            max_ungreeted: MAX_UNGREETED,
+        }
+    }
+}
+
+/// The receiver's front door: a thread that accepts connections on a listener, greets each in a
+/// thread of its own and queues the greeted ones for [`FrontDoor::next`].
+///
+/// Dropping it stops the accepting thread (greetings under way end by their deadline).
+pub struct FrontDoor {
+    arrivals: crossbeam_channel::Receiver<Result<Arrival, SessionError>>,
+    strays: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    /// Where to connect to wake the accepting thread from `accept` when stopping.
+    wake: Option<SocketAddr>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FrontDoor {
+    /// Starts accepting on `listener`.
+    pub fn open(
+        listener: TcpListener,
+        limits: DoorLimits,
+        gate: Gatekeeper,
+    ) -> io::Result<FrontDoor> {
+        let wake = listener.local_addr().ok().map(|a| {
+            let ip = match a.ip() {
+                std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                }
+                std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                }
+                ip => ip,
+            };
+            SocketAddr::new(ip, a.port())
+        });
+        let (tx, arrivals) = crossbeam_channel::unbounded();
+        let strays = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let door = Door {
+            listener,
+            limits,
+            arrivals: tx,
+            strays: strays.clone(),
+            stop: stop.clone(),
+            ungreeted: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(gate),
+            code_tries: Arc::new(AtomicU64::new(0)),
+        };
+        let thread = std::thread::Builder::new()
+            .name("accept".into())
+            .spawn(move || door.run())?;
+        Ok(FrontDoor {
+            arrivals,
+            strays,
+            stop,
+            wake,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits for the next greeted connection. An error is one `accept` failed with (not a
+    /// stray's: those are dropped and counted; the door keeps accepting after it), or the code
+    /// spent by too many wrong tries ([`SessionError::CodeSpent`]).
+    pub fn next(&self) -> Result<Arrival, SessionError> {
+        self.arrivals.recv().unwrap_or_else(|_| {
+            Err(SessionError::io(
+                "accept",
+                io::Error::other("the accepting thread ended"),
+            ))
+        })
+    }
+
+    /// Strays dropped since the last call (or since the door opened).
+    pub fn take_strays(&self) -> u64 {
+        self.strays.swap(0, Ordering::Relaxed)
+    }
+
+    /// Strays dropped and not yet taken.
+    pub fn strays(&self) -> u64 {
+        self.strays.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for FrontDoor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the thread from `accept`; it sees `stop` and ends. If the connection cannot be
+        // made, the thread is left to end at its next connection rather than waited for.
+        let woken = self
+            .wake
+            .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok());
+        if let Some(t) = self.thread.take().filter(|_| woken) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The accepting thread's side of the [`FrontDoor`].
+struct Door {
+    listener: TcpListener,
+    limits: DoorLimits,
+    arrivals: crossbeam_channel::Sender<Result<Arrival, SessionError>>,
+    strays: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    ungreeted: Arc<AtomicUsize>,
+    gate: Arc<Gatekeeper>,
+    /// Failed agreements with the code.
+    code_tries: Arc<AtomicU64>,
+}
+
+/// One connection in its greeting, counted in [`Door::ungreeted`] until dropped.
+struct Greeting(Arc<AtomicUsize>);
+
+impl Drop for Greeting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Door {
+    fn run(self) {
+        loop {
+            let accepted = self.listener.accept();
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match accepted {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) => match e.kind() {
+                    // The peer gave up between its connect and our accept: nothing to do.
+                    io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::Interrupted => {}
+                    _ => {
+                        // Out of descriptors, say: the receiver is told (a one-shot receiver
+                        // ends with it), and the door tries again after a pause rather than
+                        // spinning on the same error.
+                        if self.arrivals.send(Err(SessionError::io("accept", e))).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                },
+            }
+        }
+    }
+
+    fn admit(&self, stream: TcpStream, peer: SocketAddr) {
+        if self.ungreeted.fetch_add(1, Ordering::Relaxed) >= self.limits.max_ungreeted {
+            self.ungreeted.fetch_sub(1, Ordering::Relaxed);
+            self.dropped(
+                peer,
+                &Stray::Busy {
+                    limit: self.limits.max_ungreeted,
+                },
+            );
+            return;
+        }
+        let slot = Greeting(self.ungreeted.clone());
+        let deadline = Instant::now() + self.limits.grace;
+        let arrivals = self.arrivals.clone();
+        let strays = self.strays.clone();
+        let gate = self.gate.clone();
+        let code_tries = self.code_tries.clone();
+        let spawned = std::thread::Builder::new()
+            .name("greet".into())
+            .spawn(move || {
+                let _slot = slot;
+                let mut stream = stream;
+                match greet(&mut stream, deadline, &gate) {
+                    Ok(greeted) => {
+                        let _ = arrivals.send(Ok(Arrival {
+                            stream,
+                            peer,
+                            greeted,
+                        }));
+                    }
+                    // Counted before it is closed, so whoever sees it closed sees it counted.
+                    Err(why) => {
+                        count_stray(&strays, peer, &why);
+                        if let Stray::Agreement { code_try: true, .. } = why {
+                            let tries = code_tries.fetch_add(1, Ordering::Relaxed) + 1;
+                            if tries == u64::from(CODE_TRIES) {
+                                let _ = arrivals.send(Err(SessionError::CodeSpent(CODE_TRIES)));
+                            }
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            // The closure, and with it the stream and the slot, are gone already.
+            self.dropped(peer, &Stray::Io(e));
+        }
+    }
+
+    fn dropped(&self, peer: SocketAddr, why: &Stray) {
+        count_stray(&self.strays, peer, why);
+    }
+}
+
+/// Counts and logs a dropped stray.
+fn count_stray(strays: &AtomicU64, peer: SocketAddr, why: &Stray) {
+    strays.fetch_add(1, Ordering::Relaxed);
+    if why.is_foreign() {
+        tracing::warn!("stray connection from {peer} dropped: {why}");
+    } else {
+        tracing::info!("stray connection from {peer} dropped: {why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(magic: [u8; 4], version: u16) -> Control {
+        Control::Hello {
+            magic,
+            version,
+            caps: 0,
+            channels: 1,
+            payload: 1384,
+            block_size: 1 << 20,
+            session: 7,
+        }
+    }
+
+    /// A connected pair on loopback: (the peer's end, the greeted end).
+    fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    /// Greets what `send` writes (then closes, unless `hold`), with `grace`.
+    fn greet_after(
+        send: &[u8],
+        hold: bool,
+        grace: Duration,
+    ) -> (Result<Greeted, Stray>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut client, mut server) = pair(&listener);
+        client.write_all(send).unwrap();
+        if !hold {
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        (greet(&mut server, Instant::now() + grace, &gate()), client)
+    }
+
+    const CODE: &str = "1-purple-sausage";
+
+    fn gate() -> Gatekeeper {
+        Gatekeeper {
+            keys: Keyring::code(CODE),
+            plain_data: false,
+        }
+    }
+
+    /// A real sender on `client`: the agreement with `code`, then its sealed hello and `then`.
+    fn sender(
+        mut client: TcpStream,
+        code: &'static str,
+        then: Control,
+    ) -> std::thread::JoinHandle<Result<(), SessionError>> {
+        std::thread::spawn(move || {
+            let secret = hurtle_proto::secure::Secret::code(code);
+            let mut keys = agree::offer(&mut client, &secret, false, Duration::from_secs(5))?;
+            client
+                .write_all(&keys.frames_out.seal(&hello(wire::MAGIC, wire::VERSION)))
+                .unwrap();
+            client.write_all(&keys.frames_out.seal(&then)).unwrap();
+            // Held open until the test is done with it.
+            std::thread::sleep(Duration::from_millis(500));
+            Ok(())
+        })
+    }
+
+    const GRACE: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_sender_with_the_code_is_greeted_and_what_follows_its_hello_is_left_unread() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (client, mut server) = pair(&listener);
+        let s = sender(client, CODE, Control::Done);
+        let mut greeted = greet(&mut server, Instant::now() + GRACE, &gate()).unwrap();
+        assert_eq!(greeted.hello, hello(wire::MAGIC, wire::VERSION));
+        assert_eq!(greeted.key_name, "code");
+        let next =
+            crate::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE).unwrap();
+        assert_eq!(
+            next,
+            Control::Done,
+            "the frame after the hello is the session's"
+        );
+        s.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_wrong_code_is_a_stray_that_costs_a_try() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (client, mut server) = pair(&listener);
+        let s = sender(client, "1-purple-sausages", Control::Done);
+        let why = greet(&mut server, Instant::now() + GRACE, &gate()).unwrap_err();
+        assert!(
+            matches!(why, Stray::Agreement { code_try: true, .. }),
+            "{why:?}"
+        );
+        assert!(matches!(
+            s.join().unwrap(),
+            Err(SessionError::NotAuthenticated(_))
+        ));
+    }
+
+    #[test]
+    fn a_peer_of_another_version_is_told_and_dropped() {
+        for first in [
+            hello(wire::MAGIC, wire::VERSION - 1),
+            Control::Agree {
+                magic: wire::MAGIC,
+                version: wire::VERSION + 1,
+                key_id: [0; 8],
+                pake: vec![1; 33],
+                confirm: vec![],
+                plain_data: false,
+            },
+        ] {
+            let (got, mut c) = greet_after(&first.to_frame(), true, GRACE);
+            assert!(matches!(got, Err(Stray::OtherVersion { .. })), "{got:?}");
+            let told = crate::control::read_frame(&mut c, GRACE).unwrap();
+            assert!(
+                matches!(&told, Control::Reject { reason } if reason.contains("version")),
+                "{told:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_stray() {
+        // Its "length prefix" is small, its body no message.
+        let (got, _c) = greet_after(
+            &[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            true,
+            GRACE,
+        );
+        let why = got.unwrap_err();
+        assert!(matches!(why, Stray::Malformed { .. }), "{why:?}");
+        let said = why.to_string();
+        assert!(said.contains("'\\x00\\x00\\x00\\x08\\xff"), "{said}");
+        assert!(said.contains("not a hurtle peer"), "{said}");
+    }
+
+    #[test]
+    fn an_http_request_is_a_stray_shown_by_its_request_line() {
+        let (got, _c) = greet_after(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", true, GRACE);
+        let why = got.unwrap_err();
+        assert!(
+            matches!(
+                why,
+                Stray::TooLong {
+                    len: 1_195_725_856,
+                    ..
+                }
+            ),
+            "{why:?}"
+        );
+        assert_eq!(why.to_string(), "sent 'GET / HTTP/1.1' (not a hurtle peer)");
+        assert!(why.is_foreign());
+    }
+
+    #[test]
+    fn a_huge_length_prefix_is_a_stray_read_no_further() {
+        let (got, _c) = greet_after(&[0xff; 4], true, GRACE);
+        let why = got.unwrap_err();
+        assert!(
+            matches!(
+                why,
+                Stray::TooLong {
+                    len: 0xffff_ffff,
+                    ..
+                }
+            ),
+            "{why:?}"
+        );
+        assert_eq!(
+            why.to_string(),
+            "sent '\\xff\\xff\\xff\\xff' (not a hurtle peer)"
+        );
+        // Longer than a hello, though within the session's frame limit: a stray too.
+        let prefix = ((MAX_HELLO_FRAME + 1) as u32).to_be_bytes();
+        let (got, _c) = greet_after(&prefix, true, GRACE);
+        assert!(matches!(got, Err(Stray::TooLong { .. })), "{got:?}");
+    }
+
+    #[test]
+    fn a_zero_length_frame_is_a_stray() {
+        let (got, _c) = greet_after(&[0; 4], true, GRACE);
+        assert!(matches!(got, Err(Stray::EmptyFrame)), "{got:?}");
+    }
+
+    #[test]
+    fn another_first_message_is_a_stray() {
+        let (got, _c) = greet_after(&Control::Done.to_frame(), true, GRACE);
+        let why = got.unwrap_err();
+        assert!(matches!(why, Stray::NotHello { name: "Done" }), "{why:?}");
+    }
+
+    #[test]
+    fn a_hello_without_the_magic_is_a_stray_told_why() {
+        let (got, mut client) =
+            greet_after(&hello(*b"NOPE", wire::VERSION).to_frame(), true, GRACE);
+        let why = got.unwrap_err();
+        assert!(
+            matches!(why, Stray::NotHurtle { magic } if &magic == b"NOPE"),
+            "{why:?}"
+        );
+        client.set_read_timeout(Some(GRACE)).unwrap();
+        match crate::control::read_frame(&mut client, GRACE) {
+            Ok(Control::Reject { reason }) => assert!(reason.contains("not a hurtle"), "{reason}"),
+            other => panic!("expected a Reject, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn silence_until_the_deadline_is_a_stray() {
+        let grace = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let (got, _c) = greet_after(&[], true, grace);
+        let waited = t0.elapsed();
+        assert!(matches!(got, Err(Stray::Silent { got: 0, .. })), "{got:?}");
+        assert!(waited >= grace && waited < grace * 10, "{waited:?}");
+        // Half a hello, then nothing: silent too, and the deadline is not renewed by the bytes.
+        let frame = hello(wire::MAGIC, wire::VERSION).to_frame();
+        let (got, _c) = greet_after(&frame[..frame.len() - 1], true, grace);
+        assert!(
+            matches!(got, Err(Stray::Silent { got, .. }) if got == frame.len() - 1),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn an_immediate_close_is_a_stray() {
+        let (got, _c) = greet_after(&[], false, GRACE);
+        let why = got.unwrap_err();
+        assert!(matches!(why, Stray::Closed { got: 0 }), "{why:?}");
+        assert!(!why.is_foreign());
+        let (got, _c) = greet_after(&[0, 0, 0, 100, 7, 7], false, GRACE);
+        assert!(matches!(got, Err(Stray::Closed { got: 6 })), "{got:?}");
+    }
+
+    #[test]
+    fn the_door_drops_strays_and_hands_over_the_sender_after_them() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let door = FrontDoor::open(
+            listener,
+            DoorLimits {
+                grace: Duration::from_secs(2),
+                max_ungreeted: 32,
+            },
+            gate(),
+        )
+        .unwrap();
+        let strays: Vec<&[u8]> = vec![
+            b"\x00\x00\x00\x08\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            &[0xff; 4],
+            &[0; 4],
+        ];
+        let mut held = Vec::new();
+        for bytes in &strays {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(bytes).unwrap();
+            held.push(c);
+        }
+        // Silent ones, one closed at once.
+        for _ in 0..3 {
+            held.push(TcpStream::connect(addr).unwrap());
+        }
+        drop(TcpStream::connect(addr).unwrap());
+        // The real sender comes while the silent ones still hold their connections.
+        let real = TcpStream::connect(addr).unwrap();
+        let real_addr = real.local_addr().unwrap();
+        let _real = sender(real, CODE, Control::KeepAlive);
+        let t0 = Instant::now();
+        let arrival = door.next().unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_millis(1500),
+            "the sender waited for the silent ones: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(arrival.greeted.hello, hello(wire::MAGIC, wire::VERSION));
+        assert_eq!(arrival.peer, real_addr);
+        // Every stray is counted once the silent ones' grace is over.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while door.strays() < 8 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(door.take_strays(), 8);
+        assert_eq!(door.take_strays(), 0, "taken");
+    }
+
+    #[test]
+    fn beyond_the_bound_a_connection_is_closed_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let door = FrontDoor::open(
+            listener,
+            DoorLimits {
+                grace: Duration::from_secs(5),
+                max_ungreeted: 2,
+            },
+            gate(),
+        )
+        .unwrap();
+        let _silent: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        // Both are being greeted before the third comes.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut third = TcpStream::connect(addr).unwrap();
+        third
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let t0 = Instant::now();
+        let mut buf = [0u8; 1];
+        let n = third.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "closed");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        assert_eq!(door.strays(), 1);
+        drop(door);
+    }
+}
