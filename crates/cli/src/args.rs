@@ -48,6 +48,17 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Write manual pages (hurtle.1 and one per command) into a directory, or hurtle.1 on stdout.
     Man(ManArgs),
+    /// Make a new key (for a receiver that serves several transfers: `receive --keys`, and
+    /// `send --key`).
+    Keygen(KeygenArgs),
+}
+
+/// `hurtle keygen`.
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// Write the key into this file (created readable by its owner only) instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `--color`.
@@ -161,6 +172,18 @@ pub struct ReceiveArgs {
     /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     pub buffer_memory: u64,
+    /// The code the sender must give (default: a new one, printed; not with --keys alone)
+    /// [env: HURTLE_CODE]
+    #[arg(long)]
+    pub code: Option<String>,
+    /// Accept senders holding one of the keys in this file (one `hurtle-key-...` per line,
+    /// optionally followed by a name for the log; made by `hurtle keygen`). For --serve.
+    #[arg(long, value_name = "FILE", conflicts_with = "relay")]
+    pub keys: Option<PathBuf>,
+    /// Agree to send data unencrypted, if the sender asks too (control messages stay
+    /// encrypted and everything stays authenticated). For links you own.
+    #[arg(long)]
+    pub no_encryption: bool,
     /// Who writes complete blocks: `auto` (a writer thread on a disk, the channel threads on
     /// tmpfs), `always` the writer thread, `never`. For tests and comparisons.
     #[arg(long, hide = true, value_enum, default_value = "auto")]
@@ -198,14 +221,23 @@ pub struct SendArgs {
     pub paths: Vec<PathBuf>,
     /// The receiver's address, HOST[:PORT] (port 7400 when not given).
     #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_to,
-          required_unless_present = "code", conflicts_with = "code")]
+          required_unless_present = "code")]
     pub to: Option<HostPort>,
-    /// The code the receiver printed (it registered with a relay).
+    /// The code the receiver printed; without --to, the receiver is found through a relay
+    /// [env: HURTLE_CODE]
     #[arg(long)]
     pub code: Option<String>,
+    /// A key file the receiver accepts (`hurtle keygen`), instead of a code.
+    #[arg(long, value_name = "FILE", conflicts_with = "code")]
+    pub key: Option<PathBuf>,
+    /// Ask to send data unencrypted; done only if the receiver agrees with its own
+    /// --no-encryption (control messages stay encrypted, everything stays authenticated).
+    #[arg(long)]
+    pub no_encryption: bool,
     /// The relay the receiver registered with, HOST[:PORT] (with --code) [env: HURTLE_RELAY]
     /// [default: the configuration file's relay]
-    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_relay_target, requires = "code")]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_relay_target, requires = "code",
+          conflicts_with = "to")]
     pub relay: Option<HostPort>,
     /// Never connect directly: go through the relay (for tests).
     #[arg(long, hide = true, requires = "code")]

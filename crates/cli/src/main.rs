@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Relay(a) => cmd::relay::run(a),
         Command::Completions(a) => cmd::docs::completions(a),
         Command::Man(a) => cmd::docs::man(a),
+        Command::Keygen(a) => cmd::keys::keygen(a),
     });
     match outcome {
         Ok(()) => ExitCode::from(exit::OK),

@@ -14,7 +14,8 @@ use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
 use hurtle_engine::dial::Dialer;
-use hurtle_engine::{OwnPorts, ReceiveSummary, Receiver, SessionError};
+use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, SessionError};
+use hurtle_proto::secure::Secret;
 use hurtle_relay::client::{self, AgentEvent};
 use hurtle_relay::code::DEFAULT_WORDS;
 use hurtle_relay::Code;
@@ -34,10 +35,12 @@ pub fn receive(
     receiver: Receiver,
     bound: SocketAddr,
     own_ports: Arc<OwnPorts>,
+    keyring: Keyring,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
     let reg = client::register(relay_addr, bound, DEFAULT_WORDS)?;
     let code = reg.code.clone();
+    keyring.add("code", Secret::code(&code.to_string()));
     let ttl = reg.ttl_secs;
     // One write, so that a reader of the pipe never sees half the code.
     let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
@@ -132,6 +135,8 @@ pub struct Paired {
     pub dialer: Arc<dyn Dialer>,
     /// For the summary.
     pub info: PathInfo,
+    /// The code, as the key agreement's secret.
+    pub secret: Secret,
 }
 
 /// `hurtle send --code --relay`: looks the code up, tries a direct path, else relays. Returns
@@ -165,6 +170,7 @@ pub fn pair(
         to,
         Paired {
             dialer: found.into_dialer(direct),
+            secret: Secret::code(&code.to_string()),
             info: PathInfo {
                 path,
                 relay: relay.to_string(),

@@ -355,6 +355,14 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
         rate(s.rate.final_bps as f64), s.rate.mode
     ));
+    say(
+        out,
+        if s.encrypted {
+            "encrypted: control and data (AES-256-GCM), authenticated by the code or key"
+        } else {
+            "encrypted: control only (both sides gave --no-encryption); authenticated by the code or key"
+        },
+    );
     if let Some(b) = &s.bottleneck {
         say(out, &format!("limited by {}", b.detail));
     }
@@ -404,11 +412,23 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
         bytes(s.bytes), s.files, s.dirs, not_sent(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
     ),
     );
+    let encrypted = if s.encrypted {
+        "control and data (AES-256-GCM)"
+    } else {
+        "control only (both sides gave --no-encryption)"
+    };
+    say(
+        out,
+        &format!(
+            "encrypted: {encrypted}; {} forged, changed or replayed datagrams dropped",
+            s.unauthentic
+        ),
+    );
     if s.strays > 0 {
         say(
             out,
             &format!(
-                "{} stray connection{} dropped before the transfer (not hurtle senders, or silent)",
+                "{} connection{} turned away before the transfer (not hurtle senders, silent, or without the code or key)",
                 s.strays,
                 if s.strays == 1 { "" } else { "s" }
             ),

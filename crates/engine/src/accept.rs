@@ -190,7 +190,10 @@ impl fmt::Display for Stray {
                 write!(f, "sent {} (not a hurtle peer: {error})", glimpse(first))
             }
             Stray::NotHello { name } => {
-                write!(f, "sent {name} before any key agreement (not a hurtle sender)")
+                write!(
+                    f,
+                    "sent {name} before any key agreement (not a hurtle sender)"
+                )
             }
             Stray::OtherVersion { version } => write!(
                 f,
@@ -549,7 +552,11 @@ impl Door {
                         // Out of descriptors, say: the receiver is told (a one-shot receiver
                         // ends with it), and the door tries again after a pause rather than
                         // spinning on the same error.
-                        if self.arrivals.send(Err(SessionError::io("accept", e))).is_err() {
+                        if self
+                            .arrivals
+                            .send(Err(SessionError::io("accept", e)))
+                            .is_err()
+                        {
                             return;
                         }
                         std::thread::sleep(Duration::from_millis(100));

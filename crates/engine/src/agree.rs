@@ -14,43 +14,48 @@ use hurtle_proto::secure::{self, AgreeError, KeyId, Offer, Secret, SessionKeys};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::Write;
 use std::net::TcpStream;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// Failed agreements a code survives; the next one spends it (a code has about 29 bits, so
 /// three online guesses leave an attacker about one chance in 180 million).
 pub const CODE_TRIES: u32 = 3;
 
-/// What a receiver accepts: a code, and named keys (from a key file).
+/// What a receiver accepts: a code, and named keys (from a key file). Clones share their
+/// contents, so a code known only after the receiver started listening (one a relay gave it)
+/// can still be added ([`Keyring::add`]).
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
-    entries: Vec<(String, Secret)>,
+    entries: Arc<RwLock<Vec<(String, Secret)>>>,
 }
 
 impl Keyring {
     /// A keyring holding one code.
     pub fn code(code: &str) -> Keyring {
-        Keyring {
-            entries: vec![("code".into(), Secret::code(code))],
-        }
+        let k = Keyring::default();
+        k.add("code", Secret::code(code));
+        k
     }
 
-    /// Adds a key under `name` (for the logs: which sender came).
-    pub fn add(&mut self, name: impl Into<String>, secret: Secret) {
-        self.entries.push((name.into(), secret));
+    /// Adds a secret under `name` (for the logs: which sender came; `code` for a code).
+    pub fn add(&self, name: impl Into<String>, secret: Secret) {
+        if let Ok(mut e) = self.entries.write() {
+            e.push((name.into(), secret));
+        }
     }
 
     /// Whether it holds nothing (a receiver then refuses to start).
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.read().map_or(true, |e| e.is_empty())
     }
 
-    /// Whether it holds a code (whose tries are limited).
-    pub fn has_code(&self) -> bool {
-        self.entries.iter().any(|(_, s)| s.is_code())
-    }
-
-    fn find(&self, id: KeyId) -> Option<&(String, Secret)> {
-        self.entries.iter().find(|(_, s)| s.id() == id)
+    fn find(&self, id: KeyId) -> Option<(String, Secret)> {
+        self.entries
+            .read()
+            .ok()?
+            .iter()
+            .find(|(_, s)| s.id() == id)
+            .cloned()
     }
 }
 
@@ -133,7 +138,7 @@ pub fn answer(
     };
     let code_try = secret.is_code();
     let failed = |reason: String| Refusal { reason, code_try };
-    let (mut session, reply) = secure::answer(secret, first, plain_data)
+    let (mut session, reply) = secure::answer(&secret, first, plain_data)
         .map_err(|e| failed(format!("key agreement: {e}")))?;
     write_frame(stream, &reply).map_err(|e| failed(describe(&e, "left")))?;
     let left = deadline.saturating_duration_since(Instant::now());
@@ -158,7 +163,7 @@ pub fn answer(
     Ok(Accepted {
         keys: session,
         hello,
-        key_name: name.clone(),
+        key_name: name,
     })
 }
 
@@ -190,15 +195,28 @@ mod tests {
     fn receive(mut s: TcpStream, keys: Keyring, secs: u64) -> Result<Accepted, Refusal> {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let first = read_frame(&mut s, Duration::from_secs(5)).unwrap();
-        answer(&mut s, &keys, false, &first, Instant::now() + Duration::from_secs(secs))
+        answer(
+            &mut s,
+            &keys,
+            false,
+            &first,
+            Instant::now() + Duration::from_secs(secs),
+        )
     }
 
     #[test]
     fn the_right_code_opens_a_session_and_the_hello_is_read() {
         let (mut s, r) = pair();
         let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
-        let mut keys = offer(&mut s, &Secret::code("12-A-B"), false, Duration::from_secs(5)).unwrap();
-        s.write_all(&keys.frames_out.seal(&Control::KeepAlive)).unwrap();
+        let mut keys = offer(
+            &mut s,
+            &Secret::code("12-A-B"),
+            false,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
         let got = rx.join().unwrap().unwrap();
         assert_eq!(got.hello, Control::KeepAlive);
         assert_eq!(got.key_name, "code");
@@ -208,7 +226,13 @@ mod tests {
     fn a_wrong_code_fails_on_both_sides_and_costs_a_try() {
         let (mut s, r) = pair();
         let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
-        let err = offer(&mut s, &Secret::code("12-a-c"), false, Duration::from_secs(5)).unwrap_err();
+        let err = offer(
+            &mut s,
+            &Secret::code("12-a-c"),
+            false,
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
         assert!(matches!(err, SessionError::NotAuthenticated(_)), "{err}");
         drop(s);
         let refusal = rx.join().unwrap().unwrap_err();
@@ -217,7 +241,7 @@ mod tests {
 
     #[test]
     fn an_unknown_key_is_told_and_refused() {
-        let mut ring = Keyring::default();
+        let ring = Keyring::default();
         ring.add("alice", Secret::key([1; 32]));
         let (mut s, r) = pair();
         let rx = std::thread::spawn(move || receive(r, ring, 5));

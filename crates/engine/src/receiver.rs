@@ -33,8 +33,8 @@ use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
-use hurtle_proto::secure::{DataKey, PacketOpen};
 use hurtle_proto::layout::{check_block_ranges, count_blocks, union_ranges, MAX_BLOCKS};
+use hurtle_proto::secure::{DataKey, PacketOpen};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind};
 use hurtle_proto::{
     Admission, ChannelReceiver, Layout, RecvConfig, ReportBuilder, Verdict, Verifier,
@@ -381,9 +381,6 @@ impl Receiver {
     /// when the first sender says hello: in the hello's round trip it would inflate the
     /// sender's RTT estimate, and with it how slowly the sender's rate ramps up.
     pub fn bind(addr: SocketAddr, opts: ReceiveOptions) -> Result<Receiver, SessionError> {
-        if opts.keys.is_empty() {
-            return Err(SessionError::NoSecret);
-        }
         std::fs::create_dir_all(&opts.out_dir)
             .map_err(|e| SessionError::io(format!("create {}", opts.out_dir.display()), e))?;
         let listener =
@@ -439,6 +436,9 @@ impl Receiver {
     /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
     /// meanwhile and do not end the wait ([`crate::accept`]); the summary counts them.
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
+        if self.opts.keys.is_empty() {
+            return Err(SessionError::NoSecret);
+        }
         let mut fallbacks = 0;
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
@@ -486,9 +486,13 @@ impl Receiver {
             key: keys.data,
             encrypt: keys.encrypt_data,
         };
-        let (rx, tx, writer) =
-            crate::control::open(&stream, self.opts.idle_timeout, keys.frames_out, keys.frames_in)
-                .map_err(|e| SessionError::io("control connection", e))?;
+        let (rx, tx, writer) = crate::control::open(
+            &stream,
+            self.opts.idle_timeout,
+            keys.frames_out,
+            keys.frames_in,
+        )
+        .map_err(|e| SessionError::io("control connection", e))?;
         let result = self.run(hello, &rx, &tx, peer, local_ip, start, progress, &data);
         if let Err(e) = &result {
             if !e.peer_knows() {

@@ -20,8 +20,8 @@ use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
 use hurtle_proto::probe::{PayloadProbe, ProbeDecision};
-use hurtle_proto::secure::{self, DataKey, PacketSeal, Secret, TAG_LEN};
 use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
+use hurtle_proto::secure::{self, DataKey, PacketSeal, Secret, TAG_LEN};
 use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, Header, Kind, HEADER_LEN};
 use hurtle_proto::{
     rate, BlockTable, ChannelSender, Feedback, Layout, Pacer, RateConfig, RateController, RateMode,

@@ -116,11 +116,14 @@ fn demo(
     }
     let src_hash = hash_file(&src)?;
 
+    // Both ends hold the same new code, as a receiver that printed it and a sender given it.
+    let code = crate::cmd::keys::new_code();
     let receiver = Receiver::bind(
         "127.0.0.1:0".parse()?,
         ReceiveOptions {
             out_dir: in_dir.clone(),
             log_dir: out.log_dir.clone(),
+            keys: hurtle_engine::Keyring::code(&code),
             ..ReceiveOptions::default()
         },
     )?;
@@ -128,6 +131,7 @@ fn demo(
     let recv_thread = std::thread::spawn(move || receiver.accept_one(Default::default()));
     let mut opts = SendOptions {
         log_dir: out.log_dir.clone(),
+        secret: Some(hurtle_proto::secure::Secret::code(&code)),
         ..SendOptions::default()
     };
     if let Some(c) = channels {

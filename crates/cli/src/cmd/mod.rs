@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod docs;
+pub mod keys;
 pub mod receive;
 pub mod relay;
 pub mod send;

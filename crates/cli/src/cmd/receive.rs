@@ -2,6 +2,7 @@
 //! transfer until interrupted; with `--relay`, one transfer paired by code).
 
 use crate::args::{parse_relay_target, HostPort, ReceiveArgs, RECEIVER_PORT};
+use crate::cmd::keys;
 use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{self, Failure, Outcome};
@@ -32,7 +33,14 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         port: if relay.is_some() { 0 } else { RECEIVER_PORT },
     });
     let addr = resolve(&listen, "listening")?;
+    // The code: given, or new and printed (a relay's code comes from the relay); none when only
+    // keys are accepted.
+    let given = keys::given_code(&a.code);
+    let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
+    let code = if fresh { Some(keys::new_code()) } else { given };
     let opts = ReceiveOptions {
+        keys: keys::keyring(&a.keys, code.as_deref())?,
+        no_encryption: a.no_encryption,
         out_dir: out.clone(),
         overwrite: a.overwrite,
         log_dir: a.output.log_dir.clone(),
@@ -42,6 +50,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     };
     ui::log_engine_events(&a.output);
     let own_ports = opts.own_ports.clone();
+    let keyring = opts.keys.clone();
     let receiver = Receiver::bind(addr, opts)?;
     let bound = receiver.local_addr()?;
     let free = free.map_or(String::new(), |f| format!(" ({} free)", ui::bytes(f)));
@@ -53,7 +62,20 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         ),
     );
     if let Some(relay) = &relay {
-        return rendezvous::receive(&a.output, relay, receiver, bound, own_ports);
+        return rendezvous::receive(&a.output, relay, receiver, bound, own_ports, keyring);
+    }
+    if let Some(code) = code.as_deref().filter(|_| fresh) {
+        // Always, even with -q or --json: the sender needs it. One write, so that a reader of
+        // the pipe never sees half of it.
+        let _ =
+            std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
+        ui::say(
+            &a.output,
+            &format!(
+                "hurtle: on the sending host: hurtle send FILES --to THIS_HOST:{} --code {code}",
+                bound.port()
+            ),
+        );
     }
     loop {
         let (progress, bar) = ui::progress_bar(&a.output, "receiving");

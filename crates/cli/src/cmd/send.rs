@@ -1,6 +1,7 @@
 //! `hurtle send`: to an address (`--to`) or to a receiver found by code through a relay.
 
 use crate::args::{parse_channels, parse_rate, parse_relay_target, SendArgs};
+use crate::cmd::keys;
 use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{Failure, Outcome};
@@ -17,8 +18,11 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
         log_dir: a.output.log_dir.clone(),
         block_size: a.chunk_size,
         transport: a.transport.into(),
+        no_encryption: a.no_encryption,
         ..SendOptions::default()
     };
+    let code = keys::given_code(&a.code);
+    opts.secret = keys::sender_secret(&a.key, code.as_deref())?;
     if let Some(c) = a
         .channels
         .map_or_else(|| defaults.get("channels", parse_channels), |c| Ok(Some(c)))?
@@ -30,7 +34,14 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
     }
     a.rate.apply(&mut opts);
     let (to, path) = match (&a.to, &a.code) {
-        (Some(to), _) => (resolve(to, "receiver")?, None),
+        (Some(to), _) => {
+            if opts.secret.is_none() {
+                return Err(Failure::usage(
+                    "give the code the receiver printed: --code CODE (or HURTLE_CODE), or a key file with --key",
+                ));
+            }
+            (resolve(to, "receiver")?, None)
+        }
         (None, Some(code)) => {
             let relay = match &a.relay {
                 Some(r) => r.clone(),
@@ -43,6 +54,7 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
             };
             let (to, path) = rendezvous::pair(&a.output, &relay, code, a.relay_only)?;
             opts.dialer = Some(path.dialer.clone());
+            opts.secret = Some(path.secret.clone());
             (to, Some(path))
         }
         (None, None) => return Err(Failure::usage("give --to, or --code")),

@@ -13,6 +13,10 @@ pub fn tempdir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }
 
+/// The code every `hurtle` the suite starts is given (in `HURTLE_CODE`), unless a test gives
+/// its own.
+pub const TEST_CODE: &str = "1234-test-code-words";
+
 /// Longest any single transfer in this suite may take before the test fails.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 

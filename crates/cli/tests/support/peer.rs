@@ -1,5 +1,7 @@
-//! A control-connection peer driven by hand, to play a broken or hostile sender.
+//! A control-connection peer driven by hand, to play a broken or hostile sender. It passes the
+//! key agreement with the suite's code ([`super::TEST_CODE`]) and then speaks sealed frames.
 
+use hurtle_proto::secure::{FrameOpen, FrameSeal, Offer, Secret};
 use hurtle_proto::wire::{self, Control, Entry, EntryKind};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -15,14 +17,28 @@ pub fn read_frame(r: &mut impl Read) -> Option<Control> {
     Control::from_body(&body).ok()
 }
 
-/// One TCP control connection to a receiver, speaking [`Control`] frames directly.
+/// One TCP control connection to a receiver, speaking [`Control`] frames directly: sealed
+/// after the key agreement, or plain before it ([`RawPeer::connect_plain`]).
 pub struct RawPeer {
     stream: TcpStream,
+    keys: Option<(FrameSeal, FrameOpen)>,
 }
 
 impl RawPeer {
-    /// Connects; reads time out after 10 s so a silent receiver cannot hang the test.
+    /// Connects and passes the key agreement with the suite's code; reads time out after 10 s
+    /// so a silent receiver cannot hang the test.
     pub fn connect(addr: SocketAddr) -> RawPeer {
+        let mut peer = RawPeer::connect_plain(addr);
+        let (offer, first) = Offer::new(&Secret::code(super::TEST_CODE), false);
+        peer.send(&first);
+        let reply = peer.recv().expect("an answer to the key agreement");
+        let keys = offer.finish(reply).expect("the key agreement");
+        peer.keys = Some((keys.frames_out, keys.frames_in));
+        peer
+    }
+
+    /// Connects without the key agreement: everything it sends is plain.
+    pub fn connect_plain(addr: SocketAddr) -> RawPeer {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("connect to the receiver at {addr}: {e}"));
         stream
@@ -31,22 +47,37 @@ impl RawPeer {
         stream
             .set_write_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        RawPeer { stream }
+        RawPeer { stream, keys: None }
     }
 
-    /// Writes raw bytes.
+    /// Writes raw bytes (after the agreement, bytes the receiver cannot open).
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).unwrap();
     }
 
-    /// Writes one message.
+    /// Writes one message, sealed once the agreement is done.
     pub fn send(&mut self, msg: &Control) {
-        self.send_raw(&msg.to_frame());
+        let frame = match &mut self.keys {
+            Some((seal, _)) => seal.seal(msg),
+            None => msg.to_frame(),
+        };
+        self.send_raw(&frame);
     }
 
-    /// Reads the next message; `None` when the receiver closed the connection.
+    /// Reads the next message; `None` when the receiver closed the connection (or sent a
+    /// frame that does not open).
     pub fn recv(&mut self) -> Option<Control> {
-        read_frame(&mut self.stream)
+        match &mut self.keys {
+            None => read_frame(&mut self.stream),
+            Some((_, open)) => {
+                let mut prefix = [0u8; 4];
+                self.stream.read_exact(&mut prefix).ok()?;
+                let len = Control::frame_len(prefix).ok()?;
+                let mut body = vec![0u8; len];
+                self.stream.read_exact(&mut body).ok()?;
+                open.open(prefix, body).ok()
+            }
+        }
     }
 
     /// Sends a valid hello (one channel) and returns the receiver's answer.

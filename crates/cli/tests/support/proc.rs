@@ -75,6 +75,11 @@ impl Proc {
     }
 
     fn start(name: &str, mut cmd: Command) -> Proc {
+        // Every session is authenticated: both ends get the same code unless a test says
+        // otherwise (the tests of codes and keys set their own).
+        if !cmd.get_envs().any(|(k, _)| k == "HURTLE_CODE") {
+            cmd.env("HURTLE_CODE", super::TEST_CODE);
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

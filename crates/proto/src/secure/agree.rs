@@ -97,7 +97,10 @@ impl Secret {
 
     /// Parses [`key_text`](Self::key_text).
     pub fn parse_key(text: &str) -> Result<Secret, KeyError> {
-        let hex = text.trim().strip_prefix(KEY_PREFIX).ok_or(KeyError::Prefix)?;
+        let hex = text
+            .trim()
+            .strip_prefix(KEY_PREFIX)
+            .ok_or(KeyError::Prefix)?;
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(KeyError::Digits);
         }
@@ -227,11 +230,7 @@ impl Offer {
         let ours_plain = offered_plain(&self.body);
         let keys = Derived::new(&shared, &self.body, &reply_body);
         hmac::verify(&keys.confirm, b"receiver", &confirm).map_err(|_| AgreeError::WrongSecret)?;
-        Ok(keys.into_session(
-            Role::Sender,
-            !(ours_plain && theirs_plain),
-            self.secret_id,
-        ))
+        Ok(keys.into_session(Role::Sender, !(ours_plain && theirs_plain), self.secret_id))
     }
 }
 
@@ -289,7 +288,9 @@ fn offered(offer: &Control) -> Result<([u8; 8], &[u8], bool), AgreeError> {
         } => {
             check_header(*magic, *version)?;
             if !confirm.is_empty() {
-                return Err(AgreeError::Malformed("a sender's offer carries no confirmation"));
+                return Err(AgreeError::Malformed(
+                    "a sender's offer carries no confirmation",
+                ));
             }
             Ok((*key_id, pake, *plain_data))
         }
@@ -489,12 +490,21 @@ mod tests {
     fn keys_have_ids_codes_do_not() {
         let a = Secret::key([1; 32]);
         let text = Secret::key_text(&[1; 32]);
-        assert_eq!(Secret::parse_key(&format!("  {text}\n")).unwrap().id(), a.id());
+        assert_eq!(
+            Secret::parse_key(&format!("  {text}\n")).unwrap().id(),
+            a.id()
+        );
         assert_ne!(a.id(), KeyId::CODE);
         assert_ne!(a.id(), Secret::key([2; 32]).id());
         assert_eq!(Secret::code("1-a-b").id(), KeyId::CODE);
-        assert_eq!(Secret::parse_key("hurtle-key-12").unwrap_err(), KeyError::Digits);
-        assert_eq!(Secret::parse_key("ssh-ed25519 AAAA").unwrap_err(), KeyError::Prefix);
+        assert_eq!(
+            Secret::parse_key("hurtle-key-12").unwrap_err(),
+            KeyError::Digits
+        );
+        assert_eq!(
+            Secret::parse_key("ssh-ed25519 AAAA").unwrap_err(),
+            KeyError::Prefix
+        );
         let (s, r) = agree(&a, &a, (false, false)).unwrap();
         assert_eq!(s.key_id, r.key_id);
         assert!(matches!(

@@ -312,10 +312,19 @@ mod tests {
         let key = DataKey::new(&[3; 32]);
         let mut f = frame(1, 1, b"abc");
         key.sealer().seal(&mut f);
-        assert_eq!(key.opener(2).open(&mut f.clone()), Err(OpenError::Misdirected));
+        assert_eq!(
+            key.opener(2).open(&mut f.clone()),
+            Err(OpenError::Misdirected)
+        );
         let other = DataKey::new(&[4; 32]);
-        assert_eq!(other.opener(1).open(&mut f.clone()), Err(OpenError::Unauthentic));
-        assert_eq!(key.opener(1).open(&mut f[..HEADER_LEN + 3]), Err(OpenError::Short));
+        assert_eq!(
+            other.opener(1).open(&mut f.clone()),
+            Err(OpenError::Unauthentic)
+        );
+        assert_eq!(
+            key.opener(1).open(&mut f[..HEADER_LEN + 3]),
+            Err(OpenError::Short)
+        );
     }
 
     #[test]
@@ -326,7 +335,10 @@ mod tests {
         assert_eq!(open.open(&mut forged), Err(OpenError::Unauthentic));
         let mut real = frame(0, 5, b"y");
         key.sealer().seal(&mut real);
-        assert!(open.open(&mut real).is_ok(), "the forgery left the window at the start");
+        assert!(
+            open.open(&mut real).is_ok(),
+            "the forgery left the window at the start"
+        );
     }
 
     #[test]
@@ -338,7 +350,10 @@ mod tests {
         assert!(open.open(&mut probe).is_ok());
         let mut data = frame(0, 1, b"d");
         key.sealer().seal(&mut data);
-        assert!(open.open(&mut data).is_ok(), "data is not judged against probe numbers");
+        assert!(
+            open.open(&mut data).is_ok(),
+            "data is not judged against probe numbers"
+        );
     }
 
     #[test]
@@ -359,9 +374,13 @@ mod tests {
         let mut open = FrameOpen::new(&[9; 32]);
         let a = seal.seal(&Control::KeepAlive);
         let b = seal.seal(&Control::Done);
-        let split = |f: &[u8]| -> ([u8; 4], Vec<u8>) { (f[..4].try_into().unwrap(), f[4..].to_vec()) };
+        let split =
+            |f: &[u8]| -> ([u8; 4], Vec<u8>) { (f[..4].try_into().unwrap(), f[4..].to_vec()) };
         let (pb, bb) = split(&b);
-        assert!(matches!(open.open(pb, bb), Err(FrameError::Unauthentic)), "b before a");
+        assert!(
+            matches!(open.open(pb, bb), Err(FrameError::Unauthentic)),
+            "b before a"
+        );
         let (pa, ba) = split(&a);
         assert!(matches!(open.open(pa, ba), Ok(Control::KeepAlive)));
         let (pb, bb) = split(&b);
