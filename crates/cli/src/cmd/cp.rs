@@ -127,7 +127,11 @@ pub fn parse_operand(s: &str) -> Result<Operand, String> {
     Ok(Operand::Remote(Remote {
         user,
         host: host.to_string(),
-        path: if path.is_empty() { ".".into() } else { path.into() },
+        path: if path.is_empty() {
+            ".".into()
+        } else {
+            path.into()
+        },
     }))
 }
 
@@ -227,7 +231,10 @@ pub fn expand_sources(
     for p in paths {
         let meta = std::fs::metadata(p);
         if meta.is_err() && std::fs::symlink_metadata(p).is_err() {
-            return Err(storage(format!("no such file or directory: {}", p.display())));
+            return Err(storage(format!(
+                "no such file or directory: {}",
+                p.display()
+            )));
         }
         let contents = p.as_os_str().as_bytes().ends_with(b"/");
         if !(contents && meta.is_ok_and(|m| m.is_dir())) {
@@ -462,8 +469,7 @@ impl Far {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => {
-                    let words: Vec<String> =
-                        line.split_whitespace().map(str::to_string).collect();
+                    let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
                     if words.first().map(String::as_str) != Some(BANNER) {
                         skipped.push(line);
                         continue;
@@ -631,10 +637,7 @@ fn far_failure(code: Option<i32>, tail: &[String], dest: &str, remote_hurtle: &s
             u8::try_from(c).unwrap_or(exit::OTHER),
             format!("the far side on {dest} failed (exit {c}); its error is above"),
         ),
-        None => fail(
-            exit::OTHER,
-            format!("ssh to {dest} was ended by a signal"),
-        ),
+        None => fail(exit::OTHER, format!("ssh to {dest} was ended by a signal")),
     }
 }
 
@@ -698,7 +701,10 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
     if a.output.verbose {
         ui::say(
             &a.output,
-            &format!("hurtle: the far side receives on {to} (over ssh to {})", ssh.destination),
+            &format!(
+                "hurtle: the far side receives on {to} (over ssh to {})",
+                ssh.destination
+            ),
         );
     }
     let opts = send_options(flags, a.output.log_dir.clone(), &secret);
@@ -916,9 +922,14 @@ fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
     let opts = send_options(flags, None, &secret);
     let progress = Arc::new(Progress::default());
     interrupt::watch(&progress);
-    hurtle_engine::send(&paths, SocketAddr::new(client, port), &opts, progress.clone())
-        .map(drop)
-        .map_err(|e| session_failure(e, false, &progress))
+    hurtle_engine::send(
+        &paths,
+        SocketAddr::new(client, port),
+        &opts,
+        progress.clone(),
+    )
+    .map(drop)
+    .map_err(|e| session_failure(e, false, &progress))
 }
 
 #[cfg(test)]
@@ -958,8 +969,14 @@ mod tests {
         assert_eq!(code(&["h:a", "g:b"]), exit::USAGE);
         assert_eq!(code(&["h:a", "b", "c"]), exit::USAGE);
         assert_eq!(code(&["h:a", "g:b", "c"]), exit::USAGE);
-        assert!(matches!(plan(&ops(&["a", "b", "h:d"])), Ok(Plan::Push { .. })));
-        assert!(matches!(plan(&ops(&["h:a", "h:b", "d"])), Ok(Plan::Pull { .. })));
+        assert!(matches!(
+            plan(&ops(&["a", "b", "h:d"])),
+            Ok(Plan::Push { .. })
+        ));
+        assert!(matches!(
+            plan(&ops(&["h:a", "h:b", "d"])),
+            Ok(Plan::Pull { .. })
+        ));
     }
 
     #[test]
@@ -977,7 +994,12 @@ mod tests {
         let f = far_failure(Some(255), &tail, "root@h", "hurtle");
         assert_eq!(f.code, exit::SSH);
         assert!(f.error.to_string().contains("Permission denied"));
-        let f = far_failure(Some(127), &["bash: hurtle: command not found".into()], "h", "hurtle");
+        let f = far_failure(
+            Some(127),
+            &["bash: hurtle: command not found".into()],
+            "h",
+            "hurtle",
+        );
         assert_eq!(f.code, exit::REMOTE_MISSING);
         assert!(f.error.to_string().contains("install hurtle"));
         assert_eq!(far_failure(Some(6), &[], "h", "x").code, exit::STORAGE);
