@@ -285,6 +285,12 @@ fn a_trailing_slash_copies_the_contents_as_rsync_does() {
     h.cp(&[&with_slash, &h.remote(&contents)]).assert_success();
     assert_eq!(fsx::tree(&tree), fsx::tree(&contents));
 
+    // The contents of an empty directory: nothing to send, DEST is made all the same.
+    let none = h.path("from-empty");
+    let empty = format!("{}/", tree.join("empty").display());
+    h.cp(&[&empty, &h.remote(&none)]).assert_success();
+    assert!(fsx::tree(&none).is_empty(), "{:?}", names(&none));
+
     // The same rule on the far side of a pull.
     let pulled = local.path().join("pulled");
     let remote = format!("{}/", h.remote(&itself.join("tree")));
