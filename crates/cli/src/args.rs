@@ -40,12 +40,12 @@ pub enum Command {
     /// Send files and directories to a receiver.
     #[command(after_help = exit::TABLE)]
     Send(SendArgs),
+    /// Copy to or from a host you reach with ssh (scp's operands): ssh starts hurtle there.
+    #[command(after_help = cp_after_help(),
+              override_usage = "hurtle cp [OPTIONS] SRC... [user@]host:DEST\n       hurtle cp [OPTIONS] [user@]host:SRC... DEST")]
+    Cp(CpArgs),
     /// Send a file of random bytes to a receiver on this machine and compare with plain TCP.
     Demo(DemoArgs),
-    /// Copy to or from a host you reach with ssh: `cp SRC... [user@]host:DEST` or
-    /// `cp [user@]host:SRC... DEST`; ssh starts hurtle on the far side.
-    #[command(after_help = cp_after_help())]
-    Cp(CpArgs),
     /// Run a rendezvous/relay server that pairs senders with receivers by a code.
     Relay(RelayArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
@@ -336,7 +336,7 @@ impl SendFlags {
 #[derive(Args)]
 pub struct CpArgs {
     /// SRC... DEST: local paths and [user@]host:path operands, exactly one side remote.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
+    #[arg(required = true, value_name = "SRC... DEST")]
     pub operands: Vec<String>,
     /// The ssh command to run, split like a shell would (e.g. 'ssh -p 2222 -i key').
     #[arg(short = 'e', long = "ssh", value_name = "CMD", default_value = "ssh")]

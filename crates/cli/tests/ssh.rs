@@ -240,8 +240,9 @@ fn push_and_pull_a_file_and_a_tree_byte_exact() {
 
     // Push: a file and a tree into a remote directory that does not exist yet.
     let far = h.path("pushed");
-    h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)])
-        .assert_success();
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    pushed.assert_success();
+    assert_eq!(pushed.json()["transport"], "udp", "{}", pushed.stdout);
     fsx::assert_same_file(&file, &far.join("data.bin"));
     assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
     fsx::assert_no_part_files(&far);
@@ -273,7 +274,10 @@ fn a_trailing_slash_copies_the_contents_as_rsync_does() {
     let names = |dir: &Path| fsx::tree(dir).into_keys().collect::<Vec<_>>();
 
     let itself = h.path("itself");
-    h.cp(&[s(&tree), &h.remote(&itself)]).assert_success();
+    // (over parallel TCP, the other data path)
+    let tcp = h.cp(&["--transport", "tcp", "--json", s(&tree), &h.remote(&itself)]);
+    tcp.assert_success();
+    assert_eq!(tcp.json()["transport"], "tcp", "{}", tcp.stdout);
     assert!(
         itself.join("tree/a/b/deep.bin").is_file(),
         "{:?}",

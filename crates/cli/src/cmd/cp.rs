@@ -150,8 +150,10 @@ fn plan(operands: &[String]) -> Result<Plan, Failure> {
         .map(|o| parse_operand(o))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::usage)?;
-    let Some((dest, sources)) = parsed.split_last() else {
-        return Err(Failure::usage("hurtle cp needs SRC... DEST"));
+    let Some((dest, sources)) = parsed.split_last().filter(|(_, s)| !s.is_empty()) else {
+        return Err(Failure::usage(
+            "hurtle cp needs SRC... DEST: at least two operands",
+        ));
     };
     let remote_sources: Vec<&Remote> = sources
         .iter()
@@ -533,6 +535,26 @@ impl Far {
         self.child.try_wait().ok().flatten()
     }
 
+    /// After a session that succeeded here: lets the far side end by itself (it may still be
+    /// finishing, e.g. the receiver setting directories' modes after the last file was
+    /// confirmed; closing its stdin first would cut that short), then closes its stdin. Warns
+    /// when it ended with an error.
+    fn finish(&mut self, out: &OutputArgs) {
+        let deadline = Instant::now() + FAR_EXIT_WAIT;
+        while self.ended().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match self.wait() {
+            Some(s) if s.success() => {}
+            other if !out.quiet => ui::warning(&format!(
+                "the far side on {} ended with {} after the session",
+                self.destination,
+                other.map_or("no status (killed)".into(), |s| s.to_string())
+            )),
+            _ => {}
+        }
+    }
+
     /// Closes the far side's stdin and waits for ssh to end (killing it after
     /// [`FAR_EXIT_WAIT`]).
     fn wait(&mut self) -> Option<ExitStatus> {
@@ -714,7 +736,7 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
     bar.finish();
     match result {
         Ok(s) => {
-            far.wait();
+            far.finish(&a.output);
             ui::print_send_summary(&a.output, &s, None);
             Ok(())
         }
@@ -798,7 +820,7 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
     bar.finish();
     match result {
         Some(Ok(s)) => {
-            far.wait();
+            far.finish(&a.output);
             ui::print_receive_summary(&a.output, &s, None);
             Ok(())
         }
@@ -966,6 +988,7 @@ mod tests {
         let ops = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let code = |v: &[&str]| plan(&ops(v)).unwrap_err().code;
         assert_eq!(code(&["a", "b"]), exit::USAGE);
+        assert_eq!(code(&["h:a"]), exit::USAGE);
         assert_eq!(code(&["h:a", "g:b"]), exit::USAGE);
         assert_eq!(code(&["h:a", "b", "c"]), exit::USAGE);
         assert_eq!(code(&["h:a", "g:b", "c"]), exit::USAGE);
