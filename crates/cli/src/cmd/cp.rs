@@ -266,24 +266,32 @@ pub fn expand_sources(
 // The engine's options (where the session secret is handed over)
 // ---------------------------------------------------------------------------------------------
 
-/// 32 random bytes in hex: the secret of one `hurtle cp` session.
+/// The secret of one `hurtle cp` session: 32 random bytes, written in hex on the wire (the
+/// far side's stdout for a push, its stdin for a pull). The bytes are what a key agreement
+/// takes as a key.
 #[derive(Clone)]
-pub struct Secret(String);
+pub struct Secret(pub [u8; 32]);
 
 impl Secret {
     fn new() -> Secret {
-        let bytes: [u8; 32] = rand::random();
-        Secret(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        Secret(rand::random())
     }
 
     fn parse(s: &str) -> Option<Secret> {
-        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Secret(s.into()))
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(bytes))
     }
 }
 
 impl std::fmt::Display for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -1030,9 +1038,11 @@ mod tests {
 
     #[test]
     fn a_secret_is_32_bytes_in_hex() {
-        let s = Secret::new().to_string();
+        let secret = Secret::new();
+        let s = secret.to_string();
         assert_eq!(s.len(), 64);
-        assert!(Secret::parse(&s).is_some());
+        assert_eq!(Secret::parse(&s).map(|p| p.0), Some(secret.0));
         assert!(Secret::parse("abc").is_none());
+        assert!(Secret::parse(&"+f".repeat(32)).is_none());
     }
 }
