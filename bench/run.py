@@ -295,7 +295,7 @@ def main():
                     help=f"profiles {','.join(QUICK_PROFILES)}, tools {','.join(QUICK_TOOLS)}, 64M, repeat 3")
     ap.add_argument("--profiles", help="comma list; one of: " + ",".join(netlab.PROFILES) + " or 'all'")
     ap.add_argument("--tools", help="comma list of: tcp,tcp-bbr,tcp-cubic (16 MiB at most),tcp-b3,iperf3,"
-                    "iperf3-p4,scp,rsync,gridftp (p=1,4,8),gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,"
+                    "iperf3-p4,scp,rsync,hurtle-cp (over the scp sshd),gridftp (p=1,4,8),gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,"
                     "hurtle (default+channels=4),hurtle-default,hurtle-base (--hurtle-base PATH),hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
     ap.add_argument("--size", type=parse_size, help="file size (e.g. 64M, 1G); default 64M quick, 1G otherwise")
     ap.add_argument("--repeat", type=int, help="runs per tool and profile (default 3)")

@@ -242,6 +242,38 @@ class Rsync(_SshBased):
         return Spec(["rsync", "-a", "-e", ssh, str(src), f"root@{ends.recv_addr}:{outdir}/"])
 
 
+class HurtleCp(_SshBased):
+    """`hurtle cp` over the same throwaway sshd as scp and rsync: ssh starts the far hurtle
+    (`ssh-serve receive`, the binary under test named with --remote-hurtle), which receives
+    directly over UDP (or parallel TCP) on an ephemeral port. The wall time includes ssh's
+    connection and the far side's start: against `hurtle` (started by hand) it is the cost of
+    starting over ssh."""
+
+    name = "hurtle-cp"
+
+    def unavailable(self, env):
+        if not env.hurtle_bin.exists():
+            return f"{env.hurtle_bin} missing (cargo build --release -p hurtle failed?)"
+        return super().unavailable(env)
+
+    def sender(self, env, ends, port, outdir, src, prof):
+        ssh = " ".join(["ssh", "-i", str(env.ssh_dir / "client_key")] + SSH_OPTS)
+        return Spec([str(env.hurtle_bin), "cp", "-e", ssh, "-P", str(port), "--remote-hurtle",
+                     str(env.hurtle_bin), "--json", "-q", str(src), f"root@{ends.recv_addr}:{outdir}"])
+
+    def inspect(self, sender, receiver, src, res):
+        s = last_json(sender.stdout())
+        if s is None:
+            res.notes.append("hurtle cp printed no JSON")
+            return True
+        sent = s.get("datagrams_sent") or 0
+        if sent:
+            res.resent_share = (s.get("datagrams_resent") or 0) / sent
+        res.notes.append("hurtle cp says {:.0f} Mbit/s over the session, channels={}, transport={}".format(
+            (s.get("goodput_bps") or 0) / 1e6, s.get("channels"), s.get("transport")))
+        return True
+
+
 class GridFtp(Tool):
     """globus-url-copy -> globus-gridftp-server (anonymous ftp://, MODE E,
     -p parallel TCP streams)."""
@@ -403,6 +435,8 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
             out.append(Scp("default cipher"))
         elif n == "rsync":
             out.append(Rsync("-a over ssh"))
+        elif n == "hurtle-cp":
+            out.append(HurtleCp("default, started over ssh"))
         elif n == "gridftp":
             for p in (1, 4, 8):
                 out.append(GridFtp(f"p={p}", parallel=p))
@@ -552,6 +586,7 @@ def tool_version(tool: Tool, env: Env) -> str:
         "gridftp": ["globus-url-copy", "-version"],
         "uftp": ["uftp", "-v"],
         "hurtle": [str(env.hurtle_bin), "--version"],
+        "hurtle-cp": [str(env.hurtle_bin), "--version"],
         "tcp": ["python3", "--version"],
     }
     c = cmds.get(tool.name)

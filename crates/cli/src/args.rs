@@ -40,6 +40,10 @@ pub enum Command {
     /// Send files and directories to a receiver.
     #[command(after_help = exit::TABLE)]
     Send(SendArgs),
+    /// Copy to or from a host you reach with ssh (scp's operands): ssh starts hurtle there.
+    #[command(after_help = cp_after_help(),
+              override_usage = "hurtle cp [OPTIONS] SRC... [user@]host:DEST\n       hurtle cp [OPTIONS] [user@]host:SRC... DEST")]
+    Cp(CpArgs),
     /// Send a file of random bytes to a receiver on this machine and compare with plain TCP.
     Demo(DemoArgs),
     /// Run a rendezvous/relay server that pairs senders with receivers by a code.
@@ -51,6 +55,9 @@ pub enum Command {
     /// Make a new key (for a receiver that serves several transfers: `receive --keys`, and
     /// `send --key`).
     Keygen(KeygenArgs),
+    /// The far side of `hurtle cp`, started over ssh (not for people).
+    #[command(hide = true, name = "ssh-serve")]
+    SshServe(SshServeArgs),
 }
 
 /// `hurtle keygen`.
@@ -273,6 +280,146 @@ pub struct SendArgs {
     pub no_sparse: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// What `hurtle cp --help` shows after the flags (then the exit codes): the operands and the
+/// directory rule.
+pub const CP_NOTES: &str = "\
+Operands:
+  An operand is remote when it has a ':' before its first '/', as in scp: [user@]host:path or
+  [user@][v6addr]:path; './a:b' is local. Exactly one side is remote. A remote path is relative
+  to the far user's home directory ('host:' is the home directory itself).
+
+Directories (rsync's trailing-slash rule):
+  SRC/  (with a trailing slash) copies what is in SRC into DEST;
+  SRC   copies the directory itself, as DEST/SRC.
+  DEST is always a directory, created if it is missing: cp a.iso host:b makes b/a.iso.";
+
+fn cp_after_help() -> String {
+    format!("{CP_NOTES}\n\n{}", exit::TABLE)
+}
+
+/// Transfer flags of the sending side, shared by `hurtle cp` and the far side it starts (which
+/// gets them back as flags when it is the sender).
+#[derive(Args, Clone)]
+pub struct SendFlags {
+    /// Number of UDP data channels, or TCP connections with --transport tcp, 1 to 32
+    /// [env: HURTLE_CHANNELS] [default: one per core, 2 to 8]
+    #[arg(long, visible_alias = "connections", value_parser = parse_channels)]
+    pub channels: Option<u16>,
+    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
+    /// when no datagram gets through).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub transport: TransportArg,
+    /// Chunk size: the unit of striping, hashing and verification (a power of two, 1K to 64M).
+    #[arg(long, value_parser = parse_chunk_size, default_value = "1M")]
+    pub chunk_size: u64,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Largest datagram payload to try, in bytes (512 to 8900).
+    #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
+    pub payload: u16,
+    /// Follow symbolic links instead of skipping them.
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// Skip a file the receiver already has only if its BLAKE3 matches (by default: the same
+    /// size and modification time).
+    #[arg(long)]
+    pub checksum: bool,
+    /// Send the holes of sparse files as data.
+    #[arg(long)]
+    pub no_sparse: bool,
+}
+
+impl SendFlags {
+    /// The flags again, as arguments for the far side's `ssh-serve send`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(c) = self.channels {
+            v.extend(["--channels".into(), c.to_string()]);
+        }
+        let transport = clap::ValueEnum::to_possible_value(&self.transport)
+            .map(|p| p.get_name().to_string())
+            .unwrap_or_else(|| "auto".into());
+        v.extend(["--transport".into(), transport]);
+        v.extend(["--chunk-size".into(), self.chunk_size.to_string()]);
+        v.extend(["--payload".into(), self.payload.to_string()]);
+        if let Some(r) = self.rate.rate {
+            v.extend(["--rate".into(), r.to_string()]);
+        }
+        if let Some(r) = self.rate.rate_fixed {
+            v.extend(["--rate-fixed".into(), r.to_string()]);
+        }
+        for (on, flag) in [
+            (self.rate.fair, "--fair"),
+            (self.follow_symlinks, "--follow-symlinks"),
+            (self.checksum, "--checksum"),
+            (self.no_sparse, "--no-sparse"),
+        ] {
+            if on {
+                v.push(flag.into());
+            }
+        }
+        v
+    }
+}
+
+/// `hurtle cp`.
+#[derive(Args)]
+pub struct CpArgs {
+    /// SRC... DEST: local paths and [user@]host:path operands, exactly one side remote.
+    #[arg(required = true, value_name = "SRC... DEST")]
+    pub operands: Vec<String>,
+    /// The ssh command to run, split like a shell would (e.g. 'ssh -p 2222 -i key').
+    #[arg(short = 'e', long = "ssh", value_name = "CMD", default_value = "ssh")]
+    pub ssh: String,
+    /// The ssh port (passed to ssh as -p PORT).
+    #[arg(short = 'P', long, value_name = "PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// The hurtle binary on the far side: a command on its PATH, or a path.
+    #[arg(long, value_name = "PATH", default_value = "hurtle")]
+    pub remote_hurtle: String,
+    /// Replace files that already exist at the destination.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Accepted for scp's habit: directories are always copied recursively.
+    #[arg(short = 'r', hide = true)]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub send: SendFlags,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `hurtle ssh-serve`: the far side of `hurtle cp`.
+#[derive(Args)]
+pub struct SshServeArgs {
+    /// Which side this host is.
+    #[command(subcommand)]
+    pub side: SshServeSide,
+}
+
+/// The far side's role.
+#[derive(Subcommand)]
+pub enum SshServeSide {
+    /// Receive one transfer (a push): print the port and secret, serve one session.
+    Receive {
+        /// Directory to receive into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace files that already exist.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Send (a pull): read the port and secret from stdin, dial back, send.
+    Send {
+        /// Files and directories to send (rsync's trailing-slash rule).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        flags: SendFlags,
+    },
 }
 
 /// `hurtle demo`.

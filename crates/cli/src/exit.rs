@@ -8,7 +8,8 @@ use hurtle_relay::client::RelayError;
 
 /// Success.
 pub const OK: u8 = 0;
-/// Any failure not named below (a protocol error, an expired or cancelled code).
+/// Any failure not named below (a protocol error, an expired or cancelled code, another
+/// version of hurtle on the far side of `hurtle cp`).
 pub const OTHER: u8 = 1;
 /// Usage: a bad flag, value, address, code or configuration file.
 pub const USAGE: u8 = 2;
@@ -24,6 +25,12 @@ pub const VERIFICATION: u8 = 5;
 /// Local storage: disk full, a destination that is not a writable directory, an unsafe path, a
 /// source that cannot be read.
 pub const STORAGE: u8 = 6;
+/// `hurtle cp`: ssh itself failed (authentication, host key, an unreachable host: ssh exits
+/// 255); ssh's own message is shown.
+pub const SSH: u8 = 7;
+/// `hurtle cp`: no hurtle on the far side (its shell exits 127, or 126 when it is not
+/// executable).
+pub const REMOTE_MISSING: u8 = 8;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2, as shells report it.
 pub const SIGINT: u8 = 130;
 /// Interrupted by SIGTERM: 128 + 15.
@@ -33,12 +40,15 @@ pub const SIGTERM: u8 = 143;
 pub const TABLE: &str = "\
 Exit codes:
   0    success
-  1    other failure (a protocol error, an expired or cancelled code)
+  1    other failure (a protocol error, an expired or cancelled code, another hurtle version on
+       the far side of cp)
   2    usage: a bad flag, value, address, code or configuration file
   3    refused by the receiver (a file exists, its destination is full or not writable)
   4    network: unresolvable or unreachable host, stalled, UDP blocked, peer gone or interrupted
   5    verification: a hash mismatch, a source file changed while it was sent
   6    local storage: disk full, --out not a writable directory, unsafe path, unreadable source
+  7    cp: ssh failed (authentication, host key, unreachable host; ssh's message is shown)
+  8    cp: no hurtle on the far side (install it there, or name it with --remote-hurtle)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM: what was verified is kept, and the same
        command again resumes";
 

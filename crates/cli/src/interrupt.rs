@@ -82,6 +82,25 @@ fn on_signal(sig: i32) {
     std::process::exit(i32::from(exit_code()));
 }
 
+/// The far side of `hurtle cp` lost its ssh channel (its stdin reached EOF): nobody is left to
+/// read a message, so the session is ended as a signal would end it (what was verified is
+/// kept), quietly, and the process exits within [`GRACE`]. Never returns.
+pub fn hang_up() -> ! {
+    let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(p) = current {
+        if p.phase() == Phase::Moving {
+            p.interrupt();
+            // The session ends and the main thread exits the process; this is the bound.
+            std::thread::sleep(GRACE);
+        }
+    }
+    std::process::exit(HANG_UP_EXIT);
+}
+
+/// The far side's exit code when its ssh channel closed (128 + SIGHUP, as a shell reports a
+/// hung-up process); nobody reads it, ssh is gone.
+pub const HANG_UP_EXIT: i32 = 129;
+
 /// The line the interrupted side prints: what it keeps and how to resume.
 pub fn kept(receiver: bool, progress: &Progress) -> String {
     let total = progress.total.load(Ordering::Relaxed);

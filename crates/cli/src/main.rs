@@ -1,4 +1,5 @@
-//! The `hurtle` command: `send`, `receive`, `demo`, `relay`, `completions` and `man`.
+//! The `hurtle` command: `send`, `receive`, `cp` (over ssh), `demo`, `relay`, `completions` and
+//! `man` (and the hidden `ssh-serve`, the far side of `cp`).
 //!
 //! `args` defines the flags and checks their values; `config` adds defaults from the
 //! environment and a file; each command lives in `cmd/` and turns flags into a call of the
@@ -25,14 +26,22 @@ fn main() -> ExitCode {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     ui::set_color(cli.color, no_color);
     interrupt::install();
-    let outcome = config::Defaults::load().and_then(|defaults| match cli.command {
+    let command = match cli.command {
+        // The far side of `hurtle cp`: its stdout belongs to the near side, and it reads no
+        // configuration (the near side passes every flag).
+        Command::SshServe(a) => return cmd::cp::serve(a),
+        c => c,
+    };
+    let outcome = config::Defaults::load().and_then(|defaults| match command {
         Command::Receive(a) => cmd::receive::run(a, &defaults),
         Command::Send(a) => cmd::send::run(a, &defaults),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Cp(a) => cmd::cp::run(a, &defaults),
         Command::Relay(a) => cmd::relay::run(a),
         Command::Completions(a) => cmd::docs::completions(a),
         Command::Man(a) => cmd::docs::man(a),
         Command::Keygen(a) => cmd::keys::keygen(a),
+        Command::SshServe(_) => unreachable!("served above"),
     });
     match outcome {
         Ok(()) => ExitCode::from(exit::OK),
@@ -45,7 +54,7 @@ fn main() -> ExitCode {
 
 /// An error and its causes on one line, each cause once: most of the engine's errors already
 /// name their cause in their own message, context added with `anyhow` does not.
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();

@@ -525,7 +525,15 @@ fn long_flags(text: &str) -> Vec<String> {
 fn every_flag_the_readme_names_exists_and_every_flag_is_documented() {
     let readme = readme();
     let mut help = String::new();
-    for cmd in ["send", "receive", "demo", "relay", "completions", "man"] {
+    for cmd in [
+        "send",
+        "receive",
+        "cp",
+        "demo",
+        "relay",
+        "completions",
+        "man",
+    ] {
         let f = hurtle(&[cmd, "--help"]);
         f.assert_success();
         help.push_str(&f.stdout);
@@ -589,7 +597,7 @@ fn the_readme_and_help_show_the_same_exit_codes() {
         readme.contains(table.trim_end()),
         "the README lacks --help's exit-code table:\n{table}"
     );
-    for cmd in ["send", "receive"] {
+    for cmd in ["send", "receive", "cp"] {
         let f = hurtle(&[cmd, "--help"]);
         assert!(f.stdout.contains(table.trim_end()), "{cmd} --help");
     }

@@ -16,10 +16,10 @@ use hurtle_relay::Code;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use support::fsx;
+use support::netns::{ip, Namespaces};
 use support::proc::{Finished, Proc};
 use support::TRANSFER_TIMEOUT;
 
@@ -474,29 +474,6 @@ fn relay_load_200_concurrent_registrations_and_lookups() {
 // Network namespaces (root)
 // ---------------------------------------------------------------------------------------------
 
-/// Three namespaces, removed when dropped however the test ends.
-struct Namespaces {
-    names: Vec<String>,
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn relayed_between_namespaces_that_cannot_reach_each_other() {
     if !support::require_root("relayed_between_namespaces_that_cannot_reach_each_other") {
@@ -510,9 +487,7 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
     );
     let mut ns = Namespaces { names: Vec::new() };
     for n in [&r, &a, &b] {
-        ip(&["netns", "add", n]);
-        ns.names.push(n.clone());
-        ip(&["-n", n, "link", "set", "lo", "up"]);
+        ns.add(n);
     }
     // A (10.213.1.2) -- R (10.213.1.1 / 10.213.2.1) -- B (10.213.2.2); R does not forward.
     ip(&[

@@ -1,6 +1,7 @@
 //! One module per command; each turns its parsed flags into a call of the engine (or the relay)
 //! and its result into output and a [`Failure`].
 
+pub mod cp;
 pub mod demo;
 pub mod docs;
 pub mod keys;

@@ -100,7 +100,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
 
 /// Checks that `out` is, or can be made, a writable directory, before anything listens; returns
 /// the space free there when the file system says.
-fn check_out(out: &Path) -> Result<Option<u64>, Failure> {
+pub(crate) fn check_out(out: &Path) -> Result<Option<u64>, Failure> {
     let fail = |what: String| Failure::new(exit::STORAGE, anyhow::anyhow!(what));
     match std::fs::metadata(out) {
         Ok(m) if !m.is_dir() => {

@@ -2,6 +2,7 @@
 //! an impairing proxy and a hand-driven protocol peer.
 
 pub mod fsx;
+pub mod netns;
 pub mod peer;
 pub mod proc;
 pub mod proxy;

@@ -1,0 +1,1052 @@
+//! `hurtle cp`: copy to or from a host reached with ssh, which starts hurtle on the far side
+//! (`hurtle ssh-serve`, hidden), as scp and rsync do.
+//!
+//! **Push** (`cp SRC... [user@]host:DEST`): this side runs
+//! `ssh [opts] [user@]host HURTLE ssh-serve receive --out DEST`. The far side binds a one-shot
+//! receiver on an ephemeral port on all its addresses, prints one line on stdout,
+//! `HURTLE-SSH <PROTOCOL> <port> <secret>`, and serves one session. This side reads that line,
+//! checks the protocol, and sends to the host ssh connected to (its name as `ssh -G` resolves
+//! it, then resolved here) at that port.
+//!
+//! **Pull** (`cp [user@]host:SRC... DEST`): this side binds a one-shot receiver on an ephemeral
+//! port, runs `ssh ... HURTLE ssh-serve send [flags] -- SRC...`, reads the far side's
+//! `HURTLE-SSH <PROTOCOL> ready`, and writes `<port> <secret>` to its stdin (never on a command
+//! line). The far side dials back to the address ssh saw this side at (the first field of
+//! `SSH_CONNECTION`), so a pull needs the far host to reach this one.
+//!
+//! The far process never outlives the session: a thread reads its stdin (the ssh channel) and,
+//! at EOF, ends the session as a signal would (`interrupt::hang_up`).
+//!
+//! The secret is 32 random bytes in hex, made by whichever side listens and carried over the ssh
+//! channel, which ssh authenticates and encrypts. [`send_options`] and [`receive_options`] hand
+//! it to the engine's key agreement as a key: the session is authenticated and its data
+//! encrypted as any other, with no code to type.
+//!
+//! Directories follow rsync's trailing-slash rule ([`expand_sources`]); DEST is always a
+//! directory.
+
+use crate::args::{parse_channels, parse_rate, CpArgs, HostPort, SendFlags, SshServeArgs};
+use crate::args::{OutputArgs, SshServeSide};
+use crate::cmd::receive::check_out;
+use crate::cmd::{resolve, session_failure};
+use crate::config::Defaults;
+use crate::exit::{self, Failure, Outcome};
+use crate::{interrupt, ui};
+use hurtle_engine::{Progress, ReceiveOptions, Receiver, SendOptions, SessionError};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The version of the conversation over ssh (the banner line and the port/secret line). The
+/// session itself has its own version, checked in its hello.
+pub const PROTOCOL: u32 = 1;
+/// The first word of the far side's line.
+pub const BANNER: &str = "HURTLE-SSH";
+/// How long the far side may take to say it is ready (ssh's connection and authentication
+/// included: a password typed at ssh's prompt must fit in it).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long ssh may take to end once the session is over or its stdin is closed.
+const FAR_EXIT_WAIT: Duration = Duration::from_secs(10);
+/// Lines of ssh's stderr kept for the error message (all of it is shown as it comes).
+const STDERR_TAIL: usize = 20;
+
+// ---------------------------------------------------------------------------------------------
+// Operands
+// ---------------------------------------------------------------------------------------------
+
+/// One operand of `hurtle cp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operand {
+    /// A path on this host.
+    Local(String),
+    /// `[user@]host:path`.
+    Remote(Remote),
+}
+
+/// A remote operand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// The user, when given.
+    pub user: Option<String>,
+    /// The host (an IPv6 address without its brackets).
+    pub host: String,
+    /// The path on the far host (`.` for `host:`), relative to the far user's home.
+    pub path: String,
+}
+
+impl Remote {
+    /// What ssh is given: `user@host` or `host`.
+    fn destination(&self) -> String {
+        match &self.user {
+            Some(u) => format!("{u}@{}", self.host),
+            None => self.host.clone(),
+        }
+    }
+}
+
+/// Parses an operand as scp does: remote when a `:` comes before the first `/` (brackets
+/// around an IPv6 address hide its colons), so `./a:b` is local and so is `:x`.
+pub fn parse_operand(s: &str) -> Result<Operand, String> {
+    let local = || Ok(Operand::Local(s.to_string()));
+    // Where the host starts: after `user@`, when the `@` comes before any `:` or `/`.
+    let host_start = match s.find(['@', ':', '/']) {
+        Some(at) if s.as_bytes()[at] == b'@' => at + 1,
+        _ => 0,
+    };
+    let (host, path) = if s[host_start..].starts_with('[') {
+        let Some(close) = s[host_start..].find(']') else {
+            return local();
+        };
+        let after = host_start + close + 1;
+        match s[after..].strip_prefix(':') {
+            Some(path) => (&s[host_start + 1..host_start + close], path),
+            None => return local(),
+        }
+    } else {
+        match s.find([':', '/']) {
+            Some(i) if s.as_bytes()[i] == b':' && i > 0 => (&s[host_start..i], &s[i + 1..]),
+            _ => return local(),
+        }
+    };
+    let user = (host_start > 0).then(|| s[..host_start - 1].to_string());
+    if let Some(u) = &user {
+        if u.is_empty() || u.starts_with('-') || u.contains(char::is_whitespace) {
+            return Err(format!("{s:?}: {u:?} is not a user name"));
+        }
+    }
+    if host.is_empty() {
+        return Err(format!("{s:?}: no host before the ':'"));
+    }
+    if host.starts_with('-') || host.contains(char::is_whitespace) || host.contains('@') {
+        return Err(format!("{s:?}: {host:?} is not a host name"));
+    }
+    Ok(Operand::Remote(Remote {
+        user,
+        host: host.to_string(),
+        path: if path.is_empty() {
+            ".".into()
+        } else {
+            path.into()
+        },
+    }))
+}
+
+/// What a `hurtle cp` does.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// Local sources to a remote directory.
+    Push { sources: Vec<String>, dest: Remote },
+    /// Remote sources (one host) to a local directory.
+    Pull { sources: Vec<Remote>, dest: String },
+}
+
+fn plan(operands: &[String]) -> Result<Plan, Failure> {
+    let parsed = operands
+        .iter()
+        .map(|o| parse_operand(o))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::usage)?;
+    let Some((dest, sources)) = parsed.split_last().filter(|(_, s)| !s.is_empty()) else {
+        return Err(Failure::usage(
+            "hurtle cp needs SRC... DEST: at least two operands",
+        ));
+    };
+    let remote_sources: Vec<&Remote> = sources
+        .iter()
+        .filter_map(|s| match s {
+            Operand::Remote(r) => Some(r),
+            Operand::Local(_) => None,
+        })
+        .collect();
+    match dest {
+        Operand::Remote(dest) => {
+            if !remote_sources.is_empty() {
+                return Err(Failure::usage(
+                    "hurtle cp copies between this host and one other: a remote SRC and a \
+                     remote DEST (remote to remote) is not supported; copy to one of them first",
+                ));
+            }
+            let sources = sources
+                .iter()
+                .filter_map(|s| match s {
+                    Operand::Local(l) => Some(l.clone()),
+                    Operand::Remote(_) => None,
+                })
+                .collect();
+            Ok(Plan::Push {
+                sources,
+                dest: dest.clone(),
+            })
+        }
+        Operand::Local(dest) => {
+            if remote_sources.is_empty() {
+                return Err(Failure::usage(
+                    "hurtle cp copies between this host and another over ssh, and no operand is \
+                     remote (HOST:PATH); for a local copy use cp -r or rsync",
+                ));
+            }
+            if remote_sources.len() != sources.len() {
+                return Err(Failure::usage(
+                    "hurtle cp: the sources are either all local (a push) or all on one remote \
+                     host (a pull), not both",
+                ));
+            }
+            let first = remote_sources[0];
+            if let Some(other) = remote_sources
+                .iter()
+                .find(|r| r.host != first.host || r.user != first.user)
+            {
+                return Err(Failure::usage(format!(
+                    "hurtle cp: all remote sources must be on one host (given {} and {})",
+                    first.destination(),
+                    other.destination()
+                )));
+            }
+            Ok(Plan::Pull {
+                sources: remote_sources.into_iter().cloned().collect(),
+                dest: dest.clone(),
+            })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Directories: rsync's trailing-slash rule
+// ---------------------------------------------------------------------------------------------
+
+/// The sender's paths under rsync's rule: `SRC/` (a directory named with a trailing slash)
+/// stands for what is in it, each entry sent under its own name (sorted, symbolic links among
+/// them skipped with a warning unless `follow_symlinks`); any other path is sent as itself, a
+/// directory with everything below it. A path that does not exist is a storage failure
+/// (exit 6) before anything starts.
+pub fn expand_sources(
+    paths: &[PathBuf],
+    follow_symlinks: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<PathBuf>, Failure> {
+    let storage = |what: String| Failure::new(exit::STORAGE, anyhow::anyhow!(what));
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p);
+        if meta.is_err() && std::fs::symlink_metadata(p).is_err() {
+            return Err(storage(format!(
+                "no such file or directory: {}",
+                p.display()
+            )));
+        }
+        let contents = p.as_os_str().as_bytes().ends_with(b"/");
+        if !(contents && meta.is_ok_and(|m| m.is_dir())) {
+            out.push(p.clone());
+            continue;
+        }
+        let mut entries = std::fs::read_dir(p)
+            .and_then(|d| d.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| storage(format!("cannot read {}: {e}", p.display())))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = p.join(e.file_name());
+            if !follow_symlinks && e.file_type().is_ok_and(|t| t.is_symlink()) {
+                warnings.push(format!(
+                    "skipping symbolic link {} (--follow-symlinks follows it)",
+                    path.display()
+                ));
+                continue;
+            }
+            out.push(path);
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The engine's options (where the session secret is handed over)
+// ---------------------------------------------------------------------------------------------
+
+/// The secret of one `hurtle cp` session: 32 random bytes, written in hex on the wire (the
+/// far side's stdout for a push, its stdin for a pull). The bytes are what a key agreement
+/// takes as a key.
+#[derive(Clone)]
+pub struct Secret(pub [u8; 32]);
+
+impl Secret {
+    fn new() -> Secret {
+        Secret(rand::random())
+    }
+
+    fn parse(s: &str) -> Option<Secret> {
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(bytes))
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+/// The sender's options from the flags, for either side.
+fn send_options(flags: &SendFlags, log_dir: Option<PathBuf>, secret: &Secret) -> SendOptions {
+    // The session's secret came over the authenticated ssh channel: the key agreement uses it
+    // as a key (no code to type, and only the two ends of this ssh session hold it).
+    let mut opts = SendOptions {
+        secret: Some(hurtle_proto::secure::Secret::key(secret.0)),
+        payload: flags.payload,
+        follow_symlinks: flags.follow_symlinks,
+        checksum: flags.checksum,
+        no_sparse: flags.no_sparse,
+        log_dir,
+        block_size: flags.chunk_size,
+        transport: flags.transport.into(),
+        ..SendOptions::default()
+    };
+    if let Some(c) = flags.channels {
+        opts.channels = c;
+    }
+    flags.rate.apply(&mut opts);
+    opts
+}
+
+/// The receiver's options, for either side.
+fn receive_options(
+    out: &Path,
+    overwrite: bool,
+    log_dir: Option<PathBuf>,
+    secret: &Secret,
+) -> ReceiveOptions {
+    // The session's secret, as in `send_options`.
+    let keys = hurtle_engine::Keyring::default();
+    keys.add("ssh", hurtle_proto::secure::Secret::key(secret.0));
+    ReceiveOptions {
+        keys,
+        out_dir: out.to_path_buf(),
+        overwrite,
+        log_dir,
+        ..ReceiveOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ssh
+// ---------------------------------------------------------------------------------------------
+
+/// How to run ssh to the far host.
+struct Ssh {
+    program: String,
+    args: Vec<String>,
+    /// `user@host` or `host`.
+    destination: String,
+    /// The host as given.
+    host: String,
+}
+
+impl Ssh {
+    fn new(cmd: &str, port: Option<u16>, remote: &Remote) -> Result<Ssh, Failure> {
+        let words = shlex::split(cmd)
+            .filter(|w| !w.is_empty())
+            .ok_or_else(|| Failure::usage(format!("--ssh {cmd:?}: not a command")))?;
+        let mut args = words[1..].to_vec();
+        if let Some(p) = port {
+            args.extend(["-p".into(), p.to_string()]);
+        }
+        Ok(Ssh {
+            program: words[0].clone(),
+            args,
+            destination: remote.destination(),
+            host: remote.host.clone(),
+        })
+    }
+
+    /// The host name ssh connects to (`ssh -G`: an alias of ~/.ssh/config becomes its
+    /// HostName), or the host as given when ssh cannot say.
+    fn hostname(&self) -> String {
+        let out = Command::new(&self.program)
+            .args(&self.args)
+            .arg("-G")
+            .arg(&self.destination)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        out.ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("hostname ").map(str::to_string))
+            })
+            .unwrap_or_else(|| self.host.clone())
+    }
+}
+
+/// One word of the far side's command line, quoted for its shell; a leading `~/` stays
+/// unquoted so that the far shell expands it, as scp's does.
+fn quote_remote(word: &str) -> Result<String, Failure> {
+    let quote = |w: &str| {
+        shlex::try_quote(w)
+            .map(|q| q.into_owned())
+            .map_err(|e| Failure::usage(format!("{word:?}: {e}")))
+    };
+    match word {
+        "~" => Ok("~".into()),
+        w => match w.strip_prefix("~/") {
+            Some("") => Ok("~/".into()),
+            Some(rest) => Ok(format!("~/{}", quote(rest)?)),
+            None => quote(w),
+        },
+    }
+}
+
+fn remote_command(words: &[String]) -> Result<String, Failure> {
+    Ok(words
+        .iter()
+        .map(|w| quote_remote(w))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(" "))
+}
+
+/// The ssh process running the far side: its stdout lines, its stderr passed through to ours
+/// (ssh's own messages are what the user needs), and its stdin, which this side holds open
+/// for as long as the session runs.
+struct Far {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    stderr_tail: Arc<Mutex<Vec<String>>>,
+    stderr_thread: Option<JoinHandle<()>>,
+    destination: String,
+    remote_hurtle: String,
+}
+
+impl Far {
+    fn start(ssh: &Ssh, remote_hurtle: &str, words: &[String]) -> Result<Far, Failure> {
+        let mut all = vec![remote_hurtle.to_string()];
+        all.extend_from_slice(words);
+        let command = remote_command(&all)?;
+        let mut child = Command::new(&ssh.program)
+            .args(&ssh.args)
+            .arg(&ssh.destination)
+            .arg(command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                Failure::new(
+                    exit::SSH,
+                    anyhow::anyhow!("cannot run ssh ({:?}): {e}", ssh.program),
+                )
+            })?;
+        let (tx, lines) = mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let stderr_thread = child.stderr.take().map(|err| {
+            let tail = stderr_tail.clone();
+            std::thread::spawn(move || pass_through(err, &tail))
+        });
+        Ok(Far {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr_tail,
+            stderr_thread,
+            destination: ssh.destination.clone(),
+            remote_hurtle: remote_hurtle.to_string(),
+        })
+    }
+
+    /// Waits for the far side's `HURTLE-SSH` line and checks its protocol; returns the words
+    /// after the version. Lines before it (a chatty login script) are skipped.
+    fn banner(&mut self) -> Result<Vec<String>, Failure> {
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut skipped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                    if words.first().map(String::as_str) != Some(BANNER) {
+                        skipped.push(line);
+                        continue;
+                    }
+                    let theirs = words.get(1).map_or("", String::as_str);
+                    if theirs.parse::<u32>() != Ok(PROTOCOL) {
+                        return Err(Failure::new(
+                            exit::OTHER,
+                            anyhow::anyhow!(
+                                "the hurtle on {} ({}) speaks ssh protocol {theirs}, this one \
+                                 (hurtle {}) speaks {PROTOCOL}: install the same hurtle version \
+                                 on both hosts",
+                                self.destination,
+                                self.remote_hurtle,
+                                env!("CARGO_PKG_VERSION")
+                            ),
+                        ));
+                    }
+                    return Ok(words[2..].to_vec());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    return Err(Failure::new(
+                        exit::SSH,
+                        anyhow::anyhow!(
+                            "ssh to {} gave no answer within {} s",
+                            self.destination,
+                            HANDSHAKE_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let mut f = self.failure();
+                    if !skipped.is_empty() && f.code == exit::OTHER {
+                        f.error = f.error.context(format!(
+                            "the far side printed {:?} instead of hurtle's line (is its shell's \
+                             login script printing?)",
+                            skipped.join(" / ")
+                        ));
+                    }
+                    return Err(f);
+                }
+            }
+        }
+    }
+
+    /// Writes the pull's `<port> <secret>` line to the far side.
+    fn tell(&mut self, line: &str) -> Result<(), Failure> {
+        let written = self
+            .stdin
+            .as_mut()
+            .map(|s| s.write_all(line.as_bytes()).and_then(|()| s.flush()));
+        match written {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.failure()),
+        }
+    }
+
+    /// ssh's exit status, if it has ended.
+    fn ended(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// After a session that succeeded here: lets the far side end by itself (it may still be
+    /// finishing, e.g. the receiver setting directories' modes after the last file was
+    /// confirmed; closing its stdin first would cut that short), then closes its stdin. Warns
+    /// when it ended with an error.
+    fn finish(&mut self, out: &OutputArgs) {
+        let deadline = Instant::now() + FAR_EXIT_WAIT;
+        while self.ended().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match self.wait() {
+            Some(s) if s.success() => {}
+            other if !out.quiet => ui::warning(&format!(
+                "the far side on {} ended with {} after the session",
+                self.destination,
+                other.map_or("no status (killed)".into(), |s| s.to_string())
+            )),
+            _ => {}
+        }
+    }
+
+    /// Closes the far side's stdin and waits for ssh to end (killing it after
+    /// [`FAR_EXIT_WAIT`]).
+    fn wait(&mut self) -> Option<ExitStatus> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + FAR_EXIT_WAIT;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        status
+    }
+
+    /// Why the far side ended without a session: ssh's exit status read as ssh's, the shell's
+    /// or the far hurtle's.
+    fn failure(&mut self) -> Failure {
+        let status = self.wait();
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        far_failure(
+            status.and_then(|s| s.code()),
+            &tail,
+            &self.destination,
+            &self.remote_hurtle,
+        )
+    }
+}
+
+/// Copies the far side's stderr to ours a line at a time, keeping the last lines.
+fn pass_through(err: impl Read, tail: &Mutex<Vec<String>>) {
+    let mut r = BufReader::new(err);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let _ = std::io::stderr().write_all(&line);
+                let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                if text.is_empty() {
+                    continue;
+                }
+                let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if t.len() == STDERR_TAIL {
+                    t.remove(0);
+                }
+                t.push(text);
+            }
+        }
+    }
+}
+
+/// The failure for ssh's exit `code` (`None`: killed), given the last lines of its stderr.
+fn far_failure(code: Option<i32>, tail: &[String], dest: &str, remote_hurtle: &str) -> Failure {
+    let last = tail.last().map_or("", String::as_str);
+    let fail = |code, msg: String| Failure::new(code, anyhow::anyhow!(msg));
+    match code {
+        Some(255) => fail(
+            exit::SSH,
+            if last.is_empty() {
+                format!("ssh to {dest} failed (exit 255)")
+            } else {
+                format!("ssh to {dest} failed: {last}")
+            },
+        ),
+        Some(126 | 127) => fail(
+            exit::REMOTE_MISSING,
+            format!(
+                "no hurtle to run on {dest}: its shell could not run {remote_hurtle:?} ({last}); \
+                 install hurtle there (from a checkout: cargo install --locked --path \
+                 crates/cli; or copy the static binary: scp \"$(bash scripts/release.sh)\" \
+                 {dest}:/usr/local/bin/hurtle), or name it with --remote-hurtle PATH"
+            ),
+        ),
+        Some(2) if tail.iter().any(|l| l.contains("unrecognized subcommand")) => fail(
+            exit::OTHER,
+            format!(
+                "the hurtle on {dest} ({remote_hurtle}) has no ssh-serve: it is older than this \
+                 one; install hurtle {} there",
+                env!("CARGO_PKG_VERSION")
+            ),
+        ),
+        Some(0) => fail(
+            exit::OTHER,
+            format!("the far side on {dest} ended without starting a session"),
+        ),
+        Some(c) => fail(
+            u8::try_from(c).unwrap_or(exit::OTHER),
+            format!("the far side on {dest} failed (exit {c}); its error is above"),
+        ),
+        None => fail(exit::OTHER, format!("ssh to {dest} was ended by a signal")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The near side
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `hurtle cp`.
+pub fn run(a: CpArgs, defaults: &Defaults) -> Outcome {
+    let mut flags = a.send.clone();
+    if flags.channels.is_none() {
+        flags.channels = defaults.get("channels", parse_channels)?;
+    }
+    if flags.rate.rate.is_none() && flags.rate.rate_fixed.is_none() && !flags.rate.fair {
+        flags.rate.rate = defaults.get("rate", parse_rate)?;
+    }
+    match plan(&a.operands)? {
+        Plan::Push { sources, dest } => push(&a, &flags, &sources, &dest),
+        Plan::Pull { sources, dest } => pull(&a, &flags, &sources, Path::new(&dest)),
+    }
+}
+
+fn warn_all(out: &OutputArgs, warnings: &[String]) {
+    if !out.quiet {
+        for w in warnings {
+            ui::warning(w);
+        }
+    }
+}
+
+fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Outcome {
+    let paths: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
+    let mut warnings = Vec::new();
+    let paths = expand_sources(&paths, flags.follow_symlinks, &mut warnings)?;
+    warn_all(&a.output, &warnings);
+    let ssh = Ssh::new(&a.ssh, a.port, dest)?;
+    let mut words: Vec<String> = ["ssh-serve", "receive", "--out", &dest.path]
+        .map(String::from)
+        .to_vec();
+    if a.overwrite {
+        words.push("--overwrite".into());
+    }
+    let mut far = Far::start(&ssh, &a.remote_hurtle, &words)?;
+    let said = far.banner()?;
+    let (port, secret) = match said.as_slice() {
+        [port, secret, ..] => (port.parse::<u16>().ok(), Secret::parse(secret)),
+        _ => (None, None),
+    };
+    let (Some(port), Some(secret)) = (port, secret) else {
+        far.wait();
+        return Err(Failure::new(
+            exit::OTHER,
+            anyhow::anyhow!("the far side's line {said:?} is not a port and a secret"),
+        ));
+    };
+    let host = HostPort {
+        host: ssh.hostname(),
+        port,
+    };
+    let to = resolve(&host, "far")?;
+    if a.output.verbose {
+        ui::say(
+            &a.output,
+            &format!(
+                "hurtle: the far side receives on {to} (over ssh to {})",
+                ssh.destination
+            ),
+        );
+    }
+    let opts = send_options(flags, a.output.log_dir.clone(), &secret);
+    let (progress, bar) = ui::progress_bar(&a.output, "sending");
+    interrupt::watch(&progress);
+    let result = hurtle_engine::send(&paths, to, &opts, progress.clone());
+    bar.finish();
+    match result {
+        Ok(s) => {
+            far.finish(&a.output);
+            ui::print_send_summary(&a.output, &s, None);
+            Ok(())
+        }
+        Err(e) => Err(near_failure(e, false, &progress, &mut far)),
+    }
+}
+
+/// A session's failure on this side; when it is the network's (the peer gone, a connection
+/// refused) and ssh ended with an error, ssh's or the far side's reason is the one to show.
+fn near_failure(e: SessionError, receiver: bool, progress: &Progress, far: &mut Far) -> Failure {
+    let network = exit::session_code(&e) == exit::NETWORK;
+    if network && !progress.interrupted() {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while far.ended().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if far.ended().is_some_and(|s| !s.success()) {
+            return far.failure();
+        }
+    }
+    far.wait();
+    session_failure(e, receiver, progress)
+}
+
+fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcome {
+    let ssh = Ssh::new(&a.ssh, a.port, &sources[0])?;
+    check_out(out)?;
+    // Listen on the address family ssh reaches the far host by, so its dial back matches.
+    let v6 = (ssh.hostname().as_str(), 22)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| a.is_ipv6());
+    let any = if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let secret = Secret::new();
+    let opts = receive_options(out, a.overwrite, a.output.log_dir.clone(), &secret);
+    let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
+    let port = receiver.local_addr()?.port();
+    let mut words: Vec<String> = vec!["ssh-serve".into(), "send".into()];
+    words.extend(flags.to_args());
+    words.push("--".into());
+    words.extend(sources.iter().map(|r| r.path.clone()));
+    let mut far = Far::start(&ssh, &a.remote_hurtle, &words)?;
+    let said = far.banner()?;
+    if said.first().map(String::as_str) != Some("ready") {
+        far.wait();
+        return Err(Failure::new(
+            exit::OTHER,
+            anyhow::anyhow!("the far side said {said:?}, not that it is ready to send"),
+        ));
+    }
+    far.tell(&format!("{port} {secret}\n"))?;
+    let (progress, bar) = ui::progress_bar(&a.output, "receiving");
+    interrupt::watch(&progress);
+    let (tx, rx) = mpsc::channel();
+    let session = progress.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(receiver.accept_one(session));
+    });
+    // The session ends, or ssh ends first: then the far side failed before or during it (a
+    // source that does not exist, ssh cut off), unless the session ends just after.
+    let result = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(r) => break Some(r),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+        }
+        if let Some(status) = far.ended() {
+            let grace = if status.success() {
+                Duration::from_secs(30)
+            } else {
+                Duration::from_secs(2)
+            };
+            break rx.recv_timeout(grace).ok();
+        }
+    };
+    bar.finish();
+    match result {
+        Some(Ok(s)) => {
+            far.finish(&a.output);
+            ui::print_receive_summary(&a.output, &s, None);
+            Ok(())
+        }
+        Some(Err(e)) => Err(near_failure(e, true, &progress, &mut far)),
+        None => Err(far.failure()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The far side: `hurtle ssh-serve`
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the far side of `hurtle cp` (`hurtle ssh-serve receive|send`, started over ssh). Its
+/// stdout carries only the one line the near side reads; errors go to stderr, which ssh shows
+/// the user, marked as the far side's.
+pub fn serve(a: SshServeArgs) -> ExitCode {
+    let outcome = match a.side {
+        SshServeSide::Receive { out, overwrite } => serve_receive(&out, overwrite),
+        SshServeSide::Send { paths, flags } => serve_send(&paths, &flags),
+    };
+    match outcome {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(f) => {
+            // The channel may be gone: never panic on a write.
+            let _ = writeln!(
+                std::io::stderr(),
+                "hurtle (far side): error: {}",
+                crate::one_line(&f.error)
+            );
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// `SSH_CONNECTION`: the near side's address and the address it reached this host at.
+fn ssh_connection() -> Result<(IpAddr, IpAddr), Failure> {
+    let var = std::env::var("SSH_CONNECTION").unwrap_or_default();
+    let ip = |s: Option<&str>| {
+        s.map(|s| s.split('%').next().unwrap_or(s))
+            .and_then(|s| s.parse::<IpAddr>().ok())
+    };
+    let mut f = var.split_whitespace();
+    let (client, _, server) = (ip(f.next()), f.next(), ip(f.next()));
+    match (client, server) {
+        (Some(c), Some(s)) => Ok((c, s)),
+        _ => Err(Failure::usage(format!(
+            "SSH_CONNECTION is {var:?}: hurtle ssh-serve runs over ssh, started by hurtle cp"
+        ))),
+    }
+}
+
+/// Ends the process when stdin (the ssh channel) reaches EOF: the near side or ssh is gone.
+fn hang_up_at_eof(mut stdin: impl Read + Send + 'static) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        interrupt::hang_up();
+    });
+}
+
+fn say_line(line: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(exit::OTHER, anyhow::anyhow!("cannot write to ssh: {e}")))
+}
+
+fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
+    let (_, server) = ssh_connection()?;
+    let any = match server {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    check_out(out)?;
+    let secret = Secret::new();
+    let receiver = Receiver::bind(
+        SocketAddr::new(any, 0),
+        receive_options(out, overwrite, None, &secret),
+    )?;
+    let port = receiver.local_addr()?.port();
+    say_line(&format!("{BANNER} {PROTOCOL} {port} {secret}"))?;
+    hang_up_at_eof(std::io::stdin());
+    let progress = Arc::new(Progress::default());
+    interrupt::watch(&progress);
+    receiver
+        .accept_one(progress.clone())
+        .map(drop)
+        .map_err(|e| session_failure(e, true, &progress))
+}
+
+fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
+    say_line(&format!("{BANNER} {PROTOCOL} ready"))?;
+    let mut stdin = BufReader::new(std::io::stdin());
+    let mut line = String::new();
+    let _ = stdin.read_line(&mut line);
+    let mut words = line.split_whitespace();
+    let (port, secret) = (
+        words.next().and_then(|p| p.parse::<u16>().ok()),
+        words.next().and_then(Secret::parse),
+    );
+    let (Some(port), Some(secret)) = (port, secret) else {
+        return Err(Failure::new(
+            exit::OTHER,
+            anyhow::anyhow!("the near side sent {line:?}, not a port and a secret"),
+        ));
+    };
+    hang_up_at_eof(stdin);
+    let (client, _) = ssh_connection()?;
+    let mut warnings = Vec::new();
+    let paths = expand_sources(paths, flags.follow_symlinks, &mut warnings)?;
+    for w in warnings {
+        let _ = writeln!(std::io::stderr(), "hurtle (far side): warning: {w}");
+    }
+    let opts = send_options(flags, None, &secret);
+    let progress = Arc::new(Progress::default());
+    interrupt::watch(&progress);
+    hurtle_engine::send(
+        &paths,
+        SocketAddr::new(client, port),
+        &opts,
+        progress.clone(),
+    )
+    .map(drop)
+    .map_err(|e| session_failure(e, false, &progress))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(user: Option<&str>, host: &str, path: &str) -> Operand {
+        Operand::Remote(Remote {
+            user: user.map(str::to_string),
+            host: host.into(),
+            path: path.into(),
+        })
+    }
+
+    #[test]
+    fn operands_parse_as_scp_reads_them() {
+        let p = |s| parse_operand(s).unwrap();
+        assert_eq!(p("host:/data"), remote(None, "host", "/data"));
+        assert_eq!(p("me@host:x/y"), remote(Some("me"), "host", "x/y"));
+        assert_eq!(p("host:"), remote(None, "host", "."));
+        assert_eq!(p("[::1]:/d"), remote(None, "::1", "/d"));
+        assert_eq!(p("me@[fe80::1]:d"), remote(Some("me"), "fe80::1", "d"));
+        assert_eq!(p("host:a:b"), remote(None, "host", "a:b"));
+        for local in ["./a:b", "a/b:c", "plain", "/abs/x:y", ":x", "[::1]/x", "[x"] {
+            assert_eq!(p(local), Operand::Local(local.into()), "{local}");
+        }
+        for bad in ["-oProxyCommand=x:y", "@host:x", "me@-x:y", "[]:x"] {
+            assert!(parse_operand(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn exactly_one_side_is_remote() {
+        let ops = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let code = |v: &[&str]| plan(&ops(v)).unwrap_err().code;
+        assert_eq!(code(&["a", "b"]), exit::USAGE);
+        assert_eq!(code(&["h:a"]), exit::USAGE);
+        assert_eq!(code(&["h:a", "g:b"]), exit::USAGE);
+        assert_eq!(code(&["h:a", "b", "c"]), exit::USAGE);
+        assert_eq!(code(&["h:a", "g:b", "c"]), exit::USAGE);
+        assert!(matches!(
+            plan(&ops(&["a", "b", "h:d"])),
+            Ok(Plan::Push { .. })
+        ));
+        assert!(matches!(
+            plan(&ops(&["h:a", "h:b", "d"])),
+            Ok(Plan::Pull { .. })
+        ));
+    }
+
+    #[test]
+    fn remote_words_are_quoted_for_the_far_shell() {
+        let words = ["hurtle", "a b", "~/x y", "~", "it's", "$HOME"].map(String::from);
+        assert_eq!(
+            remote_command(&words).unwrap(),
+            r#"hurtle 'a b' ~/'x y' ~ "it's" '$HOME'"#
+        );
+    }
+
+    #[test]
+    fn ssh_exit_codes_name_their_cause() {
+        let tail = ["root@h: Permission denied (publickey).".to_string()];
+        let f = far_failure(Some(255), &tail, "root@h", "hurtle");
+        assert_eq!(f.code, exit::SSH);
+        assert!(f.error.to_string().contains("Permission denied"));
+        let f = far_failure(
+            Some(127),
+            &["bash: hurtle: command not found".into()],
+            "h",
+            "hurtle",
+        );
+        assert_eq!(f.code, exit::REMOTE_MISSING);
+        assert!(f.error.to_string().contains("install hurtle"));
+        assert_eq!(far_failure(Some(6), &[], "h", "x").code, exit::STORAGE);
+    }
+
+    #[test]
+    fn a_secret_is_32_bytes_in_hex() {
+        let secret = Secret::new();
+        let s = secret.to_string();
+        assert_eq!(s.len(), 64);
+        assert_eq!(Secret::parse(&s).map(|p| p.0), Some(secret.0));
+        assert!(Secret::parse("abc").is_none());
+        assert!(Secret::parse(&"+f".repeat(32)).is_none());
+    }
+}

@@ -1,0 +1,487 @@
+//! `hurtle cp` against a real OpenSSH server: each test starts its own sshd (Debian's
+//! openssh-server) on its own port inside a network namespace it creates, with a throwaway
+//! host key and user key, and copies to and from it. Needs root (namespaces); a missing sshd
+//! fails the test, naming the packages to install.
+
+#[allow(dead_code)] // shared with the other test binaries
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use support::fsx;
+use support::netns::{ip, Namespaces};
+use support::proc::{bin, Finished, Proc};
+use support::TRANSFER_TIMEOUT;
+
+const MIB: u64 = 1 << 20;
+const SSHD: &str = "/usr/sbin/sshd";
+/// The port sshd listens on inside its namespace.
+const SSH_PORT: &str = "2222";
+
+/// One sshd in its own namespace, reachable from here at `addr`; stopped (by its PID, through
+/// its process handle) and its namespace deleted when dropped. Fields drop in order: sshd
+/// first, then the namespace, then the files.
+struct Sshd {
+    proc: Proc,
+    _ns: Namespaces,
+    /// The host's address, as a `root@ADDR:` operand takes it.
+    addr: String,
+    dir: tempfile::TempDir,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Fails (never skips) when OpenSSH is missing.
+fn require_openssh() {
+    let on_path = |p: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {p}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(
+        Path::new(SSHD).exists() && on_path("ssh") && on_path("ssh-keygen"),
+        "these tests need OpenSSH: install the packages openssh-server and openssh-client \
+         (apt-get install openssh-server openssh-client); {SSHD}, ssh or ssh-keygen is missing"
+    );
+}
+
+impl Sshd {
+    /// Starts sshd in a new namespace joined to this one by a veth pair (10.231.X.1 here,
+    /// 10.231.X.2 there). Its sessions see PATH=DIR/bin:/usr/bin:/bin, where DIR/bin/hurtle is
+    /// the binary under test, and HOME=DIR.
+    fn start(test: &str) -> Option<Sshd> {
+        if !support::require_root(test) {
+            return None;
+        }
+        require_openssh();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let net = (pid % 25) * 10 + n % 10;
+        let name = format!("hurtle-ssh-{pid}-{n}");
+        let (near_if, far_if) = (format!("hs{}n{n}", pid % 100_000), "hs-far".to_string());
+        let (near, far) = (format!("10.231.{net}.1"), format!("10.231.{net}.2"));
+        let mut ns = Namespaces { names: Vec::new() };
+        ns.add(&name);
+        ip(&[
+            "link", "add", &near_if, "type", "veth", "peer", "name", &far_if, "netns", &name,
+        ]);
+        ip(&["addr", "add", &format!("{near}/30"), "dev", &near_if]);
+        ip(&["link", "set", &near_if, "up"]);
+        ip(&[
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{far}/30"),
+            "dev",
+            &far_if,
+        ]);
+        ip(&["-n", &name, "link", "set", &far_if, "up"]);
+
+        let dir = support::tempdir("hurtle-sshd-");
+        let d = dir.path();
+        for key in ["host_key", "user_key", "wrong_key"] {
+            let path = d.join(key);
+            run(
+                "ssh-keygen",
+                &[
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-f",
+                    path.to_str().unwrap(),
+                ],
+            );
+        }
+        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
+        std::fs::create_dir(d.join("bin")).unwrap();
+        std::os::unix::fs::symlink(bin(), d.join("bin/hurtle")).unwrap();
+        // sshd's privilege separation directory, which the package's service would create.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let config = format!(
+            "Port {SSH_PORT}\n\
+             ListenAddress {far}\n\
+             HostKey {d}/host_key\n\
+             PidFile none\n\
+             AuthorizedKeysFile {d}/authorized_keys\n\
+             StrictModes no\n\
+             UsePAM no\n\
+             PermitRootLogin yes\n\
+             PasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\n\
+             SetEnv PATH={d}/bin:/usr/bin:/bin HOME={d}\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        let cfg = d.join("sshd_config");
+        let mut proc = Proc::spawn_program(
+            "sshd",
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &name,
+                SSHD,
+                "-D",
+                "-e",
+                "-f",
+                cfg.to_str().unwrap(),
+            ],
+        );
+        proc.wait_for_output("sshd listening", Duration::from_secs(10), |_, err| {
+            err.contains("Server listening").then_some(())
+        });
+        // The root-side end of the veth goes with the namespace's end.
+        Some(Sshd {
+            proc,
+            _ns: ns,
+            addr: far,
+            dir,
+        })
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// `root@ADDR:PATH`.
+    fn remote(&self, path: &Path) -> String {
+        format!("root@{}:{}", self.addr, path.display())
+    }
+
+    /// The `-e` command with `key`.
+    fn ssh_cmd(&self, key: &str) -> String {
+        format!(
+            "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile={} \
+             -o StrictHostKeyChecking=accept-new",
+            self.path(key).display(),
+            self.path("known_hosts").display()
+        )
+    }
+
+    /// `hurtle cp -e SSH -P PORT --remote-hurtle BIN ARGS`, not yet waited for.
+    fn spawn_cp(&self, args: &[&str]) -> Proc {
+        let ssh = self.ssh_cmd("user_key");
+        let mut all = vec!["cp", "-e", &ssh, "-P", SSH_PORT, "--remote-hurtle", bin()];
+        all.extend_from_slice(args);
+        Proc::spawn("hurtle cp", &all)
+    }
+
+    fn cp(&self, args: &[&str]) -> Finished {
+        self.spawn_cp(args).wait(TRANSFER_TIMEOUT)
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("sshd's log:\n{}", self.proc.stderr());
+        }
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A small tree: `tree/top.bin`, `tree/a/b/deep.bin`, `tree/empty/`.
+fn make_tree(root: &Path) -> PathBuf {
+    let tree = root.join("tree");
+    fsx::write_random(&tree.join("top.bin"), 3 * MIB + 11, 1);
+    fsx::write_random(&tree.join("a/b/deep.bin"), 70_000, 2);
+    std::fs::create_dir_all(tree.join("empty")).unwrap();
+    tree
+}
+
+/// Processes whose command line contains `ssh-serve` and `needle`.
+fn far_processes(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("ssh-serve") && cmd.contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn push_and_pull_a_file_and_a_tree_byte_exact() {
+    let Some(h) = Sshd::start("push_and_pull_a_file_and_a_tree_byte_exact") else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("data.bin");
+    fsx::write_random(&file, 5 * MIB + 123, 7);
+    let tree = make_tree(local.path());
+
+    // Push: a file and a tree into a remote directory that does not exist yet.
+    let far = h.path("pushed");
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    pushed.assert_success();
+    assert_eq!(pushed.json()["transport"], "udp", "{}", pushed.stdout);
+    fsx::assert_same_file(&file, &far.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
+    fsx::assert_no_part_files(&far);
+
+    // Pull them back, with the far side's hurtle found on its PATH (sshd's SetEnv) and the
+    // port given in -e instead of -P.
+    let back = local.path().join("back");
+    let ssh = format!("{} -p {SSH_PORT}", h.ssh_cmd("user_key"));
+    let remote_file = h.remote(&far.join("data.bin"));
+    let remote_tree = h.remote(&far.join("tree"));
+    Proc::spawn(
+        "hurtle cp (pull)",
+        &["cp", "-e", &ssh, &remote_file, &remote_tree, s(&back)],
+    )
+    .wait(TRANSFER_TIMEOUT)
+    .assert_success();
+    fsx::assert_same_file(&file, &back.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&back.join("tree")));
+    fsx::assert_no_part_files(&back);
+}
+
+#[test]
+fn a_trailing_slash_copies_the_contents_as_rsync_does() {
+    let Some(h) = Sshd::start("a_trailing_slash_copies_the_contents_as_rsync_does") else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let tree = make_tree(local.path());
+    let names = |dir: &Path| fsx::tree(dir).into_keys().collect::<Vec<_>>();
+
+    let itself = h.path("itself");
+    // (over parallel TCP, the other data path)
+    let tcp = h.cp(&["--transport", "tcp", "--json", s(&tree), &h.remote(&itself)]);
+    tcp.assert_success();
+    assert_eq!(tcp.json()["transport"], "tcp", "{}", tcp.stdout);
+    assert!(
+        itself.join("tree/a/b/deep.bin").is_file(),
+        "{:?}",
+        names(&itself)
+    );
+
+    let contents = h.path("contents");
+    let with_slash = format!("{}/", tree.display());
+    h.cp(&[&with_slash, &h.remote(&contents)]).assert_success();
+    assert_eq!(fsx::tree(&tree), fsx::tree(&contents));
+
+    // The contents of an empty directory: nothing to send, DEST is made all the same.
+    let none = h.path("from-empty");
+    let empty = format!("{}/", tree.join("empty").display());
+    h.cp(&[&empty, &h.remote(&none)]).assert_success();
+    assert!(fsx::tree(&none).is_empty(), "{:?}", names(&none));
+
+    // The same rule on the far side of a pull.
+    let pulled = local.path().join("pulled");
+    let remote = format!("{}/", h.remote(&itself.join("tree")));
+    h.cp(&[&remote, s(&pulled)]).assert_success();
+    assert_eq!(fsx::tree(&tree), fsx::tree(&pulled));
+}
+
+#[test]
+fn a_killed_copy_resumes_and_leaves_no_far_process() {
+    let Some(h) = Sshd::start("a_killed_copy_resumes_and_leaves_no_far_process") else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("big.bin");
+    fsx::write_random(&file, 24 * MIB, 9);
+    let far = h.path("resumed");
+    let dest = h.remote(&far);
+    // 24 MiB at 24 Mbit/s: about 8 s, slow enough to kill part-way.
+    let mut cp = h.spawn_cp(&["--rate", "24M", s(&file), &dest]);
+    let journal = far.join(".big.bin.hurtle-blocks");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The journal starts with a header line; then one line per verified block: wait for a few.
+    let blocks = |j: &Path| std::fs::read_to_string(j).map_or(0, |t| t.lines().skip(1).count());
+    while blocks(&journal) < 3 {
+        assert!(
+            cp.is_running(),
+            "finished before it could be killed: {}",
+            cp.stderr()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no verified block on the far side"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!far_processes(s(&far)).is_empty(), "the far hurtle runs");
+    cp.kill();
+    let killed = Instant::now();
+    while !far_processes(s(&far)).is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(8),
+            "the far hurtle outlived the session: {:?}",
+            far_processes(s(&far))
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("the far side ended {:?} after the kill", killed.elapsed());
+    assert!(!fsx::part_files(&far).is_empty(), "a part file is kept");
+
+    let again = h.cp(&["--json", s(&file), &dest]);
+    again.assert_success();
+    let v = again.json();
+    assert!(v["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
+    fsx::assert_same_file(&file, &far.join("big.bin"));
+    fsx::assert_no_part_files(&far);
+}
+
+#[test]
+fn a_wrong_key_is_an_ssh_failure_with_ssh_s_message() {
+    let Some(h) = Sshd::start("a_wrong_key_is_an_ssh_failure_with_ssh_s_message") else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let ssh = h.ssh_cmd("wrong_key");
+    let dest = h.remote(&h.path("never"));
+    let f = Proc::spawn(
+        "hurtle cp (wrong key)",
+        &["cp", "-e", &ssh, "-P", SSH_PORT, s(&file), &dest],
+    )
+    .wait(TRANSFER_TIMEOUT);
+    let cause = f.assert_exit(7);
+    assert!(cause.contains("ssh to root@"), "{cause}");
+    assert!(f.stderr.contains("Permission denied"), "{}", f.stderr);
+    assert!(!h.path("never").exists());
+}
+
+#[test]
+fn a_far_side_without_hurtle_says_how_to_install_it() {
+    let Some(h) = Sshd::start("a_far_side_without_hurtle_says_how_to_install_it") else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let ssh = h.ssh_cmd("user_key");
+    let dest = h.remote(&h.path("never"));
+    let f = Proc::spawn(
+        "hurtle cp (no far hurtle)",
+        &[
+            "cp",
+            "-e",
+            &ssh,
+            "-P",
+            SSH_PORT,
+            "--remote-hurtle",
+            "/nonexistent",
+            s(&file),
+            &dest,
+        ],
+    )
+    .wait(TRANSFER_TIMEOUT);
+    let cause = f.assert_exit(8);
+    assert!(cause.contains("install hurtle there"), "{cause}");
+    assert!(cause.contains("--remote-hurtle"), "{cause}");
+}
+
+#[test]
+fn another_protocol_version_on_the_far_side_is_named() {
+    let Some(h) = Sshd::start("another_protocol_version_on_the_far_side_is_named") else {
+        return;
+    };
+    let fake = h.path("future-hurtle");
+    std::fs::write(&fake, "#!/bin/sh\necho 'HURTLE-SSH 99 4000 00'\nsleep 1\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let ssh = h.ssh_cmd("user_key");
+    let dest = h.remote(&h.path("never"));
+    let f = Proc::spawn(
+        "hurtle cp (future far side)",
+        &[
+            "cp",
+            "-e",
+            &ssh,
+            "-P",
+            SSH_PORT,
+            "--remote-hurtle",
+            s(&fake),
+            s(&file),
+            &dest,
+        ],
+    )
+    .wait(TRANSFER_TIMEOUT);
+    let cause = f.assert_exit(1);
+    assert!(
+        cause.contains("protocol 99") && cause.contains("speaks 1"),
+        "{cause}"
+    );
+}
+
+#[test]
+fn remote_paths_that_are_missing_or_not_directories_exit_as_storage() {
+    let Some(h) = Sshd::start("remote_paths_that_are_missing_or_not_directories_exit_as_storage")
+    else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    // Pull of a source that does not exist: the far sender's exit 6, its message shown.
+    let missing = h.remote(&h.path("no-such-file"));
+    let f = h.cp(&[&missing, s(&local.path().join("in"))]);
+    f.assert_exit(6);
+    assert!(
+        f.stderr
+            .contains("hurtle (far side): error: no such file or directory"),
+        "{}",
+        f.stderr
+    );
+    // Push into a DEST that is a file.
+    let file = local.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let not_dir = h.path("a-file");
+    std::fs::write(&not_dir, b"y").unwrap();
+    let f = h.cp(&[s(&file), &h.remote(&not_dir)]);
+    f.assert_exit(6);
+    assert!(f.stderr.contains("not a directory"), "{}", f.stderr);
+}
+
+#[test]
+fn local_to_local_and_remote_to_remote_are_refused() {
+    // No ssh is started: no sshd needed.
+    let t = support::tempdir("hurtle-cp-");
+    let a = t.path().join("a");
+    std::fs::write(&a, b"x").unwrap();
+    let colon = format!("{}/x:y", t.path().display());
+    for (args, what) in [
+        (vec![s(&a), s(t.path())], "no operand is remote"),
+        (vec![s(&a), &colon], "no operand is remote"),
+        (vec!["h1:a", "h2:b"], "remote to remote"),
+        (vec!["h1:a", s(&a), s(t.path())], "not both"),
+    ] {
+        let mut all = vec!["cp"];
+        all.extend(args);
+        let f = Proc::spawn("hurtle cp", &all).wait(TRANSFER_TIMEOUT);
+        let cause = f.assert_exit(2);
+        assert!(cause.contains(what), "{all:?}: {cause}");
+    }
+}
