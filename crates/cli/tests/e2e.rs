@@ -592,15 +592,15 @@ fn garbage_on_control_port_is_dropped_and_serve_survives() {
     let t = tmp();
     let mut r = start_receiver(&t.path().join("out"), &["--serve"]);
     // Text: its "length prefix" is far over the frame limit.
-    let mut p = RawPeer::connect(r.addr);
+    let mut p = RawPeer::connect_plain(r.addr);
     p.send_raw(b"GET / HTTP/1.1\r\nHost: hurtle\r\n\r\n");
     assert_eq!(p.recv(), None, "expected the receiver to hang up");
     // A well-formed frame whose body is not a message.
-    let mut p = RawPeer::connect(r.addr);
+    let mut p = RawPeer::connect_plain(r.addr);
     p.send_raw(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
     assert_eq!(p.recv(), None, "expected the receiver to hang up");
     // A hello from something that is not hurtle.
-    let mut p = RawPeer::connect(r.addr);
+    let mut p = RawPeer::connect_plain(r.addr);
     p.send(&Control::Hello {
         magic: *b"NOPE",
         version: wire::VERSION,
@@ -629,7 +629,7 @@ fn truncated_control_frame_is_an_error_and_serve_survives() {
     let t = tmp();
     let mut r = start_receiver(&t.path().join("out"), &["--serve"]);
     // A prefix promising 100 bytes, 10 sent, then close: before the hello, a stray ...
-    let mut p = RawPeer::connect(r.addr);
+    let mut p = RawPeer::connect_plain(r.addr);
     p.send_raw(&[0, 0, 0, 100]);
     p.send_raw(&[7u8; 10]);
     p.close();

@@ -54,6 +54,7 @@ impl Tty {
             cmd.args(args)
                 .env("TERM", "xterm-256color")
                 .env("COLUMNS", COLS.to_string())
+                .env("HURTLE_CODE", support::TEST_CODE)
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(pty.slave.try_clone().expect("dup pty")))
                 .stderr(Stdio::from(pty.slave));

@@ -17,8 +17,9 @@ use std::net::TcpStream;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-/// Failed agreements a code survives; the next one spends it (a code has about 29 bits, so
-/// three online guesses leave an attacker about one chance in 180 million).
+/// Failed agreements with the code that spend it. A direct receiver's code has about 37 bits
+/// (three guesses: one chance in 50 billion); a relay's words 16 (one in 22 thousand, as a
+/// magic-wormhole code).
 pub const CODE_TRIES: u32 = 3;
 
 /// What a receiver accepts: a code, and named keys (from a key file). Clones share their
