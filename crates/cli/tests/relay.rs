@@ -325,7 +325,11 @@ fn lookups_are_rate_limited_per_client() {
     let relay = start_relay(&["--lookup-burst", "2", "--lookup-per-sec", "0.01"]);
     let code = Code::parse("1234-acid-acorn").unwrap();
     let answers: Vec<String> = (0..3)
-        .map(|_| client::lookup(relay.addr, &code).unwrap_err().to_string())
+        .map(|_| {
+            client::lookup(relay.addr, code.nameplate)
+                .unwrap_err()
+                .to_string()
+        })
         .collect();
     assert_eq!(answers[0], "no such code (expired, used or mistyped)");
     assert_eq!(answers[1], "no such code (expired, used or mistyped)");
@@ -380,7 +384,7 @@ fn malformed_oversized_and_idle_clients_are_disconnected_and_the_relay_keeps_ser
     }
     // Still serving.
     let reg = client::register(relay.addr, "127.0.0.1:7400".parse().unwrap(), 2).unwrap();
-    let found = client::lookup(relay.addr, &reg.code).unwrap();
+    let found = client::lookup(relay.addr, reg.code.nameplate).unwrap();
     assert!(found
         .candidates
         .contains(&"127.0.0.1:7400".parse().unwrap()));
@@ -443,8 +447,8 @@ fn relay_load_200_concurrent_registrations_and_lookups() {
             let (start, code, listen) = (start.clone(), r.code.clone(), *listen);
             std::thread::spawn(move || {
                 start.wait();
-                let found =
-                    client::lookup(addr, &code).unwrap_or_else(|e| panic!("lookup {code}: {e}"));
+                let found = client::lookup(addr, code.nameplate)
+                    .unwrap_or_else(|e| panic!("lookup {code}: {e}"));
                 assert!(
                     found.candidates.contains(&listen),
                     "{:?} for {listen}",

@@ -1,8 +1,13 @@
 //! The relay server: one thread per connection, bounded in connections, codes, pending splices
 //! and tracked clients; every read has a deadline.
+//!
+//! It pairs by nameplate only: a lookup of a registered nameplate is answered with a ticket,
+//! whoever asks, at most [`MAX_LOOKUPS`] times per code; the next lookup cancels the code.
+//! Tickets already handed out stay valid while the receiver's agent stays, so a stranger's
+//! lookups cannot cut off a real sender that is already connecting.
 
 use crate::limit::Limiter;
-use crate::registry::{Lookup, Registry};
+use crate::registry::{Expired, Lookup, Registry, MAX_LOOKUPS};
 use crate::splice::splice;
 use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES};
 use std::collections::HashMap;
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 /// How a relay runs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// How long a registered code stays valid unless used.
+    /// How long a registered code can be looked up.
     pub code_ttl: Duration,
     /// Silence after which a client is disconnected (agents ping more often than this).
     pub idle_timeout: Duration,
@@ -182,13 +187,29 @@ fn log(st: &State, line: std::fmt::Arguments<'_>) {
 
 fn expire(st: &State) {
     let gone = lock(&st.codes).expire(Instant::now());
-    for (n, agent) in gone {
-        log(
-            st,
-            format_args!("code {n} expired unused (receiver {})", agent.addr),
-        );
+    for Expired {
+        nameplate,
+        agent,
+        lookups,
+    } in gone
+    {
         let _ = agent.send(&Msg::Expired);
-        agent.close();
+        if lookups == 0 {
+            log(
+                st,
+                format_args!("code {nameplate} expired unused (receiver {})", agent.addr),
+            );
+            agent.close();
+        } else {
+            // Tickets are out: the agent stays for them until its receiver leaves.
+            log(
+                st,
+                format_args!(
+                    "code {nameplate} expired after {lookups} lookups (receiver {})",
+                    agent.addr
+                ),
+            );
+        }
     }
 }
 
@@ -238,10 +259,7 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
     let _ = s.set_nodelay(true);
     match read(&mut s) {
         Some(Msg::Register { port, candidates }) => register(&st, s, peer, port, candidates),
-        Some(Msg::Lookup {
-            nameplate,
-            verifier,
-        }) => lookup(&st, s, peer, nameplate, &verifier),
+        Some(Msg::Lookup { nameplate }) => lookup(&st, s, peer, nameplate),
         Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
         Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
         Some(_) => reply(&mut s, "bad_request", "unexpected message"),
@@ -278,31 +296,30 @@ fn register(
         candidates,
         writer: Mutex::new(writer),
     });
-    let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
-        return reply(
-            &mut s,
-            "busy",
-            "the relay holds too many codes, try again later",
-        );
-    };
-    let claimed = agent.send(&Msg::Nameplate { nameplate }).is_ok()
-        && match read(&mut s) {
-            Some(Msg::Claim { verifier }) if is_verifier(&verifier) => {
-                lock(&st.codes).claim(nameplate, verifier)
-            }
-            Some(_) => {
-                reply(&mut s, "bad_request", "expected a claim");
-                false
-            }
-            None => false,
-        }
-        && agent
-            .send(&Msg::Registered {
-                ttl_secs: st.cfg.code_ttl.as_secs(),
-                idle_secs: st.cfg.idle_timeout.as_secs().max(1),
-            })
+    // The code can be looked up as soon as it is allocated: hold the agent's writer until the
+    // receiver has its answer, so that no `paired` can come before it.
+    let (nameplate, registered) = {
+        let mut w = lock(&agent.writer);
+        let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
+            drop(w);
+            return reply(
+                &mut s,
+                "busy",
+                "the relay holds too many codes, try again later",
+            );
+        };
+        let sent = wire::write_msg(&mut *w, &Msg::Nameplate { nameplate }).is_ok()
+            && wire::write_msg(
+                &mut *w,
+                &Msg::Registered {
+                    ttl_secs: st.cfg.code_ttl.as_secs(),
+                    idle_secs: st.cfg.idle_timeout.as_secs().max(1),
+                },
+            )
             .is_ok();
-    if claimed {
+        (nameplate, sent)
+    };
+    if registered {
         // The agent: pings, and refusals of dial requests, until it leaves or is dropped.
         while let Some(msg) = read(&mut s) {
             match msg {
@@ -329,13 +346,13 @@ fn register(
             }
         }
     }
-    // Gone: its code (if still unused), its tickets and its pending splices go too.
+    // Gone: its code (if still registered), its tickets and its pending splices go too.
     {
         let mut codes = lock(&st.codes);
         if codes
             .remove_if(nameplate, |a| Arc::ptr_eq(a, &agent))
             .is_some()
-            && claimed
+            && registered
         {
             drop(codes);
             log(
@@ -349,18 +366,11 @@ fn register(
     agent.close();
 }
 
-fn is_verifier(v: &str) -> bool {
-    v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32, verifier: &str) {
+fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     if !lock(&st.limiter).allow(peer.ip(), Instant::now()) {
         return reply(&mut s, "rate_limited", "too many lookups, slow down");
     }
-    if !is_verifier(verifier) {
-        return reply(&mut s, "bad_request", "malformed verifier");
-    }
-    let found = lock(&st.codes).lookup(Instant::now(), nameplate, &verifier.to_ascii_lowercase());
+    let found = lock(&st.codes).lookup(Instant::now(), nameplate);
     let agent = match found {
         Lookup::Found(a) => a,
         Lookup::Unknown => {
@@ -370,26 +380,23 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32, v
                 "no such code (expired, used or mistyped)",
             )
         }
-        Lookup::Wrong(None) => return reply(&mut s, "wrong_code", "wrong code"),
-        Lookup::Wrong(Some(a)) => {
+        Lookup::Exhausted(a) => {
             log(
                 st,
                 format_args!(
-                    "code {nameplate} cancelled after {} wrong tries (last from {peer})",
-                    crate::registry::MAX_WRONG
+                    "code {nameplate} cancelled: looked up more than {MAX_LOOKUPS} times (last from {peer})"
                 ),
             );
+            // The agent stays: a sender among the first lookups may still be connecting.
             let _ = a.send(&Msg::Cancelled {
                 reason: format!(
-                    "{} wrong codes were tried for nameplate {nameplate}",
-                    crate::registry::MAX_WRONG
+                    "the code was tried too often (nameplate {nameplate} was looked up more than {MAX_LOOKUPS} times)"
                 ),
             });
-            a.close();
             return reply(
                 &mut s,
-                "wrong_code",
-                "wrong code (too many wrong tries: the code is now cancelled)",
+                "no_such_code",
+                "no such code (it was tried too often and is now cancelled)",
             );
         }
     };
