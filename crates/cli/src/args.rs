@@ -446,7 +446,7 @@ pub struct RelayArgs {
     /// Address to listen on, HOST[:PORT].
     #[arg(long, value_name = "HOST[:PORT]", default_value = "0.0.0.0:7401", value_parser = parse_relay)]
     pub listen: HostPort,
-    /// Seconds a code stays valid unless used.
+    /// Seconds a code can be looked up.
     #[arg(long, value_name = "SECS", default_value_t = 600.0, value_parser = parse_secs)]
     pub code_ttl: f64,
     /// Seconds of silence after which a client is disconnected.

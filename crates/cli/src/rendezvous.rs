@@ -7,6 +7,12 @@
 //! about 2 s, and otherwise goes through the relay (parallel TCP). Both say which path was
 //! taken: `path: direct to ADDR` / `path: relayed via RELAY` (sender), `path: direct from ADDR` /
 //! `path: relayed via RELAY` (receiver).
+//!
+//! The relay gets the code's nameplate only; the words are the password of the peers' key
+//! agreement. So a lookup is not proof of the right sender: the agent's `Paired` event means
+//! someone looked the nameplate up, and the relay cancels a code after three lookups (the
+//! fourth fails). A cancelled or expired code ends the receiver only while no sender is
+//! connected to it; a session in progress carries on.
 
 use crate::args::{HostPort, OutputArgs};
 use crate::cmd::{resolve, session_failure};
@@ -14,6 +20,7 @@ use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
 use hurtle_engine::dial::Dialer;
+use hurtle_engine::progress::Phase;
 use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, SessionError};
 use hurtle_proto::secure::Secret;
 use hurtle_relay::client::{self, AgentEvent};
@@ -104,11 +111,22 @@ pub fn receive(
                     ui::warning(&format!("the relay asked for port {port}: {reason}"));
                 }
             }
-            Event::Agent(AgentEvent::Cancelled(reason)) if !paired => {
+            Event::Agent(AgentEvent::Cancelled(reason)) if watched.phase() == Phase::Idle => {
                 return end(bar, exit::OTHER, anyhow!("the relay cancelled code {code}: {reason}; run receive again for a new code"));
             }
-            Event::Agent(AgentEvent::Expired) if !paired => {
-                return end(bar, exit::OTHER, anyhow!("code {code} expired unused after {ttl} s; run receive again for a new code"));
+            Event::Agent(AgentEvent::Expired) if watched.phase() == Phase::Idle => {
+                let how = if paired {
+                    "without a sender connecting"
+                } else {
+                    "unused"
+                };
+                return end(
+                    bar,
+                    exit::OTHER,
+                    anyhow!(
+                        "code {code} expired {how} after {ttl} s; run receive again for a new code"
+                    ),
+                );
             }
             Event::Agent(AgentEvent::Lost(reason)) if !paired => {
                 return end(
@@ -149,7 +167,7 @@ pub fn pair(
 ) -> Result<(SocketAddr, Paired), Failure> {
     let code = Code::parse(code).map_err(|e| Failure::usage(format!("bad code {code:?}: {e}")))?;
     let relay_addr = resolve(relay, "relay")?;
-    let found = client::lookup(relay_addr, &code)?;
+    let found = client::lookup(relay_addr, code.nameplate)?;
     let port = found.port();
     let direct = if relay_only {
         None

@@ -38,9 +38,11 @@ impl Keyring {
         k
     }
 
-    /// Adds a secret under `name` (for the logs: which sender came; `code` for a code).
+    /// Adds a secret under `name` (for the logs: which sender came; `code` for a code). It
+    /// replaces a secret of the same id: a receiver has one code at most.
     pub fn add(&self, name: impl Into<String>, secret: Secret) {
         if let Ok(mut e) = self.entries.write() {
+            e.retain(|(_, s)| s.id() != secret.id());
             e.push((name.into(), secret));
         }
     }

@@ -2,6 +2,10 @@
 //! [`Agent`] that forwards relayed connections to its own listeners; a sender looks a code up,
 //! tries the receiver's addresses directly, and otherwise dials through the relay
 //! ([`RelayDialer`]).
+//!
+//! Nothing here sends the relay anything derived from a code's words: registration sends the
+//! receiver's port and addresses, a lookup sends the nameplate. The words stay with the peers,
+//! for their key agreement.
 
 use crate::code::Code;
 use crate::splice::splice;
@@ -34,7 +38,7 @@ pub enum RelayError {
     /// The relay sent something unreadable.
     #[error("relay: {0}")]
     Frame(FrameError),
-    /// The relay answered with an error (wrong code, no such code, too many lookups ...).
+    /// The relay answered with an error (no such code, too many lookups, busy ...).
     #[error("{message}")]
     Refused {
         /// Machine-readable kind (see [`Msg::Error`]).
@@ -86,9 +90,9 @@ fn unexpected(m: &Msg) -> RelayError {
 
 /// A receiver's registered code, and the connection that keeps it.
 pub struct Registration {
-    /// The code to give the sender.
+    /// The code to give the sender (the relay knows its nameplate only).
     pub code: Code,
-    /// Seconds the code stays valid unless used.
+    /// Seconds during which the code can be looked up.
     pub ttl_secs: u64,
     relay: SocketAddr,
     idle: Duration,
@@ -96,7 +100,7 @@ pub struct Registration {
 }
 
 /// Registers a receiver whose control listener is bound to `listen`; the code gets `words`
-/// words.
+/// words, drawn here after the relay named the nameplate, and never sent.
 pub fn register(
     relay: SocketAddr,
     listen: SocketAddr,
@@ -121,19 +125,12 @@ pub fn register(
         Msg::Nameplate { nameplate } => nameplate,
         m => return Err(unexpected(&m)),
     };
-    let code = Code::generate(nameplate, words);
-    wire::write_msg(
-        &mut s,
-        &Msg::Claim {
-            verifier: code.verifier(),
-        },
-    )?;
     match answer(&mut s)? {
         Msg::Registered {
             ttl_secs,
             idle_secs,
         } => Ok(Registration {
-            code,
+            code: Code::generate(nameplate, words),
             ttl_secs,
             relay,
             idle: Duration::from_secs(idle_secs.max(1)),
@@ -146,7 +143,9 @@ pub fn register(
 /// What a receiver's agent hears.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentEvent {
-    /// A sender found the code; `relayed` says how it reaches this receiver (`None`: unknown).
+    /// Someone looked the code's nameplate up: the real sender, or a stranger who guessed the
+    /// nameplate (only the key agreement tells them apart). `relayed` says how it reaches this
+    /// receiver (`None`: unknown).
     Paired {
         /// The sender as the relay saw it.
         sender: SocketAddr,
@@ -161,11 +160,13 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// The relay cancelled the code (too many wrong tries).
+    /// The relay cancelled the code (looked up too often): no further sender can find it. The
+    /// agent keeps serving the senders that found it before.
     Cancelled(String),
-    /// The code expired unused.
+    /// The code expired: no further sender can find it. The agent keeps serving the senders
+    /// that found it before (the relay closes it if there were none: then `Lost` follows).
     Expired,
-    /// The connection to the relay ended.
+    /// The connection to the relay ended (not reported after [`Agent::stop`]).
     Lost(String),
 }
 
@@ -261,8 +262,8 @@ impl Registration {
                                 },
                             );
                         }
-                        Msg::Cancelled { reason } => break AgentEvent::Cancelled(reason),
-                        Msg::Expired => break AgentEvent::Expired,
+                        Msg::Cancelled { reason } => events(AgentEvent::Cancelled(reason)),
+                        Msg::Expired => events(AgentEvent::Expired),
                         Msg::Error { message, .. } => break AgentEvent::Lost(message),
                         m => break AgentEvent::Lost(format!("unexpected message {m:?}")),
                     }
@@ -276,8 +277,8 @@ impl Registration {
 }
 
 impl Agent {
-    /// Leaves the relay (the code, if unused, is withdrawn; relayed connections in progress
-    /// continue).
+    /// Leaves the relay (the code, if still registered, is withdrawn; relayed connections in
+    /// progress continue).
     pub fn stop(&self) {
         if !self.stop.swap(true, Ordering::Relaxed) {
             let _ = self
@@ -325,16 +326,12 @@ pub struct Found {
     stream: TcpStream,
 }
 
-/// Looks `code` up at the relay. The code is used up by a successful lookup.
-pub fn lookup(relay: SocketAddr, code: &Code) -> Result<Found, RelayError> {
+/// Looks a code up at the relay by its nameplate (all the relay ever gets of a code). A
+/// lookup does not use the code up, and says nothing about its words: the peers' key agreement
+/// finds a wrong code. The relay answers at most three lookups of a nameplate.
+pub fn lookup(relay: SocketAddr, nameplate: u32) -> Result<Found, RelayError> {
     let mut s = connect(relay, Duration::from_secs(5))?;
-    wire::write_msg(
-        &mut s,
-        &Msg::Lookup {
-            nameplate: code.nameplate,
-            verifier: code.verifier(),
-        },
-    )?;
+    wire::write_msg(&mut s, &Msg::Lookup { nameplate })?;
     match answer(&mut s)? {
         Msg::Found { ticket, candidates } if !candidates.is_empty() => Ok(Found {
             candidates,

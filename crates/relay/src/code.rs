@@ -1,6 +1,9 @@
-//! Codes: `4821-purple-sausage`. The nameplate (the number) is allocated by the relay; the words
-//! are chosen by the receiver and never leave the peers: the relay gets only the nameplate and a
-//! verifier derived from the whole code.
+//! Codes: `4821-purple-sausage`. The nameplate (the number) is allocated by the relay and is all
+//! the relay ever learns; the words are chosen by the receiver and never leave the peers, not
+//! even as a hash: they are the password of the peers' SPAKE2 agreement (`hurtle_proto::secure`),
+//! which runs over the control connection (through the relay when the session is relayed). So
+//! neither the relay nor anyone on the path can test guesses of the words offline; a wrong code
+//! is found by the peers' agreement, one online guess per connection.
 
 use crate::words::{index_of, WORDS};
 use std::fmt;
@@ -9,8 +12,6 @@ use std::fmt;
 pub const DEFAULT_WORDS: usize = 2;
 /// Fewest and most words a code may have.
 pub const WORD_RANGE: std::ops::RangeInclusive<usize> = 2..=3;
-/// Context string of the verifier's BLAKE3 key derivation.
-pub const VERIFIER_CONTEXT: &str = "hurtle relay code verifier v1";
 
 /// A parsed code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,14 +71,6 @@ impl Code {
         }
         Ok(Code { nameplate, words })
     }
-
-    /// What the relay checks: BLAKE3 `derive_key` of the whole code, hex.
-    pub fn verifier(&self) -> String {
-        crate::wire::hex(&blake3::derive_key(
-            VERIFIER_CONTEXT,
-            self.to_string().as_bytes(),
-        ))
-    }
 }
 
 impl fmt::Display for Code {
@@ -118,17 +111,6 @@ mod tests {
             Code::parse("12-acid-purpel"),
             Err(CodeError::UnknownWord("purpel".into()))
         );
-    }
-
-    #[test]
-    fn verifier_depends_on_every_part_and_hides_the_words() {
-        let a = Code::parse("4821-purple-sausage").unwrap().verifier();
-        assert_eq!(a.len(), 64);
-        assert_ne!(a, Code::parse("4822-purple-sausage").unwrap().verifier());
-        assert_ne!(a, Code::parse("4821-sausage-purple").unwrap().verifier());
-        assert!(!a.contains("purple"));
-        let want = blake3::derive_key(VERIFIER_CONTEXT, b"4821-purple-sausage");
-        assert_eq!(a, crate::wire::hex(&want));
     }
 
     proptest! {

@@ -1,13 +1,20 @@
 //! hurtle's rendezvous and relay server: it pairs a sender with a receiver by a short code, and
 //! forwards their TCP connections when they cannot reach each other directly.
 //!
+//! The relay sees only a code's nameplate (the number in `4821-purple-sausage`). The words are
+//! the password of the peers' SPAKE2 agreement (`hurtle_proto::secure`), run over the control
+//! connection, through the relay when it is relayed; nothing derived from them reaches the
+//! relay, so neither the relay nor anyone on the path can test guesses offline. A wrong code is
+//! found by the peers (the receiver counts failed agreements); the relay, which cannot tell, ends
+//! a nameplate after three lookups.
+//!
 //! This crate owns:
 //! - [`wire`]: the relay protocol, length-prefixed frames (u16 big-endian, at most
 //!   [`wire::MAX_FRAME`] bytes) of JSON messages; decoding arbitrary bytes never panics, and a
 //!   bad frame gets the client an error frame and a disconnect;
 //! - [`code`] and [`words`]: codes like `4821-purple-sausage` (a nameplate from the relay and
-//!   words from the receiver) and the verifier the relay checks instead of the words;
-//! - [`registry`] (codes: allocation, single-use lookup, three wrong tries, expiry) and
+//!   words from the receiver);
+//! - [`registry`] (codes: allocation, at most three lookups per nameplate, expiry) and
 //!   [`limit`] (per-IP token buckets for lookups), pure and driven by an injected clock;
 //! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
 //!   pending splices and tracked clients, idle timeouts on every read;

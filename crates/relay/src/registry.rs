@@ -1,28 +1,44 @@
-//! Registered codes, by nameplate: allocation, lookup (single use, three wrong tries), expiry.
-//! Pure bookkeeping with the clock passed in; the server holds it behind a lock.
+//! Registered codes, by nameplate: allocation, lookup (at most [`MAX_LOOKUPS`] per nameplate),
+//! expiry. Pure bookkeeping with the clock passed in; the server holds it behind a lock.
+//!
+//! The registry knows nameplates only. It cannot tell the real sender's lookup from a stranger's
+//! (the peers' key agreement does that), so a lookup never uses a code up: a stranger who
+//! guesses a nameplate first does not take it from the real sender. What ends a code is its
+//! receiver leaving, its expiry, or one lookup too many.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Wrong verifiers a nameplate survives; the last of them cancels it.
-pub const MAX_WRONG: u8 = 3;
+/// Lookups a nameplate answers; the next one cancels it.
+pub const MAX_LOOKUPS: u8 = 3;
 
 /// What a lookup found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup<A> {
-    /// The code matched; it is removed (single use). The agent of the receiver.
+    /// The nameplate is registered: the agent of its receiver. The code stays registered.
     Found(A),
-    /// No registered code has this nameplate (expired, used, mistyped, or not yet claimed).
+    /// No registered code has this nameplate (expired, withdrawn, cancelled or mistyped).
     Unknown,
-    /// The verifier is wrong; `Some(agent)` when that was the last try and the code is cancelled.
-    Wrong(Option<A>),
+    /// The nameplate was looked up more than [`MAX_LOOKUPS`] times: the code is removed
+    /// (cancelled), and this is the agent to tell.
+    Exhausted(A),
+}
+
+/// A code removed by [`Registry::expire`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Expired<A> {
+    /// Its nameplate.
+    pub nameplate: u32,
+    /// Its receiver's agent.
+    pub agent: A,
+    /// Lookups it answered (tickets may be out).
+    pub lookups: u8,
 }
 
 #[derive(Debug)]
 struct Entry<A> {
-    verifier: Option<String>,
     expires: Instant,
-    wrong: u8,
+    lookups: u8,
     agent: A,
 }
 
@@ -47,7 +63,7 @@ impl<A: Clone> Registry<A> {
         }
     }
 
-    /// Codes held (claimed or not).
+    /// Codes held.
     pub fn len(&self) -> usize {
         self.codes.len()
     }
@@ -57,7 +73,8 @@ impl<A: Clone> Registry<A> {
         self.codes.is_empty()
     }
 
-    /// Reserves a free nameplate for `agent`; `None` when full.
+    /// Registers a free nameplate for `agent`, valid for lookups until `now + ttl`; `None` when
+    /// full.
     pub fn allocate(&mut self, now: Instant, agent: A) -> Option<u32> {
         if self.codes.len() >= self.cap {
             return None;
@@ -70,49 +87,31 @@ impl<A: Clone> Registry<A> {
         self.codes.insert(
             n,
             Entry {
-                verifier: None,
                 expires: now + self.ttl,
-                wrong: 0,
+                lookups: 0,
                 agent,
             },
         );
         Some(n)
     }
 
-    /// Sets the verifier of a reserved nameplate; false if it is unknown or already claimed.
-    pub fn claim(&mut self, nameplate: u32, verifier: String) -> bool {
-        match self.codes.get_mut(&nameplate) {
-            Some(e) if e.verifier.is_none() => {
-                e.verifier = Some(verifier);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Looks a code up at `now`.
-    pub fn lookup(&mut self, now: Instant, nameplate: u32, verifier: &str) -> Lookup<A> {
+    /// Looks a nameplate up at `now`. The first [`MAX_LOOKUPS`] lookups find it; the next one
+    /// removes it.
+    pub fn lookup(&mut self, now: Instant, nameplate: u32) -> Lookup<A> {
         let Some(e) = self.codes.get_mut(&nameplate) else {
             return Lookup::Unknown;
         };
         if e.expires <= now {
             return Lookup::Unknown;
         }
-        match &e.verifier {
-            None => Lookup::Unknown,
-            Some(v) if constant_time_eq(v.as_bytes(), verifier.as_bytes()) => {
-                let e = self.codes.remove(&nameplate).map(|e| e.agent);
-                e.map_or(Lookup::Unknown, Lookup::Found)
-            }
-            Some(_) => {
-                e.wrong += 1;
-                if e.wrong >= MAX_WRONG {
-                    Lookup::Wrong(self.codes.remove(&nameplate).map(|e| e.agent))
-                } else {
-                    Lookup::Wrong(None)
-                }
-            }
+        if e.lookups >= MAX_LOOKUPS {
+            return self
+                .codes
+                .remove(&nameplate)
+                .map_or(Lookup::Unknown, |e| Lookup::Exhausted(e.agent));
         }
+        e.lookups += 1;
+        Lookup::Found(e.agent.clone())
     }
 
     /// Removes the code of `nameplate` (its receiver left).
@@ -121,7 +120,7 @@ impl<A: Clone> Registry<A> {
     }
 
     /// Removes the code of `nameplate` if its agent passes `owned` (a nameplate may have been
-    /// used, freed and handed to another receiver meanwhile).
+    /// cancelled or expired, and handed to another receiver meanwhile).
     pub fn remove_if(&mut self, nameplate: u32, owned: impl Fn(&A) -> bool) -> Option<A> {
         match self.codes.get(&nameplate) {
             Some(e) if owned(&e.agent) => self.remove(nameplate),
@@ -130,7 +129,7 @@ impl<A: Clone> Registry<A> {
     }
 
     /// Removes and returns the codes expired at `now`.
-    pub fn expire(&mut self, now: Instant) -> Vec<(u32, A)> {
+    pub fn expire(&mut self, now: Instant) -> Vec<Expired<A>> {
         let gone: Vec<u32> = self
             .codes
             .iter()
@@ -138,13 +137,15 @@ impl<A: Clone> Registry<A> {
             .map(|(&n, _)| n)
             .collect();
         gone.into_iter()
-            .filter_map(|n| self.codes.remove(&n).map(|e| (n, e.agent)))
+            .filter_map(|n| {
+                self.codes.remove(&n).map(|e| Expired {
+                    nameplate: n,
+                    agent: e.agent,
+                    lookups: e.lookups,
+                })
+            })
             .collect()
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -156,54 +157,68 @@ mod tests {
     }
 
     #[test]
-    fn single_use() {
+    fn a_lookup_does_not_use_the_code_up() {
         let (mut r, t0) = reg();
         let n = r.allocate(t0, "agent").unwrap();
         assert!(NAMEPLATES.contains(&n));
-        assert_eq!(r.lookup(t0, n, "v"), Lookup::Unknown, "not claimed yet");
-        assert!(r.claim(n, "v".into()));
-        assert!(!r.claim(n, "w".into()), "claimed once only");
-        assert_eq!(r.lookup(t0, n, "v"), Lookup::Found("agent"));
-        assert_eq!(r.lookup(t0, n, "v"), Lookup::Unknown);
-        assert!(r.is_empty());
+        // A stranger who guessed the nameplate first, then the real sender.
+        assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
+        assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
+        assert_eq!(r.len(), 1, "still registered");
+        assert_eq!(r.lookup(t0, n + 1), Lookup::Unknown);
     }
 
     #[test]
-    fn three_wrong_tries_cancel() {
+    fn three_lookups_then_the_fourth_cancels() {
         let (mut r, t0) = reg();
         let n = r.allocate(t0, "agent").unwrap();
-        r.claim(n, "right".into());
-        assert_eq!(r.lookup(t0, n, "wrong"), Lookup::Wrong(None));
-        assert_eq!(r.lookup(t0, n, "wrong"), Lookup::Wrong(None));
-        assert_eq!(r.lookup(t0, n, "wrong"), Lookup::Wrong(Some("agent")));
-        assert_eq!(r.lookup(t0, n, "right"), Lookup::Unknown);
+        for _ in 0..MAX_LOOKUPS {
+            assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
+        }
+        assert_eq!(r.lookup(t0, n), Lookup::Exhausted("agent"));
+        assert!(r.is_empty(), "cancelled");
+        assert_eq!(r.lookup(t0, n), Lookup::Unknown);
+        assert_eq!(r.remove(n), None);
     }
 
     #[test]
-    fn right_code_after_a_wrong_try_still_works() {
+    fn withdrawn_codes_are_unknown_and_remove_if_checks_the_owner() {
         let (mut r, t0) = reg();
-        let n = r.allocate(t0, "seven").unwrap();
-        r.claim(n, "right".into());
-        assert_eq!(r.lookup(t0, n, "wrong"), Lookup::Wrong(None));
-        assert_eq!(r.lookup(t0, n, "right"), Lookup::Found("seven"));
+        let n = r.allocate(t0, "a").unwrap();
+        assert_eq!(r.remove_if(n, |a| *a == "b"), None);
+        assert_eq!(r.lookup(t0, n), Lookup::Found("a"));
+        assert_eq!(r.remove_if(n, |a| *a == "a"), Some("a"));
+        assert_eq!(r.lookup(t0, n), Lookup::Unknown);
     }
 
     #[test]
     fn codes_expire_with_an_injected_clock() {
         let (mut r, t0) = reg();
         let a = r.allocate(t0, "a").unwrap();
-        r.claim(a, "va".into());
         let b = r.allocate(t0 + Duration::from_secs(300), "b").unwrap();
-        r.claim(b, "vb".into());
+        let c = r.allocate(t0 + Duration::from_secs(1), "c").unwrap();
+        assert_eq!(r.lookup(t0 + Duration::from_secs(2), c), Lookup::Found("c"));
         let t1 = t0 + Duration::from_secs(600);
+        assert_eq!(r.lookup(t1, a), Lookup::Unknown, "expired at its deadline");
+        let mut gone = r.expire(t1 + Duration::from_secs(1));
+        gone.sort_by_key(|e| e.agent);
         assert_eq!(
-            r.lookup(t1, a, "va"),
-            Lookup::Unknown,
-            "expired at its deadline"
+            gone,
+            vec![
+                Expired {
+                    nameplate: a,
+                    agent: "a",
+                    lookups: 0
+                },
+                Expired {
+                    nameplate: c,
+                    agent: "c",
+                    lookups: 1
+                },
+            ]
         );
-        assert_eq!(r.expire(t1), vec![(a, "a")]);
         assert_eq!(r.len(), 1);
-        assert_eq!(r.lookup(t1, b, "vb"), Lookup::Found("b"));
+        assert_eq!(r.lookup(t1, b), Lookup::Found("b"));
     }
 
     #[test]

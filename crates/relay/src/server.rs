@@ -1,8 +1,13 @@
 //! The relay server: one thread per connection, bounded in connections, codes, pending splices
 //! and tracked clients; every read has a deadline.
+//!
+//! It pairs by nameplate only: a lookup of a registered nameplate is answered with a ticket,
+//! whoever asks, at most [`MAX_LOOKUPS`] times per code; the next lookup cancels the code.
+//! Tickets already handed out stay valid while the receiver's agent stays, so a stranger's
+//! lookups cannot cut off a real sender that is already connecting.
 
 use crate::limit::Limiter;
-use crate::registry::{Lookup, Registry};
+use crate::registry::{Expired, Lookup, Registry, MAX_LOOKUPS};
 use crate::splice::splice;
 use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES};
 use std::collections::HashMap;
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 /// How a relay runs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// How long a registered code stays valid unless used.
+    /// How long a registered code can be looked up.
     pub code_ttl: Duration,
     /// Silence after which a client is disconnected (agents ping more often than this).
     pub idle_timeout: Duration,
@@ -182,13 +187,29 @@ fn log(st: &State, line: std::fmt::Arguments<'_>) {
 
 fn expire(st: &State) {
     let gone = lock(&st.codes).expire(Instant::now());
-    for (n, agent) in gone {
-        log(
-            st,
-            format_args!("code {n} expired unused (receiver {})", agent.addr),
-        );
+    for Expired {
+        nameplate,
+        agent,
+        lookups,
+    } in gone
+    {
         let _ = agent.send(&Msg::Expired);
-        agent.close();
+        if lookups == 0 {
+            log(
+                st,
+                format_args!("code {nameplate} expired unused (receiver {})", agent.addr),
+            );
+            agent.close();
+        } else {
+            // Tickets are out: the agent stays for them until its receiver leaves.
+            log(
+                st,
+                format_args!(
+                    "code {nameplate} expired after {lookups} lookups (receiver {})",
+                    agent.addr
+                ),
+            );
+        }
     }
 }
 
@@ -238,10 +259,7 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
     let _ = s.set_nodelay(true);
     match read(&mut s) {
         Some(Msg::Register { port, candidates }) => register(&st, s, peer, port, candidates),
-        Some(Msg::Lookup {
-            nameplate,
-            verifier,
-        }) => lookup(&st, s, peer, nameplate, &verifier),
+        Some(Msg::Lookup { nameplate }) => lookup(&st, s, peer, nameplate),
         Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
         Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
         Some(_) => reply(&mut s, "bad_request", "unexpected message"),
@@ -278,31 +296,30 @@ fn register(
         candidates,
         writer: Mutex::new(writer),
     });
-    let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
-        return reply(
-            &mut s,
-            "busy",
-            "the relay holds too many codes, try again later",
-        );
-    };
-    let claimed = agent.send(&Msg::Nameplate { nameplate }).is_ok()
-        && match read(&mut s) {
-            Some(Msg::Claim { verifier }) if is_verifier(&verifier) => {
-                lock(&st.codes).claim(nameplate, verifier)
-            }
-            Some(_) => {
-                reply(&mut s, "bad_request", "expected a claim");
-                false
-            }
-            None => false,
-        }
-        && agent
-            .send(&Msg::Registered {
-                ttl_secs: st.cfg.code_ttl.as_secs(),
-                idle_secs: st.cfg.idle_timeout.as_secs().max(1),
-            })
+    // The code can be looked up as soon as it is allocated: hold the agent's writer until the
+    // receiver has its answer, so that no `paired` can come before it.
+    let (nameplate, registered) = {
+        let mut w = lock(&agent.writer);
+        let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
+            drop(w);
+            return reply(
+                &mut s,
+                "busy",
+                "the relay holds too many codes, try again later",
+            );
+        };
+        let sent = wire::write_msg(&mut *w, &Msg::Nameplate { nameplate }).is_ok()
+            && wire::write_msg(
+                &mut *w,
+                &Msg::Registered {
+                    ttl_secs: st.cfg.code_ttl.as_secs(),
+                    idle_secs: st.cfg.idle_timeout.as_secs().max(1),
+                },
+            )
             .is_ok();
-    if claimed {
+        (nameplate, sent)
+    };
+    if registered {
         // The agent: pings, and refusals of dial requests, until it leaves or is dropped.
         while let Some(msg) = read(&mut s) {
             match msg {
@@ -329,13 +346,13 @@ fn register(
             }
         }
     }
-    // Gone: its code (if still unused), its tickets and its pending splices go too.
+    // Gone: its code (if still registered), its tickets and its pending splices go too.
     {
         let mut codes = lock(&st.codes);
         if codes
             .remove_if(nameplate, |a| Arc::ptr_eq(a, &agent))
             .is_some()
-            && claimed
+            && registered
         {
             drop(codes);
             log(
@@ -349,18 +366,11 @@ fn register(
     agent.close();
 }
 
-fn is_verifier(v: &str) -> bool {
-    v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32, verifier: &str) {
+fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     if !lock(&st.limiter).allow(peer.ip(), Instant::now()) {
         return reply(&mut s, "rate_limited", "too many lookups, slow down");
     }
-    if !is_verifier(verifier) {
-        return reply(&mut s, "bad_request", "malformed verifier");
-    }
-    let found = lock(&st.codes).lookup(Instant::now(), nameplate, &verifier.to_ascii_lowercase());
+    let found = lock(&st.codes).lookup(Instant::now(), nameplate);
     let agent = match found {
         Lookup::Found(a) => a,
         Lookup::Unknown => {
@@ -370,26 +380,23 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32, v
                 "no such code (expired, used or mistyped)",
             )
         }
-        Lookup::Wrong(None) => return reply(&mut s, "wrong_code", "wrong code"),
-        Lookup::Wrong(Some(a)) => {
+        Lookup::Exhausted(a) => {
             log(
                 st,
                 format_args!(
-                    "code {nameplate} cancelled after {} wrong tries (last from {peer})",
-                    crate::registry::MAX_WRONG
+                    "code {nameplate} cancelled: looked up more than {MAX_LOOKUPS} times (last from {peer})"
                 ),
             );
+            // The agent stays: a sender among the first lookups may still be connecting.
             let _ = a.send(&Msg::Cancelled {
                 reason: format!(
-                    "{} wrong codes were tried for nameplate {nameplate}",
-                    crate::registry::MAX_WRONG
+                    "the code was tried too often (nameplate {nameplate} was looked up more than {MAX_LOOKUPS} times)"
                 ),
             });
-            a.close();
             return reply(
                 &mut s,
-                "wrong_code",
-                "wrong code (too many wrong tries: the code is now cancelled)",
+                "no_such_code",
+                "no such code (it was tried too often and is now cancelled)",
             );
         }
     };
@@ -506,5 +513,374 @@ fn join(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, id: u64, slot: Slot
             reply(&mut s, "no_such_splice", "unknown splice");
         }
         None => reply(&mut s, "no_such_splice", "unknown splice"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{self, AgentEvent, RelayError};
+    use crate::code::Code;
+    use hurtle_engine::{OwnPorts, ReceiveOptions, Receiver};
+    use std::io::{Read, Write};
+    use std::sync::mpsc::{channel, Receiver as Events};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A relay on loopback, serving from a background thread for the rest of the test process.
+    fn relay(cfg: Config) -> SocketAddr {
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+        let addr = server.local_addr().unwrap();
+        std::thread::spawn(move || server.run());
+        addr
+    }
+
+    fn cfg() -> Config {
+        Config {
+            lookup_burst: 100,
+            lookup_per_sec: 100.0,
+            log: false,
+            ..Config::default()
+        }
+    }
+
+    /// A real receiver's control listener (so its agent will dial it), and its ports.
+    struct Local {
+        _out: tempfile::TempDir,
+        _receiver: Receiver,
+        control: SocketAddr,
+        ports: Arc<OwnPorts>,
+    }
+
+    fn local_receiver() -> Local {
+        let out = tempfile::tempdir().unwrap();
+        let opts = ReceiveOptions {
+            out_dir: out.path().to_path_buf(),
+            ..ReceiveOptions::default()
+        };
+        let ports = opts.own_ports.clone();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), opts).unwrap();
+        let control = receiver.local_addr().unwrap();
+        Local {
+            _out: out,
+            _receiver: receiver,
+            control,
+            ports,
+        }
+    }
+
+    /// Registers `control` at `relay` and starts its agent.
+    fn register(
+        relay: SocketAddr,
+        control: SocketAddr,
+        ports: Arc<OwnPorts>,
+    ) -> (Code, client::Agent, Events<AgentEvent>) {
+        let reg = client::register(relay, control, 2).unwrap();
+        let code = reg.code.clone();
+        let (tx, rx) = channel();
+        let agent = reg
+            .start_agent(control.ip(), ports, move |e| {
+                let _ = tx.send(e);
+            })
+            .unwrap();
+        (code, agent, rx)
+    }
+
+    fn refused_kind(e: RelayError) -> (String, String) {
+        match e {
+            RelayError::Refused { kind, message } => (kind, message),
+            e => panic!("expected the relay's refusal, got {e}"),
+        }
+    }
+
+    fn next_event(rx: &Events<AgentEvent>) -> AgentEvent {
+        rx.recv_timeout(WAIT).expect("an agent event")
+    }
+
+    /// Bytes seen in one direction of one connection.
+    type Tape = Arc<Mutex<Vec<u8>>>;
+
+    /// The bytes of every connection through a proxy, each direction apart.
+    #[derive(Default)]
+    struct Captured {
+        /// Per connection: (client to relay, relay to client).
+        conns: Mutex<Vec<(Tape, Tape)>>,
+    }
+
+    fn copy_into(mut from: TcpStream, mut to: TcpStream, log: Tape) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    lock(&log).extend_from_slice(&buf[..n]);
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    }
+
+    /// A proxy in front of `upstream` that records everything.
+    fn capturing_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Captured>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let captured = Arc::new(Captured::default());
+        let c = captured.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let relay = TcpStream::connect(upstream).unwrap();
+                let (up, down) = (Arc::default(), Arc::default());
+                lock(&c.conns).push((Arc::clone(&up), Arc::clone(&down)));
+                let (c2, r2) = (client.try_clone().unwrap(), relay.try_clone().unwrap());
+                std::thread::spawn(move || copy_into(client, relay, up));
+                std::thread::spawn(move || copy_into(r2, c2, down));
+            }
+        });
+        (addr, captured)
+    }
+
+    /// Every whole frame at the start of `bytes`, up to `spliced` (raw bytes may follow).
+    fn frames(bytes: &[u8]) -> Vec<Msg> {
+        let mut msgs = Vec::new();
+        let mut at = 0;
+        while let Some((m, used)) = wire::decode(&bytes[at..]).unwrap() {
+            at += used;
+            let end = m == Msg::Spliced;
+            msgs.push(m);
+            if end {
+                break;
+            }
+        }
+        msgs
+    }
+
+    /// Runs of at least `min` hex digits in `text`.
+    fn hex_runs(text: &str, min: usize) -> Vec<String> {
+        text.split(|c: char| !c.is_ascii_hexdigit())
+            .filter(|r| r.len() >= min)
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn the_relay_gets_the_nameplate_and_nothing_derived_from_the_words() {
+        let upstream = relay(cfg());
+        let (proxy, captured) = capturing_proxy(upstream);
+        let local = local_receiver();
+        // Registration, agent, lookup, a relayed connection: the whole conversation, through
+        // the proxy (the agent joins through it too: it dials the relay it registered with).
+        let (code, agent, events) = register(proxy, local.control, local.ports.clone());
+        let found = client::lookup(proxy, code.nameplate).unwrap();
+        let dialer = found.into_dialer(None);
+        let spliced = dialer.dial(local.control, WAIT).unwrap();
+        match next_event(&events) {
+            AgentEvent::Paired { relayed, .. } => assert_eq!(relayed, Some(true)),
+            e => panic!("expected paired, got {e:?}"),
+        }
+        drop(spliced);
+        agent.stop();
+        std::thread::sleep(Duration::from_millis(200));
+
+        let conns: Vec<(Vec<u8>, Vec<u8>)> = lock(&captured.conns)
+            .iter()
+            .map(|(up, down)| (lock(up).clone(), lock(down).clone()))
+            .collect();
+        assert_eq!(conns.len(), 4, "register, lookup, splice, join");
+        let tickets: Vec<String> = conns
+            .iter()
+            .flat_map(|(_, down)| frames(down))
+            .filter_map(|m| match m {
+                Msg::Found { ticket, .. } => Some(ticket),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tickets.len(), 1);
+        // The relay's own numbers, which the clients echo: the ticket and the splice ids.
+        let mut echoed: Vec<String> = conns
+            .iter()
+            .flat_map(|(_, down)| frames(down))
+            .filter_map(|m| match m {
+                Msg::Dial { id, .. } => Some(id.to_string()),
+                _ => None,
+            })
+            .collect();
+        echoed.push(tickets[0].clone());
+        // What the clients said, message by message: nothing but these fields.
+        let mut kinds = Vec::new();
+        for (up, _) in &conns {
+            for m in frames(up) {
+                match &m {
+                    Msg::Register { port, candidates } => {
+                        assert_eq!(*port, local.control.port());
+                        assert!(candidates.iter().all(|c| c.port() == *port), "{m:?}");
+                    }
+                    Msg::Lookup { nameplate } => assert_eq!(*nameplate, code.nameplate),
+                    Msg::Path { relayed } => assert!(relayed),
+                    Msg::Splice { ticket, port } => {
+                        assert_eq!(ticket, &tickets[0]);
+                        assert_eq!(*port, local.control.port());
+                    }
+                    Msg::Join { .. } | Msg::Ping => {}
+                    m => panic!("a client sent {m:?}"),
+                }
+                kinds.push(std::mem::discriminant(&m));
+            }
+        }
+        assert!(kinds.len() >= 5, "{kinds:?}");
+        // And as bytes, both ways: no word, no code, no 32-byte value in hex.
+        let vocabulary = serde_json::to_string(&[
+            Msg::Register {
+                port: 1,
+                candidates: vec![],
+            },
+            Msg::Registered {
+                ttl_secs: 1,
+                idle_secs: 1,
+            },
+            Msg::Lookup { nameplate: 1 },
+            Msg::Found {
+                ticket: String::new(),
+                candidates: vec![],
+            },
+            Msg::Paired {
+                sender: upstream,
+                relayed: None,
+            },
+        ])
+        .unwrap();
+        for (up, down) in &conns {
+            for (dir, bytes) in [("to the relay", up), ("from the relay", down)] {
+                let text = String::from_utf8_lossy(bytes).to_ascii_lowercase();
+                assert!(!text.contains(&code.to_string()), "{dir}: {text}");
+                for w in &code.words {
+                    // (A word that is part of the protocol's own vocabulary cannot be told
+                    // apart; there is none today, but the word list may grow.)
+                    if !vocabulary.contains(w) {
+                        assert!(!text.contains(w), "{w:?} {dir}: {text}");
+                    }
+                }
+                assert!(hex_runs(&text, 64).is_empty(), "{dir}: {text}");
+                if dir == "to the relay" {
+                    for run in hex_runs(&text, 16) {
+                        assert!(echoed.contains(&run), "{run} {dir}: {text}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn three_lookups_are_answered_and_the_fourth_cancels_the_code() {
+        let relay = relay(cfg());
+        let control: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (code, _agent, events) = register(relay, control, Arc::default());
+        for i in 0..MAX_LOOKUPS {
+            let found =
+                client::lookup(relay, code.nameplate).unwrap_or_else(|e| panic!("lookup {i}: {e}"));
+            assert_eq!(found.candidates[0].port(), 9);
+            drop(found);
+            assert!(
+                matches!(next_event(&events), AgentEvent::Paired { .. }),
+                "each lookup tells the agent"
+            );
+        }
+        let (kind, message) = refused_kind(client::lookup(relay, code.nameplate).unwrap_err());
+        assert_eq!(kind, "no_such_code");
+        assert!(message.contains("tried too often"), "{message}");
+        match next_event(&events) {
+            AgentEvent::Cancelled(reason) => {
+                assert!(reason.contains("tried too often"), "{reason}")
+            }
+            e => panic!("expected the cancel, got {e:?}"),
+        }
+        let (kind, message) = refused_kind(client::lookup(relay, code.nameplate).unwrap_err());
+        assert_eq!(
+            (kind.as_str(), message.as_str()),
+            ("no_such_code", "no such code (expired, used or mistyped)")
+        );
+        // The agent is not dropped by the cancel (tickets may be out).
+        assert!(
+            events.recv_timeout(Duration::from_millis(300)).is_err(),
+            "nothing more for the agent"
+        );
+    }
+
+    #[test]
+    fn a_strangers_lookup_does_not_use_the_code_up_and_a_cancel_keeps_earlier_tickets() {
+        let relay = relay(cfg());
+        let local = local_receiver();
+        let (code, _agent, events) = register(relay, local.control, local.ports.clone());
+        // A stranger guesses the nameplate first, looks it up, goes away.
+        drop(client::lookup(relay, code.nameplate).unwrap());
+        assert!(matches!(
+            next_event(&events),
+            AgentEvent::Paired { relayed: None, .. }
+        ));
+        // The real sender still finds it, and its connections are spliced.
+        let real = client::lookup(relay, code.nameplate)
+            .unwrap()
+            .into_dialer(None);
+        assert!(matches!(
+            next_event(&events),
+            AgentEvent::Paired {
+                relayed: Some(true),
+                ..
+            }
+        ));
+        let first = real.dial(local.control, WAIT).unwrap();
+        // More strangers: the third lookup is answered, the fourth cancels the code...
+        drop(client::lookup(relay, code.nameplate).unwrap());
+        assert!(client::lookup(relay, code.nameplate).is_err());
+        let mut cancelled = false;
+        while !cancelled {
+            cancelled = matches!(next_event(&events), AgentEvent::Cancelled(_));
+        }
+        // ... but the real sender, which found it before, still connects through the relay.
+        let second = real.dial(local.control, WAIT).unwrap();
+        drop((first, second));
+    }
+
+    #[test]
+    fn expiry_closes_an_unused_codes_agent_and_keeps_a_looked_up_ones() {
+        let relay = relay(Config {
+            code_ttl: Duration::from_millis(400),
+            ..cfg()
+        });
+        let control: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (_unused, _a, unused_events) = register(relay, control, Arc::default());
+        let (used, _b, used_events) = register(relay, control, Arc::default());
+        drop(client::lookup(relay, used.nameplate).unwrap());
+        assert!(matches!(
+            next_event(&used_events),
+            AgentEvent::Paired { .. }
+        ));
+        assert_eq!(next_event(&unused_events), AgentEvent::Expired);
+        assert!(matches!(next_event(&unused_events), AgentEvent::Lost(_)));
+        assert_eq!(next_event(&used_events), AgentEvent::Expired);
+        assert!(
+            used_events
+                .recv_timeout(Duration::from_millis(300))
+                .is_err(),
+            "the looked-up code's agent stays"
+        );
+        let (kind, _) = refused_kind(client::lookup(relay, used.nameplate).unwrap_err());
+        assert_eq!(kind, "no_such_code", "no more lookups after expiry");
+    }
+
+    #[test]
+    fn lookups_stay_rate_limited_per_ip() {
+        let relay = relay(Config {
+            lookup_burst: 2,
+            lookup_per_sec: 0.01,
+            ..cfg()
+        });
+        let kinds: Vec<String> = (0..3)
+            .map(|_| refused_kind(client::lookup(relay, 1234).unwrap_err()).0)
+            .collect();
+        assert_eq!(kinds, ["no_such_code", "no_such_code", "rate_limited"]);
     }
 }

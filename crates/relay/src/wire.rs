@@ -2,16 +2,27 @@
 //! message, at most [`MAX_FRAME`] bytes. After a `spliced` message the connection carries raw
 //! bytes between sender and receiver, so frames are always read exactly, never buffered ahead.
 //!
+//! The relay learns a code's nameplate and nothing derived from its words: the words are the
+//! password of the peers' SPAKE2 agreement, which runs inside the (spliced) control connection,
+//! so neither the relay nor anyone on the path can test guesses offline. The relay cannot tell a
+//! right code from a wrong one; the peers can (the receiver counts failed agreements), and the
+//! relay ends a nameplate after [`MAX_LOOKUPS`](crate::registry::MAX_LOOKUPS) lookups.
+//!
 //! Conversations (client → relay, relay → client):
 //!
-//! - receiver: `register {port, candidates}` → `nameplate {nameplate}`; `claim {verifier}` →
+//! - receiver: `register {port, candidates}` → `nameplate {nameplate}`, then
 //!   `registered {ttl_secs, idle_secs}`. The connection then stays open as the receiver's
-//!   *agent*: it sends `ping` and `refuse {id, reason}`, and gets `paired {sender, path}`,
-//!   `dial {id, port}`, `cancelled {reason}` or `expired`.
-//! - sender: `lookup {nameplate, verifier}` → `found {ticket, candidates}` or `error`; then
-//!   `path {relayed}` once it knows how it reaches the receiver.
+//!   *agent*: it sends `ping` and `refuse {id, reason}`, and gets `paired {sender, path}` (once
+//!   per lookup, by anyone), `dial {id, port}`, `cancelled {reason}` (looked up too often) or
+//!   `expired`.
+//! - sender: `lookup {nameplate}` → `found {ticket, candidates}` (each of the first three
+//!   lookups of a nameplate) or `error` (`no_such_code` from the fourth on: the code is then
+//!   cancelled); then `path {relayed}` once it knows how it reaches the receiver.
 //! - sender, per relayed TCP connection: `splice {ticket, port}` → `spliced` or `error`.
 //! - agent, per `dial`: `join {id}` → `spliced` or `error`.
+//!
+//! There is no version field: a client of the earlier protocol (which sent `claim {verifier}`
+//! and `lookup {nameplate, verifier}`) gets a `bad_frame` error naming the unknown field.
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -40,26 +51,20 @@ pub enum Msg {
         /// The number that starts the code.
         nameplate: u32,
     },
-    /// Receiver: the verifier of its full code (hex BLAKE3 derived key), never the words.
-    Claim {
-        /// Hex of the 32-byte verifier.
-        verifier: String,
-    },
-    /// Relay: the code is registered.
+    /// Relay, right after `nameplate`: the code is registered and can be looked up.
     Registered {
-        /// Seconds until the code expires unless used.
+        /// Seconds during which the code can be looked up.
         ttl_secs: u64,
         /// Seconds of silence after which the relay drops the agent (ping more often).
         idle_secs: u64,
     },
-    /// Sender: looks a code up.
+    /// Sender: looks a code up by its nameplate (never its words).
     Lookup {
         /// The code's nameplate.
         nameplate: u32,
-        /// Hex verifier of the full code.
-        verifier: String,
     },
-    /// Relay: the code matched. It is now used up.
+    /// Relay: the nameplate is registered. Whether the code is right is for the peers' key
+    /// agreement to find out; the code stays registered for the other lookups.
     Found {
         /// Opaque ticket for `splice` requests (valid while the receiver stays).
         ticket: String,
@@ -71,7 +76,8 @@ pub enum Msg {
         /// True when relayed, false when direct.
         relayed: bool,
     },
-    /// Relay to agent: a sender found the code.
+    /// Relay to agent: someone looked the nameplate up (the real sender or not: the agreement
+    /// tells).
     Paired {
         /// The sender's address as the relay saw it.
         sender: SocketAddr,
@@ -108,17 +114,19 @@ pub enum Msg {
     Spliced,
     /// Agent: still here.
     Ping,
-    /// Relay to agent: the code was cancelled.
+    /// Relay to agent: the code was cancelled (looked up too often); tickets already handed
+    /// out stay valid while the agent stays.
     Cancelled {
         /// Why.
         reason: String,
     },
-    /// Relay to agent: the code expired unused.
+    /// Relay to agent: the code expired (no more lookups). The relay closes the agent if the
+    /// code was never looked up, and keeps it for the tickets otherwise.
     Expired,
     /// Relay: the request failed; the relay closes the connection after this.
     Error {
-        /// Machine-readable kind: `wrong_code`, `no_such_code`, `rate_limited`, `busy`,
-        /// `bad_frame`, `bad_request`, `timeout`, `refused`.
+        /// Machine-readable kind: `no_such_code`, `rate_limited`, `busy`, `bad_frame`,
+        /// `bad_request`, `timeout`, `refused`, `no_such_ticket`, `no_such_splice`.
         kind: String,
         /// One line for a person.
         message: String,
@@ -200,7 +208,7 @@ pub fn write_msg(w: &mut impl Write, msg: &Msg) -> io::Result<()> {
     w.write_all(&msg.to_frame())
 }
 
-/// 32 bytes as lowercase hex.
+/// Bytes as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -223,7 +231,8 @@ mod tests {
                 relayed: Some(true),
             },
             Msg::Spliced,
-            Msg::error("wrong_code", "wrong code"),
+            Msg::Lookup { nameplate: 4821 },
+            Msg::error("no_such_code", "no such code"),
         ];
         let mut buf = Vec::new();
         for m in &msgs {
@@ -253,6 +262,15 @@ mod tests {
         f.extend_from_slice(unknown);
         assert!(matches!(decode(&f), Err(FrameError::Malformed(_))));
         assert!(matches!(decode(&[0, 1]), Ok(None)));
+        // The earlier protocol's secrets are not messages any more.
+        for old in [
+            br#"{"t":"lookup","nameplate":4821,"verifier":"00"}"#.as_slice(),
+            br#"{"t":"claim","verifier":"00"}"#.as_slice(),
+        ] {
+            let mut f = (old.len() as u16).to_be_bytes().to_vec();
+            f.extend_from_slice(old);
+            assert!(matches!(decode(&f), Err(FrameError::Malformed(_))));
+        }
     }
 
     proptest! {

@@ -32,7 +32,6 @@ fn agent_dials_only_the_receivers_own_ports() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         assert!(matches!(read_msg(&mut s).unwrap(), Msg::Register { .. }));
         write_msg(&mut s, &Msg::Nameplate { nameplate: 4821 }).unwrap();
-        assert!(matches!(read_msg(&mut s).unwrap(), Msg::Claim { .. }));
         write_msg(
             &mut s,
             &Msg::Registered {

@@ -35,7 +35,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     let addr = resolve(&listen, "listening")?;
     // The code: given, or new and printed (a relay's code comes from the relay); none when only
     // keys are accepted.
-    let given = keys::given_code(&a.code);
+    let given = keys::given_code(&a.code).filter(|_| relay.is_none());
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
     let opts = ReceiveOptions {
