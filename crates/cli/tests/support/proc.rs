@@ -375,3 +375,20 @@ pub fn send_args<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) ->
 pub fn send<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) -> Finished {
     Proc::spawn("sender", &send_args(to, paths, extra)).wait(super::TRANSFER_TIMEOUT)
 }
+
+/// [`start_receiver`] with these environment variables (e.g. `HURTLE_CODE` empty: no code
+/// given, so the receiver makes and prints one).
+pub fn start_receiver_env(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> ReceiverProc {
+    let args = receive_args("127.0.0.1:0", out, extra);
+    await_receiver(Proc::spawn_env("receiver", &args, env), out)
+}
+
+/// [`send`] with these environment variables.
+pub fn send_env<P: AsRef<Path>>(
+    to: SocketAddr,
+    paths: &[P],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Finished {
+    Proc::spawn_env("sender", &send_args(to, paths, extra), env).wait(super::TRANSFER_TIMEOUT)
+}
