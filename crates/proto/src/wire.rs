@@ -10,16 +10,16 @@
 //! | 1 | flags | bit 0 = retransmit |
 //! | 2..4 | channel | data channel index |
 //! | 4..12 | session | random session id from the hello; anything else is dropped |
-//! | 12..20 | packet number | per channel, strictly increasing; the future AEAD nonce |
+//! | 12..20 | packet number | per channel, strictly increasing (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
 //! | 20..24 | file | file id (manifest index) |
 //! | 24..32 | offset | byte offset in the file (data), stripe length (final), probe size (probe) |
 //! | 32..34 | length | payload bytes following the header |
 //! | 34..36 | reserved | zero; for the key phase and tag length once datagrams are encrypted |
 //! | 36..40 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
 //!
-//! The payload follows. A datagram whose real length differs from `40 + length` is malformed.
-//! [`DATAGRAM_OVERHEAD`] adds 16 bytes to the header for the authentication tag that encryption
-//! will append, so today's default sizes still fit a 1500-byte path once it lands.
+//! The payload follows, encrypted, then a 16-byte tag ([`crate::secure`]; the header is the
+//! associated data). Once opened, a datagram whose real length differs from `40 + length` is
+//! malformed. [`DATAGRAM_OVERHEAD`] counts the header and the tag.
 //!
 //! # Control messages (TCP)
 //!
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 /// Bytes of the datagram header.
 pub const HEADER_LEN: usize = 40;
-/// Header plus the space reserved for a future 16-byte AEAD tag.
+/// Header plus the 16-byte AEAD tag after the payload.
 pub const DATAGRAM_OVERHEAD: usize = HEADER_LEN + 16;
 /// Default payload per datagram: 40 + 16 + 1384 = 1440 bytes, which fits a 1500-byte MTU under
 /// both IPv4 (20 + 8 bytes of headers) and IPv6 (40 + 8).
