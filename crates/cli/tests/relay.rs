@@ -575,3 +575,103 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
     eprintln!("namespace transfer took {:?}", t0.elapsed());
     drop(ns);
 }
+
+/// A TCP forwarder to `to` that keeps a copy of every byte it forwards, both ways.
+fn capturing_forwarder(to: SocketAddr) -> (SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming() {
+            let Ok(inbound) = inbound else { return };
+            let Ok(outbound) = TcpStream::connect(to) else {
+                return;
+            };
+            for (mut from, mut into) in [
+                (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                (outbound, inbound),
+            ] {
+                let keep = keep.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        match from.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                keep.lock().unwrap().extend_from_slice(&buf[..n]);
+                                if into.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    (addr, seen)
+}
+
+/// Everything a relayed session sends through the relay is ciphertext: a file made of a
+/// marker, and its distinctive name, never show in the bytes on the sender's side of the relay.
+/// With `--no-encryption` on both sides the marker does show (the capture sees the data), and
+/// the name still does not (control messages stay sealed).
+#[test]
+fn a_relayed_session_crosses_the_relay_encrypted() {
+    let marker = b"HURTLE-RELAYED-PLAINTEXT-MARKER-";
+    let name = "zebra-quokka-relayed-name.bin";
+    for plain in [false, true] {
+        let t = tmp();
+        let src = t.path().join(name);
+        let body: Vec<u8> = marker
+            .iter()
+            .copied()
+            .cycle()
+            .take(3 * MIB as usize)
+            .collect();
+        std::fs::write(&src, &body).unwrap();
+        let out = t.path().join("out");
+        let relay = start_relay(&[]);
+        let (front, seen) = capturing_forwarder(relay.addr);
+        let flag: &[&str] = if plain { &["--no-encryption"] } else { &[] };
+        let r = start_code_receiver(&relay, &out, flag);
+        let mut args = vec!["send".to_string(), src.display().to_string()];
+        args.extend(
+            [
+                "--code",
+                &r.code,
+                "--relay",
+                &front.to_string(),
+                "--relay-only",
+                "--json",
+            ]
+            .map(String::from),
+        );
+        args.extend(flag.iter().map(|s| s.to_string()));
+        let s = Proc::spawn("sender", &args).wait(TRANSFER_TIMEOUT);
+        s.assert_success();
+        assert_eq!(s.json()["path"], "relayed");
+        assert_eq!(s.json()["encrypted"], !plain);
+        r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+        fsx::assert_same_file(&src, &out.join(name));
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.len() > body.len(),
+            "the session did not pass the forwarder: {} bytes",
+            seen.len()
+        );
+        let has = |needle: &[u8]| seen.windows(needle.len()).any(|w| w == needle);
+        assert_eq!(
+            has(marker),
+            plain,
+            "the file's bytes in the clear (plain: {plain})"
+        );
+        assert!(
+            !has(name.as_bytes()),
+            "the file's name crossed the relay in the clear"
+        );
+        assert!(!has(r.code.as_bytes()), "the code crossed the relay");
+    }
+}
