@@ -2,8 +2,10 @@
 //!
 //! - transfers: single files of awkward sizes, trees with metadata, channel counts, `--json`,
 //!   refusing and replacing existing destinations;
-//! - an impairing proxy between sender and receiver: loss, reordering, duplication, hostile and
-//!   forged datagrams;
+//! - an impairing proxy between sender and receiver, holding the suite's code: loss,
+//!   reordering, duplication, hostile and forged datagrams that pass the receiver's AEAD; an
+//!   attacker without the key (flipped bits, replays, other keys, garbage); what the wire shows
+//!   of a file and its name, with and without `--no-encryption`;
 //! - bad input: garbage and truncated control frames, hostile manifests, a killed sender, a full
 //!   destination, an unreachable receiver, a source file that changes while being sent.
 //!
@@ -16,11 +18,12 @@ use serde_json::Value;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use support::fsx::{self, Node};
 use support::peer::{manifest_of, RawPeer};
 use support::proc::{self, start_receiver, Proc, ReceiverProc};
-use support::proxy::{Proxy, ProxyConfig, Stats};
+use support::proxy::{Capture, Proxy, ProxyConfig, Stats};
 use support::TRANSFER_TIMEOUT;
 
 const MIB: u64 = 1 << 20;
@@ -452,6 +455,14 @@ fn lossy_reordering_duplicating_path_delivers_byte_exact() {
     assert!(num(&s, "datagrams_resent") > 0, "nothing resent: {s}");
     assert!(num(&s, "nacks") > 0, "no NACKs: {s}");
     assert!(num(&r, "duplicate_bytes") > 0, "no duplicates seen: {r}");
+    // The path's duplicates are the same sealed datagram twice: the replay window drops the
+    // second copy before admission (the duplicate bytes above come from repairs).
+    let replays = num(&r, "unauthentic");
+    assert!(
+        replays > 0 && replays <= Stats::get(&st.duplicated),
+        "{replays} dropped as unauthentic, {} duplicated: {r}",
+        Stats::get(&st.duplicated)
+    );
     assert_eq!(num(&r, "rejected_blocks"), 0, "{r}");
 }
 
@@ -531,6 +542,150 @@ fn forged_data_fails_verification_and_is_fetched_again() {
         num(&r, "rejected_blocks") > 0,
         "the forged block was not caught by verification: {r}"
     );
+}
+
+/// Sends through a proxy that also attacks the path to the receiver without holding its key
+/// (`cfg`); checks that the receiver dropped what the attacker sent (`counter` of the proxy's
+/// stats, `what`) before admission, and that no block failed verification.
+fn attacked(cfg: ProxyConfig, counter: fn(&Stats) -> &AtomicU64, what: &str) {
+    let (_, r, proxy) = through_proxy(3 * MIB, cfg, &["--channels", "2", "--rate", "100M"]);
+    let sent = Stats::get(counter(proxy.stats()));
+    assert!(sent > 0, "the proxy sent no {what}");
+    let unauthentic = num(&r, "unauthentic");
+    assert!(
+        unauthentic > 0,
+        "none of {sent} {what} was dropped as unauthentic: {r}"
+    );
+    // Nothing else fails to open: the real datagrams all came through leg B's sealer.
+    assert!(
+        unauthentic <= sent,
+        "{unauthentic} dropped, only {sent} {what} sent: {r}"
+    );
+    // Dropped before admission: none of it was judged as a datagram of the session.
+    assert_eq!(num(&r, "rejected"), 0, "{r}");
+    assert_eq!(num(&r, "rejected_blocks"), 0, "{r}");
+    assert!(r["encrypted"].as_bool().unwrap_or(false), "{r}");
+}
+
+#[test]
+fn datagrams_with_a_flipped_bit_are_dropped_as_unauthentic() {
+    let cfg = ProxyConfig {
+        seed: 12,
+        flip: 0.05,
+        ..ProxyConfig::default()
+    };
+    attacked(cfg, |s| &s.flipped, "copies with a flipped bit");
+}
+
+#[test]
+fn replayed_datagrams_are_dropped_as_unauthentic() {
+    let cfg = ProxyConfig {
+        seed: 13,
+        replay: 0.05,
+        ..ProxyConfig::default()
+    };
+    attacked(cfg, |s| &s.replayed, "replays");
+}
+
+#[test]
+fn datagrams_sealed_with_another_key_or_garbage_are_dropped_as_unauthentic() {
+    let cfg = ProxyConfig {
+        seed: 14,
+        alien: 0.05,
+        ..ProxyConfig::default()
+    };
+    attacked(cfg, |s| &s.alien, "alien datagrams");
+}
+
+/// What a file of the plaintext test holds many times.
+const MARKER: &[u8] = b"HURTLE-PLAINTEXT-MARKER-";
+/// The plaintext test's file name, found nowhere else.
+const MARKED_NAME: &str = "quokka-ledger-7f3e1c-plaintext-probe.bin";
+
+fn holds(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Sends [`MARKED_NAME`] (64 KiB of [`MARKER`]s, then 1 MiB of random bytes) through a proxy
+/// that records every byte, with `extra` given to both ends; returns what it saw and the
+/// receiver's summary.
+fn captured_transfer(extra: &[&str]) -> (Capture, Value) {
+    let t = tmp();
+    let src = t.path().join("src").join(MARKED_NAME);
+    fs::create_dir_all(src.parent().unwrap()).unwrap();
+    let mut bytes: Vec<u8> = MARKER.iter().copied().cycle().take(64 << 10).collect();
+    let mut random = vec![0u8; 1 << 20];
+    support::Rng::new(15).fill(&mut random);
+    bytes.extend_from_slice(&random);
+    fs::write(&src, &bytes).unwrap();
+    let out = t.path().join("out");
+    let mut recv_args = vec!["--json"];
+    recv_args.extend_from_slice(extra);
+    let r = start_receiver(&out, &recv_args);
+    let cfg = ProxyConfig {
+        capture: true,
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::start(r.addr, cfg);
+    let mut args = vec!["--json", "--channels", "2"];
+    args.extend_from_slice(extra);
+    let s = proc::send(proxy.addr(), &[&src], &args);
+    s.assert_success();
+    let recv = r.proc.wait(TRANSFER_TIMEOUT);
+    recv.assert_success();
+    fsx::assert_same_file(&src, &out.join(MARKED_NAME));
+    let c = proxy.capture();
+    drop(proxy);
+    assert!(
+        !c.control.is_empty() && !c.from_sender.is_empty(),
+        "nothing captured"
+    );
+    // The search works: in the clear (as the proxy, holding the keys, sees them) the marker
+    // is in the data and the name in the control messages.
+    assert!(
+        c.opened.iter().any(|d| holds(d, MARKER)),
+        "no marker in the data"
+    );
+    assert!(
+        c.control_plain
+            .iter()
+            .any(|f| holds(f, MARKED_NAME.as_bytes())),
+        "the manifest does not name the file"
+    );
+    // Control frames are sealed whatever the data: neither the name nor the contents show.
+    for f in &c.control {
+        assert!(
+            !holds(f, MARKED_NAME.as_bytes()),
+            "the file name on the wire"
+        );
+        assert!(!holds(f, MARKER), "file bytes in a control frame");
+    }
+    (c, recv.json())
+}
+
+#[test]
+fn the_wire_never_shows_a_files_bytes_or_its_name() {
+    let (c, r) = captured_transfer(&[]);
+    assert!(r["encrypted"].as_bool().unwrap_or(false), "{r}");
+    for (leg, datagrams) in [("sender's", &c.from_sender), ("receiver's", &c.to_receiver)] {
+        assert!(!datagrams.is_empty(), "no datagram on the {leg} leg");
+        assert!(
+            !datagrams.iter().any(|d| holds(d, MARKER)),
+            "file bytes in the clear on the {leg} leg"
+        );
+    }
+}
+
+#[test]
+fn with_no_encryption_data_shows_but_control_stays_sealed() {
+    let (c, r) = captured_transfer(&["--no-encryption"]);
+    assert_eq!(r["encrypted"].as_bool(), Some(false), "{r}");
+    for (leg, datagrams) in [("sender's", &c.from_sender), ("receiver's", &c.to_receiver)] {
+        assert!(
+            datagrams.iter().any(|d| holds(d, MARKER)),
+            "no file bytes in the clear on the {leg} leg, with --no-encryption"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
