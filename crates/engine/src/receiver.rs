@@ -430,11 +430,10 @@ impl Receiver {
     /// Waits for one sender and receives its transfer. A sender that finds UDP blocked ends
     /// its first session and connects again with parallel TCP: that is still one transfer.
     ///
-    /// A connection that does not pass the key agreement ([`crate::agree::accept`]) is turned
-    /// away, noted in `progress` ([`Progress::note_refusal`]), and the receiver waits on; a
-    /// code survives [`CODE_TRIES`] failed agreements.
     /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
-    /// meanwhile and do not end the wait ([`crate::accept`]); the summary counts them.
+    /// meanwhile and do not end the wait ([`crate::accept`]); the summary counts them. The
+    /// [`CODE_TRIES`](crate::agree::CODE_TRIES)th failed agreement with the code spends it
+    /// ([`SessionError::CodeSpent`]).
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
         if self.opts.keys.is_empty() {
             return Err(SessionError::NoSecret);

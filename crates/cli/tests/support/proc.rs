@@ -378,12 +378,14 @@ pub fn send<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) -> Fini
 
 /// [`start_receiver`] with these environment variables (e.g. `HURTLE_CODE` empty: no code
 /// given, so the receiver makes and prints one).
+#[allow(dead_code)] // not every test binary uses it
 pub fn start_receiver_env(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> ReceiverProc {
     let args = receive_args("127.0.0.1:0", out, extra);
     await_receiver(Proc::spawn_env("receiver", &args, env), out)
 }
 
 /// [`send`] with these environment variables.
+#[allow(dead_code)] // not every test binary uses it
 pub fn send_env<P: AsRef<Path>>(
     to: SocketAddr,
     paths: &[P],

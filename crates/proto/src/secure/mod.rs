@@ -33,7 +33,7 @@ mod replay;
 mod seal;
 
 pub use agree::{answer, offered_key, AgreeError, KeyError, KeyId, Offer, Secret, SessionKeys};
-pub use replay::ReplayWindow;
+pub use replay::{ReplayWindow, WINDOW as REPLAY_WINDOW};
 pub use seal::{
     DataKey, FrameOpen, FrameSeal, OpenError, PacketOpen, PacketSeal, PROBE_PACKETS, TAG_LEN,
 };

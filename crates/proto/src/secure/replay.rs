@@ -8,7 +8,7 @@ pub const WINDOW: u64 = 1 << 16;
 const WORDS: usize = (WINDOW / 64) as usize + 1;
 
 /// A sliding bitmap of accepted packet numbers (as IPsec's and WireGuard's): a number above the
-/// highest is new; one within [`WINDOW`] below it is new unless its bit is set; anything older
+/// highest is new; one within [`WINDOW`](crate::secure::REPLAY_WINDOW) below it is new unless its bit is set; anything older
 /// is refused. [`check`](Self::check) before opening a datagram, [`accept`](Self::accept) only
 /// after it opened, so forged datagrams never move the window.
 #[derive(Debug, Clone)]
