@@ -583,6 +583,14 @@ mod tests {
                 cause: AbortCause::Interrupted,
                 reason: "the sender was interrupted".into(),
             },
+            Control::Agree {
+                magic: MAGIC,
+                version: VERSION,
+                key_id: [1; 8],
+                pake: vec![2; 33],
+                confirm: vec![3; 32],
+                plain_data: true,
+            },
         ];
         for m in msgs {
             let frame = m.to_frame();
@@ -590,7 +598,10 @@ mod tests {
             assert_eq!(len, frame.len() - 4);
             assert_eq!(Control::from_body(&frame[4..]).unwrap(), m);
         }
-        assert!(Control::frame_len((MAX_FRAME as u32 + 1).to_be_bytes()).is_err());
+        // A sealed frame carries a tag after the largest message.
+        let sealed_max = (MAX_FRAME + crate::secure::TAG_LEN) as u32;
+        assert!(Control::frame_len(sealed_max.to_be_bytes()).is_ok());
+        assert!(Control::frame_len((sealed_max + 1).to_be_bytes()).is_err());
         let mut frame = Control::Done.to_frame();
         frame.push(0);
         assert!(Control::from_body(&frame[4..]).is_err(), "trailing bytes");
