@@ -104,8 +104,13 @@ def one_run(v: Variant, src: Path, work: Path, send_args: list[str],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=pinned(pins[0]))
     try:
+        # A child's CPU time is counted once it is reaped: reaping the sender, then the
+        # receiver, tells the two apart.
+        cpu0 = children_cpu()
         s_out, s_err = send.communicate(timeout=RUN_TIMEOUT)
+        cpu1 = children_cpu()
         recv.communicate(timeout=RUN_TIMEOUT)
+        cpu2 = children_cpu()
     except subprocess.TimeoutExpired:
         send.kill()
         recv.kill()
@@ -120,7 +125,8 @@ def one_run(v: Variant, src: Path, work: Path, send_args: list[str],
                            f"{s_err.strip()}")
     summary = json.loads(s_out.strip().splitlines()[-1])
     return {"mbps": src.stat().st_size * 8 / wall / 1e6, "wall": wall, "steal_ms": steal_ms,
-            "resent": summary.get("datagrams_resent", 0)}
+            "resent": summary.get("datagrams_resent", 0), "cpu_send": cpu1 - cpu0,
+            "cpu_recv": cpu2 - cpu1}
 
 
 def children_cpu() -> float:
@@ -163,10 +169,12 @@ def main():
                 res["cpu"] = children_cpu() - cpu0
                 results[v.name].append(res)
                 print(f"round {r + 1} {v.name}: {res['mbps']:.0f} Mbit/s in {res['wall']:.3f} s, "
-                      f"resent {res['resent']}, CPU {res['cpu']:.2f} s, steal {res['steal_ms']} ms", flush=True)
+                      f"resent {res['resent']}, CPU {res['cpu']:.2f} s (sender {res['cpu_send']:.2f}, "
+                      f"receiver {res['cpu_recv']:.2f}), steal {res['steal_ms']} ms", flush=True)
     finally:
         shutil.rmtree(args.workdir / "out", ignore_errors=True)
     first = None
+    gib = (1 << 30) / args.size
     print(f"\n{len(args.variants)} variants, {args.rounds} rounds, {args.size} bytes, warmed {warm} bytes"
           + (f", sender on CPU {min(pins[0])}, receiver on CPU {min(pins[1])}" if args.pin else ""))
     for v in args.variants:
@@ -175,7 +183,9 @@ def main():
         first = first or med
         print(f"{v.name:>12}: median {med:.0f} Mbit/s ({min(x['mbps'] for x in runs):.0f}-"
               f"{max(x['mbps'] for x in runs):.0f}), x{med / first:.3f}; CPU median "
-              f"{statistics.median(x['cpu'] for x in runs):.2f} s; resent in "
+              f"{statistics.median(x['cpu'] for x in runs):.2f} s (per GiB: sender "
+              f"{statistics.median(x['cpu_send'] for x in runs) * gib:.2f}, receiver "
+              f"{statistics.median(x['cpu_recv'] for x in runs) * gib:.2f}); resent in "
               f"{sum(1 for x in runs if x['resent'])} of {len(runs)} runs")
 
 
