@@ -5,13 +5,14 @@
 # falls back to the relay. Prints goodput per run and whether the file arrived intact.
 #
 #   sudo bash bench/relaybench.sh [PAIRS] [SIZE]      # defaults: 3 pairs, 1G
+#   sudo HURTLE_BIN=/path/to/hurtle bash bench/relaybench.sh   # another build
 #
 # Needs root, iproute2, nftables, and `cargo build --release -p hurtle` first.
 set -eu
 PAIRS=${1:-3}
 SIZE=${2:-1G}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-B=$REPO/target/release/hurtle
+B=${HURTLE_BIN:-$REPO/target/release/hurtle}
 NS=hrelaybench$$
 WORK=$(mktemp -d /dev/shm/hurtle-relaybench.XXXXXX)
 cleanup() {
