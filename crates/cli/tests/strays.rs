@@ -118,12 +118,19 @@ fn silent_connections_do_not_hold_up_a_sender_to_a_serving_receiver() {
     // connection to be dropped would need more than that, while the transfer itself (200 kB on
     // loopback, two process start-ups) takes well under a second even on a busy machine.
     let t0 = Instant::now();
-    let s = proc::send(r.addr, &[&src], &[]);
+    let s = proc::send(r.addr, &[&src], &["--json"]);
     let took = t0.elapsed();
     s.assert_success();
     assert!(
         took < Duration::from_secs(5),
         "the sender took {took:?} behind 20 silent connections"
+    );
+    // And it started at once: its first data left within a second of its start (the sender's
+    // own clock, from its start to its first datagram: connect, key agreement, hello, manifest).
+    let first = s.json()["first_data_ms"].as_f64().expect("first_data_ms");
+    assert!(
+        first < 1000.0,
+        "the sender's first data left {first} ms after its start"
     );
     fsx::assert_same_file(&src, &t.path().join("out/small.bin"));
     assert!(
