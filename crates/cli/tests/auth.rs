@@ -276,3 +276,26 @@ fn a_man_in_the_middle_with_its_own_key_gets_nothing_through() {
     assert!(empty(&out));
     r.proc.kill();
 }
+
+#[test]
+fn a_served_receiver_with_only_a_code_ends_when_the_code_is_spent() {
+    let t = tmp();
+    let src = t.path().join("s.bin");
+    fsx::write_random(&src, 100_000, 56);
+    let out = t.path().join("out");
+    let mut r = start_receiver(&out, &["--serve", "--code", "2222-right-words-here"]);
+    for _ in 0..3 {
+        let s = proc::send(r.addr, &[&src], &["--code", "2222-wrong-words-here"]);
+        s.assert_exit(3);
+    }
+    let recv = r.proc.wait(Duration::from_secs(10));
+    assert!(
+        recv.assert_exit(3).contains("tried 3 times"),
+        "{}",
+        recv.stderr
+    );
+    // The right code no longer opens anything: the receiver is gone.
+    let s = proc::send(r.addr, &[&src], &["--code", "2222-right-words-here"]);
+    assert_ne!(s.status.code(), Some(0));
+    assert!(empty(&out));
+}

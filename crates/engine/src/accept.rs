@@ -602,6 +602,9 @@ impl Door {
                         if let Stray::Agreement { code_try: true, .. } = why {
                             let tries = code_tries.fetch_add(1, Ordering::Relaxed) + 1;
                             if tries == u64::from(CODE_TRIES) {
+                                // Spent: no later agreement with it can succeed, whoever
+                                // holds it (keys, if any, still work).
+                                gate.keys.remove_code();
                                 let _ = arrivals.send(Err(SessionError::CodeSpent(CODE_TRIES)));
                             }
                         }

@@ -47,6 +47,13 @@ impl Keyring {
         }
     }
 
+    /// Removes the code (it was spent); keys stay.
+    pub fn remove_code(&self) {
+        if let Ok(mut e) = self.entries.write() {
+            e.retain(|(_, s)| !s.is_code());
+        }
+    }
+
     /// Whether it holds nothing (a receiver then refuses to start).
     pub fn is_empty(&self) -> bool {
         self.entries.read().map_or(true, |e| e.is_empty())
@@ -240,6 +247,25 @@ mod tests {
         drop(s);
         let refusal = rx.join().unwrap().unwrap_err();
         assert!(refusal.code_try, "{refusal:?}");
+    }
+
+    #[test]
+    fn a_keyring_holds_one_code_and_a_spent_code_leaves_the_keys() {
+        let ring = Keyring::code("1-a-b");
+        ring.add("code", Secret::code("2-c-d"));
+        ring.add("alice", Secret::key([1; 32]));
+        assert!(ring
+            .find(KeyId::CODE)
+            .is_some_and(|(_, s)| s.id() == KeyId::CODE));
+        assert_eq!(
+            ring.entries.read().unwrap().len(),
+            2,
+            "the second code replaced the first"
+        );
+        ring.remove_code();
+        assert!(ring.find(KeyId::CODE).is_none());
+        assert!(ring.find(Secret::key([1; 32]).id()).is_some());
+        assert!(!ring.is_empty());
     }
 
     #[test]

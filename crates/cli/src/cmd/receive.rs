@@ -7,7 +7,7 @@ use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{self, Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
-use hurtle_engine::{ReceiveOptions, Receiver};
+use hurtle_engine::{ReceiveOptions, Receiver, SessionError};
 use std::path::{Path, PathBuf};
 
 /// Runs `hurtle receive`.
@@ -84,6 +84,10 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         bar.finish();
         match result {
             Ok(s) => ui::print_receive_summary(&a.output, &s, None),
+            // A spent code ends a served receiver that has nothing else to accept.
+            Err(e @ SessionError::CodeSpent(_)) if keyring.is_empty() => {
+                return Err(session_failure(e, true, &progress))
+            }
             Err(e) if a.serve && !progress.interrupted() => {
                 // One write, so a reader never sees half the line.
                 let line = format!("hurtle: transfer failed: {e}");
