@@ -25,10 +25,10 @@ use crate::accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
 use crate::agree::Keyring;
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
+use crate::fs::{self, PartFile, StoreError};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
@@ -576,7 +576,7 @@ impl Receiver {
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
         let disk_queued = match self.opts.write_queue {
-            WriteQueue::Auto => !store::memory_backed_dir(root),
+            WriteQueue::Auto => !fs::memory_backed_dir(root),
             WriteQueue::Always => true,
             WriteQueue::Never => false,
         };
@@ -619,7 +619,7 @@ impl Receiver {
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = crate::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
-        let out = store::OutRoot::new(&self.opts.out_dir);
+        let out = fs::OutRoot::new(&self.opts.out_dir);
         let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
         if let Some((e, Decision::Refuse(reason))) = entries
             .iter()
@@ -947,7 +947,7 @@ impl Receiver {
     /// resume and what it holds.
     fn decide(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         entries: &[Entry],
         block_size: u64,
         checksum: bool,
@@ -970,12 +970,12 @@ impl Receiver {
                     if !checksum
                         && m.is_file()
                         && m.len() == e.size
-                        && store::mtime_ns(&m) == e.mtime_ns =>
+                        && fs::mtime_ns(&m) == e.mtime_ns =>
                 {
                     Decision::Unchanged
                 }
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: store::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
+                    hash: fs::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
                         SessionError::io(format!("read {}", target.display()), err)
                     })?,
                     replace_ok: self.opts.overwrite,
@@ -1006,11 +1006,11 @@ impl Receiver {
 
     /// The part files of the files to be sent (`None` for the others), created or resumed and
     /// preallocated, and the held blocks' values of the resumed ones. Refuses with
-    /// [`store::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
+    /// [`fs::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
     /// created (a resumed one is kept for a later try).
     fn prepare_parts(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         files: &[&Entry],
         file_decisions: &[&Decision],
         mut resumes: Vec<Option<Resumed>>,
@@ -1030,7 +1030,7 @@ impl Receiver {
         for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
             // Space is needed only for the blocks neither held nor in holes.
             let not_needed = |held: &[(u64, u64)]| {
-                store::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
+                fs::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
             };
             parts.push(match (d, resumes[f].take()) {
                 (Decision::SendAll, _) => {
@@ -1045,7 +1045,7 @@ impl Receiver {
                 _ => None,
             });
         }
-        if store::free_space(root).is_some_and(|free| free < needed) {
+        if fs::free_space(root).is_some_and(|free| free < needed) {
             for (p, d) in parts.into_iter().zip(file_decisions) {
                 // Best effort: the error below is what matters; a new file holds nothing. A
                 // resumed one is kept for a later try.
@@ -1053,7 +1053,7 @@ impl Receiver {
                     let _ = p.discard();
                 }
             }
-            return Err(store::StoreError::NoSpace {
+            return Err(fs::StoreError::NoSpace {
                 path: root.to_path_buf(),
                 needed,
             }
@@ -1072,7 +1072,7 @@ impl Receiver {
     /// before data moves.
     fn new_parts(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         entries: &[&Entry],
         block_size: u64,
     ) -> Result<Vec<PartFile>, SessionError> {
@@ -1092,7 +1092,7 @@ impl Receiver {
     /// blocks, so that an interrupted transfer can resume; a one-block file is sent again.
     fn new_part(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         e: &Entry,
         block_size: u64,
     ) -> Result<PartFile, SessionError> {
@@ -1192,7 +1192,7 @@ impl Resumed {
     /// The part file of `e` and what it holds, if there is one to resume from (see
     /// [`PartFile::resume`]) and its journal lists any block.
     fn open(
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         e: &Entry,
         block_size: u64,
         overwrite: bool,
@@ -1487,8 +1487,8 @@ fn session_loop(
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
                         }
                         for d in dirs.iter().rev() {
-                            store::set_dir_mode(root, &d.path, d.mode)?;
-                            store::set_dir_times(root, &d.path, d.mtime_ns)?;
+                            fs::set_dir_mode(root, &d.path, d.mode)?;
+                            fs::set_dir_times(root, &d.path, d.mtime_ns)?;
                         }
                         return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
                     }
@@ -1749,7 +1749,7 @@ fn commit_files(
         renamed += 1;
     }
     for dir in dirs {
-        store::sync_dir(dir)?;
+        fs::sync_dir(dir)?;
     }
     for (file, hash) in pending.drain(..).take(renamed) {
         done.push((file, hash));

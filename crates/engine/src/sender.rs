@@ -10,11 +10,11 @@
 use crate::control::{ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
 use crate::error::{next_control, SessionError, Side};
+use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut, OutPath};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::store::SourceFile;
 use crate::udp::{ChannelOptions, UdpChannel};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
@@ -656,7 +656,7 @@ fn send_once(
                     }
                     Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
                         let path = &files[file_id].abs_path;
-                        let mine = crate::store::hash_file(path)
+                        let mine = crate::fs::hash_file(path)
                             .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
                         if mine == *hash {
                             skipped[file_id] = Some(mine);
@@ -997,12 +997,12 @@ fn send_once(
 }
 
 /// The holes of the sparse source file at `path`, in whole blocks (see
-/// [`crate::store::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
+/// [`crate::fs::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
 /// are read and sent, holes or not. A hole filled after this look is still sent right: its
 /// value, read when the transfer comes to it, differs from the receiver's, which asks for it.
 fn source_holes(path: &std::path::Path, size: u64, block_size: u64) -> Vec<(u64, u64)> {
     std::fs::File::open(path)
-        .and_then(|f| crate::store::hole_blocks(&f, size, block_size))
+        .and_then(|f| crate::fs::hole_blocks(&f, size, block_size))
         .unwrap_or_default()
 }
 

@@ -1,8 +1,8 @@
 //! Open file descriptors, a bounded number at a time, shared by every file a process works on.
 //!
 //! A transfer may hold more files than a process may have open (`ulimit -n`: often 1024 soft,
-//! 4096 or 20,000 hard). So [`PartFile`](crate::store::PartFile) and
-//! [`SourceFile`](crate::store::SourceFile) keep a [`Slot`], not a descriptor: the slot asks
+//! 4096 or 20,000 hard). So [`PartFile`](crate::fs::PartFile) and
+//! [`SourceFile`](crate::fs::SourceFile) keep a [`Slot`], not a descriptor: the slot asks
 //! [`Descriptors`] for one when the file is read or written. The most recently used descriptors
 //! stay open, at most the limit; to open another, the least recently used one is closed (once
 //! no thread is using it). A file asked for again is reopened by the slot's owner, which checks
@@ -87,7 +87,7 @@ impl Descriptors {
     pub fn global() -> &'static Descriptors {
         static GLOBAL: OnceLock<Descriptors> = OnceLock::new();
         GLOBAL.get_or_init(|| {
-            let limit = crate::store::raise_open_file_limit().unwrap_or(u64::MAX);
+            let limit = super::part::raise_open_file_limit().unwrap_or(u64::MAX);
             let half = usize::try_from(limit / 2).unwrap_or(usize::MAX);
             Descriptors::new(half.clamp(MIN_OPEN, MAX_OPEN))
         })

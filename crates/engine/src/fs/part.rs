@@ -5,7 +5,7 @@
 //! - [`sanitize_rel_path`] checks a peer-supplied relative path before it touches the disk:
 //!   only plain `/`-separated components. [`OutRoot`] is one transfer's output directory: it
 //!   creates each directory under it once, opened from its parent's descriptor without
-//!   following symlinks ([`crate::beneath`]), and every file is created, renamed and removed
+//!   following symlinks ([`crate::fs::beneath`]), and every file is created, renamed and removed
 //!   through its directory's descriptor ([`PartFile::create_in`], [`PartFile::resume_in`]), so
 //!   no symlink in the output tree, planted before the transfer or swapped in during it, is
 //!   ever followed. [`resolve_under`] gives the path of what may already be there, for looking.
@@ -38,8 +38,8 @@
 //! Errors are [`PathError`] (a refused path) and [`StoreError`] (everything else); every message
 //! is one line naming the path. A full disk or quota is always [`StoreError::NoSpace`].
 
-use crate::beneath::{self, Access};
-use crate::fds::{Descriptors, Slot};
+use super::beneath::{self, Access};
+use super::fds::{Descriptors, Slot};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
@@ -317,7 +317,7 @@ fn list_names(dir: &Path) -> Option<HashSet<OsString>> {
 /// creates and checks each directory once rather than once per file.
 ///
 /// Every file operation under it starts from a descriptor of the file's directory opened
-/// through the root's descriptor without following any symlink ([`crate::beneath`]), at the
+/// through the root's descriptor without following any symlink ([`crate::fs::beneath`]), at the
 /// moment of the operation: a symlink planted before the transfer, or swapped in for a
 /// directory during it, is refused, never followed.
 #[derive(Debug)]
@@ -547,7 +547,7 @@ impl OutRoot {
 
     /// [`resolve_under`] this root, skipping the directories already checked. The path is for
     /// looking at what is there (is the file already here?); writes go through the
-    /// descriptors of [`crate::beneath`].
+    /// descriptors of [`crate::fs::beneath`].
     pub fn resolve(&self, rel: &str) -> Result<PathBuf, PathError> {
         let rel_path = sanitize_rel_path(rel)?;
         let (dirs, _) = split_parent(rel);
