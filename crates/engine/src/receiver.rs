@@ -196,11 +196,10 @@ pub struct ReceiveSummary {
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
 ///
 /// Only hashing is measured, in CPU time. The destination's write rate is not: a one-off sample
-/// is only as good as the moment it was taken (a receiver that sampled a disk while another big
-/// file was written back offered 100-700 Mbit/s of a disk that then took 2-3 Gbit/s, and that
-/// ceiling held the whole transfer; a 16 MiB sample of tmpfs read 8.3 to 18 Gbit/s on one
-/// machine from one run to the next, against the 10.5-11 its receiving threads then took), and
-/// the transfer measures it all along instead: a disk's writer queue, or a receiving thread that
+/// is only as good as the moment it was taken (a disk sampled while another big file is written
+/// back looks several times slower than it is, and that ceiling would hold the whole transfer;
+/// a small sample of tmpfs read twice as fast in one run as in the next), and the transfer
+/// measures it all along instead: a disk's writer queue, or a receiving thread that
 /// writes slowly and so reads its socket slowly, shows as backlog in every report.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Capacity {
@@ -1710,10 +1709,11 @@ fn commit_loop(
 
 /// Commits the verified files in `pending` (emptied) together: each is sealed (attributes
 /// set, synced), then each renamed into place, then each directory synced once, and only then
-/// is each reported to the sender (`FileDone`) and added to `done`. One at a time,
-/// each file cost a sync of itself and another of its directory: 10,000 files of 10 KB took
-/// 8.2-11.1 s to an ext4 disk that way, 4.8-7.6 s batched. A failure stops the session; the
-/// files of the batch renamed before it are still synced and reported.
+/// is each reported to the sender (`FileDone`) and added to `done`. One at a time, each file
+/// would cost a sync of itself and another of its directory; batched, a directory is synced
+/// once for many files (BENCHMARKS.md, section 7, has today's figure for many small files). A
+/// failure stops the session; the files of the batch renamed before it are still synced and
+/// reported.
 fn commit_files(
     shared: &Shared,
     files: &[&Entry],
@@ -2006,10 +2006,10 @@ impl Gathering {
 /// The longest a channel thread lets datagrams gather after a round of reads that found a few
 /// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
 /// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
-/// each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a `poll` and a `recvmmsg`
-/// per datagram); pausing 300 µs brought that to 4.6-6.0 on the continental profile, 1 ms to
-/// 4.5-5.1. A pause holds back feedback by no more than it lasts (1 ms against round trips of
-/// tens of milliseconds), and what gathers meanwhile is kept small against the socket buffer
+/// each one paid a wake-up, a `poll` and a `recvmmsg` per datagram; a pause of a fraction of a
+/// millisecond about halved the receiver's CPU time per GiB, and 1 ms gained a little more. A
+/// pause holds back feedback by no more than it lasts (1 ms against round trips of tens of
+/// milliseconds), and what gathers meanwhile is kept small against the socket buffer
 /// ([`gather_time`]).
 const GATHER_MAX: Duration = Duration::from_millis(1);
 
@@ -2116,8 +2116,9 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         if readable.iter().any(|&r| r) {
             // Some links had a batch or more waiting and are read again at once. The others
             // are asked whether they have anything too (one `poll` that does not wait), so a
-            // quieter link is not left unread while busier ones are drained: it was, for 30-80
-            // ms at a time with 8 channels on loopback, long enough to fill its socket buffer.
+            // quieter link is not left unread while busier ones are drained: it was, for tens
+            // of milliseconds at a time with 8 channels on loopback, long enough to fill its
+            // socket buffer.
             add_ready(&mut readable, || {
                 let fds = members.iter().map(|(_, link)| link.fd());
                 crate::udp::wait_readable(fds, Duration::ZERO).ok()

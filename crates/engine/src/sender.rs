@@ -396,14 +396,14 @@ struct Shared {
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
 /// channels together): a train passes the bottleneck in this long, and a channel's trains are
 /// as large with 8 channels as with 1, so more channels do not mean more, smaller sends (at
-/// the channel's own rate, 8 channels made 8 times the system calls per byte, and on loopback
-/// were 20% slower than 1).
+/// the channel's own rate, 8 channels would make 8 times the system calls per byte).
+/// BENCHMARKS.md, section 3, has what channel counts cost on loopback.
 const SEND_TRAIN: Duration = Duration::from_micros(250);
 /// Catch-up credit of each channel's pacer after a late wake-up. On a busy 2-core machine a
-/// channel thread often wakes more than 0.5 ms late: with 0.5 ms of credit a channel paced at
-/// 250 Mbit/s delivered 242-247, with 1.5 ms 249.6. Credit is sent back to back, so it is
-/// also the most a channel can burst into the bottleneck's queue (1.5 ms is 56 KB at 300
-/// Mbit/s).
+/// channel thread often wakes more than 0.5 ms late, and lateness beyond the credit is rate
+/// lost: with 0.5 ms a channel fell measurably short of its pace, with 1.5 ms it kept it.
+/// Credit is sent back to back, so it is also the most a channel can burst into the
+/// bottleneck's queue (1.5 ms is 56 KB at 300 Mbit/s).
 const PACER_CREDIT: Duration = Duration::from_micros(1500);
 
 /// Sends `paths` (files and directories) to the receiver at `to`.
@@ -1328,8 +1328,8 @@ fn probe_step(
 
 /// Commands to the thread that serves a channel. The thread sleeps in `park_timeout` between
 /// sends, and a command wakes it: crossbeam's blocking receive spins and yields before it
-/// sleeps, which on loopback cost the sending thread 5-9% of its CPU (4.6k `sched_yield` per
-/// GiB) for pacing waits of tens of microseconds.
+/// sleeps, which costs the sending thread CPU (thousands of `sched_yield` per GiB) for pacing
+/// waits of tens of microseconds.
 #[derive(Clone)]
 struct ChannelCmds {
     tx: Sender<ThreadCmd>,
@@ -1405,9 +1405,9 @@ fn serve_channels(mut workers: Vec<ChannelWorker>, cmds: Receiver<ThreadCmd>) ->
         if wait.is_zero() {
             continue;
         }
-        // Even short waits sleep: spinning through them with sched_yield cost 0.25
-        // CPU-seconds per GiB on loopback (a core both ends share) and gained nothing; a
-        // late wake-up is made up from the pacer's credit. A command unparks the thread
+        // Even short waits sleep: spinning through them with sched_yield costs CPU (on
+        // loopback, a core both ends share) and gained nothing; a late wake-up is made up from
+        // the pacer's credit. A command unparks the thread
         // (`ChannelCmds::send`); the loop's top takes it.
         std::thread::park_timeout(wait);
     }

@@ -16,17 +16,16 @@ use std::os::unix::fs::MetadataExt;
 /// How much [`preallocate`] asks the kernel for per call. One call for a whole large file can
 /// be a long uninterruptible stretch of kernel work; under a CPU quota (cgroup `cpu.max`),
 /// Linux charges that debt when the call returns and then stalls every thread of the process,
-/// the keep-alive sender included, until it is repaid (14 s at 3% of a core after one 0.44 s
-/// call, when tmpfs was still preallocated). Chunks keep each stall short enough for
-/// keep-alives to get out.
+/// the keep-alive sender included, until it is repaid (under a small quota, many seconds after
+/// one call for a large file). Chunks keep each stall short enough for keep-alives to get out.
 const PREALLOCATE_CHUNK: u64 = 16 << 20;
 
 /// Allocates `file`'s first `size` bytes on disk, a chunk at a time, so that a full disk shows
 /// before the transfer starts and the file is laid out in one piece where the filesystem can.
 /// Left alone: filesystems that cannot allocate ahead (`fallocate(2)` says `EOPNOTSUPP`; no
 /// emulation by writing zeros, as `posix_fallocate` would do), and memory-backed ones (tmpfs,
-/// ramfs), where allocating only zero-fills pages the writes fill anyway (0.3 s of CPU per GiB
-/// before the first byte moves, for no layout to gain; [`free_space`](super::free_space) covers the full-disk
+/// ramfs), where allocating only zero-fills pages the writes fill anyway (CPU time before the
+/// first byte moves, for no layout to gain; [`free_space`](super::free_space) covers the full-disk
 /// check there).
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 pub(super) fn preallocate(file: &File, ranges: impl Iterator<Item = (u64, u64)>) -> io::Result<()> {
