@@ -141,9 +141,8 @@ mod tests {
             VERIFICATION
         );
         assert_eq!(session_code(&aborted(AbortCause::Failed)), OTHER);
-        let changed = SessionError::from(hurtle_engine::store::StoreError::SourceChanged {
-            path: "a".into(),
-        });
+        let changed =
+            SessionError::from(hurtle_engine::fs::StoreError::SourceChanged { path: "a".into() });
         assert_eq!(session_code(&changed), VERIFICATION);
     }
 }

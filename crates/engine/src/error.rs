@@ -115,10 +115,10 @@ pub enum SessionError {
     /// Storage failed (disk full, permissions, unsafe path ...). A source file that changed is
     /// [`SessionError::SourceChanged`] instead.
     #[error(transparent)]
-    Store(crate::store::StoreError),
+    Store(crate::fs::StoreError),
     /// A path in the manifest is unsafe.
     #[error(transparent)]
-    Path(#[from] crate::store::PathError),
+    Path(#[from] crate::fs::PathError),
     /// The sources could not be listed.
     #[error(transparent)]
     Walk(#[from] crate::walk::WalkError),
@@ -167,10 +167,10 @@ fn peer_aborted(peer: Side, cause: AbortCause, reason: &str) -> String {
     }
 }
 
-impl From<crate::store::StoreError> for SessionError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<crate::fs::StoreError> for SessionError {
+    fn from(e: crate::fs::StoreError) -> Self {
         match e {
-            crate::store::StoreError::SourceChanged { path } => SessionError::SourceChanged(path),
+            crate::fs::StoreError::SourceChanged { path } => SessionError::SourceChanged(path),
             other => SessionError::Store(other),
         }
     }

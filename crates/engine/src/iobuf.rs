@@ -1,12 +1,11 @@
 //! Buffers for reading files, placed so the kernel's copy runs at full speed.
 //!
-//! The kernel copies a file's bytes out of the page cache with `rep movsb`. On AMD EPYC (the
-//! machine hurtle is benchmarked on) that copy runs at a third of its speed when the
-//! destination's address differs from the source's modulo 64: reading 1 GiB from tmpfs in
-//! 256 KiB pieces took 0.17 s into a page-aligned buffer and 0.51-0.53 s into one 8 or 16
-//! bytes off (which is where a plain `Vec<u8>` of that size starts). [`IoBuf`] hands out
-//! slices that start where the file offset does, modulo [`ALIGN`]. Writes into the page cache
-//! did not show the effect, so only reads use it.
+//! The kernel copies a file's bytes out of the page cache with `rep movsb`. On AMD EPYC that
+//! copy runs at about a third of its speed when the destination's address differs from the
+//! source's modulo 64, as it does in a buffer 8 or 16 bytes off a page (which is where a plain
+//! `Vec<u8>` of a read's size starts). [`IoBuf`] hands out slices that start where the file
+//! offset does, modulo [`ALIGN`]. Writes into the page cache did not show the effect, so only
+//! reads use it.
 
 /// `len` zero bytes (at most 64 MiB, the largest block), to hash a hole without reading it.
 /// One buffer for the process, allocated zeroed and never written: the kernel backs it with

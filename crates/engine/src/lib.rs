@@ -10,9 +10,9 @@
 //!   accepts ([`agree::Keyring`]).
 //! - [`control`]: the TCP control connection (sealed framed messages, reader and writer threads).
 //! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
-//! - [`beneath`]: directories under the output root, opened so that no symlink can redirect them.
-//! - [`store`]: positional file I/O, temporary `.part` files, fsync and rename, path sanitizing.
-//! - [`fds`]: open descriptors, a bounded number at a time, for transfers of any number of files.
+//! - [`fs`]: the file system: path checks, the output tree opened so that no symlink can
+//!   redirect it, part files and their journals, sparse holes, hashing, the sender's source
+//!   files, and open descriptors a bounded number at a time.
 //! - [`iobuf`]: read buffers placed so the kernel's copy out of the page cache runs at full speed.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
@@ -20,19 +20,17 @@
 
 pub mod accept;
 pub mod agree;
-pub mod beneath;
 pub mod control;
 pub mod cpu;
 pub mod dial;
 pub mod error;
-pub mod fds;
+pub mod fs;
 pub mod iobuf;
 pub mod link;
 pub mod netlog;
 pub mod progress;
 pub mod receiver;
 pub mod sender;
-pub mod store;
 pub mod udp;
 pub mod walk;
 

@@ -25,10 +25,10 @@ use crate::accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
 use crate::agree::Keyring;
 use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
+use crate::fs::{self, PartFile, StoreError};
 use crate::link::{read_greeting, LinkIn, TcpFrames};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::store::{self, PartFile, StoreError};
 use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
@@ -196,11 +196,10 @@ pub struct ReceiveSummary {
 /// What the receiver can absorb, measured once (PA-UDP's rate ceiling).
 ///
 /// Only hashing is measured, in CPU time. The destination's write rate is not: a one-off sample
-/// is only as good as the moment it was taken (a receiver that sampled a disk while another big
-/// file was written back offered 100-700 Mbit/s of a disk that then took 2-3 Gbit/s, and that
-/// ceiling held the whole transfer; a 16 MiB sample of tmpfs read 8.3 to 18 Gbit/s on one
-/// machine from one run to the next, against the 10.5-11 its receiving threads then took), and
-/// the transfer measures it all along instead: a disk's writer queue, or a receiving thread that
+/// is only as good as the moment it was taken (a disk sampled while another big file is written
+/// back looks several times slower than it is, and that ceiling would hold the whole transfer;
+/// a small sample of tmpfs read twice as fast in one run as in the next), and the transfer
+/// measures it all along instead: a disk's writer queue, or a receiving thread that
 /// writes slowly and so reads its socket slowly, shows as backlog in every report.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Capacity {
@@ -576,7 +575,7 @@ impl Receiver {
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
         let disk_queued = match self.opts.write_queue {
-            WriteQueue::Auto => !store::memory_backed_dir(root),
+            WriteQueue::Auto => !fs::memory_backed_dir(root),
             WriteQueue::Always => true,
             WriteQueue::Never => false,
         };
@@ -619,7 +618,7 @@ impl Receiver {
         // keep the sender's wait for the manifest reply alive meanwhile.
         let _alive = crate::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
-        let out = store::OutRoot::new(&self.opts.out_dir);
+        let out = fs::OutRoot::new(&self.opts.out_dir);
         let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
         if let Some((e, Decision::Refuse(reason))) = entries
             .iter()
@@ -947,7 +946,7 @@ impl Receiver {
     /// resume and what it holds.
     fn decide(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         entries: &[Entry],
         block_size: u64,
         checksum: bool,
@@ -970,12 +969,12 @@ impl Receiver {
                     if !checksum
                         && m.is_file()
                         && m.len() == e.size
-                        && store::mtime_ns(&m) == e.mtime_ns =>
+                        && fs::mtime_ns(&m) == e.mtime_ns =>
                 {
                     Decision::Unchanged
                 }
                 (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: store::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
+                    hash: fs::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
                         SessionError::io(format!("read {}", target.display()), err)
                     })?,
                     replace_ok: self.opts.overwrite,
@@ -1006,11 +1005,11 @@ impl Receiver {
 
     /// The part files of the files to be sent (`None` for the others), created or resumed and
     /// preallocated, and the held blocks' values of the resumed ones. Refuses with
-    /// [`store::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
+    /// [`fs::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
     /// created (a resumed one is kept for a later try).
     fn prepare_parts(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         files: &[&Entry],
         file_decisions: &[&Decision],
         mut resumes: Vec<Option<Resumed>>,
@@ -1030,7 +1029,7 @@ impl Receiver {
         for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
             // Space is needed only for the blocks neither held nor in holes.
             let not_needed = |held: &[(u64, u64)]| {
-                store::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
+                fs::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
             };
             parts.push(match (d, resumes[f].take()) {
                 (Decision::SendAll, _) => {
@@ -1045,7 +1044,7 @@ impl Receiver {
                 _ => None,
             });
         }
-        if store::free_space(root).is_some_and(|free| free < needed) {
+        if fs::free_space(root).is_some_and(|free| free < needed) {
             for (p, d) in parts.into_iter().zip(file_decisions) {
                 // Best effort: the error below is what matters; a new file holds nothing. A
                 // resumed one is kept for a later try.
@@ -1053,7 +1052,7 @@ impl Receiver {
                     let _ = p.discard();
                 }
             }
-            return Err(store::StoreError::NoSpace {
+            return Err(fs::StoreError::NoSpace {
                 path: root.to_path_buf(),
                 needed,
             }
@@ -1072,7 +1071,7 @@ impl Receiver {
     /// before data moves.
     fn new_parts(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         entries: &[&Entry],
         block_size: u64,
     ) -> Result<Vec<PartFile>, SessionError> {
@@ -1092,7 +1091,7 @@ impl Receiver {
     /// blocks, so that an interrupted transfer can resume; a one-block file is sent again.
     fn new_part(
         &self,
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         e: &Entry,
         block_size: u64,
     ) -> Result<PartFile, SessionError> {
@@ -1192,7 +1191,7 @@ impl Resumed {
     /// The part file of `e` and what it holds, if there is one to resume from (see
     /// [`PartFile::resume`]) and its journal lists any block.
     fn open(
-        out: &store::OutRoot,
+        out: &fs::OutRoot,
         e: &Entry,
         block_size: u64,
         overwrite: bool,
@@ -1487,8 +1486,8 @@ fn session_loop(
                             return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
                         }
                         for d in dirs.iter().rev() {
-                            store::set_dir_mode(root, &d.path, d.mode)?;
-                            store::set_dir_times(root, &d.path, d.mtime_ns)?;
+                            fs::set_dir_mode(root, &d.path, d.mode)?;
+                            fs::set_dir_times(root, &d.path, d.mtime_ns)?;
                         }
                         return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
                     }
@@ -1710,10 +1709,11 @@ fn commit_loop(
 
 /// Commits the verified files in `pending` (emptied) together: each is sealed (attributes
 /// set, synced), then each renamed into place, then each directory synced once, and only then
-/// is each reported to the sender (`FileDone`) and added to `done`. One at a time,
-/// each file cost a sync of itself and another of its directory: 10,000 files of 10 KB took
-/// 8.2-11.1 s to an ext4 disk that way, 4.8-7.6 s batched. A failure stops the session; the
-/// files of the batch renamed before it are still synced and reported.
+/// is each reported to the sender (`FileDone`) and added to `done`. One at a time, each file
+/// would cost a sync of itself and another of its directory; batched, a directory is synced
+/// once for many files (BENCHMARKS.md, section 7, has today's figure for many small files). A
+/// failure stops the session; the files of the batch renamed before it are still synced and
+/// reported.
 fn commit_files(
     shared: &Shared,
     files: &[&Entry],
@@ -1749,7 +1749,7 @@ fn commit_files(
         renamed += 1;
     }
     for dir in dirs {
-        store::sync_dir(dir)?;
+        fs::sync_dir(dir)?;
     }
     for (file, hash) in pending.drain(..).take(renamed) {
         done.push((file, hash));
@@ -2006,10 +2006,10 @@ impl Gathering {
 /// The longest a channel thread lets datagrams gather after a round of reads that found a few
 /// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
 /// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
-/// each one spent 9-13 CPU-seconds per GiB at 400 Mbit/s (a wake-up, a `poll` and a `recvmmsg`
-/// per datagram); pausing 300 µs brought that to 4.6-6.0 on the continental profile, 1 ms to
-/// 4.5-5.1. A pause holds back feedback by no more than it lasts (1 ms against round trips of
-/// tens of milliseconds), and what gathers meanwhile is kept small against the socket buffer
+/// each one paid a wake-up, a `poll` and a `recvmmsg` per datagram; a pause of a fraction of a
+/// millisecond about halved the receiver's CPU time per GiB, and 1 ms gained a little more. A
+/// pause holds back feedback by no more than it lasts (1 ms against round trips of tens of
+/// milliseconds), and what gathers meanwhile is kept small against the socket buffer
 /// ([`gather_time`]).
 const GATHER_MAX: Duration = Duration::from_millis(1);
 
@@ -2116,8 +2116,9 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         if readable.iter().any(|&r| r) {
             // Some links had a batch or more waiting and are read again at once. The others
             // are asked whether they have anything too (one `poll` that does not wait), so a
-            // quieter link is not left unread while busier ones are drained: it was, for 30-80
-            // ms at a time with 8 channels on loopback, long enough to fill its socket buffer.
+            // quieter link is not left unread while busier ones are drained: it was, for tens
+            // of milliseconds at a time with 8 channels on loopback, long enough to fill its
+            // socket buffer.
             add_ready(&mut readable, || {
                 let fds = members.iter().map(|(_, link)| link.fd());
                 crate::udp::wait_readable(fds, Duration::ZERO).ok()

@@ -10,11 +10,11 @@
 use crate::control::{ControlError, Incoming};
 use crate::dial::{Dialer, Direct};
 use crate::error::{next_control, SessionError, Side};
+use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::link::{self, LinkOut, OutPath};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::store::SourceFile;
 use crate::udp::{ChannelOptions, UdpChannel};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
@@ -396,14 +396,14 @@ struct Shared {
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
 /// channels together): a train passes the bottleneck in this long, and a channel's trains are
 /// as large with 8 channels as with 1, so more channels do not mean more, smaller sends (at
-/// the channel's own rate, 8 channels made 8 times the system calls per byte, and on loopback
-/// were 20% slower than 1).
+/// the channel's own rate, 8 channels would make 8 times the system calls per byte).
+/// BENCHMARKS.md, section 3, has what channel counts cost on loopback.
 const SEND_TRAIN: Duration = Duration::from_micros(250);
 /// Catch-up credit of each channel's pacer after a late wake-up. On a busy 2-core machine a
-/// channel thread often wakes more than 0.5 ms late: with 0.5 ms of credit a channel paced at
-/// 250 Mbit/s delivered 242-247, with 1.5 ms 249.6. Credit is sent back to back, so it is
-/// also the most a channel can burst into the bottleneck's queue (1.5 ms is 56 KB at 300
-/// Mbit/s).
+/// channel thread often wakes more than 0.5 ms late, and lateness beyond the credit is rate
+/// lost: with 0.5 ms a channel fell measurably short of its pace, with 1.5 ms it kept it.
+/// Credit is sent back to back, so it is also the most a channel can burst into the
+/// bottleneck's queue (1.5 ms is 56 KB at 300 Mbit/s).
 const PACER_CREDIT: Duration = Duration::from_micros(1500);
 
 /// Sends `paths` (files and directories) to the receiver at `to`.
@@ -656,7 +656,7 @@ fn send_once(
                     }
                     Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
                         let path = &files[file_id].abs_path;
-                        let mine = crate::store::hash_file(path)
+                        let mine = crate::fs::hash_file(path)
                             .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
                         if mine == *hash {
                             skipped[file_id] = Some(mine);
@@ -997,12 +997,12 @@ fn send_once(
 }
 
 /// The holes of the sparse source file at `path`, in whole blocks (see
-/// [`crate::store::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
+/// [`crate::fs::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
 /// are read and sent, holes or not. A hole filled after this look is still sent right: its
 /// value, read when the transfer comes to it, differs from the receiver's, which asks for it.
 fn source_holes(path: &std::path::Path, size: u64, block_size: u64) -> Vec<(u64, u64)> {
     std::fs::File::open(path)
-        .and_then(|f| crate::store::hole_blocks(&f, size, block_size))
+        .and_then(|f| crate::fs::hole_blocks(&f, size, block_size))
         .unwrap_or_default()
 }
 
@@ -1328,8 +1328,8 @@ fn probe_step(
 
 /// Commands to the thread that serves a channel. The thread sleeps in `park_timeout` between
 /// sends, and a command wakes it: crossbeam's blocking receive spins and yields before it
-/// sleeps, which on loopback cost the sending thread 5-9% of its CPU (4.6k `sched_yield` per
-/// GiB) for pacing waits of tens of microseconds.
+/// sleeps, which costs the sending thread CPU (thousands of `sched_yield` per GiB) for pacing
+/// waits of tens of microseconds.
 #[derive(Clone)]
 struct ChannelCmds {
     tx: Sender<ThreadCmd>,
@@ -1405,9 +1405,9 @@ fn serve_channels(mut workers: Vec<ChannelWorker>, cmds: Receiver<ThreadCmd>) ->
         if wait.is_zero() {
             continue;
         }
-        // Even short waits sleep: spinning through them with sched_yield cost 0.25
-        // CPU-seconds per GiB on loopback (a core both ends share) and gained nothing; a
-        // late wake-up is made up from the pacer's credit. A command unparks the thread
+        // Even short waits sleep: spinning through them with sched_yield costs CPU (on
+        // loopback, a core both ends share) and gained nothing; a late wake-up is made up from
+        // the pacer's credit. A command unparks the thread
         // (`ChannelCmds::send`); the loop's top takes it.
         std::thread::park_timeout(wait);
     }

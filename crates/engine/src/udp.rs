@@ -36,9 +36,9 @@
 //!   the stack, so nothing is allocated per call. If a GSO send fails with `EIO`/`EINVAL` (a
 //!   driver that cannot segment), GSO is turned off for the socket and the run is sent again on
 //!   this path.
-//! - In `perf` with 8 channels on loopback, gathering instead of copying payload into datagram
-//!   buffers took away the user-space copy, and the kernel's copy grew by less (it reads the
-//!   block rather than a freshly written buffer): 30% fewer samples in copies when sending.
+//! - Gathering the payload from its block instead of copying it into datagram buffers takes
+//!   away the user-space copy, and the kernel's copy grows by less than that (it reads the
+//!   block rather than a freshly written buffer).
 //! - A full send buffer (`EAGAIN`) is waited out with `poll(2)`, and `ENOBUFS` (a full device
 //!   queue) with short sleeps; both for at most [`SEND_STALL_LIMIT`] in a row before
 //!   [`UdpError::SendStalled`].

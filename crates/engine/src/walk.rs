@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use hurtle_proto::wire;
 
-use crate::store::{mtime_ns, sanitize_rel_path, PathError};
+use crate::fs::{mtime_ns, sanitize_rel_path, PathError};
 
 /// What an entry is (the manifest's own type).
 pub use hurtle_proto::wire::EntryKind;
@@ -45,7 +45,7 @@ pub struct SourceEntry {
     /// Where to read it: the argument made absolute (without resolving symlinks), joined with
     /// the names below it.
     pub abs_path: PathBuf,
-    /// A file taking less space than its size ([`crate::store::may_have_holes`]).
+    /// A file taking less space than its size ([`crate::fs::may_have_holes`]).
     pub sparse: bool,
 }
 
@@ -266,7 +266,7 @@ fn walk_tree(
             mode: meta.mode() & 0o7777,
             mtime_ns: mtime_ns(&meta),
             abs_path: item.abs,
-            sparse: kind == EntryKind::File && crate::store::may_have_holes(&meta),
+            sparse: kind == EntryKind::File && crate::fs::may_have_holes(&meta),
         });
     }
     Ok(())

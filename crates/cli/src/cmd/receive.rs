@@ -121,5 +121,5 @@ pub(crate) fn check_out(out: &Path) -> Result<Option<u64>, Failure> {
         .prefix(".hurtle-check-")
         .tempfile_in(out)
         .map_err(|e| fail(format!("cannot write into --out {}: {e}", out.display())))?;
-    Ok(hurtle_engine::store::free_space(out))
+    Ok(hurtle_engine::fs::free_space(out))
 }

@@ -22,8 +22,8 @@
 //!   and counted. With `--no-encryption` on both sides, data datagrams go in the clear (control
 //!   frames stay sealed: authentication is never off).
 //!
-//! The cipher is `ring`'s AES-256-GCM: on this project's machines (AES-NI, VAES) it seals
-//! 4.6 GB/s per core at 1,384-byte payloads, against 1.9 GB/s for ChaCha20-Poly1305.
+//! The cipher is `ring`'s AES-256-GCM: on CPUs with AES-NI and VAES it seals more than twice
+//! as fast per core as ChaCha20-Poly1305 (BENCHMARKS.md, section 8, has the figures).
 //!
 //! The ephemeral SPAKE2 scalar is drawn from the operating system's random source: the one
 //! place where this crate reaches outside its arguments.

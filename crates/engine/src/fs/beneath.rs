@@ -1,4 +1,5 @@
-//! Directories under a transfer's output root, opened so that no symlink can redirect them.
+//! Directories under a transfer's output root, and the files in them, opened so that no symlink
+//! can redirect them.
 //!
 //! A path checked for symlinks and then used by name can be changed in between: someone who
 //! can write to the output tree swaps a checked directory for a symlink, and a receiver
@@ -6,8 +7,9 @@
 //! points. So the receiver never uses a peer-supplied path by name. It opens the output root
 //! once (the path the user gave, trusted as given), and every later operation starts from a
 //! descriptor of the file's directory, opened from the root's descriptor by [`open_dir`]
-//! without following any symlink, and then names only the file itself (`openat`, `renameat`,
-//! `unlinkat`, `fstatat`, each refusing a symlink as the last component too).
+//! without following any symlink, and then names only the file itself (`openat`, here
+//! `open_at`, `renameat`, `unlinkat`, `fstatat`, each refusing a symlink as the last component
+//! too).
 //!
 //! [`open_dir`] uses `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, one system call for the
 //! whole path (Linux 5.6 and later), and where that is missing or forbidden walks the path one
@@ -15,6 +17,7 @@
 
 use rustix::fs::{openat, openat2, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -103,6 +106,17 @@ pub fn is_refused_link(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)
     )
+}
+
+/// Opens `name` in directory `dir`, never following a symlink (`mode` for a file created).
+pub(super) fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<File> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?))
 }
 
 #[cfg(test)]

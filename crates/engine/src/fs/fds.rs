@@ -1,20 +1,23 @@
 //! Open file descriptors, a bounded number at a time, shared by every file a process works on.
 //!
 //! A transfer may hold more files than a process may have open (`ulimit -n`: often 1024 soft,
-//! 4096 or 20,000 hard). So [`PartFile`](crate::store::PartFile) and
-//! [`SourceFile`](crate::store::SourceFile) keep a [`Slot`], not a descriptor: the slot asks
+//! 4096 or 20,000 hard). So [`PartFile`](crate::fs::PartFile) and
+//! [`SourceFile`](crate::fs::SourceFile) keep a [`Slot`], not a descriptor: the slot asks
 //! [`Descriptors`] for one when the file is read or written. The most recently used descriptors
 //! stay open, at most the limit; to open another, the least recently used one is closed (once
 //! no thread is using it). A file asked for again is reopened by the slot's owner, which checks
-//! that its path still leads to the same file (device and inode) before using it.
+//! that its path still leads to the same file (device and inode: `Identity`) before using it.
+//! The process's set ([`Descriptors::global`]) is sized by its limit on open files, raised to
+//! the hard limit first.
 //!
 //! Transfers touch files in order, a few at a time (the blocks in flight, and repairs of recent
 //! ones), so a transfer of fewer files than the limit never reopens one, and one of more files
 //! opens each file about twice: once to create (or check) it, once to write (or read) it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -87,7 +90,7 @@ impl Descriptors {
     pub fn global() -> &'static Descriptors {
         static GLOBAL: OnceLock<Descriptors> = OnceLock::new();
         GLOBAL.get_or_init(|| {
-            let limit = crate::store::raise_open_file_limit().unwrap_or(u64::MAX);
+            let limit = raise_open_file_limit().unwrap_or(u64::MAX);
             let half = usize::try_from(limit / 2).unwrap_or(usize::MAX);
             Descriptors::new(half.clamp(MIN_OPEN, MAX_OPEN))
         })
@@ -141,6 +144,43 @@ impl Slot {
         state.insert(self.key, file.clone(), self.fds.limit);
         Ok(file)
     }
+}
+
+/// Raises this process's soft limit on open files to the hard limit; returns the limit then in
+/// force (`None` if the system cannot say, `u64::MAX` when unlimited). [`Descriptors`] sizes
+/// itself by it.
+fn raise_open_file_limit() -> Option<u64> {
+    super::sys::raise_open_file_limit()
+}
+
+/// Which file a descriptor is open on (device and inode): a file reopened by path must be the
+/// same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Identity(u64, u64);
+
+impl Identity {
+    pub(super) fn of(meta: &Metadata) -> Identity {
+        Identity(meta.dev(), meta.ino())
+    }
+
+    /// Fails with [`Replaced`] unless `file` is the file `expected` names.
+    pub(super) fn check(file: &File, expected: Identity) -> io::Result<()> {
+        if Identity::of(&file.metadata()?) == expected {
+            Ok(())
+        } else {
+            Err(io::Error::other(Replaced))
+        }
+    }
+}
+
+/// A file reopened by path turned out to be another file.
+#[derive(Debug, thiserror::Error)]
+#[error("its path now leads to another file")]
+struct Replaced;
+
+/// Whether `e` is [`Identity::check`]'s refusal.
+pub(super) fn is_replaced(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Replaced>())
 }
 
 #[cfg(test)]

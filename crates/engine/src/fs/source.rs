@@ -1,0 +1,228 @@
+//! A file being sent ([`SourceFile`]): positional reads that notice when the source changes
+//! underneath the transfer.
+//!
+//! Its size and modification time are recorded at open, and it is read no further than that
+//! size. Like a part file it borrows its descriptor from [`Descriptors`]; reopened by path, it
+//! must still be the same file (device and inode), so a source replaced meanwhile counts as
+//! changed, never read from.
+
+use super::error::{map_io, StoreError};
+use super::fds::{is_replaced, Descriptors, Identity, Slot};
+use super::holes::is_hole;
+use super::meta::mtime_ns;
+use std::fs::File;
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A file being sent: positional reads, with its size and modification time recorded at open
+/// so that changes during the transfer are noticed.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// Its descriptor, open while in use (see [`Descriptors`]).
+    slot: Slot,
+    /// The file `slot` must be open on: a source replaced by another file counts as changed.
+    identity: Identity,
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl SourceFile {
+    /// Opens `path` (following symlinks) and records its size and modification time. Refuses
+    /// anything but a regular file.
+    pub fn open(path: &Path) -> Result<SourceFile, StoreError> {
+        let file = File::open(path).map_err(|e| map_io(path, "open", 0, e))?;
+        let meta = file.metadata().map_err(|e| map_io(path, "inspect", 0, e))?;
+        if !meta.is_file() {
+            return Err(StoreError::Io {
+                op: "send",
+                path: path.to_path_buf(),
+                source: io::Error::new(ErrorKind::InvalidInput, "not a regular file"),
+            });
+        }
+        Ok(SourceFile {
+            slot: Slot::new(Descriptors::global(), file),
+            identity: Identity::of(&meta),
+            path: path.to_path_buf(),
+            size: meta.len(),
+            mtime_ns: mtime_ns(&meta),
+        })
+    }
+
+    /// The source's descriptor, reopened if it was closed to make room for others;
+    /// [`StoreError::SourceChanged`] if its path now leads to another file.
+    fn file(&self) -> Result<Arc<File>, StoreError> {
+        self.slot
+            .get(|| {
+                let file = File::open(&self.path)?;
+                Identity::check(&file, self.identity)?;
+                Ok(file)
+            })
+            .map_err(|e| {
+                if e.kind() == ErrorKind::NotFound || is_replaced(&e) {
+                    StoreError::SourceChanged {
+                        path: self.path.clone(),
+                    }
+                } else {
+                    map_io(&self.path, "reopen", 0, e)
+                }
+            })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size recorded at open.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Modification time recorded at open, nanoseconds since the Unix epoch.
+    pub fn mtime_ns(&self) -> i64 {
+        self.mtime_ns
+    }
+
+    /// Reads from `offset` into `buf`, up to the recorded size: returns `buf.len()`, or fewer
+    /// bytes when the recorded end of file comes first (0 at or past it). Returns
+    /// [`StoreError::SourceChanged`] if the file is now shorter than its recorded size. Bytes
+    /// beyond the recorded size are never read; use [`SourceFile::check_unchanged`] to notice
+    /// growth or rewrites.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        let remaining = self.size.saturating_sub(offset);
+        let want = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+        let file = self.file()?;
+        let mut got = 0;
+        while got < want {
+            match file.read_at(&mut buf[got..want], offset + got as u64) {
+                Ok(0) => {
+                    return Err(StoreError::SourceChanged {
+                        path: self.path.clone(),
+                    })
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(map_io(&self.path, "read", 0, e)),
+            }
+        }
+        Ok(want)
+    }
+
+    /// True when bytes `start..end` lie wholly in a hole, so they read as zeros (see
+    /// [`is_hole`]).
+    pub fn is_hole(&self, start: u64, end: u64) -> Result<bool, StoreError> {
+        Ok(is_hole(&*self.file()?, start, end))
+    }
+
+    /// Stats the open file again and returns [`StoreError::SourceChanged`] if its size or
+    /// modification time differ from those recorded at open.
+    pub fn check_unchanged(&self) -> Result<(), StoreError> {
+        let meta = self
+            .file()?
+            .metadata()
+            .map_err(|e| map_io(&self.path, "inspect", 0, e))?;
+        if meta.len() != self.size || mtime_ns(&meta) != self.mtime_ns {
+            return Err(StoreError::SourceChanged {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_source_reopened_after_eviction_reads_on_but_a_replaced_one_counts_as_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("src");
+        fs::write(&path, b"0123456789").unwrap();
+        let src = SourceFile::open(&path).unwrap();
+        src.slot.evict();
+        let mut buf = [0u8; 4];
+        assert_eq!(src.read_at(3, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"3456");
+        src.check_unchanged().unwrap();
+        // Same size, same content, but another file (as an editor's save-by-rename makes).
+        let twin = dir.path().join("twin");
+        fs::write(&twin, b"0123456789").unwrap();
+        fs::rename(&twin, &path).unwrap();
+        src.slot.evict();
+        assert!(matches!(
+            src.read_at(0, &mut buf),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        fs::remove_file(&path).unwrap();
+        src.slot.evict();
+        assert!(matches!(
+            src.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn source_file_reads_and_notices_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("src.bin");
+        fs::write(&p, b"0123456789").unwrap();
+        let sf = SourceFile::open(&p).unwrap();
+        assert_eq!(sf.size(), 10);
+        assert_eq!(sf.path(), p);
+        let mut buf = [0u8; 4];
+        assert_eq!(sf.read_at(0, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"0123");
+        assert_eq!(sf.read_at(8, &mut buf).unwrap(), 2, "short at recorded EOF");
+        assert_eq!(&buf[..2], b"89");
+        assert_eq!(sf.read_at(10, &mut buf).unwrap(), 0);
+        assert_eq!(sf.read_at(u64::MAX, &mut buf).unwrap(), 0);
+        sf.check_unchanged().unwrap();
+
+        // A touched mtime is noticed; restoring it makes the file look unchanged again.
+        let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1))
+            .unwrap();
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        let recorded = SystemTime::UNIX_EPOCH + Duration::from_nanos(sf.mtime_ns() as u64);
+        f.set_modified(recorded).unwrap();
+        sf.check_unchanged().unwrap();
+        // Growth: reads stay within the recorded size, the check notices.
+        {
+            use std::io::{Seek, Write};
+            f.seek(io::SeekFrom::End(0)).unwrap();
+            f.write_all(b"more").unwrap();
+        }
+        f.set_modified(recorded).unwrap();
+        assert_eq!(sf.read_at(8, &mut buf).unwrap(), 2);
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+        // Truncation: reading where data should be is an error.
+        f.set_len(6).unwrap();
+        let e = sf.read_at(4, &mut buf).unwrap_err();
+        assert!(matches!(e, StoreError::SourceChanged { .. }), "{e:?}");
+        assert!(e
+            .to_string()
+            .starts_with("source file changed while sending: "));
+        assert!(matches!(
+            sf.check_unchanged(),
+            Err(StoreError::SourceChanged { .. })
+        ));
+
+        assert!(SourceFile::open(tmp.path()).is_err(), "a directory");
+        assert!(matches!(
+            SourceFile::open(&tmp.path().join("nope")),
+            Err(StoreError::Io { op: "open", .. })
+        ));
+    }
+}
