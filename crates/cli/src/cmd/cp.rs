@@ -596,7 +596,7 @@ impl Far {
 
     /// After a banner: this side's end of a mux over the far side's stdout and stdin, which it
     /// owns from now on. `accept`: connect the streams the far side opens (a pull).
-    fn into_mux(&mut self, accept: Option<Accept>) -> Result<Mux, Failure> {
+    fn start_mux(&mut self, accept: Option<Accept>) -> Result<Mux, Failure> {
         let _ = self.resume.send(false);
         let rest = loop {
             match self.lines.recv_timeout(Duration::from_secs(5)) {
@@ -838,7 +838,7 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
         }
         Err(route) => {
             far.tell("ssh\n")?;
-            opts.dialer = Some(far.into_mux(None)?.dialer());
+            opts.dialer = Some(far.start_mux(None)?.dialer());
             route
         }
     };
@@ -1024,7 +1024,7 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             if !a.via_ssh {
                 warn_slow(&a.output, &format!("the far side {why}"));
             }
-            far.into_mux(Some(accept_for(any, own_ports)))?;
+            far.start_mux(Some(accept_for(any, own_ports)))?;
             Route::Ssh(if a.via_ssh {
                 "asked for with --via-ssh".into()
             } else {
