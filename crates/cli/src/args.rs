@@ -383,6 +383,10 @@ pub struct CpArgs {
     /// Replace files that already exist at the destination.
     #[arg(long)]
     pub overwrite: bool,
+    /// Carry the data through the ssh channel itself, without trying a direct port first
+    /// (slow: for a firewall that lets only ssh through; without it, this is the fallback).
+    #[arg(long)]
+    pub via_ssh: bool,
     /// Accepted for scp's habit: directories are always copied recursively.
     #[arg(short = 'r', hide = true)]
     pub recursive: bool,

@@ -5,7 +5,8 @@
 //! environment and a file; each command lives in `cmd/` and turns flags into a call of the
 //! engine; `exit` maps each typed failure to its exit code; `ui` draws progress bars (on a
 //! terminal only) and summaries; `interrupt` turns SIGINT and SIGTERM into a clean end of the
-//! session; `rendezvous` pairs the two ends by code through a relay.
+//! session; `rendezvous` pairs the two ends by code through a relay; `sshmux` carries a
+//! session's connections through the ssh channel of `hurtle cp` when nothing else gets through.
 
 mod args;
 mod cmd;
@@ -13,6 +14,7 @@ mod config;
 mod exit;
 mod interrupt;
 mod rendezvous;
+mod sshmux;
 mod ui;
 
 pub use args::{OutputArgs, RateArgs};

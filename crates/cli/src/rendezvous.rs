@@ -102,8 +102,8 @@ pub fn receive(
                 };
                 info = Some(PathInfo {
                     path,
-                    relay: relay.to_string(),
-                    code_nameplate: code.nameplate,
+                    relay: Some(relay.to_string()),
+                    code_nameplate: Some(code.nameplate),
                 });
             }
             Event::Agent(AgentEvent::Refused { port, reason }) => {
@@ -191,8 +191,8 @@ pub fn pair(
             secret: Secret::code(&code.to_string()),
             info: PathInfo {
                 path,
-                relay: relay.to_string(),
-                code_nameplate: code.nameplate,
+                relay: Some(relay.to_string()),
+                code_nameplate: Some(code.nameplate),
             },
         },
     ))

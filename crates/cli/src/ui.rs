@@ -304,15 +304,19 @@ fn json(value: &impl serde::Serialize) {
     }
 }
 
-/// How the peers were paired through a relay, added to the `--json` summary.
+/// The path the session took, added to the `--json` summary: paired through a relay, or
+/// started over ssh by `hurtle cp`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PathInfo {
-    /// `direct` or `relayed`.
+    /// `direct` or `relayed` (a relay), `direct` or `ssh` (`hurtle cp`: through the ssh
+    /// channel itself).
     pub path: &'static str,
     /// The relay, as given.
-    pub relay: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<String>,
     /// The code's nameplate (the words stay secret).
-    pub code_nameplate: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_nameplate: Option<u32>,
 }
 
 #[derive(serde::Serialize)]

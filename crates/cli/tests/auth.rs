@@ -283,7 +283,7 @@ fn a_served_receiver_with_only_a_code_ends_when_the_code_is_spent() {
     let src = t.path().join("s.bin");
     fsx::write_random(&src, 100_000, 56);
     let out = t.path().join("out");
-    let mut r = start_receiver(&out, &["--serve", "--code", "2222-right-words-here"]);
+    let r = start_receiver(&out, &["--serve", "--code", "2222-right-words-here"]);
     for _ in 0..3 {
         let s = proc::send(r.addr, &[&src], &["--code", "2222-wrong-words-here"]);
         s.assert_exit(3);

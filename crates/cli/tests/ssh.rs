@@ -26,7 +26,7 @@ const SSH_PORT: &str = "2222";
 /// first, then the namespace, then the files.
 struct Sshd {
     proc: Proc,
-    _ns: Namespaces,
+    ns: Namespaces,
     /// The host's address, as a `root@ADDR:` operand takes it.
     addr: String,
     dir: tempfile::TempDir,
@@ -153,10 +153,58 @@ impl Sshd {
         // The root-side end of the veth goes with the namespace's end.
         Some(Sshd {
             proc,
-            _ns: ns,
+            ns,
             addr: far,
             dir,
         })
+    }
+
+    /// A firewall on the far host (nftables in its namespace, gone with it): everything to
+    /// and from it is dropped except its sshd port and its own loopback, as where only ssh
+    /// gets through.
+    fn only_ssh_gets_through(&self) {
+        let script = format!(
+            "table inet hurtle_only_ssh {{\n\
+             \x20chain in {{ type filter hook input priority 0; policy drop; iif lo accept; tcp dport {SSH_PORT} accept; counter; }}\n\
+             \x20chain out {{ type filter hook output priority 0; policy drop; oif lo accept; tcp sport {SSH_PORT} accept; counter; }}\n\
+             }}\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.ns.names[0], "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("ip netns exec ... nft (package nftables) is needed for this test");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "nft refused: {script}");
+    }
+
+    /// Packets the firewall dropped coming in (its input chain's counter).
+    fn dropped_in(&self) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns.names[0],
+                "nft",
+                "list",
+                "chain",
+                "inet",
+            ])
+            .args(["hurtle_only_ssh", "in"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -243,6 +291,7 @@ fn push_and_pull_a_file_and_a_tree_byte_exact() {
     let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
     pushed.assert_success();
     assert_eq!(pushed.json()["transport"], "udp", "{}", pushed.stdout);
+    assert_eq!(pushed.json()["path"], "direct", "{}", pushed.stdout);
     fsx::assert_same_file(&file, &far.join("data.bin"));
     assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
     fsx::assert_no_part_files(&far);
@@ -307,13 +356,32 @@ fn a_killed_copy_resumes_and_leaves_no_far_process() {
     let Some(h) = Sshd::start("a_killed_copy_resumes_and_leaves_no_far_process") else {
         return;
     };
+    killed_copy_resumes(&h, &[], "direct");
+}
+
+#[test]
+fn a_copy_through_the_ssh_channel_killed_resumes_and_leaves_no_far_process() {
+    let Some(h) =
+        Sshd::start("a_copy_through_the_ssh_channel_killed_resumes_and_leaves_no_far_process")
+    else {
+        return;
+    };
+    killed_copy_resumes(&h, &["--via-ssh"], "ssh");
+}
+
+/// Kills a push part-way (`extra` flags given), checks that the far process ends and its part
+/// file stays, then resumes it to the end with the same flags over `path`.
+fn killed_copy_resumes(h: &Sshd, extra: &[&str], path: &str) {
     let local = support::tempdir("hurtle-cp-");
     let file = local.path().join("big.bin");
     fsx::write_random(&file, 24 * MIB, 9);
     let far = h.path("resumed");
     let dest = h.remote(&far);
     // 24 MiB at 24 Mbit/s: about 8 s, slow enough to kill part-way.
-    let mut cp = h.spawn_cp(&["--rate", "24M", s(&file), &dest]);
+    let mut args = vec!["--rate", "24M"];
+    args.extend_from_slice(extra);
+    args.extend([s(&file), &dest]);
+    let mut cp = h.spawn_cp(&args);
     let journal = far.join(".big.bin.hurtle-blocks");
     let deadline = Instant::now() + Duration::from_secs(30);
     // The journal starts with a header line; then one line per verified block: wait for a few.
@@ -344,12 +412,131 @@ fn a_killed_copy_resumes_and_leaves_no_far_process() {
     eprintln!("the far side ended {:?} after the kill", killed.elapsed());
     assert!(!fsx::part_files(&far).is_empty(), "a part file is kept");
 
-    let again = h.cp(&["--json", s(&file), &dest]);
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    args.extend([s(&file), &dest]);
+    let again = h.cp(&args);
     again.assert_success();
     let v = again.json();
     assert!(v["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["path"], path, "{v}");
     fsx::assert_same_file(&file, &far.join("big.bin"));
     fsx::assert_no_part_files(&far);
+}
+
+#[test]
+fn behind_a_firewall_that_lets_only_ssh_through_push_and_pull_use_the_ssh_channel() {
+    let Some(h) = Sshd::start(
+        "behind_a_firewall_that_lets_only_ssh_through_push_and_pull_use_the_ssh_channel",
+    ) else {
+        return;
+    };
+    h.only_ssh_gets_through();
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("data.bin");
+    fsx::write_random(&file, 5 * MIB + 123, 17);
+    let tree = make_tree(local.path());
+
+    // Push: the far side's port does not answer; the data goes through the ssh channel.
+    let far = h.path("pushed");
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    pushed.assert_success();
+    let v = pushed.json();
+    assert_eq!(v["path"], "ssh", "{v}");
+    assert_eq!(v["transport"], "tcp", "{v}");
+    assert!(
+        pushed
+            .stderr
+            .contains("cannot connect to the far side's port")
+            && pushed
+                .stderr
+                .contains("goes through the ssh channel instead, which is slow"),
+        "{}",
+        pushed.stderr
+    );
+    assert!(
+        pushed
+            .stderr
+            .contains("path: through the ssh channel (slow; no direct port was reachable)"),
+        "{}",
+        pushed.stderr
+    );
+    fsx::assert_same_file(&file, &far.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
+    fsx::assert_no_part_files(&far);
+    assert!(h.dropped_in() > 0, "the firewall dropped nothing");
+
+    // Pull them back: the far sender cannot dial back; the text summary says the path.
+    let back = local.path().join("back");
+    let pulled = h.cp(&[
+        &h.remote(&far.join("data.bin")),
+        &h.remote(&far.join("tree")),
+        s(&back),
+    ]);
+    pulled.assert_success();
+    assert!(
+        pulled
+            .stdout
+            .contains("path: through the ssh channel (slow; no direct port was reachable)"),
+        "{}",
+        pulled.stdout
+    );
+    assert!(
+        pulled.stderr.contains("cannot connect back to"),
+        "{}",
+        pulled.stderr
+    );
+    fsx::assert_same_file(&file, &back.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&back.join("tree")));
+    fsx::assert_no_part_files(&back);
+}
+
+#[test]
+fn via_ssh_carries_the_data_through_the_ssh_channel_when_direct_would_work() {
+    let Some(h) =
+        Sshd::start("via_ssh_carries_the_data_through_the_ssh_channel_when_direct_would_work")
+    else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("data.bin");
+    fsx::write_random(&file, 3 * MIB + 5, 27);
+    let tree = make_tree(local.path());
+
+    let far = h.path("forced");
+    let pushed = h.cp(&["--via-ssh", "--json", s(&file), s(&tree), &h.remote(&far)]);
+    pushed.assert_success();
+    let v = pushed.json();
+    assert_eq!(v["path"], "ssh", "{v}");
+    assert_eq!(v["transport"], "tcp", "{v}");
+    assert!(
+        !pushed.stderr.contains("warning"),
+        "asked for, so no warning: {}",
+        pushed.stderr
+    );
+    assert!(
+        pushed.stderr.contains("(slow; asked for with --via-ssh)"),
+        "{}",
+        pushed.stderr
+    );
+    fsx::assert_same_file(&file, &far.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
+    fsx::assert_no_part_files(&far);
+
+    let back = local.path().join("back");
+    let pulled = h.cp(&[
+        "--via-ssh",
+        "--json",
+        &h.remote(&far.join("data.bin")),
+        &h.remote(&far.join("tree")),
+        s(&back),
+    ]);
+    pulled.assert_success();
+    let v = pulled.json();
+    assert_eq!(v["path"], "ssh", "{v}");
+    fsx::assert_same_file(&file, &back.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&back.join("tree")));
+    fsx::assert_no_part_files(&back);
 }
 
 #[test]
@@ -433,7 +620,7 @@ fn another_protocol_version_on_the_far_side_is_named() {
     .wait(TRANSFER_TIMEOUT);
     let cause = f.assert_exit(1);
     assert!(
-        cause.contains("protocol 99") && cause.contains("speaks 1"),
+        cause.contains("protocol 99") && cause.contains("speaks 2"),
         "{cause}"
     );
 }

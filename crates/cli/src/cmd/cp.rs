@@ -4,18 +4,31 @@
 //! **Push** (`cp SRC... [user@]host:DEST`): this side runs
 //! `ssh [opts] [user@]host HURTLE ssh-serve receive --out DEST`. The far side binds a one-shot
 //! receiver on an ephemeral port on all its addresses, prints one line on stdout,
-//! `HURTLE-SSH <PROTOCOL> <port> <secret>`, and serves one session. This side reads that line,
-//! checks the protocol, and sends to the host ssh connected to (its name as `ssh -G` resolves
-//! it, then resolved here) at that port.
+//! `HURTLE-SSH <PROTOCOL> <port> <secret>`, and waits for one line on its stdin. This side
+//! reads the far line, checks the protocol, and tries to connect to the host ssh connected to
+//! (its name as `ssh -G` resolves it, then resolved here) at that port, within
+//! [`DIRECT_TRY`]. Connected, it writes `direct` and sends over that connection (and the data
+//! paths the session finds, UDP or parallel TCP); refused or unanswered (or `--via-ssh`), it
+//! writes `ssh`, and both processes turn the ssh channel into a [`Mux`]: this side dials
+//! every connection of the session through it, the far side connects each to its own
+//! receiver on loopback.
 //!
 //! **Pull** (`cp [user@]host:SRC... DEST`): this side binds a one-shot receiver on an ephemeral
 //! port, runs `ssh ... HURTLE ssh-serve send [flags] -- SRC...`, reads the far side's
-//! `HURTLE-SSH <PROTOCOL> ready`, and writes `<port> <secret>` to its stdin (never on a command
-//! line). The far side dials back to the address ssh saw this side at (the first field of
-//! `SSH_CONNECTION`), so a pull needs the far host to reach this one.
+//! `HURTLE-SSH <PROTOCOL> ready`, and writes `<port> <secret> <auto|ssh>` to its stdin (never on
+//! a command line). The far side tries to dial back to the address ssh saw this side at (the
+//! first field of `SSH_CONNECTION`) within [`DIRECT_TRY`] and says which path it takes:
+//! `HURTLE-SSH <PROTOCOL> direct`, or `HURTLE-SSH <PROTOCOL> ssh <why>` after which its stdout
+//! and stdin are the [`Mux`] (it dials, this side connects each stream to its receiver on
+//! loopback).
 //!
-//! The far process never outlives the session: a thread reads its stdin (the ssh channel) and,
-//! at EOF, ends the session as a signal would (`interrupt::hang_up`).
+//! Through the ssh channel the session is parallel TCP inside one TCP connection and ssh's
+//! own flow control: slow, and the summary says so (`path: through the ssh channel`,
+//! `"path": "ssh"`).
+//!
+//! The far process never outlives the session: a thread reads its stdin (the ssh channel; the
+//! mux's reader when it carries the session) and, at EOF, ends the session as a signal would
+//! (`interrupt::hang_up`).
 //!
 //! The secret is 32 random bytes in hex, made by whichever side listens and carried over the ssh
 //! channel, which ssh authenticates and encrypts. [`send_options`] and [`receive_options`] hand
@@ -31,20 +44,31 @@ use crate::cmd::receive::check_out;
 use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{self, Failure, Outcome};
+use crate::sshmux::{Accept, Mux};
+use crate::ui::PathInfo;
 use crate::{interrupt, ui};
-use hurtle_engine::{Progress, ReceiveOptions, Receiver, SendOptions, SessionError};
+use hurtle_engine::dial::Dialer;
+use hurtle_engine::{OwnPorts, Progress, ReceiveOptions, Receiver, SendOptions, SessionError};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The version of the conversation over ssh (the banner line and the port/secret line). The
-/// session itself has its own version, checked in its hello.
-pub const PROTOCOL: u32 = 1;
+/// The version of the conversation over ssh (the banner line, the port/secret line, the path
+/// lines, and the mux's frames). The session itself has its own version, checked in its hello.
+/// 2: the path lines (`direct`, `ssh`) and the mux.
+pub const PROTOCOL: u32 = 2;
+/// How long a direct connection to the other side's port may take (refused at once, or no
+/// answer: a firewall that drops) before the ssh channel carries the session instead.
+pub const DIRECT_TRY: Duration = Duration::from_secs(3);
+/// How long a far side whose session went through the mux waits for its last frames to cross.
+const MUX_DRAIN: Duration = Duration::from_secs(5);
 /// The first word of the far side's line.
 pub const BANNER: &str = "HURTLE-SSH";
 /// How long the far side may take to say it is ready (ssh's connection and authentication
@@ -415,13 +439,26 @@ fn remote_command(words: &[String]) -> Result<String, Failure> {
         .join(" "))
 }
 
+/// What the thread reading the far side's stdout hands over.
+enum FarOut {
+    /// A line.
+    Line(String),
+    /// The rest of stdout, raw (asked for after a banner line: the mux reads it).
+    Rest(BufReader<ChildStdout>),
+}
+
 /// The ssh process running the far side: its stdout lines, its stderr passed through to ours
 /// (ssh's own messages are what the user needs), and its stdin, which this side holds open
-/// for as long as the session runs.
+/// for as long as the session runs. When the session goes through the ssh channel, its stdout
+/// and stdin belong to the mux.
 struct Far {
     child: Child,
     stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
+    lines: mpsc::Receiver<FarOut>,
+    /// After each banner line the reading thread waits here: `true` to read on, `false` to hand
+    /// stdout over.
+    resume: mpsc::Sender<bool>,
+    mux: Option<Mux>,
     stderr_tail: Arc<Mutex<Vec<String>>>,
     stderr_thread: Option<JoinHandle<()>>,
     destination: String,
@@ -448,12 +485,31 @@ impl Far {
                 )
             })?;
         let (tx, lines) = mpsc::channel();
+        let (resume, resumed) = mpsc::channel::<bool>();
         if let Some(out) = child.stdout.take() {
             std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
+                let mut r = BufReader::new(out);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    let text = line.trim_end_matches(['\n', '\r']).to_string();
+                    let banner = text.split_whitespace().next() == Some(BANNER);
+                    if tx.send(FarOut::Line(text)).is_err() {
                         break;
+                    }
+                    if banner {
+                        match resumed.recv() {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                let _ = tx.send(FarOut::Rest(r));
+                                break;
+                            }
+                            Err(_) => break,
+                        }
                     }
                 }
             });
@@ -467,6 +523,8 @@ impl Far {
             stdin: child.stdin.take(),
             child,
             lines,
+            resume,
+            mux: None,
             stderr_tail,
             stderr_thread,
             destination: ssh.destination.clone(),
@@ -482,7 +540,8 @@ impl Far {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => {
+                Ok(FarOut::Rest(_)) => continue,
+                Ok(FarOut::Line(line)) => {
                     let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
                     if words.first().map(String::as_str) != Some(BANNER) {
                         skipped.push(line);
@@ -530,7 +589,31 @@ impl Far {
         }
     }
 
-    /// Writes the pull's `<port> <secret>` line to the far side.
+    /// After a banner: reads on, line by line.
+    fn read_on(&mut self) {
+        let _ = self.resume.send(true);
+    }
+
+    /// After a banner: this side's end of a mux over the far side's stdout and stdin, which it
+    /// owns from now on. `accept`: connect the streams the far side opens (a pull).
+    fn start_mux(&mut self, accept: Option<Accept>) -> Result<Mux, Failure> {
+        let _ = self.resume.send(false);
+        let rest = loop {
+            match self.lines.recv_timeout(Duration::from_secs(5)) {
+                Ok(FarOut::Rest(r)) => break Some(r),
+                Ok(FarOut::Line(_)) => {}
+                Err(_) => break None,
+            }
+        };
+        let (Some(rest), Some(stdin)) = (rest, self.stdin.take()) else {
+            return Err(self.failure());
+        };
+        let mux = Mux::start(rest, stdin, accept, || {});
+        self.mux = Some(mux.clone());
+        Ok(mux)
+    }
+
+    /// Writes a line to the far side (the push's path, the pull's port and secret).
     fn tell(&mut self, line: &str) -> Result<(), Failure> {
         let written = self
             .stdin
@@ -571,6 +654,9 @@ impl Far {
     /// [`FAR_EXIT_WAIT`]).
     fn wait(&mut self) -> Option<ExitStatus> {
         drop(self.stdin.take());
+        if let Some(m) = &self.mux {
+            m.close();
+        }
         let deadline = Instant::now() + FAR_EXIT_WAIT;
         let status = loop {
             match self.child.try_wait() {
@@ -732,16 +818,40 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
         port,
     };
     let to = resolve(&host, "far")?;
+    // The far side's port directly, or else the ssh channel.
+    let direct = if a.via_ssh {
+        Err(Route::ssh("asked for with --via-ssh"))
+    } else {
+        TcpStream::connect_timeout(&to, DIRECT_TRY).map_err(|e| {
+            let why = format!("cannot connect to the far side's port {to} directly ({e})");
+            warn_slow(&a.output, &why);
+            Route::ssh("no direct port was reachable")
+        })
+    };
+    let mut opts = send_options(flags, a.output.log_dir.clone(), &secret);
+    let route = match direct {
+        Ok(first) => {
+            far.tell("direct\n")?;
+            far.read_on();
+            opts.dialer = Some(Arc::new(Prepared::new(to, first)));
+            Route::Direct(to)
+        }
+        Err(route) => {
+            far.tell("ssh\n")?;
+            opts.dialer = Some(far.start_mux(None)?.dialer());
+            route
+        }
+    };
     if a.output.verbose {
         ui::say(
             &a.output,
             &format!(
-                "hurtle: the far side receives on {to} (over ssh to {})",
-                ssh.destination
+                "hurtle: the far side receives on {to} (over ssh to {}), {}",
+                ssh.destination,
+                route.describe()
             ),
         );
     }
-    let opts = send_options(flags, a.output.log_dir.clone(), &secret);
     let (progress, bar) = ui::progress_bar(&a.output, "sending");
     interrupt::watch(&progress);
     let result = hurtle_engine::send(&paths, to, &opts, progress.clone());
@@ -749,10 +859,103 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
     match result {
         Ok(s) => {
             far.finish(&a.output);
-            ui::print_send_summary(&a.output, &s, None);
+            ui::print_send_summary(&a.output, &s, Some(&route.info()));
+            ui::say(&a.output, &format!("path: {}", route.describe()));
             Ok(())
         }
         Err(e) => Err(near_failure(e, false, &progress, &mut far)),
+    }
+}
+
+/// The path a `hurtle cp` session takes.
+enum Route {
+    /// Directly to the other side's port (then UDP or parallel TCP, as the session finds).
+    Direct(SocketAddr),
+    /// Through the ssh channel, for this reason.
+    Ssh(String),
+}
+
+impl Route {
+    fn ssh(why: &str) -> Route {
+        Route::Ssh(why.to_string())
+    }
+
+    /// The summary's `path:` line, after `path: `.
+    fn describe(&self) -> String {
+        match self {
+            Route::Direct(addr) => format!("direct to {addr}"),
+            Route::Ssh(why) => format!("through the ssh channel (slow; {why})"),
+        }
+    }
+
+    /// For the `--json` summary.
+    fn info(&self) -> PathInfo {
+        PathInfo {
+            path: match self {
+                Route::Direct(_) => "direct",
+                Route::Ssh(_) => "ssh",
+            },
+            relay: None,
+            code_nameplate: None,
+        }
+    }
+}
+
+/// Warns that the data will go through the ssh channel, and why.
+fn warn_slow(out: &OutputArgs, why: &str) {
+    if !out.quiet {
+        ui::warning(&format!(
+            "{why}: the data goes through the ssh channel instead, which is slow (one TCP \
+             connection inside ssh's own flow control)"
+        ));
+    }
+}
+
+/// A direct path whose first connection (the control connection) is already open.
+#[derive(Debug)]
+struct Prepared {
+    addr: SocketAddr,
+    first: Mutex<Option<TcpStream>>,
+}
+
+impl Prepared {
+    fn new(addr: SocketAddr, first: TcpStream) -> Prepared {
+        Prepared {
+            addr,
+            first: Mutex::new(Some(first)),
+        }
+    }
+}
+
+impl Dialer for Prepared {
+    fn dial(&self, addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+        if addr == self.addr {
+            if let Some(s) = self.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Ok(s);
+            }
+        }
+        TcpStream::connect_timeout(&addr, timeout)
+    }
+}
+
+/// Loopback of the address family of `ip` (where a receiver bound to `ip` is reached from its
+/// own host).
+fn loopback(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+    }
+}
+
+/// The accepting end of a mux for a receiver bound to `bound`: its loopback, its own ports.
+fn accept_for(bound: IpAddr, ports: Arc<OwnPorts>) -> Accept {
+    Accept {
+        ip: if bound.is_unspecified() {
+            loopback(bound)
+        } else {
+            bound
+        },
+        allow: Box::new(move |p| ports.contains(p)),
     }
 }
 
@@ -789,6 +992,7 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
     };
     let secret = Secret::new();
     let opts = receive_options(out, a.overwrite, a.output.log_dir.clone(), &secret);
+    let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
     let mut words: Vec<String> = vec!["ssh-serve".into(), "send".into()];
@@ -804,7 +1008,37 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             anyhow::anyhow!("the far side said {said:?}, not that it is ready to send"),
         ));
     }
-    far.tell(&format!("{port} {secret}\n"))?;
+    far.read_on();
+    let mode = if a.via_ssh { "ssh" } else { "auto" };
+    far.tell(&format!("{port} {secret} {mode}\n"))?;
+    // The far side says which path it takes: `direct` (it reached our port), or `ssh WHY`
+    // (from now on its stdout and stdin are the mux).
+    let said = far.banner()?;
+    let route = match said.first().map(String::as_str) {
+        Some("direct") => {
+            far.read_on();
+            Route::Direct(SocketAddr::new(any, port))
+        }
+        Some("ssh") => {
+            let why = said[1..].join(" ");
+            if !a.via_ssh {
+                warn_slow(&a.output, &format!("the far side {why}"));
+            }
+            far.start_mux(Some(accept_for(any, own_ports)))?;
+            Route::Ssh(if a.via_ssh {
+                "asked for with --via-ssh".into()
+            } else {
+                "no direct port was reachable".into()
+            })
+        }
+        _ => {
+            far.wait();
+            return Err(Failure::new(
+                exit::OTHER,
+                anyhow::anyhow!("the far side said {said:?}, not the path it takes"),
+            ));
+        }
+    };
     let (progress, bar) = ui::progress_bar(&a.output, "receiving");
     interrupt::watch(&progress);
     let (tx, rx) = mpsc::channel();
@@ -833,7 +1067,12 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
     match result {
         Some(Ok(s)) => {
             far.finish(&a.output);
-            ui::print_receive_summary(&a.output, &s, None);
+            ui::print_receive_summary(&a.output, &s, Some(&route.info()));
+            if let Route::Direct(_) = route {
+                ui::say(&a.output, &format!("path: direct from {}", s.peer));
+            } else {
+                ui::say(&a.output, &format!("path: {}", route.describe()));
+            }
             Ok(())
         }
         Some(Err(e)) => Err(near_failure(e, true, &progress, &mut far)),
@@ -907,6 +1146,15 @@ fn say_line(line: &str) -> Result<(), Failure> {
         .map_err(|e| Failure::new(exit::OTHER, anyhow::anyhow!("cannot write to ssh: {e}")))
 }
 
+/// This process's stdin or stdout as a plain file (a duplicate of its descriptor): the mux
+/// reads and writes them raw, without std's line buffering.
+fn stdio_file(fd: impl AsFd, what: &str) -> Result<File, Failure> {
+    fd.as_fd()
+        .try_clone_to_owned()
+        .map(File::from)
+        .map_err(|e| Failure::new(exit::OTHER, anyhow::anyhow!("cannot use {what}: {e}")))
+}
+
 fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
     let (_, server) = ssh_connection()?;
     let any = match server {
@@ -915,55 +1163,107 @@ fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
     };
     check_out(out)?;
     let secret = Secret::new();
-    let receiver = Receiver::bind(
-        SocketAddr::new(any, 0),
-        receive_options(out, overwrite, None, &secret),
-    )?;
+    let opts = receive_options(out, overwrite, None, &secret);
+    let own_ports = opts.own_ports.clone();
+    let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
     say_line(&format!("{BANNER} {PROTOCOL} {port} {secret}"))?;
-    hang_up_at_eof(std::io::stdin());
+    // The near side says how it reaches us: directly, or through the ssh channel.
+    let mut stdin = BufReader::new(stdio_file(std::io::stdin(), "stdin")?);
+    let mut line = String::new();
+    if matches!(stdin.read_line(&mut line), Ok(0) | Err(_)) {
+        // The ssh channel closed before the near side said anything.
+        interrupt::hang_up();
+    }
+    let mux = match line.trim() {
+        "direct" => {
+            hang_up_at_eof(stdin);
+            None
+        }
+        "ssh" => Some(Mux::start(
+            stdin,
+            stdio_file(std::io::stdout(), "stdout")?,
+            Some(accept_for(any, own_ports)),
+            || interrupt::hang_up(),
+        )),
+        other => {
+            return Err(Failure::new(
+                exit::OTHER,
+                anyhow::anyhow!("the near side sent {other:?}, not the path it takes"),
+            ))
+        }
+    };
     let progress = Arc::new(Progress::default());
     interrupt::watch(&progress);
-    receiver
+    let result = receiver
         .accept_one(progress.clone())
         .map(drop)
-        .map_err(|e| session_failure(e, true, &progress))
+        .map_err(|e| session_failure(e, true, &progress));
+    if let Some(m) = mux {
+        m.drain(MUX_DRAIN);
+    }
+    result
 }
 
 fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
     say_line(&format!("{BANNER} {PROTOCOL} ready"))?;
-    let mut stdin = BufReader::new(std::io::stdin());
+    let mut stdin = BufReader::new(stdio_file(std::io::stdin(), "stdin")?);
     let mut line = String::new();
     let _ = stdin.read_line(&mut line);
     let mut words = line.split_whitespace();
-    let (port, secret) = (
+    let (port, secret, mode) = (
         words.next().and_then(|p| p.parse::<u16>().ok()),
         words.next().and_then(Secret::parse),
+        words.next(),
     );
-    let (Some(port), Some(secret)) = (port, secret) else {
+    let (Some(port), Some(secret), Some(mode @ ("auto" | "ssh"))) = (port, secret, mode) else {
         return Err(Failure::new(
             exit::OTHER,
-            anyhow::anyhow!("the near side sent {line:?}, not a port and a secret"),
+            anyhow::anyhow!("the near side sent {line:?}, not a port, a secret and a path"),
         ));
     };
-    hang_up_at_eof(stdin);
     let (client, _) = ssh_connection()?;
     let mut warnings = Vec::new();
     let paths = expand_sources(paths, flags.follow_symlinks, &mut warnings)?;
     for w in warnings {
         let _ = writeln!(std::io::stderr(), "hurtle (far side): warning: {w}");
     }
-    let opts = send_options(flags, None, &secret);
+    let to = SocketAddr::new(client, port);
+    let mut opts = send_options(flags, None, &secret);
+    // Dial back directly, or else through the ssh channel; say which.
+    let direct = match mode {
+        "ssh" => Err("was asked to use the ssh channel".to_string()),
+        _ => TcpStream::connect_timeout(&to, DIRECT_TRY)
+            .map_err(|e| format!("cannot connect back to {to} ({e})")),
+    };
+    let mux = match direct {
+        Ok(first) => {
+            say_line(&format!("{BANNER} {PROTOCOL} direct"))?;
+            hang_up_at_eof(stdin);
+            opts.dialer = Some(Arc::new(Prepared::new(to, first)));
+            None
+        }
+        Err(why) => {
+            say_line(&format!("{BANNER} {PROTOCOL} ssh {why}"))?;
+            let mux = Mux::start(
+                stdin,
+                stdio_file(std::io::stdout(), "stdout")?,
+                None,
+                || interrupt::hang_up(),
+            );
+            opts.dialer = Some(mux.dialer());
+            Some(mux)
+        }
+    };
     let progress = Arc::new(Progress::default());
     interrupt::watch(&progress);
-    hurtle_engine::send(
-        &paths,
-        SocketAddr::new(client, port),
-        &opts,
-        progress.clone(),
-    )
-    .map(drop)
-    .map_err(|e| session_failure(e, false, &progress))
+    let result = hurtle_engine::send(&paths, to, &opts, progress.clone())
+        .map(drop)
+        .map_err(|e| session_failure(e, false, &progress));
+    if let Some(m) = mux {
+        m.drain(MUX_DRAIN);
+    }
+    result
 }
 
 #[cfg(test)]
