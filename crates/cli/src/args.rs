@@ -249,35 +249,8 @@ pub struct SendArgs {
     /// Never connect directly: go through the relay (for tests).
     #[arg(long, hide = true, requires = "code")]
     pub relay_only: bool,
-    /// Number of UDP data channels, or TCP connections with --transport tcp, 1 to 32
-    /// [env: HURTLE_CHANNELS] [default: one per core, 2 to 8]
-    #[arg(long, visible_alias = "connections", value_parser = parse_channels)]
-    pub channels: Option<u16>,
-    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
-    /// when no datagram gets through).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub transport: TransportArg,
-    /// Chunk size: the unit of striping, hashing and verification (a power of two, 1K to 64M).
-    #[arg(long, value_parser = parse_chunk_size, default_value = "1M")]
-    pub chunk_size: u64,
     #[command(flatten)]
-    pub rate: RateArgs,
-    /// Largest datagram payload to try, in bytes (512 to 8900). The handshake lowers it to what
-    /// the path carries: 1384 on a 1500-byte path, more with jumbo frames or on loopback.
-    #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
-    pub payload: u16,
-    /// Follow symbolic links instead of skipping them.
-    #[arg(long)]
-    pub follow_symlinks: bool,
-    /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
-    /// by default a file of the same size and modification time is skipped unread, as rsync
-    /// does.
-    #[arg(long)]
-    pub checksum: bool,
-    /// Send the holes of sparse files as data (by default they are found with SEEK_HOLE and
-    /// not sent, and stay holes on the receiver).
-    #[arg(long)]
-    pub no_sparse: bool,
+    pub flags: SendFlags,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -316,22 +289,44 @@ pub struct SendFlags {
     pub chunk_size: u64,
     #[command(flatten)]
     pub rate: RateArgs,
-    /// Largest datagram payload to try, in bytes (512 to 8900).
+    /// Largest datagram payload to try, in bytes (512 to 8900). The handshake lowers it to what
+    /// the path carries: 1384 on a 1500-byte path, more with jumbo frames or on loopback.
     #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
     pub payload: u16,
     /// Follow symbolic links instead of skipping them.
     #[arg(long)]
     pub follow_symlinks: bool,
-    /// Skip a file the receiver already has only if its BLAKE3 matches (by default: the same
-    /// size and modification time).
+    /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
+    /// by default a file of the same size and modification time is skipped unread, as rsync
+    /// does.
     #[arg(long)]
     pub checksum: bool,
-    /// Send the holes of sparse files as data.
+    /// Send the holes of sparse files as data (by default they are found with SEEK_HOLE and
+    /// not sent, and stay holes on the receiver).
     #[arg(long)]
     pub no_sparse: bool,
 }
 
 impl SendFlags {
+    /// The engine's options these flags ask for (`log_dir` from the output flags).
+    pub fn options(&self, log_dir: Option<PathBuf>) -> SendOptions {
+        let mut opts = SendOptions {
+            payload: self.payload,
+            follow_symlinks: self.follow_symlinks,
+            checksum: self.checksum,
+            no_sparse: self.no_sparse,
+            log_dir,
+            block_size: self.chunk_size,
+            transport: self.transport.into(),
+            ..SendOptions::default()
+        };
+        if let Some(c) = self.channels {
+            opts.channels = c;
+        }
+        self.rate.apply(&mut opts);
+        opts
+    }
+
     /// The flags again, as arguments for the far side's `ssh-serve send`.
     pub fn to_args(&self) -> Vec<String> {
         let mut v = Vec::new();

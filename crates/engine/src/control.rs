@@ -49,15 +49,7 @@ impl From<io::Error> for ControlError {
 
 /// Reads one frame. Read timeouts set on the stream surface as [`ControlError::Timeout`].
 pub fn read_frame(r: &mut impl Read, timeout: Duration) -> Result<Control, ControlError> {
-    let map_timeout = |e: io::Error| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout(timeout),
-        _ => ControlError::from(e),
-    };
-    let mut prefix = [0u8; 4];
-    r.read_exact(&mut prefix).map_err(map_timeout)?;
-    let len = Control::frame_len(prefix)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(map_timeout)?;
+    let (_, body) = read_raw(r, timeout)?;
     Ok(Control::from_body(&body)?)
 }
 
@@ -67,6 +59,12 @@ pub fn read_sealed(
     open: &mut FrameOpen,
     timeout: Duration,
 ) -> Result<Control, ControlError> {
+    let (prefix, body) = read_raw(r, timeout)?;
+    Ok(open.open(prefix, body)?)
+}
+
+/// Reads one frame's length prefix (checked against the limit) and its bytes.
+fn read_raw(r: &mut impl Read, timeout: Duration) -> Result<([u8; 4], Vec<u8>), ControlError> {
     let map_timeout = |e: io::Error| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout(timeout),
         _ => ControlError::from(e),
@@ -76,7 +74,7 @@ pub fn read_sealed(
     let len = Control::frame_len(prefix)?;
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).map_err(map_timeout)?;
-    Ok(open.open(prefix, body)?)
+    Ok((prefix, body))
 }
 
 /// Writes one frame (unflushed if `w` buffers).

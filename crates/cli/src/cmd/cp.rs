@@ -324,22 +324,10 @@ impl std::fmt::Display for Secret {
 fn send_options(flags: &SendFlags, log_dir: Option<PathBuf>, secret: &Secret) -> SendOptions {
     // The session's secret came over the authenticated ssh channel: the key agreement uses it
     // as a key (no code to type, and only the two ends of this ssh session hold it).
-    let mut opts = SendOptions {
+    SendOptions {
         secret: Some(hurtle_proto::secure::Secret::key(secret.0)),
-        payload: flags.payload,
-        follow_symlinks: flags.follow_symlinks,
-        checksum: flags.checksum,
-        no_sparse: flags.no_sparse,
-        log_dir,
-        block_size: flags.chunk_size,
-        transport: flags.transport.into(),
-        ..SendOptions::default()
-    };
-    if let Some(c) = flags.channels {
-        opts.channels = c;
+        ..flags.options(log_dir)
     }
-    flags.rate.apply(&mut opts);
-    opts
 }
 
 /// The receiver's options, for either side.

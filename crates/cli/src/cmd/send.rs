@@ -11,28 +11,20 @@ use hurtle_engine::SendOptions;
 /// Runs `hurtle send`.
 pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
     let mut opts = SendOptions {
-        payload: a.payload,
-        follow_symlinks: a.follow_symlinks,
-        checksum: a.checksum,
-        no_sparse: a.no_sparse,
-        log_dir: a.output.log_dir.clone(),
-        block_size: a.chunk_size,
-        transport: a.transport.into(),
         no_encryption: a.no_encryption,
-        ..SendOptions::default()
+        ..a.flags.options(a.output.log_dir.clone())
     };
     let code = keys::given_code(&a.code);
     opts.secret = keys::sender_secret(&a.key, code.as_deref())?;
-    if let Some(c) = a
-        .channels
-        .map_or_else(|| defaults.get("channels", parse_channels), |c| Ok(Some(c)))?
-    {
-        opts.channels = c;
+    if a.flags.channels.is_none() {
+        if let Some(c) = defaults.get("channels", parse_channels)? {
+            opts.channels = c;
+        }
     }
-    if a.rate.rate.is_none() && a.rate.rate_fixed.is_none() {
-        a.rate.rate = defaults.get("rate", parse_rate)?;
+    if a.flags.rate.rate.is_none() && a.flags.rate.rate_fixed.is_none() {
+        a.flags.rate.rate = defaults.get("rate", parse_rate)?;
+        a.flags.rate.apply(&mut opts);
     }
-    a.rate.apply(&mut opts);
     let (to, path) = match (&a.to, &a.code) {
         (Some(to), _) => {
             if opts.secret.is_none() {
