@@ -228,8 +228,21 @@ impl Sshd {
 
     /// `hurtle cp -e SSH -P PORT --remote-hurtle BIN ARGS`, not yet waited for.
     fn spawn_cp(&self, args: &[&str]) -> Proc {
+        self.spawn_cp_with(bin(), args)
+    }
+
+    /// [`Sshd::spawn_cp`] with another far-side binary.
+    fn spawn_cp_with(&self, remote_hurtle: &str, args: &[&str]) -> Proc {
         let ssh = self.ssh_cmd("user_key");
-        let mut all = vec!["cp", "-e", &ssh, "-P", SSH_PORT, "--remote-hurtle", bin()];
+        let mut all = vec![
+            "cp",
+            "-e",
+            &ssh,
+            "-P",
+            SSH_PORT,
+            "--remote-hurtle",
+            remote_hurtle,
+        ];
         all.extend_from_slice(args);
         Proc::spawn("hurtle cp", &all)
     }
@@ -568,23 +581,10 @@ fn a_far_side_without_hurtle_says_how_to_install_it() {
     let local = support::tempdir("hurtle-cp-");
     let file = local.path().join("f");
     std::fs::write(&file, b"x").unwrap();
-    let ssh = h.ssh_cmd("user_key");
     let dest = h.remote(&h.path("never"));
-    let f = Proc::spawn(
-        "hurtle cp (no far hurtle)",
-        &[
-            "cp",
-            "-e",
-            &ssh,
-            "-P",
-            SSH_PORT,
-            "--remote-hurtle",
-            "/nonexistent",
-            s(&file),
-            &dest,
-        ],
-    )
-    .wait(TRANSFER_TIMEOUT);
+    let f = h
+        .spawn_cp_with("/nonexistent", &[s(&file), &dest])
+        .wait(TRANSFER_TIMEOUT);
     let cause = f.assert_exit(8);
     assert!(cause.contains("install hurtle there"), "{cause}");
     assert!(cause.contains("--remote-hurtle"), "{cause}");
@@ -601,23 +601,10 @@ fn another_protocol_version_on_the_far_side_is_named() {
     let local = support::tempdir("hurtle-cp-");
     let file = local.path().join("f");
     std::fs::write(&file, b"x").unwrap();
-    let ssh = h.ssh_cmd("user_key");
     let dest = h.remote(&h.path("never"));
-    let f = Proc::spawn(
-        "hurtle cp (future far side)",
-        &[
-            "cp",
-            "-e",
-            &ssh,
-            "-P",
-            SSH_PORT,
-            "--remote-hurtle",
-            s(&fake),
-            s(&file),
-            &dest,
-        ],
-    )
-    .wait(TRANSFER_TIMEOUT);
+    let f = h
+        .spawn_cp_with(s(&fake), &[s(&file), &dest])
+        .wait(TRANSFER_TIMEOUT);
     let cause = f.assert_exit(1);
     assert!(
         cause.contains("protocol 99") && cause.contains("speaks 2"),
