@@ -77,12 +77,14 @@ impl Sealer {
     /// them) in the buffer; returns it and the size of each frame but the last.
     fn frames(&mut self, headers: &[u8], data: &[u8], payload: usize) -> (&[u8], usize) {
         self.buf.clear();
-        let pieces: Box<dyn Iterator<Item = &[u8]>> = if data.is_empty() {
-            Box::new(std::iter::repeat_n(&[][..], headers.len() / HEADER_LEN))
+        let step = payload.max(1);
+        let frames = if data.is_empty() {
+            headers.len() / HEADER_LEN
         } else {
-            Box::new(data.chunks(payload.max(1)))
+            (headers.len() / HEADER_LEN).min(data.len().div_ceil(step))
         };
-        for (header, piece) in headers.chunks_exact(HEADER_LEN).zip(pieces) {
+        for (i, header) in headers.chunks_exact(HEADER_LEN).take(frames).enumerate() {
+            let piece = &data[(i * step).min(data.len())..((i + 1) * step).min(data.len())];
             let at = self.buf.len();
             self.buf.extend_from_slice(header);
             self.buf.extend_from_slice(piece);
@@ -435,6 +437,56 @@ mod tests {
         let sock = UdpChannel::bind(lo, &opts).unwrap();
         let dest = sock.local_addr();
         LinkOut::new(OutPath::Udp { sock, dest }, None)
+    }
+
+    /// Sealed frames open back into their header and their piece of the data, the last one
+    /// shorter; header-only frames (final markers) too.
+    #[test]
+    fn sealed_frames_open_into_their_header_and_piece() {
+        use hurtle_proto::secure::{answer, Offer, Secret};
+        use hurtle_proto::wire::{Header, Kind};
+        let secret = Secret::code("1-link-test");
+        let (offer, first) = Offer::new(&secret, false);
+        let (_, reply) = answer(&secret, &first, false).unwrap();
+        let key = offer.finish(reply).unwrap().data;
+        let header = |pn: u64, len: u16| {
+            let mut h = [0u8; HEADER_LEN];
+            Header {
+                kind: if len == 0 { Kind::Final } else { Kind::Data },
+                flags: 0,
+                channel: 1,
+                session: 5,
+                packet: pn,
+                file: 0,
+                offset: 0,
+                len,
+                sent_us: 0,
+            }
+            .encode(&mut h);
+            h
+        };
+        let data: Vec<u8> = (0..250u8).collect();
+        let headers: Vec<u8> = [header(1, 100), header(2, 100), header(3, 50)].concat();
+        let mut sealer = Sealer::new(key.sealer());
+        let (buf, size) = sealer.frames(&headers, &data, 100);
+        assert_eq!(size, HEADER_LEN + 100 + TAG_LEN);
+        let mut open = key.opener(1);
+        let mut buf = buf.to_vec();
+        let mut pieces = Vec::new();
+        for frame in buf.chunks_mut(size) {
+            let plain = open.open(frame).expect("opens");
+            pieces.extend_from_slice(&plain[HEADER_LEN..]);
+        }
+        assert_eq!(pieces, data);
+        let (fin, size) = sealer.frames(&header(4, 0), &[], 0);
+        assert_eq!(
+            (fin.len(), size),
+            (HEADER_LEN + TAG_LEN, HEADER_LEN + TAG_LEN)
+        );
+        assert_eq!(
+            open.open(&mut fin.to_vec()).expect("opens").len(),
+            HEADER_LEN
+        );
     }
 
     #[test]
