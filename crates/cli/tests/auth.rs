@@ -167,6 +167,17 @@ fn keys_let_authorized_senders_in_and_keep_others_out() {
         line.contains("127.0.0.1"),
         "the log names who tried: {line}"
     );
+    let came = r
+        .proc
+        .wait_for_output("alice named", Duration::from_secs(10), |_, e| {
+            e.lines()
+                .find(|l| l.contains("authenticated with"))
+                .map(str::to_owned)
+        });
+    assert!(
+        came.contains("authenticated with alice"),
+        "the log names the key's owner: {came}"
+    );
     assert!(r.proc.is_running());
     r.proc.kill();
 }

@@ -33,7 +33,6 @@
 
 use crate::agree::{self, Keyring, CODE_TRIES};
 use crate::error::SessionError;
-use hurtle_proto::secure::SessionKeys;
 use hurtle_proto::wire::{self, Control};
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -57,17 +56,9 @@ pub const MAX_HELLO_FRAME: usize = 64 << 10;
 /// How many of a stray's first bytes are kept to show in the log.
 const GLIMPSE: usize = 40;
 
-/// What a successful greeting established: an authenticated sender, the session's keys, and
-/// its first sealed message (its hello).
-#[derive(Debug)]
-pub struct Greeted {
-    /// The sender's first sealed message (a `Control::Hello` from a real sender).
-    pub hello: Control,
-    /// The session's keys.
-    pub keys: SessionKeys,
-    /// The name of the key the sender used (`code` for the code).
-    pub key_name: String,
-}
+/// What a successful greeting established: the key agreement's [`Accepted`](agree::Accepted)
+/// (the session's keys, the sender's hello, and the name of the key it used).
+pub use crate::agree::Accepted as Greeted;
 
 /// What the greeting checks senders against.
 #[derive(Debug, Clone)]
@@ -315,16 +306,12 @@ fn greet_inner(
             Err(Stray::OtherVersion { version: *version })
         }
         Control::Agree { .. } => {
-            let accepted = agree::answer(r.stream, &gate.keys, gate.plain_data, &msg, deadline)
-                .map_err(|refusal| Stray::Agreement {
+            agree::answer(r.stream, &gate.keys, gate.plain_data, &msg, deadline).map_err(
+                |refusal| Stray::Agreement {
                     reason: refusal.reason,
                     code_try: refusal.code_try,
-                })?;
-            Ok(Greeted {
-                hello: accepted.hello,
-                keys: accepted.keys,
-                key_name: accepted.key_name,
-            })
+                },
+            )
         }
         other => Err(Stray::NotHello { name: other.name() }),
     }

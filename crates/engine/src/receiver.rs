@@ -478,8 +478,10 @@ impl Receiver {
         let Greeted {
             hello,
             keys,
-            key_name: _,
+            key_name,
         } = greeted;
+        // Who came: the name the receiver's key file gives the key (or "code").
+        tracing::info!("sender {peer} authenticated with {key_name}");
         let data = DataKeys {
             key: keys.data,
             encrypt: keys.encrypt_data,
