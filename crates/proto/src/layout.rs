@@ -100,7 +100,7 @@ pub struct Placement {
 }
 
 /// The shared map of files, blocks, channels and stripes. See the module docs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     block_size: u64,
     channels: u16,

@@ -12,12 +12,16 @@
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
+//! | [`session`] | the set-up of a session (hello, manifest, decisions, skips), a state machine per side |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
 //! | [`hash`] | BLAKE3 of blocks, and each file's real BLAKE3 from its blocks |
 //! | [`verify`] | which blocks and files are proven, and what to fetch again |
 //!
 //! # A session, in order
+//!
+//! Steps 1 and 2 are the [`session`] machines ([`session::SenderSetup`],
+//! [`session::ReceiverSetup`]); the data phase is the per-channel machines below.
 //!
 //! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id) and,
 //!    without waiting, the `Manifest` parts; receiver -> `HelloAck` (its UDP ports; their count
@@ -49,6 +53,7 @@ pub mod rate;
 pub mod recv;
 pub mod secure;
 pub mod send;
+pub mod session;
 pub mod verify;
 pub mod wire;
 

@@ -1,0 +1,250 @@
+//! The set-up of a session, after the key agreement and before data: one state machine per
+//! side ([`SenderSetup`], [`ReceiverSetup`]) that takes control messages, the local side's
+//! facts and time in, and hands messages to send, decisions for the driver and a deadline out.
+//!
+//! The messages, in order (steps 1 and 2 of the session in the crate docs):
+//!
+//! ```text
+//! sender                                 receiver
+//!   Hello, Manifest parts  ------------>   checks version, clamps channels
+//!                          <------------   HelloAck (ports, payload, rate ceiling)
+//!                                          decides each entry from its file system's facts
+//!                          <------------   ManifestReply (send, refuse, have, unchanged, resume)
+//!   hashes the files the receiver has
+//!   Skip (identical files) ------------>   checks each skip was offered
+//!   both: Agreed (the same Layout and held stripes)
+//!   Start (payload, report interval) --->  data phase
+//! ```
+//!
+//! What the machines own: the order of messages and what each may say (anything else is a
+//! [`SetupError`], never a panic), the limits (entries, channels, blocks), the decisions a
+//! receiver makes from what it found at each path ([`decide`]), and the outcome both sides must
+//! agree on ([`Agreed`]). What they leave to the driver: sockets, threads, the file system
+//! (stat, hash, part files), keep-alives while it works, and the data phase.
+//!
+//! Both machines have the same surface, after quinn-proto's `Connection`: [`handle`] a message
+//! that arrived, [`poll_transmit`] for messages to send, [`poll_event`] for what the driver
+//! must act on, [`poll_timeout`] and [`handle_timeout`] for the wait's deadline (each message,
+//! keep-alives included, restarts it).
+//!
+//! [`handle`]: SenderSetup::handle
+//! [`poll_transmit`]: SenderSetup::poll_transmit
+//! [`poll_event`]: SenderSetup::poll_event
+//! [`poll_timeout`]: SenderSetup::poll_timeout
+//! [`handle_timeout`]: SenderSetup::handle_timeout
+
+pub mod decide;
+mod receiver;
+mod sender;
+
+pub use decide::{first_look, Found, Look};
+pub use receiver::{HelloParams, ReceiverEvent, ReceiverLimits, ReceiverSetup};
+pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
+
+use crate::layout::{Held, Layout, LayoutError};
+use crate::wire::{Control, Entry, EntryKind, VERSION};
+use std::time::Duration;
+
+/// How long either side waits for the peer's next message during set-up.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most entries a receiver takes in one manifest.
+pub const MAX_ENTRIES: usize = 10_000_000;
+/// Entries per `Manifest` message: well under the frame limit.
+pub const MANIFEST_PART: usize = 2048;
+
+/// Why a set-up failed. Each is found where it happens; none panics.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The sender's hello names another protocol, or another version of this one.
+    #[error("not a hurtle {VERSION} sender (magic {magic:?}, version {version}): use the same hurtle version on both sides")]
+    Incompatible {
+        /// The magic the hello carried.
+        magic: [u8; 4],
+        /// The version it carried.
+        version: u16,
+    },
+    /// The receiver's answer names another version or no channel.
+    #[error("receiver speaks version {version}, no usable channels")]
+    NoChannels {
+        /// The version it named.
+        version: u16,
+    },
+    /// A message the set-up does not expect now (an `Abort` or `Reject` among them: the
+    /// driver reports those as the peer's own words).
+    #[error("expected {wanted}, got {}", .got.name())]
+    Unexpected {
+        /// What came.
+        got: Box<Control>,
+        /// What the set-up waited for.
+        wanted: &'static str,
+    },
+    /// The manifest grew past [`MAX_ENTRIES`].
+    #[error("manifest has more than 10 million entries")]
+    TooManyEntries,
+    /// A manifest entry's holes are outside its file or out of order.
+    #[error(
+        "the manifest gives {path} holes in blocks {start}..{end}, outside it or out of order"
+    )]
+    BadHoles {
+        /// The entry.
+        path: String,
+        /// The first bad range.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// The manifest, the decisions or the channels make no layout (too many blocks, resumed
+    /// blocks outside a file, a bad block size or channel count).
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The receiver answered with another number of decisions than there are entries.
+    #[error("manifest reply has the wrong length")]
+    ReplyLength,
+    /// The receiver refused an entry.
+    #[error("the receiver refused {path}: {reason}")]
+    Refused {
+        /// The entry.
+        path: String,
+        /// The receiver's words.
+        reason: String,
+    },
+    /// The receiver skipped an entry on size and time where that is not allowed (a directory,
+    /// or the sender asked for checksums).
+    #[error("the receiver skipped {path} on size and time alone")]
+    UncheckedSkip {
+        /// The entry.
+        path: String,
+    },
+    /// The sender's `Skip` names a file the manifest does not have.
+    #[error("skip names file {0}, which is not in the manifest")]
+    SkipUnknown(u32),
+    /// The sender's `Skip` names a file the receiver did not offer as already there.
+    #[error("the sender skipped {path}, which the receiver does not have")]
+    SkipNotOffered {
+        /// The entry.
+        path: String,
+    },
+    /// The driver's answer does not fit the set-up (a hash for a file not asked about, ports
+    /// of another count than the channels, decisions before the manifest): a bug in the
+    /// driver, reported instead of acted on.
+    #[error("set-up driven out of order: {0}")]
+    Driver(&'static str),
+    /// No message from the peer within the deadline.
+    #[error("no message from the peer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl SetupError {
+    fn unexpected(got: Control, wanted: &'static str) -> Self {
+        SetupError::Unexpected {
+            got: Box::new(got),
+            wanted,
+        }
+    }
+}
+
+/// How a file takes part in the transfer once both sides agreed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skipped {
+    /// It is sent (all of it, or what the receiver does not hold).
+    No,
+    /// The receiver has it, identical: this is its BLAKE3, checked by both sides.
+    Same([u8; 32]),
+    /// The receiver has a file of its size and modification time and the sender skipped it
+    /// unread, as rsync does: no hash is known.
+    Unchecked,
+}
+
+impl Skipped {
+    /// True for a file that is not sent.
+    pub fn is_skipped(self) -> bool {
+        self != Skipped::No
+    }
+
+    /// The hash to report for a skipped file (zeros for an unchecked one), `None` for a sent one.
+    pub fn kept_hash(self) -> Option<[u8; 32]> {
+        match self {
+            Skipped::No => None,
+            Skipped::Same(h) => Some(h),
+            Skipped::Unchecked => Some([0; 32]),
+        }
+    }
+}
+
+/// What both sides agree on when the set-up is done. Each side builds it from the manifest,
+/// the decisions and the skips, and they build the same one.
+#[derive(Debug, Clone)]
+pub struct Agreed {
+    /// Data channels.
+    pub channels: u16,
+    /// Block size.
+    pub block_size: u64,
+    /// Session id every datagram carries.
+    pub session: u64,
+    /// Per file (the manifest's files, in order): skipped or not.
+    pub skips: Vec<Skipped>,
+    /// Per file: blocks the receiver holds from an interrupted transfer (the file's own block
+    /// numbers, half-open ranges).
+    pub resumed: Vec<Vec<(u64, u64)>>,
+    /// Which channel carries which bytes; skipped files take no room.
+    pub layout: Layout,
+    /// What is not sent: resumed blocks and sparse holes, by channel.
+    pub held: Held,
+    /// Bytes of the files that are sent (held bytes included).
+    pub sent_bytes: u64,
+}
+
+impl Agreed {
+    fn new(
+        entries: &[Entry],
+        skips: Vec<Skipped>,
+        resumed: Vec<Vec<(u64, u64)>>,
+        block_size: u64,
+        channels: u16,
+        session: u64,
+    ) -> Result<Agreed, SetupError> {
+        let files: Vec<&Entry> = files(entries).collect();
+        let sizes: Vec<u64> = files
+            .iter()
+            .zip(&skips)
+            .map(|(f, s)| if s.is_skipped() { 0 } else { f.size })
+            .collect();
+        let layout = Layout::new(&sizes, block_size, channels)?;
+        // A skipped file's holes are nobody's business: it is not sent.
+        let holes: Vec<&[(u64, u64)]> = files
+            .iter()
+            .zip(&skips)
+            .map(|(f, s)| {
+                if s.is_skipped() {
+                    &[][..]
+                } else {
+                    &f.holes[..]
+                }
+            })
+            .collect();
+        let held = layout.held_stripes(&resumed, &holes)?;
+        Ok(Agreed {
+            channels,
+            block_size,
+            session,
+            skips,
+            resumed,
+            layout,
+            held,
+            sent_bytes: sizes.iter().sum(),
+        })
+    }
+
+    /// Bytes that move: those sent minus those held.
+    pub fn moving_bytes(&self) -> u64 {
+        self.sent_bytes - self.held.bytes()
+    }
+}
+
+/// The file entries of a manifest, in order: their index is the file id.
+pub fn files(entries: &[Entry]) -> impl Iterator<Item = &Entry> {
+    entries.iter().filter(|e| e.kind == EntryKind::File)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+//! The receiver's set-up: the hello and manifest in, its parameters and decisions out, the
+//! sender's skips in, and [`Agreed`] for the data phase.
+
+use super::{files, Agreed, SetupError, Skipped, MAX_ENTRIES, SETUP_TIMEOUT};
+use crate::layout::{
+    check_block_ranges, count_blocks, LayoutError, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_CHANNELS,
+    MIN_BLOCK_SIZE,
+};
+use crate::wire::{
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, MAX_PAYLOAD, VERSION,
+};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// What the receiver allows.
+#[derive(Debug, Clone)]
+pub struct ReceiverLimits {
+    /// Most channels it takes (the sender's offer is clamped to this).
+    pub max_channels: u16,
+}
+
+/// The sender's hello, checked and with the channel count the receiver takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloParams {
+    /// Channels agreed: the sender's offer, clamped to the receiver's limit.
+    pub channels: u16,
+    /// Data over parallel TCP.
+    pub tcp: bool,
+    /// The sender compares existing files by hash only.
+    pub checksum: bool,
+    /// Largest payload the sender wants.
+    pub payload: u16,
+    /// Block size.
+    pub block_size: u64,
+    /// Session id.
+    pub session: u64,
+}
+
+/// What the receiver's driver must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiverEvent {
+    /// A good hello: open the data path (one UDP socket per channel, or a TCP listener) and
+    /// answer with [`ReceiverSetup::accept`].
+    Hello(HelloParams),
+    /// The whole manifest is here and checked: decide each entry (see [`super::decide`]) and
+    /// answer with [`ReceiverSetup::reply`].
+    Manifest,
+    /// The sender said which files it skips; take the outcome with [`ReceiverSetup::agreed`].
+    Ready,
+}
+
+#[derive(Debug)]
+enum State {
+    AwaitHello,
+    /// Hello taken; the driver opens the data path. The manifest may arrive meanwhile.
+    Opening,
+    /// The manifest is coming (`HelloAck` sent or not yet).
+    AwaitManifest,
+    /// The manifest is complete; the driver decides.
+    Deciding,
+    /// `ManifestReply` sent; waiting for `Skip`.
+    AwaitSkip,
+    Ready,
+    Failed,
+}
+
+/// The receiver's set-up machine. See the [module docs](super).
+#[derive(Debug)]
+pub struct ReceiverSetup {
+    limits: ReceiverLimits,
+    state: State,
+    hello: Option<HelloParams>,
+    acked: bool,
+    manifest_done: bool,
+    entries: Vec<Entry>,
+    decisions: Vec<Decision>,
+    transmits: VecDeque<Control>,
+    events: VecDeque<ReceiverEvent>,
+    deadline: Instant,
+    ack_sent: Option<Instant>,
+    rtt: Option<Duration>,
+    agreed: Option<Agreed>,
+}
+
+impl ReceiverSetup {
+    /// A set-up waiting for the sender's hello.
+    pub fn new(limits: ReceiverLimits, now: Instant) -> ReceiverSetup {
+        ReceiverSetup {
+            limits,
+            state: State::AwaitHello,
+            hello: None,
+            acked: false,
+            manifest_done: false,
+            entries: Vec::new(),
+            decisions: Vec::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            deadline: now + SETUP_TIMEOUT,
+            ack_sent: None,
+            rtt: None,
+            agreed: None,
+        }
+    }
+
+    /// The next message to send.
+    pub fn poll_transmit(&mut self) -> Option<Control> {
+        self.transmits.pop_front()
+    }
+
+    /// The next thing the driver must act on.
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        self.events.pop_front()
+    }
+
+    /// When the wait for the sender ends in failure, unless a message comes first; `None`
+    /// while the driver works (opening the data path, deciding) and once done.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::AwaitHello | State::AwaitManifest | State::AwaitSkip => Some(self.deadline),
+            State::Opening | State::Deciding | State::Ready | State::Failed => None,
+        }
+    }
+
+    /// The deadline passed at `now` without a message.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError> {
+        match self.poll_timeout() {
+            Some(d) if now >= d => self.fail(SetupError::Timeout(SETUP_TIMEOUT)),
+            _ => Ok(()),
+        }
+    }
+
+    fn fail<T>(&mut self, e: SetupError) -> Result<T, SetupError> {
+        self.state = State::Failed;
+        Err(e)
+    }
+
+    /// The manifest so far (all of it from [`ReceiverEvent::Manifest`] on).
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The checked hello.
+    pub fn hello(&self) -> Option<HelloParams> {
+        self.hello
+    }
+
+    /// The round trip from `HelloAck` to the first manifest part that came after it, if one
+    /// did.
+    pub fn rtt(&self) -> Option<Duration> {
+        self.rtt
+    }
+
+    /// A message from the sender arrived at `now`.
+    pub fn handle(&mut self, msg: Control, now: Instant) -> Result<(), SetupError> {
+        if matches!(self.state, State::Failed) {
+            return Err(SetupError::Driver("the set-up already failed"));
+        }
+        self.deadline = now + SETUP_TIMEOUT;
+        let result = match (&self.state, msg) {
+            (State::AwaitHello, hello) => self.on_hello(hello),
+            (State::AwaitSkip, Control::KeepAlive) => Ok(()),
+            (State::Opening | State::AwaitManifest, Control::Manifest { entries, last })
+                if !self.manifest_done =>
+            {
+                self.on_manifest(entries, last, now)
+            }
+            (State::AwaitSkip, Control::Skip { files }) => self.on_skip(files),
+            (State::AwaitSkip, other) => Err(SetupError::unexpected(other, "Skip")),
+            (State::Opening | State::AwaitManifest | State::Deciding, other) => {
+                Err(SetupError::unexpected(other, "Manifest"))
+            }
+            (State::Ready, other) => Err(SetupError::unexpected(other, "nothing during set-up")),
+            (State::Failed, _) => unreachable!("checked above"),
+        };
+        result.or_else(|e| self.fail(e))
+    }
+
+    fn on_hello(&mut self, msg: Control) -> Result<(), SetupError> {
+        let Control::Hello {
+            magic,
+            version,
+            caps,
+            channels,
+            payload,
+            block_size,
+            session,
+        } = msg
+        else {
+            return Err(SetupError::unexpected(msg, "Hello"));
+        };
+        if magic != MAGIC || version != VERSION {
+            return Err(SetupError::Incompatible { magic, version });
+        }
+        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+        {
+            return Err(LayoutError::BadBlockSize(block_size).into());
+        }
+        let hello = HelloParams {
+            channels: channels.clamp(1, self.limits.max_channels.clamp(1, MAX_CHANNELS)),
+            tcp: caps & CAP_TCP_DATA != 0,
+            checksum: caps & CAP_CHECKSUM != 0,
+            payload,
+            block_size,
+            session,
+        };
+        self.hello = Some(hello);
+        self.state = State::Opening;
+        self.events.push_back(ReceiverEvent::Hello(hello));
+        Ok(())
+    }
+
+    /// The data path is open: answers the hello with one port per channel and what the
+    /// receiver can absorb (bit/s, 0 = unknown). Queues `HelloAck`.
+    pub fn accept(
+        &mut self,
+        ports: Vec<u16>,
+        rate_ceiling: u64,
+        now: Instant,
+    ) -> Result<(), SetupError> {
+        let (State::Opening, Some(hello)) = (&self.state, self.hello) else {
+            return Err(SetupError::Driver("ports before a hello"));
+        };
+        if ports.len() != usize::from(hello.channels) {
+            return Err(SetupError::Driver("a port count other than the channels"));
+        }
+        self.transmits.push_back(Control::HelloAck {
+            version: VERSION,
+            caps: 0,
+            ports,
+            payload: hello.payload.min(MAX_PAYLOAD),
+            rate_ceiling,
+        });
+        self.acked = true;
+        self.ack_sent = Some(now);
+        self.deadline = now + SETUP_TIMEOUT;
+        self.state = if self.manifest_done {
+            self.events.push_back(ReceiverEvent::Manifest);
+            State::Deciding
+        } else {
+            State::AwaitManifest
+        };
+        Ok(())
+    }
+
+    fn on_manifest(
+        &mut self,
+        part: Vec<Entry>,
+        last: bool,
+        now: Instant,
+    ) -> Result<(), SetupError> {
+        if let (None, Some(sent)) = (self.rtt, self.ack_sent) {
+            self.rtt = Some(now.saturating_duration_since(sent));
+        }
+        if self.entries.len() + part.len() > MAX_ENTRIES {
+            return Err(SetupError::TooManyEntries);
+        }
+        self.entries.extend(part);
+        if !last {
+            return Ok(());
+        }
+        let block_size = self.hello.map_or(0, |h| h.block_size);
+        check_blocks(&self.entries, block_size)?;
+        self.manifest_done = true;
+        if self.acked {
+            self.state = State::Deciding;
+            self.events.push_back(ReceiverEvent::Manifest);
+        }
+        Ok(())
+    }
+
+    /// The receiver's decision for each manifest entry, in order. Queues `ManifestReply`; a
+    /// refusal fails the set-up with [`SetupError::Refused`] once the reply is queued (the
+    /// sender learns which entry and why).
+    pub fn reply(&mut self, decisions: Vec<Decision>) -> Result<(), SetupError> {
+        if !matches!(self.state, State::Deciding) {
+            return Err(SetupError::Driver("decisions before the whole manifest"));
+        }
+        if decisions.len() != self.entries.len() {
+            return Err(SetupError::Driver(
+                "a decision count other than the entries",
+            ));
+        }
+        let refused = self
+            .entries
+            .iter()
+            .zip(&decisions)
+            .find_map(|(e, d)| match d {
+                Decision::Refuse(reason) => Some(SetupError::Refused {
+                    path: e.path.clone(),
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            });
+        self.transmits.push_back(Control::ManifestReply {
+            decisions: decisions.clone(),
+        });
+        self.decisions = decisions;
+        if let Some(e) = refused {
+            return self.fail(e);
+        }
+        self.state = State::AwaitSkip;
+        Ok(())
+    }
+
+    /// The decisions given to [`ReceiverSetup::reply`].
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    fn on_skip(&mut self, skip: Vec<u32>) -> Result<(), SetupError> {
+        let file_entries: Vec<(&Entry, &Decision)> = self
+            .entries
+            .iter()
+            .zip(&self.decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .collect();
+        let mut skipped = vec![false; file_entries.len()];
+        for f in skip {
+            match skipped.get_mut(f as usize) {
+                Some(s) => *s = true,
+                None => return Err(SetupError::SkipUnknown(f)),
+            }
+        }
+        // A skipped file only counts if the receiver offered it, never by the sender's say.
+        let mut skips = Vec::with_capacity(skipped.len());
+        let mut resumed = Vec::with_capacity(skipped.len());
+        for ((e, d), s) in file_entries.iter().zip(skipped) {
+            skips.push(match (d, s) {
+                (_, false) => Skipped::No,
+                (Decision::Have { hash, .. }, true) => Skipped::Same(*hash),
+                (Decision::Unchanged, true) => Skipped::Unchecked,
+                (_, true) => {
+                    return Err(SetupError::SkipNotOffered {
+                        path: e.path.clone(),
+                    })
+                }
+            });
+            resumed.push(match d {
+                Decision::Resume { blocks } => blocks.clone(),
+                _ => Vec::new(),
+            });
+        }
+        let hello = self
+            .hello
+            .ok_or(SetupError::Driver("skips before a hello"))?;
+        self.agreed = Some(Agreed::new(
+            &self.entries,
+            skips,
+            resumed,
+            hello.block_size,
+            hello.channels,
+            hello.session,
+        )?);
+        self.state = State::Ready;
+        self.events.push_back(ReceiverEvent::Ready);
+        Ok(())
+    }
+
+    /// The outcome, once [`ReceiverEvent::Ready`] came (taken once).
+    pub fn agreed(&mut self) -> Option<Agreed> {
+        self.agreed.take()
+    }
+}
+
+/// A manifest the layout can take: not too many blocks, and holes inside their files.
+fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SetupError> {
+    let blocks = count_blocks(files(entries).map(|e| e.size), block_size);
+    if blocks > MAX_BLOCKS {
+        return Err(LayoutError::TooManyBlocks { blocks, block_size }.into());
+    }
+    for e in entries.iter().filter(|e| !e.holes.is_empty()) {
+        let count = match e.kind {
+            EntryKind::File => e.size.div_ceil(block_size.max(1)),
+            EntryKind::Dir => 0,
+        };
+        if let Err((start, end)) = check_block_ranges(&e.holes, count) {
+            return Err(SetupError::BadHoles {
+                path: e.path.clone(),
+                start,
+                end,
+            });
+        }
+    }
+    Ok(())
+}

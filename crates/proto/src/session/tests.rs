@@ -1,0 +1,806 @@
+//! The two set-up machines against each other, with the receiver's file system as data, and
+//! each against hostile or out-of-order messages. (`hurtle-netsim` runs them over a delayed
+//! control path on virtual time, with the data phase after.)
+
+use super::*;
+use crate::wire::{AbortCause, Decision, MAGIC};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::time::Instant;
+
+fn file(path: &str, size: u64) -> Entry {
+    Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_ns: 7,
+        holes: Vec::new(),
+    }
+}
+
+fn dir(path: &str) -> Entry {
+    Entry {
+        kind: EntryKind::Dir,
+        size: 0,
+        ..file(path, 0)
+    }
+}
+
+fn params(channels: u16) -> SenderParams {
+    SenderParams {
+        channels,
+        payload: 1384,
+        block_size: 1 << 16,
+        session: 0x1234_5679,
+        tcp: false,
+        checksum: false,
+    }
+}
+
+/// The receiver's file system, as facts: what is at a path (and the hash of a file there),
+/// and the blocks a part file vouches for.
+#[derive(Default)]
+struct Disk {
+    found: HashMap<String, (Found, [u8; 32])>,
+    parts: HashMap<String, Vec<(u64, u64)>>,
+    overwrite: bool,
+}
+
+impl Disk {
+    fn decide(&self, e: &Entry, checksum: bool) -> Decision {
+        let (found, hash) = self
+            .found
+            .get(&e.path)
+            .copied()
+            .unwrap_or((Found::Nothing, [0; 32]));
+        match first_look(e, found, checksum, self.overwrite) {
+            Look::Decided(d) => d,
+            Look::HashExisting { replace_ok } => Look::with_hash(replace_ok, hash),
+            Look::LookForPart => Look::with_part(self.parts.get(&e.path).cloned()),
+        }
+    }
+}
+
+/// The sender's hashes of its files, by path (zeros where not given).
+type Mine = HashMap<String, [u8; 32]>;
+
+#[derive(Debug)]
+enum Who {
+    Sender,
+    Receiver,
+}
+
+/// Runs both machines until both are ready (or one fails), moving messages between them as a
+/// driver would, with the receiver offering at most `max_channels`.
+fn run(
+    sender: SenderParams,
+    entries: Vec<Entry>,
+    max_channels: u16,
+    disk: &Disk,
+    mine: &Mine,
+) -> Result<(Agreed, Agreed), (Who, SetupError)> {
+    let now = Instant::now();
+    let checksum = sender.checksum;
+    let mut s = SenderSetup::new(sender, entries, now);
+    let mut r = ReceiverSetup::new(ReceiverLimits { max_channels }, now);
+    let (mut s_done, mut r_done) = (None, None);
+    for _ in 0..1000 {
+        while let Some(m) = s.poll_transmit() {
+            r.handle(m, now).map_err(|e| (Who::Receiver, e))?;
+        }
+        while let Some(ev) = r.poll_event() {
+            match ev {
+                ReceiverEvent::Hello(h) => {
+                    let ports = (0..h.channels).map(|c| 9000 + c).collect();
+                    r.accept(ports, 1_000_000_000, now).unwrap();
+                }
+                ReceiverEvent::Manifest => {
+                    let d = r
+                        .entries()
+                        .iter()
+                        .map(|e| disk.decide(e, checksum))
+                        .collect();
+                    r.reply(d).map_err(|e| (Who::Receiver, e))?;
+                }
+                ReceiverEvent::Ready => r_done = r.agreed(),
+            }
+        }
+        while let Some(m) = r.poll_transmit() {
+            s.handle(m, now).map_err(|e| (Who::Sender, e))?;
+        }
+        while let Some(ev) = s.poll_event() {
+            match ev {
+                SenderEvent::Accepted(_) | SenderEvent::ProbeAck { .. } => {}
+                SenderEvent::HashWanted { file } => {
+                    let path = &files(s.entries()).nth(file as usize).unwrap().path;
+                    let h = mine.get(path).copied().unwrap_or([0; 32]);
+                    s.hashed(file, h).map_err(|e| (Who::Sender, e))?;
+                }
+                SenderEvent::Ready => s_done = s.agreed(),
+            }
+        }
+        if let (Some(a), Some(b)) = (&s_done, &r_done) {
+            return Ok((a.clone(), b.clone()));
+        }
+    }
+    panic!("the set-up did not end");
+}
+
+fn same(a: &Agreed, b: &Agreed) {
+    assert_eq!(a.channels, b.channels);
+    assert_eq!(a.block_size, b.block_size);
+    assert_eq!(a.session, b.session);
+    assert_eq!(a.skips, b.skips);
+    assert_eq!(a.resumed, b.resumed);
+    assert_eq!(a.layout, b.layout);
+    assert_eq!(a.held.stripes, b.held.stripes);
+    assert_eq!(a.held.resumed_bytes, b.held.resumed_bytes);
+    assert_eq!(a.held.hole_bytes, b.held.hole_bytes);
+    assert_eq!(a.sent_bytes, b.sent_bytes);
+}
+
+#[test]
+fn fresh_files_agree_on_the_same_layout() {
+    let entries = vec![dir("d"), file("d/a", 300_000), file("b", 0), file("c", 5)];
+    let (s, r) = run(params(4), entries, 16, &Disk::default(), &Mine::new()).unwrap();
+    same(&s, &r);
+    assert_eq!(s.channels, 4);
+    assert_eq!(s.skips, vec![Skipped::No; 3]);
+    assert_eq!(s.sent_bytes, 300_005);
+    assert_eq!(s.moving_bytes(), 300_005);
+}
+
+#[test]
+fn the_receiver_clamps_the_channels_and_both_use_its_count() {
+    let (s, r) = run(
+        params(64),
+        vec![file("a", 10)],
+        3,
+        &Disk::default(),
+        &Mine::new(),
+    )
+    .unwrap();
+    same(&s, &r);
+    assert_eq!(s.channels, 3);
+    let (s, _) = run(
+        params(0),
+        vec![file("a", 10)],
+        0,
+        &Disk::default(),
+        &Mine::new(),
+    )
+    .unwrap();
+    assert_eq!(s.channels, 1, "at least one channel, whatever is asked");
+}
+
+#[test]
+fn an_empty_manifest_is_one_part_and_agrees() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), Vec::new(), now);
+    assert!(matches!(s.poll_transmit(), Some(Control::Hello { .. })));
+    assert_eq!(
+        s.poll_transmit(),
+        Some(Control::Manifest {
+            entries: Vec::new(),
+            last: true
+        })
+    );
+    assert_eq!(s.poll_transmit(), None);
+    let (s, r) = run(params(2), Vec::new(), 8, &Disk::default(), &Mine::new()).unwrap();
+    same(&s, &r);
+}
+
+#[test]
+fn a_big_manifest_goes_in_parts() {
+    let entries: Vec<Entry> = (0..MANIFEST_PART * 2 + 1)
+        .map(|i| file(&format!("f{i}"), 1))
+        .collect();
+    let mut s = SenderSetup::new(params(2), entries.clone(), Instant::now());
+    let parts: Vec<Control> = std::iter::from_fn(|| s.poll_transmit()).skip(1).collect();
+    assert_eq!(parts.len(), 3);
+    assert!(matches!(&parts[2], Control::Manifest { entries, last: true } if entries.len() == 1));
+    let (s, r) = run(params(2), entries, 8, &Disk::default(), &Mine::new()).unwrap();
+    same(&s, &r);
+}
+
+#[test]
+fn identical_files_are_skipped_by_hash_and_changed_ones_sent_with_overwrite() {
+    let entries = vec![file("same", 100), file("changed", 100), file("new", 100)];
+    let mut disk = Disk {
+        overwrite: true,
+        ..Disk::default()
+    };
+    let other = Found::File {
+        len: 100,
+        mtime_ns: 1,
+    };
+    disk.found.insert("same".into(), (other, [1; 32]));
+    disk.found.insert("changed".into(), (other, [2; 32]));
+    let mine: Mine = [("same".into(), [1; 32]), ("changed".into(), [3; 32])].into();
+    let (s, r) = run(params(2), entries, 8, &disk, &mine).unwrap();
+    same(&s, &r);
+    assert_eq!(
+        s.skips,
+        vec![Skipped::Same([1; 32]), Skipped::No, Skipped::No]
+    );
+    assert_eq!(s.sent_bytes, 200);
+}
+
+#[test]
+fn a_different_file_without_overwrite_stops_the_sender() {
+    let mut disk = Disk::default();
+    let there = Found::File {
+        len: 100,
+        mtime_ns: 1,
+    };
+    disk.found.insert("a".into(), (there, [2; 32]));
+    let mine: Mine = [("a".into(), [3; 32])].into();
+    let err = run(params(2), vec![file("a", 100)], 8, &disk, &mine).unwrap_err();
+    assert!(
+        matches!(err, (Who::Sender, SetupError::Refused { ref path, .. }) if path == "a"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn unchanged_files_are_skipped_unread_unless_checksums_are_asked() {
+    let mut disk = Disk::default();
+    let there = Found::File {
+        len: 100,
+        mtime_ns: 7,
+    };
+    disk.found.insert("a".into(), (there, [5; 32]));
+    let (s, r) = run(params(2), vec![file("a", 100)], 8, &disk, &Mine::new()).unwrap();
+    same(&s, &r);
+    assert_eq!(s.skips, vec![Skipped::Unchecked]);
+    assert_eq!(s.skips[0].kept_hash(), Some([0; 32]));
+    // With checksums the receiver hashes, and the sender compares.
+    let mine: Mine = [("a".into(), [5; 32])].into();
+    let checked = SenderParams {
+        checksum: true,
+        ..params(2)
+    };
+    let (s, _) = run(checked, vec![file("a", 100)], 8, &disk, &mine).unwrap();
+    assert_eq!(s.skips, vec![Skipped::Same([5; 32])]);
+}
+
+#[test]
+fn something_in_the_way_is_refused_and_the_sender_learns_which() {
+    let mut disk = Disk::default();
+    disk.found.insert("a".into(), (Found::Other, [0; 32]));
+    let err = run(
+        params(2),
+        vec![file("ok", 1), file("a", 100)],
+        8,
+        &disk,
+        &Mine::new(),
+    )
+    .unwrap_err();
+    // The receiver fails first (after queuing its reply), so the sender's side is not run
+    // here; see `a_refusal_reaches_the_sender`.
+    assert!(matches!(err, (Who::Receiver, SetupError::Refused { ref path, .. }) if path == "a"));
+}
+
+#[test]
+fn a_refusal_reaches_the_sender() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(1), vec![file("a", 1)], now);
+    s.handle(ack(1), now).unwrap();
+    let err = s
+        .handle(
+            Control::ManifestReply {
+                decisions: vec![Decision::Refuse("no room".into())],
+            },
+            now,
+        )
+        .unwrap_err();
+    assert!(matches!(err, SetupError::Refused { ref reason, .. } if reason == "no room"));
+    assert_eq!(s.poll_transmit().map(|m| m.name()), Some("Hello"));
+}
+
+#[test]
+fn resumed_blocks_and_holes_are_held_alike_on_both_sides() {
+    let block = 1u64 << 16;
+    let mut sparse = file("sparse", 8 * block);
+    sparse.holes = vec![(2, 5)];
+    let entries = vec![file("resumed", 10 * block + 3), sparse];
+    let mut disk = Disk::default();
+    disk.parts.insert("resumed".into(), vec![(0, 4), (6, 7)]);
+    let (s, r) = run(params(3), entries, 8, &disk, &Mine::new()).unwrap();
+    same(&s, &r);
+    assert_eq!(s.resumed[0], vec![(0, 4), (6, 7)]);
+    assert_eq!(s.held.resumed_bytes, 5 * block);
+    assert_eq!(s.held.hole_bytes, 3 * block);
+    assert_eq!(s.moving_bytes(), 18 * block + 3 - 8 * block);
+}
+
+#[test]
+fn resumed_blocks_outside_the_file_fail_the_set_up() {
+    let mut disk = Disk::default();
+    disk.parts.insert("a".into(), vec![(0, 9)]);
+    let err = run(params(1), vec![file("a", 1 << 16)], 8, &disk, &Mine::new()).unwrap_err();
+    assert!(
+        matches!(err, (Who::Sender, SetupError::Layout(_))),
+        "{err:?}"
+    );
+}
+
+fn hello() -> Control {
+    Control::Hello {
+        magic: MAGIC,
+        version: VERSION,
+        caps: 0,
+        channels: 2,
+        payload: 1384,
+        block_size: 1 << 16,
+        session: 3,
+    }
+}
+
+fn ack(ports: usize) -> Control {
+    Control::HelloAck {
+        version: VERSION,
+        caps: 0,
+        ports: vec![9000; ports],
+        payload: 1384,
+        rate_ceiling: 0,
+    }
+}
+
+fn receiver() -> ReceiverSetup {
+    ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, Instant::now())
+}
+
+/// A receiver that took the hello and acknowledged it.
+fn opened() -> ReceiverSetup {
+    let mut r = receiver();
+    let now = Instant::now();
+    r.handle(hello(), now).unwrap();
+    assert!(matches!(r.poll_event(), Some(ReceiverEvent::Hello(_))));
+    r.accept(vec![1, 2], 0, now).unwrap();
+    r
+}
+
+#[test]
+fn another_version_or_protocol_is_incompatible() {
+    for (magic, version) in [(MAGIC, VERSION - 1), (*b"GET ", VERSION)] {
+        let mut r = receiver();
+        let msg = Control::Hello {
+            magic,
+            version,
+            caps: 0,
+            channels: 1,
+            payload: 1384,
+            block_size: 1 << 16,
+            session: 1,
+        };
+        let err = r.handle(msg, Instant::now()).unwrap_err();
+        assert!(matches!(err, SetupError::Incompatible { .. }), "{err:?}");
+        assert_eq!(r.poll_transmit(), None, "nothing said to a stranger");
+    }
+}
+
+#[test]
+fn a_bad_block_size_is_refused_at_hello() {
+    for block_size in [0, 1000, 3 << 16, 1 << 40] {
+        let mut r = receiver();
+        let msg = Control::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            caps: 0,
+            channels: 2,
+            payload: 1384,
+            block_size,
+            session: 3,
+        };
+        let err = r.handle(msg, Instant::now()).unwrap_err();
+        assert!(
+            matches!(err, SetupError::Layout(_)),
+            "{block_size}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn the_receiver_takes_messages_only_in_order() {
+    let now = Instant::now();
+    // Not a hello first.
+    let mut r = receiver();
+    let err = r.handle(Control::Skip { files: vec![] }, now).unwrap_err();
+    assert!(matches!(
+        err,
+        SetupError::Unexpected {
+            wanted: "Hello",
+            ..
+        }
+    ));
+    // Skip before the manifest.
+    let mut r = opened();
+    let err = r.handle(Control::Skip { files: vec![] }, now).unwrap_err();
+    assert!(matches!(
+        err,
+        SetupError::Unexpected {
+            wanted: "Manifest",
+            ..
+        }
+    ));
+    // A failed set-up takes nothing more.
+    assert!(matches!(r.handle(hello(), now), Err(SetupError::Driver(_))));
+    // A second hello.
+    let mut r = opened();
+    let err = r.handle(hello(), now).unwrap_err();
+    assert!(matches!(err, SetupError::Unexpected { .. }));
+    // Data-phase messages during set-up.
+    let mut r = opened();
+    let start = Control::Start {
+        payload: 1384,
+        report_interval_us: 1,
+    };
+    assert!(r.handle(start, now).is_err());
+}
+
+#[test]
+fn the_peers_abort_is_handed_up_as_it_came() {
+    let mut r = opened();
+    let abort = Control::Abort {
+        cause: AbortCause::Interrupted,
+        reason: "ctrl-c".into(),
+    };
+    match r.handle(abort.clone(), Instant::now()).unwrap_err() {
+        SetupError::Unexpected { got, .. } => assert_eq!(*got, abort),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn skips_must_name_files_the_receiver_offered() {
+    let now = Instant::now();
+    let setup = |skip: Vec<u32>| {
+        let mut r = opened();
+        let entries = vec![file("a", 5), dir("d"), file("b", 5)];
+        r.handle(
+            Control::Manifest {
+                entries,
+                last: true,
+            },
+            now,
+        )
+        .unwrap();
+        assert_eq!(r.poll_event(), Some(ReceiverEvent::Manifest));
+        let have = Decision::Have {
+            hash: [9; 32],
+            replace_ok: false,
+        };
+        r.reply(vec![have, Decision::SendAll, Decision::SendAll])
+            .unwrap();
+        r.handle(Control::Skip { files: skip }, now)
+    };
+    assert!(matches!(setup(vec![1]), Err(SetupError::SkipNotOffered { ref path }) if path == "b"));
+    assert!(matches!(setup(vec![7]), Err(SetupError::SkipUnknown(7))));
+    setup(vec![0]).unwrap();
+}
+
+#[test]
+fn a_manifest_beyond_the_layout_or_with_bad_holes_is_refused() {
+    let now = Instant::now();
+    let mut r = opened();
+    let huge = file("huge", MAX_BLOCKS_BYTES);
+    let err = r
+        .handle(
+            Control::Manifest {
+                entries: vec![huge],
+                last: true,
+            },
+            now,
+        )
+        .unwrap_err();
+    assert!(matches!(err, SetupError::Layout(_)), "{err:?}");
+    let mut r = opened();
+    let mut holey = file("h", 3 << 16);
+    holey.holes = vec![(2, 9)];
+    let err = r
+        .handle(
+            Control::Manifest {
+                entries: vec![holey],
+                last: true,
+            },
+            now,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SetupError::BadHoles {
+                start: 2,
+                end: 9,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+/// Bytes of one more block than a layout takes at the test's block size.
+const MAX_BLOCKS_BYTES: u64 = (crate::layout::MAX_BLOCKS + 1) << 16;
+
+#[test]
+fn the_sender_takes_messages_only_in_order() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    let reply = Control::ManifestReply {
+        decisions: vec![Decision::SendAll],
+    };
+    let err = s.handle(reply.clone(), now).unwrap_err();
+    assert!(matches!(
+        err,
+        SetupError::Unexpected {
+            wanted: "HelloAck",
+            ..
+        }
+    ));
+    // No ports, or another version.
+    let old = Control::HelloAck {
+        version: 1,
+        caps: 0,
+        ports: vec![9000; 2],
+        payload: 1384,
+        rate_ceiling: 0,
+    };
+    for bad in [ack(0), old] {
+        let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+        assert!(matches!(
+            s.handle(bad, now),
+            Err(SetupError::NoChannels { .. })
+        ));
+    }
+    // A reply of the wrong length.
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    s.handle(ack(2), now).unwrap();
+    let short = Control::ManifestReply { decisions: vec![] };
+    assert!(matches!(s.handle(short, now), Err(SetupError::ReplyLength)));
+    // "Unchanged" for a directory.
+    let mut s = SenderSetup::new(params(2), vec![dir("d")], now);
+    s.handle(ack(2), now).unwrap();
+    let unchanged = Control::ManifestReply {
+        decisions: vec![Decision::Unchanged],
+    };
+    assert!(matches!(
+        s.handle(unchanged, now),
+        Err(SetupError::UncheckedSkip { .. })
+    ));
+}
+
+#[test]
+fn the_sender_reports_probe_acks_and_accepts_keep_alives_while_waiting() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    s.handle(ack(2), now).unwrap();
+    assert!(matches!(s.poll_event(), Some(SenderEvent::Accepted(a)) if a.channels() == 2));
+    s.handle(Control::KeepAlive, now).unwrap();
+    s.handle(
+        Control::ProbeAck {
+            channel: 1,
+            size: 1400,
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(
+        s.poll_event(),
+        Some(SenderEvent::ProbeAck {
+            channel: 1,
+            size: 1400
+        })
+    );
+}
+
+#[test]
+fn the_driver_cannot_answer_out_of_turn() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    assert!(matches!(s.hashed(0, [0; 32]), Err(SetupError::Driver(_))));
+    assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
+    let mut r = receiver();
+    assert!(matches!(
+        r.accept(vec![1], 0, now),
+        Err(SetupError::Driver(_))
+    ));
+    assert!(matches!(r.reply(vec![]), Err(SetupError::Driver(_))));
+    let mut r = receiver();
+    r.handle(hello(), now).unwrap();
+    assert!(matches!(
+        r.accept(vec![1, 2, 3], 0, now),
+        Err(SetupError::Driver(_))
+    ));
+}
+
+#[test]
+fn silence_past_the_deadline_fails_and_each_message_restarts_it() {
+    let t0 = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], t0);
+    assert_eq!(s.poll_timeout(), Some(t0 + SETUP_TIMEOUT));
+    s.handle_timeout(t0 + SETUP_TIMEOUT / 2).unwrap();
+    s.handle(ack(2), t0 + SETUP_TIMEOUT / 2).unwrap();
+    s.handle(Control::KeepAlive, t0 + SETUP_TIMEOUT).unwrap();
+    assert_eq!(s.poll_timeout(), Some(t0 + SETUP_TIMEOUT * 2));
+    assert!(matches!(
+        s.handle_timeout(t0 + SETUP_TIMEOUT * 2),
+        Err(SetupError::Timeout(_))
+    ));
+    let mut r = receiver();
+    let late = Instant::now() + SETUP_TIMEOUT;
+    assert!(matches!(
+        r.handle_timeout(late),
+        Err(SetupError::Timeout(_))
+    ));
+}
+
+#[test]
+fn the_receiver_measures_the_round_trip_from_its_answer() {
+    let t0 = Instant::now();
+    let mut r = ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, t0);
+    r.handle(hello(), t0).unwrap();
+    r.accept(vec![1, 2], 0, t0).unwrap();
+    let at = t0 + std::time::Duration::from_millis(80);
+    r.handle(
+        Control::Manifest {
+            entries: vec![],
+            last: true,
+        },
+        at,
+    )
+    .unwrap();
+    assert_eq!(r.rtt(), Some(std::time::Duration::from_millis(80)));
+}
+
+fn any_entry() -> impl Strategy<Value = Entry> {
+    (
+        any::<bool>(),
+        0u64..1 << 20,
+        proptest::collection::vec((0u64..40, 0u64..40), 0..3),
+    )
+        .prop_map(|(is_file, size, holes)| Entry {
+            kind: if is_file {
+                EntryKind::File
+            } else {
+                EntryKind::Dir
+            },
+            holes,
+            ..file("x", size)
+        })
+}
+
+fn any_decision() -> impl Strategy<Value = Decision> {
+    prop_oneof![
+        Just(Decision::SendAll),
+        Just(Decision::Unchanged),
+        Just(Decision::Refuse("no".into())),
+        (any::<[u8; 32]>(), any::<bool>())
+            .prop_map(|(hash, replace_ok)| Decision::Have { hash, replace_ok }),
+        proptest::collection::vec((0u64..40, 0u64..40), 0..3)
+            .prop_map(|blocks| Decision::Resume { blocks }),
+    ]
+}
+
+/// Messages of every set-up kind with any fields, and a few of the data phase's.
+fn any_control() -> impl Strategy<Value = Control> {
+    prop_oneof![
+        (
+            any::<u16>(),
+            any::<u64>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(version, caps, channels, payload, block_size)| Control::Hello {
+                    magic: MAGIC,
+                    version: if version % 2 == 0 { VERSION } else { version },
+                    caps,
+                    channels,
+                    payload,
+                    block_size: if caps % 2 == 0 { 1 << 16 } else { block_size },
+                    session: 1,
+                }
+            ),
+        (proptest::collection::vec(any::<u16>(), 0..5), any::<u16>()).prop_map(
+            |(ports, payload)| Control::HelloAck {
+                version: VERSION,
+                caps: 0,
+                ports,
+                payload,
+                rate_ceiling: 0,
+            }
+        ),
+        (proptest::collection::vec(any_entry(), 0..4), any::<bool>())
+            .prop_map(|(entries, last)| Control::Manifest { entries, last }),
+        proptest::collection::vec(any_decision(), 0..4)
+            .prop_map(|decisions| Control::ManifestReply { decisions }),
+        proptest::collection::vec(0u32..6, 0..4).prop_map(|files| Control::Skip { files }),
+        (any::<u16>(), any::<u16>())
+            .prop_map(|(channel, size)| Control::ProbeAck { channel, size }),
+        Just(Control::KeepAlive),
+        Just(Control::Done),
+        Just(Control::Abort {
+            cause: AbortCause::Failed,
+            reason: "x".into()
+        }),
+    ]
+}
+
+fn real_or_random(real: Vec<Control>) -> impl Strategy<Value = Vec<Control>> {
+    let n = real.len();
+    proptest::collection::vec((any::<bool>(), 0..n.max(1), any_control()), 0..12).prop_map(
+        move |picks| {
+            picks
+                .into_iter()
+                .map(|(take_real, i, random)| {
+                    if take_real && n > 0 {
+                        real[i].clone()
+                    } else {
+                        random
+                    }
+                })
+                .collect()
+        },
+    )
+}
+
+proptest! {
+    /// Any sequence of messages, real ones out of order among random ones, ends in an error
+    /// or a consistent set-up: never a panic.
+    #[test]
+    fn hostile_sequences_never_panic_the_receiver(msgs in real_or_random(vec![
+        hello(),
+        Control::Manifest { entries: vec![file("a", 70_000), dir("d")], last: false },
+        Control::Manifest { entries: vec![file("b", 3)], last: true },
+        Control::Skip { files: vec![0, 1, 5] },
+        Control::KeepAlive,
+    ])) {
+        let now = Instant::now();
+        let mut r = receiver();
+        for m in msgs {
+            let _ = r.handle(m, now);
+            while let Some(ev) = r.poll_event() {
+                match ev {
+                    ReceiverEvent::Hello(h) => {
+                        let _ = r.accept((0..h.channels).collect(), 0, now);
+                    }
+                    ReceiverEvent::Manifest => {
+                        let d = vec![Decision::Have { hash: [0; 32], replace_ok: false }; r.entries().len()];
+                        let _ = r.reply(d);
+                    }
+                    ReceiverEvent::Ready => {
+                        let a = r.agreed().unwrap();
+                        prop_assert_eq!(a.skips.len(), files(r.entries()).count());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_sequences_never_panic_the_sender(msgs in real_or_random(vec![
+        ack(3),
+        Control::ManifestReply { decisions: vec![
+            Decision::Resume { blocks: vec![(0, 1)] },
+            Decision::Have { hash: [1; 32], replace_ok: true },
+            Decision::SendAll,
+        ] },
+        Control::ProbeAck { channel: 9, size: 0 },
+        Control::KeepAlive,
+    ])) {
+        let now = Instant::now();
+        let entries = vec![file("a", 70_000), file("b", 3), dir("d")];
+        let mut s = SenderSetup::new(params(3), entries, now);
+        for m in msgs {
+            let _ = s.handle(m, now);
+            while let Some(ev) = s.poll_event() {
+                if let SenderEvent::HashWanted { file } = ev {
+                    let _ = s.hashed(file, [2; 32]);
+                }
+            }
+        }
+    }
+}
