@@ -43,7 +43,7 @@ pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
 
 use crate::layout::{Held, Layout, LayoutError};
 use crate::wire::{Control, Entry, EntryKind, VERSION};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long either side waits for the peer's next message during set-up.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -142,6 +142,49 @@ impl SetupError {
         }
     }
 }
+
+/// The surface both set-up machines share, so that one driver loop serves either side.
+pub trait Setup {
+    /// What the driver must act on.
+    type Event;
+    /// A message from the peer arrived at `now`.
+    fn handle(&mut self, msg: Control, now: Instant) -> Result<(), SetupError>;
+    /// The next message to send.
+    fn poll_transmit(&mut self) -> Option<Control>;
+    /// The next thing the driver must act on.
+    fn poll_event(&mut self) -> Option<Self::Event>;
+    /// When the wait for the peer ends in failure unless a message comes first (`None` while
+    /// the driver itself is at work, and once done).
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// The deadline passed at `now` without a message.
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError>;
+}
+
+macro_rules! impl_setup {
+    ($machine:ty, $event:ty) => {
+        impl Setup for $machine {
+            type Event = $event;
+            fn handle(&mut self, msg: Control, now: Instant) -> Result<(), SetupError> {
+                <$machine>::handle(self, msg, now)
+            }
+            fn poll_transmit(&mut self) -> Option<Control> {
+                <$machine>::poll_transmit(self)
+            }
+            fn poll_event(&mut self) -> Option<$event> {
+                <$machine>::poll_event(self)
+            }
+            fn poll_timeout(&self) -> Option<Instant> {
+                <$machine>::poll_timeout(self)
+            }
+            fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError> {
+                <$machine>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+
+impl_setup!(SenderSetup, SenderEvent);
+impl_setup!(ReceiverSetup, ReceiverEvent);
 
 /// How a file takes part in the transfer once both sides agreed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -360,6 +360,13 @@ impl ReceiverSetup {
     pub fn agreed(&mut self) -> Option<Agreed> {
         self.agreed.take()
     }
+
+    /// Ends the set-up once [`ReceiverEvent::Ready`] came: the manifest, the decisions and
+    /// the outcome. `None` before.
+    pub fn finish(mut self) -> Option<(Vec<Entry>, Vec<Decision>, Agreed)> {
+        let agreed = self.agreed.take()?;
+        Some((self.entries, self.decisions, agreed))
+    }
 }
 
 /// A manifest the layout can take: not too many blocks, and holes inside their files.
