@@ -17,6 +17,10 @@
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
+//! - `sys`: the system calls std and the crates above lack, behind safe wrappers: the only
+//!   `unsafe` in the engine (the crate denies `unsafe_code`, and allows it there alone).
+
+#![deny(unsafe_code)]
 
 pub mod accept;
 pub mod agree;
@@ -31,6 +35,8 @@ pub mod netlog;
 pub mod progress;
 pub mod receiver;
 pub mod sender;
+#[allow(unsafe_code)]
+mod sys;
 pub mod udp;
 pub mod walk;
 

@@ -71,10 +71,10 @@
 //! `drops` column in `/proc/net/udp` or `/proc/net/udp6` (a file read: for statistics, not
 //! per batch). Drops count packets, and a GRO batch is one packet.
 //!
-//! # Unsafe code
+//! # System calls
 //!
-//! `poll(2)`, `sendmsg(2)`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are called through
-//! `libc`, in the private `sys` module, which is the only place in this file allowed `unsafe`.
+//! `poll(2)`, `sendmsg(2)` with `UDP_SEGMENT`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are
+//! made through the safe wrappers of the engine's `sys` folder; there is no `unsafe` here.
 
 use std::{
     fmt,
@@ -84,6 +84,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::sys::{self, socket::MMSG_BATCH};
 use quinn_udp::{RecvMeta, UdpSocketState};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -114,9 +115,6 @@ pub const MAX_RECV_BUFFERS: usize = quinn_udp::BATCH_SIZE;
 /// How long a send may keep failing with a full send buffer or `ENOBUFS` before
 /// [`UdpChannel::send_batch`] gives up with [`UdpError::SendStalled`].
 pub const SEND_STALL_LIMIT: Duration = Duration::from_secs(2);
-
-/// Most datagrams per `sendmmsg` call on the fallback path (the same as the kernel's GSO limit).
-const MMSG_BATCH: usize = 64;
 
 /// Longest single sleep while the device queue is full (`ENOBUFS`).
 const ENOBUFS_MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -356,7 +354,7 @@ impl UdpChannel {
     /// `getsockopt`, cheap enough to call every millisecond or so). `None` where the kernel
     /// does not have it (not Linux, or older than 4.11).
     pub fn receive_queue(&self) -> Option<ReceiveQueue> {
-        sys::meminfo(self.socket.as_fd()).map(|(queued, limit, drops)| ReceiveQueue {
+        sys::socket::meminfo(self.socket.as_fd()).map(|(queued, limit, drops)| ReceiveQueue {
             queued,
             limit,
             drops,
@@ -488,16 +486,18 @@ impl UdpChannel {
             }
             .min(MAX_FRAMED)
             .min(count - first);
-            let mut iovs = [sys::iovec(&[]); 2 * MAX_FRAMED];
+            let mut iovs = [sys::socket::iovec(&[]); 2 * MAX_FRAMED];
             for (i, slots) in iovs.chunks_exact_mut(per).take(n).enumerate() {
                 for (slot, piece) in slots.iter_mut().zip(pieces(first + i)) {
-                    *slot = sys::iovec(piece);
+                    *slot = sys::socket::iovec(piece);
                 }
             }
             let iovs = &iovs[..per * n];
             let fd = self.socket.as_fd();
             if gso > 1 && n > 1 {
-                match self.retry_send(|| sys::sendmsg_segmented(fd, &dest, iovs, segment_size)) {
+                match self
+                    .retry_send(|| sys::socket::sendmsg_segmented(fd, &dest, iovs, segment_size))
+                {
                     Ok(()) => first += n,
                     Err(UdpError::Io(e))
                         if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
@@ -507,7 +507,7 @@ impl UdpChannel {
                     Err(e) => return Err(e),
                 }
             } else {
-                first += self.retry_send(|| sys::sendmmsg(fd, &dest, iovs, per))?;
+                first += self.retry_send(|| sys::socket::sendmmsg(fd, &dest, iovs, per))?;
             }
         }
         Ok(())
@@ -549,7 +549,7 @@ impl UdpChannel {
                         Some(d) if d <= now => return Ok(0),
                         Some(d) => Some(d - now),
                     };
-                    sys::wait(self.socket.as_fd(), libc::POLLIN, remaining)?;
+                    sys::socket::wait(self.socket.as_fd(), libc::POLLIN, remaining)?;
                 }
                 Err(e) => return Err(UdpError::from_io(e)),
             }
@@ -580,7 +580,7 @@ impl UdpChannel {
             }
             if would_block {
                 let left = SEND_STALL_LIMIT - waited;
-                sys::wait(self.socket.as_fd(), libc::POLLOUT, Some(left))?;
+                sys::socket::wait(self.socket.as_fd(), libc::POLLOUT, Some(left))?;
             } else {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(ENOBUFS_MAX_SLEEP);
@@ -641,8 +641,7 @@ impl AsFd for UdpChannel {
     }
 }
 
-/// Most file descriptors one [`wait_readable`] call watches.
-pub const MAX_WAIT_FDS: usize = 64;
+pub use crate::sys::socket::MAX_WAIT_FDS;
 
 /// Waits until one of `fds` (sockets of any kind; `None` for one not to watch; at most
 /// [`MAX_WAIT_FDS`], any beyond are not watched) has something to read, or `timeout` passes; a
@@ -653,7 +652,7 @@ pub fn wait_readable<'a>(
     fds: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
     timeout: Duration,
 ) -> Result<u64, UdpError> {
-    sys::wait_any(fds, libc::POLLIN, Some(timeout)).map_err(UdpError::from_io)
+    sys::socket::wait_any(fds, libc::POLLIN, Some(timeout)).map_err(UdpError::from_io)
 }
 
 /// Receive buffers for [`UdpChannel::recv_batch`], allocated once and reused: `buffers` buffers
@@ -811,212 +810,6 @@ impl<'a> Iterator for RecvIter<'a> {
             self.offset = end;
         }
         Some((&m.addr, &batch.data[base + start..base + end]))
-    }
-}
-
-/// The system calls quinn-udp does not make for us. The only `unsafe` in this file.
-#[allow(unsafe_code)]
-mod sys {
-    use std::{
-        io, mem,
-        os::fd::{AsRawFd, BorrowedFd},
-        ptr,
-        time::Duration,
-    };
-
-    use super::MMSG_BATCH;
-
-    /// Waits until `fd` is ready for `events` (`POLLIN`/`POLLOUT`), an error is pending, or
-    /// `timeout` passes (`None`: no limit). The caller retries its operation either way.
-    pub(super) fn wait(
-        fd: BorrowedFd<'_>,
-        events: libc::c_short,
-        timeout: Option<Duration>,
-    ) -> io::Result<()> {
-        wait_any([Some(fd)], events, timeout).map(|_| ())
-    }
-
-    /// Waits until one of `fds` has one of `events` (the first
-    /// [`MAX_WAIT_FDS`](super::MAX_WAIT_FDS); `None` entries are not watched), or `timeout`
-    /// passes. Returns which have them, or an error or hang-up: bit `i` for the `i`th of `fds`.
-    pub(super) fn wait_any<'a>(
-        fds: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
-        events: libc::c_short,
-        timeout: Option<Duration>,
-    ) -> io::Result<u64> {
-        let ms = match timeout {
-            None => -1,
-            Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int,
-        };
-        let mut pfds = [libc::pollfd {
-            fd: -1,
-            events: 0,
-            revents: 0,
-        }; super::MAX_WAIT_FDS];
-        // poll(2) skips entries with a negative fd, so `None` stays -1.
-        let mut n = 0;
-        for (p, fd) in pfds.iter_mut().zip(fds) {
-            if let Some(fd) = fd {
-                p.fd = fd.as_raw_fd();
-                p.events = events;
-            }
-            n += 1;
-        }
-        // SAFETY: `pfds` is an array of valid pollfds that lives across the call, and nfds is
-        // at most its length.
-        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            return Ok(0);
-        }
-        Ok(pfds[..n]
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.revents != 0)
-            .fold(0, |ready, (i, _)| ready | 1 << i))
-    }
-
-    /// An iovec for the kernel to read `piece` from.
-    pub(super) fn iovec(piece: &[u8]) -> libc::iovec {
-        libc::iovec {
-            iov_base: piece.as_ptr() as *mut libc::c_void,
-            iov_len: piece.len(),
-        }
-    }
-
-    /// Sends one GSO `sendmsg` gathering `iovs` (header and payload pieces, datagram after
-    /// datagram), cut by the kernel into datagrams of `segment_size` bytes (`UDP_SEGMENT`).
-    pub(super) fn sendmsg_segmented(
-        fd: BorrowedFd<'_>,
-        dest: &socket2::SockAddr,
-        iovs: &[libc::iovec],
-        segment_size: usize,
-    ) -> io::Result<()> {
-        /// Room for one control message carrying a u16, aligned as `cmsghdr` needs.
-        #[repr(C, align(8))]
-        struct Control([u8; 32]);
-        let mut control = Control([0; 32]);
-        let segment = u16::try_from(segment_size)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
-        // SAFETY: msghdr is a plain C struct; all zeroes is a valid value.
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        msg.msg_name = dest.as_ptr() as *mut libc::c_void;
-        msg.msg_namelen = dest.len();
-        msg.msg_iov = iovs.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = iovs.len() as _;
-        msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
-        // SAFETY: CMSG_SPACE only computes a size.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(mem::size_of::<u16>() as u32) } as _;
-        // SAFETY: msg_control points at `control`, which is larger than CMSG_SPACE(2) and
-        // aligned for cmsghdr, so CMSG_FIRSTHDR is non-null and the header and its 2 data
-        // bytes lie inside it.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as _;
-            ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, segment);
-        }
-        // SAFETY: `msg` points at `dest`, `iovs` (whose pieces the caller keeps alive) and
-        // `control`, all alive until the call returns; the kernel only reads them.
-        let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, 0) };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Sends one datagram per `per_msg` consecutive `iovs` (the pieces the kernel gathers
-    /// into it), for up to [`MMSG_BATCH`] datagrams, with one `sendmmsg`; returns how many went
-    /// out.
-    pub(super) fn sendmmsg(
-        fd: BorrowedFd<'_>,
-        dest: &socket2::SockAddr,
-        iovs: &[libc::iovec],
-        per_msg: usize,
-    ) -> io::Result<usize> {
-        // SAFETY: mmsghdr is a plain C struct; all zeroes is a valid value (null pointers, zero
-        // lengths).
-        let mut msgs: [libc::mmsghdr; MMSG_BATCH] = unsafe { mem::zeroed() };
-        let mut count = 0;
-        for (msg, pieces) in msgs.iter_mut().zip(iovs.chunks(per_msg.max(1))) {
-            msg.msg_hdr.msg_name = dest.as_ptr() as *mut libc::c_void;
-            msg.msg_hdr.msg_namelen = dest.len();
-            msg.msg_hdr.msg_iov = pieces.as_ptr() as *mut libc::iovec;
-            msg.msg_hdr.msg_iovlen = pieces.len() as _;
-            count += 1;
-        }
-        if count == 0 {
-            return Ok(0);
-        }
-        // SAFETY: the first `count` headers point at `dest` and into `iovs` (whose pieces the
-        // caller keeps alive), all alive until the call returns; the kernel only reads them
-        // (and writes msg_len).
-        let rc =
-            unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), count as libc::c_uint, 0) };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc as usize)
-        }
-    }
-
-    /// `SO_MEMINFO`, on Linux where it has the asm-generic number (not on alpha, mips, parisc
-    /// or sparc, which number it differently).
-    const SO_MEMINFO: Option<libc::c_int> = if cfg!(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64",
-            target_arch = "powerpc64",
-            target_arch = "s390x"
-        )
-    )) {
-        Some(55)
-    } else {
-        None
-    };
-    /// Indices into the `SO_MEMINFO` array (`SK_MEMINFO_*` in linux/sock_diag.h; kernel ABI).
-    const RMEM_ALLOC: usize = 0;
-    const RCVBUF: usize = 1;
-    const DROPS: usize = 8;
-
-    /// The socket's memory counters (`SO_MEMINFO`, Linux 4.6+; the drop counter since 4.11):
-    /// `(receive queue bytes, receive buffer limit, drops)`, in the kernel's own accounting
-    /// (queued bytes include each packet's overhead, the limit is what `SO_RCVBUF` granted).
-    /// `None` where the option or the drop counter is missing.
-    pub(super) fn meminfo(fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
-        let option = SO_MEMINFO?;
-        // SK_MEMINFO_VARS is 9 today; ask for more so a newer kernel's longer array fits.
-        let mut info = [0u32; 16];
-        let mut len = mem::size_of_val(&info) as libc::socklen_t;
-        // SAFETY: `info` is writable for `len` bytes, and the kernel writes at most that many
-        // and stores the length it wrote in `len`.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                info.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        let words = len as usize / mem::size_of::<u32>();
-        (rc == 0 && words > DROPS).then(|| {
-            (
-                u64::from(info[RMEM_ALLOC]),
-                u64::from(info[RCVBUF]),
-                u64::from(info[DROPS]),
-            )
-        })
     }
 }
 
