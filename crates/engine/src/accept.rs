@@ -696,7 +696,8 @@ mod tests {
         assert_eq!(greeted.hello, hello(wire::MAGIC, wire::VERSION));
         assert_eq!(greeted.key_name, "code");
         let next =
-            crate::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE).unwrap();
+            crate::net::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE)
+                .unwrap();
         assert_eq!(
             next,
             Control::Done,
@@ -736,7 +737,7 @@ mod tests {
         ] {
             let (got, mut c) = greet_after(&first.to_frame(), true, GRACE);
             assert!(matches!(got, Err(Stray::OtherVersion { .. })), "{got:?}");
-            let told = crate::control::read_frame(&mut c, GRACE).unwrap();
+            let told = crate::net::control::read_frame(&mut c, GRACE).unwrap();
             assert!(
                 matches!(&told, Control::Reject { reason } if reason.contains("version")),
                 "{told:?}"
@@ -824,7 +825,7 @@ mod tests {
             "{why:?}"
         );
         client.set_read_timeout(Some(GRACE)).unwrap();
-        match crate::control::read_frame(&mut client, GRACE) {
+        match crate::net::control::read_frame(&mut client, GRACE) {
             Ok(Control::Reject { reason }) => assert!(reason.contains("not a hurtle"), "{reason}"),
             other => panic!("expected a Reject, got {other:?}"),
         }

@@ -3,13 +3,11 @@
 //! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
 //! - [`accept`]: the receiver's front door: accepts connections and greets each, dropping
 //!   strangers' (strays) without troubling the session.
-//! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
-//!   `recvmmsg` via quinn-udp).
-//! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
+//! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
+//!   channel's link, UDP datagrams or a TCP connection of frames ([`net::link`]), batched UDP
+//!   data channels ([`net::udp`]), and how the sender opens TCP connections ([`net::dial`]).
 //! - [`agree`]: the key agreement that opens every control connection, and what a receiver
 //!   accepts ([`agree::Keyring`]).
-//! - [`control`]: the TCP control connection (sealed framed messages, reader and writer threads).
-//! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
 //! - [`fs`]: the file system: path checks, the output tree opened so that no symlink can
 //!   redirect it, part files and their journals, sparse holes, hashing, the sender's source
 //!   files, and open descriptors a bounded number at a time.
@@ -24,20 +22,17 @@
 
 pub mod accept;
 pub mod agree;
-pub mod control;
 pub mod cpu;
-pub mod dial;
 pub mod error;
 pub mod fs;
 pub mod iobuf;
-pub mod link;
+pub mod net;
 pub mod netlog;
 pub mod progress;
 pub mod receiver;
 pub mod sender;
 #[allow(unsafe_code)]
 mod sys;
-pub mod udp;
 pub mod walk;
 
 pub use agree::Keyring;

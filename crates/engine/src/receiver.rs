@@ -23,13 +23,13 @@
 
 use crate::accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
 use crate::agree::Keyring;
-use crate::control::ControlError;
 use crate::error::{next_control, SessionError, Side};
 use crate::fs::{self, PartFile, StoreError};
-use crate::link::{read_greeting, LinkIn, TcpFrames};
+use crate::net::control::ControlError;
+use crate::net::link::{read_greeting, LinkIn, TcpFrames};
+use crate::net::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 use crossbeam_channel::{select, unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, to_hex, BlockHasher, BlockValue};
@@ -246,7 +246,7 @@ fn receive_threads(channels: u16) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     usize::from(channels)
         .clamp(1, cores)
-        .max(usize::from(channels).div_ceil(crate::udp::MAX_WAIT_FDS))
+        .max(usize::from(channels).div_ceil(crate::net::udp::MAX_WAIT_FDS))
 }
 
 /// Measures this machine's BLAKE3 rate per core (in CPU time, so a CPU quota does not distort
@@ -486,7 +486,7 @@ impl Receiver {
             key: keys.data,
             encrypt: keys.encrypt_data,
         };
-        let (rx, tx, writer) = crate::control::open(
+        let (rx, tx, writer) = crate::net::control::open(
             &stream,
             self.opts.idle_timeout,
             keys.frames_out,
@@ -618,7 +618,7 @@ impl Receiver {
         check_blocks(&entries, block_size)?;
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
-        let _alive = crate::control::KeepAlive::start(tx.clone());
+        let _alive = crate::net::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
         let out = fs::OutRoot::new(&self.opts.out_dir);
         let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
@@ -2123,7 +2123,7 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
             // socket buffer.
             add_ready(&mut readable, || {
                 let fds = members.iter().map(|(_, link)| link.fd());
-                crate::udp::wait_readable(fds, Duration::ZERO).ok()
+                crate::net::udp::wait_readable(fds, Duration::ZERO).ok()
             });
             continue;
         }
@@ -2140,7 +2140,7 @@ fn serve_channels(mut members: Vec<(ChannelWorker, LinkIn)>, shared: &Shared) ->
         // Links without anything to wait on (a closed TCP connection) are skipped; with none
         // left this sleeps out the wait.
         let fds = members.iter().map(|(_, link)| link.fd());
-        match crate::udp::wait_readable(fds, IDLE_WAIT) {
+        match crate::net::udp::wait_readable(fds, IDLE_WAIT) {
             Ok(ready) => {
                 for (i, read) in readable.iter_mut().enumerate() {
                     *read = ready & (1 << i) != 0;

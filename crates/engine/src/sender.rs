@@ -7,15 +7,15 @@
 //! a writer thread. Channel threads talk to the session loop through channels, one message per
 //! block or per NACK, never per datagram.
 
-use crate::control::{ControlError, Incoming};
-use crate::dial::{Dialer, Direct};
 use crate::error::{next_control, SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
-use crate::link::{self, LinkOut, OutPath};
+use crate::net::control::{ControlError, Incoming};
+use crate::net::dial::{Dialer, Direct};
+use crate::net::link::{self, LinkOut, OutPath};
+use crate::net::udp::{ChannelOptions, UdpChannel};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
-use crate::udp::{ChannelOptions, UdpChannel};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use hurtle_proto::hash::{block_value, to_hex};
@@ -506,7 +506,7 @@ fn send_once(
     let data_key = keys.data.clone();
     let data_seal = keys.encrypt_data.then(|| keys.data.sealer());
     let (rx, tx, writer) =
-        crate::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
+        crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
             .map_err(|e| SessionError::io("control connection", e))?;
 
     let session: u64 = rand::random::<u64>() | 1;
@@ -644,7 +644,7 @@ fn send_once(
             let _alive = decisions
                 .iter()
                 .any(|d| matches!(d, Decision::Have { .. }))
-                .then(|| crate::control::KeepAlive::start(tx.clone()));
+                .then(|| crate::net::control::KeepAlive::start(tx.clone()));
             let mut file_id = 0usize;
             for (d, e) in decisions.iter().zip(&entries) {
                 match d {
@@ -1504,7 +1504,7 @@ impl ChannelWorker {
         if self.link.is_tcp() {
             frames
         } else {
-            frames.min((crate::udp::MAX_GSO_BYTES / dgram).max(1))
+            frames.min((crate::net::udp::MAX_GSO_BYTES / dgram).max(1))
         }
     }
 
