@@ -1,6 +1,6 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
-//! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
+//! - [`send`](mod@send) and [`receiver`]: a session from each side, joining the parts below.
 //! - [`accept`]: the receiver's front door: accepts connections and greets each, dropping
 //!   strangers' (strays) without troubling the session.
 //! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
@@ -30,7 +30,8 @@ pub mod net;
 pub mod netlog;
 pub mod progress;
 pub mod receiver;
-pub mod sender;
+pub mod report;
+pub mod send;
 #[allow(unsafe_code)]
 mod sys;
 pub mod walk;
@@ -39,4 +40,5 @@ pub use agree::Keyring;
 pub use error::SessionError;
 pub use progress::Progress;
 pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
-pub use sender::{send, SendOptions, SendSummary};
+pub use report::FileReport;
+pub use send::{send, SendOptions, SendSummary};

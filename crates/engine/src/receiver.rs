@@ -187,7 +187,7 @@ pub struct ReceiveSummary {
     /// What this receiver measured it can absorb, and offered as the rate ceiling.
     pub capacity: Capacity,
     /// Per-file results.
-    pub file_hashes: Vec<crate::sender::FileReport>,
+    pub file_hashes: Vec<crate::report::FileReport>,
     /// Connections dropped before their greeting (not hurtle peers, or silent) since the
     /// receiver's previous transfer ended, or since it began listening: see [`crate::accept`].
     pub strays: u64,
@@ -928,7 +928,7 @@ impl Receiver {
                 .zip(hashes)
                 .zip(&kept)
                 .zip(&unchecked)
-                .map(|(((f, h), k), &u)| crate::sender::FileReport {
+                .map(|(((f, h), k), &u)| crate::report::FileReport {
                     path: f.path.clone(),
                     size: f.size,
                     blake3: if u && k.is_some() {
