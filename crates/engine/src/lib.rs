@@ -1,8 +1,9 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
-//! - [`send`](mod@send) and [`receiver`]: a session from each side, joining the parts below.
-//! - [`accept`]: the receiver's front door: accepts connections and greets each, dropping
-//!   strangers' (strays) without troubling the session.
+//! - [`send`](mod@send) and [`receive`]: a session from each side, joining the parts below;
+//!   [`receive::accept`] is the receiver's front door, which accepts connections and greets
+//!   each, dropping strangers' (strays) without troubling the session.
+//! - [`report`]: one file's outcome, as both sides report it.
 //! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
 //!   channel's link, UDP datagrams or a TCP connection of frames ([`net::link`]), batched UDP
 //!   data channels ([`net::udp`]), and how the sender opens TCP connections ([`net::dial`]).
@@ -20,7 +21,6 @@
 
 #![deny(unsafe_code)]
 
-pub mod accept;
 pub mod agree;
 pub mod cpu;
 pub mod error;
@@ -29,7 +29,7 @@ pub mod iobuf;
 pub mod net;
 pub mod netlog;
 pub mod progress;
-pub mod receiver;
+pub mod receive;
 pub mod report;
 pub mod send;
 #[allow(unsafe_code)]
@@ -39,6 +39,6 @@ pub mod walk;
 pub use agree::Keyring;
 pub use error::SessionError;
 pub use progress::Progress;
-pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
+pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
 pub use report::FileReport;
 pub use send::{send, SendOptions, SendSummary};

@@ -10,8 +10,8 @@
 //! ([`Stray`]): garbage, an HTTP request, a length prefix no hello has, a frame that does not
 //! decode, a first message other than a hello, a hello without hurtle's magic, silence past
 //! the deadline, or a close. It is closed, counted ([`FrontDoor::take_strays`]) and logged
-//! (`tracing`, target `hurtle_engine::accept`, with the peer's address and the reason), and
-//! nobody else notices it.
+//! (`tracing`, target `hurtle_engine::receive::accept`, with the peer's address and the
+//! reason), and nobody else notices it.
 //!
 //! A greeted connection ([`Arrival`]: the stream and the hello already read from it) is handed
 //! to the session in the order the greetings completed, so a silent connection never delays a
