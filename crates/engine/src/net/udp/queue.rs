@@ -89,8 +89,8 @@ impl UdpChannel {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{datagram, opts, pair};
     use super::*;
+    use crate::net::udp::testing::{datagram, opts, pair};
     use crate::net::udp::{ChannelOptions, RecvBatch, GRO_BUF_SIZE, MAX_RECV_BUFFERS};
     use std::net::Ipv4Addr;
 

@@ -267,8 +267,8 @@ impl<'a> Iterator for RecvIter<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{datagram, opts, pair};
     use super::*;
+    use crate::net::udp::testing::{datagram, opts, pair};
     use crate::net::udp::{ChannelOptions, MAX_GSO_BYTES};
     use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -201,8 +201,8 @@ impl UdpChannel {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{datagram, expected, opts, pair};
     use super::*;
+    use crate::net::udp::testing::{datagram, expected, opts, pair};
     use crate::net::udp::{ChannelOptions, RecvBatch, GRO_BUF_SIZE};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
