@@ -6,7 +6,7 @@
 
 use crate::exit;
 use clap::{Args, Parser, Subcommand};
-use hurtle_engine::sender::Transport;
+use hurtle_engine::send::Transport;
 use hurtle_engine::{SendOptions, WriteQueue};
 use hurtle_proto::RateMode;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Exit codes: the table users and scripts rely on, and the one place that maps each typed
 //! failure to its code.
 
-use hurtle_engine::control::ControlError;
+use hurtle_engine::net::control::ControlError;
 use hurtle_engine::SessionError;
 use hurtle_proto::wire::AbortCause;
 use hurtle_relay::client::RelayError;

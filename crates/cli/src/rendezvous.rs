@@ -19,7 +19,7 @@ use crate::cmd::{resolve, session_failure};
 use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
-use hurtle_engine::dial::Dialer;
+use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::progress::Phase;
 use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, SessionError};
 use hurtle_proto::secure::Secret;

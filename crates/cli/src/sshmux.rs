@@ -29,7 +29,7 @@
 //! down both ways, so the engine sees the connection end), later dials fail, and `on_end` runs
 //! (the far side ends its session there, as it does when its ssh channel closes).
 
-use hurtle_engine::dial::Dialer;
+use hurtle_engine::net::dial::Dialer;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -741,7 +741,7 @@ fn normal_transfer_works(r: &mut ReceiverProc, dir: &Path) {
 }
 
 /// Strangers' connections are strays: dropped and logged, no failed transfer (see
-/// `hurtle_engine::accept`).
+/// `hurtle_engine::receive::accept`).
 #[test]
 fn garbage_on_control_port_is_dropped_and_serve_survives() {
     let t = tmp();

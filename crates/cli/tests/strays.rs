@@ -1,6 +1,6 @@
-//! End-to-end tests of the receiver's front door (`hurtle_engine::accept`): connections that are
-//! not a hurtle sender's (port scanners, HTTP clients, garbage, silence) are dropped and
-//! logged, and neither end nor stall a waiting receiver.
+//! End-to-end tests of the receiver's front door (`hurtle_engine::receive::accept`):
+//! connections that are not a hurtle sender's (port scanners, HTTP clients, garbage, silence)
+//! are dropped and logged, and neither end nor stall a waiting receiver.
 //!
 //! - a one-shot receiver gets 100 stray connections, some still open when the real sender
 //!   comes, and then receives the real transfer and exits 0;

@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hurtle_engine::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
+use hurtle_engine::net::udp::{ChannelOptions, RecvBatch, UdpChannel, GRO_BUF_SIZE};
 
 fn main() {
     let mut mib: usize = 1024;

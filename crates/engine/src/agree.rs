@@ -3,13 +3,13 @@
 //! a session that failed.
 //!
 //! The sender [`offer`]s; the receiver [`answer`]s the offer its front door read
-//! ([`crate::accept::greet`]), and reads the sender's first sealed frame (the hello), so that
-//! everything a stranger can do (hold another key, guess a code, change a message) is decided
-//! before a session exists, and comes back as a [`Refusal`] the receiver logs and survives. A
-//! [`Keyring`] holds what a receiver accepts: its code, and the keys of a key file.
+//! ([`crate::receive::accept::greet`]), and reads the sender's first sealed frame (the hello),
+//! so that everything a stranger can do (hold another key, guess a code, change a message) is
+//! decided before a session exists, and comes back as a [`Refusal`] the receiver logs and
+//! survives. A [`Keyring`] holds what a receiver accepts: its code, and the keys of a key file.
 
-use crate::control::{read_frame, read_sealed, write_frame, ControlError};
 use crate::error::SessionError;
+use crate::net::control::{read_frame, read_sealed, write_frame, ControlError};
 use hurtle_proto::secure::{self, AgreeError, KeyId, Offer, Secret, SessionKeys};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::Write;

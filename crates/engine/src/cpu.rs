@@ -10,23 +10,7 @@ use std::time::Duration;
 
 /// CPU time used by the calling thread so far (zero where the clock is not available).
 pub fn thread_time() -> Duration {
-    clock(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-#[allow(unsafe_code)]
-fn clock(id: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        ts.tv_sec.max(0) as u64,
-        ts.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
+    crate::sys::clock::clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// The CPU quota of this process's cgroup (the tightest along its path), in cores; `None`

@@ -1,6 +1,6 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
-use crate::control::{ControlError, Incoming};
+use crate::net::control::{ControlError, Incoming};
 use hurtle_proto::wire::{AbortCause, Control};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -124,7 +124,7 @@ pub enum SessionError {
     Walk(#[from] crate::walk::WalkError),
     /// A UDP socket failed.
     #[error(transparent)]
-    Udp(#[from] crate::udp::UdpError),
+    Udp(#[from] crate::net::udp::UdpError),
     /// The layout could not be built.
     #[error(transparent)]
     Layout(#[from] hurtle_proto::layout::LayoutError),

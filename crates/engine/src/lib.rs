@@ -1,41 +1,52 @@
 //! hurtle's drivers: everything that touches the OS on behalf of the sans-IO core in `hurtle-proto`.
 //!
-//! - [`sender`] and [`receiver`]: a session from each side, joining the parts below.
-//! - [`accept`]: the receiver's front door: accepts connections and greets each, dropping
-//!   strangers' (strays) without troubling the session.
-//! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
-//!   `recvmmsg` via quinn-udp).
-//! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP).
+//! One folder or file per part of the design:
+//!
+//! - [`send`](mod@send) and [`receive`]: a session from each side, joining the parts below:
+//!   options, the session from set-up to summary, the session loop, the channel threads.
+//!   [`receive::accept`] is the receiver's front door, which accepts connections and greets
+//!   each, dropping strangers' (strays) without troubling the session.
+//! - [`report`]: one file's outcome, as both sides report it.
 //! - [`agree`]: the key agreement that opens every control connection, and what a receiver
 //!   accepts ([`agree::Keyring`]).
-//! - [`control`]: the TCP control connection (sealed framed messages, reader and writer threads).
-//! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
+//! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
+//!   channel's link, UDP datagrams or a TCP connection of frames ([`net::link`]), batched UDP
+//!   data channels ([`net::udp`]), and how the sender opens TCP connections ([`net::dial`]).
 //! - [`fs`]: the file system: path checks, the output tree opened so that no symlink can
 //!   redirect it, part files and their journals, sparse holes, hashing, the sender's source
 //!   files, and open descriptors a bounded number at a time.
 //! - [`iobuf`]: read buffers placed so the kernel's copy out of the page cache runs at full speed.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
+//! - [`error`]: [`SessionError`], every way a session can end, each message one line.
 //! - [`netlog`]: per-channel network logs; [`progress`]: live counters for a user interface.
+//! - `sys`: the system calls std and the crates above lack, behind safe wrappers: the only
+//!   `unsafe` in the engine (the crate denies `unsafe_code`, and allows it there alone).
+//!
+//! Imports point down: [`send`](mod@send) and [`receive`] use the parts below them and not
+//! each other; [`net`], [`fs`] and `sys` never use a session's folder, and `sys` uses nothing
+//! else in the engine.
 
-pub mod accept;
+#![deny(unsafe_code)]
+
 pub mod agree;
-pub mod control;
 pub mod cpu;
-pub mod dial;
 pub mod error;
 pub mod fs;
 pub mod iobuf;
-pub mod link;
+pub mod net;
 pub mod netlog;
 pub mod progress;
-pub mod receiver;
-pub mod sender;
-pub mod udp;
+pub mod receive;
+pub mod report;
+pub mod send;
+#[allow(unsafe_code)]
+mod sys;
 pub mod walk;
 
 pub use agree::Keyring;
 pub use error::SessionError;
 pub use progress::Progress;
-pub use receiver::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
-pub use sender::{send, SendOptions, SendSummary};
+pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
+pub use report::FileReport;
+pub use send::{send, SendOptions, SendSummary};

@@ -10,7 +10,7 @@
 use crate::code::Code;
 use crate::splice::splice;
 use crate::wire::{self, FrameError, Msg};
-use hurtle_engine::dial::Dialer;
+use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::OwnPorts;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};

@@ -47,7 +47,7 @@ use crate::exit::{self, Failure, Outcome};
 use crate::sshmux::{Accept, Mux};
 use crate::ui::PathInfo;
 use crate::{interrupt, ui};
-use hurtle_engine::dial::Dialer;
+use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::{OwnPorts, Progress, ReceiveOptions, Receiver, SendOptions, SessionError};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};

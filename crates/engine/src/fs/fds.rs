@@ -150,7 +150,7 @@ impl Slot {
 /// force (`None` if the system cannot say, `u64::MAX` when unlimited). [`Descriptors`] sizes
 /// itself by it.
 fn raise_open_file_limit() -> Option<u64> {
-    super::sys::raise_open_file_limit()
+    crate::sys::fs::raise_open_file_limit()
 }
 
 /// Which file a descriptor is open on (device and inode): a file reopened by path must be the

@@ -7,7 +7,7 @@
 //! back ([`PartFile::punch_holes`](super::PartFile::punch_holes)). A part file's zeros are never
 //! taken from the filesystem's word ([`PartFile::is_new`](super::PartFile::is_new)).
 
-use super::sys;
+use crate::sys;
 use rustix::io::Errno;
 use std::fs::{File, Metadata};
 use std::io::{self, ErrorKind};
@@ -29,7 +29,7 @@ const PREALLOCATE_CHUNK: u64 = 16 << 20;
 /// check there).
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 pub(super) fn preallocate(file: &File, ranges: impl Iterator<Item = (u64, u64)>) -> io::Result<()> {
-    if sys::memory_backed(file) {
+    if sys::fs::memory_backed(file) {
         return Ok(());
     }
     for (start, end) in ranges {
@@ -44,7 +44,7 @@ fn preallocate_range(file: &File, start: u64, end: u64) -> io::Result<()> {
     let mut done = start;
     while done < end {
         let chunk = (end - done).min(PREALLOCATE_CHUNK);
-        match sys::allocate(file, done, chunk) {
+        match sys::fs::allocate(file, done, chunk) {
             Ok(()) => done += chunk,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e)
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(m.len(), size, "the length is kept");
         // Where the filesystem allocates ahead, every chunk got its blocks, not just the first;
         // on tmpfs nothing is allocated.
-        if sys::memory_backed(&f) {
+        if sys::fs::memory_backed(&f) {
             assert_eq!(m.blocks(), 0, "tmpfs is left sparse");
         } else if m.blocks() > 0 {
             assert!(

@@ -21,14 +21,16 @@
 //!   check that a file reopened by path is still the same file.
 //! - [`error`]: [`StoreError`], every message one line naming the path; a full disk or quota is
 //!   always [`StoreError::NoSpace`].
-//! - `sys`: the system calls (`fallocate`, `sync_file_range`, `fstatfs`, `statvfs`,
-//!   `setrlimit`), the only `unsafe` in this folder.
+//!
+//! This folder has no `unsafe`: the system calls std and rustix lack (`fallocate`,
+//! `sync_file_range`, `fstatfs`, `statvfs`, `setrlimit`) are made through safe wrappers in the
+//! engine's `sys` folder.
 //!
 //! Imports point one way, down to what a file builds on, never back up: [`part`] uses [`tree`],
 //! [`journal`] and [`holes`]; [`source`] and [`hash`] use [`holes`]; below them, [`beneath`],
 //! [`fds`], [`meta`], [`path`] and [`error`] use nothing above themselves; [`fds`], [`holes`]
-//! and [`part`] make their system calls through `sys`. The only other part of the engine used
-//! here is [`crate::iobuf`] (to hash).
+//! and [`part`] make their system calls through the engine's `sys`. The only other part of
+//! the engine used here is [`crate::iobuf`] (to hash).
 //!
 //! The items the rest of the engine and the CLI use are re-exported here.
 
@@ -42,8 +44,6 @@ pub mod meta;
 pub mod part;
 pub mod path;
 pub mod source;
-#[cfg(unix)]
-mod sys;
 #[cfg(test)]
 mod testing;
 pub mod tree;

@@ -21,8 +21,8 @@ use super::holes::{block_bytes, preallocate};
 use super::journal::{journal_file_name, journal_header, parse_journal, part_file_name};
 use super::meta::{system_time_from_ns, MODE_MASK};
 use super::path::{sanitize_rel_path, split_parent};
-use super::sys;
 use super::tree::{DirAt, OutRoot};
+use crate::sys;
 use rustix::fs::{AtFlags, OFlags, RenameFlags};
 use rustix::io::Errno;
 use std::fs::{File, Permissions};
@@ -34,7 +34,7 @@ use std::sync::Arc;
 /// Bytes an unprivileged writer can still use on the filesystem holding `dir` (`statvfs`), or
 /// `None` if the system cannot say.
 pub fn free_space(dir: &Path) -> Option<u64> {
-    sys::free_space(dir)
+    sys::fs::free_space(dir)
 }
 
 /// A file being received: written positionally into `.<name>.hurtle-part` beside its final
@@ -412,7 +412,7 @@ impl PartFile {
     /// writing all of it at the end. Errors are left for that sync to report.
     pub fn start_writeback(&self, offset: u64, len: u64) {
         if let Ok(file) = self.file() {
-            let _ = sys::start_writeback(&file, offset, len);
+            let _ = sys::fs::start_writeback(&file, offset, len);
         }
     }
 
@@ -522,7 +522,7 @@ struct Target<'a> {
 
 /// True when `dir` is on tmpfs or ramfs (memory, no disk behind it); false if it cannot say.
 pub fn memory_backed_dir(dir: &Path) -> bool {
-    File::open(dir).is_ok_and(|d| sys::memory_backed(&d))
+    File::open(dir).is_ok_and(|d| sys::fs::memory_backed(&d))
 }
 
 /// Fsyncs a directory, making the renames into it durable.

@@ -1,6 +1,6 @@
-//! The system calls behind preallocation, early writeback, telling memory-backed filesystems
-//! apart, free space and the open-file limit: the only `unsafe` in this folder.
-#![allow(unsafe_code)]
+//! The file system calls std and rustix do not make for [`crate::fs`]: preallocation
+//! (`fallocate`), early writeback (`sync_file_range`), telling memory-backed filesystems apart
+//! (`fstatfs`), free space (`statvfs`) and the open-file limit (`getrlimit`/`setrlimit`).
 
 use std::fs::File;
 use std::io;
@@ -16,7 +16,7 @@ fn as_off<T: TryFrom<u64>>(v: u64) -> io::Result<T> {
 /// Allocates `len` bytes at `offset` of `file` (`fallocate(2)` mode 0; `posix_fallocate` on
 /// FreeBSD, where it is the native call).
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-pub(super) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
     let (off, len): (libc::off_t, libc::off_t) = (as_off(offset)?, as_off(len)?);
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -41,7 +41,7 @@ pub(super) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
 /// Starts writing `len` bytes at `offset` of `file` back to the disk without waiting for
 /// them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(super) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
+pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<()> {
     let (off, len): (libc::off64_t, libc::off64_t) = (as_off(offset)?, as_off(len)?);
     // SAFETY: the descriptor belongs to `file`, which outlives the call; sync_file_range
     // only uses it during the call and touches no memory of ours.
@@ -56,7 +56,7 @@ pub(super) fn start_writeback(file: &File, offset: u64, len: u64) -> io::Result<
 
 /// Elsewhere the final fsync does all the writing.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(super) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+pub(crate) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }
 
@@ -64,7 +64,7 @@ pub(super) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Resu
 #[cfg(any(target_os = "linux", target_os = "android"))]
 // The magic numbers' and `f_type`'s integer types differ between targets.
 #[allow(clippy::unnecessary_cast)]
-pub(super) fn memory_backed(file: &File) -> bool {
+pub(crate) fn memory_backed(file: &File) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: `st` is writable for one statfs and only read after the call succeeded.
     if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
@@ -80,13 +80,13 @@ pub(super) fn memory_backed(file: &File) -> bool {
 
 /// FreeBSD's tmpfs is not told apart: preallocation there costs what it costs.
 #[cfg(target_os = "freebsd")]
-pub(super) fn memory_backed(_file: &File) -> bool {
+pub(crate) fn memory_backed(_file: &File) -> bool {
     false
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit then in force
 /// (`None` if it cannot be read; `u64::MAX` when unlimited).
-pub(super) fn raise_open_file_limit() -> Option<u64> {
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -115,7 +115,7 @@ pub(super) fn raise_open_file_limit() -> Option<u64> {
 }
 
 /// `statvfs`: bytes available to unprivileged writers on the filesystem holding `dir`.
-pub(super) fn free_space(dir: &Path) -> Option<u64> {
+pub(crate) fn free_space(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();

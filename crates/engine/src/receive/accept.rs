@@ -10,8 +10,8 @@
 //! ([`Stray`]): garbage, an HTTP request, a length prefix no hello has, a frame that does not
 //! decode, a first message other than a hello, a hello without hurtle's magic, silence past
 //! the deadline, or a close. It is closed, counted ([`FrontDoor::take_strays`]) and logged
-//! (`tracing`, target `hurtle_engine::accept`, with the peer's address and the reason), and
-//! nobody else notices it.
+//! (`tracing`, target `hurtle_engine::receive::accept`, with the peer's address and the
+//! reason), and nobody else notices it.
 //!
 //! A greeted connection ([`Arrival`]: the stream and the hello already read from it) is handed
 //! to the session in the order the greetings completed, so a silent connection never delays a
@@ -696,7 +696,8 @@ mod tests {
         assert_eq!(greeted.hello, hello(wire::MAGIC, wire::VERSION));
         assert_eq!(greeted.key_name, "code");
         let next =
-            crate::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE).unwrap();
+            crate::net::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE)
+                .unwrap();
         assert_eq!(
             next,
             Control::Done,
@@ -736,7 +737,7 @@ mod tests {
         ] {
             let (got, mut c) = greet_after(&first.to_frame(), true, GRACE);
             assert!(matches!(got, Err(Stray::OtherVersion { .. })), "{got:?}");
-            let told = crate::control::read_frame(&mut c, GRACE).unwrap();
+            let told = crate::net::control::read_frame(&mut c, GRACE).unwrap();
             assert!(
                 matches!(&told, Control::Reject { reason } if reason.contains("version")),
                 "{told:?}"
@@ -824,7 +825,7 @@ mod tests {
             "{why:?}"
         );
         client.set_read_timeout(Some(GRACE)).unwrap();
-        match crate::control::read_frame(&mut client, GRACE) {
+        match crate::net::control::read_frame(&mut client, GRACE) {
             Ok(Control::Reject { reason }) => assert!(reason.contains("not a hurtle"), "{reason}"),
             other => panic!("expected a Reject, got {other:?}"),
         }

@@ -1,7 +1,7 @@
 //! A data channel's link: UDP datagrams, or one TCP connection carrying the same frames.
 //!
 //! Channel workers send and receive *frames*: a 40-byte [`Header`](hurtle_proto::wire::Header)
-//! and its payload. Over UDP a frame is a datagram (batched with GSO/GRO by [`crate::udp`]).
+//! and its payload. Over UDP a frame is a datagram (batched with GSO/GRO by [`crate::net::udp`]).
 //! Over TCP (the parallel-TCP transport, for networks that block UDP) frames follow each other
 //! on the stream; each is self-delimiting because the header carries the payload length.
 //! Everything above this module (striping, verification, NACKs, final markers) is the same for
@@ -17,7 +17,7 @@
 //! key, so the receiver can tell which channel it is and that it comes from the peer.
 
 use crate::error::SessionError;
-use crate::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
+use crate::net::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
 use hurtle_proto::secure::{DataKey, PacketOpen, PacketSeal, TAG_LEN};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
@@ -247,7 +247,7 @@ fn write_frames(
 }
 
 /// The receiving end of a channel. It never waits: a thread serving several channels waits
-/// for any of their [`fd`](LinkIn::fd)s (see [`crate::udp::wait_readable`]), then reads each.
+/// for any of their [`fd`](LinkIn::fd)s (see [`crate::net::udp::wait_readable`]), then reads each.
 pub struct LinkIn {
     /// Where frames come from.
     pub path: InPath,
@@ -425,7 +425,7 @@ impl TcpFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::udp::ChannelOptions;
+    use crate::net::udp::ChannelOptions;
     use std::net::{IpAddr, Ipv4Addr};
 
     fn udp_link(gso: bool) -> LinkOut {

@@ -1,0 +1,19 @@
+//! The network: the control connection, the data channels' links and sockets, and how the
+//! sender dials. Nothing here knows a session: these are the pipes that the session loops and
+//! the channel threads of both sides use.
+//!
+//! - [`control`]: the TCP control connection (sealed framed messages, reader and writer
+//!   threads).
+//! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP),
+//!   sealed on the way out and opened on the way in.
+//! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
+//!   `recvmmsg` via quinn-udp).
+//! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
+//!
+//! Imports point down: [`link`] uses [`udp`]; [`udp`] makes its system calls through the
+//! engine's `sys`; none of them uses the sessions above.
+
+pub mod control;
+pub mod dial;
+pub mod link;
+pub mod udp;

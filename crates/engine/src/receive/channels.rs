@@ -1,0 +1,576 @@
+//! The channel threads: each serves one or more channels' links ([`serve_channels`]), reading
+//! in batches and letting datagrams gather while the session is slow ([`SlowFlow`],
+//! [`gather_time`]); a channel ([`ChannelWorker`]) checks every datagram
+//! ([`ChannelWorker::on_datagram`]), gathers blocks, spills the oldest when buffers run short,
+//! hands complete ones on, and sends NACKs and its completion.
+
+use super::gathering::Gathering;
+use super::shared::{ChanCmd, ChanEvent, Shared};
+use super::writer::{write_block, Writer, Written};
+use crate::error::SessionError;
+use crate::net::link::LinkIn;
+use crate::net::udp::{RecvBatch, GRO_BUF_SIZE};
+use crate::netlog::NetLog;
+use crossbeam_channel::{Receiver as ChanRx, Sender};
+use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
+use hurtle_proto::hash::{block_value, BlockHasher};
+use hurtle_proto::wire::Control;
+use hurtle_proto::{Admission, ChannelReceiver};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a channel thread samples its socket's receive queue.
+const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(1);
+
+pub(super) struct ChannelWorker {
+    pub(super) ch: u16,
+    pub(super) rec: ChannelReceiver,
+    pub(super) shared: Arc<Shared>,
+    pub(super) cmds: ChanRx<ChanCmd>,
+    pub(super) events: Sender<ChanEvent>,
+    /// Incomplete blocks being gathered in memory.
+    pub(super) buffers: HashMap<u64, Gathering>,
+    /// Their arrival order, oldest first (for spilling).
+    pub(super) order: VecDeque<u64>,
+    pub(super) pool: Vec<Vec<u8>>,
+    /// Where complete blocks go to be written, if not written on this thread.
+    pub(super) writer: Option<Writer>,
+    pub(super) max_buffers: usize,
+    /// Blocks whose bytes go straight to the file; value: the block's file start.
+    pub(super) spilled: HashMap<u64, u64>,
+    /// Blocks fetched again after a failed check: their first copy was written.
+    pub(super) refetched: HashSet<u64>,
+    pub(super) log: NetLog,
+    pub(super) probes_acked: Vec<u16>,
+    /// The channel's checks of each datagram, and their counts.
+    pub(super) admission: Admission,
+    /// The admission totals already added to the shared counters (once per batch).
+    pub(super) added: Tally,
+    /// When the socket's receive queue (or, without `SO_MEMINFO`, its drop counter) was last read.
+    pub(super) queue_sampled: Instant,
+    /// The file of the last new bytes in the current batch, for the progress display.
+    pub(super) moved_file: Option<u32>,
+}
+
+/// The longest a channel thread lets datagrams gather after a round of reads that found a few
+/// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
+/// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
+/// each one paid a wake-up, a `poll` and a `recvmmsg` per datagram; a pause of a fraction of a
+/// millisecond about halved the receiver's CPU time per GiB, and 1 ms gained a little more. A
+/// pause holds back feedback by no more than it lasts (1 ms against round trips of tens of
+/// milliseconds), and what gathers meanwhile is kept small against the socket buffer
+/// ([`gather_time`]).
+const GATHER_MAX: Duration = Duration::from_millis(1);
+
+/// The session rate, bits per second, below which datagrams may be let gather. Above it a
+/// thread that has caught up is the bottleneck and must not sleep (on loopback it did, and
+/// was slower).
+const GATHER_BELOW_BPS: f64 = 2e9;
+
+/// How long to let datagrams gather when the session receives `bps` bits per second into
+/// sockets whose smallest receive buffer is `room` bytes: [`GATHER_MAX`], or less if that
+/// would fill more than an eighth of the buffer. The kernel counts each datagram's overhead
+/// against the buffer too (up to about twice the payload), and the sender sees a buffer past
+/// half full as backlog, so an eighth leaves both far off. The session's rate bounds each
+/// channel's.
+fn gather_time(bps: f64, room: usize) -> Duration {
+    let bytes_per_sec = (bps / 8.0).max(1.0);
+    Duration::from_secs_f64(room as f64 / 8.0 / bytes_per_sec).min(GATHER_MAX)
+}
+
+/// Whether the session receives slowly enough to let datagrams gather: its received bytes over
+/// the last 10 ms or more, below [`GATHER_BELOW_BPS`].
+struct SlowFlow {
+    since: Instant,
+    bytes: u64,
+    /// The last measured rate, bits per second, if below [`GATHER_BELOW_BPS`].
+    slow: Option<f64>,
+}
+
+impl SlowFlow {
+    fn new(now: Instant, bytes: u64) -> SlowFlow {
+        SlowFlow {
+            since: now,
+            bytes,
+            slow: None,
+        }
+    }
+
+    /// With the session's byte count `bytes` at `now`: updates the estimate, at most every
+    /// 10 ms, and returns the rate if it is slow.
+    fn update(&mut self, now: Instant, bytes: u64) -> Option<f64> {
+        let elapsed = now.saturating_duration_since(self.since);
+        if elapsed >= Duration::from_millis(10) {
+            let bps = bytes.saturating_sub(self.bytes) as f64 * 8.0 / elapsed.as_secs_f64();
+            self.slow = (bps < GATHER_BELOW_BPS).then_some(bps);
+            self.since = now;
+            self.bytes = bytes;
+        }
+        self.slow
+    }
+}
+
+/// Marks the links that `ready` (a `poll` that does not wait; bit `i` for link `i`) finds
+/// readable, if any link is not marked already; `ready` is not called otherwise.
+fn add_ready(readable: &mut [bool], ready: impl FnOnce() -> Option<u64>) {
+    if readable.iter().all(|&r| r) {
+        return;
+    }
+    if let Some(ready) = ready() {
+        for (i, read) in readable.iter_mut().enumerate() {
+            *read |= ready & (1 << i) != 0;
+        }
+    }
+}
+
+/// How long a channel thread sleeps when none of its channels has anything to read (it
+/// wakes at once when one has): the longest its timers (NACKs, reports) can be late.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+
+/// Serves channels on one thread until the session stops: reads whatever each channel's link
+/// has waiting, in turn, and sleeps until one of them has more. Returns the channels' kernel
+/// drops and NACKs sent, summed. The first error stops the session.
+pub(super) fn serve_channels(
+    mut members: Vec<(ChannelWorker, LinkIn)>,
+    shared: &Shared,
+) -> (u64, u64) {
+    // One receive batch for all: each channel's datagrams are handled before the next
+    // channel's are read, and one batch's buffers stay in the CPU's cache where several would
+    // not.
+    let mut batch = RecvBatch::new(32, GRO_BUF_SIZE);
+    // Which links to read: those the last wait found readable, and those whose last read
+    // filled the whole batch (more is probably waiting). The others only run their timers, so
+    // no read comes back empty on a busy thread.
+    let mut readable = vec![true; members.len()];
+    let received = || shared.counters.bytes.load(Ordering::Relaxed);
+    let mut slow = SlowFlow::new(Instant::now(), received());
+    // The smallest receive buffer of the thread's UDP links, which gathering must not fill.
+    let room = members
+        .iter()
+        .filter_map(|(_, link)| link.recv_buffer())
+        .min()
+        .unwrap_or(usize::MAX);
+    'run: while !shared.stop.load(Ordering::Relaxed) {
+        let mut got = 0;
+        for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
+            match worker.step(link, (*read).then_some(&mut batch)) {
+                Ok(n) => {
+                    got += n;
+                    *read = n > 0 && batch.is_full();
+                }
+                Err(e) => {
+                    shared.stop.store(true, Ordering::Relaxed);
+                    let _ = worker.events.send(ChanEvent::Failed(e));
+                    break 'run;
+                }
+            }
+        }
+        if readable.iter().any(|&r| r) {
+            // Some links had a batch or more waiting and are read again at once. The others
+            // are asked whether they have anything too (one `poll` that does not wait), so a
+            // quieter link is not left unread while busier ones are drained: it was, for tens
+            // of milliseconds at a time with 8 channels on loopback, long enough to fill its
+            // socket buffer.
+            add_ready(&mut readable, || {
+                let fds = members.iter().map(|(_, link)| link.fd());
+                crate::net::udp::wait_readable(fds, Duration::ZERO).ok()
+            });
+            continue;
+        }
+        let trickle = got > 0 && got < batch.buffers();
+        if let Some(bps) = trickle
+            .then(|| slow.update(Instant::now(), received()))
+            .flatten()
+        {
+            // Datagrams are trickling in: let more gather, then read every link.
+            std::thread::sleep(gather_time(bps, room));
+            readable.fill(true);
+            continue;
+        }
+        // Links without anything to wait on (a closed TCP connection) are skipped; with none
+        // left this sleeps out the wait.
+        let fds = members.iter().map(|(_, link)| link.fd());
+        match crate::net::udp::wait_readable(fds, IDLE_WAIT) {
+            Ok(ready) => {
+                for (i, read) in readable.iter_mut().enumerate() {
+                    *read = ready & (1 << i) != 0;
+                }
+            }
+            Err(e) => {
+                shared.stop.store(true, Ordering::Relaxed);
+                if let Some((worker, _)) = members.first() {
+                    let _ = worker.events.send(ChanEvent::Failed(e.into()));
+                }
+                break;
+            }
+        }
+    }
+    members
+        .iter()
+        .map(|(worker, link)| worker.finish(link))
+        .fold((0, 0), |(d, n), (dw, nw)| (d + dw, n + nw))
+}
+
+impl ChannelWorker {
+    /// The channel's kernel drops and NACKs sent, when the session ends; adds its duplicate
+    /// bytes to the session's counters.
+    fn finish(&self, link: &LinkIn) -> (u64, u64) {
+        self.shared
+            .counters
+            .duplicate
+            .fetch_add(self.rec.stats().duplicate_bytes, Ordering::Relaxed);
+        self.shared
+            .counters
+            .unauthentic
+            .fetch_add(link.dropped(), Ordering::Relaxed);
+        (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
+    }
+
+    /// With a batch, reads what the link has waiting (without waiting for more); then runs
+    /// the channel's timers: NACKs, completion. Returns how many datagrams came.
+    fn step(
+        &mut self,
+        link: &mut LinkIn,
+        batch: Option<&mut RecvBatch>,
+    ) -> Result<usize, SessionError> {
+        let mut new_bytes = 0;
+        let mut batch_time = None;
+        let n = match batch {
+            Some(batch) => link.recv(batch, |src, datagram| {
+                let now = *batch_time.get_or_insert_with(Instant::now);
+                new_bytes += self.on_datagram(now, src, datagram)?;
+                Ok(())
+            })?,
+            None => 0,
+        };
+        let now = Instant::now();
+        self.sample_queue(now, link);
+        if n > 0 {
+            // Repairs wait behind the queue the batch's datagrams met.
+            let queued = self.admission.take_peak_queue_delay();
+            self.rec.note_queue_delay(now, queued);
+            let totals = self.admission.tally();
+            self.shared.counters.add(&totals.since(&self.added));
+            self.added = totals;
+            self.shared
+                .progress
+                .sent
+                .fetch_add(new_bytes, Ordering::Relaxed);
+            if let Some(file) = self.moved_file.take() {
+                self.shared.progress.note_moving(self.ch, file);
+            }
+            self.log.line(|| {
+                format!(
+                    "recv datagrams={n} new_bytes={new_bytes} held={}",
+                    self.rec.received_bytes()
+                )
+            });
+        }
+        while let Ok(ChanCmd::Reject(block)) = self.cmds.try_recv() {
+            if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
+                self.log
+                    .line(|| format!("block {block} failed verification; fetching again"));
+                self.spilled.remove(&block);
+                self.refetched.insert(block);
+                self.rec.reject(range);
+            }
+        }
+        if let Some(ranges) = self.rec.poll_nack(now) {
+            self.shared.counters.nacks.fetch_add(1, Ordering::Relaxed);
+            self.log.line(|| {
+                format!(
+                    "loss nack ranges={} bytes={} first={:?}",
+                    ranges.len(),
+                    ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
+                    ranges.first()
+                )
+            });
+            let _ = self.shared.to_wire.send(Control::Nack {
+                channel: self.ch,
+                ranges,
+            });
+        }
+        if self.shared.started.load(Ordering::Relaxed) && self.rec.poll_done() {
+            self.log.line(|| "channel complete".into());
+            let _ = self
+                .shared
+                .to_wire
+                .send(Control::ChannelDone { channel: self.ch });
+        }
+        Ok(n)
+    }
+
+    /// Samples the socket's receive queue (every millisecond at most: one `getsockopt`) for
+    /// the fill the next report carries, and its drop counter. Where the kernel cannot say how
+    /// full the queue is, reads only the drop counter, every 100 ms (a file read).
+    fn sample_queue(&mut self, now: Instant, link: &LinkIn) {
+        let since = now.saturating_duration_since(self.queue_sampled);
+        if since < QUEUE_SAMPLE_EVERY {
+            return;
+        }
+        let drops = match link.receive_queue() {
+            Some(q) => {
+                self.shared
+                    .queue_fill
+                    .fetch_max(q.fill_permille(), Ordering::Relaxed);
+                Some(q.drops)
+            }
+            None if since >= Duration::from_millis(100) => link.kernel_drops(),
+            None => return,
+        };
+        self.queue_sampled = now;
+        if let Some(d) = drops {
+            self.shared.channel_drops[usize::from(self.ch)].store(d, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks and stores one datagram; returns the new payload bytes it brought.
+    fn on_datagram(
+        &mut self,
+        now: Instant,
+        src: &SocketAddr,
+        datagram: &[u8],
+    ) -> Result<u64, SessionError> {
+        if src.ip().to_canonical() != self.shared.peer_ip.to_canonical() {
+            self.admission.reject(RejectReason::Source);
+            return Ok(0);
+        }
+        let (verdict, payload) = self
+            .admission
+            .admit_datagram(now, &self.shared.layout, datagram);
+        match verdict {
+            Admit::Reject(_) => Ok(0),
+            Admit::Probe { size, .. } => {
+                if !self.probes_acked.contains(&size) {
+                    self.probes_acked.push(size);
+                    let _ = self.shared.to_wire.send(Control::ProbeAck {
+                        channel: self.ch,
+                        size,
+                    });
+                }
+                Ok(0)
+            }
+            Admit::Final { stripe_len, .. } => {
+                self.rec.on_final(now, stripe_len);
+                self.rec.resend_done();
+                self.log.line(|| format!("final stripe_len={stripe_len}"));
+                Ok(0)
+            }
+            Admit::Data(Placed {
+                file: file_id,
+                offset,
+                len,
+                retransmit,
+                place,
+            }) => {
+                let out =
+                    self.rec
+                        .on_data(now, place.pos, len, retransmit, place.block_stripe.clone());
+                if out.new_bytes == 0 {
+                    return Ok(0);
+                }
+                self.moved_file = Some(file_id);
+                let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
+                let at = (offset - place.block_file_start) as usize;
+                let Some(file) = &self.shared.files[file_id as usize] else {
+                    // A file this receiver is not receiving (it takes no room in the layout,
+                    // so nothing of it is ever placed).
+                    self.admission.reject(RejectReason::Layout);
+                    return Ok(0);
+                };
+                if self.spilled.contains_key(&place.block) {
+                    file.write_at(offset, payload)?;
+                } else {
+                    if !self.buffers.contains_key(&place.block) {
+                        if self.buffers.len() >= self.max_buffers {
+                            self.spill_oldest()?;
+                        }
+                        let mut buf = self.take_buffer();
+                        buf.resize(block_len, 0);
+                        let layout = &self.shared.layout;
+                        let blocks = layout.blocks_of(file_id);
+                        let hasher = BlockHasher::new(
+                            place.block - blocks.start,
+                            layout.block_size(),
+                            blocks.end - blocks.start,
+                        );
+                        let gathering = Gathering {
+                            buf,
+                            hasher,
+                            prefix: 0,
+                        };
+                        self.buffers.insert(place.block, gathering);
+                        self.order.push_back(place.block);
+                    }
+                    if let Some(g) = self.buffers.get_mut(&place.block) {
+                        g.fill(at, payload);
+                    }
+                }
+                if out.completes_block {
+                    self.complete_block(place.block, file_id, place.block_file_start, block_len)?;
+                }
+                Ok(out.new_bytes)
+            }
+        }
+    }
+
+    fn complete_block(
+        &mut self,
+        block: u64,
+        file: u32,
+        file_start: u64,
+        len: usize,
+    ) -> Result<(), SessionError> {
+        let layout = &self.shared.layout;
+        let blocks = layout.blocks_of(file);
+        let (index, count) = (block - blocks.start, blocks.end - blocks.start);
+        let Some(part) = self.shared.files[file as usize].clone() else {
+            return Ok(());
+        };
+        let value = if let Some(mut g) = self.buffers.remove(&block) {
+            self.order.retain(|&b| b != block);
+            let v = g.finish();
+            let first = !self.refetched.contains(&block);
+            if let Some(w) = &self.writer {
+                // Its value goes to the session loop once written, from the writer thread.
+                self.log
+                    .line(|| format!("block {block} complete, queued for writing"));
+                return w.hand_over(
+                    &self.shared,
+                    Written {
+                        queued: Instant::now(),
+                        file,
+                        block,
+                        file_start,
+                        value: v,
+                        buf: g.buf,
+                        first,
+                    },
+                );
+            }
+            write_block(&part, file_start, &g.buf, first)?;
+            self.pool.push(g.buf);
+            v
+        } else {
+            // Spilled: read back what is on disk.
+            self.spilled.remove(&block);
+            let mut buf = self.take_buffer();
+            buf.resize(len, 0);
+            part.read_at(file_start, &mut buf)?;
+            let v = block_value(&buf, index, self.shared.layout.block_size(), count);
+            self.pool.push(buf);
+            v
+        };
+        self.log.line(|| format!("block {block} complete"));
+        let _ = self.events.send(ChanEvent::Block { block, value });
+        Ok(())
+    }
+
+    /// A block buffer: from this channel's pool, else one the writer thread is done with, else
+    /// a new one.
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool
+            .pop()
+            .or_else(|| self.writer.as_ref().and_then(|w| w.spare.try_recv().ok()))
+            .unwrap_or_default()
+    }
+
+    /// Writes what the oldest buffered block holds to its file and frees its buffer.
+    fn spill_oldest(&mut self) -> Result<(), SessionError> {
+        let Some(block) = self.order.pop_front() else {
+            return Ok(());
+        };
+        let Some(Gathering { buf, .. }) = self.buffers.remove(&block) else {
+            return Ok(());
+        };
+        let layout = &self.shared.layout;
+        let (Some((_, stripe)), Some((file, range))) = (
+            layout.block_stripe_range(block),
+            layout.block_file_range(block),
+        ) else {
+            return Ok(());
+        };
+        let Some(part) = &self.shared.files[file as usize] else {
+            return Ok(());
+        };
+        for held in self.rec.held(stripe.clone()) {
+            let a = (held.start - stripe.start) as usize;
+            let b = (held.end - stripe.start) as usize;
+            part.write_at(range.start + a as u64, &buf[a..b])?;
+        }
+        self.log
+            .line(|| format!("block {block} spilled to disk while incomplete"));
+        self.shared
+            .counters
+            .spilled_blocks
+            .fetch_add(1, Ordering::Relaxed);
+        self.spilled.insert(block, range.start);
+        self.pool.push(buf);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_flow_is_judged_over_ten_milliseconds() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut flow = SlowFlow::new(t0, 1000);
+        // Not slow until measured, and not measured within 10 ms.
+        assert_eq!(flow.update(t0 + ms(5), 1000), None);
+        // 125 KB in 10 ms is 100 Mbit/s: slow.
+        let bps = flow.update(t0 + ms(10), 126_000).expect("slow");
+        assert!((bps - 100e6).abs() < 1e3, "{bps}");
+        assert_eq!(flow.update(t0 + ms(15), 50_000_000), Some(bps));
+        // 50 MB in 10 ms is 40 Gbit/s: fast.
+        assert_eq!(flow.update(t0 + ms(20), 50_000_000 + 126_000), None);
+        // Exactly at the threshold is not slow; just under it is.
+        let at = (GATHER_BELOW_BPS / 8.0 / 100.0) as u64; // bytes in 10 ms
+        let b = 50_000_000 + 126_000;
+        assert_eq!(flow.update(t0 + ms(30), b + at), None);
+        assert!(flow.update(t0 + ms(40), b + at + at - 1).is_some());
+    }
+
+    #[test]
+    fn links_left_out_of_a_busy_round_are_read_when_ready() {
+        // Link 0 had a full batch; links 1 and 2 were not marked. The poll finds 2 readable.
+        let mut readable = [true, false, false];
+        add_ready(&mut readable, || Some(0b100));
+        assert_eq!(readable, [true, false, true]);
+        // A poll that fails changes nothing.
+        let mut readable = [true, false];
+        add_ready(&mut readable, || None);
+        assert_eq!(readable, [true, false]);
+        // All marked: no poll at all.
+        let mut readable = [true, true];
+        add_ready(&mut readable, || {
+            panic!("polled although every link is read anyway")
+        });
+        assert_eq!(readable, [true, true]);
+    }
+
+    #[test]
+    fn gathering_fills_at_most_an_eighth_of_the_socket_buffer() {
+        // 4 MiB buffers: the full pause at any rate that gathers.
+        assert_eq!(gather_time(400e6, 4 << 20), GATHER_MAX);
+        assert_eq!(gather_time(1.9e9, 4 << 20), GATHER_MAX);
+        // Linux's usual 208 KiB: an eighth is 26.6 KB, 1.06 ms at 200 Mbit/s, 0.53 ms at 400.
+        assert_eq!(gather_time(200e6, 212_992), GATHER_MAX);
+        let t = gather_time(400e6, 212_992);
+        assert!(
+            t > Duration::from_micros(520) && t < Duration::from_micros(540),
+            "{t:?}"
+        );
+        // What gathers at that rate in that time is an eighth of the buffer.
+        let gathered = 400e6 / 8.0 * t.as_secs_f64();
+        assert!((gathered - 212_992.0 / 8.0).abs() < 10.0, "{gathered}");
+        // No UDP link (TCP only): the full pause.
+        assert_eq!(gather_time(1e9, usize::MAX), GATHER_MAX);
+    }
+}

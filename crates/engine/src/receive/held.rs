@@ -1,0 +1,188 @@
+//! What a transfer holds and does not send: part files resumed from an interrupted transfer
+//! ([`Resumed`], their listed blocks hashed again), the holes of sparse files ([`Holes`],
+//! hashed on a thread of their own by [`hash_holes`]), and the manifest's checks of its blocks
+//! and holes before anything is created ([`check_blocks`]).
+
+use super::parallel::in_runs;
+use super::shared::{ChanEvent, Shared};
+use crate::error::SessionError;
+use crate::fs::{self, PartFile, StoreError};
+use crossbeam_channel::Sender;
+use hurtle_proto::hash::{block_value, BlockValue};
+use hurtle_proto::layout::{check_block_ranges, count_blocks, MAX_BLOCKS};
+use hurtle_proto::wire::{Entry, EntryKind};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A part file left by an interrupted transfer, with the blocks its journal lists and their
+/// values as hashed again from the part file now.
+pub(super) struct Resumed {
+    pub(super) part: PartFile,
+    /// `(block number within the file, value)`, ascending.
+    pub(super) values: Vec<(u64, BlockValue)>,
+}
+
+impl Resumed {
+    /// The part file of `e` and what it holds, if there is one to resume from (see
+    /// [`PartFile::resume`]) and its journal lists any block.
+    pub(super) fn open(
+        out: &fs::OutRoot,
+        e: &Entry,
+        block_size: u64,
+        overwrite: bool,
+    ) -> Result<Option<Resumed>, SessionError> {
+        let Some((part, blocks)) =
+            PartFile::resume_in(out, &e.path, e.size, block_size, overwrite)?
+        else {
+            return Ok(None);
+        };
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        let values = hash_blocks(&part, e.size, block_size, &blocks, false)?;
+        Ok(Some(Resumed { part, values }))
+    }
+
+    /// The held blocks as ascending half-open ranges, as a resume offer carries them.
+    pub(super) fn block_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for &(b, _) in &self.values {
+            match ranges.last_mut() {
+                Some(last) if last.1 == b => last.1 = b + 1,
+                _ => ranges.push((b, b + 1)),
+            }
+        }
+        ranges
+    }
+}
+
+/// The values of blocks `blocks` (numbers within the file, ascending) of `part`, a file of
+/// `size` bytes, as read from it now, or with `zeros` (they read as zeros by construction)
+/// hashed as zeros without reading: hashed on every core, since a nearly finished big file,
+/// or a big sparse one, holds a lot.
+fn hash_blocks(
+    part: &PartFile,
+    size: u64,
+    block_size: u64,
+    blocks: &[u64],
+    zeros: bool,
+) -> Result<Vec<(u64, BlockValue)>, StoreError> {
+    let count = size.div_ceil(block_size);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(blocks.len())
+        .max(1);
+    let hash_some = |mine: &[u64]| -> Result<Vec<(u64, BlockValue)>, StoreError> {
+        // Reading a hole would make the kernel fill page-cache pages with zeros.
+        let mut buf = (!zeros).then(|| crate::iobuf::IoBuf::new(block_size as usize));
+        mine.iter()
+            .map(|&index| {
+                let start = index * block_size;
+                let len = (size - start).min(block_size) as usize;
+                let data = match &mut buf {
+                    None => crate::iobuf::zeros(len),
+                    Some(buf) => {
+                        let data = &mut buf.aligned()[..len];
+                        part.read_at(start, data)?;
+                        &*data
+                    }
+                };
+                Ok((index, block_value(data, index, block_size, count)))
+            })
+            .collect()
+    };
+    in_runs(blocks, threads, hash_some)
+}
+
+/// Refuses, before anything is created, a manifest of more blocks than a transfer may have
+/// (huge sparse files take no disk space, so the space check does not bound them), and holes
+/// that are not ascending, disjoint block ranges inside their file, or in a directory.
+pub(super) fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SessionError> {
+    let sizes = entries.iter().map(|e| match e.kind {
+        EntryKind::File => e.size,
+        EntryKind::Dir => 0,
+    });
+    let blocks = count_blocks(sizes, block_size);
+    if blocks > MAX_BLOCKS {
+        return Err(hurtle_proto::layout::LayoutError::TooManyBlocks { blocks, block_size }.into());
+    }
+    for e in entries.iter().filter(|e| !e.holes.is_empty()) {
+        let count = match e.kind {
+            EntryKind::File => e.size.div_ceil(block_size),
+            EntryKind::Dir => 0,
+        };
+        if let Err((start, end)) = check_block_ranges(&e.holes, count) {
+            return Err(SessionError::Protocol(format!(
+                "the manifest gives {} holes in blocks {start}..{end}, outside it or out of order",
+                e.path
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// True when block `b` lies in one of `ranges` (ascending, disjoint half-open ranges).
+pub(super) fn in_ranges(ranges: &[(u64, u64)], b: u64) -> bool {
+    let i = ranges.partition_point(|&(_, end)| end <= b);
+    ranges.get(i).is_some_and(|&(start, _)| start <= b)
+}
+
+/// Blocks of holes hashed at a time, between looks at whether the session stopped.
+const HOLE_BATCH: usize = 64;
+
+/// The blocks of a sparse file's holes, for [`hash_holes`].
+pub(super) struct Holes {
+    /// File id.
+    pub(super) file: u32,
+    /// Block numbers within the file.
+    pub(super) blocks: Vec<u64>,
+    /// The part file reads as zeros there by construction (new, or the holes punched again);
+    /// otherwise they are read back.
+    pub(super) zeros: bool,
+}
+
+/// Starts a thread that hashes the blocks of sparse files' holes in their part files, where
+/// nothing is written, and hands each value to the session loop as a channel thread hands
+/// those of received blocks; the sender's values for them come as for any other block. A
+/// block read back that holds something else than zeros has a value that differs from the
+/// sender's, and is fetched. On a thread of its own because a big sparse file holds a lot:
+/// the channels run meanwhile, and the data blocks need not wait.
+pub(super) fn hash_holes(
+    shared: Arc<Shared>,
+    events: Sender<ChanEvent>,
+    holes: Vec<Holes>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("holes".into())
+        .spawn(move || {
+            let layout = &shared.layout;
+            for Holes {
+                file,
+                blocks,
+                zeros,
+            } in holes
+            {
+                let Some(part) = &shared.files[file as usize] else {
+                    continue;
+                };
+                let first = layout.blocks_of(file).start;
+                for batch in blocks.chunks(HOLE_BATCH) {
+                    if shared.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    match hash_blocks(part, part.size(), layout.block_size(), batch, zeros) {
+                        Ok(values) => {
+                            for (index, value) in values {
+                                let block = first + index;
+                                let _ = events.send(ChanEvent::Block { block, value });
+                            }
+                        }
+                        Err(e) => {
+                            let _ = events.send(ChanEvent::Failed(e.into()));
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+}

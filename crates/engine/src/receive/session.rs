@@ -1,0 +1,643 @@
+//! One session from the receiver's side, from the hello to the summary ([`Receiver::run`]):
+//! the channel sockets and the answer to the hello, the manifest and its answers
+//! ([`Receiver::decide`]), the part files ([`Receiver::prepare_parts`], created on a few
+//! threads by [`Receiver::new_parts`]), the sender's skips and the layout, what is held, the
+//! threads, and the summary.
+
+use super::capacity::receive_threads;
+use super::channels::{serve_channels, ChannelWorker};
+use super::commit::Commits;
+use super::held::{check_blocks, hash_holes, in_ranges, Holes, Resumed};
+use super::links::{accept_data_connections, DataKeys};
+use super::parallel::in_runs;
+use super::session_loop::{session_loop, Wires};
+use super::shared::{Counters, Shared};
+use super::summary::ReceiveSummary;
+use super::writer::Writer;
+use super::{OwnPort, Receiver, WriteQueue};
+use crate::error::{next_control, SessionError, Side};
+use crate::fs::{self, PartFile};
+use crate::net::control::ControlError;
+use crate::net::link::LinkIn;
+use crate::net::udp::{ChannelOptions, UdpChannel};
+use crate::netlog::NetLog;
+use crate::progress::Progress;
+use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
+use hurtle_proto::admit::Tally;
+use hurtle_proto::hash::{to_hex, BlockValue};
+use hurtle_proto::layout::union_ranges;
+use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind};
+use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl Receiver {
+    /// The session on a greeted connection whose first message was `first`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &self,
+        first: Control,
+        rx: &ChanRx<Result<Control, ControlError>>,
+        tx: &Sender<Control>,
+        peer: SocketAddr,
+        local_ip: IpAddr,
+        start: Instant,
+        progress: Arc<Progress>,
+        data: &DataKeys,
+    ) -> Result<ReceiveSummary, SessionError> {
+        let handshake = Duration::from_secs(10);
+        let (offered, payload, block_size, session, caps) = match first {
+            Control::Hello {
+                magic,
+                version,
+                channels,
+                payload,
+                block_size,
+                session,
+                caps,
+            } => {
+                if magic != wire::MAGIC || version != wire::VERSION {
+                    return Err(SessionError::Incompatible(format!(
+                        "not a hurtle {} sender (magic {magic:?}, version {version}): use the same hurtle version on both sides",
+                        wire::VERSION
+                    )));
+                }
+                (channels, payload, block_size, session, caps)
+            }
+            other => return Err(SessionError::unexpected(Side::Sender, other, "Hello")),
+        };
+        let channels = offered.clamp(1, self.opts.max_channels.max(1));
+        let mut warnings = Vec::new();
+        let tcp = caps & wire::CAP_TCP_DATA != 0;
+        let checksum = caps & wire::CAP_CHECKSUM != 0;
+        let mut udps = Vec::new();
+        for _ in 0..if tcp { 0 } else { channels } {
+            let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let tcp_listener = if tcp {
+            let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
+                .map_err(|e| SessionError::io("TCP data listener", e))?;
+            Some(l)
+        } else {
+            None
+        };
+        let mut _own_port = None;
+        let ports = match &tcp_listener {
+            Some(l) => {
+                let port = l
+                    .local_addr()
+                    .map_err(|e| SessionError::io("TCP data listener", e))?
+                    .port();
+                self.opts.own_ports.add(port);
+                _own_port = Some(OwnPort(&self.opts.own_ports, port));
+                vec![port; usize::from(channels)]
+            }
+            None => udps.iter().map(|u| u.local_addr().port()).collect(),
+        };
+        let root = &self.opts.out_dir;
+        std::fs::create_dir_all(root)
+            .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
+        let disk_queued = match self.opts.write_queue {
+            WriteQueue::Auto => !fs::memory_backed_dir(root),
+            WriteQueue::Always => true,
+            WriteQueue::Never => false,
+        };
+        let capacity = self.capacity().for_channels(channels);
+        let ack_sent = Instant::now();
+        let _ = tx.send(Control::HelloAck {
+            version: wire::VERSION,
+            caps: 0,
+            ports,
+            payload: payload.min(wire::MAX_PAYLOAD),
+            rate_ceiling: capacity.ceiling_bps,
+        });
+
+        // Manifest: check every path before anything is created.
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut rtt = None;
+        loop {
+            match next_control(rx, handshake)? {
+                Control::Manifest {
+                    entries: part,
+                    last,
+                } => {
+                    // The sender answers the HelloAck with its manifest at once: a round trip.
+                    rtt.get_or_insert_with(|| ack_sent.elapsed());
+                    entries.extend(part);
+                    if entries.len() > 10_000_000 {
+                        return Err(SessionError::Protocol(
+                            "manifest has more than 10 million entries".into(),
+                        ));
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                other => return Err(SessionError::unexpected(Side::Sender, other, "Manifest")),
+            }
+        }
+        check_blocks(&entries, block_size)?;
+        // Hashing files the receiver already has and preallocating new ones can take a while:
+        // keep the sender's wait for the manifest reply alive meanwhile.
+        let _alive = crate::net::control::KeepAlive::start(tx.clone());
+        // Each directory of the output tree is checked (or created) once for all its files.
+        let out = fs::OutRoot::new(&self.opts.out_dir);
+        let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
+        if let Some((e, Decision::Refuse(reason))) = entries
+            .iter()
+            .zip(&decisions)
+            .find(|(_, d)| matches!(d, Decision::Refuse(_)))
+        {
+            let _ = tx.send(Control::ManifestReply {
+                decisions: decisions.clone(),
+            });
+            return Err(SessionError::Refused {
+                path: e.path.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let files: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .collect();
+        let dirs: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Dir)
+            .collect();
+        for d in &dirs {
+            out.make_dir(&d.path, 0o700)?;
+        }
+        // A transfer that cannot fit is refused before anything is sent. Part files are created
+        // (and preallocated) before the reply. The sender's probes may arrive meanwhile: they
+        // wait in the sockets' buffers, and the sender's probe deadline runs only from the end
+        // of this set-up (see `hurtle_proto::probe`).
+        let file_decisions: Vec<&Decision> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| d)
+            .collect();
+        let (mut parts, held_values) =
+            self.prepare_parts(&out, &files, &file_decisions, resumes, block_size)?;
+        drop(_alive);
+        let _ = tx.send(Control::ManifestReply {
+            decisions: decisions.clone(),
+        });
+        let mut skipped = vec![false; files.len()];
+        // The sender may take a while (hashing its copies of files the receiver has); it sends
+        // keep-alives meanwhile.
+        let skip = loop {
+            match next_control(rx, handshake)? {
+                Control::KeepAlive => continue,
+                other => break other,
+            }
+        };
+        match skip {
+            Control::Skip { files: skip } => {
+                for f in skip {
+                    match skipped.get_mut(f as usize) {
+                        Some(s) => *s = true,
+                        None => {
+                            return Err(SessionError::Protocol(format!(
+                                "skip names file {f}, which is not in the manifest"
+                            )))
+                        }
+                    }
+                }
+            }
+            other => return Err(SessionError::unexpected(Side::Sender, other, "Skip")),
+        }
+        // A skipped file only counts if the receiver offered it (Have), never by the sender's say.
+        let offered: Vec<bool> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| matches!(d, Decision::Have { .. } | Decision::Unchanged))
+            .collect();
+        if let Some(f) = (0..files.len()).find(|&f| skipped[f] && !offered[f]) {
+            return Err(SessionError::Protocol(format!(
+                "the sender skipped {}, which the receiver does not have",
+                files[f].path
+            )));
+        }
+        let kept: Vec<Option<[u8; 32]>> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .zip(&skipped)
+            .map(|((_, d), &s)| match d {
+                Decision::Have { hash, .. } if s => Some(*hash),
+                // Not read: the summary reports no hash for it.
+                Decision::Unchanged if s => Some([0; 32]),
+                _ => None,
+            })
+            .collect();
+        let unchecked: Vec<bool> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| matches!(d, Decision::Unchanged))
+            .collect();
+        // Skipped files take no room in the layout: no block of theirs is ever sent.
+        let sizes: Vec<u64> = files
+            .iter()
+            .zip(&skipped)
+            .map(|(f, &s)| if s { 0 } else { f.size })
+            .collect();
+        let layout = Layout::new(&sizes, block_size, channels)?;
+        progress.set_files(files.iter().map(|f| f.path.clone()).collect());
+        let total: u64 = sizes.iter().sum();
+        // A file the receiver offered as already there but the sender did not skip (its copy
+        // differs, and --overwrite allows replacing it) gets its part file now.
+        for (f, part) in parts.iter_mut().enumerate() {
+            if part.is_none() && !skipped[f] {
+                let p = self.new_part(&out, files[f], block_size)?;
+                p.preallocate(&files[f].holes, block_size)?;
+                *part = Some(p);
+            }
+        }
+        // What is not sent: blocks resumed from part files, and the holes of sparse files.
+        let resumed: Vec<Vec<(u64, u64)>> = file_decisions
+            .iter()
+            .map(|d| match d {
+                Decision::Resume { blocks } => blocks.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let holes: Vec<&[(u64, u64)]> = files
+            .iter()
+            .zip(&skipped)
+            .map(|(e, &s)| if s { &[][..] } else { &e.holes[..] })
+            .collect();
+        let held = layout.held_stripes(&resumed, &holes)?;
+        let (held_bytes, resumed_bytes, sparse_bytes) =
+            (held.bytes(), held.resumed_bytes, held.hole_bytes);
+        let mut held_stripes = held.stripes;
+        // The holes' own values come from the hole hasher below. A new part file reads as
+        // zeros there by construction; a resumed one may hold other bytes, which are made
+        // holes again, or read back where the filesystem cannot.
+        let mut held_values = held_values;
+        let mut hole_blocks = Vec::new();
+        for (f, h) in holes.iter().enumerate() {
+            let Some(part) = parts[f].as_ref().filter(|_| !h.is_empty()) else {
+                continue;
+            };
+            let zeros = part.is_new() || part.punch_holes(h, block_size)?;
+            held_values[f].retain(|&(b, _)| !in_ranges(h, b));
+            hole_blocks.push(Holes {
+                file: f as u32,
+                blocks: h.iter().flat_map(|&(a, b)| a..b).collect(),
+                zeros,
+            });
+        }
+        // Held blocks, by global number with their values.
+        let held: Vec<(u64, BlockValue)> = held_values
+            .into_iter()
+            .enumerate()
+            .flat_map(|(f, values)| {
+                let first = layout.blocks_of(f as u32).start;
+                values.into_iter().map(move |(index, v)| (first + index, v))
+            })
+            .collect();
+        progress.total.store(total - held_bytes, Ordering::Relaxed);
+        progress.resumed.store(resumed_bytes, Ordering::Relaxed);
+        let links: Vec<LinkIn> = match &tcp_listener {
+            Some(l) => accept_data_connections(l, session, channels, peer.ip(), data)?,
+            None => udps
+                .into_iter()
+                .enumerate()
+                .map(|(ch, u)| LinkIn::udp(u, data.opener(ch as u16)))
+                .collect(),
+        };
+
+        let shared = Arc::new(Shared {
+            layout,
+            files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
+            peer_ip: peer.ip(),
+            to_wire: tx.clone(),
+            counters: Counters::default(),
+            progress: progress.clone(),
+            stop: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
+            queue_fill: AtomicU64::new(0),
+            write_wait_us: AtomicU64::new(0),
+            write_fill: AtomicU64::new(0),
+        });
+        let (ev_tx, ev_rx) = unbounded();
+        let buffers_per_channel =
+            (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
+        // On a disk a write can block for a long time (the device busy, dirty pages throttled),
+        // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
+        // thread instead. On tmpfs a write is a memory copy that never waits, and handing it
+        // over costs more than it saves.
+        let (writer, writer_handle) = disk_queued
+            .then(|| {
+                let depth = (self.opts.buffer_memory / 4 / block_size as usize).clamp(4, 256);
+                Writer::start(shared.clone(), ev_tx.clone(), depth)
+            })
+            .transpose()
+            .map_err(|e| SessionError::io("writer thread", e))?
+            .unzip();
+        let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
+        let mut cmd_txs = Vec::new();
+        // Channels share threads, no more than there are cores: a thread per channel would
+        // wake up for less data each, and on a busy machine the wake-ups cost more than the
+        // extra channels bring.
+        let threads = receive_threads(channels);
+        let mut groups: Vec<Vec<(ChannelWorker, LinkIn)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (ch, link) in links.into_iter().enumerate() {
+            let ch = ch as u16;
+            let (cmd_tx, cmd_rx) = unbounded();
+            let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
+                .map_err(|e| SessionError::io("log directory", e))?;
+            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone());
+            for stripe in held_stripes[usize::from(ch)].drain(..) {
+                rec.hold(stripe);
+            }
+            let worker = ChannelWorker {
+                ch,
+                rec,
+                shared: shared.clone(),
+                cmds: cmd_rx,
+                events: ev_tx.clone(),
+                buffers: HashMap::new(),
+                order: VecDeque::new(),
+                pool: Vec::new(),
+                writer: writer.clone(),
+                max_buffers: buffers_per_channel,
+                spilled: HashMap::new(),
+                refetched: HashSet::new(),
+                log,
+                probes_acked: Vec::new(),
+                admission: Admission::new(session, ch..ch + 1, start),
+                added: Tally::default(),
+                queue_sampled: Instant::now(),
+                moved_file: None,
+            };
+            groups[usize::from(ch) % threads].push((worker, link));
+            cmd_txs.push(cmd_tx);
+        }
+        let mut handles = Vec::new();
+        for (i, group) in groups.into_iter().enumerate() {
+            let shared = shared.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("recv-{i}"))
+                    .spawn(move || serve_channels(group, &shared))
+                    .map_err(|e| SessionError::io("channel thread", e))?,
+            );
+        }
+        let holes_handle = (!hole_blocks.is_empty())
+            .then(|| hash_holes(shared.clone(), ev_tx.clone(), hole_blocks))
+            .transpose()
+            .map_err(|e| SessionError::io("hole hashing thread", e))?;
+        drop(ev_tx);
+        // The writer ends once every channel's end of its queue is gone.
+        drop(writer);
+
+        let result = std::thread::scope(|scope| {
+            let commits = Commits::start(scope, &shared, &files, &kept)?;
+            let wires = Wires {
+                rx,
+                events: &ev_rx,
+                cmds: &cmd_txs,
+                commits,
+            };
+            // Returning drops `commits`: the committer ends once it has committed what it
+            // was given, and the scope waits for it.
+            session_loop(&shared, &files, &dirs, root, wires, &kept, &held)
+        });
+        shared.stop.store(true, Ordering::Relaxed);
+        let mut socket_drops = 0;
+        let mut nacks = 0;
+        for h in handles {
+            if let Ok((drops, n)) = h.join() {
+                socket_drops += drops;
+                nacks += n;
+            }
+        }
+        for h in writer_handle.into_iter().chain(holes_handle) {
+            let _ = h.join();
+        }
+        let hashes = result?;
+        let seconds = start.elapsed().as_secs_f64();
+        let c = &shared.counters;
+        Ok(ReceiveSummary {
+            peer: peer.to_string(),
+            bytes: total,
+            resumed_bytes,
+            sparse_bytes,
+            files: files.len(),
+            dirs: dirs.len(),
+            seconds,
+            goodput_bps: (total - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
+            channels,
+            duplicate_bytes: c.duplicate.load(Ordering::Relaxed),
+            nacks,
+            rejected: c.rejected.load(Ordering::Relaxed),
+            unauthentic: c.unauthentic.load(Ordering::Relaxed),
+            encrypted: data.encrypt,
+            rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
+            spilled_blocks: c.spilled_blocks.load(Ordering::Relaxed),
+            socket_drops,
+            warnings,
+            capacity,
+            file_hashes: files
+                .iter()
+                .zip(hashes)
+                .zip(&kept)
+                .zip(&unchecked)
+                .map(|(((f, h), k), &u)| crate::report::FileReport {
+                    path: f.path.clone(),
+                    size: f.size,
+                    blake3: if u && k.is_some() {
+                        String::new()
+                    } else {
+                        to_hex(&h)
+                    },
+                    skipped: k.is_some(),
+                })
+                .collect(),
+            strays: 0,
+        })
+    }
+
+    /// The answer to each manifest entry: send, refuse, already here (unchanged, or to be
+    /// compared by hash), or resume from a part file; for each file entry, the part file to
+    /// resume and what it holds.
+    fn decide(
+        &self,
+        out: &fs::OutRoot,
+        entries: &[Entry],
+        block_size: u64,
+        checksum: bool,
+    ) -> Result<(Vec<Decision>, Vec<Option<Resumed>>), SessionError> {
+        let mut decisions = Vec::with_capacity(entries.len());
+        // Per file entry: a part file left by an interrupted transfer, and the values of the
+        // blocks its journal lists, hashed again now.
+        let mut resumes: Vec<Option<Resumed>> = Vec::new();
+        for e in entries {
+            let target = out.resolve(&e.path)?;
+            let existing = if out.known_missing(&target) {
+                None
+            } else {
+                std::fs::symlink_metadata(&target).ok()
+            };
+            let mut resumed = None;
+            decisions.push(match (e.kind, existing) {
+                // As hurtle leaves a file it received: rsync's quick check.
+                (EntryKind::File, Some(m))
+                    if !checksum
+                        && m.is_file()
+                        && m.len() == e.size
+                        && fs::mtime_ns(&m) == e.mtime_ns =>
+                {
+                    Decision::Unchanged
+                }
+                (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
+                    hash: fs::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
+                        SessionError::io(format!("read {}", target.display()), err)
+                    })?,
+                    replace_ok: self.opts.overwrite,
+                },
+                (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
+                    "it exists on the receiver (receive with --overwrite to replace it)".into(),
+                ),
+                (EntryKind::File, _) if e.size > 0 => {
+                    match Resumed::open(out, e, block_size, self.opts.overwrite)? {
+                        Some(r) => {
+                            let d = Decision::Resume {
+                                blocks: r.block_ranges(),
+                            };
+                            resumed = Some(r);
+                            d
+                        }
+                        None => Decision::SendAll,
+                    }
+                }
+                _ => Decision::SendAll,
+            });
+            if e.kind == EntryKind::File {
+                resumes.push(resumed);
+            }
+        }
+        Ok((decisions, resumes))
+    }
+
+    /// The part files of the files to be sent (`None` for the others), created or resumed and
+    /// preallocated, and the held blocks' values of the resumed ones. Refuses with
+    /// [`fs::StoreError::NoSpace`] a transfer that cannot fit, removing the part files it
+    /// created (a resumed one is kept for a later try).
+    fn prepare_parts(
+        &self,
+        out: &fs::OutRoot,
+        files: &[&Entry],
+        file_decisions: &[&Decision],
+        mut resumes: Vec<Option<Resumed>>,
+        block_size: u64,
+    ) -> Result<PreparedParts, SessionError> {
+        let root = out.path();
+        let mut held_values: Vec<Vec<(u64, BlockValue)>> = vec![Vec::new(); files.len()];
+        let mut parts = Vec::with_capacity(files.len());
+        let mut needed = 0;
+        let fresh: Vec<&Entry> = files
+            .iter()
+            .zip(file_decisions)
+            .filter(|(_, d)| matches!(d, Decision::SendAll))
+            .map(|(e, _)| *e)
+            .collect();
+        let mut fresh = self.new_parts(out, &fresh, block_size)?.into_iter();
+        for (f, (e, d)) in files.iter().zip(file_decisions).enumerate() {
+            // Space is needed only for the blocks neither held nor in holes.
+            let not_needed = |held: &[(u64, u64)]| {
+                fs::bytes_in_blocks(&union_ranges(held, &e.holes), block_size, e.size)
+            };
+            parts.push(match (d, resumes[f].take()) {
+                (Decision::SendAll, _) => {
+                    needed += e.size - not_needed(&[]);
+                    fresh.next()
+                }
+                (Decision::Resume { .. }, Some(r)) => {
+                    needed += e.size - not_needed(&r.block_ranges());
+                    held_values[f] = r.values;
+                    Some(r.part)
+                }
+                _ => None,
+            });
+        }
+        if fs::free_space(root).is_some_and(|free| free < needed) {
+            for (p, d) in parts.into_iter().zip(file_decisions) {
+                // Best effort: the error below is what matters; a new file holds nothing. A
+                // resumed one is kept for a later try.
+                if let (Some(p), Decision::SendAll) = (p, d) {
+                    let _ = p.discard();
+                }
+            }
+            return Err(fs::StoreError::NoSpace {
+                path: root.to_path_buf(),
+                needed,
+            }
+            .into());
+        }
+        for (p, e) in parts.iter().zip(files) {
+            if let Some(p) = p {
+                p.preallocate(&e.holes, block_size)?;
+            }
+        }
+        Ok((parts, held_values))
+    }
+
+    /// New part files for `entries`, in order, created on up to four threads when there are many:
+    /// for a transfer of many small files, creating them is most of what the receiver does
+    /// before data moves.
+    fn new_parts(
+        &self,
+        out: &fs::OutRoot,
+        entries: &[&Entry],
+        block_size: u64,
+    ) -> Result<Vec<PartFile>, SessionError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = cores.min(4).min(entries.len() / PARTS_PER_THREAD).max(1);
+        let create = |chunk: &[&Entry]| -> Result<Vec<PartFile>, SessionError> {
+            chunk
+                .iter()
+                .map(|e| self.new_part(out, e, block_size))
+                .collect()
+        };
+        // Consecutive entries mostly share a directory: each thread takes a run of them.
+        in_runs(entries, threads, create)
+    }
+
+    /// A new part file for `e`. Files of more than one block keep a journal of their verified
+    /// blocks, so that an interrupted transfer can resume; a one-block file is sent again.
+    fn new_part(
+        &self,
+        out: &fs::OutRoot,
+        e: &Entry,
+        block_size: u64,
+    ) -> Result<PartFile, SessionError> {
+        let mut p = PartFile::create_in(out, &e.path, e.size, self.opts.overwrite)?;
+        if e.size > block_size {
+            p.keep_journal(block_size)?;
+        }
+        Ok(p)
+    }
+}
+
+/// Fewest new part files worth a thread of their own.
+const PARTS_PER_THREAD: usize = 256;
+
+/// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
+/// resumed one holds.
+type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);

@@ -1,0 +1,265 @@
+//! The receiver's session loop, on the caller's thread while data flows ([`session_loop`]):
+//! verifies blocks as their two values meet (the [`Verifier`]), hands verified files to the
+//! committer and verified blocks to their journals, asks a channel for a block again when it
+//! fails, and sends the reports, less often when its own timer runs late ([`Lateness`]).
+
+use super::commit::{Commits, JournalQueue};
+use super::shared::{ChanCmd, ChanEvent, Shared};
+use crate::error::{SessionError, Side};
+use crate::fs;
+use crate::net::control::ControlError;
+use crate::progress::Phase;
+use crossbeam_channel::{select, Receiver as ChanRx, Sender};
+use hurtle_proto::admit::ReportFacts;
+use hurtle_proto::hash::BlockValue;
+use hurtle_proto::wire::{Control, Entry};
+use hurtle_proto::{ReportBuilder, Verdict, Verifier};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// What the receiver's session loop listens to and commands.
+pub(super) struct Wires<'a> {
+    /// Control messages from the sender.
+    pub(super) rx: &'a ChanRx<Result<Control, ControlError>>,
+    /// Completed blocks and failures from the channel threads.
+    pub(super) events: &'a ChanRx<ChanEvent>,
+    /// Commands to each channel, by channel.
+    pub(super) cmds: &'a [Sender<ChanCmd>],
+    /// The committer thread, which puts verified files in place.
+    pub(super) commits: Commits,
+}
+
+/// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
+/// last block is verified to the committer thread, journals the others), sends reports, and
+/// ends on `Done` once the committer has put every file in place. `held` are the blocks
+/// resumed from part files, with the values hashed from them.
+pub(super) fn session_loop(
+    shared: &Shared,
+    files: &[&Entry],
+    dirs: &[&Entry],
+    root: &Path,
+    wires: Wires<'_>,
+    kept: &[Option<[u8; 32]>],
+    held: &[(u64, BlockValue)],
+) -> Result<Vec<[u8; 32]>, SessionError> {
+    let Wires {
+        rx,
+        events,
+        cmds,
+        mut commits,
+    } = wires;
+    let mut journal = JournalQueue::new(shared);
+    let layout = &shared.layout;
+    let mut verifier = Verifier::new(layout);
+    // A verdict about `block`.
+    let handle = |block: u64,
+                  v: Verdict,
+                  journal: &mut JournalQueue,
+                  commits: &mut Commits|
+     -> Result<(), SessionError> {
+        match v {
+            Verdict::Pending => Ok(()),
+            Verdict::Verified => {
+                // Written and checked: a resume can start from it.
+                if let Some((file, index)) = layout.file_of_block(block) {
+                    journal.push(file, index);
+                }
+                Ok(())
+            }
+            Verdict::FileComplete { file, hash } => {
+                commits.give(file, hash);
+                Ok(())
+            }
+            Verdict::Mismatch { block } => {
+                shared
+                    .counters
+                    .rejected_blocks
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some((ch, _)) = layout.block_stripe_range(block) {
+                    let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
+                }
+                Ok(())
+            }
+            Verdict::GiveUp { block } => {
+                let path = layout
+                    .file_of_block(block)
+                    .map(|(f, _)| files[f as usize].path.clone())
+                    .unwrap_or_default();
+                Err(SessionError::Verification {
+                    path,
+                    block,
+                    times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
+                })
+            }
+        }
+    };
+    // The held blocks' own values wait for the sender's.
+    for &(block, value) in held {
+        handle(
+            block,
+            verifier.on_received(block, value),
+            &mut journal,
+            &mut commits,
+        )?;
+    }
+    let tick = crossbeam_channel::tick(TICK);
+    let mut report_every = Duration::from_millis(50);
+    let mut reports = ReportBuilder::new(
+        Instant::now(),
+        shared.counters.totals(),
+        shared.socket_drops(),
+    );
+    let mut lateness = Lateness::new(reports.interval_start());
+    loop {
+        select! {
+            recv(rx) -> msg => {
+                let msg = match msg.map_err(|_| ControlError::Closed)? {
+                    Ok(msg) => msg,
+                    // The sender ends as soon as every file is confirmed, and its `Done` can
+                    // be lost to a reset of the connection (a report of ours reaching its
+                    // closed socket): with every file in place, this is the end it said.
+                    Err(ControlError::Closed) if commits.hashes.iter().all(Option::is_some) => Control::Done,
+                    Err(ControlError::Closed) => return Err(SessionError::PeerGone { peer: Side::Sender }),
+                    Err(other) => return Err(other.into()),
+                };
+                match msg {
+                    Control::BlockHashes { blocks } => {
+                        for (block, value) in blocks {
+                            handle(block, verifier.on_expected(block, value), &mut journal, &mut commits)?;
+                        }
+                    }
+                    Control::Start { report_interval_us, .. } => {
+                        if !shared.started.swap(true, Ordering::Relaxed) {
+                            shared.progress.set_phase(Phase::Moving);
+                            for (f, e) in files.iter().enumerate() {
+                                if kept[f].is_none() && e.size == 0 {
+                                    commits.give(f as u32, *blake3::hash(b"").as_bytes());
+                                }
+                            }
+                        }
+                        report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                    }
+                    Control::KeepAlive => {}
+                    // Probing runs beside the data: the sender may find UDP blocked after it
+                    // started, as long as nothing got through.
+                    Control::Fallback if shared.progress.sent.load(Ordering::Relaxed) == 0 => {
+                        return Err(SessionError::FellBack)
+                    }
+                    Control::Done => {
+                        commits.finish()?;
+                        if let Some(f) = commits.hashes.iter().position(|h| h.is_none()) {
+                            return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
+                        }
+                        for d in dirs.iter().rev() {
+                            fs::set_dir_mode(root, &d.path, d.mode)?;
+                            fs::set_dir_times(root, &d.path, d.mtime_ns)?;
+                        }
+                        return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
+                    }
+                    other => return Err(SessionError::unexpected(Side::Sender, other, "a data-phase message")),
+                }
+            }
+            recv(events) -> ev => match ev {
+                Ok(ChanEvent::Block { block, value }) => {
+                    handle(block, verifier.on_received(block, value), &mut journal, &mut commits)?;
+                }
+                Ok(ChanEvent::Failed(e)) => return Err(e),
+                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+            },
+            recv(commits.committed) -> batch => {
+                match batch {
+                    Ok(batch) => commits.note(batch)?,
+                    // It reports an error before it stops; it stops early only by panicking.
+                    Err(_) => return Err(SessionError::io(
+                        "commit files",
+                        std::io::Error::other("the commit thread stopped"),
+                    )),
+                }
+            }
+            recv(tick) -> _ => {
+                if shared.progress.interrupted() {
+                    return Err(SessionError::Interrupted { side: Side::Receiver });
+                }
+                let now = Instant::now();
+                journal.tick(now);
+                let interval = now.saturating_duration_since(reports.interval_start());
+                let late = lateness.tick(now);
+                if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
+                    let facts = ReportFacts {
+                        totals: shared.counters.totals(),
+                        received: shared.progress.sent.load(Ordering::Relaxed),
+                        socket_drops: shared.socket_drops(),
+                        queue_fill_permille: shared.queue_fill.swap(0, Ordering::Relaxed),
+                        // A block waiting for the writer is queued at the receiver: the longest
+                        // wait counts like a queue on the path, so a stalled disk slows the
+                        // sender as much as the wait says, not by a fixed step.
+                        held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
+                        lateness: late,
+                        disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
+                    };
+                    let _ = shared.to_wire.send(reports.build(now, &facts));
+                }
+            }
+        }
+    }
+}
+
+/// The report loop's tick.
+const TICK: Duration = Duration::from_millis(5);
+
+/// Longest report interval, however starved the receiver.
+const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How late the report loop's ticks come, smoothed. A receiver starved of CPU (a cgroup quota,
+/// an overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report
+/// covering fewer than a few lumps measures the scheduler, not the path (the delivered rate of
+/// one interval swings from zero to several times the real one), so reports then cover at
+/// least four times the recent lateness, whatever interval the sender asked for.
+struct Lateness {
+    last: Instant,
+    smoothed: Duration,
+}
+
+impl Lateness {
+    fn new(now: Instant) -> Lateness {
+        Lateness {
+            last: now,
+            smoothed: Duration::ZERO,
+        }
+    }
+
+    /// Takes a tick at `now`; returns the smoothed lateness: the latest tick's, or the earlier
+    /// figure decayed by 2% per tick (gone in a second or so of punctual ticks).
+    fn tick(&mut self, now: Instant) -> Duration {
+        let late = now
+            .saturating_duration_since(std::mem::replace(&mut self.last, now))
+            .saturating_sub(TICK);
+        self.smoothed = late.max(self.smoothed.mul_f64(0.98));
+        self.smoothed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_follows_late_ticks_and_decays() {
+        let t0 = Instant::now();
+        let mut l = Lateness::new(t0);
+        assert_eq!(l.tick(t0 + TICK), Duration::ZERO, "a punctual tick");
+        // A 200 ms stall: the next tick comes 195 ms late.
+        let mut t = t0 + TICK + Duration::from_millis(200);
+        assert_eq!(l.tick(t), Duration::from_millis(195));
+        // Punctual ticks afterwards: the figure decays, and is small after a few hundred.
+        let mut last = Duration::from_millis(195);
+        for _ in 0..300 {
+            t += TICK;
+            let now = l.tick(t);
+            assert!(now < last);
+            last = now;
+        }
+        assert!(last < Duration::from_millis(1), "{last:?}");
+    }
+}

@@ -1,0 +1,100 @@
+//! What the session loop, the channel threads, the writer, the hole hasher and the committer
+//! share: the session's state ([`Shared`]: layout, part files, the control writer's queue,
+//! the counters behind the reports, [`Counters`]) and the messages between them ([`ChanCmd`],
+//! [`ChanEvent`]), one per block, never per datagram.
+
+use crate::error::SessionError;
+use crate::fs::PartFile;
+use crate::progress::Progress;
+use crossbeam_channel::Sender;
+use hurtle_proto::admit::Tally;
+use hurtle_proto::wire::Control;
+use hurtle_proto::Layout;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub(super) struct Shared {
+    pub(super) layout: Layout,
+    /// The files being received, by file id (`None`: skipped, the receiver has it).
+    pub(super) files: Vec<Option<Arc<PartFile>>>,
+    pub(super) peer_ip: IpAddr,
+    pub(super) to_wire: Sender<Control>,
+    pub(super) counters: Counters,
+    pub(super) progress: Arc<Progress>,
+    pub(super) stop: AtomicBool,
+    /// The sender's `Start` arrived. Until then the sender is still probing and expects no
+    /// data-phase message (`ChannelDone`, `FileDone`), so none is sent.
+    pub(super) started: AtomicBool,
+    /// Kernel drop counter of each channel's socket, refreshed by its thread.
+    pub(super) channel_drops: Vec<AtomicU64>,
+    /// The fullest any channel's socket receive buffer got since the last report, thousandths
+    /// of its limit (sampled by the channel threads, taken by the report loop).
+    pub(super) queue_fill: AtomicU64,
+    /// The longest a block waited in the writer's queue since the last report, microseconds.
+    pub(super) write_wait_us: AtomicU64,
+    /// The fullest the writer's queue got since the last report, thousandths of its depth.
+    pub(super) write_fill: AtomicU64,
+}
+
+impl Shared {
+    /// Kernel socket drops so far, summed over the channels.
+    pub(super) fn socket_drops(&self) -> u64 {
+        self.channel_drops
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    /// Data frames that failed to open.
+    pub(super) unauthentic: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) duplicate: AtomicU64,
+    pub(super) nacks: AtomicU64,
+    pub(super) rejected_blocks: AtomicU64,
+    pub(super) spilled_blocks: AtomicU64,
+    /// The channels' admission [`Tally`]s, summed (`rejected` above is its `rejected`): each
+    /// channel thread adds what its channels counted once per receive batch.
+    pub(super) datagrams: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    pub(super) pn_span: AtomicU64,
+    pub(super) delay_sum_us: AtomicU64,
+    pub(super) delay_count: AtomicU64,
+}
+
+impl Counters {
+    /// Adds what a channel's admission counted since it was last added.
+    pub(super) fn add(&self, t: &Tally) {
+        self.datagrams.fetch_add(t.datagrams, Ordering::Relaxed);
+        self.bytes.fetch_add(t.bytes, Ordering::Relaxed);
+        self.pn_span.fetch_add(t.pn_span, Ordering::Relaxed);
+        self.delay_sum_us
+            .fetch_add(t.delay_sum_us, Ordering::Relaxed);
+        self.delay_count.fetch_add(t.delay_count, Ordering::Relaxed);
+        self.rejected.fetch_add(t.rejected, Ordering::Relaxed);
+    }
+
+    /// The admission totals of all channels so far.
+    pub(super) fn totals(&self) -> Tally {
+        Tally {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            pn_span: self.pn_span.load(Ordering::Relaxed),
+            delay_sum_us: self.delay_sum_us.load(Ordering::Relaxed),
+            delay_count: self.delay_count.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub(super) enum ChanCmd {
+    Reject(u64),
+}
+
+pub(super) enum ChanEvent {
+    Block { block: u64, value: [u8; 32] },
+    Failed(SessionError),
+}

@@ -1,0 +1,55 @@
+//! What a finished receive did ([`ReceiveSummary`]): bytes, files, time, what was dropped or
+//! fetched again, what this receiver can absorb, and each file's outcome.
+
+use super::capacity::Capacity;
+use serde::Serialize;
+
+/// What a finished receive did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReceiveSummary {
+    /// The sender's control address.
+    pub peer: String,
+    /// File bytes received (including those resumed).
+    pub bytes: u64,
+    /// Of those, bytes already here from an interrupted transfer (checked, not received again).
+    pub resumed_bytes: u64,
+    /// Of those, bytes in holes of sparse files (checked, not received; left as holes here).
+    pub sparse_bytes: u64,
+    /// Files written.
+    pub files: usize,
+    /// Directories created.
+    pub dirs: usize,
+    /// Seconds from the hello to the end.
+    pub seconds: f64,
+    /// Bits per second of file data received in this session (`bytes - resumed_bytes -
+    /// sparse_bytes`).
+    pub goodput_bps: f64,
+    /// Channels used.
+    pub channels: u16,
+    /// Payload bytes that arrived more than once.
+    pub duplicate_bytes: u64,
+    /// NACK messages sent.
+    pub nacks: u64,
+    /// Datagrams dropped as foreign, malformed or out of bounds.
+    pub rejected: u64,
+    /// Data frames dropped because they failed to open: forged, changed on the way, replayed.
+    pub unauthentic: u64,
+    /// Whether data frames were encrypted (control frames always are).
+    pub encrypted: bool,
+    /// Blocks that failed verification and were fetched again.
+    pub rejected_blocks: u64,
+    /// Blocks written to the file while still incomplete because the block buffers ran out
+    /// (their missing datagrams are then written one by one as they arrive).
+    pub spilled_blocks: u64,
+    /// Kernel socket drops, when the kernel reports them.
+    pub socket_drops: u64,
+    /// Warnings (small socket buffers ...).
+    pub warnings: Vec<String>,
+    /// What this receiver measured it can absorb, and offered as the rate ceiling.
+    pub capacity: Capacity,
+    /// Per-file results.
+    pub file_hashes: Vec<crate::report::FileReport>,
+    /// Connections dropped before their greeting (not hurtle peers, or silent) since the
+    /// receiver's previous transfer ended, or since it began listening: see [`crate::receive::accept`].
+    pub strays: u64,
+}

@@ -1,0 +1,18 @@
+//! One file's outcome in a finished transfer ([`FileReport`]), as both sides report it.
+
+use serde::Serialize;
+
+/// One file's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    /// Relative path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// BLAKE3, hex, as confirmed by the receiver; empty for a file skipped because the
+    /// receiver's copy had the same size and modification time (not read; see `--checksum`).
+    pub blake3: String,
+    /// Not sent: the receiver already had it (the same BLAKE3, or without `--checksum` the same
+    /// size and modification time).
+    pub skipped: bool,
+}

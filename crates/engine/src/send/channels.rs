@@ -1,0 +1,407 @@
+//! The channel threads: each serves one or more channels ([`serve_channels`]), sending what
+//! each channel's pacer allows ([`ChannelWorker::step`]): new data read a block at a time and
+//! hashed the first time ([`ChannelWorker::load_block`]), repairs, held blocks' values and the
+//! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate; between sends the
+//! thread sleeps until a command wakes it ([`ChannelCmds`]).
+
+use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
+use crate::error::SessionError;
+use crate::iobuf::IoBuf;
+use crate::net::link::LinkOut;
+use crate::netlog::NetLog;
+use crossbeam_channel::{Receiver, Sender};
+use hurtle_proto::hash::block_value;
+use hurtle_proto::wire::{self, Header, Kind, HEADER_LEN};
+use hurtle_proto::{ChannelSender, Pacer, RunKind};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
+/// channels together): a train passes the bottleneck in this long, and a channel's trains are
+/// as large with 8 channels as with 1, so more channels do not mean more, smaller sends (at
+/// the channel's own rate, 8 channels would make 8 times the system calls per byte).
+/// BENCHMARKS.md, section 3, has what channel counts cost on loopback.
+const SEND_TRAIN: Duration = Duration::from_micros(250);
+
+/// Catch-up credit of each channel's pacer after a late wake-up. On a busy 2-core machine a
+/// channel thread often wakes more than 0.5 ms late, and lateness beyond the credit is rate
+/// lost: with 0.5 ms a channel fell measurably short of its pace, with 1.5 ms it kept it.
+/// Credit is sent back to back, so it is also the most a channel can burst into the
+/// bottleneck's queue (1.5 ms is 56 KB at 300 Mbit/s).
+pub(super) const PACER_CREDIT: Duration = Duration::from_micros(1500);
+
+/// Commands to the thread that serves a channel. The thread sleeps in `park_timeout` between
+/// sends, and a command wakes it: crossbeam's blocking receive spins and yields before it
+/// sleeps, which costs the sending thread CPU (thousands of `sched_yield` per GiB) for pacing
+/// waits of tens of microseconds.
+#[derive(Clone)]
+pub(super) struct ChannelCmds {
+    pub(super) tx: Sender<ThreadCmd>,
+    pub(super) thread: std::thread::Thread,
+}
+
+impl ChannelCmds {
+    /// Queues `cmd` and wakes the thread; an error when the thread has ended.
+    pub(super) fn send(
+        &self,
+        cmd: ThreadCmd,
+    ) -> Result<(), crossbeam_channel::SendError<ThreadCmd>> {
+        let sent = self.tx.send(cmd);
+        self.thread.unpark();
+        sent
+    }
+}
+
+/// Threads sending `channels` UDP channels: one per channel, at most one per core. TCP
+/// connections get a thread each: a write blocks until the connection takes it, which would
+/// hold up the others.
+pub(super) fn send_threads(channels: u16, tcp: bool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let channels = usize::from(channels).max(1);
+    if tcp {
+        channels
+    } else {
+        channels.min(cores)
+    }
+}
+
+/// Sends for several channels on one thread until told to stop: each channel sends what its
+/// pacer allows in turn, then the thread sleeps until the first of them may send again, a
+/// timer is due, or a command arrives. Returns (datagrams sent, datagrams resent, NACKs
+/// handled), summed over the channels. A channel's error is reported and ends the thread.
+pub(super) fn serve_channels(
+    mut workers: Vec<ChannelWorker>,
+    cmds: Receiver<ThreadCmd>,
+) -> (u64, u64, u64) {
+    let mut bufs = SendBufs::for_channels(&workers);
+    // Hands a command to its channel; false when the thread is to stop.
+    let dispatch = |workers: &mut [ChannelWorker], cmd: ThreadCmd| -> bool {
+        match cmd {
+            ThreadCmd::Stop => false,
+            ThreadCmd::Channel(ch, cmd) => {
+                if let Some(w) = workers.iter_mut().find(|w| w.ch == ch) {
+                    w.on_cmd(cmd);
+                }
+                true
+            }
+        }
+    };
+    'run: loop {
+        loop {
+            match cmds.try_recv() {
+                Ok(c) => {
+                    if !dispatch(&mut workers, c) {
+                        break 'run;
+                    }
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => break 'run,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+            }
+        }
+        let mut wake: Option<Instant> = None;
+        for w in &mut workers {
+            match w.step(&mut bufs) {
+                Ok(next) => wake = [wake, next].into_iter().flatten().min(),
+                Err(e) => {
+                    let _ = w.events.send(ChanEvent::Failed(e));
+                    break 'run;
+                }
+            }
+        }
+        let wait = match wake {
+            Some(t) => t.saturating_duration_since(Instant::now()),
+            None => Duration::from_millis(200),
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        // Even short waits sleep: spinning through them with sched_yield costs CPU (on
+        // loopback, a core both ends share) and gained nothing; a late wake-up is made up from
+        // the pacer's credit. A command unparks the thread
+        // (`ChannelCmds::send`); the loop's top takes it.
+        std::thread::park_timeout(wait);
+    }
+    workers.iter().fold((0, 0, 0), |(s, r, n), w| {
+        (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
+    })
+}
+
+/// Buffers a channel thread shares between its channels, sized once for the largest send any
+/// of them makes: the headers of the datagrams being sent, and a repair's bytes.
+struct SendBufs {
+    headers: Vec<u8>,
+    scratch: IoBuf,
+}
+
+impl SendBufs {
+    fn for_channels(workers: &[ChannelWorker]) -> SendBufs {
+        let (datagrams, payload) = workers
+            .iter()
+            .map(ChannelWorker::max_send)
+            .fold((0, 0), |(d, p), (wd, wp)| (d.max(wd), p.max(wp)));
+        SendBufs {
+            headers: vec![0u8; datagrams * HEADER_LEN],
+            scratch: IoBuf::new(payload),
+        }
+    }
+}
+
+pub(super) struct ChannelWorker {
+    pub(super) ch: u16,
+    pub(super) link: LinkOut,
+    pub(super) sender: ChannelSender,
+    pub(super) pacer: Pacer,
+    pub(super) shared: Arc<Shared>,
+    pub(super) events: Sender<ChanEvent>,
+    pub(super) log: NetLog,
+    pub(super) packet: u64,
+    /// The shared rate last applied to this channel's pacer.
+    pub(super) rate_seen: u64,
+    /// The block new data is being sent from, and its bytes.
+    pub(super) loaded: Option<u64>,
+    /// The block whose value was passed on last (a hole's value is, without loading it).
+    pub(super) valued: Option<u64>,
+    pub(super) block_buf: IoBuf,
+    /// Datagrams sent and resent.
+    pub(super) sent: u64,
+    pub(super) resent: u64,
+}
+
+impl ChannelWorker {
+    fn on_cmd(&mut self, cmd: ChanCmd) {
+        match cmd {
+            ChanCmd::Nack(ranges) => {
+                let q = self.sender.on_nack(&ranges, Instant::now());
+                self.log.line(|| {
+                    format!(
+                        "nack ranges={} queued={q} first={:?}",
+                        ranges.len(),
+                        ranges.first()
+                    )
+                });
+            }
+            ChanCmd::Done => {
+                self.sender.on_channel_done();
+                self.log.line(|| "channel confirmed".into());
+            }
+        }
+    }
+
+    /// How many datagrams one send may carry now: the link's limit, and over UDP no more than
+    /// one GSO send's bytes.
+    fn max_datagrams(&self, payload: u16) -> usize {
+        self.datagrams_within(self.link.max_frames(), payload)
+    }
+
+    /// The most datagrams one send can ever make (the link's limit changes when GSO is turned
+    /// off after a failure, but never exceeds [`LinkOut::frame_limit`]), and the most payload
+    /// bytes in them: what the buffers are sized for.
+    /// Probing may move the payload between [`wire::MIN_PAYLOAD`] and the session's largest:
+    /// the buffers fit either.
+    fn max_send(&self) -> (usize, usize) {
+        let frames = self.link.frame_limit();
+        [wire::MIN_PAYLOAD, self.shared.max_payload]
+            .into_iter()
+            .map(|p| {
+                let n = self.datagrams_within(frames, p);
+                (n, n * usize::from(p))
+            })
+            .fold((0, 0), |(d, b), (n, nb)| (d.max(n), b.max(nb)))
+    }
+
+    fn datagrams_within(&self, frames: usize, payload: u16) -> usize {
+        let dgram = self.link.frame_overhead() + usize::from(payload);
+        if self.link.is_tcp() {
+            frames
+        } else {
+            frames.min((crate::net::udp::MAX_GSO_BYTES / dgram).max(1))
+        }
+    }
+
+    /// Reads `block` into the block buffer unless it is there already, and the first time
+    /// hashes it and passes its value on (for the receiver; `held`: the receiver has the block
+    /// and will not be sent it, and if it lies in a hole it is hashed as zeros, not read).
+    /// Returns the block's file offset.
+    fn load_block(&mut self, block: u64, held: bool) -> Result<u64, SessionError> {
+        let layout = &self.shared.layout;
+        let (file, range) = layout
+            .block_file_range(block)
+            .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
+        let loaded = self.loaded == Some(block);
+        // Bytes to send from the buffer (a held block's are not sent), and a value to pass on.
+        let need_bytes = !held && !loaded;
+        let need_value = self.valued != Some(block);
+        if need_bytes || need_value {
+            let blen = (range.end - range.start) as usize;
+            let source = &self.shared.sources[file as usize];
+            // A hole the receiver holds as a hole is hashed, not read: reading one makes the
+            // kernel fill page-cache pages with zeros (a GiB of holes cost a second of it).
+            let data = if loaded {
+                &self.block_buf.aligned()[..blen]
+            } else if held && source.is_hole(range.start, range.end)? {
+                crate::iobuf::zeros(blen)
+            } else {
+                let block_buf = &mut self.block_buf.aligned()[..blen];
+                source.read_at(range.start, block_buf)?;
+                self.loaded = Some(block);
+                &*block_buf
+            };
+            if need_value {
+                let blocks = layout.blocks_of(file);
+                let value = block_value(
+                    data,
+                    block - blocks.start,
+                    layout.block_size(),
+                    blocks.end - blocks.start,
+                );
+                self.valued = Some(block);
+                let _ = self.events.send(ChanEvent::Block { block, value, held });
+            }
+        }
+        Ok(range.start)
+    }
+
+    /// Sends what the pacer allows (new data, repairs, the final marker) at the rate the
+    /// controller last chose; returns when it should run again (`None`: only when a command
+    /// comes).
+    fn step(&mut self, bufs: &mut SendBufs) -> Result<Option<Instant>, SessionError> {
+        // Its own handle, so that reading blocks (which borrows the worker) can go on beside it.
+        let shared = self.shared.clone();
+        let layout = &shared.layout;
+        let payload16 = self.shared.payload.load(Ordering::Relaxed);
+        let payload = usize::from(payload16);
+        // The buffers fit any run the link allows (`max_send`).
+        let max_run = (self.max_datagrams(payload16) * payload) as u64;
+        let scratch = &mut bufs.scratch;
+        let headers = &mut bufs.headers;
+        // Data, as the pacer allows, at the rate the controller last chose.
+        let rate = self.shared.rate_bps.load(Ordering::Relaxed);
+        if rate != self.rate_seen {
+            self.rate_seen = rate;
+            self.pacer
+                .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
+            self.log
+                .line(|| format!("rate {rate} bit/s for all channels"));
+        }
+        // Each send is at most this much of the session's rate (and at least one datagram): a
+        // shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.
+        let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+        let run_cap = (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run);
+        let mut now = Instant::now();
+        let mut bursts = 0;
+        while self.pacer.can_send(now) && bursts < 16 {
+            let Some(run) = self.sender.poll_run(layout, run_cap, now) else {
+                break;
+            };
+            bursts += 1;
+            let span = layout
+                .resolve(self.ch, run.pos)
+                .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
+            let len = run.len as usize;
+            let data: &[u8] = match run.kind {
+                RunKind::Held => {
+                    // The receiver has these bytes: it needs only their value to check them.
+                    self.load_block(span.block, true)?;
+                    self.log
+                        .line(|| format!("held block {} hashed", span.block));
+                    continue;
+                }
+                RunKind::New => {
+                    let start = self.load_block(span.block, false)?;
+                    let at = (span.offset - start) as usize;
+                    &self.block_buf.aligned()[at..at + len]
+                }
+                RunKind::Repair => {
+                    let buf = scratch.for_offset(span.offset, len);
+                    shared.sources[span.file as usize].read_at(span.offset, buf)?;
+                    buf
+                }
+            };
+            let flags = if run.kind == RunKind::Repair {
+                wire::FLAG_RETRANSMIT
+            } else {
+                0
+            };
+            let sent_us = self.shared.start.elapsed().as_micros() as u32;
+            let mut total = 0;
+            let mut n = 0u64;
+            // Headers only: the link gathers each datagram from its header and its slice of
+            // `data`, which is not copied.
+            for (i, piece) in data.chunks(payload).enumerate() {
+                self.packet += 1;
+                let at = i * HEADER_LEN;
+                Header {
+                    kind: Kind::Data,
+                    flags,
+                    channel: self.ch,
+                    session: self.shared.session,
+                    packet: self.packet,
+                    file: span.file,
+                    offset: span.offset + (i * payload) as u64,
+                    len: piece.len() as u16,
+                    sent_us,
+                }
+                .encode(&mut headers[at..]);
+                total += HEADER_LEN + piece.len();
+                n += 1;
+            }
+            self.link
+                .send_framed(&headers[..n as usize * HEADER_LEN], data, payload)?;
+            if self.sent == 0 {
+                shared
+                    .first_data_us
+                    .fetch_min(shared.start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+            self.sent += n;
+            shared.progress.note_moving(self.ch, span.file);
+            if run.kind == RunKind::Repair {
+                self.resent += n;
+            } else {
+                self.shared
+                    .progress
+                    .sent
+                    .fetch_add(run.len, Ordering::Relaxed);
+            }
+            self.log.line(|| {
+                format!(
+                    "send {:?} pos={} len={} datagrams={n} pkt={}",
+                    run.kind, run.pos, run.len, self.packet
+                )
+            });
+            self.pacer.on_sent(now, total as u64);
+            now = Instant::now();
+        }
+        // The final marker.
+        if self.sender.poll_final(now) {
+            self.packet += 1;
+            let mut fin = [0u8; HEADER_LEN];
+            Header {
+                kind: Kind::Final,
+                flags: 0,
+                channel: self.ch,
+                session: self.shared.session,
+                packet: self.packet,
+                file: 0,
+                offset: self.sender.stripe_len(),
+                len: 0,
+                // Stamped like data: the receiver takes a one-way delay sample from it.
+                sent_us: self.shared.start.elapsed().as_micros() as u32,
+            }
+            .encode(&mut fin);
+            self.link.send_headers(&fin)?;
+            self.log
+                .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
+        }
+        // When the pacer or a timer allows more.
+        let pace = if self.sender.has_work() {
+            Some(self.pacer.ready_at().unwrap_or(now))
+        } else {
+            None
+        };
+        Ok([pace, self.sender.next_timeout()]
+            .into_iter()
+            .flatten()
+            .min())
+    }
+}

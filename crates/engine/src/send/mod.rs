@@ -1,0 +1,79 @@
+//! The sending side of a session: handshake, manifest, path probe, channel threads, confirmation.
+//!
+//! Threads: the caller's thread runs the session loop (it owns the [`BlockTable`] and routes
+//! control messages); channel threads, one per channel but no more than there are cores (TCP
+//! connections get one each), each serve one or more channels: a channel's [`ChannelSender`],
+//! pacer, socket and block buffer belong to one thread. The control connection has a reader and
+//! a writer thread. Channel threads talk to the session loop through channels, one message per
+//! block or per NACK, never per datagram.
+//!
+//! [`send`] (here) runs a session and, when UDP is found blocked, another over TCP. The rest,
+//! one thing per file:
+//!
+//! - `options`: how to send ([`SendOptions`], [`Transport`], [`default_channels`]).
+//! - `session`: one session from the dial to the summary (`send_once`): set-up while the
+//!   receiver decides, the data paths (`dial_data`, `DataSetup`), threads, summary.
+//! - `probe`: probing the path beside the data (`Prober`, `probe_step`).
+//! - `session_loop`: the caller's thread while data flows: control messages, block values,
+//!   rate changes, the live bottleneck.
+//! - `channels`: the channel threads (`serve_channels`, `ChannelWorker`) and their pacing.
+//! - `shared`: the state and the messages the session loop and the channel threads share.
+//! - `summary`: what a finished send did ([`SendSummary`], [`RateSummary`],
+//!   [`BottleneckSummary`]).
+//!
+//! Imports point one way: `session` uses everything else; `session_loop` uses `probe`,
+//! `channels`' commands and `summary`; `probe` and `channels` use `shared`.
+//!
+//! [`BlockTable`]: hurtle_proto::BlockTable
+//! [`ChannelSender`]: hurtle_proto::ChannelSender
+
+mod channels;
+mod options;
+mod probe;
+mod session;
+mod session_loop;
+mod shared;
+mod summary;
+
+pub use options::{default_channels, SendOptions, Transport};
+pub use summary::{BottleneckSummary, RateSummary, SendSummary};
+
+use crate::error::SessionError;
+use crate::progress::Progress;
+use session::send_once;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Sends `paths` (files and directories) to the receiver at `to`.
+pub fn send(
+    paths: &[PathBuf],
+    to: SocketAddr,
+    opts: &SendOptions,
+    progress: Arc<Progress>,
+) -> Result<SendSummary, SessionError> {
+    let tcp_only = opts.dialer.as_ref().is_some_and(|d| d.tcp_only());
+    let first = if opts.transport == Transport::Tcp || tcp_only {
+        Transport::Tcp
+    } else {
+        Transport::Udp
+    };
+    let started = Instant::now();
+    match send_once(paths, to, opts, first, progress.clone()) {
+        Err(SessionError::UdpBlocked { channel, .. })
+            if opts.transport == Transport::Auto && !tcp_only =>
+        {
+            let lost = started.elapsed();
+            let mut s = send_once(paths, to, opts, Transport::Tcp, progress)?;
+            let moved = s.goodput_bps * s.seconds;
+            s.seconds += lost.as_secs_f64();
+            s.goodput_bps = moved / s.seconds.max(1e-9);
+            s.first_data_ms = s.first_data_ms.map(|ms| ms + lost.as_secs_f64() * 1e3);
+            s.fallback_seconds = Some(lost.as_secs_f64());
+            s.warnings.insert(0, format!("no UDP datagram reached the receiver (channel {channel}); fell back to parallel TCP after {:.1} s, counted in the time", lost.as_secs_f64()));
+            Ok(s)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,645 @@
+//! One session from the sender's side, from the dial to the summary ([`send_once`]): the key
+//! agreement, hello and manifest; the data paths set up while the receiver decides (TCP data
+//! connections dialled, [`dial_data`], or UDP sockets bound and probing started,
+//! [`DataSetup`]); the receiver's decisions and the layout; the channel threads and the
+//! session loop; then the summary.
+
+use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT};
+use super::options::{user_cap, SendOptions, Transport};
+use super::probe::Prober;
+use super::session_loop::{session_loop, Wires};
+use super::shared::{ChanEvent, Shared, ThreadCmd};
+use super::summary::{BottleneckSummary, RateSummary, SendSummary};
+use crate::error::{next_control, SessionError, Side};
+use crate::fs::SourceFile;
+use crate::iobuf::IoBuf;
+use crate::net::dial::{Dialer, Direct};
+use crate::net::link::{self, LinkOut, OutPath};
+use crate::net::udp::{ChannelOptions, UdpChannel};
+use crate::netlog::NetLog;
+use crate::progress::{Phase, Progress};
+use crate::report::FileReport;
+use crate::walk::{self, WalkOptions};
+use crossbeam_channel::unbounded;
+use hurtle_proto::hash::to_hex;
+use hurtle_proto::probe::PayloadProbe;
+use hurtle_proto::secure::{self, DataKey};
+use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, HEADER_LEN};
+use hurtle_proto::{
+    rate, ChannelSender, Layout, Pacer, RateConfig, RateController, RateMode, SendConfig,
+};
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) fn send_once(
+    paths: &[PathBuf],
+    to: SocketAddr,
+    opts: &SendOptions,
+    transport: Transport,
+    progress: Arc<Progress>,
+) -> Result<SendSummary, SessionError> {
+    let start = Instant::now();
+    let walked = walk::collect(
+        paths,
+        &WalkOptions {
+            follow_symlinks: opts.follow_symlinks,
+        },
+    )?;
+    let mut warnings = walked.warnings.clone();
+    let files: Vec<&walk::SourceEntry> = walked
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .collect();
+    let dirs = walked.entries.len() - files.len();
+    let total_bytes: u64 = files.iter().map(|f| f.size).sum();
+    progress.total.store(total_bytes, Ordering::Relaxed);
+    // A transfer has at most MAX_BLOCKS blocks: a bigger one goes in bigger blocks.
+    let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+    let block_size = hurtle_proto::layout::fitting_block_size(&sizes, opts.block_size);
+    if block_size != opts.block_size {
+        warnings.push(format!(
+            "chunk size raised to {} KiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
+            block_size >> 10,
+            opts.block_size >> 10,
+            hurtle_proto::layout::MAX_BLOCKS
+        ));
+    }
+    let opts = &SendOptions {
+        block_size,
+        ..opts.clone()
+    };
+
+    // The manifest. A sparse file's holes are announced, and their bytes are not sent (looked
+    // for before connecting: the receiver would wait meanwhile). A file smaller than a block
+    // is not looked at (a hole there would save one block at most, and many small files can
+    // look sparse: inline data, compression).
+    let entries: Vec<Entry> = walked
+        .entries
+        .iter()
+        .map(|e| Entry {
+            holes: if e.sparse && e.size >= opts.block_size && !opts.no_sparse {
+                source_holes(&e.abs_path, e.size, opts.block_size)
+            } else {
+                Vec::new()
+            },
+            ..e.to_wire()
+        })
+        .collect();
+
+    progress.set_address(to);
+    progress.set_phase(Phase::Connecting);
+    let secret = opts.secret.as_ref().ok_or(SessionError::NoSecret)?;
+    let mut stream = dial(opts, to)?;
+    progress.set_phase(Phase::SettingUp);
+    let handshake_timeout = Duration::from_secs(10);
+    let agree_at = Instant::now();
+    let keys = crate::agree::offer(&mut stream, secret, opts.no_encryption, handshake_timeout)?;
+    let agree_rtt = agree_at.elapsed();
+    let data_key = keys.data.clone();
+    let data_seal = keys.encrypt_data.then(|| keys.data.sealer());
+    let (rx, tx, writer) =
+        crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
+            .map_err(|e| SessionError::io("control connection", e))?;
+
+    let session: u64 = rand::random::<u64>() | 1;
+    let hello_at = Instant::now();
+    let _ = tx.send(Control::Hello {
+        magic: wire::MAGIC,
+        version: wire::VERSION,
+        caps: if transport == Transport::Tcp {
+            wire::CAP_TCP_DATA
+        } else {
+            0
+        } | if opts.checksum { wire::CAP_CHECKSUM } else { 0 },
+        channels: opts.channels.max(1),
+        payload: opts.payload,
+        block_size: opts.block_size,
+        session,
+    });
+    // The manifest follows at once, in parts that stay well under the frame limit: the
+    // receiver answers the hello and the manifest in the same round trip.
+    let parts: Vec<&[Entry]> = if entries.is_empty() {
+        vec![&[][..]]
+    } else {
+        entries.chunks(2048).collect()
+    };
+    let n_parts = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        let _ = tx.send(Control::Manifest {
+            entries: part.to_vec(),
+            last: i + 1 == n_parts,
+        });
+    }
+    // The sources are opened while the receiver decides (for many files, both take a while).
+    let opening = {
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.abs_path.clone()).collect();
+        std::thread::Builder::new()
+            .name("open".into())
+            .spawn(move || {
+                paths
+                    .iter()
+                    .map(|p| SourceFile::open(p))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| SessionError::io("open thread", e))?
+    };
+    let (ports, max_payload, receiver_ceiling) = match next_control(&rx, handshake_timeout)? {
+        Control::HelloAck {
+            ports,
+            payload,
+            version,
+            rate_ceiling,
+            ..
+        } if version == wire::VERSION && !ports.is_empty() => (ports, payload, rate_ceiling),
+        Control::HelloAck { version, .. } => {
+            return Err(SessionError::Protocol(format!(
+                "receiver speaks version {version}, no usable channels"
+            )))
+        }
+        other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
+    };
+    let mut rtt = hello_at.elapsed().min(agree_rtt);
+    let channels = ports
+        .len()
+        .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
+    // Data sockets, of the receiver's address family. They are set up while the receiver
+    // decides on the manifest: TCP connections are dialled, UDP probes are on their way.
+    let bind_ip: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let dests: Vec<SocketAddr> = ports
+        .iter()
+        .take(usize::from(channels))
+        .map(|&p| SocketAddr::new(to.ip(), p))
+        .collect();
+    let mut data = if transport == Transport::Tcp {
+        DataSetup::Tcp(dial_data(opts, &dests, session, &data_key))
+    } else {
+        let mut udps = Vec::with_capacity(usize::from(channels));
+        for _ in 0..channels {
+            let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let socks = udps
+            .iter()
+            .map(UdpChannel::try_clone_socket)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SessionError::io("UDP socket", e))?;
+        let mut prober = Prober {
+            probe: PayloadProbe::new(opts.payload.min(max_payload), channels, rtt, Instant::now()),
+            socks,
+            dests: dests.clone(),
+            session,
+            packet: secure::PROBE_PACKETS,
+            seal: data_seal.clone(),
+        };
+        prober.send_due(Instant::now());
+        DataSetup::Udp(udps, Box::new(prober))
+    };
+
+    let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
+    // Of those, the ones skipped on size and modification time, unread: no hash to report.
+    let mut unchecked = vec![false; files.len()];
+    // Per file: the blocks the receiver holds from an interrupted transfer.
+    let mut resumed: Vec<Vec<(u64, u64)>> = vec![Vec::new(); files.len()];
+    // The receiver may take a while (hashing files it already has, preallocating big ones); it
+    // sends keep-alives meanwhile, and each one restarts the wait.
+    let reply = loop {
+        match next_control(&rx, handshake_timeout)? {
+            Control::KeepAlive => continue,
+            Control::ProbeAck { channel, size } => {
+                if let DataSetup::Udp(_, prober) = &mut data {
+                    prober
+                        .probe
+                        .on_ack(channel, usize::from(size), Instant::now());
+                }
+            }
+            other => break other,
+        }
+    };
+    match reply {
+        Control::ManifestReply { decisions } => {
+            if decisions.len() != entries.len() {
+                return Err(SessionError::Protocol(
+                    "manifest reply has the wrong length".into(),
+                ));
+            }
+            // Hashing our copies of files the receiver has can take a while (a big file from a
+            // slow disk): the receiver waits for the answer, so keep the connection alive.
+            let _alive = decisions
+                .iter()
+                .any(|d| matches!(d, Decision::Have { .. }))
+                .then(|| crate::net::control::KeepAlive::start(tx.clone()));
+            let mut file_id = 0usize;
+            for (d, e) in decisions.iter().zip(&entries) {
+                match d {
+                    Decision::Refuse(reason) => {
+                        return Err(SessionError::Refused {
+                            path: e.path.clone(),
+                            reason: reason.clone(),
+                        })
+                    }
+                    Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
+                        let path = &files[file_id].abs_path;
+                        let mine = crate::fs::hash_file(path)
+                            .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
+                        if mine == *hash {
+                            skipped[file_id] = Some(mine);
+                        } else if !replace_ok {
+                            let err = SessionError::Refused {
+                                path: e.path.clone(),
+                                reason: "a different file of the same size exists on the receiver (receive with --overwrite to replace it)".into(),
+                            };
+                            // The receiver waits for our answer to its offer: tell it why not.
+                            let _ = tx.send(err.to_abort(Side::Sender));
+                            // Every end of the writer's queue goes, so that it ends.
+                            drop(_alive);
+                            drop(tx);
+                            let _ = writer.join();
+                            return Err(err);
+                        }
+                    }
+                    Decision::Unchanged if e.kind == EntryKind::File && !opts.checksum => {
+                        // The hash is not known; nothing reads this placeholder but the
+                        // summary, which reports no hash for it.
+                        skipped[file_id] = Some([0; 32]);
+                        unchecked[file_id] = true;
+                    }
+                    Decision::Unchanged => {
+                        return Err(SessionError::Protocol(format!(
+                            "the receiver skipped {} on size and time alone",
+                            e.path
+                        )))
+                    }
+                    Decision::Resume { blocks } if e.kind == EntryKind::File => {
+                        resumed[file_id] = blocks.clone();
+                    }
+                    _ => {}
+                }
+                if e.kind == EntryKind::File {
+                    file_id += 1;
+                }
+            }
+        }
+        other => {
+            return Err(SessionError::unexpected(
+                Side::Receiver,
+                other,
+                "ManifestReply",
+            ))
+        }
+    }
+    let _ = tx.send(Control::Skip {
+        files: (0..files.len() as u32)
+            .filter(|&f| skipped[f as usize].is_some())
+            .collect(),
+    });
+    let sent_bytes: u64 = files
+        .iter()
+        .zip(&skipped)
+        .filter(|(_, s)| s.is_none())
+        .map(|(f, _)| f.size)
+        .sum();
+
+    // Skipped files take no room in the layout: the receiver builds the same one.
+    let sizes: Vec<u64> = files
+        .iter()
+        .zip(&skipped)
+        .map(|(f, s)| if s.is_some() { 0 } else { f.size })
+        .collect();
+    let layout = Layout::new(&sizes, opts.block_size, channels)?;
+    progress.set_files(files.iter().map(|f| f.rel_path.clone()).collect());
+    // The stripe ranges of each channel the receiver already holds: resumed blocks, and the
+    // holes of sparse files, which the receiver leaves as holes.
+    let holes: Vec<&[(u64, u64)]> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .zip(&skipped)
+        .map(|(e, s)| if s.is_some() { &[][..] } else { &e.holes[..] })
+        .collect();
+    let held = layout.held_stripes(&resumed, &holes)?;
+    let (held_bytes, resumed_bytes, sparse_bytes) =
+        (held.bytes(), held.resumed_bytes, held.hole_bytes);
+    let mut held = held.stripes;
+    progress
+        .total
+        .store(sent_bytes - held_bytes, Ordering::Relaxed);
+    progress.resumed.store(resumed_bytes, Ordering::Relaxed);
+    let sources = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+
+    let (links, payload, prober) = match data {
+        DataSetup::Tcp(dialing) => {
+            let mut links = Vec::with_capacity(dialing.len());
+            for d in dialing {
+                let s = d
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                links.push(LinkOut::new(OutPath::Tcp(s), data_seal.clone()));
+            }
+            (
+                links,
+                link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
+                None,
+            )
+        }
+        DataSetup::Udp(udps, mut prober) => {
+            let now = Instant::now();
+            // The deadline runs from here: probing can only find UDP blocked in the data
+            // phase (`probe_step`), where the caller's fallback to TCP is handled too.
+            prober.probe.receiver_ready(now);
+            prober.send_due(now);
+            if let Some(p) = prober.probe.rtt() {
+                rtt = rtt.min(p);
+            }
+            let links = udps
+                .into_iter()
+                .zip(&dests)
+                .map(|(sock, &dest)| LinkOut::new(OutPath::Udp { sock, dest }, data_seal.clone()))
+                .collect();
+            let payload = prober.probe.payload();
+            (links, payload, Some(*prober))
+        }
+    };
+    let report_every = rate::report_interval(rtt);
+    let _ = tx.send(Control::Start {
+        payload,
+        report_interval_us: report_every.as_micros() as u64,
+    });
+    progress.set_phase(Phase::Moving);
+    let ceiling = match (opts.rate_mode, receiver_ceiling) {
+        (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
+        (_, r) => opts.rate_bps.min(r),
+    };
+    // TCP has congestion control of its own: no pacing beyond the user's cap.
+    let (rate_mode, ceiling) = if transport == Transport::Tcp {
+        (
+            RateMode::Fixed,
+            if opts.rate_bps >= 100_000_000_000 {
+                1_000_000_000_000
+            } else {
+                opts.rate_bps
+            },
+        )
+    } else {
+        (opts.rate_mode, ceiling)
+    };
+    let mut controller = RateController::new(
+        RateConfig {
+            mode: rate_mode,
+            ceiling_bps: ceiling,
+            // Capped by the user's --rate through the ceiling.
+            start_bps: rate::initial_rate(opts.start_rate_bps, payload, rtt),
+            min_bps: 1_000_000,
+            rtt,
+        },
+        Instant::now(),
+    );
+
+    let shared = Arc::new(Shared {
+        layout,
+        sources,
+        session,
+        payload: AtomicU16::new(payload),
+        max_payload: prober.as_ref().map_or(payload, |p| p.probe.max_payload()),
+        start,
+        progress: progress.clone(),
+        rate_bps: AtomicU64::new(controller.rate_bps()),
+        channels,
+        first_data_us: AtomicU64::new(u64::MAX),
+        limits: (transport != Transport::Tcp).then(|| (user_cap(opts), receiver_ceiling)),
+        receiver_signs: Default::default(),
+    });
+    progress
+        .rate_bps
+        .store(controller.rate_bps(), Ordering::Relaxed);
+    let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
+    let per_channel_rate = (controller.rate_bps() / u64::from(channels)).max(100_000);
+    let send_cfg = SendConfig::for_rtt(rtt);
+    let threads = send_threads(channels, links.first().is_some_and(LinkOut::is_tcp));
+    let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
+    for (ch, link) in links.into_iter().enumerate() {
+        let ch = ch as u16;
+        let log = NetLog::open(opts.log_dir.as_deref(), "send", ch, start)
+            .map_err(|e| SessionError::io("log directory", e))?;
+        let mut sender = ChannelSender::new(&shared.layout, ch, send_cfg.clone());
+        for stripe in held[usize::from(ch)].drain(..) {
+            sender.hold(stripe);
+        }
+        groups[usize::from(ch) % threads].push(ChannelWorker {
+            ch,
+            link,
+            sender,
+            pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
+            shared: shared.clone(),
+            events: ev_tx.clone(),
+            log,
+            packet: 0,
+            rate_seen: controller.rate_bps(),
+            loaded: None,
+            valued: None,
+            block_buf: IoBuf::new(shared.layout.block_size() as usize),
+            sent: 0,
+            resent: 0,
+        });
+    }
+    let mut thread_cmds = Vec::new();
+    let mut handles = Vec::new();
+    for (i, group) in groups.into_iter().enumerate() {
+        let (cmd_tx, cmd_rx) = unbounded();
+        let handle = std::thread::Builder::new()
+            .name(format!("send-{i}"))
+            .spawn(move || serve_channels(group, cmd_rx))
+            .map_err(|e| SessionError::io("channel thread", e))?;
+        thread_cmds.push(ChannelCmds {
+            tx: cmd_tx,
+            thread: handle.thread().clone(),
+        });
+        handles.push(handle);
+    }
+    // Channel ch's commands go to the thread that serves it.
+    let cmd_txs: Vec<ChannelCmds> = (0..usize::from(channels))
+        .map(|ch| thread_cmds[ch % threads].clone())
+        .collect();
+    drop(ev_tx);
+
+    let wires = Wires {
+        rx: &rx,
+        events: &ev_rx,
+        tx: &tx,
+        cmds: &cmd_txs,
+    };
+    let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
+        .map_err(|e| SessionError::io("log directory", e))?;
+    rate_log.line(|| {
+        let cfg = controller.config();
+        format!(
+            "start mode={:?} rate_mbps={:.1} ceiling_mbps={:.1} rtt_ms={:.2} delay_target_ms={:.1} report_every_ms={:.1}",
+            cfg.mode,
+            controller.rate_bps() as f64 / 1e6,
+            cfg.ceiling_bps as f64 / 1e6,
+            cfg.rtt.as_secs_f64() * 1e3,
+            cfg.delay_target().as_secs_f64() * 1e3,
+            report_every.as_secs_f64() * 1e3,
+        )
+    });
+    let result = session_loop(
+        &shared,
+        &files,
+        &wires,
+        opts.stall_timeout,
+        (&mut controller, &mut rate_log),
+        &skipped,
+        prober,
+    );
+    for c in &thread_cmds {
+        let _ = c.send(ThreadCmd::Stop);
+    }
+    let mut sent = 0;
+    let mut resent = 0;
+    let mut nacks = 0;
+    for h in handles {
+        if let Ok((s, r, n)) = h.join() {
+            sent += s;
+            resent += r;
+            nacks += n;
+        }
+    }
+    match &result {
+        Ok(_) => {
+            let _ = tx.send(Control::Done);
+        }
+        // Probing found no datagram getting through: the caller retries over TCP.
+        Err(SessionError::UdpBlocked { .. }) if opts.transport == Transport::Auto => {
+            let _ = tx.send(Control::Fallback);
+        }
+        Err(e) if !e.peer_knows() => {
+            let _ = tx.send(e.to_abort(Side::Sender));
+        }
+        Err(_) => {}
+    }
+    drop(tx);
+    let _ = writer.join();
+    // A FIN right behind the last message, so that the receiver reads it before anything of
+    // ours could reset the connection.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let (hashes, rejected, drops) = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(SendSummary {
+        bytes: sent_bytes,
+        resumed_bytes,
+        sparse_bytes,
+        files: files.len(),
+        skipped: skipped.iter().filter(|s| s.is_some()).count(),
+        encrypted: data_seal.is_some(),
+        dirs,
+        seconds,
+        goodput_bps: (sent_bytes - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
+        datagrams_sent: sent,
+        datagrams_resent: resent,
+        resent_share: if sent == 0 {
+            0.0
+        } else {
+            resent as f64 / sent as f64
+        },
+        nacks,
+        channels,
+        transport: transport.as_str(),
+        payload: shared.payload.load(Ordering::Relaxed),
+        fallback_seconds: None,
+        first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            us => Some(us as f64 / 1e3),
+        },
+        rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
+        bottleneck: shared.limits.map(|limits| {
+            BottleneckSummary::new(
+                &controller,
+                sent as f64
+                    * (HEADER_LEN + usize::from(shared.payload.load(Ordering::Relaxed))) as f64
+                    * 8.0,
+                limits,
+                shared.signs(),
+            )
+        }),
+        receiver_rejected: rejected,
+        receiver_socket_drops: drops,
+        warnings,
+        file_hashes: files
+            .iter()
+            .zip(hashes)
+            .zip(&skipped)
+            .zip(&unchecked)
+            .map(|(((f, h), k), &u)| FileReport {
+                path: f.rel_path.clone(),
+                size: f.size,
+                blake3: if u { String::new() } else { to_hex(&h) },
+                skipped: k.is_some(),
+            })
+            .collect(),
+    })
+}
+
+/// The holes of the sparse source file at `path`, in whole blocks (see
+/// [`crate::fs::hole_blocks`]); none if it cannot be opened or asked, and then its bytes
+/// are read and sent, holes or not. A hole filled after this look is still sent right: its
+/// value, read when the transfer comes to it, differs from the receiver's, which asks for it.
+fn source_holes(path: &std::path::Path, size: u64, block_size: u64) -> Vec<(u64, u64)> {
+    std::fs::File::open(path)
+        .and_then(|f| crate::fs::hole_blocks(&f, size, block_size))
+        .unwrap_or_default()
+}
+
+/// Opens a TCP connection to the receiver with the session's dialer.
+fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError> {
+    let dialer: &dyn Dialer = opts.dialer.as_deref().unwrap_or(&Direct);
+    dialer
+        .dial(addr, opts.connect_timeout)
+        .map_err(|source| SessionError::Connect { addr, source })
+}
+
+/// The data paths being set up while the receiver decides on the manifest.
+enum DataSetup {
+    /// One connection per channel, being dialled.
+    Tcp(Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>>),
+    /// The channels' sockets, and the probing of the path that started on them.
+    Udp(Vec<UdpChannel>, Box<Prober>),
+}
+
+/// Dials the TCP data connections, all at once (one after the other, 8 of them would cost 8
+/// round trips), each greeted with the session and its channel.
+fn dial_data(
+    opts: &SendOptions,
+    dests: &[SocketAddr],
+    session: u64,
+    key: &DataKey,
+) -> Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>> {
+    dests
+        .iter()
+        .enumerate()
+        .map(|(ch, &dest)| {
+            let opts = opts.clone();
+            let greeting = link::greeting(key, session, ch as u16);
+            std::thread::spawn(move || {
+                let mut s = dial(&opts, dest)?;
+                let _ = s.set_nodelay(true);
+                s.write_all(&greeting)
+                    .map_err(|e| SessionError::io("TCP data connection", e))?;
+                Ok(s)
+            })
+        })
+        .collect()
+}

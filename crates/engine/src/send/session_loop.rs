@@ -1,0 +1,203 @@
+//! The sender's session loop, on the caller's thread while data flows ([`session_loop`]):
+//! routes the receiver's NACKs and confirmations to the channel threads, owns the
+//! [`BlockTable`] of the blocks' values, feeds the receiver's reports to the
+//! [`RateController`] (logging each in `send-rate.log`, [`rate_line`]), applies probing's
+//! decisions, and judges the live bottleneck for the progress line ([`judge_live`]).
+
+use super::channels::ChannelCmds;
+use super::probe::{probe_step, Prober};
+use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
+use super::summary::BottleneckSummary;
+use crate::error::{SessionError, Side};
+use crate::net::control::{ControlError, Incoming};
+use crate::netlog::NetLog;
+use crate::walk;
+use crossbeam_channel::{select, Receiver, Sender};
+use hurtle_proto::hash::to_hex;
+use hurtle_proto::wire::{Control, HEADER_LEN};
+use hurtle_proto::{BlockTable, Feedback, RateController};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// One line of `send-rate.log`: a receiver report and the change it caused, if any.
+fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
+    let secs = fb.interval.as_secs_f64();
+    let delivered = if secs > 0.0 {
+        fb.bytes as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    };
+    let rate = rate_bps as f64 / 1e6;
+    let why = changed.unwrap_or("unchanged");
+    format!(
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} -> rate {rate:.1} Mbit/s ({why})",
+        secs * 1e3,
+        fb.datagrams,
+        fb.lost,
+        fb.socket_drops,
+        fb.queue_delay.as_secs_f64() * 1e3,
+        fb.queue_fill * 100.0,
+        fb.receiver_lag.as_secs_f64() * 1e3,
+    )
+}
+
+type LoopResult = Result<(Vec<[u8; 32]>, u64, u64), SessionError>;
+
+/// The session loop's message paths: control in and out, channel events in, channel commands out.
+pub(super) struct Wires<'a> {
+    pub(super) rx: &'a Incoming,
+    pub(super) events: &'a Receiver<ChanEvent>,
+    pub(super) tx: &'a Sender<Control>,
+    pub(super) cmds: &'a [ChannelCmds],
+}
+
+pub(super) fn session_loop(
+    shared: &Shared,
+    files: &[&walk::SourceEntry],
+    wires: &Wires,
+    stall: Duration,
+    (controller, rate_log): (&mut RateController, &mut NetLog),
+    skipped: &[Option<[u8; 32]>],
+    mut prober: Option<Prober>,
+) -> LoopResult {
+    let Wires {
+        rx,
+        events,
+        tx,
+        cmds,
+    } = *wires;
+    let layout = &shared.layout;
+    let mut table = BlockTable::new(layout);
+    let mut confirmed: Vec<Option<[u8; 32]>> = skipped.to_vec();
+    let mut left = confirmed.iter().filter(|c| c.is_none()).count();
+    let (mut rejected, mut drops) = (0, 0);
+    let mut last_received = 0;
+    let mut last_progress = Instant::now();
+    let mut judged_at = Instant::now();
+    let tick = crossbeam_channel::tick(Duration::from_millis(200));
+    while left > 0 {
+        select! {
+            recv(rx) -> msg => {
+                let msg = msg.map_err(|_| ControlError::Closed)??;
+                match msg {
+                    Control::Nack { channel, ranges } => {
+                        if let Some(c) = cmds.get(usize::from(channel)) {
+                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
+                        }
+                    }
+                    Control::ChannelDone { channel } => {
+                        if let Some(c) = cmds.get(usize::from(channel)) {
+                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Done));
+                        }
+                    }
+                    Control::FileDone { file, hash } => {
+                        let f = file as usize;
+                        let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
+                            return Err(SessionError::Protocol(format!("receiver confirmed file {file} before it was sent")));
+                        };
+                        if want != hash {
+                            return Err(SessionError::HashMismatch { path: files[f].rel_path.clone(), got: to_hex(&hash), want: to_hex(&want) });
+                        }
+                        if confirmed[f].replace(hash).is_none() {
+                            left -= 1;
+                            shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    report @ Control::Report { received, rejected: r, socket_drops, .. } => {
+                        rejected = r;
+                        drops = socket_drops;
+                        let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
+                        shared
+                            .receiver_signs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .note(&fb, hurtle_proto::rate::model::queue_target(controller.config().rtt));
+                        let change = controller.on_report(Instant::now(), &fb);
+                        let why = change.as_ref().map(|c| c.reason.as_str());
+                        rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
+                        if change.is_some() {
+                            let r = controller.rate_bps();
+                            shared.rate_bps.store(r, Ordering::Relaxed);
+                            shared.progress.rate_bps.store(r, Ordering::Relaxed);
+                        }
+                        shared.progress.confirmed.store(received, Ordering::Relaxed);
+                        if judged_at.elapsed() >= LIMIT_EVERY {
+                            judged_at = Instant::now();
+                            judge_live(shared, controller);
+                        }
+                        if received > last_received {
+                            last_received = received;
+                            last_progress = Instant::now();
+                        }
+                    }
+                    Control::ProbeAck { channel, size } => {
+                        if let Some(p) = prober.as_mut() {
+                            p.probe.on_ack(channel, usize::from(size), Instant::now());
+                            probe_step(p, shared, last_received > 0, rate_log)?;
+                        }
+                    }
+                    Control::KeepAlive => {}
+                    other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
+                }
+            }
+            recv(events) -> ev => match ev {
+                Ok(ChanEvent::Block { block, value, held }) => {
+                    // Hashing what the receiver already holds is progress too: a resume of a
+                    // big, nearly finished file sends nothing for a while.
+                    if held {
+                        last_progress = Instant::now();
+                    }
+                    if let Some((file, _)) = table.set(block, value) {
+                        // Every block of this file has been read once: make sure it did not change
+                        // meanwhile, before the last hash lets the receiver finish the file.
+                        shared.sources[file as usize].check_unchanged()?;
+                    }
+                    let _ = tx.send(Control::BlockHashes { blocks: vec![(block, value)] });
+                }
+                Ok(ChanEvent::Failed(e)) => return Err(e),
+                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+            },
+            recv(tick) -> _ => {
+                if shared.progress.interrupted() {
+                    return Err(SessionError::Interrupted { side: Side::Sender });
+                }
+                if let Some(p) = prober.as_mut() {
+                    p.send_due(Instant::now());
+                    probe_step(p, shared, last_received > 0, rate_log)?;
+                    if p.probe.is_done() {
+                        prober = None;
+                    }
+                }
+                let _ = tx.send(Control::KeepAlive);
+                if last_progress.elapsed() > stall {
+                    return Err(SessionError::Stalled(stall.as_secs()));
+                }
+            }
+        }
+    }
+    Ok((
+        confirmed
+            .into_iter()
+            .map(|h| h.unwrap_or_default())
+            .collect(),
+        rejected,
+        drops,
+    ))
+}
+
+/// How often the progress line's bottleneck is judged again.
+const LIMIT_EVERY: Duration = Duration::from_secs(1);
+
+/// Judges what limits the transfer so far, for the progress line.
+fn judge_live(shared: &Shared, controller: &RateController) {
+    let Some(limits) = shared.limits else {
+        return;
+    };
+    let payload = usize::from(shared.payload.load(Ordering::Relaxed)).max(1);
+    // First transmissions only: close enough to tell a sender that cannot keep up.
+    let bits =
+        shared.progress.sent.load(Ordering::Relaxed) as f64 * 8.0 * (HEADER_LEN + payload) as f64
+            / payload as f64;
+    let b = BottleneckSummary::judge(controller, bits, limits, shared.signs());
+    shared.progress.set_limit(b.brief());
+}

@@ -1,0 +1,69 @@
+//! What the session loop and the channel threads share: the session's state ([`Shared`]:
+//! layout, sources, rate and payload now, counters) and the messages between them
+//! ([`ChanCmd`], [`ThreadCmd`], [`ChanEvent`]), one per block or per NACK, never per datagram.
+
+use crate::error::SessionError;
+use crate::fs::SourceFile;
+use crate::progress::Progress;
+use hurtle_proto::rate::bottleneck::ReceiverSigns;
+use hurtle_proto::Layout;
+use std::sync::atomic::{AtomicU16, AtomicU64};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the session loop tells a channel.
+pub(super) enum ChanCmd {
+    Nack(Vec<(u64, u64)>),
+    Done,
+}
+
+/// What the session loop tells a channel thread.
+pub(super) enum ThreadCmd {
+    /// For one of its channels.
+    Channel(u16, ChanCmd),
+    /// The session is over.
+    Stop,
+}
+
+pub(super) enum ChanEvent {
+    /// A block was read for the first time, with its value; `held`: one the receiver already
+    /// has, read only to be hashed.
+    Block {
+        block: u64,
+        value: [u8; 32],
+        held: bool,
+    },
+    Failed(SessionError),
+}
+
+pub(super) struct Shared {
+    pub(super) layout: Layout,
+    pub(super) sources: Vec<SourceFile>,
+    pub(super) session: u64,
+    /// Payload bytes per data datagram now: probing may move it while data flows.
+    pub(super) payload: AtomicU16,
+    /// The most `payload` can become: what buffers are sized for.
+    pub(super) max_payload: u16,
+    pub(super) start: Instant,
+    pub(super) progress: Arc<Progress>,
+    /// Current pacing rate for all channels together, bits per second.
+    pub(super) rate_bps: AtomicU64,
+    pub(super) channels: u16,
+    /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
+    pub(super) first_data_us: AtomicU64,
+    /// What the live bottleneck is judged against: the user's `--rate` (0: none) and the
+    /// receiver's offered ceiling; `None` over parallel TCP, which paces itself.
+    pub(super) limits: Option<(u64, u64)>,
+    /// What the receiver's reports said of its CPU and its disk.
+    pub(super) receiver_signs: std::sync::Mutex<ReceiverSigns>,
+}
+
+impl Shared {
+    /// What the receiver's reports said of its CPU and its disk so far.
+    pub(super) fn signs(&self) -> ReceiverSigns {
+        *self
+            .receiver_signs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}

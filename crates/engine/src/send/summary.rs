@@ -1,0 +1,213 @@
+//! What a finished send did ([`SendSummary`]): bytes, files, time, datagrams, the pacing
+//! rate's timeline ([`RateSummary`]) and what limited the transfer ([`BottleneckSummary`]).
+
+use crate::report::FileReport;
+use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
+use hurtle_proto::{RateController, RateMode};
+use serde::Serialize;
+use std::time::Instant;
+
+/// What a finished send did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SendSummary {
+    /// File bytes delivered (including those resumed).
+    pub bytes: u64,
+    /// Of those, bytes the receiver already held from an interrupted transfer (checked, not
+    /// sent again).
+    pub resumed_bytes: u64,
+    /// Of those, bytes in holes of sparse files (checked, not sent; holes on the receiver too).
+    pub sparse_bytes: u64,
+    /// Files in the transfer (including skipped ones).
+    pub files: usize,
+    /// Files skipped because the receiver already had them (see [`FileReport::skipped`]).
+    pub skipped: usize,
+    /// Whether data frames were encrypted (control frames always are).
+    pub encrypted: bool,
+    /// Directories created.
+    pub dirs: usize,
+    /// Wall time from connect to confirmation, including a UDP attempt before a fallback to TCP.
+    pub seconds: f64,
+    /// Bits per second of file data moved in this session (`bytes - resumed_bytes -
+    /// sparse_bytes`).
+    pub goodput_bps: f64,
+    /// Data datagrams sent, first transmissions and repairs.
+    pub datagrams_sent: u64,
+    /// Of those, repairs.
+    pub datagrams_resent: u64,
+    /// Resent share of all data datagrams.
+    pub resent_share: f64,
+    /// NACK messages received.
+    pub nacks: u64,
+    /// Channels (UDP) or connections (TCP) used.
+    pub channels: u16,
+    /// `udp` or `tcp`.
+    pub transport: &'static str,
+    /// Payload bytes per datagram after probing.
+    pub payload: u16,
+    /// Milliseconds from the sender's start to its first data datagram: what setting up the
+    /// session cost (`None` if no data was sent).
+    pub first_data_ms: Option<f64>,
+    /// Seconds spent finding UDP blocked before falling back to parallel TCP (`None` when there
+    /// was no fallback); counted in `seconds`.
+    pub fallback_seconds: Option<f64>,
+    /// Pacing rate: mode, limits and how it changed.
+    pub rate: RateSummary,
+    /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
+    /// kernel's congestion control paces).
+    pub bottleneck: Option<BottleneckSummary>,
+    /// Datagrams the receiver rejected (foreign, malformed, out of bounds).
+    pub receiver_rejected: u64,
+    /// Kernel socket drops reported by the receiver.
+    pub receiver_socket_drops: u64,
+    /// Warnings (skipped symlinks, small socket buffers ...).
+    pub warnings: Vec<String>,
+    /// Per-file results.
+    pub file_hashes: Vec<FileReport>,
+}
+
+/// What limited a send (see [`hurtle_proto::rate::bottleneck`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct BottleneckSummary {
+    /// `path`, `receiver-cpu`, `receiver-disk`, `receiver-ceiling`, `rate-cap`, `sender` or
+    /// `fixed-rate`.
+    pub kind: &'static str,
+    /// One line for people, with the figures behind it.
+    pub detail: String,
+}
+
+impl BottleneckSummary {
+    /// Names what limited a send paced by `ctl` from `start` until now, in which the channels
+    /// sent `bits` of datagrams; `cap_bps` is the user's `--rate` (0: none).
+    pub(super) fn new(
+        ctl: &RateController,
+        bits: f64,
+        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        receiver: ReceiverSigns,
+    ) -> BottleneckSummary {
+        let b = Self::judge(ctl, bits, (cap_bps, receiver_ceiling_bps), receiver);
+        BottleneckSummary {
+            kind: b.name(),
+            detail: b.to_string(),
+        }
+    }
+
+    pub(super) fn judge(
+        ctl: &RateController,
+        bits: f64,
+        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        receiver: ReceiverSigns,
+    ) -> Bottleneck {
+        let tl = ctl.timeline();
+        let first = tl.first().map_or_else(Instant::now, |c| c.at);
+        let paced_for = first.elapsed();
+        Bottleneck::classify(&Evidence {
+            mode: ctl.config().mode,
+            changes: tl
+                .iter()
+                .map(|c| (c.at.saturating_duration_since(first), c.rate_bps, c.reason))
+                .collect(),
+            paced_for,
+            cap_bps,
+            receiver_ceiling_bps,
+            sent_bps: bits / paced_for.as_secs_f64().max(1e-9),
+            path_bps: ctl
+                .model()
+                .and_then(|m| m.bottleneck_bps())
+                .map(|b| b as u64),
+            random_loss: ctl.random_loss(),
+            receiver,
+        })
+    }
+}
+
+/// The rate timeline of a send, for `--json` and the summary line.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateSummary {
+    /// `auto`, `fair` or `fixed`.
+    pub mode: &'static str,
+    /// The user's cap (or fixed rate), bits per second.
+    pub cap_bps: u64,
+    /// The receiver's measured ceiling, bits per second (0 = not offered).
+    pub receiver_ceiling_bps: u64,
+    /// First rate.
+    pub start_bps: u64,
+    /// Last rate.
+    pub final_bps: u64,
+    /// Lowest rate used.
+    pub min_bps: u64,
+    /// Highest rate used.
+    pub max_bps: u64,
+    /// Number of changes.
+    pub changes: u64,
+    /// Changes by reason (startup, probe, loss, delay, socket-drops, backlog).
+    pub reasons: std::collections::BTreeMap<&'static str, u64>,
+    /// The changes, `(milliseconds since start, bits per second, reason)`, thinned to a few hundred.
+    pub timeline: Vec<(u64, u64, &'static str)>,
+    /// The receiver's reports, `(milliseconds since start, delivered bits per second, queueing
+    /// delay in microseconds, datagrams lost, datagrams counted, rate after it)`, thinned to a
+    /// few hundred (`bench/timeline.py` draws them).
+    pub reports: Vec<(u64, u64, u64, u64, u64, u64)>,
+    /// `auto`'s model of the path at the end: its bottleneck rate, bits per second.
+    pub path_bps: Option<u64>,
+    /// The share of datagrams random loss took, as the controller estimated it at the end.
+    pub random_loss: Option<f64>,
+}
+
+impl RateSummary {
+    pub(super) fn new(
+        ctl: &RateController,
+        start: Instant,
+        receiver_ceiling_bps: u64,
+        cap_bps: u64,
+    ) -> Self {
+        let tl = ctl.timeline();
+        let mut reasons = std::collections::BTreeMap::new();
+        for c in tl.iter().skip(1) {
+            *reasons.entry(c.reason.as_str()).or_insert(0) += 1;
+        }
+        RateSummary {
+            mode: match ctl.config().mode {
+                RateMode::Auto => "auto",
+                RateMode::Fair => "fair",
+                RateMode::Fixed => "fixed",
+            },
+            cap_bps,
+            receiver_ceiling_bps,
+            start_bps: tl.first().map_or(0, |c| c.rate_bps),
+            final_bps: ctl.rate_bps(),
+            min_bps: tl.iter().map(|c| c.rate_bps).min().unwrap_or(0),
+            max_bps: tl.iter().map(|c| c.rate_bps).max().unwrap_or(0),
+            changes: ctl.changes().saturating_sub(1),
+            reasons,
+            timeline: tl
+                .iter()
+                .map(|c| {
+                    (
+                        c.at.saturating_duration_since(start).as_millis() as u64,
+                        c.rate_bps,
+                        c.reason.as_str(),
+                    )
+                })
+                .collect(),
+            reports: ctl
+                .reports()
+                .iter()
+                .map(|r| {
+                    (
+                        r.at.saturating_duration_since(start).as_millis() as u64,
+                        r.delivered_bps,
+                        r.queue_delay.as_micros() as u64,
+                        r.lost,
+                        r.seen,
+                        r.rate_bps,
+                    )
+                })
+                .collect(),
+            path_bps: ctl
+                .model()
+                .and_then(|m| m.bottleneck_bps())
+                .map(|b| b as u64),
+            random_loss: ctl.random_loss(),
+        }
+    }
+}
