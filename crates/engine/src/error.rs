@@ -1,10 +1,9 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
-use crate::net::control::{ControlError, Incoming};
+use crate::net::control::ControlError;
 use hurtle_proto::wire::{AbortCause, Control};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Why a send or a receive failed.
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +127,10 @@ pub enum SessionError {
     /// The layout could not be built.
     #[error(transparent)]
     Layout(#[from] hurtle_proto::layout::LayoutError),
+    /// The peer broke a rule of the session's set-up (a manifest reply of the wrong length, a
+    /// skip of a file not offered, holes outside a file ...).
+    #[error("protocol error: {0}")]
+    Setup(hurtle_proto::session::SetupError),
     /// Another local I/O error.
     #[error("{context}: {source}")]
     Io {
@@ -248,14 +251,5 @@ impl SessionError {
             | SessionError::SourceChanged(_) => AbortCause::Verification,
             _ => AbortCause::Failed,
         }
-    }
-}
-
-/// The next control message, or why there is none within `timeout`.
-pub(crate) fn next_control(rx: &Incoming, timeout: Duration) -> Result<Control, SessionError> {
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(msg)) => Ok(msg),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(ControlError::Timeout(timeout).into()),
     }
 }

@@ -6,6 +6,8 @@
 //!   options, the session from set-up to summary, the session loop, the channel threads.
 //!   [`receive::accept`] is the receiver's front door, which accepts connections and greets
 //!   each, dropping strangers' (strays) without troubling the session.
+//! - `setup`: drives either side's set-up machine (`hurtle_proto::session`) over the control
+//!   connection.
 //! - [`report`]: one file's outcome, as both sides report it.
 //! - [`agree`]: the key agreement that opens every control connection, and what a receiver
 //!   accepts ([`agree::Keyring`]).
@@ -40,6 +42,7 @@ pub mod progress;
 pub mod receive;
 pub mod report;
 pub mod send;
+mod setup;
 #[allow(unsafe_code)]
 mod sys;
 pub mod walk;

@@ -9,8 +9,7 @@ use crate::error::SessionError;
 use crate::fs::{self, PartFile, StoreError};
 use crossbeam_channel::Sender;
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::layout::{check_block_ranges, count_blocks, MAX_BLOCKS};
-use hurtle_proto::wire::{Entry, EntryKind};
+use hurtle_proto::wire::Entry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -92,33 +91,6 @@ fn hash_blocks(
             .collect()
     };
     in_runs(blocks, threads, hash_some)
-}
-
-/// Refuses, before anything is created, a manifest of more blocks than a transfer may have
-/// (huge sparse files take no disk space, so the space check does not bound them), and holes
-/// that are not ascending, disjoint block ranges inside their file, or in a directory.
-pub(super) fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SessionError> {
-    let sizes = entries.iter().map(|e| match e.kind {
-        EntryKind::File => e.size,
-        EntryKind::Dir => 0,
-    });
-    let blocks = count_blocks(sizes, block_size);
-    if blocks > MAX_BLOCKS {
-        return Err(hurtle_proto::layout::LayoutError::TooManyBlocks { blocks, block_size }.into());
-    }
-    for e in entries.iter().filter(|e| !e.holes.is_empty()) {
-        let count = match e.kind {
-            EntryKind::File => e.size.div_ceil(block_size),
-            EntryKind::Dir => 0,
-        };
-        if let Err((start, end)) = check_block_ranges(&e.holes, count) {
-            return Err(SessionError::Protocol(format!(
-                "the manifest gives {} holes in blocks {start}..{end}, outside it or out of order",
-                e.path
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// True when block `b` lies in one of `ranges` (ascending, disjoint half-open ranges).

@@ -7,7 +7,7 @@
 use super::capacity::receive_threads;
 use super::channels::{serve_channels, ChannelWorker};
 use super::commit::Commits;
-use super::held::{check_blocks, hash_holes, in_ranges, Holes, Resumed};
+use super::held::{hash_holes, in_ranges, Holes, Resumed};
 use super::links::{accept_data_connections, DataKeys};
 use super::parallel::in_runs;
 use super::session_loop::{session_loop, Wires};
@@ -15,19 +15,23 @@ use super::shared::{Counters, Shared};
 use super::summary::ReceiveSummary;
 use super::writer::Writer;
 use super::{OwnPort, Receiver, WriteQueue};
-use crate::error::{next_control, SessionError, Side};
+use crate::error::{SessionError, Side};
 use crate::fs::{self, PartFile};
 use crate::net::control::ControlError;
 use crate::net::link::LinkIn;
 use crate::net::udp::{ChannelOptions, UdpChannel};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
+use crate::setup::Driver;
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::Tally;
 use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
-use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind};
-use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
+use hurtle_proto::session::{
+    first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits, ReceiverSetup,
+};
+use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
+use hurtle_proto::{Admission, ChannelReceiver, RecvConfig};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,31 +52,31 @@ impl Receiver {
         progress: Arc<Progress>,
         data: &DataKeys,
     ) -> Result<ReceiveSummary, SessionError> {
-        let handshake = Duration::from_secs(10);
-        let (offered, payload, block_size, session, caps) = match first {
-            Control::Hello {
-                magic,
-                version,
-                channels,
-                payload,
-                block_size,
-                session,
-                caps,
-            } => {
-                if magic != wire::MAGIC || version != wire::VERSION {
-                    return Err(SessionError::Incompatible(format!(
-                        "not a hurtle {} sender (magic {magic:?}, version {version}): use the same hurtle version on both sides",
-                        wire::VERSION
-                    )));
-                }
-                (channels, payload, block_size, session, caps)
+        let machine = ReceiverSetup::new(
+            ReceiverLimits {
+                max_channels: self.opts.max_channels,
+            },
+            Instant::now(),
+        );
+        let mut setup = Driver::new(machine, rx, tx, Side::Sender);
+        setup.take(first)?;
+        let hello = match setup.next()? {
+            ReceiverEvent::Hello(hello) => hello,
+            other => {
+                return Err(SessionError::Protocol(format!(
+                    "set-up out of order: {other:?} before the hello"
+                )))
             }
-            other => return Err(SessionError::unexpected(Side::Sender, other, "Hello")),
         };
-        let channels = offered.clamp(1, self.opts.max_channels.max(1));
+        let HelloParams {
+            channels,
+            tcp,
+            checksum,
+            block_size,
+            session,
+            ..
+        } = hello;
         let mut warnings = Vec::new();
-        let tcp = caps & wire::CAP_TCP_DATA != 0;
-        let checksum = caps & wire::CAP_CHECKSUM != 0;
         let mut udps = Vec::new();
         for _ in 0..if tcp { 0 } else { channels } {
             let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
@@ -112,59 +116,69 @@ impl Receiver {
             WriteQueue::Never => false,
         };
         let capacity = self.capacity().for_channels(channels);
-        let ack_sent = Instant::now();
-        let _ = tx.send(Control::HelloAck {
-            version: wire::VERSION,
-            caps: 0,
-            ports,
-            payload: payload.min(wire::MAX_PAYLOAD),
-            rate_ceiling: capacity.ceiling_bps,
-        });
+        setup.act(|m| m.accept(ports, capacity.ceiling_bps, Instant::now()))?;
 
-        // Manifest: check every path before anything is created.
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut rtt = None;
-        loop {
-            match next_control(rx, handshake)? {
-                Control::Manifest {
-                    entries: part,
-                    last,
-                } => {
-                    // The sender answers the HelloAck with its manifest at once: a round trip.
-                    rtt.get_or_insert_with(|| ack_sent.elapsed());
-                    entries.extend(part);
-                    if entries.len() > 10_000_000 {
-                        return Err(SessionError::Protocol(
-                            "manifest has more than 10 million entries".into(),
-                        ));
-                    }
-                    if last {
-                        break;
-                    }
-                }
-                other => return Err(SessionError::unexpected(Side::Sender, other, "Manifest")),
+        // Manifest: the machine checks it whole (entries, blocks, holes) before anything is
+        // created here.
+        match setup.next()? {
+            ReceiverEvent::Manifest => {}
+            other => {
+                return Err(SessionError::Protocol(format!(
+                    "set-up out of order: {other:?} before the manifest"
+                )))
             }
         }
-        check_blocks(&entries, block_size)?;
+        let rtt = setup.machine.rtt();
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
-        let _alive = crate::net::control::KeepAlive::start(tx.clone());
+        let alive = crate::net::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
         let out = fs::OutRoot::new(&self.opts.out_dir);
-        let (decisions, resumes) = self.decide(&out, &entries, block_size, checksum)?;
-        if let Some((e, Decision::Refuse(reason))) = entries
-            .iter()
-            .zip(&decisions)
-            .find(|(_, d)| matches!(d, Decision::Refuse(_)))
-        {
-            let _ = tx.send(Control::ManifestReply {
-                decisions: decisions.clone(),
-            });
-            return Err(SessionError::Refused {
-                path: e.path.clone(),
-                reason: reason.clone(),
-            });
+        let (decisions, mut parts, held_values) = {
+            let entries = setup.machine.entries();
+            let (decisions, resumes) = self.decide(&out, entries, block_size, checksum)?;
+            if decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
+                (decisions, Vec::new(), Vec::new())
+            } else {
+                let files: Vec<&Entry> = entries
+                    .iter()
+                    .filter(|e| e.kind == EntryKind::File)
+                    .collect();
+                for d in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
+                    out.make_dir(&d.path, 0o700)?;
+                }
+                // A transfer that cannot fit is refused before anything is sent. Part files
+                // are created (and preallocated) before the reply. The sender's probes may
+                // arrive meanwhile: they wait in the sockets' buffers, and the sender's probe
+                // deadline runs only from the end of this set-up (see `hurtle_proto::probe`).
+                let file_decisions: Vec<&Decision> = entries
+                    .iter()
+                    .zip(&decisions)
+                    .filter(|(e, _)| e.kind == EntryKind::File)
+                    .map(|(_, d)| d)
+                    .collect();
+                let (parts, held_values) =
+                    self.prepare_parts(&out, &files, &file_decisions, resumes, block_size)?;
+                (decisions, parts, held_values)
+            }
+        };
+        drop(alive);
+        // A refusal is sent with the reply, and ends the session here.
+        setup.act(|m| m.reply(decisions))?;
+        // The sender may take a while (hashing its copies of files the receiver has); it sends
+        // keep-alives meanwhile.
+        match setup.next()? {
+            ReceiverEvent::Ready => {}
+            other => {
+                return Err(SessionError::Protocol(format!(
+                    "set-up out of order: {other:?} before the skips"
+                )))
+            }
         }
+        let (entries, decisions, agreed) = setup
+            .machine
+            .finish()
+            .ok_or_else(|| SessionError::Protocol("set-up ready without an outcome".into()))?;
         let files: Vec<&Entry> = entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)
@@ -173,112 +187,45 @@ impl Receiver {
             .iter()
             .filter(|e| e.kind == EntryKind::Dir)
             .collect();
-        for d in &dirs {
-            out.make_dir(&d.path, 0o700)?;
-        }
-        // A transfer that cannot fit is refused before anything is sent. Part files are created
-        // (and preallocated) before the reply. The sender's probes may arrive meanwhile: they
-        // wait in the sockets' buffers, and the sender's probe deadline runs only from the end
-        // of this set-up (see `hurtle_proto::probe`).
-        let file_decisions: Vec<&Decision> = entries
-            .iter()
-            .zip(&decisions)
-            .filter(|(e, _)| e.kind == EntryKind::File)
-            .map(|(_, d)| d)
-            .collect();
-        let (mut parts, held_values) =
-            self.prepare_parts(&out, &files, &file_decisions, resumes, block_size)?;
-        drop(_alive);
-        let _ = tx.send(Control::ManifestReply {
-            decisions: decisions.clone(),
-        });
-        let mut skipped = vec![false; files.len()];
-        // The sender may take a while (hashing its copies of files the receiver has); it sends
-        // keep-alives meanwhile.
-        let skip = loop {
-            match next_control(rx, handshake)? {
-                Control::KeepAlive => continue,
-                other => break other,
-            }
-        };
-        match skip {
-            Control::Skip { files: skip } => {
-                for f in skip {
-                    match skipped.get_mut(f as usize) {
-                        Some(s) => *s = true,
-                        None => {
-                            return Err(SessionError::Protocol(format!(
-                                "skip names file {f}, which is not in the manifest"
-                            )))
-                        }
-                    }
-                }
-            }
-            other => return Err(SessionError::unexpected(Side::Sender, other, "Skip")),
-        }
-        // A skipped file only counts if the receiver offered it (Have), never by the sender's say.
-        let offered: Vec<bool> = entries
-            .iter()
-            .zip(&decisions)
-            .filter(|(e, _)| e.kind == EntryKind::File)
-            .map(|(_, d)| matches!(d, Decision::Have { .. } | Decision::Unchanged))
-            .collect();
-        if let Some(f) = (0..files.len()).find(|&f| skipped[f] && !offered[f]) {
-            return Err(SessionError::Protocol(format!(
-                "the sender skipped {}, which the receiver does not have",
-                files[f].path
-            )));
-        }
-        let kept: Vec<Option<[u8; 32]>> = entries
-            .iter()
-            .zip(&decisions)
-            .filter(|(e, _)| e.kind == EntryKind::File)
-            .zip(&skipped)
-            .map(|((_, d), &s)| match d {
-                Decision::Have { hash, .. } if s => Some(*hash),
-                // Not read: the summary reports no hash for it.
-                Decision::Unchanged if s => Some([0; 32]),
-                _ => None,
-            })
-            .collect();
+        // Skipped files keep the receiver's copy (the hash it offered; none for a file skipped
+        // on size and time, which nobody read).
+        let kept: Vec<Option<[u8; 32]>> = agreed.skips.iter().map(|s| s.kept_hash()).collect();
         let unchecked: Vec<bool> = entries
             .iter()
             .zip(&decisions)
             .filter(|(e, _)| e.kind == EntryKind::File)
             .map(|(_, d)| matches!(d, Decision::Unchanged))
             .collect();
-        // Skipped files take no room in the layout: no block of theirs is ever sent.
-        let sizes: Vec<u64> = files
-            .iter()
-            .zip(&skipped)
-            .map(|(f, &s)| if s { 0 } else { f.size })
-            .collect();
-        let layout = Layout::new(&sizes, block_size, channels)?;
         progress.set_files(files.iter().map(|f| f.path.clone()).collect());
-        let total: u64 = sizes.iter().sum();
+        let total = agreed.sent_bytes;
         // A file the receiver offered as already there but the sender did not skip (its copy
         // differs, and --overwrite allows replacing it) gets its part file now.
         for (f, part) in parts.iter_mut().enumerate() {
-            if part.is_none() && !skipped[f] {
+            if part.is_none() && !agreed.skips[f].is_skipped() {
                 let p = self.new_part(&out, files[f], block_size)?;
                 p.preallocate(&files[f].holes, block_size)?;
                 *part = Some(p);
             }
         }
-        // What is not sent: blocks resumed from part files, and the holes of sparse files.
-        let resumed: Vec<Vec<(u64, u64)>> = file_decisions
-            .iter()
-            .map(|d| match d {
-                Decision::Resume { blocks } => blocks.clone(),
-                _ => Vec::new(),
-            })
-            .collect();
+        let Agreed {
+            layout,
+            held,
+            skips,
+            ..
+        } = agreed;
+        // What is not sent (both sides agreed on it): blocks resumed from part files, and the
+        // holes of sparse files.
         let holes: Vec<&[(u64, u64)]> = files
             .iter()
-            .zip(&skipped)
-            .map(|(e, &s)| if s { &[][..] } else { &e.holes[..] })
+            .zip(&skips)
+            .map(|(e, s)| {
+                if s.is_skipped() {
+                    &[][..]
+                } else {
+                    &e.holes[..]
+                }
+            })
             .collect();
-        let held = layout.held_stripes(&resumed, &holes)?;
         let (held_bytes, resumed_bytes, sparse_bytes) =
             (held.bytes(), held.resumed_bytes, held.hole_bytes);
         let mut held_stripes = held.stripes;
@@ -473,9 +420,9 @@ impl Receiver {
         })
     }
 
-    /// The answer to each manifest entry: send, refuse, already here (unchanged, or to be
-    /// compared by hash), or resume from a part file; for each file entry, the part file to
-    /// resume and what it holds.
+    /// The answer to each manifest entry (the core's [`first_look`] at what is at its path,
+    /// then the existing file's hash or the part file's journal where it asks for them); for
+    /// each file entry, the part file to resume and what it holds.
     fn decide(
         &self,
         out: &fs::OutRoot,
@@ -494,39 +441,27 @@ impl Receiver {
             } else {
                 std::fs::symlink_metadata(&target).ok()
             };
-            let mut resumed = None;
-            decisions.push(match (e.kind, existing) {
-                // As hurtle leaves a file it received: rsync's quick check.
-                (EntryKind::File, Some(m))
-                    if !checksum
-                        && m.is_file()
-                        && m.len() == e.size
-                        && fs::mtime_ns(&m) == e.mtime_ns =>
-                {
-                    Decision::Unchanged
-                }
-                (EntryKind::File, Some(m)) if m.is_file() && m.len() == e.size => Decision::Have {
-                    hash: fs::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
-                        SessionError::io(format!("read {}", target.display()), err)
-                    })?,
-                    replace_ok: self.opts.overwrite,
+            let found = match existing {
+                None => Found::Nothing,
+                Some(m) if m.is_file() => Found::File {
+                    len: m.len(),
+                    mtime_ns: fs::mtime_ns(&m),
                 },
-                (EntryKind::File, Some(_)) if !self.opts.overwrite => Decision::Refuse(
-                    "it exists on the receiver (receive with --overwrite to replace it)".into(),
-                ),
-                (EntryKind::File, _) if e.size > 0 => {
-                    match Resumed::open(out, e, block_size, self.opts.overwrite)? {
-                        Some(r) => {
-                            let d = Decision::Resume {
-                                blocks: r.block_ranges(),
-                            };
-                            resumed = Some(r);
-                            d
-                        }
-                        None => Decision::SendAll,
-                    }
+                Some(_) => Found::Other,
+            };
+            let mut resumed = None;
+            decisions.push(match first_look(e, found, checksum, self.opts.overwrite) {
+                Look::Decided(d) => d,
+                Look::HashExisting { replace_ok } => {
+                    let hash = fs::hash_open(&out.open_existing(&e.path)?).map_err(|err| {
+                        SessionError::io(format!("read {}", target.display()), err)
+                    })?;
+                    Look::with_hash(replace_ok, hash)
                 }
-                _ => Decision::SendAll,
+                Look::LookForPart => {
+                    resumed = Resumed::open(out, e, block_size, self.opts.overwrite)?;
+                    Look::with_part(resumed.as_ref().map(Resumed::block_ranges))
+                }
             });
             if e.kind == EntryKind::File {
                 resumes.push(resumed);

@@ -10,7 +10,7 @@ use super::probe::Prober;
 use super::session_loop::{session_loop, Wires};
 use super::shared::{ChanEvent, Shared, ThreadCmd};
 use super::summary::{BottleneckSummary, RateSummary, SendSummary};
-use crate::error::{next_control, SessionError, Side};
+use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::net::dial::{Dialer, Direct};
@@ -19,15 +19,15 @@ use crate::net::udp::{ChannelOptions, UdpChannel};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
 use crate::report::FileReport;
+use crate::setup::Driver;
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
 use hurtle_proto::secure::{self, DataKey};
-use hurtle_proto::wire::{self, Control, Decision, Entry, EntryKind, HEADER_LEN};
-use hurtle_proto::{
-    rate, ChannelSender, Layout, Pacer, RateConfig, RateController, RateMode, SendConfig,
-};
+use hurtle_proto::session::{Agreed, SenderEvent, SenderParams, SenderSetup, Skipped};
+use hurtle_proto::wire::{Control, Entry, EntryKind, HEADER_LEN};
+use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateMode, SendConfig};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -108,33 +108,20 @@ pub(super) fn send_once(
 
     let session: u64 = rand::random::<u64>() | 1;
     let hello_at = Instant::now();
-    let _ = tx.send(Control::Hello {
-        magic: wire::MAGIC,
-        version: wire::VERSION,
-        caps: if transport == Transport::Tcp {
-            wire::CAP_TCP_DATA
-        } else {
-            0
-        } | if opts.checksum { wire::CAP_CHECKSUM } else { 0 },
-        channels: opts.channels.max(1),
-        payload: opts.payload,
-        block_size: opts.block_size,
-        session,
-    });
-    // The manifest follows at once, in parts that stay well under the frame limit: the
-    // receiver answers the hello and the manifest in the same round trip.
-    let parts: Vec<&[Entry]> = if entries.is_empty() {
-        vec![&[][..]]
-    } else {
-        entries.chunks(2048).collect()
-    };
-    let n_parts = parts.len();
-    for (i, part) in parts.into_iter().enumerate() {
-        let _ = tx.send(Control::Manifest {
-            entries: part.to_vec(),
-            last: i + 1 == n_parts,
-        });
-    }
+    // The hello and the whole manifest go at once: the receiver answers both in one round trip.
+    let machine = SenderSetup::new(
+        SenderParams {
+            channels: opts.channels.max(1),
+            payload: opts.payload,
+            block_size: opts.block_size,
+            session,
+            tcp: transport == Transport::Tcp,
+            checksum: opts.checksum,
+        },
+        entries,
+        hello_at,
+    );
+    let mut setup = Driver::new(machine, &rx, &tx, Side::Receiver);
     // The sources are opened while the receiver decides (for many files, both take a while).
     let opening = {
         let paths: Vec<PathBuf> = files.iter().map(|f| f.abs_path.clone()).collect();
@@ -148,25 +135,18 @@ pub(super) fn send_once(
             })
             .map_err(|e| SessionError::io("open thread", e))?
     };
-    let (ports, max_payload, receiver_ceiling) = match next_control(&rx, handshake_timeout)? {
-        Control::HelloAck {
-            ports,
-            payload,
-            version,
-            rate_ceiling,
-            ..
-        } if version == wire::VERSION && !ports.is_empty() => (ports, payload, rate_ceiling),
-        Control::HelloAck { version, .. } => {
+    let accepted = match setup.next()? {
+        SenderEvent::Accepted(a) => a,
+        other => {
             return Err(SessionError::Protocol(format!(
-                "receiver speaks version {version}, no usable channels"
+                "set-up out of order: {other:?} before the receiver's answer"
             )))
         }
-        other => return Err(SessionError::unexpected(Side::Receiver, other, "HelloAck")),
     };
+    let (ports, max_payload, receiver_ceiling) =
+        (&accepted.ports, accepted.max_payload, accepted.rate_ceiling);
     let mut rtt = hello_at.elapsed().min(agree_rtt);
-    let channels = ports
-        .len()
-        .min(usize::from(hurtle_proto::layout::MAX_CHANNELS)) as u16;
+    let channels = accepted.channels();
     // Data sockets, of the receiver's address family. They are set up while the receiver
     // decides on the manifest: TCP connections are dialled, UDP probes are on their way.
     let bind_ip: IpAddr = if to.is_ipv4() {
@@ -209,127 +189,51 @@ pub(super) fn send_once(
         DataSetup::Udp(udps, Box::new(prober))
     };
 
-    let mut skipped: Vec<Option<[u8; 32]>> = vec![None; files.len()];
-    // Of those, the ones skipped on size and modification time, unread: no hash to report.
-    let mut unchecked = vec![false; files.len()];
-    // Per file: the blocks the receiver holds from an interrupted transfer.
-    let mut resumed: Vec<Vec<(u64, u64)>> = vec![Vec::new(); files.len()];
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
-    // sends keep-alives meanwhile, and each one restarts the wait.
-    let reply = loop {
-        match next_control(&rx, handshake_timeout)? {
-            Control::KeepAlive => continue,
-            Control::ProbeAck { channel, size } => {
+    // sends keep-alives meanwhile, and each one restarts the wait. Hashing our copies of the
+    // files it has can take a while too (a big file from a slow disk): the receiver waits for
+    // the answer, so keep the connection alive meanwhile.
+    let mut alive = None;
+    let agreed = loop {
+        match setup.next()? {
+            SenderEvent::ProbeAck { channel, size } => {
                 if let DataSetup::Udp(_, prober) = &mut data {
                     prober
                         .probe
                         .on_ack(channel, usize::from(size), Instant::now());
                 }
             }
-            other => break other,
+            SenderEvent::HashWanted { file } => {
+                alive.get_or_insert_with(|| crate::net::control::KeepAlive::start(tx.clone()));
+                let path = &files[file as usize].abs_path;
+                let mine = crate::fs::hash_file(path)
+                    .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
+                if let Err(e) = setup.act(|m| m.hashed(file, mine)) {
+                    // The receiver waits for our answer to its offer: tell it why not.
+                    let _ = tx.send(e.to_abort(Side::Sender));
+                    return Err(e);
+                }
+            }
+            SenderEvent::Ready => break setup.machine.agreed(),
+            SenderEvent::Accepted(_) => {}
         }
     };
-    match reply {
-        Control::ManifestReply { decisions } => {
-            if decisions.len() != entries.len() {
-                return Err(SessionError::Protocol(
-                    "manifest reply has the wrong length".into(),
-                ));
-            }
-            // Hashing our copies of files the receiver has can take a while (a big file from a
-            // slow disk): the receiver waits for the answer, so keep the connection alive.
-            let _alive = decisions
-                .iter()
-                .any(|d| matches!(d, Decision::Have { .. }))
-                .then(|| crate::net::control::KeepAlive::start(tx.clone()));
-            let mut file_id = 0usize;
-            for (d, e) in decisions.iter().zip(&entries) {
-                match d {
-                    Decision::Refuse(reason) => {
-                        return Err(SessionError::Refused {
-                            path: e.path.clone(),
-                            reason: reason.clone(),
-                        })
-                    }
-                    Decision::Have { hash, replace_ok } if e.kind == EntryKind::File => {
-                        let path = &files[file_id].abs_path;
-                        let mine = crate::fs::hash_file(path)
-                            .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
-                        if mine == *hash {
-                            skipped[file_id] = Some(mine);
-                        } else if !replace_ok {
-                            let err = SessionError::Refused {
-                                path: e.path.clone(),
-                                reason: "a different file of the same size exists on the receiver (receive with --overwrite to replace it)".into(),
-                            };
-                            // The receiver waits for our answer to its offer: tell it why not.
-                            let _ = tx.send(err.to_abort(Side::Sender));
-                            // Every end of the writer's queue goes, so that it ends.
-                            drop(_alive);
-                            drop(tx);
-                            let _ = writer.join();
-                            return Err(err);
-                        }
-                    }
-                    Decision::Unchanged if e.kind == EntryKind::File && !opts.checksum => {
-                        // The hash is not known; nothing reads this placeholder but the
-                        // summary, which reports no hash for it.
-                        skipped[file_id] = Some([0; 32]);
-                        unchecked[file_id] = true;
-                    }
-                    Decision::Unchanged => {
-                        return Err(SessionError::Protocol(format!(
-                            "the receiver skipped {} on size and time alone",
-                            e.path
-                        )))
-                    }
-                    Decision::Resume { blocks } if e.kind == EntryKind::File => {
-                        resumed[file_id] = blocks.clone();
-                    }
-                    _ => {}
-                }
-                if e.kind == EntryKind::File {
-                    file_id += 1;
-                }
-            }
-        }
-        other => {
-            return Err(SessionError::unexpected(
-                Side::Receiver,
-                other,
-                "ManifestReply",
-            ))
-        }
-    }
-    let _ = tx.send(Control::Skip {
-        files: (0..files.len() as u32)
-            .filter(|&f| skipped[f as usize].is_some())
-            .collect(),
-    });
-    let sent_bytes: u64 = files
+    drop(alive);
+    let agreed =
+        agreed.ok_or_else(|| SessionError::Protocol("set-up ready without an outcome".into()))?;
+    let skipped: Vec<Option<[u8; 32]>> = agreed.skips.iter().map(|s| s.kept_hash()).collect();
+    // Of those, the ones skipped on size and modification time, unread: no hash to report.
+    let unchecked: Vec<bool> = agreed
+        .skips
         .iter()
-        .zip(&skipped)
-        .filter(|(_, s)| s.is_none())
-        .map(|(f, _)| f.size)
-        .sum();
-
-    // Skipped files take no room in the layout: the receiver builds the same one.
-    let sizes: Vec<u64> = files
-        .iter()
-        .zip(&skipped)
-        .map(|(f, s)| if s.is_some() { 0 } else { f.size })
+        .map(|s| *s == Skipped::Unchecked)
         .collect();
-    let layout = Layout::new(&sizes, opts.block_size, channels)?;
+    let sent_bytes = agreed.sent_bytes;
     progress.set_files(files.iter().map(|f| f.rel_path.clone()).collect());
-    // The stripe ranges of each channel the receiver already holds: resumed blocks, and the
-    // holes of sparse files, which the receiver leaves as holes.
-    let holes: Vec<&[(u64, u64)]> = entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::File)
-        .zip(&skipped)
-        .map(|(e, s)| if s.is_some() { &[][..] } else { &e.holes[..] })
-        .collect();
-    let held = layout.held_stripes(&resumed, &holes)?;
+    // Skipped files take no room in the layout, and the stripe ranges the receiver already
+    // holds (resumed blocks, the holes of sparse files) are not sent: both sides agreed on
+    // the same ones.
+    let Agreed { layout, held, .. } = agreed;
     let (held_bytes, resumed_bytes, sparse_bytes) =
         (held.bytes(), held.resumed_bytes, held.hole_bytes);
     let mut held = held.stripes;
@@ -375,10 +279,7 @@ pub(super) fn send_once(
         }
     };
     let report_every = rate::report_interval(rtt);
-    let _ = tx.send(Control::Start {
-        payload,
-        report_interval_us: report_every.as_micros() as u64,
-    });
+    setup.act(|m| m.start(payload, report_every.as_micros() as u64))?;
     progress.set_phase(Phase::Moving);
     let ceiling = match (opts.rate_mode, receiver_ceiling) {
         (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
