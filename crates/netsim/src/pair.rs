@@ -65,6 +65,9 @@
 //!   exists for), final markers can be dropped ([`Scenario::final_loss`]), one header bit can be
 //!   flipped ([`Scenario::header_corrupt`]), and a hostile injector adds forged datagrams
 //!   straight into the receiver ([`Scenario::hostile_every`]).
+//! - **Control faults** (whole sessions only, [`crate::session::ControlFault`]): a message
+//!   inserted, replaced, lost or duplicated, garbage, or silence from some message on; and the
+//!   end of the connection when a side closes it.
 //! - **The clock** jumps to the next deadline: the next delivery on any path (or out of the
 //!   receiver stage), a pacer's ready time (for channels with work), the senders' and receivers'
 //!   `next_timeout`, the next report, the next path change, and an optional periodic tick
@@ -77,9 +80,14 @@
 //!
 //! # What it does not own
 //!
-//! The network model ([`crate::link`]), the protocol logic (`hurtle-proto`), and the session
-//! set-up (hello, manifest, probing), which the runner skips: both sides start with the same
-//! [`Layout`] and session id at time zero.
+//! The network model ([`crate::link`]) and the protocol logic (`hurtle-proto`). A plain
+//! [`Scenario`] skips the session's set-up: both sides start with the same [`Layout`] and
+//! session id at time zero. The set-up (hello, manifest, decisions, skips, `Start`) runs in
+//! [`crate::session`], which drives `hurtle-proto`'s set-up machines over this module's control
+//! path and then this data phase from what they agreed, on the same clock: its sender starts
+//! sending when its set-up is done, its receiver reads its datagrams once it has `Start`
+//! (they wait in the link until then), and a side that ends stops. Probing of payload sizes
+//! runs in neither: data uses [`Scenario::payload`] and the receiver rejects probes.
 //!
 //! # Determinism
 //!
@@ -89,16 +97,19 @@
 //! SplitMix64 stream, so turning one knob does not reshuffle the others.
 
 use crate::link::{Link, LinkConfig, LinkStats};
+use crate::session::Fault;
 use hurtle_proto::admit::{ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::Reason;
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
+use hurtle_proto::wire::{FrameError, MAX_FRAME};
 use hurtle_proto::{
     Admission, Admit, ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig,
     RateController, RecvConfig, ReportBuilder, RunKind, SendConfig, Verdict, Verifier,
 };
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Everything a run depends on. [`Scenario::default`] is 4 MiB in one file over 4 channels at
@@ -260,7 +271,8 @@ pub use hurtle_proto::admit::Rejected;
 /// What a finished run did. Byte counts are payload bytes unless noted.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// Virtual time from the first send until the run was complete.
+    /// Virtual time from time zero until the run was complete (for a plain scenario time zero
+    /// is the first send; for a whole session, the hello, and the end is both sides' end).
     pub duration: Duration,
     /// Virtual time at which the first channel had sent all its new data: until then every
     /// channel sends new data at its share of the rate (the transfer's steady part).
@@ -315,6 +327,13 @@ pub struct Outcome {
     pub socket_drops: u64,
     /// Most bytes ever waiting in the receiver stage's buffer.
     pub receiver_queue_max: usize,
+    /// Virtual time at which the first data datagram was sent (`None`: none was).
+    pub first_data: Option<Duration>,
+    /// Data datagrams handed to the link, by channel.
+    pub datagrams_by_channel: Vec<u64>,
+    /// Payload bytes of the data datagrams handed to the link (first sends and repairs), by
+    /// the file id in their header.
+    pub file_payload_bytes: Vec<u64>,
 }
 
 /// One point of the pacing rate's timeline.
@@ -477,6 +496,11 @@ mod stream {
     pub const CLOCK: u64 = 7;
 }
 
+/// The session id a sender seeded with `seed` picks (odd, as the engine's are).
+pub(crate) fn session_id(seed: u64) -> u64 {
+    SimRng::new(seed, stream::SESSION).next_u64() | 1
+}
+
 /// The bytes of file `index` of a scenario seeded with `seed`.
 pub fn file_bytes(seed: u64, index: usize, len: u64) -> Vec<u8> {
     let mut rng = SimRng::new(seed ^ mix64(index as u64 + 1), stream::FILES);
@@ -490,31 +514,110 @@ pub fn file_bytes(seed: u64, index: usize, len: u64) -> Vec<u8> {
 }
 
 /// The control connection in one direction: reliable, in order, delayed; stalled by blackouts.
+/// Whole sessions ([`crate::session`]) can also make it misbehave
+/// ([`crate::session::ControlFault`]: a message
+/// inserted, replaced, duplicated, garbage, silence from some message on) and close it.
 #[derive(Debug)]
-struct ControlPath {
+pub(crate) struct ControlPath {
     t0: Instant,
     delay: Duration,
     blackouts: Vec<(Duration, Duration)>,
     queue: VecDeque<(Instant, Vec<u8>)>,
     last: Instant,
-    sent: u64,
+    /// Messages handed to [`ControlPath::send`] (the genuine ones), by kind.
+    pub(crate) by_kind: BTreeMap<&'static str, u64>,
+    /// Genuine messages handed to [`ControlPath::send`] so far.
+    genuine: usize,
+    /// What goes wrong, at which genuine message (0 = the first).
+    faults: Vec<(usize, Fault)>,
+    /// From a [`Fault::Silence`] on, nothing gets through, not even the close.
+    silent: bool,
+    /// The writer closed the connection: nothing more is sent; the reader sees the end at
+    /// this time (after everything sent before).
+    closed: bool,
+    closed_at: Option<Instant>,
+    close_seen: bool,
 }
 
 impl ControlPath {
-    fn new(t0: Instant, delay: Duration, blackouts: Vec<(Duration, Duration)>) -> Self {
+    pub(crate) fn new(t0: Instant, delay: Duration, blackouts: Vec<(Duration, Duration)>) -> Self {
         ControlPath {
             t0,
             delay,
             blackouts,
             queue: VecDeque::new(),
             last: t0,
-            sent: 0,
+            by_kind: BTreeMap::new(),
+            genuine: 0,
+            faults: Vec::new(),
+            silent: false,
+            closed: false,
+            closed_at: None,
+            close_seen: false,
         }
     }
 
-    fn send(&mut self, now: Instant, msg: &Control) {
+    /// Adds faults: each applies when the genuine message with its number is sent.
+    pub(crate) fn with_faults(mut self, faults: Vec<(usize, Fault)>) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    pub(crate) fn send(&mut self, now: Instant, msg: &Control) {
+        if self.closed {
+            return;
+        }
+        let n = self.genuine;
+        self.genuine += 1;
+        *self.by_kind.entry(msg.name()).or_default() += 1;
+        if self.faults.is_empty() {
+            self.enqueue(now, msg.to_frame());
+            return;
+        }
+        let mut frames = Vec::new();
+        let mut frame = Some(msg.to_frame());
+        let mut copies = 1;
+        for (_, fault) in self.faults.iter().filter(|(at, _)| *at == n) {
+            match fault {
+                Fault::Insert(m) => frames.push(m.to_frame()),
+                Fault::Garbage(body) => {
+                    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+                    f.extend_from_slice(body);
+                    frames.push(f);
+                }
+                Fault::Oversized => {
+                    let len = (MAX_FRAME + 1024) as u32;
+                    frames.push(len.to_be_bytes().to_vec());
+                }
+                Fault::Replace(m) => frame = Some(m.to_frame()),
+                Fault::Drop => frame = None,
+                Fault::Duplicate => copies += 1,
+                Fault::Silence => self.silent = true,
+            }
+        }
+        if let Some(f) = frame {
+            for _ in 0..copies {
+                frames.push(f.clone());
+            }
+        }
+        for f in frames {
+            self.enqueue(now, f);
+        }
+    }
+
+    fn enqueue(&mut self, now: Instant, frame: Vec<u8>) {
+        if self.silent {
+            return;
+        }
+        let at = self.arrival(now);
+        self.last = at;
+        self.queue.push_back((at, frame));
+    }
+
+    /// When something sent at `now` arrives: after the delay, after any blackout it is sent in
+    /// (TCP keeps retransmitting through it), and not before what was sent earlier.
+    fn arrival(&self, now: Instant) -> Instant {
         let mut base = now;
-        // TCP keeps retransmitting through a blackout; what was sent gets through after it.
         loop {
             let rel = base.saturating_duration_since(self.t0);
             match self.blackouts.iter().find(|(s, e)| *s <= rel && rel < *e) {
@@ -522,31 +625,52 @@ impl ControlPath {
                 None => break,
             }
         }
-        let at = (base + self.delay).max(self.last);
-        self.last = at;
-        self.sent += 1;
-        self.queue.push_back((at, msg.to_frame()));
+        (base + self.delay).max(self.last)
     }
 
-    fn next_delivery(&self) -> Option<Instant> {
-        self.queue.front().map(|(at, _)| *at)
+    /// The writer closes the connection at `now`: the reader sees the end once everything sent
+    /// before has arrived (never, if the path went silent).
+    pub(crate) fn close(&mut self, now: Instant) {
+        if !self.closed {
+            self.closed = true;
+            if !self.silent {
+                self.closed_at = Some(self.arrival(now));
+            }
+        }
     }
 
-    fn poll(&mut self, now: Instant) -> Option<Result<Control, String>> {
+    pub(crate) fn next_delivery(&self) -> Option<Instant> {
+        match self.queue.front() {
+            Some((at, _)) => Some(*at),
+            None if !self.close_seen => self.closed_at,
+            None => None,
+        }
+    }
+
+    pub(crate) fn poll(&mut self, now: Instant) -> Option<Result<Control, FrameError>> {
         if self.queue.front()?.0 > now {
             return None;
         }
         let (_, frame) = self.queue.pop_front()?;
-        let decoded = (|| {
-            let prefix: [u8; 4] = frame.get(..4)?.try_into().ok()?;
-            let len = Control::frame_len(prefix).ok()?;
-            let body = frame.get(4..)?;
-            if body.len() != len {
-                return None;
-            }
-            Control::from_body(body).ok()
-        })();
-        Some(decoded.ok_or_else(|| "control frame failed to decode".to_string()))
+        // Every frame here has its 4-byte prefix (see `send`); the body is what follows.
+        let (prefix, body) = frame.split_at(frame.len().min(4));
+        let prefix: [u8; 4] = prefix.try_into().unwrap_or([0xff; 4]);
+        Some(Control::frame_len(prefix).and_then(|_| Control::from_body(body)))
+    }
+
+    /// True once, when the reader reaches the end of a closed connection at `now`.
+    pub(crate) fn poll_closed(&mut self, now: Instant) -> bool {
+        let end =
+            self.queue.is_empty() && !self.close_seen && self.closed_at.is_some_and(|t| t <= now);
+        if end {
+            self.close_seen = true;
+        }
+        end
+    }
+
+    /// Frames sent and not yet read.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.queue.len()
     }
 }
 
@@ -647,14 +771,14 @@ struct Reporter {
 
 /// The sending peer.
 #[derive(Debug)]
-struct SenderSide {
-    files: Vec<Vec<u8>>,
-    channels: Vec<ChannelSender>,
+pub(crate) struct SenderSide {
+    pub(crate) files: Vec<Vec<u8>>,
+    pub(crate) channels: Vec<ChannelSender>,
     pacers: Vec<Pacer>,
     packet_numbers: Vec<u64>,
     hashed: Vec<bool>,
     pending_hashes: Vec<(u64, BlockValue)>,
-    files_confirmed: Vec<bool>,
+    pub(crate) files_confirmed: Vec<bool>,
     genuine: u64,
     /// The rate controller, with [`Scenario::rate`].
     rate: Option<RateController>,
@@ -663,13 +787,13 @@ struct SenderSide {
 
 /// The receiving peer.
 #[derive(Debug)]
-struct ReceiverSide {
-    files: Vec<Vec<u8>>,
+pub(crate) struct ReceiverSide {
+    pub(crate) files: Vec<Vec<u8>>,
     /// The checks of every datagram, and their counts.
     admission: Admission,
     channels: Vec<ChannelReceiver>,
     verifier: Verifier,
-    file_hashes: Vec<Option<[u8; 32]>>,
+    pub(crate) file_hashes: Vec<Option<[u8; 32]>>,
     blocks_rejected: u64,
     nacks_dropped: u64,
     /// With [`Scenario::receiver_rate_bps`].
@@ -679,28 +803,199 @@ struct ReceiverSide {
     reports: Vec<ReportSample>,
 }
 
+/// What a data phase starts from: the layout both sides use, the session id, each side's
+/// bytes, and what both hold. A plain [`Scenario`] makes one from its files and
+/// [`Scenario::held`]; a whole session ([`crate::session`]) from the set-up's `Agreed`.
+#[derive(Debug)]
+pub(crate) struct DataPlan {
+    pub(crate) layout: Layout,
+    pub(crate) session: u64,
+    /// The sender's bytes of each file of the layout (empty for a file not sent).
+    pub(crate) snd_files: Vec<Vec<u8>>,
+    /// The receiver's copy of each file at the start: zeros, or a part file's held blocks.
+    pub(crate) rcv_files: Vec<Vec<u8>>,
+    /// Per channel: the stripe ranges both sides hold (not sent; the receiver judges its copy).
+    pub(crate) held: Vec<Vec<Range<u64>>>,
+}
+
+impl DataPlan {
+    /// The plan of a plain scenario: its files from the seed, its held blocks copied (and
+    /// spoiled where asked) into the receiver's files.
+    fn of_scenario(sc: &Scenario) -> Result<DataPlan, String> {
+        let layout = Layout::new(&sc.files, sc.block_size, sc.channels)
+            .map_err(|e| format!("bad layout: {e}"))?;
+        let snd_files: Vec<Vec<u8>> = sc
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| file_bytes(sc.seed, i, len))
+            .collect();
+        let mut rcv_files: Vec<Vec<u8>> = sc.files.iter().map(|&s| vec![0u8; s as usize]).collect();
+        let mut held = vec![Vec::new(); usize::from(sc.channels)];
+        for &(block, corrupt) in &sc.held {
+            let (Some((ch, stripe)), Some((file, range))) = (
+                layout.block_stripe_range(block),
+                layout.block_file_range(block),
+            ) else {
+                return Err(format!("held block {block} is not in the layout"));
+            };
+            let (f, r) = (file as usize, range.start as usize..range.end as usize);
+            rcv_files[f][r.clone()].copy_from_slice(&snd_files[f][r.clone()]);
+            if corrupt {
+                rcv_files[f][r.start] ^= 0x20;
+            }
+            held[usize::from(ch)].push(stripe);
+        }
+        Ok(DataPlan {
+            session: SimRng::new(sc.seed, stream::SESSION).next_u64(),
+            layout,
+            snd_files,
+            rcv_files,
+            held,
+        })
+    }
+}
+
+/// Both sides' state for a data phase that starts at `start`.
+fn sides(
+    sc: &Scenario,
+    plan: DataPlan,
+    t0: Instant,
+    start: Instant,
+    reporting: bool,
+) -> Result<(Layout, u64, SenderSide, ReceiverSide), String> {
+    let DataPlan {
+        layout,
+        session,
+        snd_files,
+        rcv_files,
+        held,
+    } = plan;
+    let channels = layout.channels();
+    let n = usize::from(channels);
+    if snd_files.len() != layout.file_count()
+        || rcv_files.len() != layout.file_count()
+        || held.len() != n
+    {
+        return Err("data plan does not fit its layout".into());
+    }
+    let sizes: Vec<u64> = (0..layout.file_count() as u32)
+        .map(|f| layout.file_size(f).unwrap_or(0))
+        .collect();
+    let controller = sc.rate.clone().map(|cfg| RateController::new(cfg, start));
+    let (per_channel, first_rate) = match &controller {
+        // As the engine's sender splits the controller's rate.
+        Some(c) => (
+            (c.rate_bps() / u64::from(channels)).max(100_000),
+            c.rate_bps(),
+        ),
+        None => ((sc.rate_bps / u64::from(channels)).max(1), sc.rate_bps),
+    };
+    let mut snd = SenderSide {
+        channels: (0..channels)
+            .map(|c| ChannelSender::new(&layout, c, sc.send.clone()))
+            .collect(),
+        pacers: (0..n)
+            .map(|_| Pacer::new(per_channel, sc.pacer_burst))
+            .collect(),
+        packet_numbers: vec![0; n],
+        hashed: vec![false; layout.total_blocks() as usize],
+        pending_hashes: Vec::new(),
+        files_confirmed: sizes.iter().map(|&s| s == 0).collect(),
+        genuine: 0,
+        rate: controller,
+        rate_timeline: vec![RatePoint {
+            at: start - t0,
+            rate_bps: first_rate,
+            reason: Reason::Start,
+        }],
+        files: snd_files,
+    };
+    let clock_offset_us = SimRng::new(sc.seed, stream::CLOCK).next_u64();
+    let mut rcv = ReceiverSide {
+        admission: Admission::new(session, 0..channels, t0)
+            .without_probes()
+            .with_clock_offset(clock_offset_us),
+        files: rcv_files,
+        channels: (0..channels)
+            .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
+            .collect(),
+        verifier: Verifier::new(&layout),
+        // An empty file has no blocks: it is complete from the start.
+        file_hashes: sizes
+            .iter()
+            .map(|&s| (s == 0).then(|| *blake3::hash(b"").as_bytes()))
+            .collect(),
+        blocks_rejected: 0,
+        nacks_dropped: 0,
+        stage: sc
+            .receiver_rate_bps
+            .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
+        reporter: sc.rate.as_ref().filter(|_| reporting).map(|cfg| Reporter {
+            // What the engine's sender asks for in `Start`.
+            every: hurtle_proto::rate::report_interval(cfg.rtt),
+            builder: ReportBuilder::new(start, Tally::default(), 0),
+        }),
+        reports: Vec::new(),
+    };
+    for (ch, ranges) in held.into_iter().enumerate() {
+        for stripe in ranges {
+            snd.channels[ch].hold(stripe.clone());
+            rcv.channels[ch].hold(stripe.clone());
+            // The receiver hashes its copy before anything arrives; the verdict waits for the
+            // sender's value.
+            let mut pos = stripe.start;
+            while pos < stripe.end {
+                let span = layout.resolve(ch as u16, pos).ok_or_else(|| {
+                    format!("held stripe {stripe:?} of channel {ch} is not in the layout")
+                })?;
+                let value = block_value_of(&layout, &rcv.files, span.block);
+                if rcv.verifier.on_received(span.block, value) != Verdict::Pending {
+                    return Err(format!(
+                        "held block {} judged before its expected value",
+                        span.block
+                    ));
+                }
+                pos += span.to_block_end;
+            }
+        }
+    }
+    Ok((layout, session, snd, rcv))
+}
+
 /// A sender and a receiver wired together over simulated paths, on a virtual clock. See the
 /// module docs.
 #[derive(Debug)]
 pub struct Pair {
-    sc: Scenario,
-    layout: Layout,
+    pub(crate) sc: Scenario,
+    pub(crate) layout: Layout,
     session: u64,
-    t0: Instant,
-    now: Instant,
-    steps: u64,
-    link: Link,
+    pub(crate) t0: Instant,
+    pub(crate) now: Instant,
+    pub(crate) steps: u64,
+    pub(crate) link: Link,
     /// Forged datagrams waiting to be handed to the receiver (at once).
     injected: VecDeque<Vec<u8>>,
-    to_receiver: ControlPath,
-    to_sender: ControlPath,
-    snd: SenderSide,
-    rcv: ReceiverSide,
+    pub(crate) to_receiver: ControlPath,
+    pub(crate) to_sender: ControlPath,
+    pub(crate) snd: SenderSide,
+    pub(crate) rcv: ReceiverSide,
+    /// The sender's channels send (false before a whole session's data phase and after the
+    /// sender ended).
+    pub(crate) snd_sending: bool,
+    /// The receiver reads its data sockets (false until a whole session's receiver is ready
+    /// for data, and after it ended: datagrams wait in the link meanwhile).
+    pub(crate) rcv_reading: bool,
     nack_rng: SimRng,
     final_rng: SimRng,
     header_rng: SimRng,
     datagrams_sent: u64,
     datagrams_resent: u64,
+    datagrams_by_channel: Vec<u64>,
+    /// Payload bytes of data datagrams, by file id.
+    file_payload: Vec<u64>,
+    first_data: Option<Instant>,
+    hash_messages: u64,
     finals_dropped: u64,
     injected_total: u64,
     header_corrupted: u64,
@@ -710,7 +1005,18 @@ pub struct Pair {
     /// When the first channel, and when every channel, had sent all its new data.
     steady_until: Option<Instant>,
     new_data_sent: Option<Instant>,
-    finished: Option<Instant>,
+    pub(crate) finished: Option<Instant>,
+}
+
+/// The scenario's knobs that every run needs to be positive.
+pub(crate) fn check_knobs(sc: &Scenario) -> Result<(), String> {
+    if sc.payload == 0 || sc.run_datagrams == 0 || (sc.rate.is_none() && sc.rate_bps == 0) {
+        return Err("payload, run_datagrams and rate_bps must be positive".into());
+    }
+    if sc.receiver_rate_bps == Some(0) {
+        return Err("receiver_rate_bps must be positive".into());
+    }
+    Ok(())
 }
 
 impl Pair {
@@ -721,111 +1027,34 @@ impl Pair {
             reason,
             state: String::new(),
         };
-        let layout = Layout::new(&sc.files, sc.block_size, sc.channels)
-            .map_err(|e| fail(format!("bad layout: {e}")))?;
-        if sc.payload == 0 || sc.run_datagrams == 0 || (sc.rate.is_none() && sc.rate_bps == 0) {
-            return Err(fail(
-                "payload, run_datagrams and rate_bps must be positive".into(),
-            ));
-        }
-        if sc.receiver_rate_bps == Some(0) {
-            return Err(fail("receiver_rate_bps must be positive".into()));
-        }
+        let plan = DataPlan::of_scenario(&sc).map_err(fail)?;
+        check_knobs(&sc).map_err(fail)?;
         let t0 = Instant::now();
-        let files: Vec<Vec<u8>> = sc
-            .files
-            .iter()
-            .enumerate()
-            .map(|(i, &len)| file_bytes(sc.seed, i, len))
-            .collect();
-        let n = usize::from(sc.channels);
-        let controller = sc.rate.clone().map(|cfg| RateController::new(cfg, t0));
-        let (per_channel, first_rate) = match &controller {
-            // As the engine's sender splits the controller's rate.
-            Some(c) => (
-                (c.rate_bps() / u64::from(sc.channels)).max(100_000),
-                c.rate_bps(),
-            ),
-            None => ((sc.rate_bps / u64::from(sc.channels)).max(1), sc.rate_bps),
-        };
-        let mut snd = SenderSide {
-            channels: (0..sc.channels)
-                .map(|c| ChannelSender::new(&layout, c, sc.send.clone()))
-                .collect(),
-            pacers: (0..n)
-                .map(|_| Pacer::new(per_channel, sc.pacer_burst))
-                .collect(),
-            packet_numbers: vec![0; n],
-            hashed: vec![false; layout.total_blocks() as usize],
-            pending_hashes: Vec::new(),
-            files_confirmed: sc.files.iter().map(|&s| s == 0).collect(),
-            genuine: 0,
-            rate: controller,
-            rate_timeline: vec![RatePoint {
-                at: Duration::ZERO,
-                rate_bps: first_rate,
-                reason: Reason::Start,
-            }],
-            files,
-        };
-        let session = SimRng::new(sc.seed, stream::SESSION).next_u64();
-        let clock_offset_us = SimRng::new(sc.seed, stream::CLOCK).next_u64();
-        let mut rcv = ReceiverSide {
-            admission: Admission::new(session, 0..sc.channels, t0)
-                .without_probes()
-                .with_clock_offset(clock_offset_us),
-            files: sc.files.iter().map(|&s| vec![0u8; s as usize]).collect(),
-            channels: (0..sc.channels)
-                .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
-                .collect(),
-            verifier: Verifier::new(&layout),
-            // An empty file has no blocks: it is complete from the start.
-            file_hashes: sc
-                .files
-                .iter()
-                .map(|&s| (s == 0).then(|| *blake3::hash(b"").as_bytes()))
-                .collect(),
-            blocks_rejected: 0,
-            nacks_dropped: 0,
-            stage: sc
-                .receiver_rate_bps
-                .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
-            reporter: sc.rate.as_ref().map(|cfg| Reporter {
-                // What the engine's sender asks for in `Start`.
-                every: hurtle_proto::rate::report_interval(cfg.rtt),
-                builder: ReportBuilder::new(t0, Tally::default(), 0),
-            }),
-            reports: Vec::new(),
-        };
-        for &(block, corrupt) in &sc.held {
-            let (Some((ch, stripe)), Some((file, range))) = (
-                layout.block_stripe_range(block),
-                layout.block_file_range(block),
-            ) else {
-                return Err(fail(format!("held block {block} is not in the layout")));
-            };
-            let (f, r) = (file as usize, range.start as usize..range.end as usize);
-            let copy = snd.files[f][r.clone()].to_vec();
-            rcv.files[f][r.clone()].copy_from_slice(&copy);
-            if corrupt {
-                rcv.files[f][r.start] ^= 0x20;
-            }
-            snd.channels[usize::from(ch)].hold(stripe.clone());
-            rcv.channels[usize::from(ch)].hold(stripe);
-            // The receiver hashes its copy before anything arrives; the verdict waits for the
-            // sender's value.
-            let value = block_value_of(&layout, &rcv.files, block);
-            if rcv.verifier.on_received(block, value) != Verdict::Pending {
-                return Err(fail(format!(
-                    "held block {block} judged before its expected value"
-                )));
-            }
-        }
-        let mut rate_changes = sc.rate_changes.clone();
-        rate_changes.sort_by_key(|&(at, _)| at);
         let control_delay = sc.control_delay.unwrap_or(sc.link.delay);
         let blackouts = sc.link.blackouts.clone();
+        let paths = (
+            ControlPath::new(t0, control_delay, blackouts.clone()),
+            ControlPath::new(t0, control_delay, blackouts),
+        );
+        Pair::build(sc, plan, t0, paths, true).map_err(fail)
+    }
+
+    /// Builds both sides from `plan` at time zero `t0`, over the given control paths (to the
+    /// receiver, to the sender). `running`: the data phase starts at once; otherwise both sides
+    /// wait for [`Pair::begin_data`] (a whole session's set-up runs first).
+    pub(crate) fn build(
+        sc: Scenario,
+        plan: DataPlan,
+        t0: Instant,
+        paths: (ControlPath, ControlPath),
+        running: bool,
+    ) -> Result<Pair, String> {
+        let (layout, session, snd, rcv) = sides(&sc, plan, t0, t0, running)?;
+        let mut rate_changes = sc.rate_changes.clone();
+        rate_changes.sort_by_key(|&(at, _)| at);
         Ok(Pair {
+            datagrams_by_channel: vec![0; usize::from(layout.channels())],
+            file_payload: vec![0; layout.file_count()],
             layout,
             session,
             t0,
@@ -837,15 +1066,19 @@ impl Pair {
                 t0,
             ),
             injected: VecDeque::new(),
-            to_receiver: ControlPath::new(t0, control_delay, blackouts.clone()),
-            to_sender: ControlPath::new(t0, control_delay, blackouts),
+            to_receiver: paths.0,
+            to_sender: paths.1,
             snd,
             rcv,
+            snd_sending: running,
+            rcv_reading: running,
             nack_rng: SimRng::new(sc.seed, stream::NACK_DROP),
             final_rng: SimRng::new(sc.seed, stream::FINAL_DROP),
             header_rng: SimRng::new(sc.seed, stream::HEADER_FLIP),
             datagrams_sent: 0,
             datagrams_resent: 0,
+            first_data: None,
+            hash_messages: 0,
             finals_dropped: 0,
             injected_total: 0,
             header_corrupted: 0,
@@ -856,6 +1089,33 @@ impl Pair {
             finished: None,
             sc,
         })
+    }
+
+    /// A whole session's sender starts its data phase at `now` from `plan` (built from its
+    /// `Agreed`): both sides' data state is built from it, and the sender's channels start
+    /// sending. The receiver reads nothing until [`Pair::receiver_starts`].
+    pub(crate) fn begin_data(&mut self, plan: DataPlan, now: Instant) -> Result<(), String> {
+        let (layout, session, snd, rcv) = sides(&self.sc, plan, self.t0, now, false)?;
+        self.datagrams_by_channel = vec![0; usize::from(layout.channels())];
+        self.file_payload = vec![0; layout.file_count()];
+        self.layout = layout;
+        self.session = session;
+        self.snd = snd;
+        self.rcv = rcv;
+        self.snd_sending = true;
+        Ok(())
+    }
+
+    /// A whole session's receiver got `Start` at `now`: it reads its data sockets from now on
+    /// and reports every `report_every` (with [`Scenario::rate`]).
+    pub(crate) fn receiver_starts(&mut self, now: Instant, report_every: Duration) {
+        self.rcv_reading = true;
+        if self.sc.rate.is_some() {
+            self.rcv.reporter = Some(Reporter {
+                every: report_every,
+                builder: ReportBuilder::new(now, Tally::default(), 0),
+            });
+        }
     }
 
     /// The shared layout.
@@ -894,6 +1154,19 @@ impl Pair {
         }
         self.steps += 1;
         let now = self.now;
+        self.apply_rate_changes(now);
+        self.receiver_turn(now).map_err(|r| self.failure(r))?;
+        self.sender_turn(now).map_err(|r| self.failure(r))?;
+        if self.is_complete() {
+            self.finished = Some(now);
+            return Ok(true);
+        }
+        self.advance(now, None)?;
+        Ok(false)
+    }
+
+    /// Applies the path changes due at `now`.
+    pub(crate) fn apply_rate_changes(&mut self, now: Instant) {
         while let Some(&(at, bps)) = self.rate_changes.get(self.rate_changes_done) {
             if self.t0.checked_add(at).is_none_or(|t| t > now) {
                 break;
@@ -901,16 +1174,19 @@ impl Pair {
             self.link.set_rate(Some(bps));
             self.rate_changes_done += 1;
         }
-        self.receiver_turn(now).map_err(|r| self.failure(r))?;
-        self.sender_turn(now).map_err(|r| self.failure(r))?;
-        if self.is_complete() {
-            self.finished = Some(now);
-            return Ok(true);
-        }
+    }
+
+    /// Moves the clock from `now` to the next deadline (or `extra`, if earlier), checking the
+    /// step and time caps.
+    pub(crate) fn advance(&mut self, now: Instant, extra: Option<Instant>) -> Result<(), Failure> {
         if self.steps >= self.sc.max_steps {
             return Err(self.failure(format!("step cap of {} reached", self.sc.max_steps)));
         }
-        let Some(next) = self.next_deadline() else {
+        let next = match (self.next_deadline(), extra) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(next) = next else {
             return Err(self.failure("deadlock: nothing pending and no timer armed".into()));
         };
         // A deadline at or before `now` would be an event this step failed to handle; move on
@@ -922,12 +1198,17 @@ impl Pair {
                 self.sc.max_virtual
             )));
         }
-        Ok(false)
+        Ok(())
     }
 
     fn is_complete(&self) -> bool {
         self.rcv.file_hashes.iter().all(Option::is_some)
             && self.snd.channels.iter().all(ChannelSender::is_done)
+    }
+
+    /// When the first data datagram was sent, from time zero.
+    pub(crate) fn first_data(&self) -> Option<Duration> {
+        self.first_data.map(|t| t - self.t0)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -938,30 +1219,34 @@ impl Pair {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        consider(self.link.next_delivery());
-        consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
-        consider(
-            self.rcv
-                .reporter
-                .as_ref()
-                .map(|r| r.builder.interval_start() + r.every),
-        );
+        if self.rcv_reading {
+            consider(self.link.next_delivery());
+            consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
+            consider(
+                self.rcv
+                    .reporter
+                    .as_ref()
+                    .map(|r| r.builder.interval_start() + r.every),
+            );
+            consider((!self.injected.is_empty()).then_some(now));
+            for r in &self.rcv.channels {
+                consider(r.next_timeout(now));
+            }
+        }
         consider(
             self.rate_changes
                 .get(self.rate_changes_done)
                 .and_then(|&(at, _)| self.t0.checked_add(at)),
         );
-        consider((!self.injected.is_empty()).then_some(now));
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
-        for (s, p) in self.snd.channels.iter().zip(&self.snd.pacers) {
-            if s.has_work() {
-                consider(Some(p.ready_at().unwrap_or(now)));
+        if self.snd_sending {
+            for (s, p) in self.snd.channels.iter().zip(&self.snd.pacers) {
+                if s.has_work() {
+                    consider(Some(p.ready_at().unwrap_or(now)));
+                }
+                consider(s.next_timeout());
             }
-            consider(s.next_timeout());
-        }
-        for r in &self.rcv.channels {
-            consider(r.next_timeout(now));
         }
         if let Some(tick) = self.sc.tick.filter(|t| !t.is_zero()) {
             let ticks = (now - self.t0).as_nanos() / tick.as_nanos() + 1;
@@ -976,6 +1261,19 @@ impl Pair {
     // ----- receiver -----
 
     fn receiver_turn(&mut self, now: Instant) -> Result<(), String> {
+        self.receiver_datagrams(now)?;
+        while let Some(msg) = self.to_receiver.poll(now) {
+            let msg = msg.map_err(|e| format!("control frame failed to decode: {e}"))?;
+            if let Some(other) = self.on_receiver_control(now, msg)? {
+                return Err(format!("receiver got unexpected {}", other.name()));
+            }
+        }
+        self.receiver_outputs(now);
+        Ok(())
+    }
+
+    /// The receiver reads every datagram due at `now` (forged ones first).
+    pub(crate) fn receiver_datagrams(&mut self, now: Instant) -> Result<(), String> {
         while let Some(dg) = self.injected.pop_front() {
             self.on_datagram(now, &dg)?;
         }
@@ -988,17 +1286,30 @@ impl Pair {
         while let Some(dg) = self.rcv.stage.as_mut().and_then(|s| s.poll(now)) {
             self.on_datagram(now, &dg)?;
         }
-        while let Some(msg) = self.to_receiver.poll(now) {
-            match msg? {
-                Control::BlockHashes { blocks } => {
-                    for (block, value) in blocks {
-                        let verdict = self.rcv.verifier.on_expected(block, value);
-                        self.on_verdict(now, verdict)?;
-                    }
+        Ok(())
+    }
+
+    /// A control message of the data phase at the receiver. Returns a message that is not one
+    /// (for the caller to judge); an error for one that breaks the rules.
+    pub(crate) fn on_receiver_control(
+        &mut self,
+        now: Instant,
+        msg: Control,
+    ) -> Result<Option<Control>, String> {
+        match msg {
+            Control::BlockHashes { blocks } => {
+                for (block, value) in blocks {
+                    let verdict = self.rcv.verifier.on_expected(block, value);
+                    self.on_verdict(now, verdict)?;
                 }
-                other => return Err(format!("receiver got unexpected {}", other.name())),
+                Ok(None)
             }
+            other => Ok(Some(other)),
         }
+    }
+
+    /// The receiver's NACKs, channel completions and report due at `now`.
+    pub(crate) fn receiver_outputs(&mut self, now: Instant) {
         for ch in 0..self.rcv.channels.len() {
             if let Some(ranges) = self.rcv.channels[ch].poll_nack(now) {
                 if self.nack_rng.chance(self.sc.nack_loss) {
@@ -1014,7 +1325,6 @@ impl Pair {
             }
         }
         self.maybe_report(now);
-        Ok(())
     }
 
     /// Sends a `Report` if an interval has passed, built as the engine's receiver builds it.
@@ -1148,54 +1458,72 @@ impl Pair {
 
     fn sender_turn(&mut self, now: Instant) -> Result<(), String> {
         while let Some(msg) = self.to_sender.poll(now) {
-            match msg? {
-                Control::Nack { channel, ranges } => {
-                    self.snd
-                        .channels
-                        .get_mut(usize::from(channel))
-                        .ok_or("NACK for an unknown channel")?
-                        .on_nack(&ranges, now);
-                }
-                Control::ChannelDone { channel } => self
-                    .snd
-                    .channels
-                    .get_mut(usize::from(channel))
-                    .ok_or("ChannelDone for an unknown channel")?
-                    .on_channel_done(),
-                Control::FileDone { file, hash } => {
-                    let src = self
-                        .snd
-                        .files
-                        .get(file as usize)
-                        .ok_or("FileDone for an unknown file")?;
-                    if hash != *blake3::hash(src).as_bytes() {
-                        return Err(format!("FileDone for file {file} carries a wrong hash"));
-                    }
-                    self.snd.files_confirmed[file as usize] = true;
-                }
-                report @ Control::Report { .. } => {
-                    let ctl = self
-                        .snd
-                        .rate
-                        .as_mut()
-                        .ok_or("Report without rate control")?;
-                    let fb = Feedback::of_report(&report).ok_or("Report is not a report")?;
-                    if let Some(change) = ctl.on_feedback(now, &fb) {
-                        let per_channel =
-                            (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
-                        for p in &mut self.snd.pacers {
-                            p.set_rate(per_channel);
-                        }
-                        self.snd.rate_timeline.push(RatePoint {
-                            at: now - self.t0,
-                            rate_bps: change.rate_bps,
-                            reason: change.reason,
-                        });
-                    }
-                }
-                other => return Err(format!("sender got unexpected {}", other.name())),
+            let msg = msg.map_err(|e| format!("control frame failed to decode: {e}"))?;
+            if let Some(other) = self.on_sender_control(now, msg)? {
+                return Err(format!("sender got unexpected {}", other.name()));
             }
         }
+        self.sender_data(now)
+    }
+
+    /// A control message of the data phase at the sender. Returns a message that is not one
+    /// (for the caller to judge); an error for one that breaks the rules.
+    pub(crate) fn on_sender_control(
+        &mut self,
+        now: Instant,
+        msg: Control,
+    ) -> Result<Option<Control>, String> {
+        match msg {
+            Control::Nack { channel, ranges } => {
+                self.snd
+                    .channels
+                    .get_mut(usize::from(channel))
+                    .ok_or("NACK for an unknown channel")?
+                    .on_nack(&ranges, now);
+            }
+            Control::ChannelDone { channel } => self
+                .snd
+                .channels
+                .get_mut(usize::from(channel))
+                .ok_or("ChannelDone for an unknown channel")?
+                .on_channel_done(),
+            Control::FileDone { file, hash } => {
+                let src = self
+                    .snd
+                    .files
+                    .get(file as usize)
+                    .ok_or("FileDone for an unknown file")?;
+                if hash != *blake3::hash(src).as_bytes() {
+                    return Err(format!("FileDone for file {file} carries a wrong hash"));
+                }
+                self.snd.files_confirmed[file as usize] = true;
+            }
+            report @ Control::Report { .. } => {
+                let ctl = self
+                    .snd
+                    .rate
+                    .as_mut()
+                    .ok_or("Report without rate control")?;
+                let fb = Feedback::of_report(&report).ok_or("Report is not a report")?;
+                if let Some(change) = ctl.on_feedback(now, &fb) {
+                    let per_channel = (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
+                    for p in &mut self.snd.pacers {
+                        p.set_rate(per_channel);
+                    }
+                    self.snd.rate_timeline.push(RatePoint {
+                        at: now - self.t0,
+                        rate_bps: change.rate_bps,
+                        reason: change.reason,
+                    });
+                }
+            }
+            other => return Ok(Some(other)),
+        }
+        Ok(None)
+    }
+
+    /// The sender's channels send what their pacers allow at `now`, and the block values read.
+    pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
         let max_run = u64::from(self.sc.payload) * u64::from(self.sc.run_datagrams);
         for ch in 0..self.snd.channels.len() {
             while self.snd.pacers[ch].can_send(now) {
@@ -1242,6 +1570,7 @@ impl Pair {
         if !self.snd.pending_hashes.is_empty() {
             let blocks = std::mem::take(&mut self.snd.pending_hashes);
             self.to_receiver.send(now, &Control::BlockHashes { blocks });
+            self.hash_messages += 1;
         }
         Ok(())
     }
@@ -1294,6 +1623,9 @@ impl Pair {
             sent += dg.len() as u64;
             self.link.send(now, dg);
             self.datagrams_sent += 1;
+            self.first_data.get_or_insert(now);
+            self.datagrams_by_channel[usize::from(ch)] += 1;
+            self.file_payload[span.file as usize] += n;
             if kind == RunKind::Repair {
                 self.datagrams_resent += 1;
             }
@@ -1400,7 +1732,7 @@ impl Pair {
 
     // ----- end of run -----
 
-    fn check_exact(&self) -> Result<(), Failure> {
+    pub(crate) fn check_exact(&self) -> Result<(), Failure> {
         for (i, (src, got)) in self.snd.files.iter().zip(&self.rcv.files).enumerate() {
             if src != got {
                 let first = src
@@ -1422,7 +1754,7 @@ impl Pair {
         Ok(())
     }
 
-    fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         let end = self.finished.unwrap_or(self.now);
         let s = self.snd.channels.iter().map(ChannelSender::stats);
         let r = self.rcv.channels.iter().map(ChannelReceiver::stats);
@@ -1446,17 +1778,20 @@ impl Pair {
             rejected: self.rcv.admission.rejected(),
             injected: self.injected_total,
             header_corrupted: self.header_corrupted,
-            hash_messages: self.to_receiver.sent,
+            hash_messages: self.hash_messages,
             link: *self.link.stats(),
             rate_timeline: self.snd.rate_timeline.clone(),
             final_rate_bps: self.snd.rate_timeline.last().map_or(0, |p| p.rate_bps),
             reports: self.rcv.reports.clone(),
             socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
             receiver_queue_max: self.rcv.stage.as_ref().map_or(0, |s| s.max_waiting),
+            first_data: self.first_data.map(|t| t - self.t0),
+            datagrams_by_channel: self.datagrams_by_channel.clone(),
+            file_payload_bytes: self.file_payload.clone(),
         }
     }
 
-    fn failure(&self, reason: String) -> Failure {
+    pub(crate) fn failure(&self, reason: String) -> Failure {
         use std::fmt::Write;
         let mut state = String::new();
         let _ = writeln!(
@@ -1465,8 +1800,8 @@ impl Pair {
              verifier waiting {}, files verified {}/{}, confirmed {}/{}",
             self.steps,
             self.link.in_flight(),
-            self.to_receiver.queue.len(),
-            self.to_sender.queue.len(),
+            self.to_receiver.in_flight(),
+            self.to_sender.in_flight(),
             self.rcv.verifier.waiting(),
             self.rcv.file_hashes.iter().filter(|h| h.is_some()).count(),
             self.rcv.file_hashes.len(),
@@ -1545,6 +1880,66 @@ mod tests {
             Control::ChannelDone { channel: 1 }
         );
         assert_eq!(p.next_delivery(), Some(t0 + ms(70)));
+    }
+
+    #[test]
+    fn control_path_faults_apply_at_their_message_and_close_ends_the_stream() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let done = |channel| Control::ChannelDone { channel };
+        let mut p = ControlPath::new(t0, ms(10), Vec::new()).with_faults(vec![
+            (0, Fault::Insert(Control::KeepAlive)),
+            (1, Fault::Duplicate),
+            (2, Fault::Replace(Control::Done)),
+            (3, Fault::Garbage(vec![0xff; 3])),
+            (3, Fault::Drop),
+            (4, Fault::Oversized),
+            (5, Fault::Silence),
+        ]);
+        for (i, at) in [0, 1, 2, 3, 4, 5, 6].into_iter().enumerate() {
+            p.send(t0 + ms(at), &done(i as u16));
+        }
+        p.close(t0 + ms(7));
+        let mut got = Vec::new();
+        while let Some(at) = p.next_delivery() {
+            match p.poll(at) {
+                Some(Ok(m)) => got.push(format!("{} {:?}", (at - t0).as_millis(), m)),
+                Some(Err(FrameError::Malformed(_))) => got.push("malformed".into()),
+                Some(Err(FrameError::TooLong(_))) => got.push("too long".into()),
+                Some(Err(e)) => panic!("{e}"),
+                None => panic!("nothing at its delivery time"),
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                "10 KeepAlive",
+                "10 ChannelDone { channel: 0 }",
+                "11 ChannelDone { channel: 1 }",
+                "11 ChannelDone { channel: 1 }",
+                "12 Done",
+                "malformed",
+                "too long",
+                "14 ChannelDone { channel: 4 }",
+            ]
+        );
+        // Silent from message 5 on: not even the close gets through.
+        assert!(!p.poll_closed(t0 + ms(100)));
+        assert_eq!(p.by_kind.get("ChannelDone"), Some(&7));
+        let mut q = ControlPath::new(t0, ms(10), Vec::new());
+        q.send(t0, &Control::Done);
+        q.close(t0 + ms(1));
+        q.send(t0 + ms(2), &Control::Done);
+        assert!(
+            !q.poll_closed(t0 + ms(11)),
+            "the message before the end is read first"
+        );
+        assert!(q.poll(t0 + ms(10)).is_some());
+        assert_eq!(q.next_delivery(), Some(t0 + ms(11)));
+        assert!(!q.poll_closed(t0 + ms(10)));
+        assert!(q.poll_closed(t0 + ms(11)));
+        assert!(!q.poll_closed(t0 + ms(12)), "seen once");
+        assert_eq!(q.next_delivery(), None, "nothing after the end");
     }
 
     #[test]

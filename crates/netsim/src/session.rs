@@ -1,0 +1,1417 @@
+//! Whole sessions: the set-up, then the data phase, on one virtual clock.
+//!
+//! # What this module owns
+//!
+//! The driver of both sides' set-up, in simulation. A [`SessionScenario`] describes what the
+//! sender offers ([`SimEntry`]: files with sizes, modification times and sparse holes, and
+//! directories), what the receiver's file system already has ([`Disk`]: files at the same
+//! paths, identical or not, things that are not files, part files of interrupted transfers),
+//! how each side works (the receiver's channel limit and rate ceiling, how fast each side
+//! hashes) and what goes wrong on the control path ([`ControlFault`]). A [`Session`] runs it:
+//!
+//! 1. **Set-up.** The sender's [`SenderSetup`] and the receiver's [`ReceiverSetup`] (from
+//!    `hurtle-proto`) exchange their messages over the same modelled control connection as
+//!    the data phase's (reliable, in order, one-way delay [`Scenario::control_delay`] or the
+//!    data link's; every message framed with [`Control::to_frame`] and parsed with
+//!    [`Control::from_body`]), on the virtual clock. The receiver answers the hello with one
+//!    port per channel (7401, 7402, ...) and [`SessionScenario::rate_ceiling_bps`], and
+//!    decides each manifest entry from its file system's facts with
+//!    [`hurtle_proto::session::first_look`], finishing with [`Look::with_hash`] (BLAKE3 of its
+//!    copy) or [`Look::with_part`] (its part file's blocks). The sender hashes its own files
+//!    when asked ([`SenderEvent::HashWanted`]). Hashing takes virtual time at
+//!    [`SessionScenario::sender_hash_bps`] / [`SessionScenario::receiver_hash_bps`] (none by
+//!    default); a side busy hashing sends a `KeepAlive` every second, as the engine's do.
+//! 2. **Start.** When the sender is ready it takes its `Agreed` and calls
+//!    [`SenderSetup::start`]: `Skip` and `Start` go out, and the data phase of [`Pair`] starts
+//!    at once from that outcome (layout, session id, held stripes, skipped files), with the
+//!    sender's bytes and the receiver's part files as its starting copies. The receiver reads
+//!    no datagram until it has its own `Agreed` (at `Skip`) and `Start`: datagrams wait in the
+//!    link meanwhile, as in a socket buffer. Its `Agreed` must equal the sender's
+//!    ([`SideError::Disagreed`] otherwise); then the data phase is the one [`Pair`] runs, with
+//!    the report interval the sender asked for in `Start`.
+//! 3. **End.** When every file is confirmed and every channel done, the sender sends `Done`;
+//!    the receiver ends when it reads it. A side that fails sends `Abort` (`Reject` for an
+//!    incompatible peer; nothing when the peer already ended it) and closes the connection; a
+//!    side that reads the end of a closed connection fails with [`SideError::PeerGone`].
+//!
+//! Every run, whatever its end, is checked: a file the receiver put in place holds exactly the
+//! sender's bytes, and every other file of the receiver is as it was (no wrong byte ever lands).
+//! A session that ends [`End::Done`] on both sides must also have the receiver's data phase
+//! exact, and each skipped file identical to the sender's (a file skipped on size and time alone
+//! is left as it was). Anything else fails the run with a [`Failure`].
+//!
+//! The virtual time of each phase is in [`PhaseTimes`]: time zero is the hello (the key
+//! agreement before it is not modelled), so with nothing to hash the first data datagram leaves
+//! exactly one round trip later.
+//!
+//! # What it does not own
+//!
+//! The key agreement and sealing (`Agree`, AES-GCM), probing of payload sizes (`ProbeAck`s are
+//! never sent; data uses [`Scenario::payload`]), parallel TCP and the fallback to it, and the
+//! data phase's own rules (see [`crate::pair`]).
+
+use crate::link::LinkStats;
+use crate::pair::{
+    check_knobs, file_bytes, session_id, ControlPath, DataPlan, Failure, Outcome, Pair, Scenario,
+};
+use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
+use hurtle_proto::session::{
+    first_look, Accepted, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits,
+    ReceiverSetup, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped, SETUP_TIMEOUT,
+};
+use hurtle_proto::wire::{AbortCause, Control, Decision, Entry, EntryKind, FrameError};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// How often a side busy with slow work (hashing) tells its peer it is still there.
+pub const BUSY_KEEPALIVE: Duration = Duration::from_secs(1);
+
+/// The modification time [`SessionScenario::new`] gives its files, ns since the Unix epoch.
+pub const MTIME_NS: i64 = 1_700_000_000_000_000_000;
+
+/// The first data port the receiver names (one per channel from there).
+pub const FIRST_PORT: u16 = 7401;
+
+/// One side of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The side that sends files.
+    Sender,
+    /// The side that receives them.
+    Receiver,
+}
+
+/// A file the sender offers. Its bytes come from the seed ([`crate::pair::file_bytes`] of its
+/// file id), with zeros in its holes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimFile {
+    /// Relative path.
+    pub path: String,
+    /// Length in bytes.
+    pub size: u64,
+    /// Modification time, ns since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Blocks that lie wholly in holes (the file's own block numbers at the scenario's block
+    /// size, ascending half-open ranges): zeros on the sender, offered as holes in the manifest.
+    pub holes: Vec<(u64, u64)>,
+}
+
+/// One entry of the sender's manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimEntry {
+    /// A regular file.
+    File(SimFile),
+    /// A directory.
+    Dir(String),
+}
+
+impl SimEntry {
+    /// A file of `size` bytes at `path`, modified at [`MTIME_NS`], without holes.
+    pub fn file(path: &str, size: u64) -> SimEntry {
+        SimEntry::File(SimFile {
+            path: path.into(),
+            size,
+            mtime_ns: MTIME_NS,
+            holes: Vec::new(),
+        })
+    }
+
+    /// A directory at `path`.
+    pub fn dir(path: &str) -> SimEntry {
+        SimEntry::Dir(path.into())
+    }
+}
+
+/// What the receiver's file system has at a path before the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnDisk {
+    /// A regular file with exactly the bytes of the sender's file at that path.
+    Copy {
+        /// Its modification time, ns since the Unix epoch.
+        mtime_ns: i64,
+    },
+    /// A regular file of `len` bytes that are not the sender's (seeded).
+    Altered {
+        /// Its length.
+        len: u64,
+        /// Its modification time, ns since the Unix epoch.
+        mtime_ns: i64,
+    },
+    /// Something that is not a regular file: a directory, a symlink.
+    NotAFile,
+}
+
+/// A part file an interrupted transfer left for a path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartFile {
+    /// Blocks its journal vouches for (the file's own block numbers, half-open ranges): they
+    /// hold the sender's bytes.
+    pub blocks: Vec<(u64, u64)>,
+    /// Of those, blocks whose bytes are wrong all the same (a torn write, a source changed
+    /// since): one byte differs.
+    pub corrupt: Vec<u64>,
+}
+
+/// The receiver's file system before the session, as data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Disk {
+    /// What is at each path.
+    pub files: BTreeMap<String, OnDisk>,
+    /// Part files, by the path they are for.
+    pub parts: BTreeMap<String, PartFile>,
+    /// The receiver may replace what is there (`--overwrite`).
+    pub overwrite: bool,
+}
+
+/// Something that goes wrong on the control path toward one side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// This message arrives just before the genuine one.
+    Insert(Control),
+    /// This message arrives instead of the genuine one.
+    Replace(Control),
+    /// The genuine message is lost (TCP would not lose it: a bug of the peer's driver).
+    Drop,
+    /// The genuine message arrives twice.
+    Duplicate,
+    /// A frame of these bytes (with a correct length prefix) arrives just before the genuine
+    /// message.
+    Garbage(Vec<u8>),
+    /// A length prefix beyond the frame limit arrives just before the genuine message.
+    Oversized,
+    /// Neither the genuine message nor anything after it arrives, not even the end of the
+    /// connection: the peer or the path hung.
+    Silence,
+}
+
+/// A [`Fault`] at one message of one direction of the control path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlFault {
+    /// The side the path leads to.
+    pub toward: Side,
+    /// The genuine message (0 = the first sent that way) it happens at. On the way to the
+    /// receiver they are `Hello`, the `Manifest` parts, `Skip`, `Start`, then data-phase
+    /// messages; on the way to the sender `HelloAck`, `ManifestReply`, then data-phase ones
+    /// (`KeepAlive`s of a busy side count too).
+    pub nth: usize,
+    /// What goes wrong.
+    pub fault: Fault,
+}
+
+/// Everything a whole session depends on. See the module docs.
+#[derive(Debug, Clone)]
+pub struct SessionScenario {
+    /// The data phase's knobs (path, pacing, faults of the data path, caps) and the sender's
+    /// hello: [`Scenario::channels`] is the count it offers, [`Scenario::block_size`] and
+    /// [`Scenario::payload`] what it proposes. Its `files` and `held` are not used: the files
+    /// are [`SessionScenario::entries`] and held blocks come from [`Disk::parts`].
+    pub data: Scenario,
+    /// The sender's manifest, in order.
+    pub entries: Vec<SimEntry>,
+    /// The receiver's file system.
+    pub disk: Disk,
+    /// The sender compares existing files by hash only (`--checksum`).
+    pub checksum: bool,
+    /// Most channels the receiver takes.
+    pub max_channels: u16,
+    /// What the receiver says it can absorb, bit/s (0 = unknown).
+    pub rate_ceiling_bps: u64,
+    /// How fast the sender hashes its files when asked, bit/s (`None`: no time at all).
+    pub sender_hash_bps: Option<u64>,
+    /// How fast the receiver hashes its existing files to decide, bit/s (`None`: no time).
+    pub receiver_hash_bps: Option<u64>,
+    /// What goes wrong on the control path.
+    pub faults: Vec<ControlFault>,
+}
+
+impl SessionScenario {
+    /// `data`'s files (named `f0`, `f1`, ..., modified at [`MTIME_NS`]) offered to an empty
+    /// directory on a receiver that takes every channel offered.
+    pub fn new(data: Scenario) -> SessionScenario {
+        let entries = data
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| SimEntry::file(&format!("f{i}"), size))
+            .collect();
+        SessionScenario {
+            entries,
+            disk: Disk::default(),
+            checksum: false,
+            max_channels: MAX_CHANNELS,
+            rate_ceiling_bps: 0,
+            sender_hash_bps: None,
+            receiver_hash_bps: None,
+            faults: Vec::new(),
+            data,
+        }
+    }
+
+    /// Runs the session to its end. See [`Session::drive`].
+    pub fn run(&self) -> Result<SessionOutcome, Failure> {
+        Session::new(self.clone())?.drive()
+    }
+}
+
+impl Default for SessionScenario {
+    fn default() -> Self {
+        SessionScenario::new(Scenario::default())
+    }
+}
+
+/// Why one side ended a session.
+#[derive(Debug)]
+pub enum SideError {
+    /// Its set-up machine failed.
+    Setup(SetupError),
+    /// A control frame did not parse.
+    Frame(FrameError),
+    /// The peer ended the session (`Abort`, or `Reject`: cause [`AbortCause::Failed`]).
+    PeerAborted {
+        /// Why, as the peer said.
+        cause: AbortCause,
+        /// The peer's words.
+        reason: String,
+    },
+    /// The peer closed the control connection.
+    PeerGone,
+    /// A message the data phase does not take.
+    Unexpected {
+        /// What came.
+        got: Box<Control>,
+    },
+    /// A data-phase message that breaks its rules (a NACK for an unknown channel, a file
+    /// confirmed with a wrong hash, `Done` before every file is verified), or a block that
+    /// keeps failing verification.
+    Data(String),
+    /// The receiver's `Agreed` is not the sender's (which its data would have to follow).
+    Disagreed(String),
+}
+
+impl From<SetupError> for SideError {
+    /// As the engine reports them: the peer's `Abort` or `Reject` in its own words.
+    fn from(e: SetupError) -> Self {
+        match e {
+            SetupError::Unexpected { got, wanted } => match *got {
+                Control::Abort { cause, reason } => SideError::PeerAborted { cause, reason },
+                Control::Reject { reason } => SideError::PeerAborted {
+                    cause: AbortCause::Failed,
+                    reason,
+                },
+                other => SideError::Setup(SetupError::Unexpected {
+                    got: Box::new(other),
+                    wanted,
+                }),
+            },
+            other => SideError::Setup(other),
+        }
+    }
+}
+
+impl SideError {
+    /// What this side tells its peer when it ends with this error (`None`: the peer knows).
+    fn farewell(&self) -> Option<Control> {
+        let cause = match self {
+            SideError::PeerAborted { .. } | SideError::PeerGone => return None,
+            SideError::Setup(SetupError::Incompatible { .. }) => {
+                return Some(Control::Reject {
+                    reason: self.to_string(),
+                })
+            }
+            SideError::Setup(SetupError::Refused { .. }) => AbortCause::Refused,
+            SideError::Setup(SetupError::Timeout(_)) => AbortCause::Network,
+            _ => AbortCause::Failed,
+        };
+        Some(Control::Abort {
+            cause,
+            reason: self.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for SideError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SideError::Setup(e) => write!(f, "set-up failed: {e}"),
+            SideError::Frame(e) => write!(f, "{e}"),
+            SideError::PeerAborted { cause, reason } => {
+                write!(f, "the peer ended the session ({cause:?}): {reason}")
+            }
+            SideError::PeerGone => write!(f, "the peer closed the control connection"),
+            SideError::Unexpected { got } => {
+                write!(f, "unexpected {} during the data phase", got.name())
+            }
+            SideError::Data(reason) => write!(f, "data phase failed: {reason}"),
+            SideError::Disagreed(what) => write!(f, "the two sides agreed differently: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for SideError {}
+
+/// How one side ended.
+#[derive(Debug)]
+pub enum End {
+    /// Everything confirmed (sender: `Done` sent; receiver: `Done` read).
+    Done,
+    /// It failed.
+    Failed(SideError),
+}
+
+/// When and how one side ended.
+#[derive(Debug)]
+pub struct SideEnd {
+    /// Virtual time from the hello.
+    pub at: Duration,
+    /// How.
+    pub end: End,
+}
+
+impl SideEnd {
+    /// The error it ended with, if any.
+    pub fn error(&self) -> Option<&SideError> {
+        match &self.end {
+            End::Done => None,
+            End::Failed(e) => Some(e),
+        }
+    }
+}
+
+/// Virtual times of the phases of a session, from the hello (time zero). `None`: not reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// The hello reached the receiver.
+    pub hello_at_receiver: Option<Duration>,
+    /// The whole manifest had reached the receiver.
+    pub manifest_at_receiver: Option<Duration>,
+    /// The receiver sent `ManifestReply`.
+    pub reply_sent: Option<Duration>,
+    /// `HelloAck` reached the sender.
+    pub hello_ack: Option<Duration>,
+    /// `ManifestReply` reached the sender.
+    pub manifest_reply: Option<Duration>,
+    /// The sender was ready (its `Agreed` taken, `Skip` and `Start` sent, data started).
+    pub sender_ready: Option<Duration>,
+    /// The receiver was ready (`Skip` read, its `Agreed` taken).
+    pub receiver_ready: Option<Duration>,
+    /// `Start` reached the receiver (it reads data from then on).
+    pub start_at_receiver: Option<Duration>,
+    /// The first data datagram left the sender.
+    pub first_data: Option<Duration>,
+}
+
+/// What became of one of the sender's files on the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileState {
+    /// Nothing at its path, before or after.
+    Absent,
+    /// What was at its path is still there, untouched (a skipped file, or a session that
+    /// failed before the file was complete).
+    Kept,
+    /// The session put the received file in place.
+    Written,
+}
+
+/// One of the sender's files at the end, on the receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEnd {
+    /// Its path.
+    pub path: String,
+    /// What became of it.
+    pub state: FileState,
+    /// The receiver's file at its path is the sender's, byte for byte.
+    pub equals_source: bool,
+}
+
+/// What a session did, successful or not.
+#[derive(Debug)]
+pub struct SessionOutcome {
+    /// How the sender ended.
+    pub sender: SideEnd,
+    /// How the receiver ended.
+    pub receiver: SideEnd,
+    /// When each phase happened.
+    pub times: PhaseTimes,
+    /// The receiver's answer to the hello, as the sender got it.
+    pub accepted: Option<Accepted>,
+    /// The hello as the receiver checked it.
+    pub hello: Option<HelloParams>,
+    /// The receiver's decisions, one per manifest entry.
+    pub decisions: Vec<Decision>,
+    /// The sender's outcome of the set-up.
+    pub sender_agreed: Option<Agreed>,
+    /// The receiver's outcome of the set-up.
+    pub receiver_agreed: Option<Agreed>,
+    /// File ids the sender hashed (asked by the receiver), in order.
+    pub sender_hashed: Vec<u32>,
+    /// Paths of existing files the receiver hashed to decide, in order.
+    pub receiver_hashed: Vec<String>,
+    /// `KeepAlive`s each side sent while busy: (sender, receiver).
+    pub keepalives: (u64, u64),
+    /// Messages sent toward the receiver, by kind (genuine ones: faults not counted).
+    pub to_receiver: BTreeMap<&'static str, u64>,
+    /// Messages sent toward the sender, by kind.
+    pub to_sender: BTreeMap<&'static str, u64>,
+    /// Each of the sender's files on the receiver, in file-id order.
+    pub files: Vec<FileEnd>,
+    /// The data phase's numbers, if it started (its times count from the hello).
+    pub data: Option<Outcome>,
+    /// Counters of the data link.
+    pub link: LinkStats,
+    /// The receiver set-up machine's round trip ([`ReceiverSetup::rtt`]).
+    pub receiver_rtt: Option<Duration>,
+    /// Event-loop steps.
+    pub steps: u64,
+}
+
+impl SessionOutcome {
+    /// Both sides ended [`End::Done`].
+    pub fn is_done(&self) -> bool {
+        matches!(
+            (&self.sender.end, &self.receiver.end),
+            (End::Done, End::Done)
+        )
+    }
+
+    /// The error `side` ended with, if any.
+    pub fn error(&self, side: Side) -> Option<&SideError> {
+        match side {
+            Side::Sender => self.sender.error(),
+            Side::Receiver => self.receiver.error(),
+        }
+    }
+
+    /// Payload bytes of data datagrams the sender sent for file `file` (0 without data phase).
+    pub fn payload_bytes(&self, file: usize) -> u64 {
+        self.data
+            .as_ref()
+            .and_then(|d| d.file_payload_bytes.get(file).copied())
+            .unwrap_or(0)
+    }
+}
+
+impl fmt::Display for SessionOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let end = |e: &SideEnd| match &e.end {
+            End::Done => format!("done at {:?}", e.at),
+            End::Failed(err) => format!("failed at {:?}: {err}", e.at),
+        };
+        write!(
+            f,
+            "sender {}; receiver {}; {:?}",
+            end(&self.sender),
+            end(&self.receiver),
+            self.times
+        )?;
+        if let Some(d) = &self.data {
+            write!(f, "\n  data: {d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a side is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Its set-up machine takes every message.
+    Setup,
+    /// Receiver only: ready, waiting for `Start` (its set-up machine judges anything else).
+    AwaitStart,
+    /// The data phase.
+    Data,
+    /// Ended.
+    Ended,
+}
+
+/// What the receiver's file system has at a path, with the bytes.
+#[derive(Debug, Clone)]
+enum Item {
+    File { bytes: Vec<u8>, mtime_ns: i64 },
+    Other,
+}
+
+#[derive(Debug)]
+struct SenderDriver {
+    setup: SenderSetup,
+    phase: Phase,
+    /// Hashes asked for: (done at, file id), in order.
+    hashing: VecDeque<(Instant, u32)>,
+    busy_until: Instant,
+    next_keepalive: Option<Instant>,
+    hashed: Vec<u32>,
+    keepalives: u64,
+    accepted: Option<Accepted>,
+    agreed: Option<Agreed>,
+    end: Option<SideEnd>,
+}
+
+#[derive(Debug)]
+struct ReceiverDriver {
+    setup: ReceiverSetup,
+    phase: Phase,
+    /// Decisions made, and when the hashing behind them is done.
+    reply: Option<(Instant, Vec<Decision>)>,
+    next_keepalive: Option<Instant>,
+    hashed: Vec<String>,
+    keepalives: u64,
+    decisions: Vec<Decision>,
+    agreed: Option<Agreed>,
+    /// Ready, waiting for `Start` until then. (The set-up machine has no deadline once ready:
+    /// this driver keeps one.)
+    start_deadline: Option<Instant>,
+    /// The agreements were compared (once both exist).
+    compared: bool,
+    end: Option<SideEnd>,
+}
+
+/// A whole session: both sides' set-up machines and drivers, then a [`Pair`]'s data phase, on
+/// one virtual clock. See the module docs.
+#[derive(Debug)]
+pub struct Session {
+    sc: SessionScenario,
+    pair: Pair,
+    /// The sender's manifest.
+    entries: Vec<Entry>,
+    /// The sender's bytes, by file id, and each file's path.
+    src: Vec<Vec<u8>>,
+    paths: Vec<String>,
+    /// The receiver's file system before the session.
+    disk: BTreeMap<String, Item>,
+    /// Its part files' bytes (the file's length, held blocks in place, zeros elsewhere).
+    parts: BTreeMap<String, Vec<u8>>,
+    snd: SenderDriver,
+    rcv: ReceiverDriver,
+    times: PhaseTimes,
+    hello: Option<HelloParams>,
+}
+
+/// How long hashing `bytes` takes at `bps` (no time without a rate).
+fn hash_time(bytes: u64, bps: Option<u64>) -> Duration {
+    match bps {
+        Some(bps) if bps > 0 => {
+            let nanos = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(bps));
+            Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// The sender's bytes of a file: seeded, with zeros in its holes.
+fn source_bytes(seed: u64, id: usize, f: &SimFile, block_size: u64) -> Vec<u8> {
+    let mut bytes = file_bytes(seed, id, f.size);
+    for &(start, end) in &f.holes {
+        let a = start.saturating_mul(block_size).min(f.size) as usize;
+        let b = end.saturating_mul(block_size).min(f.size) as usize;
+        if a < b {
+            bytes[a..b].fill(0);
+        }
+    }
+    bytes
+}
+
+impl Session {
+    /// Both sides at time zero: the sender's hello and manifest go out in the first step.
+    pub fn new(sc: SessionScenario) -> Result<Session, Failure> {
+        let fail = |reason: String| Failure {
+            at: Duration::ZERO,
+            reason,
+            state: String::new(),
+        };
+        check_knobs(&sc.data).map_err(fail)?;
+        if !sc.data.held.is_empty() {
+            return Err(fail(
+                "a session's held blocks come from Disk::parts, not Scenario::held".into(),
+            ));
+        }
+        let bs = sc.data.block_size;
+        let mut entries = Vec::new();
+        let mut src = Vec::new();
+        let mut paths = Vec::new();
+        for e in &sc.entries {
+            match e {
+                SimEntry::File(f) => {
+                    src.push(source_bytes(sc.data.seed, src.len(), f, bs));
+                    paths.push(f.path.clone());
+                    entries.push(Entry {
+                        path: f.path.clone(),
+                        kind: EntryKind::File,
+                        size: f.size,
+                        mode: 0o644,
+                        mtime_ns: f.mtime_ns,
+                        holes: f.holes.clone(),
+                    });
+                }
+                SimEntry::Dir(path) => entries.push(Entry {
+                    path: path.clone(),
+                    kind: EntryKind::Dir,
+                    size: 0,
+                    mode: 0o755,
+                    mtime_ns: MTIME_NS,
+                    holes: Vec::new(),
+                }),
+            }
+        }
+        let ids: HashMap<&str, usize> = paths
+            .iter()
+            .enumerate()
+            .map(|(id, p)| (p.as_str(), id))
+            .collect();
+        let id_of = |path: &str| ids.get(path).copied();
+        let mut disk = BTreeMap::new();
+        for (path, on) in &sc.disk.files {
+            let item = match *on {
+                OnDisk::Copy { mtime_ns } => {
+                    let id = id_of(path)
+                        .ok_or_else(|| fail(format!("a copy of {path}, which is not offered")))?;
+                    Item::File {
+                        bytes: src[id].clone(),
+                        mtime_ns,
+                    }
+                }
+                OnDisk::Altered { len, mtime_ns } => {
+                    let id = id_of(path).unwrap_or(paths.len());
+                    let mut bytes = file_bytes(!sc.data.seed, id, len);
+                    if src.get(id) == Some(&bytes) && !bytes.is_empty() {
+                        bytes[0] ^= 1;
+                    }
+                    Item::File { bytes, mtime_ns }
+                }
+                OnDisk::NotAFile => Item::Other,
+            };
+            disk.insert(path.clone(), item);
+        }
+        let mut parts = BTreeMap::new();
+        for (path, part) in &sc.disk.parts {
+            let id = id_of(path)
+                .ok_or_else(|| fail(format!("a part file of {path}, which is not offered")))?;
+            let s = &src[id];
+            let mut bytes = vec![0u8; s.len()];
+            let blocks = (s.len() as u64).div_ceil(bs.max(1));
+            for &(start, end) in &part.blocks {
+                for b in start..end.min(blocks) {
+                    let a = b.saturating_mul(bs).min(s.len() as u64) as usize;
+                    let z = (b + 1).saturating_mul(bs).min(s.len() as u64) as usize;
+                    bytes[a..z].copy_from_slice(&s[a..z]);
+                }
+            }
+            for &b in &part.corrupt {
+                if let Some(byte) = bytes.get_mut(b.saturating_mul(bs) as usize) {
+                    *byte ^= 0x20;
+                }
+            }
+            parts.insert(path.clone(), bytes);
+        }
+        let t0 = Instant::now();
+        let delay = sc.data.control_delay.unwrap_or(sc.data.link.delay);
+        let blackouts = sc.data.link.blackouts.clone();
+        let faults_toward = |side: Side| {
+            sc.faults
+                .iter()
+                .filter(|f| f.toward == side)
+                .map(|f| (f.nth, f.fault.clone()))
+                .collect()
+        };
+        let control = (
+            ControlPath::new(t0, delay, blackouts.clone())
+                .with_faults(faults_toward(Side::Receiver)),
+            ControlPath::new(t0, delay, blackouts).with_faults(faults_toward(Side::Sender)),
+        );
+        // Nothing runs until the sender is ready: an empty layout stands in until then.
+        let idle = DataPlan {
+            layout: Layout::new(&[], MIN_BLOCK_SIZE, 1).map_err(|e| fail(e.to_string()))?,
+            session: 0,
+            snd_files: Vec::new(),
+            rcv_files: Vec::new(),
+            held: vec![Vec::new()],
+        };
+        let pair = Pair::build(sc.data.clone(), idle, t0, control, false).map_err(fail)?;
+        let params = SenderParams {
+            channels: sc.data.channels,
+            payload: sc.data.payload,
+            block_size: bs,
+            session: session_id(sc.data.seed),
+            tcp: false,
+            checksum: sc.checksum,
+        };
+        let snd = SenderDriver {
+            setup: SenderSetup::new(params, entries.clone(), t0),
+            phase: Phase::Setup,
+            hashing: VecDeque::new(),
+            busy_until: t0,
+            next_keepalive: None,
+            hashed: Vec::new(),
+            keepalives: 0,
+            accepted: None,
+            agreed: None,
+            end: None,
+        };
+        let rcv = ReceiverDriver {
+            setup: ReceiverSetup::new(
+                ReceiverLimits {
+                    max_channels: sc.max_channels,
+                },
+                t0,
+            ),
+            phase: Phase::Setup,
+            reply: None,
+            next_keepalive: None,
+            hashed: Vec::new(),
+            keepalives: 0,
+            decisions: Vec::new(),
+            agreed: None,
+            start_deadline: None,
+            compared: false,
+            end: None,
+        };
+        Ok(Session {
+            sc,
+            pair,
+            entries,
+            src,
+            paths,
+            disk,
+            parts,
+            snd,
+            rcv,
+            times: PhaseTimes::default(),
+            hello: None,
+        })
+    }
+
+    /// The sender's manifest.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Virtual time elapsed.
+    pub fn elapsed(&self) -> Duration {
+        self.pair.now - self.pair.t0
+    }
+
+    /// The data phase's runner (its layout is an empty stand-in until the sender is ready).
+    pub fn pair(&self) -> &Pair {
+        &self.pair
+    }
+
+    /// Runs steps until both sides ended, then checks what the receiver has (see the module
+    /// docs).
+    pub fn drive(mut self) -> Result<SessionOutcome, Failure> {
+        while !self.step()? {}
+        self.finish()
+    }
+
+    /// Handles everything due at the current virtual time, then advances the clock. Returns
+    /// true once both sides ended.
+    pub fn step(&mut self) -> Result<bool, Failure> {
+        if self.pair.finished.is_some() {
+            return Ok(true);
+        }
+        self.pair.steps += 1;
+        let now = self.pair.now;
+        self.pair.apply_rate_changes(now);
+        self.receiver_turn(now)?;
+        self.sender_turn(now)?;
+        if self.snd.end.is_some() && self.rcv.end.is_some() {
+            self.pair.finished = Some(now);
+            return Ok(true);
+        }
+        let extra = self.next_deadline();
+        self.pair.advance(now, extra)?;
+        Ok(false)
+    }
+
+    /// The drivers' own deadlines: the set-up machines' timeouts, hashing, keep-alives.
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut all = Vec::new();
+        if matches!(self.snd.phase, Phase::Setup) {
+            all.push(self.snd.setup.poll_timeout());
+            all.push(self.snd.hashing.front().map(|&(at, _)| at));
+            all.push(self.snd.next_keepalive);
+        }
+        if matches!(self.rcv.phase, Phase::Setup | Phase::AwaitStart) {
+            all.push(self.rcv.setup.poll_timeout());
+            all.push(self.rcv.reply.as_ref().map(|(at, _)| *at));
+            all.push(self.rcv.next_keepalive);
+            all.push(self.rcv.start_deadline);
+        }
+        all.into_iter().flatten().min()
+    }
+
+    fn rel(&self, now: Instant) -> Duration {
+        now - self.pair.t0
+    }
+
+    // ----- receiver -----
+
+    fn receiver_turn(&mut self, now: Instant) -> Result<(), Failure> {
+        if self.rcv.end.is_some() {
+            // Closed: whatever still arrives is not read.
+            while self.pair.to_receiver.poll(now).is_some() {}
+            self.pair.to_receiver.poll_closed(now);
+            return Ok(());
+        }
+        let reading = self.rcv.phase == Phase::Data;
+        if reading {
+            self.pair
+                .receiver_datagrams(now)
+                .map_err(|r| self.pair.failure(r))?;
+        }
+        while self.rcv.end.is_none() {
+            let Some(item) = self.pair.to_receiver.poll(now) else {
+                break;
+            };
+            let result = match item {
+                Err(e) => Err(SideError::Frame(e)),
+                Ok(msg) => self.receiver_message(now, msg),
+            };
+            self.flush_receiver(now);
+            if let Err(e) = result {
+                self.end_receiver(now, End::Failed(e));
+            }
+        }
+        if self.rcv.end.is_none() && self.pair.to_receiver.poll_closed(now) {
+            self.end_receiver(now, End::Failed(SideError::PeerGone));
+        }
+        if self.rcv.end.is_none() && self.rcv.phase == Phase::Setup {
+            let result = self.receiver_work(now);
+            self.flush_receiver(now);
+            if let Err(e) = result {
+                self.end_receiver(now, End::Failed(e));
+            }
+        }
+        if self.rcv.end.is_none() && matches!(self.rcv.phase, Phase::Setup | Phase::AwaitStart) {
+            if let Some(deadline) = self.rcv.setup.poll_timeout() {
+                if now >= deadline {
+                    if let Err(e) = self.rcv.setup.handle_timeout(now) {
+                        self.end_receiver(now, End::Failed(e.into()));
+                    }
+                }
+            }
+        }
+        if self.rcv.end.is_none()
+            && self.rcv.phase == Phase::AwaitStart
+            && self.rcv.start_deadline.is_some_and(|d| now >= d)
+        {
+            let e = SideError::Setup(SetupError::Timeout(SETUP_TIMEOUT));
+            self.end_receiver(now, End::Failed(e));
+        }
+        if self.rcv.end.is_none() && self.rcv.phase == Phase::Data {
+            if !reading {
+                // Datagrams that waited for the receiver to be ready are read now.
+                self.pair
+                    .receiver_datagrams(now)
+                    .map_err(|r| self.pair.failure(r))?;
+            }
+            self.pair.receiver_outputs(now);
+        }
+        Ok(())
+    }
+
+    fn flush_receiver(&mut self, now: Instant) {
+        while let Some(m) = self.rcv.setup.poll_transmit() {
+            self.pair.to_sender.send(now, &m);
+        }
+    }
+
+    fn receiver_message(&mut self, now: Instant, msg: Control) -> Result<(), SideError> {
+        match self.rcv.phase {
+            Phase::Setup => {
+                self.rcv.setup.handle(msg, now)?;
+                self.receiver_events(now)
+            }
+            Phase::AwaitStart => match msg {
+                Control::Start { .. } if self.snd.agreed.is_none() => {
+                    // Only forged messages get here (a `Skip` and a `Start` before the sender
+                    // was ready): this simulator builds the receiver's data state from the
+                    // sender's outcome, which does not exist yet.
+                    Err(SideError::Data(
+                        "Start before the sender's set-up was done (not simulated)".into(),
+                    ))
+                }
+                Control::Start {
+                    report_interval_us, ..
+                } => {
+                    self.times.start_at_receiver = Some(self.rel(now));
+                    self.rcv.phase = Phase::Data;
+                    self.pair
+                        .receiver_starts(now, Duration::from_micros(report_interval_us));
+                    Ok(())
+                }
+                // Until data starts, the set-up machine judges everything else.
+                other => {
+                    self.rcv.setup.handle(other, now)?;
+                    self.receiver_events(now)
+                }
+            },
+            Phase::Data => match self.pair.on_receiver_control(now, msg) {
+                Ok(None) | Ok(Some(Control::KeepAlive)) => Ok(()),
+                Ok(Some(Control::Done)) => {
+                    if self.pair.rcv.file_hashes.iter().all(Option::is_some) {
+                        self.end_receiver(now, End::Done);
+                        Ok(())
+                    } else {
+                        Err(SideError::Data(
+                            "Done before every file was verified".into(),
+                        ))
+                    }
+                }
+                Ok(Some(other)) => Err(peer_words(other)),
+                Err(reason) => Err(SideError::Data(reason)),
+            },
+            Phase::Ended => Ok(()),
+        }
+    }
+
+    fn receiver_events(&mut self, now: Instant) -> Result<(), SideError> {
+        while let Some(ev) = self.rcv.setup.poll_event() {
+            match ev {
+                ReceiverEvent::Hello(h) => {
+                    self.times.hello_at_receiver = Some(self.rel(now));
+                    self.hello = Some(h);
+                    let ports = (0..h.channels).map(|c| FIRST_PORT + c).collect();
+                    self.rcv
+                        .setup
+                        .accept(ports, self.sc.rate_ceiling_bps, now)?;
+                }
+                ReceiverEvent::Manifest => {
+                    self.times.manifest_at_receiver = Some(self.rel(now));
+                    let (decisions, hashed_bytes) = self.decide();
+                    let at = now + hash_time(hashed_bytes, self.sc.receiver_hash_bps);
+                    if at > now {
+                        self.rcv.next_keepalive = Some(now + BUSY_KEEPALIVE);
+                    }
+                    self.rcv.reply = Some((at, decisions));
+                    self.receiver_work(now)?;
+                }
+                ReceiverEvent::Ready => {
+                    self.times.receiver_ready = Some(self.rel(now));
+                    self.rcv.agreed = self.rcv.setup.agreed();
+                    self.rcv.phase = Phase::AwaitStart;
+                    self.rcv.start_deadline = Some(now + SETUP_TIMEOUT);
+                    self.compare_agreed()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The receiver's decision for every entry, from its file system; and the bytes of
+    /// existing files it hashed to make them.
+    fn decide(&mut self) -> (Vec<Decision>, u64) {
+        let checksum = self.hello.is_some_and(|h| h.checksum);
+        let overwrite = self.sc.disk.overwrite;
+        let mut hashed = 0;
+        let mut out = Vec::with_capacity(self.rcv.setup.entries().len());
+        for e in self.rcv.setup.entries() {
+            let found = match self.disk.get(&e.path) {
+                None => Found::Nothing,
+                Some(Item::File { bytes, mtime_ns }) => Found::File {
+                    len: bytes.len() as u64,
+                    mtime_ns: *mtime_ns,
+                },
+                Some(Item::Other) => Found::Other,
+            };
+            out.push(match first_look(e, found, checksum, overwrite) {
+                Look::Decided(d) => d,
+                Look::HashExisting { replace_ok } => {
+                    let bytes = match self.disk.get(&e.path) {
+                        Some(Item::File { bytes, .. }) => &bytes[..],
+                        _ => &[][..],
+                    };
+                    hashed += bytes.len() as u64;
+                    self.rcv.hashed.push(e.path.clone());
+                    Look::with_hash(replace_ok, *blake3::hash(bytes).as_bytes())
+                }
+                Look::LookForPart => {
+                    Look::with_part(self.sc.disk.parts.get(&e.path).map(|p| p.blocks.clone()))
+                }
+            });
+        }
+        (out, hashed)
+    }
+
+    /// The receiver's own work due at `now`: its reply once hashing is done, keep-alives
+    /// until then.
+    fn receiver_work(&mut self, now: Instant) -> Result<(), SideError> {
+        if self.rcv.reply.as_ref().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, decisions)) = self.rcv.reply.take() else {
+                return Ok(());
+            };
+            self.rcv.next_keepalive = None;
+            self.rcv.decisions = decisions.clone();
+            self.times.reply_sent = Some(self.rel(now));
+            self.rcv.setup.reply(decisions)?;
+        }
+        if let Some(at) = self.rcv.next_keepalive.filter(|&at| at <= now) {
+            self.pair.to_sender.send(now, &Control::KeepAlive);
+            self.rcv.keepalives += 1;
+            self.rcv.next_keepalive = Some(at + BUSY_KEEPALIVE);
+        }
+        Ok(())
+    }
+
+    fn end_receiver(&mut self, now: Instant, end: End) {
+        self.flush_receiver(now);
+        if let End::Failed(e) = &end {
+            if let Some(m) = e.farewell() {
+                self.pair.to_sender.send(now, &m);
+            }
+        }
+        self.pair.to_sender.close(now);
+        self.pair.rcv_reading = false;
+        self.rcv.phase = Phase::Ended;
+        self.rcv.end = Some(SideEnd {
+            at: self.rel(now),
+            end,
+        });
+    }
+
+    /// Once both sides have their `Agreed`: the receiver's must be the sender's, which the data
+    /// phase was built from.
+    fn compare_agreed(&mut self) -> Result<(), SideError> {
+        let (Some(s), Some(r)) = (&self.snd.agreed, &self.rcv.agreed) else {
+            return Ok(());
+        };
+        if self.rcv.compared {
+            return Ok(());
+        }
+        self.rcv.compared = true;
+        let differs = [
+            ("channels", s.channels != r.channels),
+            ("block size", s.block_size != r.block_size),
+            ("session", s.session != r.session),
+            ("skips", s.skips != r.skips),
+            ("resumed blocks", s.resumed != r.resumed),
+            ("layout", s.layout != r.layout),
+            ("held stripes", s.held != r.held),
+            ("bytes sent", s.sent_bytes != r.sent_bytes),
+        ];
+        match differs.iter().find(|(_, d)| *d) {
+            Some((what, _)) => Err(SideError::Disagreed(format!(
+                "{what} (sender {} channels, receiver {})",
+                s.channels, r.channels
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    // ----- sender -----
+
+    fn sender_turn(&mut self, now: Instant) -> Result<(), Failure> {
+        if self.snd.end.is_some() {
+            while self.pair.to_sender.poll(now).is_some() {}
+            self.pair.to_sender.poll_closed(now);
+            return Ok(());
+        }
+        while self.snd.end.is_none() {
+            let Some(item) = self.pair.to_sender.poll(now) else {
+                break;
+            };
+            let result = match item {
+                Err(e) => Err(SideError::Frame(e)),
+                Ok(msg) => self.sender_message(now, msg),
+            };
+            if let Err(e) = result {
+                self.end_sender(now, End::Failed(e));
+            }
+        }
+        if self.snd.end.is_none() && self.pair.to_sender.poll_closed(now) {
+            self.end_sender(now, End::Failed(SideError::PeerGone));
+        }
+        if self.snd.end.is_none() && self.snd.phase == Phase::Setup {
+            if let Err(e) = self.sender_work(now) {
+                self.end_sender(now, End::Failed(e));
+            }
+        }
+        if self.snd.end.is_none() && self.snd.phase == Phase::Setup {
+            if let Some(deadline) = self.snd.setup.poll_timeout() {
+                if now >= deadline {
+                    if let Err(e) = self.snd.setup.handle_timeout(now) {
+                        self.end_sender(now, End::Failed(e.into()));
+                    }
+                }
+            }
+        }
+        if self.snd.end.is_none() {
+            self.flush_sender(now);
+        }
+        if self.snd.end.is_none() && self.snd.phase == Phase::Data {
+            self.pair
+                .sender_data(now)
+                .map_err(|r| self.pair.failure(r))?;
+            if self.times.first_data.is_none() {
+                self.times.first_data = self.pair.first_data();
+            }
+            let snd = &self.pair.snd;
+            if snd.channels.iter().all(|c| c.is_done()) && snd.files_confirmed.iter().all(|&c| c) {
+                self.pair.to_receiver.send(now, &Control::Done);
+                self.end_sender(now, End::Done);
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_sender(&mut self, now: Instant) {
+        while let Some(m) = self.snd.setup.poll_transmit() {
+            self.pair.to_receiver.send(now, &m);
+        }
+    }
+
+    fn sender_message(&mut self, now: Instant, msg: Control) -> Result<(), SideError> {
+        match self.snd.phase {
+            Phase::Setup => {
+                if matches!(msg, Control::ManifestReply { .. }) {
+                    self.times.manifest_reply.get_or_insert(self.rel(now));
+                }
+                self.snd.setup.handle(msg, now)?;
+                self.sender_events(now)
+            }
+            Phase::Data => match self.pair.on_sender_control(now, msg) {
+                Ok(None) | Ok(Some(Control::KeepAlive | Control::ProbeAck { .. })) => Ok(()),
+                Ok(Some(other)) => Err(peer_words(other)),
+                Err(reason) => Err(SideError::Data(reason)),
+            },
+            Phase::AwaitStart | Phase::Ended => Ok(()),
+        }
+    }
+
+    fn sender_events(&mut self, now: Instant) -> Result<(), SideError> {
+        while let Some(ev) = self.snd.setup.poll_event() {
+            match ev {
+                SenderEvent::Accepted(a) => {
+                    self.times.hello_ack = Some(self.rel(now));
+                    self.snd.accepted = Some(a);
+                }
+                // This driver does not probe.
+                SenderEvent::ProbeAck { .. } => {}
+                SenderEvent::HashWanted { file } => {
+                    let size = self.src.get(file as usize).map_or(0, |s| s.len() as u64);
+                    let at =
+                        self.snd.busy_until.max(now) + hash_time(size, self.sc.sender_hash_bps);
+                    self.snd.busy_until = at;
+                    if at > now && self.snd.next_keepalive.is_none() {
+                        self.snd.next_keepalive = Some(now + BUSY_KEEPALIVE);
+                    }
+                    self.snd.hashing.push_back((at, file));
+                }
+                SenderEvent::Ready => self.sender_ready(now)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The sender's own work due at `now`: hashes done, keep-alives while hashing.
+    fn sender_work(&mut self, now: Instant) -> Result<(), SideError> {
+        while let Some(&(at, file)) = self.snd.hashing.front() {
+            if at > now {
+                break;
+            }
+            self.snd.hashing.pop_front();
+            self.snd.hashed.push(file);
+            let hash =
+                *blake3::hash(self.src.get(file as usize).map_or(&[][..], |s| &s[..])).as_bytes();
+            self.snd.setup.hashed(file, hash)?;
+            self.sender_events(now)?;
+        }
+        if self.snd.hashing.is_empty() {
+            self.snd.next_keepalive = None;
+        }
+        if let Some(at) = self.snd.next_keepalive.filter(|&at| at <= now) {
+            self.pair.to_receiver.send(now, &Control::KeepAlive);
+            self.snd.keepalives += 1;
+            self.snd.next_keepalive = Some(at + BUSY_KEEPALIVE);
+        }
+        Ok(())
+    }
+
+    /// The sender's set-up is done at `now`: its outcome becomes the data phase, and `Skip`
+    /// and `Start` go out before any block value.
+    fn sender_ready(&mut self, now: Instant) -> Result<(), SideError> {
+        let agreed = self
+            .snd
+            .setup
+            .agreed()
+            .ok_or_else(|| SideError::Data("ready without an outcome".into()))?;
+        let accepted = self
+            .snd
+            .accepted
+            .clone()
+            .ok_or_else(|| SideError::Data("ready without the receiver's answer".into()))?;
+        self.times.sender_ready = Some(self.rel(now));
+        let plan = self.plan(&agreed);
+        self.pair.begin_data(plan, now).map_err(SideError::Data)?;
+        let payload = self.sc.data.payload.min(accepted.max_payload).max(1);
+        self.pair.sc.payload = payload;
+        let rtt = match &self.sc.data.rate {
+            Some(cfg) => cfg.rtt,
+            None => self.times.hello_ack.unwrap_or_default(),
+        };
+        let interval = hurtle_proto::rate::report_interval(rtt);
+        self.snd.setup.start(payload, interval.as_micros() as u64)?;
+        self.flush_sender(now);
+        self.snd.phase = Phase::Data;
+        self.snd.agreed = Some(agreed);
+        // A receiver made ready by a forged `Skip` before the sender was: compared now.
+        if let Err(e) = self.compare_agreed() {
+            if self.rcv.end.is_none() {
+                self.end_receiver(now, End::Failed(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// The data phase of the sender's outcome: its bytes of the files it sends, the receiver's
+    /// starting copy of each (its part file, or zeros), and the stripes both hold.
+    fn plan(&self, agreed: &Agreed) -> DataPlan {
+        let mut snd_files = Vec::with_capacity(agreed.skips.len());
+        let mut rcv_files = Vec::with_capacity(agreed.skips.len());
+        for (id, skip) in agreed.skips.iter().enumerate() {
+            if skip.is_skipped() {
+                snd_files.push(Vec::new());
+                rcv_files.push(Vec::new());
+                continue;
+            }
+            let src = self.src.get(id).cloned().unwrap_or_default();
+            let resumed = agreed.resumed.get(id).is_some_and(|r| !r.is_empty());
+            let part = self
+                .paths
+                .get(id)
+                .and_then(|p| self.parts.get(p))
+                .filter(|_| resumed)
+                .cloned();
+            rcv_files.push(part.unwrap_or_else(|| vec![0; src.len()]));
+            snd_files.push(src);
+        }
+        DataPlan {
+            layout: agreed.layout.clone(),
+            session: agreed.session,
+            snd_files,
+            rcv_files,
+            held: agreed.held.stripes.clone(),
+        }
+    }
+
+    fn end_sender(&mut self, now: Instant, end: End) {
+        self.flush_sender(now);
+        if let End::Failed(e) = &end {
+            if let Some(m) = e.farewell() {
+                self.pair.to_receiver.send(now, &m);
+            }
+        }
+        self.pair.to_receiver.close(now);
+        self.pair.snd_sending = false;
+        self.snd.phase = Phase::Ended;
+        self.snd.end = Some(SideEnd {
+            at: self.rel(now),
+            end,
+        });
+    }
+
+    // ----- end -----
+
+    /// What the receiver has at the end, checked; and the outcome.
+    fn finish(mut self) -> Result<SessionOutcome, Failure> {
+        let started = self.times.start_at_receiver.is_some();
+        let skips = self.snd.agreed.as_ref().map(|a| a.skips.clone());
+        let mut files_end = Vec::with_capacity(self.src.len());
+        for (id, path) in self.paths.iter().enumerate() {
+            let before = match self.disk.get(path) {
+                Some(Item::File { bytes, .. }) => Some(&bytes[..]),
+                _ => None,
+            };
+            let skipped = skips
+                .as_ref()
+                .and_then(|s| s.get(id))
+                .is_some_and(|s| s.is_skipped());
+            // A file the receiver verified is in place; anything else is as it was.
+            let written = started
+                && !skipped
+                && self
+                    .pair
+                    .rcv
+                    .file_hashes
+                    .get(id)
+                    .is_some_and(Option::is_some);
+            let (state, now_there) = if written {
+                (FileState::Written, Some(&self.pair.rcv.files[id][..]))
+            } else if self.disk.contains_key(path) {
+                (FileState::Kept, before)
+            } else {
+                (FileState::Absent, None)
+            };
+            let equals_source = now_there == Some(&self.src[id][..]);
+            if state == FileState::Written && !equals_source {
+                return Err(self.pair.failure(format!(
+                    "the receiver put {path} in place with bytes that are not the sender's"
+                )));
+            }
+            files_end.push(FileEnd {
+                path: path.clone(),
+                state,
+                equals_source,
+            });
+        }
+        let (Some(sender), Some(receiver)) = (self.snd.end.take(), self.rcv.end.take()) else {
+            return Err(self.pair.failure("a side did not end".into()));
+        };
+        let done = matches!((&sender.end, &receiver.end), (End::Done, End::Done));
+        if done {
+            self.pair.check_exact()?;
+            let skips = skips.unwrap_or_default();
+            for ((f, skip), id) in files_end.iter().zip(&skips).zip(0..) {
+                let ok = match skip {
+                    Skipped::No => f.state == FileState::Written && f.equals_source,
+                    Skipped::Same(hash) => {
+                        f.state == FileState::Kept
+                            && f.equals_source
+                            && *hash == *blake3::hash(&self.src[id]).as_bytes()
+                    }
+                    Skipped::Unchecked => f.state == FileState::Kept,
+                };
+                if !ok {
+                    return Err(self.pair.failure(format!(
+                        "{} ({skip:?}) ends {:?}, equal to the source: {}",
+                        f.path, f.state, f.equals_source
+                    )));
+                }
+            }
+        }
+        let data = self.snd.agreed.is_some().then(|| self.pair.outcome());
+        Ok(SessionOutcome {
+            sender,
+            receiver,
+            times: self.times,
+            accepted: self.snd.accepted,
+            hello: self.hello,
+            decisions: self.rcv.decisions,
+            sender_agreed: self.snd.agreed,
+            receiver_agreed: self.rcv.agreed,
+            sender_hashed: self.snd.hashed,
+            receiver_hashed: self.rcv.hashed,
+            keepalives: (self.snd.keepalives, self.rcv.keepalives),
+            to_receiver: self.pair.to_receiver.by_kind.clone(),
+            to_sender: self.pair.to_sender.by_kind.clone(),
+            files: files_end,
+            data,
+            link: *self.pair.link.stats(),
+            receiver_rtt: self.rcv.setup.rtt(),
+            steps: self.pair.steps,
+        })
+    }
+}
+
+/// A data-phase message a side does not take: the peer's farewell in its own words, or
+/// unexpected.
+fn peer_words(msg: Control) -> SideError {
+    match msg {
+        Control::Abort { cause, reason } => SideError::PeerAborted { cause, reason },
+        Control::Reject { reason } => SideError::PeerAborted {
+            cause: AbortCause::Failed,
+            reason,
+        },
+        other => SideError::Unexpected {
+            got: Box::new(other),
+        },
+    }
+}
