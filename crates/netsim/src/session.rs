@@ -459,8 +459,6 @@ pub struct SessionOutcome {
     pub data: Option<Outcome>,
     /// Counters of the data link.
     pub link: LinkStats,
-    /// The receiver set-up machine's round trip ([`ReceiverSetup::rtt`]).
-    pub receiver_rtt: Option<Duration>,
     /// Event-loop steps.
     pub steps: u64,
 }
@@ -1041,7 +1039,7 @@ impl Session {
             self.rcv.next_keepalive = None;
             self.rcv.decisions = decisions.clone();
             self.times.reply_sent = Some(self.rel(now));
-            self.rcv.setup.reply(decisions)?;
+            self.rcv.setup.reply(decisions, now)?;
         }
         if let Some(at) = self.rcv.next_keepalive.filter(|&at| at <= now) {
             self.pair.to_sender.send(now, &Control::KeepAlive);
@@ -1395,7 +1393,6 @@ impl Session {
             files: files_end,
             data,
             link: *self.pair.link.stats(),
-            receiver_rtt: self.rcv.setup.rtt(),
             steps: self.pair.steps,
         })
     }

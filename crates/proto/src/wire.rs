@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,10 +270,14 @@ pub enum Control {
         /// True on the final part.
         last: bool,
     },
-    /// Receiver -> sender: one decision per manifest entry, in order.
+    /// Receiver -> sender: part of the decisions, one per manifest entry, in order; `last`
+    /// closes them. In parts, as the manifest came: a receiver that has many of the files
+    /// answers each with its hash.
     ManifestReply {
-        /// Decisions for every entry of the manifest.
+        /// The next entries' decisions.
         decisions: Vec<Decision>,
+        /// True on the final part.
+        last: bool,
     },
     /// Sender -> receiver, after `ManifestReply`: files (by file id) the receiver already has
     /// identical; they get no data and keep the receiver's copy.
@@ -577,6 +581,7 @@ mod tests {
                     },
                     Decision::Refuse("exists".into()),
                 ],
+                last: true,
             },
             Control::Done,
             Control::Abort {

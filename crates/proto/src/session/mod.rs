@@ -49,8 +49,44 @@ use std::time::{Duration, Instant};
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most entries a receiver takes in one manifest.
 pub const MAX_ENTRIES: usize = 10_000_000;
-/// Entries per `Manifest` message: well under the frame limit.
+/// Most entries per `Manifest` part, and decisions per `ManifestReply` part.
 pub const MANIFEST_PART: usize = 2048;
+/// Estimated bytes a part aims to stay under: a quarter of the frame limit, whatever its
+/// entries carry (long paths, many holes, many resumed ranges).
+const PART_BYTES: usize = crate::wire::MAX_FRAME / 4;
+
+/// `items` cut into parts of at most [`MANIFEST_PART`] items and about [`PART_BYTES`] by
+/// `size` (an upper bound of an item's encoding); always at least one part, maybe empty.
+fn parts<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut parts = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && (i - start == MANIFEST_PART || bytes + n > PART_BYTES) {
+            parts.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    parts.push(&items[start..]);
+    parts
+}
+
+/// An upper bound of an entry's encoding (varints of at most 10 bytes).
+fn entry_bytes(e: &Entry) -> usize {
+    48 + e.path.len() + 20 * e.holes.len()
+}
+
+/// An upper bound of a decision's encoding.
+fn decision_bytes(d: &crate::wire::Decision) -> usize {
+    use crate::wire::Decision;
+    match d {
+        Decision::SendAll | Decision::Unchanged => 1,
+        Decision::Refuse(reason) => 11 + reason.len(),
+        Decision::Have { .. } => 34,
+        Decision::Resume { blocks } => 11 + 20 * blocks.len(),
+    }
+}
 
 /// Why a set-up failed. Each is found where it happens; none panics.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +150,14 @@ pub enum SetupError {
     UncheckedSkip {
         /// The entry.
         path: String,
+    },
+    /// The receiver's answer names more ports than the sender offered channels.
+    #[error("the receiver answered with {ports} ports for {offered} channels offered")]
+    TooManyPorts {
+        /// Ports named.
+        ports: usize,
+        /// Channels offered.
+        offered: u16,
     },
     /// The sender's `Skip` names a file the manifest does not have.
     #[error("skip names file {0}, which is not in the manifest")]
@@ -216,7 +260,7 @@ impl Skipped {
 
 /// What both sides agree on when the set-up is done. Each side builds it from the manifest,
 /// the decisions and the skips, and they build the same one.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Agreed {
     /// Data channels.
     pub channels: u16,

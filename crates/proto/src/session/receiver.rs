@@ -1,7 +1,9 @@
 //! The receiver's set-up: the hello and manifest in, its parameters and decisions out, the
 //! sender's skips in, and [`Agreed`] for the data phase.
 
-use super::{files, Agreed, SetupError, Skipped, MAX_ENTRIES, SETUP_TIMEOUT};
+use super::{
+    decision_bytes, files, parts, Agreed, SetupError, Skipped, MAX_ENTRIES, SETUP_TIMEOUT,
+};
 use crate::layout::{
     check_block_ranges, count_blocks, LayoutError, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_CHANNELS,
     MIN_BLOCK_SIZE,
@@ -10,7 +12,7 @@ use crate::wire::{
     Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, MAX_PAYLOAD, VERSION,
 };
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What the receiver allows.
 #[derive(Debug, Clone)]
@@ -77,8 +79,6 @@ pub struct ReceiverSetup {
     transmits: VecDeque<Control>,
     events: VecDeque<ReceiverEvent>,
     deadline: Instant,
-    ack_sent: Option<Instant>,
-    rtt: Option<Duration>,
     agreed: Option<Agreed>,
 }
 
@@ -96,8 +96,6 @@ impl ReceiverSetup {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             deadline: now + SETUP_TIMEOUT,
-            ack_sent: None,
-            rtt: None,
             agreed: None,
         }
     }
@@ -144,12 +142,6 @@ impl ReceiverSetup {
         self.hello
     }
 
-    /// The round trip from `HelloAck` to the first manifest part that came after it, if one
-    /// did.
-    pub fn rtt(&self) -> Option<Duration> {
-        self.rtt
-    }
-
     /// A message from the sender arrived at `now`.
     pub fn handle(&mut self, msg: Control, now: Instant) -> Result<(), SetupError> {
         if matches!(self.state, State::Failed) {
@@ -158,17 +150,22 @@ impl ReceiverSetup {
         self.deadline = now + SETUP_TIMEOUT;
         let result = match (&self.state, msg) {
             (State::AwaitHello, hello) => self.on_hello(hello),
-            (State::AwaitSkip, Control::KeepAlive) => Ok(()),
+            // Harmless anywhere after the hello: the sender is busy.
+            (_, Control::KeepAlive) => Ok(()),
             (State::Opening | State::AwaitManifest, Control::Manifest { entries, last })
                 if !self.manifest_done =>
             {
-                self.on_manifest(entries, last, now)
+                self.on_manifest(entries, last)
             }
             (State::AwaitSkip, Control::Skip { files }) => self.on_skip(files),
             (State::AwaitSkip, other) => Err(SetupError::unexpected(other, "Skip")),
-            (State::Opening | State::AwaitManifest | State::Deciding, other) => {
+            (State::Opening | State::AwaitManifest, other) => {
                 Err(SetupError::unexpected(other, "Manifest"))
             }
+            (State::Deciding, other) => Err(SetupError::unexpected(
+                other,
+                "nothing while the receiver decides",
+            )),
             (State::Ready, other) => Err(SetupError::unexpected(other, "nothing during set-up")),
             (State::Failed, _) => unreachable!("checked above"),
         };
@@ -231,7 +228,6 @@ impl ReceiverSetup {
             rate_ceiling,
         });
         self.acked = true;
-        self.ack_sent = Some(now);
         self.deadline = now + SETUP_TIMEOUT;
         self.state = if self.manifest_done {
             self.events.push_back(ReceiverEvent::Manifest);
@@ -242,15 +238,7 @@ impl ReceiverSetup {
         Ok(())
     }
 
-    fn on_manifest(
-        &mut self,
-        part: Vec<Entry>,
-        last: bool,
-        now: Instant,
-    ) -> Result<(), SetupError> {
-        if let (None, Some(sent)) = (self.rtt, self.ack_sent) {
-            self.rtt = Some(now.saturating_duration_since(sent));
-        }
+    fn on_manifest(&mut self, part: Vec<Entry>, last: bool) -> Result<(), SetupError> {
         if self.entries.len() + part.len() > MAX_ENTRIES {
             return Err(SetupError::TooManyEntries);
         }
@@ -268,10 +256,11 @@ impl ReceiverSetup {
         Ok(())
     }
 
-    /// The receiver's decision for each manifest entry, in order. Queues `ManifestReply`; a
-    /// refusal fails the set-up with [`SetupError::Refused`] once the reply is queued (the
-    /// sender learns which entry and why).
-    pub fn reply(&mut self, decisions: Vec<Decision>) -> Result<(), SetupError> {
+    /// The receiver's decision for each manifest entry, in order, made by `now` (the wait for
+    /// the sender's skips runs from here). Queues the `ManifestReply` parts; a refusal fails
+    /// the set-up with [`SetupError::Refused`] once they are queued (the sender learns which
+    /// entry and why).
+    pub fn reply(&mut self, decisions: Vec<Decision>, now: Instant) -> Result<(), SetupError> {
         if !matches!(self.state, State::Deciding) {
             return Err(SetupError::Driver("decisions before the whole manifest"));
         }
@@ -291,10 +280,16 @@ impl ReceiverSetup {
                 }),
                 _ => None,
             });
-        self.transmits.push_back(Control::ManifestReply {
-            decisions: decisions.clone(),
-        });
+        let parts = parts(&decisions, decision_bytes);
+        let n_parts = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
+            self.transmits.push_back(Control::ManifestReply {
+                decisions: part.to_vec(),
+                last: i + 1 == n_parts,
+            });
+        }
         self.decisions = decisions;
+        self.deadline = now + SETUP_TIMEOUT;
         if let Some(e) = refused {
             return self.fail(e);
         }

@@ -1,7 +1,7 @@
 //! The sender's set-up: hello and manifest out at once, the receiver's parameters and
 //! decisions in, the files to skip out, and [`Agreed`] for the data phase.
 
-use super::{files, Agreed, SetupError, Skipped, MANIFEST_PART, SETUP_TIMEOUT};
+use super::{entry_bytes, files, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT};
 use crate::layout::MAX_CHANNELS;
 use crate::wire::{
     Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, VERSION,
@@ -71,7 +71,7 @@ pub enum SenderEvent {
 enum State {
     /// Hello and manifest sent; waiting for `HelloAck`.
     AwaitAck,
-    /// Waiting for `ManifestReply`.
+    /// Waiting for `ManifestReply` parts.
     AwaitReply,
     /// Hashing the files the receiver has.
     Hashing {
@@ -97,6 +97,9 @@ pub struct SenderSetup {
     skips: Vec<Skipped>,
     resumed: Vec<Vec<(u64, u64)>>,
     agreed: Option<Agreed>,
+    /// The reply's parts so far.
+    decisions: Vec<Decision>,
+    started: bool,
 }
 
 impl SenderSetup {
@@ -114,11 +117,11 @@ impl SenderSetup {
             block_size: params.block_size,
             session: params.session,
         });
-        let n_parts = entries.len().div_ceil(MANIFEST_PART).max(1);
-        let mut parts = entries.chunks(MANIFEST_PART);
-        for i in 0..n_parts {
+        let parts = parts(&entries, entry_bytes);
+        let n_parts = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
             transmits.push_back(Control::Manifest {
-                entries: parts.next().map_or_else(Vec::new, <[Entry]>::to_vec),
+                entries: part.to_vec(),
                 last: i + 1 == n_parts,
             });
         }
@@ -135,6 +138,8 @@ impl SenderSetup {
             skips: vec![Skipped::No; n_files],
             resumed: vec![Vec::new(); n_files],
             agreed: None,
+            decisions: Vec::new(),
+            started: false,
         }
     }
 
@@ -206,6 +211,13 @@ impl SenderSetup {
                 if version != VERSION || ports.is_empty() {
                     return self.fail(SetupError::NoChannels { version });
                 }
+                let offered = self.params.channels.max(1);
+                if ports.len() > usize::from(offered) {
+                    return self.fail(SetupError::TooManyPorts {
+                        ports: ports.len(),
+                        offered,
+                    });
+                }
                 let accepted = Accepted {
                     ports,
                     max_payload: payload,
@@ -216,7 +228,15 @@ impl SenderSetup {
                 self.state = State::AwaitReply;
                 Ok(())
             }
-            (State::AwaitReply, Control::ManifestReply { decisions }) => {
+            (State::AwaitReply, Control::ManifestReply { decisions, last }) => {
+                if self.decisions.len() + decisions.len() > self.entries.len() {
+                    return self.fail(SetupError::ReplyLength);
+                }
+                self.decisions.extend(decisions);
+                if !last {
+                    return Ok(());
+                }
+                let decisions = std::mem::take(&mut self.decisions);
                 match self.on_decisions(decisions) {
                     Ok(()) => Ok(()),
                     Err(e) => self.fail(e),
@@ -333,9 +353,12 @@ impl SenderSetup {
     /// Ends the set-up: data follows at `payload` bytes per datagram, and the receiver reports
     /// every `report_interval_us`. Queues `Start`.
     pub fn start(&mut self, payload: u16, report_interval_us: u64) -> Result<(), SetupError> {
-        if !matches!(self.state, State::Ready) {
-            return Err(SetupError::Driver("start before the set-up is done"));
+        if !matches!(self.state, State::Ready) || self.started {
+            return Err(SetupError::Driver(
+                "start before the set-up is done, or twice",
+            ));
         }
+        self.started = true;
         self.transmits.push_back(Control::Start {
             payload,
             report_interval_us,

@@ -101,7 +101,7 @@ fn run(
                         .iter()
                         .map(|e| disk.decide(e, checksum))
                         .collect();
-                    r.reply(d).map_err(|e| (Who::Receiver, e))?;
+                    r.reply(d, now).map_err(|e| (Who::Receiver, e))?;
                 }
                 ReceiverEvent::Ready => r_done = r.agreed(),
             }
@@ -291,6 +291,7 @@ fn a_refusal_reaches_the_sender() {
         .handle(
             Control::ManifestReply {
                 decisions: vec![Decision::Refuse("no room".into())],
+                last: true,
             },
             now,
         )
@@ -472,7 +473,7 @@ fn skips_must_name_files_the_receiver_offered() {
             hash: [9; 32],
             replace_ok: false,
         };
-        r.reply(vec![have, Decision::SendAll, Decision::SendAll])
+        r.reply(vec![have, Decision::SendAll, Decision::SendAll], now)
             .unwrap();
         r.handle(Control::Skip { files: skip }, now)
     };
@@ -530,6 +531,7 @@ fn the_sender_takes_messages_only_in_order() {
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
     let reply = Control::ManifestReply {
         decisions: vec![Decision::SendAll],
+        last: true,
     };
     let err = s.handle(reply.clone(), now).unwrap_err();
     assert!(matches!(
@@ -557,13 +559,17 @@ fn the_sender_takes_messages_only_in_order() {
     // A reply of the wrong length.
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
     s.handle(ack(2), now).unwrap();
-    let short = Control::ManifestReply { decisions: vec![] };
+    let short = Control::ManifestReply {
+        decisions: vec![],
+        last: true,
+    };
     assert!(matches!(s.handle(short, now), Err(SetupError::ReplyLength)));
     // "Unchanged" for a directory.
     let mut s = SenderSetup::new(params(2), vec![dir("d")], now);
     s.handle(ack(2), now).unwrap();
     let unchanged = Control::ManifestReply {
         decisions: vec![Decision::Unchanged],
+        last: true,
     };
     assert!(matches!(
         s.handle(unchanged, now),
@@ -606,7 +612,7 @@ fn the_driver_cannot_answer_out_of_turn() {
         r.accept(vec![1], 0, now),
         Err(SetupError::Driver(_))
     ));
-    assert!(matches!(r.reply(vec![]), Err(SetupError::Driver(_))));
+    assert!(matches!(r.reply(vec![], now), Err(SetupError::Driver(_))));
     let mut r = receiver();
     r.handle(hello(), now).unwrap();
     assert!(matches!(
@@ -637,21 +643,132 @@ fn silence_past_the_deadline_fails_and_each_message_restarts_it() {
 }
 
 #[test]
-fn the_receiver_measures_the_round_trip_from_its_answer() {
+fn the_wait_for_skips_runs_from_the_reply_however_long_deciding_took() {
     let t0 = Instant::now();
     let mut r = ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, t0);
     r.handle(hello(), t0).unwrap();
     r.accept(vec![1, 2], 0, t0).unwrap();
-    let at = t0 + std::time::Duration::from_millis(80);
-    r.handle(
-        Control::Manifest {
-            entries: vec![],
-            last: true,
-        },
-        at,
-    )
-    .unwrap();
-    assert_eq!(r.rtt(), Some(std::time::Duration::from_millis(80)));
+    let manifest = Control::Manifest {
+        entries: vec![file("a", 1)],
+        last: true,
+    };
+    r.handle(manifest, t0).unwrap();
+    assert_eq!(
+        r.poll_timeout(),
+        None,
+        "no deadline while the receiver decides"
+    );
+    let replied = t0 + SETUP_TIMEOUT * 3;
+    r.reply(vec![Decision::SendAll], replied).unwrap();
+    assert_eq!(r.poll_timeout(), Some(replied + SETUP_TIMEOUT));
+    r.handle_timeout(replied + SETUP_TIMEOUT / 2).unwrap();
+}
+
+#[test]
+fn a_long_reply_goes_in_parts_and_the_sender_takes_them_whole() {
+    // Many files the receiver has, with long resumed lists: more than one frame's worth.
+    let n = 3 * MANIFEST_PART + 5;
+    let entries: Vec<Entry> = (0..n).map(|i| file(&format!("f{i}"), 1 << 20)).collect();
+    let mut disk = Disk::default();
+    for (i, e) in entries.iter().enumerate() {
+        if i % 2 == 0 {
+            let there = Found::File {
+                len: e.size,
+                mtime_ns: 1,
+            };
+            disk.found.insert(e.path.clone(), (there, [1; 32]));
+        } else {
+            disk.parts
+                .insert(e.path.clone(), vec![(0, 1), (2, 3), (4, 5)]);
+        }
+    }
+    let mine: Mine = entries.iter().map(|e| (e.path.clone(), [1; 32])).collect();
+    let (s, r) = run(params(2), entries.clone(), 8, &disk, &mine).unwrap();
+    assert_eq!(s, r);
+    assert_eq!(
+        s.skips.iter().filter(|k| k.is_skipped()).count(),
+        n.div_ceil(2)
+    );
+    // The receiver's reply, part by part.
+    let now = Instant::now();
+    let mut rcv = opened();
+    assert!(matches!(
+        rcv.poll_transmit(),
+        Some(Control::HelloAck { .. })
+    ));
+    let mut sent = SenderSetup::new(params(2), entries, now);
+    sent.poll_transmit();
+    while let Some(m) = sent.poll_transmit() {
+        rcv.handle(m, now).unwrap();
+    }
+    rcv.poll_event();
+    let d: Vec<Decision> = rcv
+        .entries()
+        .iter()
+        .map(|e| disk.decide(e, false))
+        .collect();
+    rcv.reply(d, now).unwrap();
+    let replies: Vec<Control> = std::iter::from_fn(|| rcv.poll_transmit()).collect();
+    assert_eq!(replies.len(), 4);
+    for (i, m) in replies.iter().enumerate() {
+        let Control::ManifestReply { decisions, last } = m else {
+            panic!("{m:?}")
+        };
+        assert!(decisions.len() <= MANIFEST_PART);
+        assert_eq!(*last, i == 3);
+        assert!(m.to_frame().len() < crate::wire::MAX_FRAME / 4);
+    }
+}
+
+#[test]
+fn parts_stay_under_a_quarter_frame_whatever_the_items_carry() {
+    let sizes = [PART_BYTES / 3; 10];
+    let cut = parts(&sizes, |&n| n);
+    assert_eq!(cut.len(), 4);
+    assert!(cut.iter().all(|p| p.iter().sum::<usize>() <= PART_BYTES));
+    // One item bigger than a part still goes, alone.
+    let cut = parts(&[1, PART_BYTES * 2, 1], |&n| n);
+    assert_eq!(cut, vec![&[1][..], &[PART_BYTES * 2][..], &[1][..]]);
+    assert_eq!(parts(&[] as &[usize], |&n| n), vec![&[][..]]);
+}
+
+#[test]
+fn a_reply_longer_than_the_manifest_fails_at_once() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    s.handle(ack(2), now).unwrap();
+    let part = Control::ManifestReply {
+        decisions: vec![Decision::SendAll; 2],
+        last: false,
+    };
+    assert!(matches!(s.handle(part, now), Err(SetupError::ReplyLength)));
+}
+
+#[test]
+fn more_ports_than_channels_offered_are_refused() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    assert!(matches!(
+        s.handle(ack(3), now),
+        Err(SetupError::TooManyPorts {
+            ports: 3,
+            offered: 2
+        })
+    ));
+}
+
+#[test]
+fn start_is_sent_once() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(1), vec![], now);
+    s.handle(ack(1), now).unwrap();
+    let reply = Control::ManifestReply {
+        decisions: vec![],
+        last: true,
+    };
+    s.handle(reply, now).unwrap();
+    s.start(1384, 1000).unwrap();
+    assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
 }
 
 fn any_entry() -> impl Strategy<Value = Entry> {
@@ -715,8 +832,11 @@ fn any_control() -> impl Strategy<Value = Control> {
         ),
         (proptest::collection::vec(any_entry(), 0..4), any::<bool>())
             .prop_map(|(entries, last)| Control::Manifest { entries, last }),
-        proptest::collection::vec(any_decision(), 0..4)
-            .prop_map(|decisions| Control::ManifestReply { decisions }),
+        (
+            proptest::collection::vec(any_decision(), 0..4),
+            any::<bool>()
+        )
+            .prop_map(|(decisions, last)| Control::ManifestReply { decisions, last }),
         proptest::collection::vec(0u32..6, 0..4).prop_map(|files| Control::Skip { files }),
         (any::<u16>(), any::<u16>())
             .prop_map(|(channel, size)| Control::ProbeAck { channel, size }),
@@ -769,7 +889,7 @@ proptest! {
                     }
                     ReceiverEvent::Manifest => {
                         let d = vec![Decision::Have { hash: [0; 32], replace_ok: false }; r.entries().len()];
-                        let _ = r.reply(d);
+                        let _ = r.reply(d, now);
                     }
                     ReceiverEvent::Ready => {
                         let a = r.agreed().unwrap();
@@ -787,7 +907,7 @@ proptest! {
             Decision::Resume { blocks: vec![(0, 1)] },
             Decision::Have { hash: [1; 32], replace_ok: true },
             Decision::SendAll,
-        ] },
+        ], last: true },
         Control::ProbeAck { channel: 9, size: 0 },
         Control::KeepAlive,
     ])) {
