@@ -105,6 +105,9 @@ pub struct Accepted {
     pub hello: Control,
     /// The name of the key it used (`code` for the code).
     pub key_name: String,
+    /// From the receiver's answer to the sender's hello: the sender sends it as soon as it
+    /// read the answer, so this is the path's round trip (the receiver's first estimate).
+    pub rtt: Duration,
 }
 
 /// Why a connection did not become a session. The receiver logs it and goes on waiting.
@@ -151,6 +154,7 @@ pub fn answer(
     let (mut session, reply) = secure::answer(&secret, first, plain_data)
         .map_err(|e| failed(format!("key agreement: {e}")))?;
     write_frame(stream, &reply).map_err(|e| failed(describe(&e, "left")))?;
+    let answered = Instant::now();
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(failed("did not finish the key agreement in time".into()));
@@ -174,6 +178,7 @@ pub fn answer(
         keys: session,
         hello,
         key_name: name,
+        rtt: answered.elapsed(),
     })
 }
 

@@ -286,6 +286,7 @@ impl Receiver {
             hello,
             keys,
             key_name,
+            rtt,
         } = greeted;
         // Who came: the name the receiver's key file gives the key (or "code").
         tracing::info!("sender {peer} authenticated with {key_name}");
@@ -300,7 +301,7 @@ impl Receiver {
             keys.frames_in,
         )
         .map_err(|e| SessionError::io("control connection", e))?;
-        let result = self.run(hello, &rx, &tx, peer, local_ip, start, progress, &data);
+        let result = self.run(hello, rtt, &rx, &tx, peer, local_ip, start, progress, &data);
         if let Err(e) = &result {
             if !e.peer_knows() {
                 let _ = tx.send(e.to_abort(Side::Receiver));

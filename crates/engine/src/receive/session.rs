@@ -39,11 +39,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Receiver {
-    /// The session on a greeted connection whose first message was `first`.
+    /// The session on a greeted connection whose first message was `first`, `rtt` after the
+    /// receiver's answer to the key agreement.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run(
         &self,
         first: Control,
+        rtt: Duration,
         rx: &ChanRx<Result<Control, ControlError>>,
         tx: &Sender<Control>,
         peer: SocketAddr,
@@ -128,7 +130,6 @@ impl Receiver {
                 )))
             }
         }
-        let rtt = setup.machine.rtt();
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
         let alive = crate::net::control::KeepAlive::start(tx.clone());
@@ -164,7 +165,7 @@ impl Receiver {
         };
         drop(alive);
         // A refusal is sent with the reply, and ends the session here.
-        setup.act(|m| m.reply(decisions))?;
+        setup.act(|m| m.reply(decisions, Instant::now()))?;
         // The sender may take a while (hashing its copies of files the receiver has); it sends
         // keep-alives meanwhile.
         match setup.next()? {
@@ -295,7 +296,7 @@ impl Receiver {
             .transpose()
             .map_err(|e| SessionError::io("writer thread", e))?
             .unzip();
-        let recv_cfg = RecvConfig::for_rtt(rtt.unwrap_or(Duration::from_millis(100)));
+        let recv_cfg = RecvConfig::for_rtt(rtt);
         let mut cmd_txs = Vec::new();
         // Channels share threads, no more than there are cores: a thread per channel would
         // wake up for less data each, and on a busy machine the wake-ups cost more than the
