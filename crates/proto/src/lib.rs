@@ -26,7 +26,7 @@
 //! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id) and,
 //!    without waiting, the `Manifest` parts; receiver -> `HelloAck` (its UDP ports; their count
 //!    is the channel count).
-//! 2. Receiver -> `ManifestReply` (per entry: send, refuse, already
+//! 2. Receiver -> `ManifestReply` parts (per entry: send, refuse, already
 //!    have it, or resume: these blocks are here from an interrupted transfer); sender -> `Skip`
 //!    (the files it will not send). Both build the same [`Layout`] from the accepted files, and
 //!    both `hold` the resumed blocks: the sender hashes them without sending them.
