@@ -90,3 +90,10 @@ pub(crate) fn setup_error(e: SetupError, peer: Side) -> SessionError {
         other => SessionError::Setup(other),
     }
 }
+
+/// An event the machine gives only in another order: a bug in the driver or the machine,
+/// reported as such instead of acted on.
+pub(crate) fn out_of_order(event: impl std::fmt::Debug, when: &'static str) -> SessionError {
+    tracing::debug!("set-up event {event:?} {when}");
+    SessionError::Setup(SetupError::Driver(when))
+}

@@ -22,13 +22,14 @@ use crate::net::link::LinkIn;
 use crate::net::udp::{ChannelOptions, UdpChannel};
 use crate::netlog::NetLog;
 use crate::progress::Progress;
-use crate::setup::Driver;
+use crate::setup::{out_of_order, Driver};
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::Tally;
 use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::session::{
     first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits, ReceiverSetup,
+    SetupError,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, RecvConfig};
@@ -64,11 +65,7 @@ impl Receiver {
         setup.take(first)?;
         let hello = match setup.next()? {
             ReceiverEvent::Hello(hello) => hello,
-            other => {
-                return Err(SessionError::Protocol(format!(
-                    "set-up out of order: {other:?} before the hello"
-                )))
-            }
+            other => return Err(out_of_order(other, "before the hello")),
         };
         let HelloParams {
             channels,
@@ -124,11 +121,7 @@ impl Receiver {
         // created here.
         match setup.next()? {
             ReceiverEvent::Manifest => {}
-            other => {
-                return Err(SessionError::Protocol(format!(
-                    "set-up out of order: {other:?} before the manifest"
-                )))
-            }
+            other => return Err(out_of_order(other, "before the manifest")),
         }
         // Hashing files the receiver already has and preallocating new ones can take a while:
         // keep the sender's wait for the manifest reply alive meanwhile.
@@ -170,16 +163,15 @@ impl Receiver {
         // keep-alives meanwhile.
         match setup.next()? {
             ReceiverEvent::Ready => {}
-            other => {
-                return Err(SessionError::Protocol(format!(
-                    "set-up out of order: {other:?} before the skips"
-                )))
-            }
+            other => return Err(out_of_order(other, "before the skips")),
         }
-        let (entries, decisions, agreed) = setup
-            .machine
-            .finish()
-            .ok_or_else(|| SessionError::Protocol("set-up ready without an outcome".into()))?;
+        let (entries, decisions, agreed) =
+            setup
+                .machine
+                .finish()
+                .ok_or(SessionError::Setup(SetupError::Driver(
+                    "ready without an outcome",
+                )))?;
         let files: Vec<&Entry> = entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)

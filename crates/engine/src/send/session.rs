@@ -19,13 +19,13 @@ use crate::net::udp::{ChannelOptions, UdpChannel};
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
 use crate::report::FileReport;
-use crate::setup::Driver;
+use crate::setup::{out_of_order, Driver};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
 use hurtle_proto::secure::{self, DataKey};
-use hurtle_proto::session::{Agreed, SenderEvent, SenderParams, SenderSetup, Skipped};
+use hurtle_proto::session::{Agreed, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped};
 use hurtle_proto::wire::{Control, Entry, EntryKind, HEADER_LEN};
 use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateMode, SendConfig};
 use std::io::Write;
@@ -137,11 +137,7 @@ pub(super) fn send_once(
     };
     let accepted = match setup.next()? {
         SenderEvent::Accepted(a) => a,
-        other => {
-            return Err(SessionError::Protocol(format!(
-                "set-up out of order: {other:?} before the receiver's answer"
-            )))
-        }
+        other => return Err(out_of_order(other, "before the receiver's answer")),
     };
     let (ports, max_payload, receiver_ceiling) =
         (&accepted.ports, accepted.max_payload, accepted.rate_ceiling);
@@ -219,8 +215,9 @@ pub(super) fn send_once(
         }
     };
     drop(alive);
-    let agreed =
-        agreed.ok_or_else(|| SessionError::Protocol("set-up ready without an outcome".into()))?;
+    let agreed = agreed.ok_or(SessionError::Setup(SetupError::Driver(
+        "ready without an outcome",
+    )))?;
     let skipped: Vec<Option<[u8; 32]>> = agreed.skips.iter().map(|s| s.kept_hash()).collect();
     // Of those, the ones skipped on size and modification time, unread: no hash to report.
     let unchecked: Vec<bool> = agreed
