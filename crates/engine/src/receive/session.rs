@@ -11,7 +11,7 @@ use super::held::{hash_holes, in_ranges, Holes, Resumed};
 use super::links::{accept_data_connections, DataKeys};
 use super::parallel::in_runs;
 use super::session_loop::{session_loop, Wires};
-use super::shared::{Counters, Shared};
+use super::shared::{ChanCmd, ChanEvent, Counters, Shared};
 use super::summary::ReceiveSummary;
 use super::writer::Writer;
 use super::{OwnPort, Receiver, WriteQueue};
@@ -32,7 +32,7 @@ use hurtle_proto::session::{
     SetupError,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
-use hurtle_proto::{Admission, ChannelReceiver, RecvConfig};
+use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,36 +76,8 @@ impl Receiver {
             ..
         } = hello;
         let mut warnings = Vec::new();
-        let mut udps = Vec::new();
-        for _ in 0..if tcp { 0 } else { channels } {
-            let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
-            if let Some(w) = u.buffer_warning() {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
-            udps.push(u);
-        }
-        let tcp_listener = if tcp {
-            let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
-                .map_err(|e| SessionError::io("TCP data listener", e))?;
-            Some(l)
-        } else {
-            None
-        };
-        let mut _own_port = None;
-        let ports = match &tcp_listener {
-            Some(l) => {
-                let port = l
-                    .local_addr()
-                    .map_err(|e| SessionError::io("TCP data listener", e))?
-                    .port();
-                self.opts.own_ports.add(port);
-                _own_port = Some(OwnPort(&self.opts.own_ports, port));
-                vec![port; usize::from(channels)]
-            }
-            None => udps.iter().map(|u| u.local_addr().port()).collect(),
-        };
+        let (data_in, ports, _own_port) =
+            self.open_data_path(local_ip, channels, tcp, &mut warnings)?;
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
@@ -128,34 +100,8 @@ impl Receiver {
         let alive = crate::net::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
         let out = fs::OutRoot::new(&self.opts.out_dir);
-        let (decisions, mut parts, held_values) = {
-            let entries = setup.machine.entries();
-            let (decisions, resumes) = self.decide(&out, entries, block_size, checksum)?;
-            if decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
-                (decisions, Vec::new(), Vec::new())
-            } else {
-                let files: Vec<&Entry> = entries
-                    .iter()
-                    .filter(|e| e.kind == EntryKind::File)
-                    .collect();
-                for d in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
-                    out.make_dir(&d.path, 0o700)?;
-                }
-                // A transfer that cannot fit is refused before anything is sent. Part files
-                // are created (and preallocated) before the reply. The sender's probes may
-                // arrive meanwhile: they wait in the sockets' buffers, and the sender's probe
-                // deadline runs only from the end of this set-up (see `hurtle_proto::probe`).
-                let file_decisions: Vec<&Decision> = entries
-                    .iter()
-                    .zip(&decisions)
-                    .filter(|(e, _)| e.kind == EntryKind::File)
-                    .map(|(_, d)| d)
-                    .collect();
-                let (parts, held_values) =
-                    self.prepare_parts(&out, &files, &file_decisions, resumes, block_size)?;
-                (decisions, parts, held_values)
-            }
-        };
+        let (decisions, (mut parts, held_values)) =
+            self.prepare(&out, setup.machine.entries(), block_size, checksum)?;
         drop(alive);
         // A refusal is sent with the reply, and ends the session here.
         setup.act(|m| m.reply(decisions, Instant::now()))?;
@@ -221,42 +167,23 @@ impl Receiver {
             .collect();
         let (held_bytes, resumed_bytes, sparse_bytes) =
             (held.bytes(), held.resumed_bytes, held.hole_bytes);
-        let mut held_stripes = held.stripes;
-        // The holes' own values come from the hole hasher below. A new part file reads as
-        // zeros there by construction; a resumed one may hold other bytes, which are made
-        // holes again, or read back where the filesystem cannot.
-        let mut held_values = held_values;
-        let mut hole_blocks = Vec::new();
-        for (f, h) in holes.iter().enumerate() {
-            let Some(part) = parts[f].as_ref().filter(|_| !h.is_empty()) else {
-                continue;
-            };
-            let zeros = part.is_new() || part.punch_holes(h, block_size)?;
-            held_values[f].retain(|&(b, _)| !in_ranges(h, b));
-            hole_blocks.push(Holes {
-                file: f as u32,
-                blocks: h.iter().flat_map(|&(a, b)| a..b).collect(),
-                zeros,
-            });
-        }
-        // Held blocks, by global number with their values.
-        let held: Vec<(u64, BlockValue)> = held_values
-            .into_iter()
-            .enumerate()
-            .flat_map(|(f, values)| {
-                let first = layout.blocks_of(f as u32).start;
-                values.into_iter().map(move |(index, v)| (first + index, v))
-            })
-            .collect();
+        let held_stripes = held.stripes;
+        let (held, hole_blocks) = held_blocks(&parts, &holes, held_values, &layout, block_size)?;
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
-        let links: Vec<LinkIn> = match &tcp_listener {
-            Some(l) => accept_data_connections(l, session, channels, peer.ip(), data)?,
-            None => udps
-                .into_iter()
-                .enumerate()
-                .map(|(ch, u)| LinkIn::udp(u, data.opener(ch as u16)))
-                .collect(),
+        // A TCP data listener stays open until the session ends, as its port stays ours.
+        let (links, _listener) = match data_in {
+            DataIn::Tcp(l) => (
+                accept_data_connections(&l, session, channels, peer.ip(), data)?,
+                Some(l),
+            ),
+            DataIn::Udp(udps) => (
+                udps.into_iter()
+                    .enumerate()
+                    .map(|(ch, u)| LinkIn::udp(u, data.opener(ch as u16)))
+                    .collect(),
+                None,
+            ),
         };
 
         let shared = Arc::new(Shared {
@@ -274,8 +201,6 @@ impl Receiver {
             write_fill: AtomicU64::new(0),
         });
         let (ev_tx, ev_rx) = unbounded();
-        let buffers_per_channel =
-            (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),
         // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
         // thread instead. On tmpfs a write is a memory copy that never waits, and handing it
@@ -288,56 +213,14 @@ impl Receiver {
             .transpose()
             .map_err(|e| SessionError::io("writer thread", e))?
             .unzip();
-        let recv_cfg = RecvConfig::for_rtt(rtt);
-        let mut cmd_txs = Vec::new();
-        // Channels share threads, no more than there are cores: a thread per channel would
-        // wake up for less data each, and on a busy machine the wake-ups cost more than the
-        // extra channels bring.
-        let threads = receive_threads(channels);
-        let mut groups: Vec<Vec<(ChannelWorker, LinkIn)>> =
-            (0..threads).map(|_| Vec::new()).collect();
-        for (ch, link) in links.into_iter().enumerate() {
-            let ch = ch as u16;
-            let (cmd_tx, cmd_rx) = unbounded();
-            let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
-                .map_err(|e| SessionError::io("log directory", e))?;
-            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone());
-            for stripe in held_stripes[usize::from(ch)].drain(..) {
-                rec.hold(stripe);
-            }
-            let worker = ChannelWorker {
-                ch,
-                rec,
-                shared: shared.clone(),
-                cmds: cmd_rx,
-                events: ev_tx.clone(),
-                buffers: HashMap::new(),
-                order: VecDeque::new(),
-                pool: Vec::new(),
-                writer: writer.clone(),
-                max_buffers: buffers_per_channel,
-                spilled: HashMap::new(),
-                refetched: HashSet::new(),
-                log,
-                probes_acked: Vec::new(),
-                admission: Admission::new(session, ch..ch + 1, start),
-                added: Tally::default(),
-                queue_sampled: Instant::now(),
-                moved_file: None,
-            };
-            groups[usize::from(ch) % threads].push((worker, link));
-            cmd_txs.push(cmd_tx);
-        }
-        let mut handles = Vec::new();
-        for (i, group) in groups.into_iter().enumerate() {
-            let shared = shared.clone();
-            handles.push(
-                std::thread::Builder::new()
-                    .name(format!("recv-{i}"))
-                    .spawn(move || serve_channels(group, &shared))
-                    .map_err(|e| SessionError::io("channel thread", e))?,
-            );
-        }
+        let (cmd_txs, handles) = self.start_channels(
+            &shared,
+            links,
+            held_stripes,
+            RecvConfig::for_rtt(rtt),
+            (&ev_tx, writer.as_ref()),
+            (session, start),
+        )?;
         let holes_handle = (!hole_blocks.is_empty())
             .then(|| hash_holes(shared.clone(), ev_tx.clone(), hole_blocks))
             .transpose()
@@ -411,6 +294,149 @@ impl Receiver {
                 .collect(),
             strays: 0,
         })
+    }
+
+    /// Starts the channel threads over `links`: each channel's receiver holds its `held`
+    /// stripes; their events go to `to_loop.0`, complete blocks to the writer `to_loop.1` if
+    /// there is one. Returns each channel's command queue and the threads.
+    fn start_channels(
+        &self,
+        shared: &Arc<Shared>,
+        links: Vec<LinkIn>,
+        mut held_stripes: Vec<Vec<std::ops::Range<u64>>>,
+        recv_cfg: RecvConfig,
+        to_loop: (&Sender<ChanEvent>, Option<&Writer>),
+        (session, start): (u64, Instant),
+    ) -> Result<ChannelThreads, SessionError> {
+        let (ev_tx, writer) = to_loop;
+        let channels = shared.layout.channels();
+        let block_size = shared.layout.block_size();
+        let buffers_per_channel =
+            (self.opts.buffer_memory / usize::from(channels) / block_size as usize).max(4);
+        let mut cmd_txs = Vec::new();
+        // Channels share threads, no more than there are cores: a thread per channel would
+        // wake up for less data each, and on a busy machine the wake-ups cost more than the
+        // extra channels bring.
+        let threads = receive_threads(channels);
+        let mut groups: Vec<Vec<(ChannelWorker, LinkIn)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (ch, link) in links.into_iter().enumerate() {
+            let ch = ch as u16;
+            let (cmd_tx, cmd_rx) = unbounded();
+            let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
+                .map_err(|e| SessionError::io("log directory", e))?;
+            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone());
+            for stripe in held_stripes[usize::from(ch)].drain(..) {
+                rec.hold(stripe);
+            }
+            let worker = ChannelWorker {
+                ch,
+                rec,
+                shared: shared.clone(),
+                cmds: cmd_rx,
+                events: ev_tx.clone(),
+                buffers: HashMap::new(),
+                order: VecDeque::new(),
+                pool: Vec::new(),
+                writer: writer.cloned(),
+                max_buffers: buffers_per_channel,
+                spilled: HashMap::new(),
+                refetched: HashSet::new(),
+                log,
+                probes_acked: Vec::new(),
+                admission: Admission::new(session, ch..ch + 1, start),
+                added: Tally::default(),
+                queue_sampled: Instant::now(),
+                moved_file: None,
+            };
+            groups[usize::from(ch) % threads].push((worker, link));
+            cmd_txs.push(cmd_tx);
+        }
+        let mut handles = Vec::new();
+        for (i, group) in groups.into_iter().enumerate() {
+            let shared = shared.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("recv-{i}"))
+                    .spawn(move || serve_channels(group, &shared))
+                    .map_err(|e| SessionError::io("channel thread", e))?,
+            );
+        }
+        Ok((cmd_txs, handles))
+    }
+
+    /// The receiving ends of the data path on `local_ip`: one UDP socket per channel, or a
+    /// TCP listener for parallel TCP (its port marked as ours while the guard lives), and the
+    /// ports to tell the sender.
+    fn open_data_path(
+        &self,
+        local_ip: IpAddr,
+        channels: u16,
+        tcp: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<(DataIn, Vec<u16>, Option<OwnPort<'_>>), SessionError> {
+        if tcp {
+            let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
+                .map_err(|e| SessionError::io("TCP data listener", e))?;
+            let port = l
+                .local_addr()
+                .map_err(|e| SessionError::io("TCP data listener", e))?
+                .port();
+            self.opts.own_ports.add(port);
+            let guard = OwnPort(&self.opts.own_ports, port);
+            return Ok((
+                DataIn::Tcp(l),
+                vec![port; usize::from(channels)],
+                Some(guard),
+            ));
+        }
+        let mut udps = Vec::new();
+        for _ in 0..channels {
+            let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        let ports = udps.iter().map(|u| u.local_addr().port()).collect();
+        Ok((DataIn::Udp(udps), ports, None))
+    }
+
+    /// The answers to the manifest and what they need before the reply: the directories, the
+    /// part files of the files to be sent (created, or resumed, and preallocated), and the held
+    /// blocks' values of the resumed ones. Nothing is created when an entry is refused.
+    fn prepare(
+        &self,
+        out: &fs::OutRoot,
+        entries: &[Entry],
+        block_size: u64,
+        checksum: bool,
+    ) -> Result<(Vec<Decision>, PreparedParts), SessionError> {
+        let (decisions, resumes) = self.decide(out, entries, block_size, checksum)?;
+        if decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
+            return Ok((decisions, (Vec::new(), Vec::new())));
+        }
+        let files: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .collect();
+        for d in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
+            out.make_dir(&d.path, 0o700)?;
+        }
+        // A transfer that cannot fit is refused before anything is sent. Part files are
+        // created (and preallocated) before the reply. The sender's probes may arrive
+        // meanwhile: they wait in the sockets' buffers, and the sender's probe deadline runs
+        // only from the end of this set-up (see `hurtle_proto::probe`).
+        let file_decisions: Vec<&Decision> = entries
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, _)| e.kind == EntryKind::File)
+            .map(|(_, d)| d)
+            .collect();
+        let prepared = self.prepare_parts(out, &files, &file_decisions, resumes, block_size)?;
+        Ok((decisions, prepared))
     }
 
     /// The answer to each manifest entry (the core's [`first_look`] at what is at its path,
@@ -569,3 +595,57 @@ const PARTS_PER_THREAD: usize = 256;
 /// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
 /// resumed one holds.
 type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
+
+/// The receiving ends of a session's data path.
+enum DataIn {
+    /// One socket per channel.
+    Udp(Vec<UdpChannel>),
+    /// The listener the sender's data connections come to.
+    Tcp(TcpListener),
+}
+
+/// The held blocks, by global number with their values (resumed from part files), and the
+/// holes of sparse files to hash. The holes' own values come from the hole hasher: a new part
+/// file reads as zeros there by construction; a resumed one may hold other bytes, which are
+/// made holes again, or read back where the filesystem cannot.
+fn held_blocks(
+    parts: &[Option<PartFile>],
+    holes: &[&[(u64, u64)]],
+    mut held_values: Vec<Vec<(u64, BlockValue)>>,
+    layout: &Layout,
+    block_size: u64,
+) -> Result<(HeldValues, Vec<Holes>), SessionError> {
+    let mut hole_blocks = Vec::new();
+    for (f, h) in holes.iter().enumerate() {
+        let Some(part) = parts[f].as_ref().filter(|_| !h.is_empty()) else {
+            continue;
+        };
+        let zeros = part.is_new() || part.punch_holes(h, block_size)?;
+        held_values[f].retain(|&(b, _)| !in_ranges(h, b));
+        hole_blocks.push(Holes {
+            file: f as u32,
+            blocks: h.iter().flat_map(|&(a, b)| a..b).collect(),
+            zeros,
+        });
+    }
+    // Held blocks, by global number with their values.
+    let held: Vec<(u64, BlockValue)> = held_values
+        .into_iter()
+        .enumerate()
+        .flat_map(|(f, values)| {
+            let first = layout.blocks_of(f as u32).start;
+            values.into_iter().map(move |(index, v)| (first + index, v))
+        })
+        .collect();
+    Ok((held, hole_blocks))
+}
+
+/// Each channel's command queue, and the threads that serve the channels (each returns its
+/// socket drops and NACKs sent).
+type ChannelThreads = (
+    Vec<Sender<ChanCmd>>,
+    Vec<std::thread::JoinHandle<(u64, u64)>>,
+);
+
+/// Held blocks, by global number, with their values.
+type HeldValues = Vec<(u64, BlockValue)>;

@@ -24,8 +24,10 @@ use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
-use hurtle_proto::secure::{self, DataKey};
-use hurtle_proto::session::{Agreed, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped};
+use hurtle_proto::secure::{self, DataKey, PacketSeal};
+use hurtle_proto::session::{
+    Accepted, Agreed, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped,
+};
 use hurtle_proto::wire::{Control, Entry, EntryKind, HEADER_LEN};
 use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateMode, SendConfig};
 use std::io::Write;
@@ -43,53 +45,25 @@ pub(super) fn send_once(
     progress: Arc<Progress>,
 ) -> Result<SendSummary, SessionError> {
     let start = Instant::now();
-    let walked = walk::collect(
-        paths,
-        &WalkOptions {
-            follow_symlinks: opts.follow_symlinks,
-        },
-    )?;
-    let mut warnings = walked.warnings.clone();
+    let Plan {
+        walked,
+        block_size,
+        entries,
+        mut warnings,
+    } = plan(paths, opts)?;
+    let opts = &SendOptions {
+        block_size,
+        ..opts.clone()
+    };
     let files: Vec<&walk::SourceEntry> = walked
         .entries
         .iter()
         .filter(|e| e.kind == EntryKind::File)
         .collect();
     let dirs = walked.entries.len() - files.len();
-    let total_bytes: u64 = files.iter().map(|f| f.size).sum();
-    progress.total.store(total_bytes, Ordering::Relaxed);
-    // A transfer has at most MAX_BLOCKS blocks: a bigger one goes in bigger blocks.
-    let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
-    let block_size = hurtle_proto::layout::fitting_block_size(&sizes, opts.block_size);
-    if block_size != opts.block_size {
-        warnings.push(format!(
-            "chunk size raised to {} KiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
-            block_size >> 10,
-            opts.block_size >> 10,
-            hurtle_proto::layout::MAX_BLOCKS
-        ));
-    }
-    let opts = &SendOptions {
-        block_size,
-        ..opts.clone()
-    };
-
-    // The manifest. A sparse file's holes are announced, and their bytes are not sent (looked
-    // for before connecting: the receiver would wait meanwhile). A file smaller than a block
-    // is not looked at (a hole there would save one block at most, and many small files can
-    // look sparse: inline data, compression).
-    let entries: Vec<Entry> = walked
-        .entries
-        .iter()
-        .map(|e| Entry {
-            holes: if e.sparse && e.size >= opts.block_size && !opts.no_sparse {
-                source_holes(&e.abs_path, e.size, opts.block_size)
-            } else {
-                Vec::new()
-            },
-            ..e.to_wire()
-        })
-        .collect();
+    progress
+        .total
+        .store(files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
 
     progress.set_address(to);
     progress.set_phase(Phase::Connecting);
@@ -100,13 +74,18 @@ pub(super) fn send_once(
     let agree_at = Instant::now();
     let keys = crate::agree::offer(&mut stream, secret, opts.no_encryption, handshake_timeout)?;
     let agree_rtt = agree_at.elapsed();
-    let data_key = keys.data.clone();
-    let data_seal = keys.encrypt_data.then(|| keys.data.sealer());
     let (rx, tx, writer) =
         crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
             .map_err(|e| SessionError::io("control connection", e))?;
 
     let session: u64 = rand::random::<u64>() | 1;
+    let path = DataPath {
+        to,
+        transport,
+        session,
+        key: keys.data.clone(),
+        seal: keys.encrypt_data.then(|| keys.data.sealer()),
+    };
     let hello_at = Instant::now();
     // The hello and the whole manifest go at once: the receiver answers both in one round trip.
     let machine = SenderSetup::new(
@@ -139,51 +118,10 @@ pub(super) fn send_once(
         SenderEvent::Accepted(a) => a,
         other => return Err(out_of_order(other, "before the receiver's answer")),
     };
-    let (ports, max_payload, receiver_ceiling) =
-        (&accepted.ports, accepted.max_payload, accepted.rate_ceiling);
+    let receiver_ceiling = accepted.rate_ceiling;
     let mut rtt = hello_at.elapsed().min(agree_rtt);
     let channels = accepted.channels();
-    // Data sockets, of the receiver's address family. They are set up while the receiver
-    // decides on the manifest: TCP connections are dialled, UDP probes are on their way.
-    let bind_ip: IpAddr = if to.is_ipv4() {
-        Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        Ipv6Addr::UNSPECIFIED.into()
-    };
-    let dests: Vec<SocketAddr> = ports
-        .iter()
-        .take(usize::from(channels))
-        .map(|&p| SocketAddr::new(to.ip(), p))
-        .collect();
-    let mut data = if transport == Transport::Tcp {
-        DataSetup::Tcp(dial_data(opts, &dests, session, &data_key))
-    } else {
-        let mut udps = Vec::with_capacity(usize::from(channels));
-        for _ in 0..channels {
-            let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
-            if let Some(w) = u.buffer_warning() {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
-            udps.push(u);
-        }
-        let socks = udps
-            .iter()
-            .map(UdpChannel::try_clone_socket)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SessionError::io("UDP socket", e))?;
-        let mut prober = Prober {
-            probe: PayloadProbe::new(opts.payload.min(max_payload), channels, rtt, Instant::now()),
-            socks,
-            dests: dests.clone(),
-            session,
-            packet: secure::PROBE_PACKETS,
-            seal: data_seal.clone(),
-        };
-        prober.send_due(Instant::now());
-        DataSetup::Udp(udps, Box::new(prober))
-    };
+    let mut data = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
 
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
     // sends keep-alives meanwhile, and each one restarts the wait. Hashing our copies of the
@@ -233,7 +171,7 @@ pub(super) fn send_once(
     let Agreed { layout, held, .. } = agreed;
     let (held_bytes, resumed_bytes, sparse_bytes) =
         (held.bytes(), held.resumed_bytes, held.hole_bytes);
-    let mut held = held.stripes;
+    let held = held.stripes;
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
@@ -242,70 +180,14 @@ pub(super) fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
-    let (links, payload, prober) = match data {
-        DataSetup::Tcp(dialing) => {
-            let mut links = Vec::with_capacity(dialing.len());
-            for d in dialing {
-                let s = d
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-                links.push(LinkOut::new(OutPath::Tcp(s), data_seal.clone()));
-            }
-            (
-                links,
-                link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
-                None,
-            )
-        }
-        DataSetup::Udp(udps, mut prober) => {
-            let now = Instant::now();
-            // The deadline runs from here: probing can only find UDP blocked in the data
-            // phase (`probe_step`), where the caller's fallback to TCP is handled too.
-            prober.probe.receiver_ready(now);
-            prober.send_due(now);
-            if let Some(p) = prober.probe.rtt() {
-                rtt = rtt.min(p);
-            }
-            let links = udps
-                .into_iter()
-                .zip(&dests)
-                .map(|(sock, &dest)| LinkOut::new(OutPath::Udp { sock, dest }, data_seal.clone()))
-                .collect();
-            let payload = prober.probe.payload();
-            (links, payload, Some(*prober))
-        }
-    };
+    let (links, payload, prober) = data_links(data, &path, accepted.max_payload)?;
+    if let Some(p) = prober.as_ref().and_then(|p| p.probe.rtt()) {
+        rtt = rtt.min(p);
+    }
     let report_every = rate::report_interval(rtt);
     setup.act(|m| m.start(payload, report_every.as_micros() as u64))?;
     progress.set_phase(Phase::Moving);
-    let ceiling = match (opts.rate_mode, receiver_ceiling) {
-        (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
-        (_, r) => opts.rate_bps.min(r),
-    };
-    // TCP has congestion control of its own: no pacing beyond the user's cap.
-    let (rate_mode, ceiling) = if transport == Transport::Tcp {
-        (
-            RateMode::Fixed,
-            if opts.rate_bps >= 100_000_000_000 {
-                1_000_000_000_000
-            } else {
-                opts.rate_bps
-            },
-        )
-    } else {
-        (opts.rate_mode, ceiling)
-    };
-    let mut controller = RateController::new(
-        RateConfig {
-            mode: rate_mode,
-            ceiling_bps: ceiling,
-            // Capped by the user's --rate through the ceiling.
-            start_bps: rate::initial_rate(opts.start_rate_bps, payload, rtt),
-            min_bps: 1_000_000,
-            rtt,
-        },
-        Instant::now(),
-    );
+    let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
 
     let shared = Arc::new(Shared {
         layout,
@@ -324,61 +206,20 @@ pub(super) fn send_once(
     progress
         .rate_bps
         .store(controller.rate_bps(), Ordering::Relaxed);
-    let (ev_tx, ev_rx) = unbounded::<ChanEvent>();
-    let per_channel_rate = (controller.rate_bps() / u64::from(channels)).max(100_000);
-    let send_cfg = SendConfig::for_rtt(rtt);
-    let threads = send_threads(channels, links.first().is_some_and(LinkOut::is_tcp));
-    let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
-    for (ch, link) in links.into_iter().enumerate() {
-        let ch = ch as u16;
-        let log = NetLog::open(opts.log_dir.as_deref(), "send", ch, start)
-            .map_err(|e| SessionError::io("log directory", e))?;
-        let mut sender = ChannelSender::new(&shared.layout, ch, send_cfg.clone());
-        for stripe in held[usize::from(ch)].drain(..) {
-            sender.hold(stripe);
-        }
-        groups[usize::from(ch) % threads].push(ChannelWorker {
-            ch,
-            link,
-            sender,
-            pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
-            shared: shared.clone(),
-            events: ev_tx.clone(),
-            log,
-            packet: 0,
-            rate_seen: controller.rate_bps(),
-            loaded: None,
-            valued: None,
-            block_buf: IoBuf::new(shared.layout.block_size() as usize),
-            sent: 0,
-            resent: 0,
-        });
-    }
-    let mut thread_cmds = Vec::new();
-    let mut handles = Vec::new();
-    for (i, group) in groups.into_iter().enumerate() {
-        let (cmd_tx, cmd_rx) = unbounded();
-        let handle = std::thread::Builder::new()
-            .name(format!("send-{i}"))
-            .spawn(move || serve_channels(group, cmd_rx))
-            .map_err(|e| SessionError::io("channel thread", e))?;
-        thread_cmds.push(ChannelCmds {
-            tx: cmd_tx,
-            thread: handle.thread().clone(),
-        });
-        handles.push(handle);
-    }
-    // Channel ch's commands go to the thread that serves it.
-    let cmd_txs: Vec<ChannelCmds> = (0..usize::from(channels))
-        .map(|ch| thread_cmds[ch % threads].clone())
-        .collect();
-    drop(ev_tx);
+    let channel_threads = ChannelThreads::start(
+        &shared,
+        links,
+        held,
+        controller.rate_bps(),
+        rtt,
+        (opts.log_dir.as_deref(), start),
+    )?;
 
     let wires = Wires {
         rx: &rx,
-        events: &ev_rx,
+        events: &channel_threads.events,
         tx: &tx,
-        cmds: &cmd_txs,
+        cmds: &channel_threads.by_channel,
     };
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
@@ -403,19 +244,7 @@ pub(super) fn send_once(
         &skipped,
         prober,
     );
-    for c in &thread_cmds {
-        let _ = c.send(ThreadCmd::Stop);
-    }
-    let mut sent = 0;
-    let mut resent = 0;
-    let mut nacks = 0;
-    for h in handles {
-        if let Ok((s, r, n)) = h.join() {
-            sent += s;
-            resent += r;
-            nacks += n;
-        }
-    }
+    let (sent, resent, nacks) = channel_threads.stop();
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
@@ -442,7 +271,7 @@ pub(super) fn send_once(
         sparse_bytes,
         files: files.len(),
         skipped: skipped.iter().filter(|s| s.is_some()).count(),
-        encrypted: data_seal.is_some(),
+        encrypted: path.seal.is_some(),
         dirs,
         seconds,
         goodput_bps: (sent_bytes - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
@@ -488,6 +317,307 @@ pub(super) fn send_once(
                 skipped: k.is_some(),
             })
             .collect(),
+    })
+}
+
+/// Where a session's data goes and how it is sealed.
+struct DataPath {
+    to: SocketAddr,
+    transport: Transport,
+    session: u64,
+    key: DataKey,
+    /// `None` when both sides asked for data in the clear.
+    seal: Option<PacketSeal>,
+}
+
+/// The data paths, set up while the receiver decides on the manifest, of the receiver's
+/// address family: TCP data connections dialled, or UDP sockets bound and their probes on
+/// their way.
+fn open_data_path(
+    path: &DataPath,
+    opts: &SendOptions,
+    accepted: &Accepted,
+    rtt: Duration,
+    warnings: &mut Vec<String>,
+) -> Result<DataSetup, SessionError> {
+    let to = path.to;
+    let channels = accepted.channels();
+    let bind_ip: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let dests: Vec<SocketAddr> = accepted
+        .ports
+        .iter()
+        .take(usize::from(channels))
+        .map(|&p| SocketAddr::new(to.ip(), p))
+        .collect();
+    if path.transport == Transport::Tcp {
+        return Ok(DataSetup::Tcp(dial_data(
+            opts,
+            &dests,
+            path.session,
+            &path.key,
+        )));
+    }
+    let mut udps = Vec::with_capacity(usize::from(channels));
+    for _ in 0..channels {
+        let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
+        if let Some(w) = u.buffer_warning() {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+        udps.push(u);
+    }
+    let socks = udps
+        .iter()
+        .map(UdpChannel::try_clone_socket)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SessionError::io("UDP socket", e))?;
+    let mut prober = Prober {
+        probe: PayloadProbe::new(
+            opts.payload.min(accepted.max_payload),
+            channels,
+            rtt,
+            Instant::now(),
+        ),
+        socks,
+        dests,
+        session: path.session,
+        packet: secure::PROBE_PACKETS,
+        seal: path.seal.clone(),
+    };
+    prober.send_due(Instant::now());
+    Ok(DataSetup::Udp(udps, Box::new(prober)))
+}
+
+/// Each channel's link once the receiver is ready, the payload to start with, and the prober
+/// that goes on beside the data (UDP only).
+fn data_links(
+    data: DataSetup,
+    path: &DataPath,
+    max_payload: u16,
+) -> Result<(Vec<LinkOut>, u16, Option<Prober>), SessionError> {
+    match data {
+        DataSetup::Tcp(dialing) => {
+            let mut links = Vec::with_capacity(dialing.len());
+            for d in dialing {
+                let s = d
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                links.push(LinkOut::new(OutPath::Tcp(s), path.seal.clone()));
+            }
+            let payload = link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD));
+            Ok((links, payload, None))
+        }
+        DataSetup::Udp(udps, mut prober) => {
+            let now = Instant::now();
+            // The deadline runs from here: probing can only find UDP blocked in the data
+            // phase (`probe_step`), where the caller's fallback to TCP is handled too.
+            prober.probe.receiver_ready(now);
+            prober.send_due(now);
+            let links = udps
+                .into_iter()
+                .zip(prober.dests.clone())
+                .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
+                .collect();
+            let payload = prober.probe.payload();
+            Ok((links, payload, Some(*prober)))
+        }
+    }
+}
+
+/// The rate controller: the user's mode and cap, the receiver's ceiling, a start from the
+/// RTT. TCP has congestion control of its own: no pacing beyond the user's cap.
+fn controller(
+    opts: &SendOptions,
+    transport: Transport,
+    receiver_ceiling: u64,
+    payload: u16,
+    rtt: Duration,
+) -> RateController {
+    let ceiling = match (opts.rate_mode, receiver_ceiling) {
+        (RateMode::Fixed, _) | (_, 0) => opts.rate_bps,
+        (_, r) => opts.rate_bps.min(r),
+    };
+    let (rate_mode, ceiling) = if transport == Transport::Tcp {
+        (
+            RateMode::Fixed,
+            if opts.rate_bps >= 100_000_000_000 {
+                1_000_000_000_000
+            } else {
+                opts.rate_bps
+            },
+        )
+    } else {
+        (opts.rate_mode, ceiling)
+    };
+    RateController::new(
+        RateConfig {
+            mode: rate_mode,
+            ceiling_bps: ceiling,
+            // Capped by the user's --rate through the ceiling.
+            start_bps: rate::initial_rate(opts.start_rate_bps, payload, rtt),
+            min_bps: 1_000_000,
+            rtt,
+        },
+        Instant::now(),
+    )
+}
+
+/// The channel threads of a session: each serves a share of the channels, sending their
+/// stripes at the pace the session loop sets.
+struct ChannelThreads {
+    /// What the channels report to the session loop.
+    events: crossbeam_channel::Receiver<ChanEvent>,
+    /// Per channel, the commands of the thread that serves it.
+    by_channel: Vec<ChannelCmds>,
+    threads: Vec<ChannelCmds>,
+    handles: Vec<std::thread::JoinHandle<(u64, u64, u64)>>,
+}
+
+impl ChannelThreads {
+    /// Starts the threads over `links`, each channel holding its `held` stripes, at `rate_bps`
+    /// in all; `logs` is the log directory, if any, and the session's start.
+    fn start(
+        shared: &Arc<Shared>,
+        links: Vec<LinkOut>,
+        mut held: Vec<Vec<std::ops::Range<u64>>>,
+        rate_bps: u64,
+        rtt: Duration,
+        logs: (Option<&std::path::Path>, Instant),
+    ) -> Result<ChannelThreads, SessionError> {
+        let (ev_tx, events) = unbounded::<ChanEvent>();
+        let per_channel_rate = (rate_bps / u64::from(shared.channels)).max(100_000);
+        let send_cfg = SendConfig::for_rtt(rtt);
+        let threads = send_threads(shared.channels, links.first().is_some_and(LinkOut::is_tcp));
+        let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
+        for (ch, link) in links.into_iter().enumerate() {
+            let ch = ch as u16;
+            let log = NetLog::open(logs.0, "send", ch, logs.1)
+                .map_err(|e| SessionError::io("log directory", e))?;
+            let mut sender = ChannelSender::new(&shared.layout, ch, send_cfg.clone());
+            for stripe in held[usize::from(ch)].drain(..) {
+                sender.hold(stripe);
+            }
+            groups[usize::from(ch) % threads].push(ChannelWorker {
+                ch,
+                link,
+                sender,
+                pacer: Pacer::new(per_channel_rate, PACER_CREDIT),
+                shared: shared.clone(),
+                events: ev_tx.clone(),
+                log,
+                packet: 0,
+                rate_seen: rate_bps,
+                loaded: None,
+                valued: None,
+                block_buf: IoBuf::new(shared.layout.block_size() as usize),
+                sent: 0,
+                resent: 0,
+            });
+        }
+        let mut thread_cmds = Vec::new();
+        let mut handles = Vec::new();
+        for (i, group) in groups.into_iter().enumerate() {
+            let (cmd_tx, cmd_rx) = unbounded();
+            let handle = std::thread::Builder::new()
+                .name(format!("send-{i}"))
+                .spawn(move || serve_channels(group, cmd_rx))
+                .map_err(|e| SessionError::io("channel thread", e))?;
+            thread_cmds.push(ChannelCmds {
+                tx: cmd_tx,
+                thread: handle.thread().clone(),
+            });
+            handles.push(handle);
+        }
+        // Channel ch's commands go to the thread that serves it.
+        let by_channel: Vec<ChannelCmds> = (0..usize::from(shared.channels))
+            .map(|ch| thread_cmds[ch % threads].clone())
+            .collect();
+        drop(ev_tx);
+        Ok(ChannelThreads {
+            events,
+            by_channel,
+            threads: thread_cmds,
+            handles,
+        })
+    }
+
+    /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served.
+    fn stop(self) -> (u64, u64, u64) {
+        for c in &self.threads {
+            let _ = c.send(ThreadCmd::Stop);
+        }
+        let mut totals = (0, 0, 0);
+        for h in self.handles {
+            if let Ok((s, r, n)) = h.join() {
+                totals.0 += s;
+                totals.1 += r;
+                totals.2 += n;
+            }
+        }
+        totals
+    }
+}
+
+/// What a session offers: the user's paths walked, the block size that fits them, the
+/// manifest, and the warnings so far.
+struct Plan {
+    walked: walk::Walk,
+    block_size: u64,
+    entries: Vec<Entry>,
+    warnings: Vec<String>,
+}
+
+/// Walks `paths` and makes the manifest. A transfer has at most `MAX_BLOCKS` blocks: a
+/// bigger one goes in bigger blocks. A sparse file's holes are announced, and their bytes
+/// are not sent (looked for before connecting: the receiver would wait meanwhile). A file
+/// smaller than a block is not looked at (a hole there would save one block at most, and
+/// many small files can look sparse: inline data, compression).
+fn plan(paths: &[PathBuf], opts: &SendOptions) -> Result<Plan, SessionError> {
+    let walked = walk::collect(
+        paths,
+        &WalkOptions {
+            follow_symlinks: opts.follow_symlinks,
+        },
+    )?;
+    let mut warnings = walked.warnings.clone();
+    let sizes: Vec<u64> = walked
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .map(|f| f.size)
+        .collect();
+    let total_bytes: u64 = sizes.iter().sum();
+    let block_size = hurtle_proto::layout::fitting_block_size(&sizes, opts.block_size);
+    if block_size != opts.block_size {
+        warnings.push(format!(
+            "chunk size raised to {} KiB: a transfer of {total_bytes} bytes in {} KiB chunks would have more than {} of them",
+            block_size >> 10,
+            opts.block_size >> 10,
+            hurtle_proto::layout::MAX_BLOCKS
+        ));
+    }
+    let entries: Vec<Entry> = walked
+        .entries
+        .iter()
+        .map(|e| Entry {
+            holes: if e.sparse && e.size >= block_size && !opts.no_sparse {
+                source_holes(&e.abs_path, e.size, block_size)
+            } else {
+                Vec::new()
+            },
+            ..e.to_wire()
+        })
+        .collect();
+    Ok(Plan {
+        walked,
+        block_size,
+        entries,
+        warnings,
     })
 }
 
