@@ -57,7 +57,8 @@ use crate::pair::{
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
 use hurtle_proto::session::{
     first_look, Accepted, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits,
-    ReceiverSetup, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped, SETUP_TIMEOUT,
+    ReceiverSetup, SenderEvent, SenderParams, SenderSetup, Setup, SetupError, Skipped,
+    SETUP_TIMEOUT,
 };
 use hurtle_proto::wire::{AbortCause, Control, Decision, Entry, EntryKind, FrameError};
 use std::collections::{BTreeMap, HashMap, VecDeque};

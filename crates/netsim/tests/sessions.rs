@@ -71,14 +71,7 @@ fn fault(toward: Side, nth: usize, fault: Fault) -> ControlFault {
 fn assert_same(out: &SessionOutcome) -> (&Agreed, &Agreed) {
     let s = out.sender_agreed.as_ref().expect("sender agreed");
     let r = out.receiver_agreed.as_ref().expect("receiver agreed");
-    assert_eq!(s.channels, r.channels);
-    assert_eq!(s.block_size, r.block_size);
-    assert_eq!(s.session, r.session);
-    assert_eq!(s.skips, r.skips);
-    assert_eq!(s.resumed, r.resumed);
-    assert_eq!(s.layout, r.layout);
-    assert_eq!(s.held, r.held);
-    assert_eq!(s.sent_bytes, r.sent_bytes);
+    assert_eq!(s, r);
     (s, r)
 }
 

@@ -200,8 +200,16 @@ pub trait Setup {
     /// When the wait for the peer ends in failure unless a message comes first (`None` while
     /// the driver itself is at work, and once done).
     fn poll_timeout(&self) -> Option<Instant>;
-    /// The deadline passed at `now` without a message.
-    fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError>;
+    /// Marks the set-up failed (it takes nothing more) and hands `e` back.
+    fn failed(&mut self, e: SetupError) -> SetupError;
+    /// The deadline passed at `now` without a message: the set-up fails with
+    /// [`SetupError::Timeout`].
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError> {
+        match self.poll_timeout() {
+            Some(d) if now >= d => Err(self.failed(SetupError::Timeout(SETUP_TIMEOUT))),
+            _ => Ok(()),
+        }
+    }
 }
 
 macro_rules! impl_setup {
@@ -220,8 +228,8 @@ macro_rules! impl_setup {
             fn poll_timeout(&self) -> Option<Instant> {
                 <$machine>::poll_timeout(self)
             }
-            fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError> {
-                <$machine>::handle_timeout(self, now)
+            fn failed(&mut self, e: SetupError) -> SetupError {
+                <$machine>::failed(self, e)
             }
         }
     };

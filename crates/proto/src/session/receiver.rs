@@ -119,17 +119,14 @@ impl ReceiverSetup {
         }
     }
 
-    /// The deadline passed at `now` without a message.
-    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SetupError> {
-        match self.poll_timeout() {
-            Some(d) if now >= d => self.fail(SetupError::Timeout(SETUP_TIMEOUT)),
-            _ => Ok(()),
-        }
+    fn fail<T>(&mut self, e: SetupError) -> Result<T, SetupError> {
+        Err(self.failed(e))
     }
 
-    fn fail<T>(&mut self, e: SetupError) -> Result<T, SetupError> {
+    /// Marks the set-up failed: it takes nothing more.
+    pub(super) fn failed(&mut self, e: SetupError) -> SetupError {
         self.state = State::Failed;
-        Err(e)
+        e
     }
 
     /// The manifest so far (all of it from [`ReceiverEvent::Manifest`] on).

@@ -128,16 +128,7 @@ fn run(
 }
 
 fn same(a: &Agreed, b: &Agreed) {
-    assert_eq!(a.channels, b.channels);
-    assert_eq!(a.block_size, b.block_size);
-    assert_eq!(a.session, b.session);
-    assert_eq!(a.skips, b.skips);
-    assert_eq!(a.resumed, b.resumed);
-    assert_eq!(a.layout, b.layout);
-    assert_eq!(a.held.stripes, b.held.stripes);
-    assert_eq!(a.held.resumed_bytes, b.held.resumed_bytes);
-    assert_eq!(a.held.hole_bytes, b.held.hole_bytes);
-    assert_eq!(a.sent_bytes, b.sent_bytes);
+    assert_eq!(a, b);
 }
 
 #[test]
