@@ -3,31 +3,82 @@
 //! are dropped and logged, and neither end nor stall a waiting receiver.
 //!
 //! - a one-shot receiver gets 100 stray connections, some still open when the real sender
-//!   comes, and then receives the real transfer and exits 0;
-//! - a `--serve` receiver holding 20 silent connections serves a real sender at once.
+//!   comes, and then receives the real transfer and exits 0; its log accounts for them;
+//! - a `--serve` receiver holding 20 silent connections serves a real sender at once;
+//! - a flood of 200 strays is a few lines on the receiver's stderr (the first 10 of a window,
+//!   then one summary per 10 s), whose numbers add up to 200; wrong codes get a line each.
+//!
+//! A stray is known to be dropped when the receiver closes it: it is counted and logged (or
+//! counted for a summary) before it is closed. The log is read as individual lines ("stray
+//! connection from ...") plus the numbers of summary lines ("... and 457 more stray
+//! connections dropped in the last 10 s ...").
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use support::proc::{self, start_receiver, ReceiverProc};
 use support::{fsx, Rng, TRANSFER_TIMEOUT};
 
-/// Waits until the receiver has logged at least `n` dropped stray connections.
-fn wait_strays(r: &mut ReceiverProc, n: usize) -> usize {
-    r.proc.wait_for_output(
-        &format!("{n} dropped strays"),
-        Duration::from_secs(30),
-        |_, e| {
-            let count = e
-                .lines()
-                .filter(|l| l.contains("stray connection from "))
-                .count();
-            (count >= n).then_some(count)
-        },
+/// The number a summary line says ("... and 457 more stray connections dropped ..."), if the
+/// line is one.
+fn summarised(line: &str) -> Option<u64> {
+    let (_, rest) = line.split_once("... and ")?;
+    let (n, rest) = rest.split_once(" more stray connection")?;
+    assert!(rest.contains(" dropped in the last "), "{line}");
+    Some(
+        n.parse()
+            .unwrap_or_else(|_| panic!("a summary without its number: {line}")),
     )
+}
+
+/// Strays a receiver's stderr accounts for: a line each, and each summary's number.
+fn logged_strays(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .map(|l| {
+            if l.contains("stray connection from ") {
+                1
+            } else {
+                summarised(l).unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+/// Waits until the receiver's log accounts for at least `n` dropped stray connections, within
+/// `timeout`; returns how many it accounts for.
+fn wait_logged(r: &mut ReceiverProc, n: u64, timeout: Duration) -> u64 {
+    r.proc
+        .wait_for_output(&format!("{n} dropped strays"), timeout, |_, e| {
+            let count = logged_strays(e);
+            (count >= n).then_some(count)
+        })
+}
+
+/// Waits for the receiver to close `s`, i.e. to drop it as a stray (counted and logged first).
+fn wait_dropped(mut s: TcpStream) {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            // A `Reject`, say: read on to the close.
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+                ) =>
+            {
+                return
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => panic!("the receiver did not drop a stray within 10 s: {e}"),
+        }
+    }
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -49,15 +100,17 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
     let t = support::tempdir("hurtle-strays-");
     let src = t.path().join("real.bin");
     fsx::write_random(&src, 3 << 20, 4100);
-    let mut r = start_receiver(&t.path().join("out"), &["--json"]);
+    let r = start_receiver(&t.path().join("out"), &["--json"]);
     let mut rng = Rng::new(4101);
     let mut silent = Vec::new();
-    let mut spoke = 0;
+    let mut spoke = Vec::new();
+    let mut dropped = 0;
     for i in 0..100 {
         // Four at a time, the three that spoke dropped before the next four: the silent ones
         // alone stay in their greeting, never more at once than the receiver greets (32).
-        if i % 4 == 0 && spoke > 0 {
-            wait_strays(&mut r, spoke);
+        if i % 4 == 0 {
+            dropped += spoke.len();
+            spoke.drain(..).for_each(wait_dropped);
         }
         let mut s = connect(r.addr);
         // A peer the receiver already closed may see its write fail: that is fine.
@@ -77,19 +130,20 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
                 continue;
             }
         };
-        spoke += 1;
+        spoke.push(s);
     }
     // 75 strays that spoke are dropped at once; then 15 of the 25 silent ones give up.
-    assert_eq!(wait_strays(&mut r, 75), 75);
+    dropped += spoke.len();
+    spoke.drain(..).for_each(wait_dropped);
+    assert_eq!(dropped, 75);
     std::thread::sleep(Duration::from_millis(300));
     let still: Vec<TcpStream> = silent.split_off(15);
-    drop(silent);
-    assert_eq!(
-        wait_strays(&mut r, 90),
-        90,
-        "the 10 silent ones are not dropped yet"
-    );
-    // The real sender comes while 10 silent connections are still open.
+    for s in silent {
+        s.shutdown(Shutdown::Write).unwrap();
+        wait_dropped(s);
+    }
+    // The real sender comes while 10 silent connections are still open: 90 dropped, and the
+    // 10 not yet.
     assert!(
         still.iter().all(still_open),
         "closed before their grace time"
@@ -103,6 +157,35 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
     let summary = done.json();
     let strays = summary["strays"].as_u64().expect("strays in --json");
     assert!((90..=100).contains(&strays), "{summary}");
+    // The log accounts for every stray, those before the session before its first line (what
+    // was counted for a summary is said when the session starts).
+    let (before, _) = done
+        .stderr
+        .split_once("authenticated with")
+        .unwrap_or_else(|| panic!("no session in the log:\n{}", done.stderr));
+    let logged_before = logged_strays(before);
+    assert!(
+        (90..=strays).contains(&logged_before),
+        "{logged_before} strays logged before the session, {strays} in the summary:\n{}",
+        done.stderr
+    );
+    let logged = logged_strays(&done.stderr);
+    assert!(
+        (strays..=100).contains(&logged),
+        "{logged} strays logged, {strays} in the summary:\n{}",
+        done.stderr
+    );
+    // And it took a few lines, not 90.
+    let lines = done
+        .stderr
+        .lines()
+        .filter(|l| l.contains("stray connection"))
+        .count();
+    assert!(
+        lines <= 15,
+        "{lines} lines for {logged} strays:\n{}",
+        done.stderr
+    );
 }
 
 #[test]
@@ -137,4 +220,86 @@ fn silent_connections_do_not_hold_up_a_sender_to_a_serving_receiver() {
         silent.iter().all(still_open),
         "the silent connections were closed before their grace time: the test measured nothing"
     );
+}
+
+#[test]
+fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
+    let t = support::tempdir("hurtle-strays-");
+    let src = t.path().join("after.bin");
+    fsx::write_random(&src, 200_000, 4300);
+    let mut r = start_receiver(&t.path().join("out"), &["--json"]);
+    let mut rng = Rng::new(4301);
+    let t0 = Instant::now();
+    // 200 strays, 20 at a time (the receiver greets 32 at once), each dropped before the next
+    // 20 come: garbage, HTTP, a huge length prefix, an empty frame, a close without a word.
+    for _ in 0..10 {
+        let batch: Vec<TcpStream> = (0..20)
+            .map(|i| {
+                let mut s = connect(r.addr);
+                let _ = match i % 5 {
+                    0 => {
+                        let mut junk = vec![0u8; 64];
+                        rng.fill(&mut junk);
+                        junk[..4].copy_from_slice(&60u32.to_be_bytes());
+                        s.write_all(&junk)
+                    }
+                    1 => s.write_all(b"GET / HTTP/1.1\r\nHost: hurtle\r\n\r\n"),
+                    2 => s.write_all(&[0xff; 4]),
+                    3 => s.write_all(&[0; 4]),
+                    _ => Ok(()),
+                };
+                let _ = s.shutdown(Shutdown::Write);
+                s
+            })
+            .collect();
+        batch.into_iter().for_each(wait_dropped);
+    }
+    // Two wrong codes in the flood (a third would spend the code): a line each, always.
+    for _ in 0..2 {
+        proc::send(r.addr, &[&src], &["--code", "1234-wrong-code-words"]).assert_exit(3);
+    }
+    // Nothing else happens: the window's summary comes when the window (10 s from the first
+    // stray) ends, not with a next stray or a session.
+    let logged = wait_logged(&mut r, 202, Duration::from_secs(30));
+    assert_eq!(logged, 202, "\n{}", r.proc.stderr());
+    assert!(
+        t0.elapsed() >= Duration::from_secs(9),
+        "summarised after {:?}, before the window ended",
+        t0.elapsed()
+    );
+    let log = r.proc.stderr();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("stray connection"))
+        .collect();
+    let own: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("stray connection from "))
+        .collect();
+    let summaries: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| summarised(l).is_some())
+        .collect();
+    assert_eq!(own.len() + summaries.len(), lines.len(), "{log}");
+    let tries = own
+        .iter()
+        .filter(|l| l.contains("failed the key agreement"))
+        .count();
+    assert_eq!(tries, 2, "each wrong code has its line:\n{log}");
+    // The first 10 strays and the two tries a line each; the 190 others in a summary or two
+    // (one per 10 s while they came: about a second on loopback, a few on a busy machine).
+    assert_eq!(own.len(), 12, "{log}");
+    assert!((1..=3).contains(&summaries.len()), "{log}");
+    for l in &summaries {
+        assert!(l.contains("(last from 127.0.0.1:"), "{l}");
+    }
+    // The receiver still serves, and its summary counts what the log said.
+    proc::send(r.addr, &[&src], &[]).assert_success();
+    let done = r.proc.wait(TRANSFER_TIMEOUT);
+    done.assert_success();
+    fsx::assert_same_file(&src, &t.path().join("out/after.bin"));
+    assert_eq!(done.json()["strays"].as_u64(), Some(202), "{}", done.stdout);
+    assert_eq!(logged_strays(&done.stderr), 202, "{}", done.stderr);
 }

@@ -11,7 +11,10 @@
 //! decode, a first message other than a hello, a hello without hurtle's magic, silence past
 //! the deadline, or a close. It is closed, counted ([`FrontDoor::take_strays`]) and logged
 //! (`tracing`, target `hurtle_engine::receive::accept`, with the peer's address and the
-//! reason), and nobody else notices it.
+//! reason), and nobody else notices it. A flood of strays is not a flood of lines: the first
+//! few of a window get a line each, the rest one summary line per window ([`StrayLog`], in
+//! `stray_log.rs`; a thread of the door says the summary when the window ends); a wrong code
+//! always gets its line.
 //!
 //! A greeted connection ([`Arrival`]: the stream and the hello already read from it) is handed
 //! to the session in the order the greetings completed, so a silent connection never delays a
@@ -31,6 +34,10 @@
 //! ([`SessionError::CodeSpent`]). Whatever fails after the agreement is the session's error.
 //! [`greet`] is the one place that decides.
 
+mod stray_log;
+
+pub use stray_log::{LogLine, StrayKind, StrayLog, STRAY_LOG_BURST, STRAY_LOG_WINDOW};
+
 use crate::agree::{self, Keyring, CODE_TRIES};
 use crate::error::SessionError;
 use hurtle_proto::wire::{self, Control};
@@ -38,7 +45,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -157,6 +164,15 @@ impl Stray {
                 | Stray::NotHurtle { .. }
                 | Stray::Agreement { .. }
         )
+    }
+
+    /// What kind of stray it is to the log: a failed try of the code, foreign, or quiet.
+    pub fn kind(&self) -> StrayKind {
+        match self {
+            Stray::Agreement { code_try: true, .. } => StrayKind::CodeTry,
+            s if s.is_foreign() => StrayKind::Foreign,
+            _ => StrayKind::Quiet,
+        }
     }
 }
 
@@ -394,6 +410,11 @@ pub struct DoorLimits {
     pub grace: Duration,
     /// How many connections may be greeted at once ([`MAX_UNGREETED`]).
     pub max_ungreeted: usize,
+    /// How many strays of a window of the log get a line each ([`STRAY_LOG_BURST`]).
+    pub log_burst: u32,
+    /// The log's window: the rest of its strays are one line at its end
+    /// ([`STRAY_LOG_WINDOW`]).
+    pub log_window: Duration,
 }
 
 impl Default for DoorLimits {
@@ -401,6 +422,8 @@ impl Default for DoorLimits {
         DoorLimits {
             grace: GREETING_GRACE,
             max_ungreeted: MAX_UNGREETED,
+            log_burst: STRAY_LOG_BURST,
+            log_window: STRAY_LOG_WINDOW,
         }
     }
 }
@@ -412,6 +435,10 @@ impl Default for DoorLimits {
 pub struct FrontDoor {
     arrivals: crossbeam_channel::Receiver<Result<Arrival, SessionError>>,
     strays: Arc<AtomicU64>,
+    log: Arc<Logbook>,
+    /// Says a window's summary when the window ends ([`summarise`]); without it (it could not
+    /// start), summaries wait for the next stray, a session or the door's close.
+    summariser: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     /// Where to connect to wake the accepting thread from `accept` when stopping.
     wake: Option<SocketAddr>,
@@ -439,12 +466,24 @@ impl FrontDoor {
         });
         let (tx, arrivals) = crossbeam_channel::unbounded();
         let strays = Arc::new(AtomicU64::new(0));
+        let log = Arc::new(Logbook::new(StrayLog::new(
+            limits.log_burst,
+            limits.log_window,
+        )));
+        let summariser = {
+            let log = log.clone();
+            std::thread::Builder::new()
+                .name("stray-log".into())
+                .spawn(move || summarise(&log))
+                .ok()
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let door = Door {
             listener,
             limits,
             arrivals: tx,
             strays: strays.clone(),
+            log: log.clone(),
             stop: stop.clone(),
             ungreeted: Arc::new(AtomicUsize::new(0)),
             gate: Arc::new(gate),
@@ -452,10 +491,22 @@ impl FrontDoor {
         };
         let thread = std::thread::Builder::new()
             .name("accept".into())
-            .spawn(move || door.run())?;
+            .spawn(move || door.run());
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                log.close();
+                if let Some(t) = summariser {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        };
         Ok(FrontDoor {
             arrivals,
             strays,
+            log,
+            summariser,
             stop,
             wake,
             thread: Some(thread),
@@ -465,13 +516,20 @@ impl FrontDoor {
     /// Waits for the next greeted connection. An error is one `accept` failed with (not a
     /// stray's: those are dropped and counted; the door keeps accepting after it), or the code
     /// spent by too many wrong tries ([`SessionError::CodeSpent`]).
+    ///
+    /// Strays counted for the log and not yet said are said before a greeted connection is
+    /// handed over, so that they come before the session's lines.
     pub fn next(&self) -> Result<Arrival, SessionError> {
-        self.arrivals.recv().unwrap_or_else(|_| {
+        let next = self.arrivals.recv().unwrap_or_else(|_| {
             Err(SessionError::io(
                 "accept",
                 io::Error::other("the accepting thread ended"),
             ))
-        })
+        });
+        if next.is_ok() {
+            self.log.flush();
+        }
+        next
     }
 
     /// Strays dropped since the last call (or since the door opened).
@@ -496,6 +554,110 @@ impl Drop for FrontDoor {
         if let Some(t) = self.thread.take().filter(|_| woken) {
             let _ = t.join();
         }
+        // What the log counted is said; greetings still under way get a line each.
+        self.log.close();
+        if let Some(t) = self.summariser.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The door's [`StrayLog`], shared by the greetings (which record strays in it), the thread
+/// that says a window's summary when it ends ([`summarise`]), and the [`FrontDoor`] (which
+/// has it say what is counted when a session starts and when the door closes). Lines are
+/// logged under its lock, so they come out in the order the log decided them.
+struct Logbook {
+    log: Mutex<StrayLog>,
+    /// Wakes [`summarise`]: the log's next window end changed, or the door closed.
+    woken: Condvar,
+    /// The door closed: [`summarise`] ends.
+    closed: AtomicBool,
+    /// Every line logged, for the tests.
+    #[cfg(test)]
+    said: Mutex<Vec<LogLine>>,
+}
+
+impl Logbook {
+    fn new(log: StrayLog) -> Logbook {
+        Logbook {
+            log: Mutex::new(log),
+            woken: Condvar::new(),
+            closed: AtomicBool::new(false),
+            #[cfg(test)]
+            said: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, StrayLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Logs `line` (under the lock).
+    fn say(&self, line: LogLine) {
+        match &line {
+            LogLine::Warn(text) => tracing::warn!("{text}"),
+            LogLine::Info(text) => tracing::info!("{text}"),
+        }
+        #[cfg(test)]
+        self.said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+
+    /// A stray dropped now: its line, a summary, or neither.
+    fn record(&self, peer: SocketAddr, why: &Stray) {
+        let mut log = self.lock();
+        let due = log.due();
+        for line in log.record(Instant::now(), why.kind(), peer, why) {
+            self.say(line);
+        }
+        let wake = log.due() != due;
+        drop(log);
+        if wake {
+            self.woken.notify_one();
+        }
+    }
+
+    /// Says what is counted and not yet said.
+    fn flush(&self) {
+        let mut log = self.lock();
+        if let Some(line) = log.flush(Instant::now()) {
+            self.say(line);
+        }
+    }
+
+    /// Says what is counted, logs every later stray on its own line, and ends [`summarise`].
+    fn close(&self) {
+        let mut log = self.lock();
+        if let Some(line) = log.close(Instant::now()) {
+            self.say(line);
+        }
+        self.closed.store(true, Ordering::Relaxed);
+        drop(log);
+        self.woken.notify_all();
+    }
+}
+
+/// The thread that says each window's summary when the window ends, until the door closes.
+fn summarise(book: &Logbook) {
+    let mut log = book.lock();
+    // `closed` is set under the lock, so it is seen here before a wait, or wakes the wait.
+    while !book.closed.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if let Some(line) = log.tick(now) {
+            book.say(line);
+        }
+        log = match log.due() {
+            Some(due) => {
+                let wait = due.saturating_duration_since(now);
+                match book.woken.wait_timeout(log, wait) {
+                    Ok((log, _)) => log,
+                    Err(e) => e.into_inner().0,
+                }
+            }
+            None => book.woken.wait(log).unwrap_or_else(|e| e.into_inner()),
+        };
     }
 }
 
@@ -505,6 +667,7 @@ struct Door {
     limits: DoorLimits,
     arrivals: crossbeam_channel::Sender<Result<Arrival, SessionError>>,
     strays: Arc<AtomicU64>,
+    log: Arc<Logbook>,
     stop: Arc<AtomicBool>,
     ungreeted: Arc<AtomicUsize>,
     gate: Arc<Gatekeeper>,
@@ -568,6 +731,7 @@ impl Door {
         let deadline = Instant::now() + self.limits.grace;
         let arrivals = self.arrivals.clone();
         let strays = self.strays.clone();
+        let log = self.log.clone();
         let gate = self.gate.clone();
         let code_tries = self.code_tries.clone();
         let spawned = std::thread::Builder::new()
@@ -583,9 +747,10 @@ impl Door {
                             greeted,
                         }));
                     }
-                    // Counted before it is closed, so whoever sees it closed sees it counted.
+                    // Counted (and logged, or counted for the log's summary) before it is
+                    // closed, so whoever sees it closed sees it counted.
                     Err(why) => {
-                        count_stray(&strays, peer, &why);
+                        count_stray(&strays, &log, peer, &why);
                         if let Stray::Agreement { code_try: true, .. } = why {
                             let tries = code_tries.fetch_add(1, Ordering::Relaxed) + 1;
                             if tries == u64::from(CODE_TRIES) {
@@ -605,18 +770,14 @@ impl Door {
     }
 
     fn dropped(&self, peer: SocketAddr, why: &Stray) {
-        count_stray(&self.strays, peer, why);
+        count_stray(&self.strays, &self.log, peer, why);
     }
 }
 
-/// Counts and logs a dropped stray.
-fn count_stray(strays: &AtomicU64, peer: SocketAddr, why: &Stray) {
+/// Counts and logs a dropped stray (a line of its own, or counted for a summary: [`StrayLog`]).
+fn count_stray(strays: &AtomicU64, log: &Logbook, peer: SocketAddr, why: &Stray) {
     strays.fetch_add(1, Ordering::Relaxed);
-    if why.is_foreign() {
-        tracing::warn!("stray connection from {peer} dropped: {why}");
-    } else {
-        tracing::info!("stray connection from {peer} dropped: {why}");
-    }
+    log.record(peer, why);
 }
 
 #[cfg(test)]
@@ -867,6 +1028,7 @@ mod tests {
             DoorLimits {
                 grace: Duration::from_secs(2),
                 max_ungreeted: 32,
+                ..DoorLimits::default()
             },
             gate(),
         )
@@ -910,6 +1072,112 @@ mod tests {
         assert_eq!(door.take_strays(), 0, "taken");
     }
 
+    /// Waits for the door to close `c` (it has dropped it as a stray, so counted and logged it).
+    fn closed_by_door(mut c: TcpStream) {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 256];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    return
+                }
+                Err(e) => panic!("the door did not close a stray: {e}"),
+            }
+        }
+    }
+
+    /// Strays the door's log accounts for: one per line of its own, a summary's number.
+    fn accounted(said: &[LogLine]) -> u64 {
+        said.iter()
+            .map(|l| match l.text().strip_prefix("... and ") {
+                Some(rest) => rest.split(' ').next().unwrap().parse::<u64>().unwrap(),
+                None => {
+                    assert!(l.text().starts_with("stray connection from "), "{l:?}");
+                    1
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_flood_of_strays_is_a_few_lines_and_summaries_that_add_up() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let window = Duration::from_millis(400);
+        let door = FrontDoor::open(
+            listener,
+            DoorLimits {
+                grace: Duration::from_secs(2),
+                max_ungreeted: 32,
+                log_burst: 3,
+                log_window: window,
+            },
+            gate(),
+        )
+        .unwrap();
+        let book = door.log.clone();
+        let said = || book.said.lock().unwrap().clone();
+        let strays = |n: usize| {
+            let conns: Vec<TcpStream> = (0..n)
+                .map(|_| {
+                    let mut c = TcpStream::connect(addr).unwrap();
+                    c.write_all(&[0xff; 4]).unwrap();
+                    c
+                })
+                .collect();
+            conns.into_iter().for_each(closed_by_door);
+        };
+        for _ in 0..3 {
+            strays(20);
+        }
+        // A wrong code in the flood: a line of its own all the same.
+        let wrong = sender(
+            TcpStream::connect(addr).unwrap(),
+            "1-purple-sausages",
+            Control::Done,
+        );
+        assert!(wrong.join().unwrap().is_err());
+        // Nothing else happens: the summariser says the rest at the window's end.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while accounted(&said()) < 61 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lines = said();
+        assert_eq!(accounted(&lines), 61, "{lines:#?}");
+        let own = |l: &&LogLine| l.text().starts_with("stray connection from ");
+        let tries: Vec<&LogLine> = lines
+            .iter()
+            .filter(|l| l.text().contains("failed the key agreement"))
+            .collect();
+        assert_eq!(tries.len(), 1, "{lines:#?}");
+        assert!(own(&tries[0]) && matches!(tries[0], LogLine::Warn(_)));
+        // 3 lines, the try's, and a summary per window while the strays came (a fraction of a
+        // second on loopback; a stall of a window would cost 3 lines more).
+        assert!(lines.iter().filter(own).count() <= 3 + 1 + 3, "{lines:#?}");
+        assert!(
+            lines.len() <= 15,
+            "60 strays took {} lines: {lines:#?}",
+            lines.len()
+        );
+        // More strays, then a sender: what is counted is said before it is handed over.
+        strays(5);
+        let _real = sender(TcpStream::connect(addr).unwrap(), CODE, Control::KeepAlive);
+        door.next().unwrap();
+        assert_eq!(accounted(&said()), 66, "{:#?}", said());
+        // More, then the door closes: they are said.
+        strays(5);
+        assert_eq!(door.take_strays(), 71);
+        drop(door);
+        assert_eq!(accounted(&said()), 71, "{:#?}", said());
+    }
+
     #[test]
     fn beyond_the_bound_a_connection_is_closed_at_once() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -919,6 +1187,7 @@ mod tests {
             DoorLimits {
                 grace: Duration::from_secs(5),
                 max_ungreeted: 2,
+                ..DoorLimits::default()
             },
             gate(),
         )
