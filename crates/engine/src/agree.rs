@@ -92,7 +92,7 @@ pub fn offer(
         }),
         AgreeError::Rejected(reason) => SessionError::NotAuthenticated(format!("the receiver refused: {reason}")),
         AgreeError::Version { .. } => SessionError::Incompatible(format!("the receiver: {e}")),
-        other => SessionError::Protocol(other.to_string()),
+        other => SessionError::Agreement(other),
     })
 }
 

@@ -31,8 +31,28 @@ pub enum SessionError {
     #[error("{0}")]
     Incompatible(String),
     /// The peer broke the protocol.
+    #[error("protocol error: expected {wanted}, got {got}")]
+    Unexpected {
+        /// What the session waited for.
+        wanted: &'static str,
+        /// The message that came instead.
+        got: &'static str,
+    },
+    /// The key agreement's answer made no sense (not a wrong secret, not a refusal).
     #[error("protocol error: {0}")]
-    Protocol(String),
+    Agreement(hurtle_proto::secure::AgreeError),
+    /// Parallel TCP: the sender did not open every data connection in time.
+    #[error("the sender did not open its TCP data connections within {0} s")]
+    DataConnectionsLate(u64),
+    /// The sender said it was done with a file still incomplete here.
+    #[error("protocol error: the sender finished but {0} is incomplete")]
+    FinishedIncomplete(String),
+    /// The receiver confirmed a file before it could have had it.
+    #[error("protocol error: the receiver confirmed file {0} before it was sent")]
+    EarlyConfirmation(u32),
+    /// A thread of this side's session ended before it should have: a bug, said as one.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     /// Neither a code nor a key was given (authentication is never off).
     #[error("no code or key: give the receiver's code with --code (or HURTLE_CODE), or a key file with --key")]
     NoSecret,
@@ -190,7 +210,7 @@ impl SessionError {
 
     /// The peer (`peer`) sent `msg` where `wanted` belongs: its abort, or a protocol error
     /// naming both.
-    pub(crate) fn unexpected(peer: Side, msg: Control, wanted: &str) -> Self {
+    pub(crate) fn unexpected(peer: Side, msg: Control, wanted: &'static str) -> Self {
         match msg {
             Control::Abort { cause, reason } => SessionError::PeerAborted {
                 peer,
@@ -202,7 +222,10 @@ impl SessionError {
                 cause: AbortCause::Failed,
                 reason,
             },
-            other => SessionError::Protocol(format!("expected {wanted}, got {}", other.name())),
+            other => SessionError::Unexpected {
+                wanted,
+                got: other.name(),
+            },
         }
     }
 

@@ -7,6 +7,9 @@ use hurtle_proto::secure::{DataKey, PacketOpen};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+/// How long the receiver waits for the sender's TCP data connections.
+const DATA_CONNECT_WAIT: Duration = Duration::from_secs(10);
+
 /// Accepts the sender's `channels` TCP data connections, each opened by its greeting. Connections
 /// from another host, with another session id or a channel out of range are closed.
 pub(super) fn accept_data_connections(
@@ -16,15 +19,15 @@ pub(super) fn accept_data_connections(
     peer_ip: IpAddr,
     data: &DataKeys,
 ) -> Result<Vec<LinkIn>, SessionError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + DATA_CONNECT_WAIT;
     listener
         .set_nonblocking(true)
         .map_err(|e| SessionError::io("TCP data listener", e))?;
     let mut slots: Vec<Option<TcpStream>> = (0..channels).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         if Instant::now() > deadline {
-            return Err(SessionError::Protocol(
-                "the sender did not open its TCP data connections within 10 s".into(),
+            return Err(SessionError::DataConnectionsLate(
+                DATA_CONNECT_WAIT.as_secs(),
             ));
         }
         match listener.accept() {

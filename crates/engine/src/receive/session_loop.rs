@@ -149,7 +149,7 @@ pub(super) fn session_loop(
                     Control::Done => {
                         commits.finish()?;
                         if let Some(f) = commits.hashes.iter().position(|h| h.is_none()) {
-                            return Err(SessionError::Protocol(format!("the sender finished but {} is incomplete", files[f].path)));
+                            return Err(SessionError::FinishedIncomplete(files[f].path.clone()));
                         }
                         for d in dirs.iter().rev() {
                             fs::set_dir_mode(root, &d.path, d.mode)?;
@@ -165,7 +165,7 @@ pub(super) fn session_loop(
                     handle(block, verifier.on_received(block, value), &mut journal, &mut commits)?;
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
-                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+                Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
             },
             recv(commits.committed) -> batch => {
                 match batch {

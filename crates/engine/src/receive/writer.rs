@@ -117,7 +117,7 @@ impl Writer {
         shared.write_fill.fetch_max(fill, Ordering::Relaxed);
         self.tx
             .send(w)
-            .map_err(|_| SessionError::Protocol("the writer thread stopped".into()))
+            .map_err(|_| SessionError::Internal("the writer thread stopped"))
     }
 }
 

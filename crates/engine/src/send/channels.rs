@@ -227,7 +227,7 @@ impl ChannelWorker {
         let layout = &self.shared.layout;
         let (file, range) = layout
             .block_file_range(block)
-            .ok_or_else(|| SessionError::Protocol("block outside the layout".into()))?;
+            .ok_or(SessionError::Internal("a block outside the layout"))?;
         let loaded = self.loaded == Some(block);
         // Bytes to send from the buffer (a held block's are not sent), and a value to pass on.
         let need_bytes = !held && !loaded;
@@ -297,7 +297,7 @@ impl ChannelWorker {
             bursts += 1;
             let span = layout
                 .resolve(self.ch, run.pos)
-                .ok_or_else(|| SessionError::Protocol("run outside the layout".into()))?;
+                .ok_or(SessionError::Internal("a run outside the layout"))?;
             let len = run.len as usize;
             let data: &[u8] = match run.kind {
                 RunKind::Held => {

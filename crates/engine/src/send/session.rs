@@ -143,8 +143,13 @@ pub(super) fn send_once(
                 let mine = crate::fs::hash_file(path)
                     .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
                 if let Err(e) = setup.act(|m| m.hashed(file, mine)) {
-                    // The receiver waits for our answer to its offer: tell it why not.
+                    // The receiver waits for our answer to its offer: tell it why not, and
+                    // let the writer send that before this side ends (every end of its queue
+                    // goes, so that it ends).
                     let _ = tx.send(e.to_abort(Side::Sender));
+                    drop(alive);
+                    drop(tx);
+                    let _ = writer.join();
                     return Err(e);
                 }
             }

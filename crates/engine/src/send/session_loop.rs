@@ -93,7 +93,7 @@ pub(super) fn session_loop(
                     Control::FileDone { file, hash } => {
                         let f = file as usize;
                         let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
-                            return Err(SessionError::Protocol(format!("receiver confirmed file {file} before it was sent")));
+                            return Err(SessionError::EarlyConfirmation(file));
                         };
                         if want != hash {
                             return Err(SessionError::HashMismatch { path: files[f].rel_path.clone(), got: to_hex(&hash), want: to_hex(&want) });
@@ -155,7 +155,7 @@ pub(super) fn session_loop(
                     let _ = tx.send(Control::BlockHashes { blocks: vec![(block, value)] });
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
-                Err(_) => return Err(SessionError::Protocol("all channel threads ended early".into())),
+                Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
             },
             recv(tick) -> _ => {
                 if shared.progress.interrupted() {
