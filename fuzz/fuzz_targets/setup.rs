@@ -6,7 +6,7 @@
 //! decides for every entry (send, have, unchanged, resume).
 #![no_main]
 use hurtle_proto::session::{
-    files, ReceiverEvent, ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams, SenderSetup,
+    files, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams, SenderSetup,
     Setup,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
         while let Some(ev) = r.poll_event() {
             match ev {
                 ReceiverEvent::Hello(h) => {
-                    let _ = r.accept((0..h.channels).collect(), 0, now);
+                    let _ = r.accept((0..h.channels).collect(), Intake::default(), now);
                 }
                 ReceiverEvent::Manifest => {
                     let d = (0..r.entries().len()).map(|i| decision(pick, i)).collect();

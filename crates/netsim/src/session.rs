@@ -56,7 +56,7 @@ use crate::pair::{
 };
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
 use hurtle_proto::session::{
-    first_look, Accepted, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits,
+    first_look, Accepted, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent, ReceiverLimits,
     ReceiverSetup, SenderEvent, SenderParams, SenderSetup, Setup, SetupError, Skipped,
     SETUP_TIMEOUT,
 };
@@ -969,9 +969,14 @@ impl Session {
                     self.times.hello_at_receiver = Some(self.rel(now));
                     self.hello = Some(h);
                     let ports = (0..h.channels).map(|c| FIRST_PORT + c).collect();
-                    self.rcv
-                        .setup
-                        .accept(ports, self.sc.rate_ceiling_bps, now)?;
+                    self.rcv.setup.accept(
+                        ports,
+                        Intake {
+                            ceiling_bps: self.sc.rate_ceiling_bps,
+                            ..Intake::default()
+                        },
+                        now,
+                    )?;
                 }
                 ReceiverEvent::Manifest => {
                     self.times.manifest_at_receiver = Some(self.rel(now));

@@ -951,9 +951,19 @@ mod wan {
 /// The bottleneck named at the end of a transfer, from what the sender saw.
 mod bottleneck_named {
     use super::*;
-    use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
+    use hurtle_proto::rate::bottleneck::{Bottleneck, BufferCap, Evidence, ReceiverSigns};
 
     fn named(out: &Outcome, payload: u16) -> Bottleneck {
+        named_with(out, payload, 0, None)
+    }
+
+    /// As the sender names it, with the ceiling the receiver offered and its buffer cap.
+    fn named_with(
+        out: &Outcome,
+        payload: u16,
+        receiver_ceiling_bps: u64,
+        receiver_buffer: Option<BufferCap>,
+    ) -> Bottleneck {
         // As the engine's sender does: every report the receiver sent, against the target.
         let mut receiver = ReceiverSigns::default();
         for r in &out.reports {
@@ -971,11 +981,12 @@ mod bottleneck_named {
                 .collect(),
             paced_for: out.duration,
             cap_bps: 0,
-            receiver_ceiling_bps: 0,
+            receiver_ceiling_bps,
             sent_bps: bits / out.duration.as_secs_f64(),
             path_bps: None,
             random_loss: None,
             receiver,
+            receiver_buffer,
         })
     }
 
@@ -1017,5 +1028,45 @@ mod bottleneck_named {
             eprintln!("  named: {b}");
             assert_eq!(b.name(), name, "{b:?}");
         }
+    }
+
+    #[test]
+    fn a_receiver_behind_with_capped_buffers_and_cpu_to_spare_names_its_buffers() {
+        // The receiver's stage: a 64 KiB buffer (Linux's default rmem_max is 208 KiB), read at
+        // a quarter of the path. What the sender is told decides the name: the kernel capped
+        // the buffer below the 4 MiB asked for, and the ceiling the receiver offered (what it
+        // measured it can hash) was far above the rate, or unknown: the buffers; the same cap
+        // with a ceiling the rate came within half of: the CPU; no cap: the CPU.
+        let sc = Scenario {
+            receiver_rate_bps: Some(BOTTLENECK / 4),
+            receiver_queue_bytes: 64 << 10,
+            ..scenario(
+                RateMode::Auto,
+                LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                32,
+            )
+        };
+        let payload = sc.payload;
+        let out = run(
+            "300 Mbit/s path, receiver with a 64 KiB buffer takes 75 Mbit/s",
+            sc,
+        );
+        let cap = BufferCap::of(64 << 10, 4 << 20);
+        for (ceiling, cap, name) in [
+            (0, cap, "receiver-buffers"),
+            (4 * BOTTLENECK, cap, "receiver-buffers"),
+            (120_000_000, cap, "receiver-cpu"),
+            (4 * BOTTLENECK, None, "receiver-cpu"),
+        ] {
+            let b = named_with(&out, payload, ceiling, cap);
+            eprintln!("  ceiling {} Mbit/s, cap {cap:?}: {b}", ceiling / 1_000_000);
+            assert_eq!(b.name(), name, "{b:?}");
+        }
+        let b = named_with(&out, payload, 0, cap);
+        assert!(
+            b.to_string()
+                .contains("sysctl -w net.core.rmem_max=4194304"),
+            "{b}"
+        );
     }
 }

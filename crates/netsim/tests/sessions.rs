@@ -1054,6 +1054,8 @@ mod hostile {
             ports: vec![7401; 5],
             payload: sc.data.payload,
             rate_ceiling: 0,
+            recv_buffer: 0,
+            recv_buffer_wanted: 0,
         };
         sc.faults = vec![fault(Side::Sender, 0, Fault::Replace(ack))];
         let out = run("more ports", &sc);
@@ -1156,7 +1158,9 @@ mod any_fault {
                 caps: 0,
                 ports: vec![],
                 payload: 1384,
-                rate_ceiling: 0
+                rate_ceiling: 0,
+                recv_buffer: 0,
+                recv_buffer_wanted: 0,
             }),
             Just(Control::Manifest {
                 entries: vec![],

@@ -262,6 +262,11 @@ pub enum Control {
         payload: u16,
         /// What the receiver can absorb, bits per second (0 = unknown).
         rate_ceiling: u64,
+        /// Each channel socket's receive buffer as the kernel granted it, bytes (0 = unknown
+        /// or not UDP).
+        recv_buffer: u64,
+        /// The receive buffer it asked for, bytes.
+        recv_buffer_wanted: u64,
     },
     /// Sender -> receiver: part of the manifest; `last` closes it.
     Manifest {

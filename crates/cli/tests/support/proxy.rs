@@ -479,6 +479,8 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
         ports,
         payload,
         rate_ceiling,
+        recv_buffer,
+        recv_buffer_wanted,
     } = msg
     else {
         return msg;
@@ -504,6 +506,8 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
         ports: mine,
         payload,
         rate_ceiling,
+        recv_buffer,
+        recv_buffer_wanted,
     }
 }
 

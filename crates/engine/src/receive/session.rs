@@ -28,8 +28,8 @@ use hurtle_proto::admit::Tally;
 use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::session::{
-    first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverLimits, ReceiverSetup,
-    SetupError,
+    first_look, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent, ReceiverLimits,
+    ReceiverSetup, SetupError,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
@@ -87,7 +87,26 @@ impl Receiver {
             WriteQueue::Never => false,
         };
         let capacity = self.capacity().for_channels(channels);
-        setup.act(|m| m.accept(ports, capacity.ceiling_bps, Instant::now()))?;
+        // Each socket's receive buffer as granted (the smallest), and what was asked for.
+        let (recv_buffer, recv_buffer_wanted) = match &data_in {
+            DataIn::Udp(udps) => (
+                udps.iter()
+                    .map(|u| u.granted_recv_buffer())
+                    .min()
+                    .unwrap_or(0) as u64,
+                udps.iter()
+                    .map(|u| u.requested_recv_buffer())
+                    .max()
+                    .unwrap_or(0) as u64,
+            ),
+            DataIn::Tcp(_) => (0, 0),
+        };
+        let intake = Intake {
+            ceiling_bps: capacity.ceiling_bps,
+            recv_buffer,
+            recv_buffer_wanted,
+        };
+        setup.act(|m| m.accept(ports, intake, Instant::now()))?;
 
         // Manifest: the machine checks it whole (entries, blocks, holes) before anything is
         // created here.

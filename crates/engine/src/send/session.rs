@@ -9,7 +9,7 @@ use super::options::{user_cap, SendOptions, Transport};
 use super::probe::Prober;
 use super::session_loop::{session_loop, Wires};
 use super::shared::{ChanEvent, Shared, ThreadCmd};
-use super::summary::{BottleneckSummary, RateSummary, SendSummary};
+use super::summary::{BottleneckSummary, Limits, RateSummary, SendSummary};
 use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
@@ -205,7 +205,11 @@ pub(super) fn send_once(
         rate_bps: AtomicU64::new(controller.rate_bps()),
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
-        limits: (transport != Transport::Tcp).then(|| (user_cap(opts), receiver_ceiling)),
+        limits: (transport != Transport::Tcp).then(|| Limits {
+            cap_bps: user_cap(opts),
+            receiver_ceiling_bps: receiver_ceiling,
+            receiver_buffer: accepted.buffer_cap,
+        }),
         receiver_signs: Default::default(),
     });
     progress

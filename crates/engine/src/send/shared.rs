@@ -2,6 +2,7 @@
 //! layout, sources, rate and payload now, counters) and the messages between them
 //! ([`ChanCmd`], [`ThreadCmd`], [`ChanEvent`]), one per block or per NACK, never per datagram.
 
+use super::summary::Limits;
 use crate::error::SessionError;
 use crate::fs::SourceFile;
 use crate::progress::Progress;
@@ -51,9 +52,9 @@ pub(super) struct Shared {
     pub(super) channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
-    /// What the live bottleneck is judged against: the user's `--rate` (0: none) and the
-    /// receiver's offered ceiling; `None` over parallel TCP, which paces itself.
-    pub(super) limits: Option<(u64, u64)>,
+    /// What the live bottleneck is judged against; `None` over parallel TCP, which paces
+    /// itself.
+    pub(super) limits: Option<Limits>,
     /// What the receiver's reports said of its CPU and its disk.
     pub(super) receiver_signs: std::sync::Mutex<ReceiverSigns>,
 }

@@ -2,7 +2,7 @@
 //! rate's timeline ([`RateSummary`]) and what limited the transfer ([`BottleneckSummary`]).
 
 use crate::report::FileReport;
-use hurtle_proto::rate::bottleneck::{Bottleneck, Evidence, ReceiverSigns};
+use hurtle_proto::rate::bottleneck::{Bottleneck, BufferCap, Evidence, ReceiverSigns};
 use hurtle_proto::{RateController, RateMode};
 use serde::Serialize;
 use std::time::Instant;
@@ -65,11 +65,23 @@ pub struct SendSummary {
     pub file_hashes: Vec<FileReport>,
 }
 
+/// What a send's bottleneck is judged against besides the rate timeline and the receiver's
+/// reports.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// The user's `--rate`, bits per second (0: none).
+    pub(super) cap_bps: u64,
+    /// The ceiling the receiver offered, bits per second (0: none).
+    pub(super) receiver_ceiling_bps: u64,
+    /// The receiver's socket buffers, when the kernel granted less than it asked for.
+    pub(super) receiver_buffer: Option<BufferCap>,
+}
+
 /// What limited a send (see [`hurtle_proto::rate::bottleneck`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct BottleneckSummary {
-    /// `path`, `receiver-cpu`, `receiver-disk`, `receiver-ceiling`, `rate-cap`, `sender` or
-    /// `fixed-rate`.
+    /// `path`, `receiver-cpu`, `receiver-buffers`, `receiver-disk`, `receiver-ceiling`,
+    /// `rate-cap`, `sender` or `fixed-rate`.
     pub kind: &'static str,
     /// One line for people, with the figures behind it.
     pub detail: String,
@@ -77,14 +89,14 @@ pub struct BottleneckSummary {
 
 impl BottleneckSummary {
     /// Names what limited a send paced by `ctl` from `start` until now, in which the channels
-    /// sent `bits` of datagrams; `cap_bps` is the user's `--rate` (0: none).
+    /// sent `bits` of datagrams.
     pub(super) fn new(
         ctl: &RateController,
         bits: f64,
-        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        limits: Limits,
         receiver: ReceiverSigns,
     ) -> BottleneckSummary {
-        let b = Self::judge(ctl, bits, (cap_bps, receiver_ceiling_bps), receiver);
+        let b = Self::judge(ctl, bits, limits, receiver);
         BottleneckSummary {
             kind: b.name(),
             detail: b.to_string(),
@@ -94,7 +106,7 @@ impl BottleneckSummary {
     pub(super) fn judge(
         ctl: &RateController,
         bits: f64,
-        (cap_bps, receiver_ceiling_bps): (u64, u64),
+        limits: Limits,
         receiver: ReceiverSigns,
     ) -> Bottleneck {
         let tl = ctl.timeline();
@@ -107,8 +119,8 @@ impl BottleneckSummary {
                 .map(|c| (c.at.saturating_duration_since(first), c.rate_bps, c.reason))
                 .collect(),
             paced_for,
-            cap_bps,
-            receiver_ceiling_bps,
+            cap_bps: limits.cap_bps,
+            receiver_ceiling_bps: limits.receiver_ceiling_bps,
             sent_bps: bits / paced_for.as_secs_f64().max(1e-9),
             path_bps: ctl
                 .model()
@@ -116,6 +128,7 @@ impl BottleneckSummary {
                 .map(|b| b as u64),
             random_loss: ctl.random_loss(),
             receiver,
+            receiver_buffer: limits.receiver_buffer,
         })
     }
 }

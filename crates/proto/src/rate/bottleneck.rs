@@ -8,11 +8,12 @@
 //! | `rate-cap` | the user's `--rate` held the rate for half the transfer or more |
 //! | `receiver-ceiling` | the ceiling the receiver offered (how fast it hashes, times its cores) held it for half the transfer or more |
 //! | `receiver-disk` | in at least [`DISK_REPORTS`] reports, and more of them than showed its CPU behind, the receiver's writer queue was over half full or a block waited in it longer than the queueing target, and the rate was corrected: the disk it writes to |
+//! | `receiver-buffers` | as `receiver-cpu`, but the receiver's socket buffers were capped below what it asked for (`net.core.rmem_max`) while the rate stayed under half the ceiling it offered (or it offered none): its CPU had room, and a bigger buffer takes the bursts it catches up with |
 //! | `receiver-cpu` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU |
 //! | `path` | otherwise: the path, with the rate `auto`'s model has for it and the random loss on it |
 //!
-//! The sender cannot yet tell whether the receiver's socket buffers were capped by
-//! `net.core.rmem_max` (the receiver warns about that itself).
+//! The receiver says in its `HelloAck` whether the kernel granted its sockets' receive
+//! buffers in full ([`BufferCap`]).
 
 use super::{Feedback, RateMode, Reason};
 use std::fmt;
@@ -55,6 +56,13 @@ pub enum Bottleneck {
         /// Rate corrections for a receiver falling behind.
         corrections: u64,
     },
+    /// The receiver fell behind with socket buffers the kernel capped below what it asked for.
+    ReceiverBuffers {
+        /// Rate corrections for a receiver falling behind.
+        corrections: u64,
+        /// What it got and what it asked for.
+        cap: BufferCap,
+    },
     /// The path.
     Path {
         /// The path's rate as `auto`'s model has it, bits per second.
@@ -86,6 +94,24 @@ pub struct Evidence {
     pub random_loss: Option<f64>,
     /// What the receiver's reports said of its CPU and its disk.
     pub receiver: ReceiverSigns,
+    /// The receiver's socket buffers, when the kernel granted less than it asked for.
+    pub receiver_buffer: Option<BufferCap>,
+}
+
+/// A receive buffer the kernel granted smaller than asked for, per socket, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferCap {
+    /// What the kernel granted.
+    pub granted: u64,
+    /// What the receiver asked for.
+    pub wanted: u64,
+}
+
+impl BufferCap {
+    /// A cap, when `granted` is less than `wanted` (both known, non-zero).
+    pub fn of(granted: u64, wanted: u64) -> Option<BufferCap> {
+        (granted > 0 && granted < wanted).then_some(BufferCap { granted, wanted })
+    }
 }
 
 /// Counts of the receiver's reports that showed it behind, by cause (see
@@ -119,6 +145,8 @@ pub const DISK_REPORTS: u64 = 3;
 
 /// Share of its time a rate must spend at a ceiling for the ceiling to be the bottleneck.
 const AT_CEILING: f64 = 0.5;
+/// Under this share of the receiver's offered ceiling its CPU had room to spare.
+const CPU_TO_SPARE: f64 = 0.5;
 /// Below this share of its pacing rate the sender itself is the bottleneck.
 const SENDER_KEPT: f64 = 0.75;
 /// The sender is judged only after this much pacing (short transfers are mostly setup and
@@ -200,8 +228,18 @@ impl Bottleneck {
             };
         }
         if receiver > 0 && receiver >= path {
-            return Bottleneck::Receiver {
-                corrections: receiver,
+            // With capped buffers, a receiver that ran well under the ceiling it measured for
+            // itself had CPU to spare: its buffers overflowed in bursts.
+            let cpu_to_spare =
+                e.receiver_ceiling_bps == 0 || paced < e.receiver_ceiling_bps as f64 * CPU_TO_SPARE;
+            return match e.receiver_buffer.filter(|_| cpu_to_spare) {
+                Some(cap) => Bottleneck::ReceiverBuffers {
+                    corrections: receiver,
+                    cap,
+                },
+                None => Bottleneck::Receiver {
+                    corrections: receiver,
+                },
             };
         }
         Bottleneck::Path {
@@ -219,6 +257,7 @@ impl Bottleneck {
             Bottleneck::ReceiverCeiling { .. } => "receiver-ceiling",
             Bottleneck::ReceiverDisk { .. } => "receiver-disk",
             Bottleneck::Receiver { .. } => "receiver-cpu",
+            Bottleneck::ReceiverBuffers { .. } => "receiver-buffers",
             Bottleneck::Path { .. } => "path",
         }
     }
@@ -236,6 +275,10 @@ impl Bottleneck {
             }
             Bottleneck::ReceiverDisk { .. } => "the receiver's disk".into(),
             Bottleneck::Receiver { .. } => "the receiver's CPU".into(),
+            Bottleneck::ReceiverBuffers { cap, .. } => format!(
+                "the receiver's socket buffers, {} (net.core.rmem_max)",
+                bytes(cap.granted)
+            ),
             Bottleneck::Path { bps, random_loss } => match (bps, random_loss) {
                 (Some(b), Some(l)) => format!(
                     "the path, about {}, {:.2}% random loss",
@@ -246,6 +289,15 @@ impl Bottleneck {
                 _ => "the path".into(),
             },
         }
+    }
+}
+
+/// Bytes as KiB or MiB, whichever reads better.
+fn bytes(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{} KiB", n.div_ceil(1 << 10))
     }
 }
 
@@ -290,6 +342,20 @@ impl fmt::Display for Bottleneck {
                     format!("{corrections} times")
                 }
             ),
+            Bottleneck::ReceiverBuffers { corrections, cap } => write!(
+                f,
+                "the receiver's socket buffers: it fell behind {} with {} each, capped by \
+                 net.core.rmem_max (it asked for {}; `sysctl -w net.core.rmem_max={}` on the \
+                 receiver would grant them)",
+                if *corrections == 1 {
+                    "once".to_string()
+                } else {
+                    format!("{corrections} times")
+                },
+                bytes(cap.granted),
+                bytes(cap.wanted),
+                cap.wanted
+            ),
             Bottleneck::Path { bps, random_loss } => {
                 write!(f, "the path")?;
                 match (bps, random_loss) {
@@ -323,6 +389,7 @@ mod tests {
             path_bps: Some(450_000_000),
             random_loss: Some(0.01),
             receiver: ReceiverSigns::default(),
+            receiver_buffer: None,
         }
     }
 
@@ -418,6 +485,48 @@ mod tests {
             Bottleneck::classify(&e),
             Bottleneck::Receiver { corrections: 2 }
         );
+    }
+
+    #[test]
+    fn a_receiver_behind_with_capped_buffers_names_the_buffers_and_the_sysctl() {
+        let mut e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (500, 500 * M, Reason::Backlog),
+                (900, 400 * M, Reason::SocketDrops),
+                (3000, 420 * M, Reason::Delay),
+            ],
+            10,
+        );
+        // Linux's default rmem_max (208 KiB) against hurtle's 4 MiB.
+        e.receiver_buffer = BufferCap::of(212_992, 4 << 20);
+        let b = Bottleneck::classify(&e);
+        assert_eq!(b.name(), "receiver-buffers", "{b:?}");
+        assert_eq!(
+            b.to_string(),
+            "the receiver's socket buffers: it fell behind 2 times with 208 KiB each, capped by \
+             net.core.rmem_max (it asked for 4 MiB; `sysctl -w net.core.rmem_max=4194304` on the \
+             receiver would grant them)"
+        );
+        assert_eq!(
+            b.brief(),
+            "the receiver's socket buffers, 208 KiB (net.core.rmem_max)"
+        );
+        // Capped buffers on a receiver that kept up: the path, as before.
+        let mut path = evidence(
+            &[(0, 100 * M, Reason::Start), (900, 400 * M, Reason::Loss)],
+            10,
+        );
+        path.receiver_buffer = e.receiver_buffer;
+        assert_eq!(Bottleneck::classify(&path).name(), "path");
+        // A receiver that ran near the ceiling it offered: its CPU, capped buffers or not.
+        e.receiver_ceiling_bps = 500 * M;
+        assert_eq!(Bottleneck::classify(&e).name(), "receiver-cpu");
+        e.receiver_ceiling_bps = 2000 * M;
+        assert_eq!(Bottleneck::classify(&e).name(), "receiver-buffers");
+        // Granted in full, or unknown: no cap.
+        assert_eq!(BufferCap::of(4 << 20, 4 << 20), None);
+        assert_eq!(BufferCap::of(0, 4 << 20), None);
     }
 
     #[test]

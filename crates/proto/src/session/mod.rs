@@ -38,7 +38,7 @@ mod receiver;
 mod sender;
 
 pub use decide::{first_look, Found, Look};
-pub use receiver::{HelloParams, ReceiverEvent, ReceiverLimits, ReceiverSetup};
+pub use receiver::{HelloParams, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup};
 pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
 
 use crate::layout::{Held, Layout, LayoutError};

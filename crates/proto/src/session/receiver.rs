@@ -38,6 +38,17 @@ pub struct HelloParams {
     pub session: u64,
 }
 
+/// What a receiver can take in, as it tells the sender in its `HelloAck`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Intake {
+    /// How fast it can hash and write, bits per second (0 = unknown).
+    pub ceiling_bps: u64,
+    /// Each channel socket's receive buffer as the kernel granted it, bytes (0 = unknown).
+    pub recv_buffer: u64,
+    /// The receive buffer it asked for, bytes.
+    pub recv_buffer_wanted: u64,
+}
+
 /// What the receiver's driver must act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiverEvent {
@@ -204,11 +215,11 @@ impl ReceiverSetup {
     }
 
     /// The data path is open: answers the hello with one port per channel and what the
-    /// receiver can absorb (bit/s, 0 = unknown). Queues `HelloAck`.
+    /// receiver can take in. Queues `HelloAck`.
     pub fn accept(
         &mut self,
         ports: Vec<u16>,
-        rate_ceiling: u64,
+        intake: Intake,
         now: Instant,
     ) -> Result<(), SetupError> {
         let (State::Opening, Some(hello)) = (&self.state, self.hello) else {
@@ -222,7 +233,9 @@ impl ReceiverSetup {
             caps: 0,
             ports,
             payload: hello.payload.min(MAX_PAYLOAD),
-            rate_ceiling,
+            rate_ceiling: intake.ceiling_bps,
+            recv_buffer: intake.recv_buffer,
+            recv_buffer_wanted: intake.recv_buffer_wanted,
         });
         self.acked = true;
         self.deadline = now + SETUP_TIMEOUT;

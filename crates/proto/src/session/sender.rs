@@ -3,6 +3,7 @@
 
 use super::{entry_bytes, files, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT};
 use crate::layout::MAX_CHANNELS;
+use crate::rate::bottleneck::BufferCap;
 use crate::wire::{
     Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, VERSION,
 };
@@ -35,6 +36,8 @@ pub struct Accepted {
     pub max_payload: u16,
     /// What the receiver can absorb, bit/s (0 = unknown).
     pub rate_ceiling: u64,
+    /// The receiver's socket buffers, when the kernel granted less than it asked for.
+    pub buffer_cap: Option<BufferCap>,
 }
 
 impl Accepted {
@@ -202,6 +205,8 @@ impl SenderSetup {
                     ports,
                     payload,
                     rate_ceiling,
+                    recv_buffer,
+                    recv_buffer_wanted,
                     ..
                 },
             ) => {
@@ -219,6 +224,7 @@ impl SenderSetup {
                     ports,
                     max_payload: payload,
                     rate_ceiling,
+                    buffer_cap: BufferCap::of(recv_buffer, recv_buffer_wanted),
                 };
                 self.accepted = Some(accepted.clone());
                 self.events.push_back(SenderEvent::Accepted(accepted));

@@ -3,6 +3,7 @@
 //! control path on virtual time, with the data phase after.)
 
 use super::*;
+use crate::rate::bottleneck::BufferCap;
 use crate::wire::{AbortCause, Decision, MAGIC};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -93,7 +94,15 @@ fn run(
             match ev {
                 ReceiverEvent::Hello(h) => {
                     let ports = (0..h.channels).map(|c| 9000 + c).collect();
-                    r.accept(ports, 1_000_000_000, now).unwrap();
+                    r.accept(
+                        ports,
+                        Intake {
+                            ceiling_bps: 1_000_000_000,
+                            ..Intake::default()
+                        },
+                        now,
+                    )
+                    .unwrap();
                 }
                 ReceiverEvent::Manifest => {
                     let d = r
@@ -337,6 +346,8 @@ fn ack(ports: usize) -> Control {
         ports: vec![9000; ports],
         payload: 1384,
         rate_ceiling: 0,
+        recv_buffer: 0,
+        recv_buffer_wanted: 0,
     }
 }
 
@@ -350,7 +361,7 @@ fn opened() -> ReceiverSetup {
     let now = Instant::now();
     r.handle(hello(), now).unwrap();
     assert!(matches!(r.poll_event(), Some(ReceiverEvent::Hello(_))));
-    r.accept(vec![1, 2], 0, now).unwrap();
+    r.accept(vec![1, 2], Intake::default(), now).unwrap();
     r
 }
 
@@ -539,6 +550,8 @@ fn the_sender_takes_messages_only_in_order() {
         ports: vec![9000; 2],
         payload: 1384,
         rate_ceiling: 0,
+        recv_buffer: 0,
+        recv_buffer_wanted: 0,
     };
     for bad in [ack(0), old] {
         let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
@@ -593,6 +606,28 @@ fn the_sender_reports_probe_acks_and_accepts_keep_alives_while_waiting() {
 }
 
 #[test]
+fn the_receivers_capped_buffers_reach_the_sender() {
+    let now = Instant::now();
+    let mut r = receiver();
+    r.handle(hello(), now).unwrap();
+    let intake = Intake {
+        ceiling_bps: 5_000_000_000,
+        recv_buffer: 212_992,
+        recv_buffer_wanted: 4 << 20,
+    };
+    r.accept(vec![1, 2], intake, now).unwrap();
+    let ack = r.poll_transmit().unwrap();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    s.handle(ack, now).unwrap();
+    let Some(SenderEvent::Accepted(a)) = s.poll_event() else {
+        panic!("no answer")
+    };
+    assert_eq!(a.rate_ceiling, 5_000_000_000);
+    assert_eq!(a.buffer_cap, BufferCap::of(212_992, 4 << 20));
+    assert!(a.buffer_cap.is_some());
+}
+
+#[test]
 fn the_driver_cannot_answer_out_of_turn() {
     let now = Instant::now();
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
@@ -600,14 +635,14 @@ fn the_driver_cannot_answer_out_of_turn() {
     assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
     let mut r = receiver();
     assert!(matches!(
-        r.accept(vec![1], 0, now),
+        r.accept(vec![1], Intake::default(), now),
         Err(SetupError::Driver(_))
     ));
     assert!(matches!(r.reply(vec![], now), Err(SetupError::Driver(_))));
     let mut r = receiver();
     r.handle(hello(), now).unwrap();
     assert!(matches!(
-        r.accept(vec![1, 2, 3], 0, now),
+        r.accept(vec![1, 2, 3], Intake::default(), now),
         Err(SetupError::Driver(_))
     ));
 }
@@ -638,7 +673,7 @@ fn the_wait_for_skips_runs_from_the_reply_however_long_deciding_took() {
     let t0 = Instant::now();
     let mut r = ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, t0);
     r.handle(hello(), t0).unwrap();
-    r.accept(vec![1, 2], 0, t0).unwrap();
+    r.accept(vec![1, 2], Intake::default(), t0).unwrap();
     let manifest = Control::Manifest {
         entries: vec![file("a", 1)],
         last: true,
@@ -819,6 +854,8 @@ fn any_control() -> impl Strategy<Value = Control> {
                 ports,
                 payload,
                 rate_ceiling: 0,
+                recv_buffer: 0,
+                recv_buffer_wanted: 0,
             }
         ),
         (proptest::collection::vec(any_entry(), 0..4), any::<bool>())
@@ -876,7 +913,7 @@ proptest! {
             while let Some(ev) = r.poll_event() {
                 match ev {
                     ReceiverEvent::Hello(h) => {
-                        let _ = r.accept((0..h.channels).collect(), 0, now);
+                        let _ = r.accept((0..h.channels).collect(), Intake::default(), now);
                     }
                     ReceiverEvent::Manifest => {
                         let d = vec![Decision::Have { hash: [0; 32], replace_ok: false }; r.entries().len()];

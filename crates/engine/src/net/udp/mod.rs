@@ -213,6 +213,11 @@ impl UdpChannel {
         self.granted_recv
     }
 
+    /// The receive buffer asked for ([`ChannelOptions::recv_buffer`]).
+    pub fn requested_recv_buffer(&self) -> usize {
+        self.requested_recv
+    }
+
     /// The send buffer the kernel granted, halved on Linux like
     /// [`granted_recv_buffer`](Self::granted_recv_buffer).
     pub fn granted_send_buffer(&self) -> usize {
