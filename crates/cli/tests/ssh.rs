@@ -163,12 +163,37 @@ impl Sshd {
     /// and from it is dropped except its sshd port and its own loopback, as where only ssh
     /// gets through.
     fn only_ssh_gets_through(&self) {
-        let script = format!(
+        self.nft(&format!(
             "table inet hurtle_only_ssh {{\n\
              \x20chain in {{ type filter hook input priority 0; policy drop; iif lo accept; tcp dport {SSH_PORT} accept; counter; }}\n\
              \x20chain out {{ type filter hook output priority 0; policy drop; oif lo accept; tcp sport {SSH_PORT} accept; counter; }}\n\
              }}\n"
-        );
+        ));
+    }
+
+    /// A firewall on the far host that lets ssh and the session's control port through, and
+    /// nothing else: no UDP, no other TCP port (the receiver's data ports). The control port
+    /// is ephemeral, so it is learnt: the first TCP port, other than sshd's, that a connection
+    /// is opened to, either way (a push connects to the far receiver's port, a pull's far
+    /// sender to this side's), goes into a set of one element; later connections to that port
+    /// pass, to any other port they are dropped.
+    fn only_ssh_and_the_control_port_get_through(&self) {
+        self.nft(&format!(
+            "table inet hurtle_control_only {{\n\
+             \x20set control {{ type inet_service; size 1; flags dynamic; }}\n\
+             \x20chain in {{ type filter hook input priority 0; policy drop; iif lo accept; ct state established,related accept; tcp dport {SSH_PORT} accept; tcp dport @control accept; tcp flags syn ct state new add @control {{ tcp dport }} accept; counter; }}\n\
+             \x20chain out {{ type filter hook output priority 0; policy drop; oif lo accept; ct state established,related accept; tcp sport {SSH_PORT} accept; tcp dport @control accept; tcp flags syn ct state new add @control {{ tcp dport }} accept; counter; }}\n\
+             }}\n"
+        ));
+    }
+
+    /// Empties the `control` set: the next transfer's control port is learnt anew.
+    fn forget_the_control_port(&self) {
+        self.nft("flush set inet hurtle_control_only control\n");
+    }
+
+    /// Loads an nftables `script` in the far namespace.
+    fn nft(&self, script: &str) {
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.ns.names[0], "nft", "-f", "-"])
             .stdin(std::process::Stdio::piped())
@@ -186,17 +211,14 @@ impl Sshd {
 
     /// Packets the firewall dropped coming in (its input chain's counter).
     fn dropped_in(&self) -> u64 {
+        self.dropped("hurtle_only_ssh", "in")
+    }
+
+    /// Packets a chain of a firewall table dropped (its counter, the chain's last rule).
+    fn dropped(&self, table: &str, chain: &str) -> u64 {
         let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns.names[0],
-                "nft",
-                "list",
-                "chain",
-                "inet",
-            ])
-            .args(["hurtle_only_ssh", "in"])
+            .args(["netns", "exec", &self.ns.names[0], "nft", "list", "chain"])
+            .args(["inet", table, chain])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -205,6 +227,20 @@ impl Sshd {
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The ports in the `control` set of [`Sshd::only_ssh_and_the_control_port_get_through`].
+    fn control_ports(&self) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns.names[0], "nft", "list", "set"])
+            .args(["inet", "hurtle_control_only", "control"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("elements = "))
+            .unwrap_or("{}")
+            .to_string()
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -504,6 +540,211 @@ fn behind_a_firewall_that_lets_only_ssh_through_push_and_pull_use_the_ssh_channe
     fsx::assert_no_part_files(&back);
 }
 
+/// The warning of a transfer retried through the ssh channel after its direct session failed.
+const RETRYING: &str = "before any file data arrived: retrying once through the ssh channel";
+/// The summary's path line then.
+const RETRIED_PATH: &str =
+    "path: through the ssh channel (slow; the direct path could not carry the data)";
+/// How long the direct attempt may take to fail: the UDP probe's 1.5 s, the TCP data
+/// connections' 5 s connect timeout, and the set-ups, with room for a loaded machine.
+const DIRECT_ATTEMPT_BOUND: f64 = 20.0;
+
+/// The seconds the warning says the direct attempt took (`...; 7.3 s spent)`).
+fn seconds_spent(stderr: &str) -> f64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(RETRYING))
+        .unwrap_or_else(|| panic!("no retry warning:\n{stderr}"));
+    line.split(" s spent")
+        .next()
+        .and_then(|l| l.rsplit("; ").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time spent in {line:?}"))
+}
+
+#[test]
+fn when_only_ssh_and_the_control_port_get_through_a_push_is_retried_through_the_ssh_channel() {
+    let Some(h) = Sshd::start(
+        "when_only_ssh_and_the_control_port_get_through_a_push_is_retried_through_the_ssh_channel",
+    ) else {
+        return;
+    };
+    h.only_ssh_and_the_control_port_get_through();
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("data.bin");
+    fsx::write_random(&file, 5 * MIB + 123, 37);
+    let tree = make_tree(local.path());
+    // An empty file needs no data: the failed direct session may commit it already.
+    std::fs::write(tree.join("a/nothing"), b"").unwrap();
+
+    // The far receiver's port answers (the direct route is taken), its data does not: UDP is
+    // found blocked, then the parallel TCP connections time out; the same transfer is sent
+    // again through the ssh channel, by the same two processes.
+    let far = h.path("pushed");
+    let started = Instant::now();
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    eprintln!("the push took {:?}", started.elapsed());
+    pushed.assert_success();
+    let v = pushed.json();
+    assert_eq!(v["path"], "ssh", "{v}");
+    assert_eq!(v["transport"], "tcp", "{v}");
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains(RETRYING))),
+        "the JSON summary gives the reason: {v}"
+    );
+    assert!(
+        pushed.stderr.contains(RETRYING) && pushed.stderr.contains("cannot reach the receiver at"),
+        "{}",
+        pushed.stderr
+    );
+    assert!(
+        !pushed
+            .stderr
+            .contains("cannot connect to the far side's port"),
+        "the direct route was taken: {}",
+        pushed.stderr
+    );
+    assert!(pushed.stderr.contains(RETRIED_PATH), "{}", pushed.stderr);
+    let spent = seconds_spent(&pushed.stderr);
+    eprintln!("the failed direct attempt took {spent} s");
+    assert!(spent < DIRECT_ATTEMPT_BOUND, "{}", pushed.stderr);
+    fsx::assert_same_file(&file, &far.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&far.join("tree")));
+    fsx::assert_no_part_files(&far);
+    assert!(
+        h.dropped("hurtle_control_only", "in") > 0,
+        "the firewall dropped nothing coming in"
+    );
+    let control = h.control_ports();
+    assert!(
+        control != "{}" && !control.contains(SSH_PORT),
+        "the control port was let through: {control}"
+    );
+
+    // With --transport udp there is no fallback to parallel TCP: UDP found blocked is the
+    // failure, and the same retry follows (through the ssh channel, over TCP).
+    h.forget_the_control_port();
+    let far = h.path("pushed-udp");
+    let pushed = h.cp(&["--transport", "udp", "--json", s(&file), &h.remote(&far)]);
+    pushed.assert_success();
+    let v = pushed.json();
+    assert_eq!(v["path"], "ssh", "{v}");
+    assert!(
+        pushed.stderr.contains(RETRYING)
+            && pushed
+                .stderr
+                .contains("no UDP datagrams reached the receiver"),
+        "{}",
+        pushed.stderr
+    );
+    eprintln!(
+        "the failed direct attempt (UDP only) took {} s",
+        seconds_spent(&pushed.stderr)
+    );
+    fsx::assert_same_file(&file, &far.join("data.bin"));
+    fsx::assert_no_part_files(&far);
+}
+
+#[test]
+fn when_only_ssh_and_the_control_port_get_through_a_pull_is_retried_through_the_ssh_channel() {
+    let Some(h) = Sshd::start(
+        "when_only_ssh_and_the_control_port_get_through_a_pull_is_retried_through_the_ssh_channel",
+    ) else {
+        return;
+    };
+    h.only_ssh_and_the_control_port_get_through();
+    let local = support::tempdir("hurtle-cp-");
+    let source = h.path("source");
+    let file = source.join("data.bin");
+    fsx::write_random(&file, 5 * MIB + 123, 47);
+    let tree = make_tree(&source);
+    std::fs::write(tree.join("a/nothing"), b"").unwrap();
+
+    // The far sender dials back to this side's port, but neither its datagrams nor its TCP
+    // data connections get out: it says so, and sends again through the ssh channel to the
+    // same receiver here. The text summary says the path.
+    let back = local.path().join("back");
+    let started = Instant::now();
+    let pulled = h.cp(&[&h.remote(&file), &h.remote(&tree), s(&back)]);
+    eprintln!("the pull took {:?}", started.elapsed());
+    pulled.assert_success();
+    assert!(pulled.stdout.contains(RETRIED_PATH), "{}", pulled.stdout);
+    assert!(
+        pulled
+            .stderr
+            .contains("the far side's direct session could not get its data through")
+            && pulled.stderr.contains(RETRYING)
+            && pulled.stderr.contains("cannot reach the receiver at"),
+        "{}",
+        pulled.stderr
+    );
+    assert!(
+        !pulled.stderr.contains("cannot connect back to"),
+        "the direct route was taken: {}",
+        pulled.stderr
+    );
+    let spent = seconds_spent(&pulled.stderr);
+    eprintln!("the failed direct attempt took {spent} s");
+    assert!(spent < DIRECT_ATTEMPT_BOUND, "{}", pulled.stderr);
+    fsx::assert_same_file(&file, &back.join("data.bin"));
+    assert_eq!(fsx::tree(&tree), fsx::tree(&back.join("tree")));
+    fsx::assert_no_part_files(&back);
+    assert!(
+        h.dropped("hurtle_control_only", "out") > 0,
+        "the firewall dropped nothing going out"
+    );
+}
+
+#[test]
+fn a_refusal_where_only_the_control_port_gets_through_fails_once_without_a_retry() {
+    let Some(h) = Sshd::start(
+        "a_refusal_where_only_the_control_port_gets_through_fails_once_without_a_retry",
+    ) else {
+        return;
+    };
+    h.only_ssh_and_the_control_port_get_through();
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("data.bin");
+    fsx::write_random(&file, MIB, 57);
+    let taken = h.path("taken");
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("data.bin"), b"theirs").unwrap();
+
+    // Push onto a different file without --overwrite: the far receiver refuses (exit 3),
+    // once; no retry through the ssh channel.
+    let started = Instant::now();
+    let f = h.cp(&[s(&file), &h.remote(&taken)]);
+    eprintln!("the refused push took {:?}", started.elapsed());
+    let cause = f.assert_exit(3);
+    assert!(cause.contains("exists on the receiver"), "{cause}");
+    assert!(!f.stderr.contains("ssh channel"), "{}", f.stderr);
+    assert_eq!(
+        f.stderr.matches("hurtle (far side): error:").count(),
+        1,
+        "{}",
+        f.stderr
+    );
+    assert_eq!(std::fs::read(taken.join("data.bin")).unwrap(), b"theirs");
+    fsx::assert_no_part_files(&taken);
+
+    // Pull onto a different local file: this side refuses, the far sender ends (exit 3).
+    h.forget_the_control_port();
+    let into = local.path().join("in");
+    std::fs::create_dir_all(&into).unwrap();
+    std::fs::write(into.join("data.bin"), b"mine").unwrap();
+    let started = Instant::now();
+    let f = h.cp(&[&h.remote(&taken.join("data.bin")), s(&into)]);
+    eprintln!("the refused pull took {:?}", started.elapsed());
+    let cause = f.assert_exit(3);
+    assert!(cause.contains("exists on the receiver"), "{cause}");
+    assert!(!f.stderr.contains("ssh channel"), "{}", f.stderr);
+    assert_eq!(std::fs::read(into.join("data.bin")).unwrap(), b"mine");
+    fsx::assert_no_part_files(&into);
+}
+
 #[test]
 fn via_ssh_carries_the_data_through_the_ssh_channel_when_direct_would_work() {
     let Some(h) =
@@ -607,7 +848,7 @@ fn another_protocol_version_on_the_far_side_is_named() {
         .wait(TRANSFER_TIMEOUT);
     let cause = f.assert_exit(1);
     assert!(
-        cause.contains("protocol 99") && cause.contains("speaks 2"),
+        cause.contains("protocol 99") && cause.contains("speaks 3"),
         "{cause}"
     );
 }

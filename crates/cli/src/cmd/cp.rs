@@ -22,13 +22,28 @@
 //! and stdin are the [`Mux`] (it dials, this side connects each stream to its receiver on
 //! loopback).
 //!
+//! **The retry.** A direct session can get its control connection through and still fail in
+//! its data path (UDP blocked and the receiver's TCP data ports too: a firewall that lets only
+//! ssh and the control port through). When the sender's session fails so, before any file
+//! data reached the receiver ([`retry_reason`]), the transfer is retried once through the ssh
+//! channel, by the same two processes, to the same receiver, with the same secret (it never
+//! left the ssh channel). Push: the near sender writes `ssh` (else `end`) after its failed
+//! session; the far side, whose thread reading stdin ([`Watch`]) takes the word, answers
+//! `HURTLE-SSH <PROTOCOL> ssh` and its stdout and stdin become the mux, whose connections wait
+//! at the receiver's door until its failed session has ended (within its 10 s wait for TCP
+//! data connections). Pull: the far sender says `HURTLE-SSH <PROTOCOL> ssh <why>` and waits;
+//! the near side writes `ssh` and both become the mux, and its receiver's next session is the
+//! retry. A far side whose direct session failed waits for that word (at most
+//! [`VERDICT_WAIT`]); `end`, EOF or no word ends it with its own session's exit code.
+//!
 //! Through the ssh channel the session is parallel TCP inside one TCP connection and ssh's
 //! own flow control: slow, and the summary says so (`path: through the ssh channel`,
 //! `"path": "ssh"`).
 //!
 //! The far process never outlives the session: a thread reads its stdin (the ssh channel; the
 //! mux's reader when it carries the session) and, at EOF, ends the session as a signal would
-//! (`interrupt::hang_up`).
+//! (`interrupt::hang_up`), unless the direct session is over and waits for the near side's
+//! word on a retry (EOF is `end` then).
 //!
 //! The secret is 32 random bytes in hex, made by whichever side listens and carried over the ssh
 //! channel, which ssh authenticates and encrypts. [`send_options`] and [`receive_options`] hand
@@ -62,11 +77,20 @@ use std::time::{Duration, Instant};
 
 /// The version of the conversation over ssh (the banner line, the port/secret line, the path
 /// lines, and the mux's frames). The session itself has its own version, checked in its hello.
-/// 2: the path lines (`direct`, `ssh`) and the mux.
-pub const PROTOCOL: u32 = 2;
+/// 2: the path lines (`direct`, `ssh`) and the mux. 3: after a direct session whose data could
+/// not get through, the retry through the ssh channel (the near side's `ssh` or `end`, the far
+/// side's `ssh` line).
+pub const PROTOCOL: u32 = 3;
 /// How long a direct connection to the other side's port may take (refused at once, or no
 /// answer: a firewall that drops) before the ssh channel carries the session instead.
 pub const DIRECT_TRY: Duration = Duration::from_secs(3);
+/// How long the far side waits, after its direct session failed, for the near side to say
+/// whether the transfer is retried through the ssh channel (it says so as soon as its own
+/// session has ended).
+const VERDICT_WAIT: Duration = Duration::from_secs(30);
+/// How long a pull whose direct session failed here waits for the far sender's word that its
+/// data path failed (then the transfer is retried through the ssh channel).
+const RETRY_WORD_WAIT: Duration = Duration::from_secs(2);
 /// How long a far side whose session went through the mux waits for its last frames to cross.
 const MUX_DRAIN: Duration = Duration::from_secs(5);
 /// The first word of the far side's line.
@@ -529,28 +553,10 @@ impl Far {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(FarOut::Rest(_)) => continue,
-                Ok(FarOut::Line(line)) => {
-                    let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-                    if words.first().map(String::as_str) != Some(BANNER) {
-                        skipped.push(line);
-                        continue;
-                    }
-                    let theirs = words.get(1).map_or("", String::as_str);
-                    if theirs.parse::<u32>() != Ok(PROTOCOL) {
-                        return Err(Failure::new(
-                            exit::OTHER,
-                            anyhow::anyhow!(
-                                "the hurtle on {} ({}) speaks ssh protocol {theirs}, this one \
-                                 (hurtle {}) speaks {PROTOCOL}: install the same hurtle version \
-                                 on both hosts",
-                                self.destination,
-                                self.remote_hurtle,
-                                env!("CARGO_PKG_VERSION")
-                            ),
-                        ));
-                    }
-                    return Ok(words[2..].to_vec());
-                }
+                Ok(FarOut::Line(line)) => match self.parse_banner(&line)? {
+                    Some(words) => return Ok(words),
+                    None => skipped.push(line),
+                },
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let _ = self.child.kill();
                     return Err(Failure::new(
@@ -574,6 +580,56 @@ impl Far {
                     return Err(f);
                 }
             }
+        }
+    }
+
+    /// The words after the version of a `HURTLE-SSH` line, its protocol checked; `None` for
+    /// another line.
+    fn parse_banner(&self, line: &str) -> Result<Option<Vec<String>>, Failure> {
+        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        if words.first().map(String::as_str) != Some(BANNER) {
+            return Ok(None);
+        }
+        let theirs = words.get(1).map_or("", String::as_str);
+        if theirs.parse::<u32>() != Ok(PROTOCOL) {
+            return Err(Failure::new(
+                exit::OTHER,
+                anyhow::anyhow!(
+                    "the hurtle on {} ({}) speaks ssh protocol {theirs}, this one (hurtle {}) \
+                     speaks {PROTOCOL}: install the same hurtle version on both hosts",
+                    self.destination,
+                    self.remote_hurtle,
+                    env!("CARGO_PKG_VERSION")
+                ),
+            ));
+        }
+        Ok(Some(words[2..].to_vec()))
+    }
+
+    /// While a pull's direct session runs: the far sender's word that its session could not
+    /// get its data through (`ssh WHY`), if it has come; returns WHY. The reading thread then
+    /// waits for [`Far::start_mux`]. Other lines are passed over.
+    fn retry_word(&mut self) -> Result<Option<String>, Failure> {
+        loop {
+            match self.lines.try_recv() {
+                Ok(FarOut::Line(line)) => match self.parse_banner(&line)? {
+                    Some(words) if words.first().map(String::as_str) == Some("ssh") => {
+                        return Ok(Some(words[1..].join(" ")));
+                    }
+                    Some(_) => self.read_on(),
+                    None => {}
+                },
+                Ok(FarOut::Rest(_)) => {}
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// After a push's direct session failed and is not retried: tells the far side (`end`),
+    /// which then ends with its own session's failure, as it waits to hear whether it is.
+    fn end_direct(&mut self) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = s.write_all(b"end\n").and_then(|()| s.flush());
         }
     }
 
@@ -817,7 +873,7 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
         })
     };
     let mut opts = send_options(flags, a.output.log_dir.clone(), &secret);
-    let route = match direct {
+    let mut route = match direct {
         Ok(first) => {
             far.tell("direct\n")?;
             far.read_on();
@@ -840,18 +896,57 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
             ),
         );
     }
-    let (progress, bar) = ui::progress_bar(&a.output, "sending");
-    interrupt::watch(&progress);
-    let result = hurtle_engine::send(&paths, to, &opts, progress.clone());
-    bar.finish();
+    let send = |opts: &SendOptions| {
+        let (progress, bar) = ui::progress_bar(&a.output, "sending");
+        interrupt::watch(&progress);
+        let result = hurtle_engine::send(&paths, to, opts, progress.clone());
+        bar.finish();
+        (result, progress)
+    };
+    let started = Instant::now();
+    let (mut result, mut progress) = send(&opts);
+    let mut retry_warning = None;
+    if let (Route::Direct(_), Err(e)) = (&route, &result) {
+        match retry_reason(e, to, &progress) {
+            // The far side's port answered, but the session's data could not get through:
+            // the same transfer again, through the ssh channel (the far side acknowledges,
+            // and its mux connects to the same receiver, with the same secret).
+            Some(why) => {
+                let spent = started.elapsed().as_secs_f64();
+                retry_warning = Some(warn_retry(
+                    &a.output,
+                    "the",
+                    &format!("{why}; {spent:.1} s spent"),
+                ));
+                far.tell("ssh\n")?;
+                let said = far.banner()?;
+                if said.first().map(String::as_str) != Some("ssh") {
+                    far.wait();
+                    return Err(Failure::new(
+                        exit::OTHER,
+                        anyhow::anyhow!("the far side said {said:?}, not that it takes the retry"),
+                    ));
+                }
+                opts.dialer = Some(far.start_mux(None)?.dialer());
+                route = Route::ssh(RETRIED);
+                (result, progress) = send(&opts);
+            }
+            // No retry: the far side ends with its own failure.
+            None => far.end_direct(),
+        }
+    }
     match result {
-        Ok(s) => {
+        Ok(mut s) => {
             far.finish(&a.output);
+            retry_in_summary(&a.output, &mut s.warnings, retry_warning);
             ui::print_send_summary(&a.output, &s, Some(&route.info()));
             ui::say(&a.output, &format!("path: {}", route.describe()));
             Ok(())
         }
-        Err(e) => Err(near_failure(e, false, &progress, &mut far)),
+        Err(e) => {
+            retry_before_failure(&a.output, retry_warning.as_ref());
+            Err(near_failure(e, false, &progress, &mut far))
+        }
     }
 }
 
@@ -886,6 +981,38 @@ impl Route {
             relay: None,
             code_nameplate: None,
         }
+    }
+}
+
+/// The reason the summary gives for a transfer retried through the ssh channel.
+const RETRIED: &str = "the direct path could not carry the data";
+
+/// The warning that `whose` direct session could not get its data through (`why`) and that
+/// the transfer is retried through the ssh channel. Shown at once; with `--json` it comes with
+/// the summary instead (in its `warnings`), or before the error if the retry fails too.
+fn warn_retry(out: &OutputArgs, whose: &str, why: &str) -> String {
+    let warning = format!(
+        "{whose} direct session could not get its data through ({why}), before any file data \
+         arrived: retrying once through the ssh channel, which is slow (one TCP connection \
+         inside ssh's own flow control)"
+    );
+    if !out.quiet && !out.json {
+        ui::warning(&warning);
+    }
+    warning
+}
+
+/// With `--json`, the retry's warning goes in the summary (see [`warn_retry`]).
+fn retry_in_summary(out: &OutputArgs, warnings: &mut Vec<String>, retry: Option<String>) {
+    if out.json {
+        warnings.splice(0..0, retry);
+    }
+}
+
+/// With `--json`, the retry's warning before the failure of the retry (see [`warn_retry`]).
+fn retry_before_failure(out: &OutputArgs, retry: Option<&String>) {
+    if let Some(w) = retry.filter(|_| out.json && !out.quiet) {
+        ui::warning(w);
     }
 }
 
@@ -1002,7 +1129,7 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
     // The far side says which path it takes: `direct` (it reached our port), or `ssh WHY`
     // (from now on its stdout and stdin are the mux).
     let said = far.banner()?;
-    let route = match said.first().map(String::as_str) {
+    let mut route = match said.first().map(String::as_str) {
         Some("direct") => {
             far.read_on();
             Route::Direct(SocketAddr::new(any, port))
@@ -1012,7 +1139,7 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             if !a.via_ssh {
                 warn_slow(&a.output, &format!("the far side {why}"));
             }
-            far.start_mux(Some(accept_for(any, own_ports)))?;
+            far.start_mux(Some(accept_for(any, own_ports.clone())))?;
             Route::Ssh(if a.via_ssh {
                 "asked for with --via-ssh".into()
             } else {
@@ -1027,20 +1154,69 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             ));
         }
     };
-    let (progress, bar) = ui::progress_bar(&a.output, "receiving");
-    interrupt::watch(&progress);
-    let (tx, rx) = mpsc::channel();
-    let session = progress.clone();
-    std::thread::spawn(move || {
-        let _ = tx.send(receiver.accept_one(session));
-    });
+    // One session at a time, in a thread that hands the receiver back with its result.
+    let accept = |receiver: Receiver| {
+        let (progress, bar) = ui::progress_bar(&a.output, "receiving");
+        interrupt::watch(&progress);
+        let (tx, rx) = mpsc::channel();
+        let session = progress.clone();
+        std::thread::spawn(move || {
+            let result = receiver.accept_one(session);
+            let _ = tx.send((result, receiver));
+        });
+        (rx, progress, bar)
+    };
+    let (mut rx, mut progress, mut bar) = accept(receiver);
+    // This side's direct session failed: kept while the far side may still say that its data
+    // path failed (it says so when its own session has ended, which can be just after ours).
+    let mut failed: Option<(SessionError, Receiver, Instant)> = None;
+    // The far side said so (`ssh WHY`): the retry's mux runs, its first connection waits at
+    // this receiver's door; `second`: the receiver's next session (the retry) was started.
+    let (mut retried, mut second) = (None, false);
     // The session ends, or ssh ends first: then the far side failed before or during it (a
     // source that does not exist, ssh cut off), unless the session ends just after.
     let result = loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(r) => break Some(r),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+        if failed.is_none() {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok((Ok(s), _)) => break Some(Ok(s)),
+                Ok((Err(_), receiver)) if retried.is_some() && !second => {
+                    // The direct session ended here too: the retry is the next one.
+                    second = true;
+                    bar.finish();
+                    (rx, progress, bar) = accept(receiver);
+                    continue;
+                }
+                Ok((Err(e), receiver))
+                    if retried.is_none() && matches!(route, Route::Direct(_)) =>
+                {
+                    failed = Some((e, receiver, Instant::now()));
+                }
+                Ok((Err(e), _)) => break Some(Err(e)),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if retried.is_none() && matches!(route, Route::Direct(_)) {
+            if let Some(why) = far.retry_word()? {
+                retried = Some(warn_retry(&a.output, "the far side's", &why));
+                far.tell("ssh\n")?;
+                far.start_mux(Some(accept_for(any, own_ports.clone())))?;
+                route = Route::ssh(RETRIED);
+                if let Some((_, receiver, _)) = failed.take() {
+                    second = true;
+                    bar.finish();
+                    (rx, progress, bar) = accept(receiver);
+                }
+                continue;
+            }
+        }
+        if let Some((_, _, at)) = &failed {
+            if at.elapsed() >= RETRY_WORD_WAIT || far.ended().is_some() {
+                break failed.take().map(|(e, ..)| Err(e));
+            }
+            continue;
         }
         if let Some(status) = far.ended() {
             let grace = if status.success() {
@@ -1048,13 +1224,19 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             } else {
                 Duration::from_secs(2)
             };
-            break rx.recv_timeout(grace).ok();
+            break match rx.recv_timeout(grace) {
+                // The direct session's end, while the retry failed on the far side: its
+                // failure is the one to show.
+                Ok((Err(_), _)) if retried.is_some() && !second => None,
+                r => r.ok().map(|(r, _)| r),
+            };
         }
     };
     bar.finish();
     match result {
-        Some(Ok(s)) => {
+        Some(Ok(mut s)) => {
             far.finish(&a.output);
+            retry_in_summary(&a.output, &mut s.warnings, retried);
             ui::print_receive_summary(&a.output, &s, Some(&route.info()));
             if let Route::Direct(_) = route {
                 ui::say(&a.output, &format!("path: direct from {}", s.peer));
@@ -1063,8 +1245,14 @@ fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcom
             }
             Ok(())
         }
-        Some(Err(e)) => Err(near_failure(e, true, &progress, &mut far)),
-        None => Err(far.failure()),
+        Some(Err(e)) => {
+            retry_before_failure(&a.output, retried.as_ref());
+            Err(near_failure(e, true, &progress, &mut far))
+        }
+        None => {
+            retry_before_failure(&a.output, retried.as_ref());
+            Err(far.failure())
+        }
     }
 }
 
@@ -1111,20 +1299,105 @@ fn ssh_connection() -> Result<(IpAddr, IpAddr), Failure> {
     }
 }
 
-/// Ends the process when stdin (the ssh channel) reaches EOF: the near side or ssh is gone.
-fn hang_up_at_eof(mut stdin: impl Read + Send + 'static) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+/// What the near side says after a direct session: `ssh` (carry the transfer through the ssh
+/// channel instead, once) or `end` (no retry; EOF says the same once the session is over).
+enum Verdict {
+    /// The retry's mux runs over the ssh channel.
+    Ssh(Mux),
+    /// No retry.
+    End,
+}
+
+#[derive(Default)]
+struct WatchState {
+    verdict: Option<Verdict>,
+    /// The direct session is over and the main thread waits for the verdict: EOF is `end`
+    /// then, not a hang-up.
+    waiting: bool,
+}
+
+/// The far side's stdin (the ssh channel) while a direct session runs, read by a thread of its
+/// own. EOF before the session is over (the near side or ssh gone) ends the process as a
+/// signal would ([`interrupt::hang_up`]); once the main thread waits for the verdict it means
+/// `end`. The line `ssh` hands the channel to `retry` (which starts the retry's mux) and ends
+/// the thread: from then on the mux reads stdin, and its EOF hangs up. Anything else is `end`.
+#[derive(Clone)]
+struct Watch {
+    state: Arc<(Mutex<WatchState>, std::sync::Condvar)>,
+}
+
+impl Watch {
+    fn start(
+        mut stdin: BufReader<File>,
+        retry: impl FnOnce(BufReader<File>) -> Result<Mux, Failure> + Send + 'static,
+    ) -> Watch {
+        let watch = Watch {
+            state: Arc::default(),
+        };
+        let me = watch.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => {
+                        if !me.decide(Verdict::End, true) {
+                            interrupt::hang_up();
+                        }
+                        return;
+                    }
+                    Ok(_) if line.trim() == "ssh" => {
+                        let verdict = match retry(stdin) {
+                            Ok(mux) => Verdict::Ssh(mux),
+                            Err(_) => Verdict::End,
+                        };
+                        me.decide(verdict, false);
+                        return;
+                    }
+                    Ok(_) => {
+                        me.decide(Verdict::End, false);
+                    }
+                }
             }
+        });
+        watch
+    }
+
+    /// Records the first verdict; with `only_if_waiting`, only when the main thread already
+    /// waits for one. Returns whether the main thread waits.
+    fn decide(&self, verdict: Verdict, only_if_waiting: bool) -> bool {
+        let (lock, cv) = &*self.state;
+        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if s.verdict.is_none() && (s.waiting || !only_if_waiting) {
+            s.verdict = Some(verdict);
+            cv.notify_all();
         }
-        interrupt::hang_up();
-    });
+        s.waiting
+    }
+
+    /// After a failed direct session: waits (at most `timeout`, then `end`) for the near
+    /// side's verdict; returns the retry's mux if it is `ssh`.
+    fn verdict(&self, timeout: Duration) -> Option<Mux> {
+        let (lock, cv) = &*self.state;
+        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.waiting = true;
+        let (mut s, _) = cv
+            .wait_timeout_while(s, timeout, |s| s.verdict.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        match s.verdict.take() {
+            Some(Verdict::Ssh(mux)) => Some(mux),
+            _ => None,
+        }
+    }
+
+    /// The retry's mux, if the near side asked for it already.
+    fn retried(&self) -> Option<Mux> {
+        let s = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &s.verdict {
+            Some(Verdict::Ssh(mux)) => Some(mux.clone()),
+            _ => None,
+        }
+    }
 }
 
 fn say_line(line: &str) -> Result<(), Failure> {
@@ -1163,17 +1436,45 @@ fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
         // The ssh channel closed before the near side said anything.
         interrupt::hang_up();
     }
-    let mux = match line.trim() {
+    let stdout = stdio_file(std::io::stdout(), "stdout")?;
+    let progress = Arc::new(Progress::default());
+    interrupt::watch(&progress);
+    let session = |progress: &Arc<Progress>| {
+        receiver
+            .accept_one(progress.clone())
+            .map(drop)
+            .map_err(|e| session_failure(e, true, progress))
+    };
+    let (result, mux) = match line.trim() {
         "direct" => {
-            hang_up_at_eof(stdin);
-            None
+            // The near side may ask for the retry through the ssh channel while this
+            // session still ends (see `retry_reason`): it is acknowledged, and the mux
+            // started, at once; its first connection waits at this receiver's door.
+            let accept = accept_for(any, own_ports);
+            let watch = Watch::start(stdin, move |stdin| {
+                say_line(&format!("{BANNER} {PROTOCOL} ssh"))?;
+                Ok(Mux::start(stdin, stdout, Some(accept), || {
+                    interrupt::hang_up()
+                }))
+            });
+            match session(&progress) {
+                Ok(()) => (Ok(()), watch.retried()),
+                Err(direct) => match watch.verdict(VERDICT_WAIT) {
+                    Some(mux) => {
+                        let progress = Arc::new(Progress::default());
+                        interrupt::watch(&progress);
+                        (session(&progress), Some(mux))
+                    }
+                    None => (Err(direct), None),
+                },
+            }
         }
-        "ssh" => Some(Mux::start(
-            stdin,
-            stdio_file(std::io::stdout(), "stdout")?,
-            Some(accept_for(any, own_ports)),
-            || interrupt::hang_up(),
-        )),
+        "ssh" => {
+            let mux = Mux::start(stdin, stdout, Some(accept_for(any, own_ports)), || {
+                interrupt::hang_up()
+            });
+            (session(&progress), Some(mux))
+        }
         other => {
             return Err(Failure::new(
                 exit::OTHER,
@@ -1181,12 +1482,6 @@ fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
             ))
         }
     };
-    let progress = Arc::new(Progress::default());
-    interrupt::watch(&progress);
-    let result = receiver
-        .accept_one(progress.clone())
-        .map(drop)
-        .map_err(|e| session_failure(e, true, &progress));
     if let Some(m) = mux {
         m.drain(MUX_DRAIN);
     }
@@ -1218,40 +1513,96 @@ fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
     }
     let to = SocketAddr::new(client, port);
     let mut opts = send_options(flags, None, &secret);
+    let stdout = stdio_file(std::io::stdout(), "stdout")?;
     // Dial back directly, or else through the ssh channel; say which.
     let direct = match mode {
         "ssh" => Err("was asked to use the ssh channel".to_string()),
         _ => TcpStream::connect_timeout(&to, DIRECT_TRY)
             .map_err(|e| format!("cannot connect back to {to} ({e})")),
     };
-    let mux = match direct {
+    let send = |opts: &SendOptions| {
+        let progress = Arc::new(Progress::default());
+        interrupt::watch(&progress);
+        let result = hurtle_engine::send(&paths, to, opts, progress.clone());
+        (result, progress)
+    };
+    let (result, mux) = match direct {
         Ok(first) => {
             say_line(&format!("{BANNER} {PROTOCOL} direct"))?;
-            hang_up_at_eof(stdin);
+            let watch = Watch::start(stdin, move |stdin| {
+                Ok(Mux::start(stdin, stdout, None, || interrupt::hang_up()))
+            });
             opts.dialer = Some(Arc::new(Prepared::new(to, first)));
-            None
+            let started = Instant::now();
+            match send(&opts) {
+                (Err(e), progress) => match retry_reason(&e, to, &progress) {
+                    // The direct path cannot carry the data: say so, and retry through the
+                    // ssh channel when the near side answers `ssh` (its mux then accepts).
+                    Some(why) => {
+                        let spent = started.elapsed().as_secs_f64();
+                        say_line(&format!(
+                            "{BANNER} {PROTOCOL} ssh {why}; {spent:.1} s spent"
+                        ))?;
+                        match watch.verdict(VERDICT_WAIT) {
+                            Some(mux) => {
+                                opts.dialer = Some(mux.dialer());
+                                let (result, progress) = send(&opts);
+                                (result.map_err(|e| (e, progress)), Some(mux))
+                            }
+                            None => (Err((e, progress)), None),
+                        }
+                    }
+                    None => (Err((e, progress)), None),
+                },
+                (result, progress) => (result.map_err(|e| (e, progress)), None),
+            }
         }
         Err(why) => {
             say_line(&format!("{BANNER} {PROTOCOL} ssh {why}"))?;
-            let mux = Mux::start(
-                stdin,
-                stdio_file(std::io::stdout(), "stdout")?,
-                None,
-                || interrupt::hang_up(),
-            );
+            let mux = Mux::start(stdin, stdout, None, || interrupt::hang_up());
             opts.dialer = Some(mux.dialer());
-            Some(mux)
+            let (result, progress) = send(&opts);
+            (result.map_err(|e| (e, progress)), Some(mux))
         }
     };
-    let progress = Arc::new(Progress::default());
-    interrupt::watch(&progress);
-    let result = hurtle_engine::send(&paths, to, &opts, progress.clone())
-        .map(drop)
-        .map_err(|e| session_failure(e, false, &progress));
     if let Some(m) = mux {
         m.drain(MUX_DRAIN);
     }
     result
+        .map(drop)
+        .map_err(|(e, progress)| session_failure(e, false, &progress))
+}
+
+/// Whether a direct session failed in its data path before any file data reached the
+/// receiver, which `hurtle cp` answers by carrying the transfer through the ssh channel
+/// instead, once; returns the reason to give. `to` is the receiver's control address.
+///
+/// Two failures qualify, both of the sender (it decides, on either side), and both leave the
+/// receiver's session ending by itself, so that its next session is the retry:
+/// - [`SessionError::UdpBlocked`]: no datagram reached the receiver (with `--transport udp`;
+///   the default `auto` falls back to parallel TCP first). The sender tells the receiver.
+/// - [`SessionError::Connect`] to a port other than the control port: a TCP data connection
+///   could not be made (refused, unreachable, or no answer within the engine's 5 s connect
+///   timeout). The receiver gives up waiting for it (10 s).
+///
+/// Anything else does not: a refusal, a failed verification, an interrupt, a peer gone, a
+/// stall, and a control connection that cannot be made again (after UDP was found blocked),
+/// whose receiver would wait for the next one.
+fn retry_reason(e: &SessionError, to: SocketAddr, progress: &Progress) -> Option<String> {
+    // (Both failures come before any data could be delivered; the check says so again.
+    // Empty files may have been committed: they hold no data, and the retry skips them.)
+    let delivered = progress
+        .confirmed
+        .load(std::sync::atomic::Ordering::Relaxed)
+        > 0;
+    if delivered || progress.interrupted() {
+        return None;
+    }
+    match e {
+        SessionError::UdpBlocked { .. } => Some(e.to_string()),
+        SessionError::Connect { addr, .. } if *addr != to => Some(e.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
