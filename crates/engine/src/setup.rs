@@ -83,6 +83,11 @@ impl<'a, S: Setup> Driver<'a, S> {
 pub(crate) fn setup_error(e: SetupError, peer: Side) -> SessionError {
     match e {
         SetupError::Unexpected { got, wanted } => SessionError::unexpected(peer, *got, wanted),
+        SetupError::PeerAborted { cause, reason } => SessionError::PeerAborted {
+            peer,
+            cause,
+            reason,
+        },
         SetupError::Incompatible { .. } => SessionError::Incompatible(e.to_string()),
         SetupError::Refused { path, reason } => SessionError::Refused { path, reason },
         SetupError::Layout(l) => SessionError::Layout(l),

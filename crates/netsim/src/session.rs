@@ -294,17 +294,7 @@ impl From<SetupError> for SideError {
     /// As the engine reports them: the peer's `Abort` or `Reject` in its own words.
     fn from(e: SetupError) -> Self {
         match e {
-            SetupError::Unexpected { got, wanted } => match *got {
-                Control::Abort { cause, reason } => SideError::PeerAborted { cause, reason },
-                Control::Reject { reason } => SideError::PeerAborted {
-                    cause: AbortCause::Failed,
-                    reason,
-                },
-                other => SideError::Setup(SetupError::Unexpected {
-                    got: Box::new(other),
-                    wanted,
-                }),
-            },
+            SetupError::PeerAborted { cause, reason } => SideError::PeerAborted { cause, reason },
             other => SideError::Setup(other),
         }
     }

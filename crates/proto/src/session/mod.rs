@@ -42,7 +42,7 @@ pub use receiver::{HelloParams, Intake, ReceiverEvent, ReceiverLimits, ReceiverS
 pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
 
 use crate::layout::{Held, Layout, LayoutError};
-use crate::wire::{Control, Entry, EntryKind, VERSION};
+use crate::wire::{AbortCause, Control, Entry, EntryKind, VERSION};
 use std::time::{Duration, Instant};
 
 /// How long either side waits for the peer's next message during set-up.
@@ -105,8 +105,15 @@ pub enum SetupError {
         /// The version it named.
         version: u16,
     },
-    /// A message the set-up does not expect now (an `Abort` or `Reject` among them: the
-    /// driver reports those as the peer's own words).
+    /// The peer ended the set-up: its `Abort`, or a `Reject` (another version), in its words.
+    #[error("the peer ended the set-up: {reason}")]
+    PeerAborted {
+        /// Why, in the peer's terms (`Failed` for a `Reject`).
+        cause: AbortCause,
+        /// The peer's words.
+        reason: String,
+    },
+    /// A message the set-up does not expect now.
     #[error("expected {wanted}, got {}", .got.name())]
     Unexpected {
         /// What came.
@@ -179,10 +186,18 @@ pub enum SetupError {
 }
 
 impl SetupError {
+    /// `got` where the set-up waited for `wanted`: the peer's own end if that is what it is.
     fn unexpected(got: Control, wanted: &'static str) -> Self {
-        SetupError::Unexpected {
-            got: Box::new(got),
-            wanted,
+        match got {
+            Control::Abort { cause, reason } => SetupError::PeerAborted { cause, reason },
+            Control::Reject { reason } => SetupError::PeerAborted {
+                cause: AbortCause::Failed,
+                reason,
+            },
+            got => SetupError::Unexpected {
+                got: Box::new(got),
+                wanted,
+            },
         }
     }
 }

@@ -450,10 +450,25 @@ fn the_peers_abort_is_handed_up_as_it_came() {
         cause: AbortCause::Interrupted,
         reason: "ctrl-c".into(),
     };
-    match r.handle(abort.clone(), Instant::now()).unwrap_err() {
-        SetupError::Unexpected { got, .. } => assert_eq!(*got, abort),
+    match r.handle(abort, Instant::now()).unwrap_err() {
+        SetupError::PeerAborted { cause, reason } => {
+            assert_eq!(cause, AbortCause::Interrupted);
+            assert_eq!(reason, "ctrl-c");
+        }
         other => panic!("{other:?}"),
     }
+    // Another version's `Reject`, in the sender's set-up.
+    let mut s = SenderSetup::new(params(1), vec![], Instant::now());
+    let reject = Control::Reject {
+        reason: "use the same hurtle version".into(),
+    };
+    assert!(matches!(
+        s.handle(reject, Instant::now()),
+        Err(SetupError::PeerAborted {
+            cause: AbortCause::Failed,
+            ..
+        })
+    ));
 }
 
 #[test]
