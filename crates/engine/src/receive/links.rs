@@ -1,10 +1,11 @@
 //! The session's data links: the data key's openers for each channel ([`DataKeys`]), and the
 //! sender's TCP data connections, admitted by their greeting ([`accept_data_connections`]).
 
-use crate::error::SessionError;
+use crate::error::{SessionError, Side};
 use crate::net::link::{read_greeting, LinkIn, TcpFrames};
 use hurtle_proto::secure::{DataKey, PacketOpen};
 use std::net::{IpAddr, TcpListener, TcpStream};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 /// How long the receiver waits for the sender's TCP data connections.
@@ -18,6 +19,7 @@ pub(super) fn accept_data_connections(
     channels: u16,
     peer_ip: IpAddr,
     data: &DataKeys,
+    control: BorrowedFd<'_>,
 ) -> Result<Vec<LinkIn>, SessionError> {
     let deadline = Instant::now() + DATA_CONNECT_WAIT;
     listener
@@ -49,6 +51,11 @@ pub(super) fn accept_data_connections(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // A sender that gave up (its data connections could not be dialled) closes
+                // its control connection: no use waiting out the deadline.
+                if hung_up(control) {
+                    return Err(SessionError::PeerGone { peer: Side::Sender });
+                }
                 std::thread::sleep(Duration::from_millis(2))
             }
             Err(e) => return Err(SessionError::io("accept TCP data connection", e)),
@@ -66,6 +73,12 @@ pub(super) fn accept_data_connections(
         .collect()
 }
 
+/// Whether the peer closed (or reset) the connection on `fd`, without reading from it.
+fn hung_up(fd: BorrowedFd<'_>) -> bool {
+    crate::sys::socket::wait_any([Some(fd)], libc::POLLRDHUP, Some(Duration::ZERO))
+        .is_ok_and(|ready| ready != 0)
+}
+
 /// The session's data key, and whether data frames are sealed with it.
 pub(super) struct DataKeys {
     pub(super) key: DataKey,
@@ -76,5 +89,100 @@ impl DataKeys {
     /// The opener of `channel`'s frames (`None`: they come in the clear).
     pub(super) fn opener(&self, channel: u16) -> Option<PacketOpen> {
         self.encrypt.then(|| self.key.opener(channel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agree::{answer, offer, Keyring};
+    use crate::net::control::read_frame;
+    use hurtle_proto::secure::Secret;
+    use hurtle_proto::wire::Control;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    /// A session's data keys, from a key agreement on loopback; and its control connection's
+    /// two ends (sender's, receiver's).
+    fn session() -> (DataKeys, TcpStream, TcpStream) {
+        let (mut s, r) = pair();
+        let receiver = std::thread::spawn(move || {
+            let mut r = r;
+            let first = read_frame(&mut r, Duration::from_secs(5)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let got = answer(&mut r, &Keyring::code("7-a-b"), false, &first, deadline).unwrap();
+            (got, r)
+        });
+        let mut keys = offer(
+            &mut s,
+            &Secret::code("7-a-b"),
+            false,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let (got, r) = receiver.join().unwrap();
+        let data = DataKeys {
+            key: got.keys.data,
+            encrypt: true,
+        };
+        (data, s, r)
+    }
+
+    #[test]
+    fn a_sender_that_hangs_up_ends_the_wait_for_its_data_connections() {
+        let (data, sender_control, receiver_control) = session();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let hang_up = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(sender_control);
+        });
+        let t0 = Instant::now();
+        let got = accept_data_connections(
+            &listener,
+            1,
+            2,
+            "127.0.0.1".parse().unwrap(),
+            &data,
+            receiver_control.as_fd(),
+        );
+        let waited = t0.elapsed();
+        hang_up.join().unwrap();
+        assert!(
+            matches!(got, Err(SessionError::PeerGone { peer: Side::Sender })),
+            "{:?}",
+            got.err()
+        );
+        // Noticed at once, not after the deadline.
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+    }
+
+    #[test]
+    fn a_sender_still_there_is_waited_for_until_the_deadline_or_its_connections() {
+        let (data, _sender_control, receiver_control) = session();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        // A stranger's connection with a bad greeting is skipped; nothing else comes.
+        let _stranger = TcpStream::connect(to).unwrap();
+        let t0 = Instant::now();
+        let got = accept_data_connections(
+            &listener,
+            1,
+            1,
+            "127.0.0.2".parse().unwrap(),
+            &data,
+            receiver_control.as_fd(),
+        );
+        assert!(matches!(got, Err(SessionError::DataConnectionsLate(10))));
+        assert!(t0.elapsed() >= DATA_CONNECT_WAIT);
     }
 }

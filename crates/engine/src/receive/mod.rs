@@ -301,7 +301,16 @@ impl Receiver {
             keys.frames_in,
         )
         .map_err(|e| SessionError::io("control connection", e))?;
-        let result = self.run(hello, rtt, &rx, &tx, peer, local_ip, start, progress, &data);
+        let result = self.run(
+            hello,
+            rtt,
+            (&rx, &tx, std::os::fd::AsFd::as_fd(&stream)),
+            peer,
+            local_ip,
+            start,
+            progress,
+            &data,
+        );
         if let Err(e) = &result {
             if !e.peer_knows() {
                 let _ = tx.send(e.to_abort(Side::Receiver));

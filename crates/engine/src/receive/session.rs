@@ -35,6 +35,7 @@ use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,8 +48,11 @@ impl Receiver {
         &self,
         first: Control,
         rtt: Duration,
-        rx: &ChanRx<Result<Control, ControlError>>,
-        tx: &Sender<Control>,
+        (rx, tx, control): (
+            &ChanRx<Result<Control, ControlError>>,
+            &Sender<Control>,
+            BorrowedFd<'_>,
+        ),
         peer: SocketAddr,
         local_ip: IpAddr,
         start: Instant,
@@ -193,7 +197,7 @@ impl Receiver {
         // A TCP data listener stays open until the session ends, as its port stays ours.
         let (links, _listener) = match data_in {
             DataIn::Tcp(l) => (
-                accept_data_connections(&l, session, channels, peer.ip(), data)?,
+                accept_data_connections(&l, session, channels, peer.ip(), data, control)?,
                 Some(l),
             ),
             DataIn::Udp(udps) => (
