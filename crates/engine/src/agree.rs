@@ -194,18 +194,46 @@ fn describe(e: &ControlError, what: &str) -> String {
     }
 }
 
+/// For tests elsewhere in the engine: connections on loopback, and sessions agreed on them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use std::io::Write;
     use std::net::TcpListener;
 
-    fn pair() -> (TcpStream, TcpStream) {
+    /// Both ends of a TCP connection on loopback.
+    pub(crate) fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
     }
+
+    /// A key agreement with `code` on loopback, the sender's first sealed frame a keep-alive:
+    /// the receiver's side of it, and the control connection's ends (sender's, receiver's).
+    pub(crate) fn agreed(code: &str) -> (Accepted, TcpStream, TcpStream) {
+        let (mut s, r) = pair();
+        let keyring = Keyring::code(code);
+        let receiver = std::thread::spawn(move || {
+            let mut r = r;
+            let first = read_frame(&mut r, Duration::from_secs(5)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let got = answer(&mut r, &keyring, false, &first, deadline).unwrap();
+            (got, r)
+        });
+        let mut keys = offer(&mut s, &Secret::code(code), false, Duration::from_secs(5)).unwrap();
+        s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let (got, r) = receiver.join().unwrap();
+        (got, s, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::pair;
+    use super::*;
+    use std::io::Write;
 
     fn receive(mut s: TcpStream, keys: Keyring, secs: u64) -> Result<Accepted, Refusal> {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

@@ -95,41 +95,12 @@ impl DataKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agree::{answer, offer, Keyring};
-    use crate::net::control::read_frame;
-    use hurtle_proto::secure::Secret;
-    use hurtle_proto::wire::Control;
-    use std::io::Write;
     use std::os::fd::AsFd;
-
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    }
 
     /// A session's data keys, from a key agreement on loopback; and its control connection's
     /// two ends (sender's, receiver's).
     fn session() -> (DataKeys, TcpStream, TcpStream) {
-        let (mut s, r) = pair();
-        let receiver = std::thread::spawn(move || {
-            let mut r = r;
-            let first = read_frame(&mut r, Duration::from_secs(5)).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let got = answer(&mut r, &Keyring::code("7-a-b"), false, &first, deadline).unwrap();
-            (got, r)
-        });
-        let mut keys = offer(
-            &mut s,
-            &Secret::code("7-a-b"),
-            false,
-            Duration::from_secs(5),
-        )
-        .unwrap();
-        s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
-            .unwrap();
-        let (got, r) = receiver.join().unwrap();
+        let (got, s, r) = crate::agree::testing::agreed("7-a-b");
         let data = DataKeys {
             key: got.keys.data,
             encrypt: true,
