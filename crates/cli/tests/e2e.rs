@@ -1317,12 +1317,7 @@ impl UdpBlock {
             .args(["list", "table", "ip", &self.table])
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        support::netns::nft_packets(&String::from_utf8_lossy(&out.stdout))
     }
 }
 

@@ -221,12 +221,7 @@ impl Sshd {
             .args(["inet", table, chain])
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        support::netns::nft_packets(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// The ports in the `control` set of [`Sshd::only_ssh_and_the_control_port_get_through`].

@@ -37,3 +37,13 @@ pub fn ip(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The packets counted by the first `counter` in an `nft list ...` listing (0 if none).
+pub fn nft_packets(listing: &str) -> u64 {
+    listing
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
