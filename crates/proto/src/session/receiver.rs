@@ -83,7 +83,6 @@ pub struct ReceiverSetup {
     limits: ReceiverLimits,
     state: State,
     hello: Option<HelloParams>,
-    acked: bool,
     manifest_done: bool,
     entries: Vec<Entry>,
     decisions: Vec<Decision>,
@@ -100,7 +99,6 @@ impl ReceiverSetup {
             limits,
             state: State::AwaitHello,
             hello: None,
-            acked: false,
             manifest_done: false,
             entries: Vec::new(),
             decisions: Vec::new(),
@@ -237,7 +235,6 @@ impl ReceiverSetup {
             recv_buffer: intake.recv_buffer,
             recv_buffer_wanted: intake.recv_buffer_wanted,
         });
-        self.acked = true;
         self.deadline = now + SETUP_TIMEOUT;
         self.state = if self.manifest_done {
             self.events.push_back(ReceiverEvent::Manifest);
@@ -259,7 +256,8 @@ impl ReceiverSetup {
         let block_size = self.hello.map_or(0, |h| h.block_size);
         check_blocks(&self.entries, block_size)?;
         self.manifest_done = true;
-        if self.acked {
+        // Answered already (not still opening the data path): decide now.
+        if matches!(self.state, State::AwaitManifest) {
             self.state = State::Deciding;
             self.events.push_back(ReceiverEvent::Manifest);
         }
