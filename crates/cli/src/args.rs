@@ -99,7 +99,7 @@ pub struct OutputArgs {
 /// `--transport`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum TransportArg {
-    /// UDP, falling back to TCP when no datagram gets through.
+    /// UDP, moving to parallel TCP in the same session when nothing gets through.
     Auto,
     /// UDP only.
     Udp,
@@ -280,8 +280,8 @@ pub struct SendFlags {
     /// [env: HURTLE_CHANNELS] [default: one per core, 2 to 8]
     #[arg(long, visible_alias = "connections", value_parser = parse_channels)]
     pub channels: Option<u16>,
-    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, falling back to TCP
-    /// when no datagram gets through).
+    /// How data moves: udp, tcp (N parallel TCP connections), or auto (UDP, moving to parallel
+    /// TCP in the same session when nothing gets through, about 0.3 s after data starts).
     #[arg(long, value_enum, default_value = "auto")]
     pub transport: TransportArg,
     /// Chunk size: the unit of striping, hashing and verification (a power of two, 1K to 64M).

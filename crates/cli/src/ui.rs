@@ -148,7 +148,7 @@ enum View {
 /// before data moved).
 #[derive(Debug, Default)]
 struct Meter {
-    /// When the transfer started, as the engine said (a fallback starts a new one).
+    /// When the transfer started, as the engine said.
     since: Option<Instant>,
     /// `(when, bytes moved)`, oldest first; the first is at or before the window's start.
     samples: VecDeque<(Instant, u64)>,

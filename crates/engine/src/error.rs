@@ -102,9 +102,6 @@ pub enum SessionError {
         /// How long was tried.
         secs: u64,
     },
-    /// The sender found UDP blocked and ended the session to reconnect with parallel TCP.
-    #[error("the sender found UDP blocked and is reconnecting over TCP")]
-    FellBack,
     /// A source file changed while it was being sent.
     #[error("source file changed while being sent: {0}")]
     SourceChanged(PathBuf),
@@ -237,7 +234,6 @@ impl SessionError {
             SessionError::PeerAborted { .. }
                 | SessionError::PeerGone { .. }
                 | SessionError::Control(_)
-                | SessionError::FellBack
         )
     }
 

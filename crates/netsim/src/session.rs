@@ -721,6 +721,9 @@ impl Session {
             block_size: bs,
             session: session_id(sc.data.seed),
             tcp: false,
+            // The move of channels to TCP is the engine's (it needs TCP data connections,
+            // which are not modelled here).
+            race: false,
             checksum: sc.checksum,
         };
         let snd = SenderDriver {
@@ -961,6 +964,7 @@ impl Session {
                     let ports = (0..h.channels).map(|c| FIRST_PORT + c).collect();
                     self.rcv.setup.accept(
                         ports,
+                        None,
                         Intake {
                             ceiling_bps: self.sc.rate_ceiling_bps,
                             ..Intake::default()

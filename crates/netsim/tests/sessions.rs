@@ -1056,6 +1056,7 @@ mod hostile {
             rate_ceiling: 0,
             recv_buffer: 0,
             recv_buffer_wanted: 0,
+            tcp_port: 0,
         };
         sc.faults = vec![fault(Side::Sender, 0, Fault::Replace(ack))];
         let out = run("more ports", &sc);
@@ -1161,6 +1162,7 @@ mod any_fault {
                 rate_ceiling: 0,
                 recv_buffer: 0,
                 recv_buffer_wanted: 0,
+                tcp_port: 0,
             }),
             Just(Control::Manifest {
                 entries: vec![],

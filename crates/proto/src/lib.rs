@@ -8,7 +8,7 @@
 //! | [`wire`] | the datagram header and the control messages, and their encodings |
 //! | [`ranges`] | [`RangeSet`], the set of byte ranges behind all loss bookkeeping |
 //! | [`layout`] | which channel carries which bytes of which file |
-//! | [`probe`] | which payload the path carries, and whether UDP gets through, found beside the data |
+//! | [`probe`] | which payload the path carries, and whether UDP gets through (the sender's probing, the receiver's [`probe::SilenceWatch`]), found beside the data |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
@@ -33,7 +33,10 @@
 //! 3. From `HelloAck` on, sender -> `Probe` datagrams of every candidate size on every channel;
 //!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): sender ->
 //!    `Start` with the largest size through so far (or 1384), and data moves to another size
-//!    when probing settles. Data starts two round trips after the sender's connect.
+//!    when probing settles. Data starts two round trips after the sender's connect. With
+//!    `--transport auto` the receiver also offers a TCP data port and the sender dials it at
+//!    once; if nothing arrives on a channel within [`probe::SILENT_AFTER`] of `Start`, receiver
+//!    -> `UdpSilent`, sender -> `Fallback`, and every channel goes on over its TCP connection.
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver checks each datagram with
 //!    an [`Admission`] (one per socket), the channel's [`ChannelReceiver`] records what was
 //!    admitted and sends `Nack`s, and a [`ReportBuilder`] turns the admission counts into a

@@ -29,6 +29,49 @@ pub const RESEND: Duration = Duration::from_millis(100);
 /// on a longer path).
 pub const DEADLINE: Duration = Duration::from_millis(1500);
 
+/// How long after `Start` the receiver waits before it calls a channel on which nothing at all
+/// arrived (no probe, no data) silent ([`SilenceWatch`]). The sender's probes went out at its
+/// `HelloAck` and go again at `Start` and every 200 ms after, each of every size, and data
+/// follows `Start` on the same path: on a path that carries UDP at all, even with a tenth of
+/// datagrams lost, a dozen probes and the data do not all vanish in this time.
+pub const SILENT_AFTER: Duration = Duration::from_millis(300);
+
+/// The receiver's watch for UDP that does not get through, in a session that may move its
+/// channels to TCP ([`crate::wire::CAP_RACE`]): from `Start` on, once [`SILENT_AFTER`] has
+/// passed, the channels on which nothing arrived are named once, for a `UdpSilent`. The
+/// receiver judges from what it has (or has not) seen, at once; the sender would judge from
+/// acknowledgements that cross the control connection, which a lost segment there can hold
+/// back by a retransmission timeout.
+#[derive(Debug, Clone, Default)]
+pub struct SilenceWatch {
+    started: Option<Instant>,
+    done: bool,
+}
+
+impl SilenceWatch {
+    /// `Start` arrived at `now` (a second one changes nothing).
+    pub fn start(&mut self, now: Instant) {
+        self.started.get_or_insert(now);
+    }
+
+    /// The silent channels of `channels`, once, when they are due; `heard(ch)` says whether
+    /// anything arrived on channel `ch`. Once every channel was heard by then, it names none.
+    pub fn poll(
+        &mut self,
+        now: Instant,
+        channels: u16,
+        heard: impl Fn(u16) -> bool,
+    ) -> Option<Vec<u16>> {
+        let started = self.started.filter(|_| !self.done)?;
+        if now < started + SILENT_AFTER {
+            return None;
+        }
+        self.done = true;
+        let silent: Vec<u16> = (0..channels).filter(|&ch| !heard(ch)).collect();
+        (!silent.is_empty()).then_some(silent)
+    }
+}
+
 /// What the driver should do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeDecision {
@@ -248,6 +291,28 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn silent_channels_are_named_once_after_the_wait_and_heard_ones_never() {
+        let t0 = Instant::now();
+        let mut w = SilenceWatch::default();
+        // Nothing is judged before `Start`.
+        assert_eq!(w.poll(t0 + SILENT_AFTER * 10, 3, |_| false), None);
+        w.start(t0);
+        w.start(t0 + SILENT_AFTER);
+        assert_eq!(w.poll(t0 + SILENT_AFTER - MS, 3, |_| false), None);
+        assert_eq!(w.poll(t0 + SILENT_AFTER, 3, |ch| ch == 1), Some(vec![0, 2]));
+        assert_eq!(
+            w.poll(t0 + SILENT_AFTER * 2, 3, |_| false),
+            None,
+            "named once"
+        );
+        // Every channel heard by then: none named, then or later.
+        let mut w = SilenceWatch::default();
+        w.start(t0);
+        assert_eq!(w.poll(t0 + SILENT_AFTER, 2, |_| true), None);
+        assert_eq!(w.poll(t0 + SILENT_AFTER * 2, 2, |_| false), None);
+    }
 
     fn len(payload: u16) -> usize {
         HEADER_LEN + usize::from(payload)

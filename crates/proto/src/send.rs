@@ -127,6 +127,8 @@ pub struct ChannelSender {
     stats: SendStats,
     /// Repairs sent within the last `cfg.repair_echo`: (when, stripe range), oldest first.
     recent_repairs: VecDeque<(Instant, u64, u64)>,
+    /// Every range ever held ([`ChannelSender::hold`]), kept after the cursor passes them.
+    held_all: RangeSet,
 }
 
 /// Most repairs remembered for [`SendConfig::repair_echo`] (older ones are forgotten first).
@@ -146,6 +148,7 @@ impl ChannelSender {
             cfg,
             stats: SendStats::default(),
             recent_repairs: VecDeque::new(),
+            held_all: RangeSet::new(),
         }
     }
 
@@ -178,7 +181,22 @@ impl ChannelSender {
         let end = range.end.min(self.stripe_len);
         if start < end {
             self.held.insert(start..end);
+            self.held_all.insert(start..end);
         }
+    }
+
+    /// Nothing sent so far reached the receiver (the channel's datagrams went nowhere, and it
+    /// moves to another link): everything sent is queued to be sent again, held ranges
+    /// excepted, and the final marker is sent again once it is due. Returns the bytes queued.
+    pub fn on_link_lost(&mut self) -> u64 {
+        let before = self.repair.total();
+        self.repair.insert(0..self.next_new);
+        for r in self.held_all.iter() {
+            self.repair.remove(r);
+        }
+        self.recent_repairs.clear();
+        self.fin = Final::NotSent;
+        self.repair.total().saturating_sub(before)
     }
 
     /// The next run to send, at most `max_len` bytes, or `None` when there is nothing to send.
@@ -445,6 +463,33 @@ mod tests {
         assert!(!s.is_done());
         let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
+    }
+
+    #[test]
+    fn a_lost_link_queues_everything_sent_again_but_held_blocks() {
+        // One channel, blocks of 4096 over 10,000 bytes; the middle block is held.
+        let l = layout();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        s.hold(4096..8192);
+        let t0 = Instant::now();
+        // The first block and the held one are passed; the last one not yet.
+        let first = s.poll_run(&l, 4096, t0).unwrap();
+        assert_eq!((first.pos, first.len, first.kind), (0, 4096, RunKind::New));
+        let held = s.poll_run(&l, 4096, t0).unwrap();
+        assert_eq!(held.kind, RunKind::Held);
+        assert_eq!(s.on_link_lost(), 4096);
+        let again: Vec<(u64, u64, RunKind)> = std::iter::from_fn(|| s.poll_run(&l, 8192, t0))
+            .map(|r| (r.pos, r.len, r.kind))
+            .collect();
+        // The lost block again (new data and repairs share the link), then the rest; the
+        // held block is never sent.
+        assert!(again.contains(&(0, 4096, RunKind::Repair)), "{again:?}");
+        assert!(again.contains(&(8192, 1808, RunKind::New)), "{again:?}");
+        assert_eq!(again.len(), 2, "{again:?}");
+        // The final marker goes out again; a second loss before more was sent queues the same.
+        assert!(s.poll_final(t0));
+        assert_eq!(s.on_link_lost(), 4096 + 1808);
+        assert!(!s.is_done());
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 7;
+pub const VERSION: u16 = 8;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,11 @@ pub const CAP_TCP_DATA: u64 = 1;
 /// BLAKE3 ([`Decision::Have`]), never by size and modification time alone
 /// ([`Decision::Unchanged`]).
 pub const CAP_CHECKSUM: u64 = 2;
+/// Capability bit of the hello: data starts over UDP, and the sender may move the channels to
+/// TCP data connections in the same session if nothing gets through
+/// ([`Control::UdpSilent`], [`Control::Fallback`]); the receiver offers a TCP data port
+/// beside its UDP ones (`HelloAck::tcp_port`).
+pub const CAP_RACE: u64 = 4;
 
 /// Flag: this datagram repeats data sent before.
 pub const FLAG_RETRANSMIT: u8 = 1;
@@ -267,6 +272,9 @@ pub enum Control {
         recv_buffer: u64,
         /// The receive buffer it asked for, bytes.
         recv_buffer_wanted: u64,
+        /// Where the sender may dial TCP data connections if UDP does not get through
+        /// ([`CAP_RACE`]); 0 when not offered.
+        tcp_port: u16,
     },
     /// Sender -> receiver: part of the manifest; `last` closes it.
     Manifest {
@@ -365,8 +373,9 @@ pub enum Control {
         /// depth (0 without a writer thread). Also in `queue_fill`.
         disk_fill: u16,
     },
-    /// Sender -> receiver: UDP does not get through; this session ends and the sender will
-    /// connect again with parallel TCP.
+    /// Sender -> receiver, in a session that offered [`CAP_RACE`]: UDP does not get through,
+    /// and every channel moves to a TCP data connection now (dialled to `HelloAck::tcp_port`,
+    /// each opened by its greeting); what was sent over UDP and did not arrive is sent again.
     Fallback,
     /// Either side: nothing else to say, but still here (a sender in the data phase sends one
     /// every 200 ms; a side busy with slow work, once a second).
@@ -403,6 +412,14 @@ pub enum Control {
         /// This side asks for data datagrams in the clear (`--no-encryption`); they are sent so
         /// only when both sides ask.
         plain_data: bool,
+    },
+    /// Receiver -> sender, in a session that offered [`CAP_RACE`]: nothing at all (no probe,
+    /// no data) arrived on these channels for a while after `Start`; the sender answers with
+    /// [`Control::Fallback`]. (After `Agree`: the encodings of `Reject` and `Agree` stay the
+    /// same in every version.)
+    UdpSilent {
+        /// The silent channels.
+        channels: Vec<u16>,
     },
 }
 
@@ -489,6 +506,7 @@ impl Control {
             Control::Reject { .. } => "Reject",
             Control::Agree { .. } => "Agree",
             Control::Abort { .. } => "Abort",
+            Control::UdpSilent { .. } => "UdpSilent",
         }
     }
 }

@@ -1580,10 +1580,11 @@ fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
 /// Two failures qualify, both of the sender (it decides, on either side), and both leave the
 /// receiver's session ending by itself, so that its next session is the retry:
 /// - [`SessionError::UdpBlocked`]: no datagram reached the receiver (with `--transport udp`;
-///   the default `auto` falls back to parallel TCP first). The sender tells the receiver.
+///   the default `auto` moves the channels to parallel TCP first). The sender tells the
+///   receiver.
 /// - [`SessionError::Connect`] to a port other than the control port: a TCP data connection
 ///   could not be made (refused, unreachable, or no answer within the engine's 5 s connect
-///   timeout). The receiver gives up waiting for it (10 s).
+///   timeout). The sender tells the receiver, or it sees the control connection close.
 ///
 /// Anything else does not: a refusal, a failed verification, an interrupt, a peer gone, a
 /// stall, and a control connection that cannot be made again (after UDP was found blocked),

@@ -481,6 +481,7 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
         rate_ceiling,
         recv_buffer,
         recv_buffer_wanted,
+        tcp_port,
     } = msg
     else {
         return msg;
@@ -508,6 +509,7 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
         rate_ceiling,
         recv_buffer,
         recv_buffer_wanted,
+        tcp_port,
     }
 }
 

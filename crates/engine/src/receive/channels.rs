@@ -269,13 +269,26 @@ impl ChannelWorker {
                 )
             });
         }
-        while let Ok(ChanCmd::Reject(block)) = self.cmds.try_recv() {
-            if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
-                self.log
-                    .line(|| format!("block {block} failed verification; fetching again"));
-                self.spilled.remove(&block);
-                self.refetched.insert(block);
-                self.rec.reject(range);
+        while let Ok(cmd) = self.cmds.try_recv() {
+            match cmd {
+                ChanCmd::Reject(block) => {
+                    if let Some((_, range)) = self.shared.layout.block_stripe_range(block) {
+                        self.log
+                            .line(|| format!("block {block} failed verification; fetching again"));
+                        self.spilled.remove(&block);
+                        self.refetched.insert(block);
+                        self.rec.reject(range);
+                    }
+                }
+                ChanCmd::Relink(new) => {
+                    // What the old link dropped as unauthentic still counts.
+                    self.shared
+                        .counters
+                        .unauthentic
+                        .fetch_add(link.dropped(), Ordering::Relaxed);
+                    *link = *new;
+                    self.log.line(|| "link moved to TCP".into());
+                }
             }
         }
         if let Some(ranges) = self.rec.poll_nack(now) {
@@ -341,6 +354,12 @@ impl ChannelWorker {
         let (verdict, payload) = self
             .admission
             .admit_datagram(now, &self.shared.layout, datagram);
+        if !matches!(verdict, Admit::Reject(_)) {
+            let heard = &self.shared.heard[usize::from(self.ch)];
+            if !heard.load(Ordering::Relaxed) {
+                heard.store(true, Ordering::Relaxed);
+            }
+        }
         match verdict {
             Admit::Reject(_) => Ok(0),
             Admit::Probe { size, .. } => {

@@ -233,8 +233,7 @@ impl Receiver {
             .map_err(|e| SessionError::io("listening socket", e))
     }
 
-    /// Waits for one sender and receives its transfer. A sender that finds UDP blocked ends
-    /// its first session and connects again with parallel TCP: that is still one transfer.
+    /// Waits for one sender and receives its transfer.
     ///
     /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
     /// meanwhile and do not end the wait ([`crate::receive::accept`]); the summary counts them. The
@@ -244,22 +243,14 @@ impl Receiver {
         if self.opts.keys.is_empty() {
             return Err(SessionError::NoSecret);
         }
-        let mut fallbacks = 0;
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
         }
-        loop {
-            let arrival = self.door.next()?;
-            progress.set_phase(Phase::SettingUp);
-            match self.serve(arrival, progress.clone()) {
-                Err(SessionError::FellBack) if fallbacks < 2 => fallbacks += 1,
-                Ok(mut summary) => {
-                    summary.strays = self.door.take_strays();
-                    return Ok(summary);
-                }
-                other => return other,
-            }
-        }
+        let arrival = self.door.next()?;
+        progress.set_phase(Phase::SettingUp);
+        let mut summary = self.serve(arrival, progress)?;
+        summary.strays = self.door.take_strays();
+        Ok(summary)
     }
 
     /// Connections dropped before their greeting and not yet counted in a summary.

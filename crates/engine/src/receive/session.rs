@@ -10,7 +10,7 @@ use super::commit::Commits;
 use super::held::{hash_holes, in_ranges, Holes, Resumed};
 use super::links::{accept_data_connections, DataKeys};
 use super::parallel::in_runs;
-use super::session_loop::{session_loop, Wires};
+use super::session_loop::{session_loop, Race, Wires};
 use super::shared::{ChanCmd, ChanEvent, Counters, Shared};
 use super::summary::ReceiveSummary;
 use super::writer::Writer;
@@ -27,6 +27,7 @@ use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::Tally;
 use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
+use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::session::{
     first_look, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent, ReceiverLimits,
     ReceiverSetup, SetupError,
@@ -74,6 +75,7 @@ impl Receiver {
         let HelloParams {
             channels,
             tcp,
+            race,
             checksum,
             block_size,
             session,
@@ -81,7 +83,7 @@ impl Receiver {
         } = hello;
         let mut warnings = Vec::new();
         let (data_in, ports, _own_port) =
-            self.open_data_path(local_ip, channels, tcp, &mut warnings)?;
+            self.open_data_path(local_ip, channels, (tcp, race), &mut warnings)?;
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
@@ -93,7 +95,7 @@ impl Receiver {
         let capacity = self.capacity().for_channels(channels);
         // Each socket's receive buffer as granted (the smallest), and what was asked for.
         let (recv_buffer, recv_buffer_wanted) = match &data_in {
-            DataIn::Udp(udps) => (
+            DataIn::Udp(udps, _) => (
                 udps.iter()
                     .map(|u| u.granted_recv_buffer())
                     .min()
@@ -110,7 +112,15 @@ impl Receiver {
             recv_buffer,
             recv_buffer_wanted,
         };
-        setup.act(|m| m.accept(ports, intake, Instant::now()))?;
+        let race_port = match &data_in {
+            DataIn::Udp(_, Some(l)) => Some(
+                l.local_addr()
+                    .map_err(|e| SessionError::io("TCP data listener", e))?
+                    .port(),
+            ),
+            _ => None,
+        };
+        setup.act(|m| m.accept(ports, race_port, intake, Instant::now()))?;
 
         // Manifest: the machine checks it whole (entries, blocks, holes) before anything is
         // created here.
@@ -195,17 +205,26 @@ impl Receiver {
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
         // A TCP data listener stays open until the session ends, as its port stays ours.
-        let (links, _listener) = match data_in {
+        let (links, _listener, race) = match data_in {
             DataIn::Tcp(l) => (
                 accept_data_connections(&l, session, channels, peer.ip(), data, control)?,
                 Some(l),
+                None,
             ),
-            DataIn::Udp(udps) => (
+            DataIn::Udp(udps, fallback) => (
                 udps.into_iter()
                     .enumerate()
                     .map(|(ch, u)| LinkIn::udp(u, data.opener(ch as u16)))
                     .collect(),
                 None,
+                fallback.map(|listener| Race {
+                    listener,
+                    session,
+                    peer_ip: peer.ip(),
+                    data,
+                    control,
+                    watch: SilenceWatch::default(),
+                }),
             ),
         };
 
@@ -219,6 +238,7 @@ impl Receiver {
             stop: AtomicBool::new(false),
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
+            heard: (0..channels).map(|_| AtomicBool::new(false)).collect(),
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
             write_fill: AtomicU64::new(0),
@@ -259,6 +279,7 @@ impl Receiver {
                 events: &ev_rx,
                 cmds: &cmd_txs,
                 commits,
+                race,
             };
             // Returning drops `commits`: the committer ends once it has committed what it
             // was given, and the scope waits for it.
@@ -389,16 +410,17 @@ impl Receiver {
     }
 
     /// The receiving ends of the data path on `local_ip`: one UDP socket per channel, or a
-    /// TCP listener for parallel TCP (its port marked as ours while the guard lives), and the
-    /// ports to tell the sender.
+    /// TCP listener for parallel TCP, or both when the sender may move its channels to TCP
+    /// (`race`); the TCP listener's port is marked as ours while the guard lives. Returns them
+    /// and the ports to tell the sender.
     fn open_data_path(
         &self,
         local_ip: IpAddr,
         channels: u16,
-        tcp: bool,
+        (tcp, race): (bool, bool),
         warnings: &mut Vec<String>,
     ) -> Result<(DataIn, Vec<u16>, Option<OwnPort<'_>>), SessionError> {
-        if tcp {
+        let tcp_listener = || -> Result<(TcpListener, OwnPort<'_>), SessionError> {
             let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
                 .map_err(|e| SessionError::io("TCP data listener", e))?;
             let port = l
@@ -406,7 +428,11 @@ impl Receiver {
                 .map_err(|e| SessionError::io("TCP data listener", e))?
                 .port();
             self.opts.own_ports.add(port);
-            let guard = OwnPort(&self.opts.own_ports, port);
+            Ok((l, OwnPort(&self.opts.own_ports, port)))
+        };
+        if tcp {
+            let (l, guard) = tcp_listener()?;
+            let port = guard.1;
             return Ok((
                 DataIn::Tcp(l),
                 vec![port; usize::from(channels)],
@@ -424,7 +450,13 @@ impl Receiver {
             udps.push(u);
         }
         let ports = udps.iter().map(|u| u.local_addr().port()).collect();
-        Ok((DataIn::Udp(udps), ports, None))
+        let (fallback, guard) = if race {
+            let (l, guard) = tcp_listener()?;
+            (Some(l), Some(guard))
+        } else {
+            (None, None)
+        };
+        Ok((DataIn::Udp(udps, fallback), ports, guard))
     }
 
     /// The answers to the manifest and what they need before the reply: the directories, the
@@ -621,8 +653,9 @@ type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
 
 /// The receiving ends of a session's data path.
 enum DataIn {
-    /// One socket per channel.
-    Udp(Vec<UdpChannel>),
+    /// One socket per channel, and the listener for the sender's TCP data connections if it
+    /// may move the channels there.
+    Udp(Vec<UdpChannel>, Option<TcpListener>),
     /// The listener the sender's data connections come to.
     Tcp(TcpListener),
 }

@@ -4,6 +4,7 @@
 //! fails, and sends the reports, less often when its own timer runs late ([`Lateness`]).
 
 use super::commit::{Commits, JournalQueue};
+use super::links::{accept_data_connections, DataKeys};
 use super::shared::{ChanCmd, ChanEvent, Shared};
 use crate::error::{SessionError, Side};
 use crate::fs;
@@ -12,8 +13,11 @@ use crate::progress::Phase;
 use crossbeam_channel::{select, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::ReportFacts;
 use hurtle_proto::hash::BlockValue;
+use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::wire::{Control, Entry};
 use hurtle_proto::{ReportBuilder, Verdict, Verifier};
+use std::net::{IpAddr, TcpListener};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -28,6 +32,38 @@ pub(super) struct Wires<'a> {
     pub(super) cmds: &'a [Sender<ChanCmd>],
     /// The committer thread, which puts verified files in place.
     pub(super) commits: Commits,
+    /// Where the channels go if the sender moves them to TCP, in a session that allows it.
+    pub(super) race: Option<Race<'a>>,
+}
+
+/// A session whose channels may move from UDP to TCP data connections: the listener they
+/// come to, what opens them, and the watch for channels on which nothing arrives.
+pub(super) struct Race<'a> {
+    pub(super) listener: TcpListener,
+    pub(super) session: u64,
+    pub(super) peer_ip: IpAddr,
+    pub(super) data: &'a DataKeys,
+    pub(super) control: BorrowedFd<'a>,
+    pub(super) watch: SilenceWatch,
+}
+
+impl Race<'_> {
+    /// The sender's `Fallback`: takes its TCP data connections (dialled while UDP was tried,
+    /// so they are usually waiting) and hands each channel its own.
+    fn move_to_tcp(&self, cmds: &[Sender<ChanCmd>]) -> Result<(), SessionError> {
+        let links = accept_data_connections(
+            &self.listener,
+            self.session,
+            cmds.len() as u16,
+            self.peer_ip,
+            self.data,
+            self.control,
+        )?;
+        for (cmd, link) in cmds.iter().zip(links) {
+            let _ = cmd.send(ChanCmd::Relink(Box::new(link)));
+        }
+        Ok(())
+    }
 }
 
 /// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
@@ -48,6 +84,7 @@ pub(super) fn session_loop(
         events,
         cmds,
         mut commits,
+        mut race,
     } = wires;
     let mut journal = JournalQueue::new(shared);
     let layout = &shared.layout;
@@ -130,6 +167,9 @@ pub(super) fn session_loop(
                         }
                     }
                     Control::Start { report_interval_us, .. } => {
+                        if let Some(r) = race.as_mut() {
+                            r.watch.start(Instant::now());
+                        }
                         if !shared.started.swap(true, Ordering::Relaxed) {
                             shared.progress.set_phase(Phase::Moving);
                             for (f, e) in files.iter().enumerate() {
@@ -141,10 +181,12 @@ pub(super) fn session_loop(
                         report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
                     }
                     Control::KeepAlive => {}
-                    // Probing runs beside the data: the sender may find UDP blocked after it
-                    // started, as long as nothing got through.
-                    Control::Fallback if shared.progress.sent.load(Ordering::Relaxed) == 0 => {
-                        return Err(SessionError::FellBack)
+                    // UDP does not get through (we said so, or the sender's probes found it):
+                    // the channels go on over TCP, once.
+                    Control::Fallback if race.is_some() => {
+                        if let Some(r) = race.take() {
+                            r.move_to_tcp(cmds)?;
+                        }
                     }
                     Control::Done => {
                         commits.finish()?;
@@ -183,6 +225,11 @@ pub(super) fn session_loop(
                 }
                 let now = Instant::now();
                 journal.tick(now);
+                if let Some(silent) = race.as_mut().and_then(|r| {
+                    r.watch.poll(now, cmds.len() as u16, |ch| shared.heard[usize::from(ch)].load(Ordering::Relaxed))
+                }) {
+                    let _ = shared.to_wire.send(Control::UdpSilent { channels: silent });
+                }
                 let interval = now.saturating_duration_since(reports.interval_start());
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {

@@ -5,6 +5,7 @@
 
 use crate::error::SessionError;
 use crate::fs::PartFile;
+use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use hurtle_proto::admit::Tally;
@@ -28,6 +29,9 @@ pub(super) struct Shared {
     pub(super) started: AtomicBool,
     /// Kernel drop counter of each channel's socket, refreshed by its thread.
     pub(super) channel_drops: Vec<AtomicU64>,
+    /// Whether anything of the sender's (a probe, data) arrived on each channel: a channel
+    /// still silent a while after `Start` tells a sender that may move to TCP to do so.
+    pub(super) heard: Vec<AtomicBool>,
     /// The fullest any channel's socket receive buffer got since the last report, thousandths
     /// of its limit (sampled by the channel threads, taken by the report loop).
     pub(super) queue_fill: AtomicU64,
@@ -91,7 +95,10 @@ impl Counters {
 }
 
 pub(super) enum ChanCmd {
+    /// The block failed verification: fetch it again.
     Reject(u64),
+    /// The channel goes on over this link (the sender moved it from UDP to TCP).
+    Relink(Box<LinkIn>),
 }
 
 pub(super) enum ChanEvent {

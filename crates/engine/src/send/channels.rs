@@ -68,12 +68,12 @@ pub(super) fn send_threads(channels: u16, tcp: bool) -> usize {
 
 /// Sends for several channels on one thread until told to stop: each channel sends what its
 /// pacer allows in turn, then the thread sleeps until the first of them may send again, a
-/// timer is due, or a command arrives. Returns (datagrams sent, datagrams resent, NACKs
-/// handled), summed over the channels. A channel's error is reported and ends the thread.
+/// timer is due, or a command arrives. Returns the channels, to be counted or moved to other
+/// links. A channel's error is reported and ends the thread.
 pub(super) fn serve_channels(
     mut workers: Vec<ChannelWorker>,
     cmds: Receiver<ThreadCmd>,
-) -> (u64, u64, u64) {
+) -> Vec<ChannelWorker> {
     let mut bufs = SendBufs::for_channels(&workers);
     // Hands a command to its channel; false when the thread is to stop.
     let dispatch = |workers: &mut [ChannelWorker], cmd: ThreadCmd| -> bool {
@@ -122,9 +122,7 @@ pub(super) fn serve_channels(
         // (`ChannelCmds::send`); the loop's top takes it.
         std::thread::park_timeout(wait);
     }
-    workers.iter().fold((0, 0, 0), |(s, r, n), w| {
-        (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
-    })
+    workers
 }
 
 /// Buffers a channel thread shares between its channels, sized once for the largest send any

@@ -7,8 +7,7 @@
 //! a writer thread. Channel threads talk to the session loop through channels, one message per
 //! block or per NACK, never per datagram.
 //!
-//! [`send`] (here) runs a session and, when UDP is found blocked, another over TCP. The rest,
-//! one thing per file:
+//! [`send`] (here) runs a session. The rest, one thing per file:
 //!
 //! - `options`: how to send ([`SendOptions`], [`Transport`], [`default_channels`]).
 //! - `session`: one session from the dial to the summary (`send_once`): set-up while the
@@ -44,9 +43,10 @@ use session::send_once;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
-/// Sends `paths` (files and directories) to the receiver at `to`.
+/// Sends `paths` (files and directories) to the receiver at `to`. With
+/// [`Transport::Auto`], data starts over UDP and moves to parallel TCP in the same session if
+/// UDP does not get through.
 pub fn send(
     paths: &[PathBuf],
     to: SocketAddr,
@@ -54,26 +54,10 @@ pub fn send(
     progress: Arc<Progress>,
 ) -> Result<SendSummary, SessionError> {
     let tcp_only = opts.dialer.as_ref().is_some_and(|d| d.tcp_only());
-    let first = if opts.transport == Transport::Tcp || tcp_only {
+    let transport = if opts.transport == Transport::Tcp || tcp_only {
         Transport::Tcp
     } else {
         Transport::Udp
     };
-    let started = Instant::now();
-    match send_once(paths, to, opts, first, progress.clone()) {
-        Err(SessionError::UdpBlocked { channel, .. })
-            if opts.transport == Transport::Auto && !tcp_only =>
-        {
-            let lost = started.elapsed();
-            let mut s = send_once(paths, to, opts, Transport::Tcp, progress)?;
-            let moved = s.goodput_bps * s.seconds;
-            s.seconds += lost.as_secs_f64();
-            s.goodput_bps = moved / s.seconds.max(1e-9);
-            s.first_data_ms = s.first_data_ms.map(|ms| ms + lost.as_secs_f64() * 1e3);
-            s.fallback_seconds = Some(lost.as_secs_f64());
-            s.warnings.insert(0, format!("no UDP datagram reached the receiver (channel {channel}); fell back to parallel TCP after {:.1} s, counted in the time", lost.as_secs_f64()));
-            Ok(s)
-        }
-        other => other,
-    }
+    send_once(paths, to, opts, transport, progress)
 }

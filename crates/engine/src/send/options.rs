@@ -13,7 +13,8 @@ use std::time::Duration;
 /// How data moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// UDP channels; if no datagram gets through, fall back to parallel TCP.
+    /// UDP channels, with TCP data connections dialled beside them; if nothing gets through,
+    /// the channels move to those connections in the same session.
     Auto,
     /// UDP channels only.
     Udp,

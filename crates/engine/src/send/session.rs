@@ -7,7 +7,7 @@
 use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT};
 use super::options::{user_cap, SendOptions, Transport};
 use super::probe::Prober;
-use super::session_loop::{session_loop, Wires};
+use super::session_loop::{session_loop, Dialing, LoopState, Outcome, UdpPath, Wires};
 use super::shared::{ChanEvent, Shared, ThreadCmd};
 use super::summary::{BottleneckSummary, Limits, RateSummary, SendSummary};
 use crate::error::{SessionError, Side};
@@ -33,7 +33,7 @@ use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateM
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,8 @@ pub(super) fn send_once(
             block_size: opts.block_size,
             session,
             tcp: transport == Transport::Tcp,
+            // With `auto`, the channels may move to TCP if UDP does not get through.
+            race: opts.transport == Transport::Auto,
             checksum: opts.checksum,
         },
         entries,
@@ -131,7 +133,7 @@ pub(super) fn send_once(
     let agreed = loop {
         match setup.next()? {
             SenderEvent::ProbeAck { channel, size } => {
-                if let DataSetup::Udp(_, prober) = &mut data {
+                if let DataSetup::Udp(_, prober, _) = &mut data {
                     prober
                         .probe
                         .on_ack(channel, usize::from(size), Instant::now());
@@ -185,7 +187,7 @@ pub(super) fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
-    let (links, payload, prober) = data_links(data, &path, accepted.max_payload)?;
+    let (links, payload, prober, fallback) = data_links(data, &path, accepted.max_payload)?;
     if let Some(p) = prober.as_ref().and_then(|p| p.probe.rtt()) {
         rtt = rtt.min(p);
     }
@@ -210,12 +212,13 @@ pub(super) fn send_once(
             receiver_ceiling_bps: receiver_ceiling,
             receiver_buffer: accepted.buffer_cap,
         }),
+        moved_to_tcp: AtomicBool::new(false),
         receiver_signs: Default::default(),
     });
     progress
         .rate_bps
         .store(controller.rate_bps(), Ordering::Relaxed);
-    let channel_threads = ChannelThreads::start(
+    let mut channel_threads = ChannelThreads::start(
         &shared,
         links,
         held,
@@ -224,12 +227,6 @@ pub(super) fn send_once(
         (opts.log_dir.as_deref(), start),
     )?;
 
-    let wires = Wires {
-        rx: &rx,
-        events: &channel_threads.events,
-        tx: &tx,
-        cmds: &channel_threads.by_channel,
-    };
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
     rate_log.line(|| {
@@ -244,23 +241,69 @@ pub(super) fn send_once(
             report_every.as_secs_f64() * 1e3,
         )
     });
-    let result = session_loop(
-        &shared,
-        &files,
-        &wires,
-        opts.stall_timeout,
-        (&mut controller, &mut rate_log),
-        &skipped,
+    let data_started = Instant::now();
+    let mut state = LoopState::new(&shared, &skipped);
+    let mut udp = UdpPath {
         prober,
-    );
+        fallback,
+        moved: false,
+    };
+    let mut fallback_seconds = None;
+    let result = loop {
+        let wires = Wires {
+            rx: &rx,
+            events: &channel_threads.events,
+            tx: &tx,
+            cmds: &channel_threads.by_channel,
+        };
+        let outcome = session_loop(
+            &shared,
+            &files,
+            &wires,
+            opts.stall_timeout,
+            (&mut controller, &mut rate_log),
+            &mut state,
+            &mut udp,
+        );
+        let (silent, why) = match outcome {
+            Ok(Outcome::Done) => break Ok(()),
+            Ok(Outcome::MoveToTcp { silent, why }) => (silent, why),
+            Err(e) => break Err(e),
+        };
+        // UDP does not get through: every channel goes on over its TCP data connection,
+        // dialled while UDP was tried.
+        let dials = udp.fallback.take().unwrap_or_default();
+        let links = match tcp_links(dials, &path) {
+            Ok(links) => links,
+            Err(e) => break Err(e),
+        };
+        let _ = tx.send(Control::Fallback);
+        if let Err(e) = channel_threads.relink(links, &silent) {
+            break Err(e);
+        }
+        udp.prober = None;
+        udp.moved = true;
+        shared.moved_to_tcp.store(true, Ordering::Relaxed);
+        controller = self::controller(opts, Transport::Tcp, receiver_ceiling, payload, rtt);
+        shared
+            .rate_bps
+            .store(controller.rate_bps(), Ordering::Relaxed);
+        progress
+            .rate_bps
+            .store(controller.rate_bps(), Ordering::Relaxed);
+        state.moved();
+        let lost = data_started.elapsed().as_secs_f64();
+        fallback_seconds = Some(lost);
+        rate_log.line(|| format!("moved to TCP after {lost:.3} s: {why}"));
+        warnings.insert(
+            0,
+            format!("UDP did not get through ({why}); the channels moved to parallel TCP after {lost:.1} s, counted in the time"),
+        );
+    };
     let (sent, resent, nacks) = channel_threads.stop();
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
-        }
-        // Probing found no datagram getting through: the caller retries over TCP.
-        Err(SessionError::UdpBlocked { .. }) if opts.transport == Transport::Auto => {
-            let _ = tx.send(Control::Fallback);
         }
         Err(e) if !e.peer_knows() => {
             let _ = tx.send(e.to_abort(Side::Sender));
@@ -272,7 +315,9 @@ pub(super) fn send_once(
     // A FIN right behind the last message, so that the receiver reads it before anything of
     // ours could reset the connection.
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    let (hashes, rejected, drops) = result?;
+    result?;
+    let (hashes, rejected, drops) = state.finish();
+    let transport = if udp.moved { Transport::Tcp } else { transport };
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
         bytes: sent_bytes,
@@ -295,13 +340,13 @@ pub(super) fn send_once(
         channels,
         transport: transport.as_str(),
         payload: shared.payload.load(Ordering::Relaxed),
-        fallback_seconds: None,
+        fallback_seconds,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
             us => Some(us as f64 / 1e3),
         },
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
-        bottleneck: shared.limits.map(|limits| {
+        bottleneck: shared.limits().map(|limits| {
             BottleneckSummary::new(
                 &controller,
                 sent as f64
@@ -399,29 +444,31 @@ fn open_data_path(
         seal: path.seal.clone(),
     };
     prober.send_due(Instant::now());
-    Ok(DataSetup::Udp(udps, Box::new(prober)))
+    // The race: the TCP data connections are dialled at once beside UDP, so that they are
+    // there if UDP does not get through (the receiver keeps them waiting until then).
+    let fallback = accepted.tcp_port.map(|port| {
+        let dests = vec![SocketAddr::new(to.ip(), port); usize::from(channels)];
+        dial_data(opts, &dests, path.session, &path.key)
+    });
+    Ok(DataSetup::Udp(udps, Box::new(prober), fallback))
 }
 
-/// Each channel's link once the receiver is ready, the payload to start with, and the prober
-/// that goes on beside the data (UDP only).
+/// Each channel's link once the receiver is ready, the payload to start with, the prober that
+/// goes on beside the data (UDP only) and the TCP data connections being dialled in case UDP
+/// does not get through (UDP with `--transport auto` only).
+#[allow(clippy::type_complexity)]
 fn data_links(
     data: DataSetup,
     path: &DataPath,
     max_payload: u16,
-) -> Result<(Vec<LinkOut>, u16, Option<Prober>), SessionError> {
+) -> Result<(Vec<LinkOut>, u16, Option<Prober>, Option<Vec<Dialing>>), SessionError> {
     match data {
         DataSetup::Tcp(dialing) => {
-            let mut links = Vec::with_capacity(dialing.len());
-            for d in dialing {
-                let s = d
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-                links.push(LinkOut::new(OutPath::Tcp(s), path.seal.clone()));
-            }
+            let links = tcp_links(dialing, path)?;
             let payload = link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD));
-            Ok((links, payload, None))
+            Ok((links, payload, None, None))
         }
-        DataSetup::Udp(udps, mut prober) => {
+        DataSetup::Udp(udps, mut prober, fallback) => {
             let now = Instant::now();
             // The deadline runs from here: probing can only find UDP blocked in the data
             // phase (`probe_step`), where the caller's fallback to TCP is handled too.
@@ -433,9 +480,21 @@ fn data_links(
                 .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
                 .collect();
             let payload = prober.probe.payload();
-            Ok((links, payload, Some(*prober)))
+            Ok((links, payload, Some(*prober), fallback))
         }
     }
+}
+
+/// The TCP data connections once dialled, one link per channel.
+fn tcp_links(dialing: Vec<Dialing>, path: &DataPath) -> Result<Vec<LinkOut>, SessionError> {
+    let mut links = Vec::with_capacity(dialing.len());
+    for d in dialing {
+        let s = d
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        links.push(LinkOut::new(OutPath::Tcp(s), path.seal.clone()));
+    }
+    Ok(links)
 }
 
 /// The rate controller: the user's mode and cap, the receiver's ceiling, a start from the
@@ -484,7 +543,7 @@ struct ChannelThreads {
     /// Per channel, the commands of the thread that serves it.
     by_channel: Vec<ChannelCmds>,
     threads: Vec<ChannelCmds>,
-    handles: Vec<std::thread::JoinHandle<(u64, u64, u64)>>,
+    handles: Vec<std::thread::JoinHandle<Vec<ChannelWorker>>>,
 }
 
 impl ChannelThreads {
@@ -501,8 +560,7 @@ impl ChannelThreads {
         let (ev_tx, events) = unbounded::<ChanEvent>();
         let per_channel_rate = (rate_bps / u64::from(shared.channels)).max(100_000);
         let send_cfg = SendConfig::for_rtt(rtt);
-        let threads = send_threads(shared.channels, links.first().is_some_and(LinkOut::is_tcp));
-        let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut workers = Vec::with_capacity(links.len());
         for (ch, link) in links.into_iter().enumerate() {
             let ch = ch as u16;
             let log = NetLog::open(logs.0, "send", ch, logs.1)
@@ -511,7 +569,7 @@ impl ChannelThreads {
             for stripe in held[usize::from(ch)].drain(..) {
                 sender.hold(stripe);
             }
-            groups[usize::from(ch) % threads].push(ChannelWorker {
+            workers.push(ChannelWorker {
                 ch,
                 link,
                 sender,
@@ -528,6 +586,22 @@ impl ChannelThreads {
                 resent: 0,
             });
         }
+        drop(ev_tx);
+        Self::spawn(workers, events)
+    }
+
+    /// Runs `workers` on threads, as many as [`send_threads`] says for their links.
+    fn spawn(
+        workers: Vec<ChannelWorker>,
+        events: crossbeam_channel::Receiver<ChanEvent>,
+    ) -> Result<ChannelThreads, SessionError> {
+        let channels = workers.len();
+        let tcp = workers.first().is_some_and(|w| w.link.is_tcp());
+        let threads = send_threads(channels as u16, tcp);
+        let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
+        for w in workers {
+            groups[usize::from(w.ch) % threads].push(w);
+        }
         let mut thread_cmds = Vec::new();
         let mut handles = Vec::new();
         for (i, group) in groups.into_iter().enumerate() {
@@ -543,10 +617,9 @@ impl ChannelThreads {
             handles.push(handle);
         }
         // Channel ch's commands go to the thread that serves it.
-        let by_channel: Vec<ChannelCmds> = (0..usize::from(shared.channels))
+        let by_channel: Vec<ChannelCmds> = (0..channels)
             .map(|ch| thread_cmds[ch % threads].clone())
             .collect();
-        drop(ev_tx);
         Ok(ChannelThreads {
             events,
             by_channel,
@@ -555,20 +628,50 @@ impl ChannelThreads {
         })
     }
 
-    /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served.
-    fn stop(self) -> (u64, u64, u64) {
+    /// Stops every thread and hands back their channels; no thread runs afterwards.
+    fn join(&mut self) -> Vec<ChannelWorker> {
         for c in &self.threads {
             let _ = c.send(ThreadCmd::Stop);
         }
-        let mut totals = (0, 0, 0);
-        for h in self.handles {
-            if let Ok((s, r, n)) = h.join() {
-                totals.0 += s;
-                totals.1 += r;
-                totals.2 += n;
+        self.threads.clear();
+        self.by_channel.clear();
+        let mut workers: Vec<ChannelWorker> = std::mem::take(&mut self.handles)
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .flatten()
+            .collect();
+        workers.sort_by_key(|w| w.ch);
+        workers
+    }
+
+    /// Moves every channel to its link of `links` (one per channel, in order), on new threads
+    /// as those links want them; the channels in `lost` sent into the void so far, and send
+    /// everything again. The rest go on where they were (the receiver asks for what the old
+    /// links had in flight).
+    fn relink(&mut self, links: Vec<LinkOut>, lost: &[u16]) -> Result<(), SessionError> {
+        let mut workers = self.join();
+        if workers.len() != links.len() {
+            return Err(SessionError::Internal("a channel thread ended early"));
+        }
+        for (w, link) in workers.iter_mut().zip(links) {
+            w.link = link;
+            if lost.contains(&w.ch) {
+                let queued = w.sender.on_link_lost();
+                w.log
+                    .line(|| format!("moved to TCP; {queued} bytes sent over UDP go again"));
+            } else {
+                w.log.line(|| "moved to TCP".into());
             }
         }
-        totals
+        *self = Self::spawn(workers, self.events.clone())?;
+        Ok(())
+    }
+
+    /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served.
+    fn stop(mut self) -> (u64, u64, u64) {
+        self.join().iter().fold((0, 0, 0), |(s, r, n), w| {
+            (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
+        })
     }
 }
 
@@ -651,9 +754,10 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
 /// The data paths being set up while the receiver decides on the manifest.
 enum DataSetup {
     /// One connection per channel, being dialled.
-    Tcp(Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>>),
-    /// The channels' sockets, and the probing of the path that started on them.
-    Udp(Vec<UdpChannel>, Box<Prober>),
+    Tcp(Vec<Dialing>),
+    /// The channels' sockets, the probing of the path that started on them, and the TCP data
+    /// connections dialled beside them if the channels may move there.
+    Udp(Vec<UdpChannel>, Box<Prober>, Option<Vec<Dialing>>),
 }
 
 /// Dials the TCP data connections, all at once (one after the other, 8 of them would cost 8
@@ -663,7 +767,7 @@ fn dial_data(
     dests: &[SocketAddr],
     session: u64,
     key: &DataKey,
-) -> Vec<std::thread::JoinHandle<Result<TcpStream, SessionError>>> {
+) -> Vec<Dialing> {
     dests
         .iter()
         .enumerate()

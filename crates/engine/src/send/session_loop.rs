@@ -41,7 +41,73 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
     )
 }
 
-type LoopResult = Result<(Vec<[u8; 32]>, u64, u64), SessionError>;
+/// What the session loop keeps across a move of the channels to TCP: the blocks' values,
+/// the files confirmed, and the receiver's counts and progress.
+pub(super) struct LoopState {
+    table: BlockTable,
+    confirmed: Vec<Option<[u8; 32]>>,
+    left: usize,
+    rejected: u64,
+    drops: u64,
+    last_received: u64,
+    last_progress: Instant,
+    judged_at: Instant,
+}
+
+impl LoopState {
+    /// Nothing sent yet; the `skipped` files (with the receiver's hash) are confirmed already.
+    pub(super) fn new(shared: &Shared, skipped: &[Option<[u8; 32]>]) -> LoopState {
+        let confirmed = skipped.to_vec();
+        LoopState {
+            table: BlockTable::new(&shared.layout),
+            left: confirmed.iter().filter(|c| c.is_none()).count(),
+            confirmed,
+            rejected: 0,
+            drops: 0,
+            last_received: 0,
+            last_progress: Instant::now(),
+            judged_at: Instant::now(),
+        }
+    }
+
+    /// The channels moved to other links just now: the wait for progress starts again.
+    pub(super) fn moved(&mut self) {
+        self.last_progress = Instant::now();
+    }
+
+    /// Every file's confirmed hash, the receiver's rejected datagrams and its socket drops.
+    pub(super) fn finish(self) -> (Vec<[u8; 32]>, u64, u64) {
+        (
+            self.confirmed
+                .into_iter()
+                .map(|h| h.unwrap_or_default())
+                .collect(),
+            self.rejected,
+            self.drops,
+        )
+    }
+}
+
+/// The UDP side of the session loop: the probing, if still going, and the TCP data connections
+/// dialled beside it, if the channels may move there.
+pub(super) struct UdpPath {
+    pub(super) prober: Option<Prober>,
+    /// The dials, until the channels move (taken then).
+    pub(super) fallback: Option<Vec<Dialing>>,
+    pub(super) moved: bool,
+}
+
+/// A TCP data connection being dialled.
+pub(super) type Dialing = std::thread::JoinHandle<Result<std::net::TcpStream, SessionError>>;
+
+/// How the session loop ended without an error.
+pub(super) enum Outcome {
+    /// Every file is confirmed.
+    Done,
+    /// UDP does not get through: these channels sent nothing the receiver saw, and all move
+    /// to TCP now. `why` says how it was found.
+    MoveToTcp { silent: Vec<u16>, why: String },
+}
 
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
 pub(super) struct Wires<'a> {
@@ -51,31 +117,48 @@ pub(super) struct Wires<'a> {
     pub(super) cmds: &'a [ChannelCmds],
 }
 
+/// The data phase until every file is confirmed ([`Outcome::Done`]), or until UDP is found not
+/// to get through in a session that may move to TCP ([`Outcome::MoveToTcp`]; the caller moves
+/// the channels and calls again with the same `state`).
 pub(super) fn session_loop(
     shared: &Shared,
     files: &[&walk::SourceEntry],
     wires: &Wires,
     stall: Duration,
     (controller, rate_log): (&mut RateController, &mut NetLog),
-    skipped: &[Option<[u8; 32]>],
-    mut prober: Option<Prober>,
-) -> LoopResult {
+    state: &mut LoopState,
+    udp: &mut UdpPath,
+) -> Result<Outcome, SessionError> {
     let Wires {
         rx,
         events,
         tx,
         cmds,
     } = *wires;
-    let layout = &shared.layout;
-    let mut table = BlockTable::new(layout);
-    let mut confirmed: Vec<Option<[u8; 32]>> = skipped.to_vec();
-    let mut left = confirmed.iter().filter(|c| c.is_none()).count();
-    let (mut rejected, mut drops) = (0, 0);
-    let mut last_received = 0;
-    let mut last_progress = Instant::now();
-    let mut judged_at = Instant::now();
+    let LoopState {
+        table,
+        confirmed,
+        left,
+        rejected,
+        drops,
+        last_received,
+        last_progress,
+        judged_at,
+    } = state;
+    // Probing found UDP blocked: the channels move to TCP if they may.
+    let blocked = |e: SessionError, udp: &UdpPath| match e {
+        // Every channel sends again what it sent: on a path this blocked, little or nothing
+        // of it arrived (the receiver drops what it has twice).
+        SessionError::UdpBlocked { channel, secs } if udp.fallback.is_some() => {
+            Ok(Outcome::MoveToTcp {
+                silent: (0..shared.channels).collect(),
+                why: format!("no probe was answered on channel {channel} within {secs} s"),
+            })
+        }
+        e => Err(e),
+    };
     let tick = crossbeam_channel::tick(Duration::from_millis(200));
-    while left > 0 {
+    while *left > 0 {
         select! {
             recv(rx) -> msg => {
                 let msg = msg.map_err(|_| ControlError::Closed)??;
@@ -99,13 +182,13 @@ pub(super) fn session_loop(
                             return Err(SessionError::HashMismatch { path: files[f].rel_path.clone(), got: to_hex(&hash), want: to_hex(&want) });
                         }
                         if confirmed[f].replace(hash).is_none() {
-                            left -= 1;
+                            *left -= 1;
                             shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     report @ Control::Report { received, rejected: r, socket_drops, .. } => {
-                        rejected = r;
-                        drops = socket_drops;
+                        *rejected = r;
+                        *drops = socket_drops;
                         let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
                         shared
                             .receiver_signs
@@ -122,20 +205,31 @@ pub(super) fn session_loop(
                         }
                         shared.progress.confirmed.store(received, Ordering::Relaxed);
                         if judged_at.elapsed() >= LIMIT_EVERY {
-                            judged_at = Instant::now();
+                            *judged_at = Instant::now();
                             judge_live(shared, controller);
                         }
-                        if received > last_received {
-                            last_received = received;
-                            last_progress = Instant::now();
+                        if received > *last_received {
+                            *last_received = received;
+                            *last_progress = Instant::now();
                         }
                     }
                     Control::ProbeAck { channel, size } => {
-                        if let Some(p) = prober.as_mut() {
+                        if let Some(p) = udp.prober.as_mut() {
                             p.probe.on_ack(channel, usize::from(size), Instant::now());
-                            probe_step(p, shared, last_received > 0, rate_log)?;
+                            if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
+                                return blocked(e, udp);
+                            }
                         }
                     }
+                    // Nothing reached the receiver on these channels since `Start`.
+                    Control::UdpSilent { channels } if udp.fallback.is_some() => {
+                        return Ok(Outcome::MoveToTcp {
+                            why: format!("nothing reached the receiver on {}", channel_list(&channels)),
+                            silent: channels,
+                        });
+                    }
+                    // Moved already, on the sender's own finding.
+                    Control::UdpSilent { .. } if udp.moved => {}
                     Control::KeepAlive => {}
                     other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
                 }
@@ -145,7 +239,7 @@ pub(super) fn session_loop(
                     // Hashing what the receiver already holds is progress too: a resume of a
                     // big, nearly finished file sends nothing for a while.
                     if held {
-                        last_progress = Instant::now();
+                        *last_progress = Instant::now();
                     }
                     if let Some((file, _)) = table.set(block, value) {
                         // Every block of this file has been read once: make sure it did not change
@@ -161,11 +255,13 @@ pub(super) fn session_loop(
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
                 }
-                if let Some(p) = prober.as_mut() {
+                if let Some(p) = udp.prober.as_mut() {
                     p.send_due(Instant::now());
-                    probe_step(p, shared, last_received > 0, rate_log)?;
+                    if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
+                        return blocked(e, udp);
+                    }
                     if p.probe.is_done() {
-                        prober = None;
+                        udp.prober = None;
                     }
                 }
                 let _ = tx.send(Control::KeepAlive);
@@ -175,14 +271,16 @@ pub(super) fn session_loop(
             }
         }
     }
-    Ok((
-        confirmed
-            .into_iter()
-            .map(|h| h.unwrap_or_default())
-            .collect(),
-        rejected,
-        drops,
-    ))
+    Ok(Outcome::Done)
+}
+
+/// "channel 1", "channels 0, 1".
+fn channel_list(channels: &[u16]) -> String {
+    let list: Vec<String> = channels.iter().map(u16::to_string).collect();
+    match list.len() {
+        1 => format!("channel {}", list[0]),
+        _ => format!("channels {}", list.join(", ")),
+    }
 }
 
 /// How often the progress line's bottleneck is judged again.
@@ -190,7 +288,7 @@ const LIMIT_EVERY: Duration = Duration::from_secs(1);
 
 /// Judges what limits the transfer so far, for the progress line.
 fn judge_live(shared: &Shared, controller: &RateController) {
-    let Some(limits) = shared.limits else {
+    let Some(limits) = shared.limits() else {
         return;
     };
     let payload = usize::from(shared.payload.load(Ordering::Relaxed)).max(1);

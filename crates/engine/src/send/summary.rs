@@ -47,8 +47,8 @@ pub struct SendSummary {
     /// Milliseconds from the sender's start to its first data datagram: what setting up the
     /// session cost (`None` if no data was sent).
     pub first_data_ms: Option<f64>,
-    /// Seconds spent finding UDP blocked before falling back to parallel TCP (`None` when there
-    /// was no fallback); counted in `seconds`.
+    /// Seconds from the start of data over UDP to the channels' move to parallel TCP, when
+    /// UDP did not get through (`None` when they did not move); counted in `seconds`.
     pub fallback_seconds: Option<f64>,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,

@@ -7,7 +7,8 @@
 //! ```text
 //! sender                                 receiver
 //!   Hello, Manifest parts  ------------>   checks version, clamps channels
-//!                          <------------   HelloAck (ports, payload, rate ceiling)
+//!                          <------------   HelloAck (ports, payload, rate ceiling,
+//!                                          and a TCP data port if the hello asked)
 //!                                          decides each entry from its file system's facts
 //!                          <------------   ManifestReply (send, refuse, have, unchanged, resume)
 //!   hashes the files the receiver has
@@ -15,6 +16,12 @@
 //!   both: Agreed (the same Layout and held stripes)
 //!   Start (payload, report interval) --->  data phase
 //! ```
+//!
+//! With `--transport auto` the hello asks for a TCP data port beside the UDP ones
+//! ([`CAP_RACE`](crate::wire::CAP_RACE)). Data starts over UDP at once; if nothing arrives on a
+//! channel (the receiver says so with `UdpSilent`, or the sender's probes go unanswered), the
+//! sender dials the TCP port, sends `Fallback`, and every channel goes on over its TCP
+//! connection in the same session: the set-up is not done again.
 //!
 //! What the machines own: the order of messages and what each may say (anything else is a
 //! [`SetupError`], never a panic), the limits (entries, channels, blocks), the decisions a

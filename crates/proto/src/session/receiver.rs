@@ -9,7 +9,8 @@ use crate::layout::{
     MIN_BLOCK_SIZE,
 };
 use crate::wire::{
-    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, MAX_PAYLOAD, VERSION,
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, MAGIC, MAX_PAYLOAD,
+    VERSION,
 };
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -28,6 +29,9 @@ pub struct HelloParams {
     pub channels: u16,
     /// Data over parallel TCP.
     pub tcp: bool,
+    /// Data over UDP, moved to TCP data connections in the same session if nothing gets
+    /// through: offer a TCP data port beside the UDP ones (never with `tcp`).
+    pub race: bool,
     /// The sender compares existing files by hash only.
     pub checksum: bool,
     /// Largest payload the sender wants.
@@ -201,6 +205,7 @@ impl ReceiverSetup {
         let hello = HelloParams {
             channels: channels.clamp(1, self.limits.max_channels.clamp(1, MAX_CHANNELS)),
             tcp: caps & CAP_TCP_DATA != 0,
+            race: caps & CAP_RACE != 0 && caps & CAP_TCP_DATA == 0,
             checksum: caps & CAP_CHECKSUM != 0,
             payload,
             block_size,
@@ -212,11 +217,13 @@ impl ReceiverSetup {
         Ok(())
     }
 
-    /// The data path is open: answers the hello with one port per channel and what the
+    /// The data path is open: answers the hello with one port per channel, the TCP data port
+    /// if the sender asked for one to fall back to ([`HelloParams::race`]), and what the
     /// receiver can take in. Queues `HelloAck`.
     pub fn accept(
         &mut self,
         ports: Vec<u16>,
+        tcp_port: Option<u16>,
         intake: Intake,
         now: Instant,
     ) -> Result<(), SetupError> {
@@ -226,6 +233,11 @@ impl ReceiverSetup {
         if ports.len() != usize::from(hello.channels) {
             return Err(SetupError::Driver("a port count other than the channels"));
         }
+        if tcp_port.is_some() != hello.race || tcp_port == Some(0) {
+            return Err(SetupError::Driver(
+                "a TCP data port where none was asked for, or none where one was",
+            ));
+        }
         self.transmits.push_back(Control::HelloAck {
             version: VERSION,
             caps: 0,
@@ -234,6 +246,7 @@ impl ReceiverSetup {
             rate_ceiling: intake.ceiling_bps,
             recv_buffer: intake.recv_buffer,
             recv_buffer_wanted: intake.recv_buffer_wanted,
+            tcp_port: tcp_port.unwrap_or(0),
         });
         self.deadline = now + SETUP_TIMEOUT;
         self.state = if self.manifest_done {

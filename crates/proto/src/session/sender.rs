@@ -5,7 +5,7 @@ use super::{entry_bytes, files, parts, Agreed, SetupError, Skipped, SETUP_TIMEOU
 use crate::layout::MAX_CHANNELS;
 use crate::rate::bottleneck::BufferCap;
 use crate::wire::{
-    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_TCP_DATA, MAGIC, VERSION,
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, MAGIC, VERSION,
 };
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -23,6 +23,9 @@ pub struct SenderParams {
     pub session: u64,
     /// Data over parallel TCP instead of UDP.
     pub tcp: bool,
+    /// Data over UDP, with the channels moved to TCP data connections in the same session if
+    /// nothing gets through (`--transport auto`; ignored with `tcp`).
+    pub race: bool,
     /// Compare existing files by hash, never by size and time alone.
     pub checksum: bool,
 }
@@ -38,6 +41,9 @@ pub struct Accepted {
     pub rate_ceiling: u64,
     /// The receiver's socket buffers, when the kernel granted less than it asked for.
     pub buffer_cap: Option<BufferCap>,
+    /// The port for TCP data connections if UDP does not get through (asked for with
+    /// [`SenderParams::race`]).
+    pub tcp_port: Option<u16>,
 }
 
 impl Accepted {
@@ -114,7 +120,12 @@ impl SenderSetup {
             magic: MAGIC,
             version: VERSION,
             caps: if params.tcp { CAP_TCP_DATA } else { 0 }
-                | if params.checksum { CAP_CHECKSUM } else { 0 },
+                | if params.checksum { CAP_CHECKSUM } else { 0 }
+                | if params.race && !params.tcp {
+                    CAP_RACE
+                } else {
+                    0
+                },
             channels: params.channels.max(1),
             payload: params.payload,
             block_size: params.block_size,
@@ -207,6 +218,7 @@ impl SenderSetup {
                     rate_ceiling,
                     recv_buffer,
                     recv_buffer_wanted,
+                    tcp_port,
                     ..
                 },
             ) => {
@@ -225,6 +237,9 @@ impl SenderSetup {
                     max_payload: payload,
                     rate_ceiling,
                     buffer_cap: BufferCap::of(recv_buffer, recv_buffer_wanted),
+                    // Only where it was asked for: a port offered unasked is not used.
+                    tcp_port: (self.params.race && !self.params.tcp && tcp_port != 0)
+                        .then_some(tcp_port),
                 };
                 self.accepted = Some(accepted.clone());
                 self.events.push_back(SenderEvent::Accepted(accepted));

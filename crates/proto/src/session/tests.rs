@@ -35,6 +35,7 @@ fn params(channels: u16) -> SenderParams {
         block_size: 1 << 16,
         session: 0x1234_5679,
         tcp: false,
+        race: false,
         checksum: false,
     }
 }
@@ -96,6 +97,7 @@ fn run(
                     let ports = (0..h.channels).map(|c| 9000 + c).collect();
                     r.accept(
                         ports,
+                        h.race.then_some(9999),
                         Intake {
                             ceiling_bps: 1_000_000_000,
                             ..Intake::default()
@@ -348,6 +350,7 @@ fn ack(ports: usize) -> Control {
         rate_ceiling: 0,
         recv_buffer: 0,
         recv_buffer_wanted: 0,
+        tcp_port: 0,
     }
 }
 
@@ -361,7 +364,7 @@ fn opened() -> ReceiverSetup {
     let now = Instant::now();
     r.handle(hello(), now).unwrap();
     assert!(matches!(r.poll_event(), Some(ReceiverEvent::Hello(_))));
-    r.accept(vec![1, 2], Intake::default(), now).unwrap();
+    r.accept(vec![1, 2], None, Intake::default(), now).unwrap();
     r
 }
 
@@ -567,6 +570,7 @@ fn the_sender_takes_messages_only_in_order() {
         rate_ceiling: 0,
         recv_buffer: 0,
         recv_buffer_wanted: 0,
+        tcp_port: 0,
     };
     for bad in [ack(0), old] {
         let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
@@ -630,7 +634,7 @@ fn the_receivers_capped_buffers_reach_the_sender() {
         recv_buffer: 212_992,
         recv_buffer_wanted: 4 << 20,
     };
-    r.accept(vec![1, 2], intake, now).unwrap();
+    r.accept(vec![1, 2], None, intake, now).unwrap();
     let ack = r.poll_transmit().unwrap();
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
     s.handle(ack, now).unwrap();
@@ -643,6 +647,53 @@ fn the_receivers_capped_buffers_reach_the_sender() {
 }
 
 #[test]
+fn a_sender_that_may_fall_back_gets_a_tcp_data_port_and_only_then() {
+    let now = Instant::now();
+    for (race, tcp) in [(true, false), (false, false), (true, true)] {
+        let p = SenderParams {
+            race,
+            tcp,
+            ..params(2)
+        };
+        let mut s = SenderSetup::new(p, vec![file("a", 1)], now);
+        let hello = s.poll_transmit().unwrap();
+        let mut r = receiver();
+        r.handle(hello.clone(), now).unwrap();
+        let Some(ReceiverEvent::Hello(h)) = r.poll_event() else {
+            panic!("no hello")
+        };
+        // Asked for with UDP only: data over TCP has no use for a second port.
+        assert_eq!(h.race, race && !tcp, "race {race}, tcp {tcp}");
+        // The port must be there exactly when it was asked for.
+        let wrong = (!h.race).then_some(7401);
+        assert!(matches!(
+            r.accept(vec![1, 2], wrong, Intake::default(), now),
+            Err(SetupError::Driver(_))
+        ));
+        let mut r = receiver();
+        r.handle(hello, now).unwrap();
+        let port = h.race.then_some(7401);
+        r.accept(vec![1, 2], port, Intake::default(), now).unwrap();
+        s.handle(r.poll_transmit().unwrap(), now).unwrap();
+        let Some(SenderEvent::Accepted(a)) = s.poll_event() else {
+            panic!("no answer")
+        };
+        assert_eq!(a.tcp_port, port);
+    }
+    // A port the sender did not ask for is not used.
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
+    let mut unasked = ack(2);
+    if let Control::HelloAck { tcp_port, .. } = &mut unasked {
+        *tcp_port = 7401;
+    }
+    s.handle(unasked, now).unwrap();
+    let Some(SenderEvent::Accepted(a)) = s.poll_event() else {
+        panic!("no answer")
+    };
+    assert_eq!(a.tcp_port, None);
+}
+
+#[test]
 fn the_driver_cannot_answer_out_of_turn() {
     let now = Instant::now();
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
@@ -650,14 +701,14 @@ fn the_driver_cannot_answer_out_of_turn() {
     assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
     let mut r = receiver();
     assert!(matches!(
-        r.accept(vec![1], Intake::default(), now),
+        r.accept(vec![1], None, Intake::default(), now),
         Err(SetupError::Driver(_))
     ));
     assert!(matches!(r.reply(vec![], now), Err(SetupError::Driver(_))));
     let mut r = receiver();
     r.handle(hello(), now).unwrap();
     assert!(matches!(
-        r.accept(vec![1, 2, 3], Intake::default(), now),
+        r.accept(vec![1, 2, 3], None, Intake::default(), now),
         Err(SetupError::Driver(_))
     ));
 }
@@ -688,7 +739,7 @@ fn the_wait_for_skips_runs_from_the_reply_however_long_deciding_took() {
     let t0 = Instant::now();
     let mut r = ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, t0);
     r.handle(hello(), t0).unwrap();
-    r.accept(vec![1, 2], Intake::default(), t0).unwrap();
+    r.accept(vec![1, 2], None, Intake::default(), t0).unwrap();
     let manifest = Control::Manifest {
         entries: vec![file("a", 1)],
         last: true,
@@ -871,6 +922,7 @@ fn any_control() -> impl Strategy<Value = Control> {
                 rate_ceiling: 0,
                 recv_buffer: 0,
                 recv_buffer_wanted: 0,
+                tcp_port: 0,
             }
         ),
         (proptest::collection::vec(any_entry(), 0..4), any::<bool>())
@@ -928,7 +980,7 @@ proptest! {
             while let Some(ev) = r.poll_event() {
                 match ev {
                     ReceiverEvent::Hello(h) => {
-                        let _ = r.accept((0..h.channels).collect(), Intake::default(), now);
+                        let _ = r.accept((0..h.channels).collect(), None, Intake::default(), now);
                     }
                     ReceiverEvent::Manifest => {
                         let d = vec![Decision::Have { hash: [0; 32], replace_ok: false }; r.entries().len()];
