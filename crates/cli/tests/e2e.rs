@@ -424,6 +424,11 @@ fn through_proxy_to(
     fsx::assert_same_file(&src, &out.join("big.bin"));
     fsx::assert_no_part_files(&out);
     let v = s.json();
+    // However lossy the proxy's path, UDP gets through: the channels never move to TCP.
+    if !extra.contains(&"tcp") {
+        assert_eq!(v["transport"], "udp", "{v}");
+        assert!(v["fallback_seconds"].is_null(), "{v}");
+    }
     // E2E_DEBUG=1 (with --nocapture) shows the summaries, rate timeline included.
     if std::env::var("E2E_DEBUG").is_ok() {
         eprintln!(

@@ -29,45 +29,78 @@ pub const RESEND: Duration = Duration::from_millis(100);
 /// on a longer path).
 pub const DEADLINE: Duration = Duration::from_millis(1500);
 
-/// How long after `Start` the receiver waits before it calls a channel on which nothing at all
-/// arrived (no probe, no data) silent ([`SilenceWatch`]). The sender's probes went out at its
-/// `HelloAck` and go again at `Start` and every 200 ms after, each of every size, and data
-/// follows `Start` on the same path: on a path that carries UDP at all, even with a tenth of
-/// datagrams lost, a dozen probes and the data do not all vanish in this time.
+/// How long after `Start` the receiver waits, at least, before it calls a channel on which
+/// nothing at all arrived (no probe, no data) silent ([`SilenceWatch`]). The sender's probes
+/// went out at its `HelloAck` and go again at `Start` and every 200 ms after, each of every
+/// size, and data follows `Start` on the same path: on a path that carries UDP at all, even
+/// with a tenth of datagrams lost, a dozen probes and the data do not all vanish in this time.
 pub const SILENT_AFTER: Duration = Duration::from_millis(300);
 
 /// The receiver's watch for UDP that does not get through, in a session that may move its
-/// channels to TCP ([`crate::wire::CAP_RACE`]): from `Start` on, once [`SILENT_AFTER`] has
-/// passed, the channels on which nothing arrived are named once, for a `UdpSilent`. The
-/// receiver judges from what it has (or has not) seen, at once; the sender would judge from
-/// acknowledgements that cross the control connection, which a lost segment there can hold
-/// back by a retransmission timeout.
-#[derive(Debug, Clone, Default)]
+/// channels to TCP ([`crate::wire::CAP_RACE`]): from `Start` on, once [`SILENT_AFTER`] (or a
+/// round trip, if longer) has passed, the channels on which nothing arrived are named once, for
+/// a `UdpSilent`. The receiver judges from what it has (or has not) seen, at once; the sender
+/// would judge from acknowledgements that cross the control connection, which a lost segment
+/// there can hold back by a retransmission timeout.
+///
+/// A channel counts as silent only once the thread that reads it has been round its loop twice
+/// after the wait (`passes`): a receiver starved of CPU, whose threads have not read their
+/// sockets for a while, has not heard what is waiting there, and that is not silence.
+#[derive(Debug, Clone)]
 pub struct SilenceWatch {
+    after: Duration,
     started: Option<Instant>,
+    /// Each channel's passes when the wait was over.
+    passes_then: Option<Vec<u64>>,
     done: bool,
 }
 
 impl SilenceWatch {
+    /// A watch for a session whose round trip is about `rtt`.
+    pub fn new(rtt: Duration) -> SilenceWatch {
+        SilenceWatch {
+            after: SILENT_AFTER.max(rtt),
+            started: None,
+            passes_then: None,
+            done: false,
+        }
+    }
+
     /// `Start` arrived at `now` (a second one changes nothing).
     pub fn start(&mut self, now: Instant) {
         self.started.get_or_insert(now);
     }
 
-    /// The silent channels of `channels`, once, when they are due; `heard(ch)` says whether
-    /// anything arrived on channel `ch`. Once every channel was heard by then, it names none.
+    /// The silent channels of `channels`, once, when they are due. `seen(ch)` says whether
+    /// anything arrived on channel `ch`, and how many passes its thread has made over its
+    /// socket. Once every channel was heard by then, it names none.
     pub fn poll(
         &mut self,
         now: Instant,
         channels: u16,
-        heard: impl Fn(u16) -> bool,
+        seen: impl Fn(u16) -> (bool, u64),
     ) -> Option<Vec<u16>> {
         let started = self.started.filter(|_| !self.done)?;
-        if now < started + SILENT_AFTER {
+        if now < started + self.after {
             return None;
         }
+        let Some(then) = &self.passes_then else {
+            self.passes_then = Some((0..channels).map(|ch| seen(ch).1).collect());
+            return None;
+        };
+        let mut silent = Vec::new();
+        for ch in 0..channels {
+            let (heard, passes) = seen(ch);
+            if heard {
+                continue;
+            }
+            if passes < then.get(usize::from(ch)).copied().unwrap_or(0) + 2 {
+                // Its socket has not been read since: no verdict yet.
+                return None;
+            }
+            silent.push(ch);
+        }
         self.done = true;
-        let silent: Vec<u16> = (0..channels).filter(|&ch| !heard(ch)).collect();
         (!silent.is_empty()).then_some(silent)
     }
 }
@@ -295,23 +328,59 @@ mod tests {
     #[test]
     fn silent_channels_are_named_once_after_the_wait_and_heard_ones_never() {
         let t0 = Instant::now();
-        let mut w = SilenceWatch::default();
+        let mut w = SilenceWatch::new(MS * 20);
+        // Each channel's thread passes once per call here.
+        let passes = std::cell::Cell::new(0u64);
+        let poll = |w: &mut SilenceWatch, at: Duration, heard: fn(u16) -> bool| {
+            passes.set(passes.get() + 1);
+            let p = passes.get();
+            w.poll(t0 + at, 3, |ch| (heard(ch), p))
+        };
         // Nothing is judged before `Start`.
-        assert_eq!(w.poll(t0 + SILENT_AFTER * 10, 3, |_| false), None);
+        assert_eq!(poll(&mut w, SILENT_AFTER * 10, |_| false), None);
         w.start(t0);
         w.start(t0 + SILENT_AFTER);
-        assert_eq!(w.poll(t0 + SILENT_AFTER - MS, 3, |_| false), None);
-        assert_eq!(w.poll(t0 + SILENT_AFTER, 3, |ch| ch == 1), Some(vec![0, 2]));
+        assert_eq!(poll(&mut w, SILENT_AFTER - MS, |_| false), None);
+        // The wait is over: the threads must read their sockets twice more first.
+        assert_eq!(poll(&mut w, SILENT_AFTER, |_| false), None);
+        assert_eq!(poll(&mut w, SILENT_AFTER + MS, |_| false), None);
         assert_eq!(
-            w.poll(t0 + SILENT_AFTER * 2, 3, |_| false),
+            poll(&mut w, SILENT_AFTER + MS * 2, |ch| ch == 1),
+            Some(vec![0, 2])
+        );
+        assert_eq!(
+            poll(&mut w, SILENT_AFTER * 2, |_| false),
             None,
             "named once"
         );
         // Every channel heard by then: none named, then or later.
-        let mut w = SilenceWatch::default();
+        let mut w = SilenceWatch::new(MS);
         w.start(t0);
-        assert_eq!(w.poll(t0 + SILENT_AFTER, 2, |_| true), None);
-        assert_eq!(w.poll(t0 + SILENT_AFTER * 2, 2, |_| false), None);
+        for at in [SILENT_AFTER, SILENT_AFTER + MS, SILENT_AFTER + MS * 2] {
+            assert_eq!(poll(&mut w, at, |_| true), None);
+        }
+        assert_eq!(poll(&mut w, SILENT_AFTER * 2, |_| false), None);
+    }
+
+    #[test]
+    fn a_receiver_whose_threads_have_not_run_calls_nothing_silent() {
+        let t0 = Instant::now();
+        // A long path waits a round trip.
+        let mut w = SilenceWatch::new(MS * 600);
+        w.start(t0);
+        assert_eq!(w.poll(t0 + SILENT_AFTER, 2, |_| (false, 5)), None);
+        assert_eq!(w.poll(t0 + MS * 600, 2, |_| (false, 5)), None);
+        // Starved: the channel threads have made no pass since the wait ended.
+        for i in 1..100 {
+            assert_eq!(w.poll(t0 + MS * (600 + i), 2, |_| (false, 5)), None);
+        }
+        // One thread ran twice (channel 0), the other once (channel 1): still nothing.
+        assert_eq!(
+            w.poll(t0 + MS * 800, 2, |ch| (false, if ch == 0 { 7 } else { 6 })),
+            None
+        );
+        // Both read their sockets: what they did not hear is silent.
+        assert_eq!(w.poll(t0 + MS * 801, 2, |_| (false, 7)), Some(vec![0, 1]));
     }
 
     fn len(payload: u16) -> usize {

@@ -247,6 +247,7 @@ impl ChannelWorker {
             None => 0,
         };
         let now = Instant::now();
+        self.shared.passes[usize::from(self.ch)].fetch_add(1, Ordering::Relaxed);
         self.sample_queue(now, link);
         if n > 0 {
             // Repairs wait behind the queue the batch's datagrams met.

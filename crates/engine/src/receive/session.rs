@@ -223,7 +223,7 @@ impl Receiver {
                     peer_ip: peer.ip(),
                     data,
                     control,
-                    watch: SilenceWatch::default(),
+                    watch: SilenceWatch::new(rtt),
                 }),
             ),
         };
@@ -239,6 +239,7 @@ impl Receiver {
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             heard: (0..channels).map(|_| AtomicBool::new(false)).collect(),
+            passes: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
             write_fill: AtomicU64::new(0),

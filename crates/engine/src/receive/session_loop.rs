@@ -226,7 +226,10 @@ pub(super) fn session_loop(
                 let now = Instant::now();
                 journal.tick(now);
                 if let Some(silent) = race.as_mut().and_then(|r| {
-                    r.watch.poll(now, cmds.len() as u16, |ch| shared.heard[usize::from(ch)].load(Ordering::Relaxed))
+                    r.watch.poll(now, cmds.len() as u16, |ch| {
+                        let ch = usize::from(ch);
+                        (shared.heard[ch].load(Ordering::Relaxed), shared.passes[ch].load(Ordering::Relaxed))
+                    })
                 }) {
                     let _ = shared.to_wire.send(Control::UdpSilent { channels: silent });
                 }

@@ -199,13 +199,16 @@ impl ChannelWorker {
     /// the buffers fit either.
     fn max_send(&self) -> (usize, usize) {
         let frames = self.link.frame_limit();
-        [wire::MIN_PAYLOAD, self.shared.max_payload]
-            .into_iter()
-            .map(|p| {
-                let n = self.datagrams_within(frames, p);
-                (n, n * usize::from(p))
-            })
-            .fold((0, 0), |(d, b), (n, nb)| (d.max(n), b.max(nb)))
+        [
+            wire::MIN_PAYLOAD,
+            self.shared.max_payload.load(Ordering::Relaxed),
+        ]
+        .into_iter()
+        .map(|p| {
+            let n = self.datagrams_within(frames, p);
+            (n, n * usize::from(p))
+        })
+        .fold((0, 0), |(d, b), (n, nb)| (d.max(n), b.max(nb)))
     }
 
     fn datagrams_within(&self, frames: usize, payload: u16) -> usize {

@@ -201,7 +201,7 @@ pub(super) fn send_once(
         sources,
         session,
         payload: AtomicU16::new(payload),
-        max_payload: prober.as_ref().map_or(payload, |p| p.probe.max_payload()),
+        max_payload: AtomicU16::new(prober.as_ref().map_or(payload, |p| p.probe.max_payload())),
         start,
         progress: progress.clone(),
         rate_bps: AtomicU64::new(controller.rate_bps()),
@@ -278,7 +278,7 @@ pub(super) fn send_once(
             Err(e) => break Err(e),
         };
         let _ = tx.send(Control::Fallback);
-        if let Err(e) = channel_threads.relink(links, &silent) {
+        if let Err(e) = channel_threads.relink(&shared, links, &silent) {
             break Err(e);
         }
         udp.prober = None;
@@ -644,12 +644,23 @@ impl ChannelThreads {
         workers
     }
 
-    /// Moves every channel to its link of `links` (one per channel, in order), on new threads
-    /// as those links want them; the channels in `lost` sent into the void so far, and send
-    /// everything again. The rest go on where they were (the receiver asks for what the old
-    /// links had in flight).
-    fn relink(&mut self, links: Vec<LinkOut>, lost: &[u16]) -> Result<(), SessionError> {
+    /// Moves every channel to its TCP link of `links` (one per channel, in order), on new
+    /// threads as those links want them, with TCP's big frames; the channels in `lost` sent
+    /// into the void so far, and send everything again. The rest go on where they were (the
+    /// receiver asks for what the old links had in flight).
+    fn relink(
+        &mut self,
+        shared: &Shared,
+        links: Vec<LinkOut>,
+        lost: &[u16],
+    ) -> Result<(), SessionError> {
         let mut workers = self.join();
+        // Only now that no thread sends over UDP: TCP takes big frames (fewer headers and
+        // seals per byte), and the new threads size their buffers for them.
+        shared
+            .max_payload
+            .store(link::TCP_PAYLOAD, Ordering::Relaxed);
+        shared.payload.store(link::TCP_PAYLOAD, Ordering::Relaxed);
         if workers.len() != links.len() {
             return Err(SessionError::Internal("a channel thread ended early"));
         }

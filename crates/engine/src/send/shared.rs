@@ -44,7 +44,8 @@ pub(super) struct Shared {
     /// Payload bytes per data datagram now: probing may move it while data flows.
     pub(super) payload: AtomicU16,
     /// The most `payload` can become: what buffers are sized for.
-    pub(super) max_payload: u16,
+    /// (Raised only while no channel thread runs: when the channels move to TCP.)
+    pub(super) max_payload: AtomicU16,
     pub(super) start: Instant,
     pub(super) progress: Arc<Progress>,
     /// Current pacing rate for all channels together, bits per second.
