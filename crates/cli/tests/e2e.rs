@@ -414,6 +414,7 @@ fn through_proxy_to(
     let mut recv_args = vec!["--json"];
     recv_args.extend_from_slice(recv_extra);
     let r = start_receiver(&out, &recv_args);
+    let cfg_silent = cfg.silent_channels.clone();
     let proxy = Proxy::start(r.addr, cfg);
     let mut args = vec!["--json"];
     args.extend_from_slice(extra);
@@ -425,7 +426,7 @@ fn through_proxy_to(
     fsx::assert_no_part_files(&out);
     let v = s.json();
     // However lossy the proxy's path, UDP gets through: the channels never move to TCP.
-    if !extra.contains(&"tcp") {
+    if !extra.contains(&"tcp") && cfg_silent.is_empty() {
         assert_eq!(v["transport"], "udp", "{v}");
         assert!(v["fallback_seconds"].is_null(), "{v}");
     }
@@ -467,6 +468,46 @@ fn lossy_reordering_duplicating_path_delivers_byte_exact() {
         replays > 0 && replays <= Stats::get(&st.duplicated),
         "{replays} dropped as unauthentic, {} duplicated: {r}",
         Stats::get(&st.duplicated)
+    );
+    assert_eq!(num(&r, "rejected_blocks"), 0, "{r}");
+}
+
+#[test]
+fn a_channel_whose_udp_never_arrives_moves_with_the_others_to_tcp_mid_transfer() {
+    // Channel 1's datagrams all vanish; channels 0 and 2 carry data over UDP until the move,
+    // and what they had in flight is asked for again over TCP.
+    let cfg = ProxyConfig {
+        seed: 11,
+        silent_channels: vec![1],
+        ..ProxyConfig::default()
+    };
+    let (s, r, proxy) = through_proxy(24 * MIB, cfg, &["--channels", "3", "--rate-fixed", "200M"]);
+    assert_eq!(s["transport"], "tcp", "{s}");
+    let warning = s["warnings"][0].as_str().unwrap_or("");
+    assert!(
+        warning.contains("on channel 1;") || warning.contains("on channel 1)"),
+        "{s}"
+    );
+    let fallback = s["fallback_seconds"].as_f64().expect("fallback_seconds");
+    assert!(
+        (0.25..1.5).contains(&fallback),
+        "the move took {fallback} s"
+    );
+    assert!(
+        Stats::get(&proxy.stats().dropped) > 0,
+        "{:?}",
+        proxy.stats()
+    );
+    // The other channels' UDP data arrived before the move, the rest over TCP.
+    assert!(
+        Stats::get(&proxy.stats().forwarded) > 100,
+        "{:?}",
+        proxy.stats()
+    );
+    assert!(
+        Stats::get(&proxy.stats().tcp_frames) > 0,
+        "{:?}",
+        proxy.stats()
     );
     assert_eq!(num(&r, "rejected_blocks"), 0, "{r}");
 }

@@ -94,6 +94,9 @@ pub struct ProxyConfig {
     pub alien: f64,
     /// Record every byte seen on both legs ([`Proxy::capture`]).
     pub capture: bool,
+    /// Channels whose datagrams (probes too) are all dropped: a path that carries UDP to some
+    /// of the receiver's ports and not to others.
+    pub silent_channels: Vec<u16>,
 }
 
 impl Default for ProxyConfig {
@@ -110,6 +113,7 @@ impl Default for ProxyConfig {
             replay: 0.0,
             alien: 0.0,
             capture: false,
+            silent_channels: Vec::new(),
         }
     }
 }
@@ -139,6 +143,8 @@ pub struct Stats {
     pub replayed: AtomicU64,
     /// Alien datagrams (another key, or garbage) sent.
     pub alien: AtomicU64,
+    /// Frames forwarded on TCP data connections (after a move from UDP).
+    pub tcp_frames: AtomicU64,
 }
 
 impl Stats {
@@ -176,6 +182,9 @@ struct Session {
     open_a: Option<DataKey>,
     /// Leg B's data key, which seals what goes to the receiver (`None`: it goes plain).
     seal_b: Option<DataKey>,
+    /// Both legs' data keys, which tag the TCP data connections' greetings in any case.
+    data_a: Option<DataKey>,
+    data_b: Option<DataKey>,
 }
 
 struct Ctx {
@@ -327,6 +336,8 @@ fn accept(ctx: Arc<Ctx>, listener: TcpListener) {
         let mut s = ctx.session.lock().unwrap();
         s.open_a = a.encrypt_data.then(|| a.data.clone());
         s.seal_b = b.encrypt_data.then(|| b.data.clone());
+        s.data_a = Some(a.data.clone());
+        s.data_b = Some(b.data.clone());
     }
     let (s2, r2) = (sender.try_clone().unwrap(), receiver.try_clone().unwrap());
     let (a_in, a_out, b_in, b_out) = (a.frames_in, a.frames_out, b.frames_in, b.frames_out);
@@ -486,6 +497,16 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
     else {
         return msg;
     };
+    // The TCP data connections the channels may move to go through the proxy too.
+    let tcp_port = if tcp_port == 0 {
+        0
+    } else {
+        let l = TcpListener::bind((ctx.receiver.ip(), 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let dest = SocketAddr::new(ctx.receiver.ip(), tcp_port);
+        ctx.spawn(move |ctx| forward_tcp(&ctx, l, dest));
+        port
+    };
     let mut s = ctx.session.lock().unwrap();
     s.payload = s.payload.min(payload);
     s.real_ports = ports.clone();
@@ -499,7 +520,8 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
             open: s.open_a.as_ref().map(|k| k.opener(ch as u16)),
             seal: s.seal_b.as_ref().map(DataKey::sealer),
         };
-        ctx.spawn(move |ctx| forward(&ctx, sock, dest, Rng::new(seed), keys));
+        let silent = ctx.cfg.silent_channels.contains(&(ch as u16));
+        ctx.spawn(move |ctx| forward(&ctx, sock, dest, Rng::new(seed), keys, silent));
     }
     Control::HelloAck {
         version,
@@ -510,6 +532,79 @@ fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
         recv_buffer,
         recv_buffer_wanted,
         tcp_port,
+    }
+}
+
+/// Takes the sender's TCP data connections (a move from UDP) and forwards each to the
+/// receiver's TCP data port at `dest`.
+fn forward_tcp(ctx: &Arc<Ctx>, listener: TcpListener, dest: SocketAddr) {
+    listener.set_nonblocking(true).unwrap();
+    while ctx.running() {
+        match listener.accept() {
+            Ok((s, _)) => ctx.spawn(move |ctx| tcp_channel(&ctx, s, dest)),
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+/// One TCP data connection: its greeting tagged again with leg B's key, each frame opened
+/// with leg A's key and sealed with leg B's. Impairments are UDP's only.
+fn tcp_channel(ctx: &Ctx, mut from: TcpStream, dest: SocketAddr) {
+    let (keys, open_a, seal_b) = {
+        let s = ctx.session.lock().unwrap();
+        (
+            s.data_a.clone().zip(s.data_b.clone()),
+            s.open_a.clone(),
+            s.seal_b.clone(),
+        )
+    };
+    let Some((key_a, key_b)) = keys else {
+        return;
+    };
+    let _ = from.set_nonblocking(false);
+    from.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut g = [0u8; 16 + TAG_LEN];
+    if from.read_exact(&mut g).is_err() || !key_a.check_greeting(&g[..16], &g[16..]) {
+        return;
+    }
+    let channel = u16::from_be_bytes([g[8], g[9]]);
+    let Ok(mut to) = TcpStream::connect(dest) else {
+        return;
+    };
+    let tag = key_b.greeting_tag(&g[..16]);
+    g[16..].copy_from_slice(&tag);
+    if to.write_all(&g).is_err() {
+        return;
+    }
+    let tag_len = if open_a.is_some() { TAG_LEN } else { 0 };
+    let mut legs = Legs {
+        open: open_a.as_ref().map(|k| k.opener(channel)),
+        seal: seal_b.as_ref().map(DataKey::sealer),
+    };
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    while ctx.running() {
+        match from.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+        while buf.len() >= HEADER_LEN {
+            let len = HEADER_LEN + usize::from(u16::from_be_bytes([buf[32], buf[33]])) + tag_len;
+            if buf.len() < len {
+                break;
+            }
+            let mut frame: Vec<u8> = buf.drain(..len).collect();
+            let Some((_, out)) = legs.reseal(&mut frame) else {
+                return;
+            };
+            if to.write_all(&out).is_err() {
+                return;
+            }
+            ctx.stats.tcp_frames.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -595,7 +690,14 @@ impl Attacker {
 
 /// One channel: sender's datagrams in, opened, sealed for leg B, impaired (and attacked),
 /// out to the receiver's real port.
-fn forward(ctx: &Ctx, sock: UdpSocket, dest: SocketAddr, mut rng: Rng, mut legs: Legs) {
+fn forward(
+    ctx: &Ctx,
+    sock: UdpSocket,
+    dest: SocketAddr,
+    mut rng: Rng,
+    mut legs: Legs,
+    silent: bool,
+) {
     sock.set_read_timeout(Some(Duration::from_millis(2)))
         .unwrap();
     let cfg = &ctx.cfg;
@@ -618,6 +720,10 @@ fn forward(ctx: &Ctx, sock: UdpSocket, dest: SocketAddr, mut rng: Rng, mut legs:
     };
     while ctx.running() {
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            if silent {
+                st.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             ctx.record(|c| c.from_sender.push(buf[..n].to_vec()));
             let Some((plain, d)) = legs.reseal(&mut buf[..n]) else {
                 st.unopened.fetch_add(1, Ordering::Relaxed);
