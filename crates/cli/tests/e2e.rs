@@ -1406,7 +1406,15 @@ fn blocked_udp_moves_the_channels_to_parallel_tcp_in_the_same_session() {
     assert!(block.dropped() > 0, "the rule dropped nothing");
     // One session: the receiver served one (a new session would have needed a second
     // connection, and its summary would count only the second).
-    assert_eq!(rv.json()["bytes"], v["bytes"], "{}", rv.stdout);
+    let rj = rv.json();
+    assert_eq!(rj["bytes"], v["bytes"], "{}", rv.stdout);
+    // The receiving end is told why too (its firewall may be the cause).
+    let told = rj["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .unwrap_or("")
+            .contains("nothing arrived on channels 0, 1")
+    });
+    assert!(told, "{rj}");
     // The receiver calls UDP silent 0.3 s after `Start`, and the TCP connections were dialled
     // beside UDP: the move costs well under a second here (it was 1.5 s of probing and a
     // whole new session), and that time is in the summary.

@@ -1,4 +1,5 @@
-//! One file's outcome in a finished transfer ([`FileReport`]), as both sides report it.
+//! What both sides report the same way: one file's outcome in a finished transfer
+//! ([`FileReport`]), and channels named in a message (`channel_list`).
 
 use serde::Serialize;
 
@@ -15,4 +16,13 @@ pub struct FileReport {
     /// Not sent: the receiver already had it (the same BLAKE3, or without `--checksum` the same
     /// size and modification time).
     pub skipped: bool,
+}
+
+/// Channels named in a message: "channel 1", "channels 0, 1".
+pub(crate) fn channel_list(channels: &[u16]) -> String {
+    let list: Vec<String> = channels.iter().map(u16::to_string).collect();
+    match list.as_slice() {
+        [one] => format!("channel {one}"),
+        _ => format!("channels {}", list.join(", ")),
+    }
 }

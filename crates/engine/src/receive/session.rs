@@ -239,6 +239,7 @@ impl Receiver {
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             heard: (0..channels).map(|_| AtomicBool::new(false)).collect(),
+            moved_to_tcp: Default::default(),
             passes: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
@@ -299,6 +300,17 @@ impl Receiver {
             let _ = h.join();
         }
         let hashes = result?;
+        let moved = shared
+            .moved_to_tcp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(silent) = moved {
+            warnings.push(format!(
+                "UDP from the sender did not get through (nothing arrived on {}); the channels moved to TCP connections (a firewall that drops UDP?)",
+                crate::report::channel_list(&silent)
+            ));
+        }
         let seconds = start.elapsed().as_secs_f64();
         let c = &shared.counters;
         Ok(ReceiveSummary {

@@ -185,6 +185,10 @@ pub(super) fn session_loop(
                     // the channels go on over TCP, once.
                     Control::Fallback if race.is_some() => {
                         if let Some(r) = race.take() {
+                            let silent = (0..cmds.len() as u16)
+                                .filter(|&ch| !shared.heard[usize::from(ch)].load(Ordering::Relaxed))
+                                .collect();
+                            *shared.moved_to_tcp.lock().unwrap_or_else(|e| e.into_inner()) = Some(silent);
                             r.move_to_tcp(cmds)?;
                         }
                     }

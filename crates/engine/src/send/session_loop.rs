@@ -11,6 +11,7 @@ use super::summary::BottleneckSummary;
 use crate::error::{SessionError, Side};
 use crate::net::control::{ControlError, Incoming};
 use crate::netlog::NetLog;
+use crate::report::channel_list;
 use crate::walk;
 use crossbeam_channel::{select, Receiver, Sender};
 use hurtle_proto::hash::to_hex;
@@ -272,15 +273,6 @@ pub(super) fn session_loop(
         }
     }
     Ok(Outcome::Done)
-}
-
-/// "channel 1", "channels 0, 1".
-fn channel_list(channels: &[u16]) -> String {
-    let list: Vec<String> = channels.iter().map(u16::to_string).collect();
-    match list.len() {
-        1 => format!("channel {}", list[0]),
-        _ => format!("channels {}", list.join(", ")),
-    }
 }
 
 /// How often the progress line's bottleneck is judged again.
