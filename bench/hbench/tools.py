@@ -404,9 +404,11 @@ class Hurtle(Tool):
             if sent:
                 res.resent_share = resent / sent
             res.notes.append(
-                "hurtle says {:.0f} Mbit/s, channels={}, nacks={}, payload={}, first_data_ms={}".format(
+                "hurtle says {:.0f} Mbit/s, channels={}, nacks={}, payload={}, first_data_ms={}, "
+                "transport={}, fallback_seconds={}".format(
                     (s.get("goodput_bps") or 0) / 1e6, s.get("channels"), s.get("nacks"),
-                    s.get("payload"), s.get("first_data_ms")))
+                    s.get("payload"), s.get("first_data_ms"), s.get("transport"),
+                    s.get("fallback_seconds")))
         r = self._json(receiver.stdout()) if receiver else None
         if r is not None and r.get("socket_drops") is not None:
             res.socket_drops = int(r["socket_drops"])
