@@ -145,6 +145,10 @@ pub struct Model {
     drain_gain: f64,
     /// Reports before this describe data sent before the last correction or drain.
     judge_after: Instant,
+    /// The bottleneck before the first of the latest corrections, and the round it was cut
+    /// in: restored when a probe shows the path takes more again within
+    /// [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's).
+    cut_from: Option<(u64, f64)>,
     /// Since when the reports have shown a queue over the target, and the receiver falling
     /// behind (with how many reports in a row).
     queue_since: Option<Instant>,
@@ -175,6 +179,7 @@ impl Model {
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
             judge_after: now,
+            cut_from: None,
             queue_since: None,
             behind_since: None,
         }
@@ -229,9 +234,10 @@ impl Model {
     }
 
     /// Forgets every sample but the lower of the last two reports', which showed the
-    /// congestion: what the path (or the receiver) takes now, erring low (probing finds more);
-    /// never less than half the bottleneck at once (a report in which the sender had little to
-    /// send is no measure of the path).
+    /// congestion: what the path (or the receiver) takes now, erring low (a probe the path
+    /// takes soon after restores what it had before, see [`Model::take_cut_from`]); never less
+    /// than half the bottleneck at once (a report in which the sender had little to send is no
+    /// measure of the path).
     fn correct_to_recent(&mut self) {
         let (Some(recent), Some(bw)) = (
             self.recent.iter().copied().reduce(f64::min),
@@ -239,9 +245,22 @@ impl Model {
         ) else {
             return;
         };
+        self.cut_from = Some(match self.cut_from {
+            Some((round, before)) if round + BW_WINDOW_ROUNDS > self.round && before > bw => {
+                (round, before)
+            }
+            _ => (self.round, bw),
+        });
         self.bw_rounds.clear();
         self.bw_rounds
             .push_back((self.round, recent.clamp(bw / 2.0, bw)));
+    }
+
+    /// What the bottleneck was before the latest corrections, if they were lately and it is
+    /// more than `bw`; forgotten once returned.
+    fn take_cut_from(&mut self, bw: f64) -> Option<f64> {
+        let (round, before) = self.cut_from.take()?;
+        (round + BW_WINDOW_ROUNDS > self.round && before > bw).then_some(before)
     }
 
     /// Takes one report (already checked and clamped by the controller) and the controller's
@@ -286,7 +305,10 @@ impl Model {
         let explained = fb.lost.min(self.drops_unexplained);
         self.drops_unexplained -= explained;
         let path_lost = (fb.lost - explained).min(seen);
-        self.round_loss.push_back((now, path_lost, seen));
+        // Loss in data sent before the last correction was answered by it: not judged again.
+        if now >= self.judge_after {
+            self.round_loss.push_back((now, path_lost, seen));
+        }
         while self.round_loss.len() > 1 && self.round_loss[0].0 + round_len <= now {
             self.round_loss.pop_front();
         }
@@ -458,7 +480,23 @@ impl Model {
                     }
                     Phase::ProbeWait if now >= self.probe_start + settle + fb.interval => {
                         let took = bw >= self.probe_base * (1.0 + (self.probe_gain() - 1.0) / 2.0);
-                        if took && !queue && !behind {
+                        // The path takes more again soon after a correction: it was a
+                        // moment's dip (an emulator or a router short of CPU, a burst of
+                        // cross traffic), and the model returns to what it had before at
+                        // once, instead of climbing back a probe step at a time over many
+                        // round trips; if the path did slow down, the next correction says so.
+                        let restored = (took && !queue && !behind)
+                            .then(|| self.take_cut_from(bw))
+                            .flatten();
+                        if let Some(before) = restored {
+                            match self.bw_rounds.back_mut() {
+                                Some(last) if last.0 == self.round => last.1 = last.1.max(before),
+                                _ => self.bw_rounds.push_back((self.round, before)),
+                            }
+                            self.probe_doublings = 0;
+                            self.enter(Phase::Cruise, now);
+                            Some((before, Reason::Probe))
+                        } else if took && !queue && !behind {
                             self.probe_doublings =
                                 (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS);
                             self.probe_base = bw;
