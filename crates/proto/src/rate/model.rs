@@ -24,15 +24,19 @@
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
 //! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
-//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and two intervals after it began) | `ProbeUp` with k + 1 if the bottleneck rose by half the probe's step or more (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and two intervals after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
 //! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
 //! in a row sets the bottleneck to the highest sample of the last round (what the path or the
 //! receiver takes now) and drains (`Drain`). One report's socket-drop burst or delay swing (a
 //! receiver's CPU hiccup, jitter) changes nothing. Reports that describe data sent before the
-//! last correction or drain (one round trip and an interval) are not judged. Random loss that
-//! the floor explains is never congestion: it costs only the lost bytes.
+//! last correction or drain (one round trip and an interval) are not judged, and their loss
+//! does not count in a later round's. Random loss that the floor explains is never
+//! congestion: it costs only the lost bytes. A correction remembers the bottleneck it cut
+//! from: after a cut of more than a fifth, a path that takes a probe again within
+//! [`BW_WINDOW_ROUNDS`] rounds gets it back at once (a dip of a moment costs a few round trips, not a climb of many probe steps), and a
+//! path that did slow down does not take the probe.
 //!
 //! The gains stay within 10% of the bottleneck once startup is over, so a settled transfer's
 //! rate moves within that band; a path that got faster is found by the doubling probe step.
@@ -59,6 +63,9 @@ const CRUISE_DRAIN_GAIN: f64 = 0.95;
 pub const PROBE_STEP: f64 = 0.08;
 /// Most doublings of the probe step (8 x: 64% above the bottleneck).
 const MAX_PROBE_DOUBLINGS: u32 = 3;
+/// A correction that left the bottleneck below this share of what it was is restored when a
+/// probe soon after shows the path takes more (see the state table).
+const RESTORE_AFTER_CUT: f64 = 0.8;
 /// Most rounds spent draining (startup's queue can be a few round trips' worth at 0.75).
 const MAX_DRAIN_ROUNDS: u32 = 6;
 /// A report with fewer datagrams than this is no delivery sample (too few to time).
@@ -256,11 +263,12 @@ impl Model {
             .push_back((self.round, recent.clamp(bw / 2.0, bw)));
     }
 
-    /// What the bottleneck was before the latest corrections, if they were lately and it is
-    /// more than `bw`; forgotten once returned.
+    /// What the bottleneck was before the latest corrections, if they were lately and cut it
+    /// by more than a fifth (below [`RESTORE_AFTER_CUT`] of it; smaller cuts are climbed back
+    /// by probing, which does not refill a shallow queue at once); forgotten once asked for.
     fn take_cut_from(&mut self, bw: f64) -> Option<f64> {
         let (round, before) = self.cut_from.take()?;
-        (round + BW_WINDOW_ROUNDS > self.round && before > bw).then_some(before)
+        (round + BW_WINDOW_ROUNDS > self.round && bw < before * RESTORE_AFTER_CUT).then_some(before)
     }
 
     /// Takes one report (already checked and clamped by the controller) and the controller's
