@@ -6,8 +6,8 @@
 //! decides for every entry (send, have, unchanged, resume).
 #![no_main]
 use hurtle_proto::session::{
-    files, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams, SenderSetup,
-    Setup,
+    files, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams,
+    SenderSetup, Setup,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use libfuzzer_sys::fuzz_target;
@@ -67,7 +67,8 @@ fuzz_target!(|data: &[u8]| {
         while let Some(ev) = r.poll_event() {
             match ev {
                 ReceiverEvent::Hello(h) => {
-                    let _ = r.accept((0..h.channels).collect(), Intake::default(), now);
+                    let port = h.race.then_some(9999);
+                    let _ = r.accept((0..h.channels).collect(), port, Intake::default(), now);
                 }
                 ReceiverEvent::Manifest => {
                     let d = (0..r.entries().len()).map(|i| decision(pick, i)).collect();
@@ -89,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
         block_size: 1 << 16,
         session: 7,
         tcp: pick % 2 == 1,
+        race: pick % 4 < 2,
         checksum: pick % 3 == 0,
     };
     let mut s = SenderSetup::new(params, manifest(), t0);
