@@ -19,7 +19,7 @@ use crate::error::{SessionError, Side};
 use crate::fs::{self, PartFile};
 use crate::net::control::ControlError;
 use crate::net::link::LinkIn;
-use crate::net::udp::{ChannelOptions, UdpChannel};
+use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::setup::{out_of_order, Driver};
@@ -452,16 +452,7 @@ impl Receiver {
                 Some(guard),
             ));
         }
-        let mut udps = Vec::new();
-        for _ in 0..channels {
-            let u = UdpChannel::bind(SocketAddr::new(local_ip, 0), &ChannelOptions::default())?;
-            if let Some(w) = u.buffer_warning() {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
-            udps.push(u);
-        }
+        let udps = UdpChannel::bind_channels(local_ip, channels, warnings)?;
         let ports = udps.iter().map(|u| u.local_addr().port()).collect();
         let (fallback, guard) = if race {
             let (l, guard) = tcp_listener()?;

@@ -15,7 +15,7 @@ use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::net::dial::{Dialer, Direct};
 use crate::net::link::{self, LinkOut, OutPath};
-use crate::net::udp::{ChannelOptions, UdpChannel};
+use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
 use crate::report::FileReport;
@@ -415,16 +415,7 @@ fn open_data_path(
             &path.key,
         )));
     }
-    let mut udps = Vec::with_capacity(usize::from(channels));
-    for _ in 0..channels {
-        let u = UdpChannel::bind(SocketAddr::new(bind_ip, 0), &ChannelOptions::default())?;
-        if let Some(w) = u.buffer_warning() {
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
-        }
-        udps.push(u);
-    }
+    let udps = UdpChannel::bind_channels(bind_ip, channels, warnings)?;
     let socks = udps
         .iter()
         .map(UdpChannel::try_clone_socket)

@@ -148,6 +148,27 @@ pub struct UdpChannel {
 }
 
 impl UdpChannel {
+    /// A session's `count` channel sockets on free ports of `ip`, with the default options;
+    /// each distinct buffer warning ([`buffer_warning`](Self::buffer_warning)) is added to
+    /// `warnings` once.
+    pub fn bind_channels(
+        ip: IpAddr,
+        count: u16,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<UdpChannel>, UdpError> {
+        let mut udps = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let u = UdpChannel::bind(SocketAddr::new(ip, 0), &ChannelOptions::default())?;
+            if let Some(w) = u.buffer_warning() {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            udps.push(u);
+        }
+        Ok(udps)
+    }
+
     /// Binds a channel to `addr` (port 0 picks a free port; see [`local_addr`](Self::local_addr)),
     /// sets its buffer sizes and turns on the offloads the kernel has.
     pub fn bind(addr: SocketAddr, opts: &ChannelOptions) -> Result<Self, UdpError> {
