@@ -53,6 +53,9 @@ pub(super) struct ChannelWorker {
     pub(super) queue_sampled: Instant,
     /// The file of the last new bytes in the current batch, for the progress display.
     pub(super) moved_file: Option<u32>,
+    /// Something of the sender's arrived on this channel ([`Shared::heard`], kept here so
+    /// that no datagram touches the shared flag once it is set).
+    pub(super) heard: bool,
 }
 
 /// The longest a channel thread lets datagrams gather after a round of reads that found a few
@@ -247,7 +250,10 @@ impl ChannelWorker {
             None => 0,
         };
         let now = Instant::now();
-        self.shared.passes[usize::from(self.ch)].fetch_add(1, Ordering::Relaxed);
+        // Counted only while the channel has heard nothing: all a silence watch needs.
+        if !self.heard {
+            self.shared.passes[usize::from(self.ch)].fetch_add(1, Ordering::Relaxed);
+        }
         self.sample_queue(now, link);
         if n > 0 {
             // Repairs wait behind the queue the batch's datagrams met.
@@ -355,11 +361,9 @@ impl ChannelWorker {
         let (verdict, payload) = self
             .admission
             .admit_datagram(now, &self.shared.layout, datagram);
-        if !matches!(verdict, Admit::Reject(_)) {
-            let heard = &self.shared.heard[usize::from(self.ch)];
-            if !heard.load(Ordering::Relaxed) {
-                heard.store(true, Ordering::Relaxed);
-            }
+        if !self.heard && !matches!(verdict, Admit::Reject(_)) {
+            self.heard = true;
+            self.shared.heard[usize::from(self.ch)].store(true, Ordering::Relaxed);
         }
         match verdict {
             Admit::Reject(_) => Ok(0),

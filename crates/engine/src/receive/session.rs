@@ -10,7 +10,7 @@ use super::commit::Commits;
 use super::held::{hash_holes, in_ranges, Holes, Resumed};
 use super::links::{accept_data_connections, DataKeys};
 use super::parallel::in_runs;
-use super::session_loop::{session_loop, Race, Wires};
+use super::session_loop::{session_loop, Race, Received, Wires};
 use super::shared::{ChanCmd, ChanEvent, Counters, Shared};
 use super::summary::ReceiveSummary;
 use super::writer::Writer;
@@ -239,7 +239,6 @@ impl Receiver {
             started: AtomicBool::new(false),
             channel_drops: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             heard: (0..channels).map(|_| AtomicBool::new(false)).collect(),
-            moved_to_tcp: Default::default(),
             passes: (0..channels).map(|_| AtomicU64::new(0)).collect(),
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
@@ -299,12 +298,7 @@ impl Receiver {
         for h in writer_handle.into_iter().chain(holes_handle) {
             let _ = h.join();
         }
-        let hashes = result?;
-        let moved = shared
-            .moved_to_tcp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let Received { hashes, moved } = result?;
         if let Some(silent) = moved {
             warnings.push(format!(
                 "UDP from the sender did not get through (nothing arrived on {}); the channels moved to TCP connections (a firewall that drops UDP?)",
@@ -405,6 +399,7 @@ impl Receiver {
                 added: Tally::default(),
                 queue_sampled: Instant::now(),
                 moved_file: None,
+                heard: false,
             };
             groups[usize::from(ch) % threads].push((worker, link));
             cmd_txs.push(cmd_tx);

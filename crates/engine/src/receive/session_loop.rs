@@ -66,6 +66,13 @@ impl Race<'_> {
     }
 }
 
+/// How the data phase ended: every file's hash, and the channels on which no UDP had arrived
+/// when the sender moved them to TCP, if it did.
+pub(super) struct Received {
+    pub(super) hashes: Vec<[u8; 32]>,
+    pub(super) moved: Option<Vec<u16>>,
+}
+
 /// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
 /// last block is verified to the committer thread, journals the others), sends reports, and
 /// ends on `Done` once the committer has put every file in place. `held` are the blocks
@@ -78,7 +85,7 @@ pub(super) fn session_loop(
     wires: Wires<'_>,
     kept: &[Option<[u8; 32]>],
     held: &[(u64, BlockValue)],
-) -> Result<Vec<[u8; 32]>, SessionError> {
+) -> Result<Received, SessionError> {
     let Wires {
         rx,
         events,
@@ -148,6 +155,8 @@ pub(super) fn session_loop(
         shared.socket_drops(),
     );
     let mut lateness = Lateness::new(reports.interval_start());
+    // The channels silent when the sender moved them to TCP, if it did.
+    let mut moved: Option<Vec<u16>> = None;
     loop {
         select! {
             recv(rx) -> msg => {
@@ -185,10 +194,11 @@ pub(super) fn session_loop(
                     // the channels go on over TCP, once.
                     Control::Fallback if race.is_some() => {
                         if let Some(r) = race.take() {
-                            let silent = (0..cmds.len() as u16)
-                                .filter(|&ch| !shared.heard[usize::from(ch)].load(Ordering::Relaxed))
-                                .collect();
-                            *shared.moved_to_tcp.lock().unwrap_or_else(|e| e.into_inner()) = Some(silent);
+                            moved = Some(
+                                (0..cmds.len() as u16)
+                                    .filter(|&ch| !shared.heard[usize::from(ch)].load(Ordering::Relaxed))
+                                    .collect(),
+                            );
                             r.move_to_tcp(cmds)?;
                         }
                     }
@@ -201,7 +211,10 @@ pub(super) fn session_loop(
                             fs::set_dir_mode(root, &d.path, d.mode)?;
                             fs::set_dir_times(root, &d.path, d.mtime_ns)?;
                         }
-                        return Ok(commits.hashes.iter().map(|h| h.unwrap_or_default()).collect());
+                        return Ok(Received {
+                            hashes: commits.hashes.iter().map(|h| h.unwrap_or_default()).collect(),
+                            moved,
+                        });
                     }
                     other => return Err(SessionError::unexpected(Side::Sender, other, "a data-phase message")),
                 }

@@ -32,11 +32,9 @@ pub(super) struct Shared {
     /// Whether anything of the sender's (a probe, data) arrived on each channel: a channel
     /// still silent a while after `Start` tells a sender that may move to TCP to do so.
     pub(super) heard: Vec<AtomicBool>,
-    /// The sender moved the channels from UDP to TCP; the channels on which no UDP had arrived
-    /// then.
-    pub(super) moved_to_tcp: std::sync::Mutex<Option<Vec<u16>>>,
     /// How many times each channel's thread has been round its loop (read its socket, or
-    /// found it empty): silence counts only from a channel whose socket was read.
+    /// found it empty) while nothing had arrived on it: silence counts only from a channel
+    /// whose socket was read.
     pub(super) passes: Vec<AtomicU64>,
     /// The fullest any channel's socket receive buffer got since the last report, thousandths
     /// of its limit (sampled by the channel threads, taken by the report loop).

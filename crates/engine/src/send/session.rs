@@ -33,7 +33,7 @@ use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateM
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -212,7 +212,6 @@ pub(super) fn send_once(
             receiver_ceiling_bps: receiver_ceiling,
             receiver_buffer: accepted.buffer_cap,
         }),
-        moved_to_tcp: AtomicBool::new(false),
         receiver_signs: Default::default(),
     });
     progress
@@ -283,7 +282,6 @@ pub(super) fn send_once(
         }
         udp.prober = None;
         udp.moved = true;
-        shared.moved_to_tcp.store(true, Ordering::Relaxed);
         controller = self::controller(opts, Transport::Tcp, receiver_ceiling, payload, rtt);
         shared
             .rate_bps
@@ -346,7 +344,7 @@ pub(super) fn send_once(
             us => Some(us as f64 / 1e3),
         },
         rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
-        bottleneck: shared.limits().map(|limits| {
+        bottleneck: shared.limits.filter(|_| !udp.moved).map(|limits| {
             BottleneckSummary::new(
                 &controller,
                 sent as f64

@@ -207,7 +207,7 @@ pub(super) fn session_loop(
                         shared.progress.confirmed.store(received, Ordering::Relaxed);
                         if judged_at.elapsed() >= LIMIT_EVERY {
                             *judged_at = Instant::now();
-                            judge_live(shared, controller);
+                            judge_live(shared, controller, udp.moved);
                         }
                         if received > *last_received {
                             *last_received = received;
@@ -278,9 +278,10 @@ pub(super) fn session_loop(
 /// How often the progress line's bottleneck is judged again.
 const LIMIT_EVERY: Duration = Duration::from_secs(1);
 
-/// Judges what limits the transfer so far, for the progress line.
-fn judge_live(shared: &Shared, controller: &RateController) {
-    let Some(limits) = shared.limits() else {
+/// Judges what limits the transfer so far, for the progress line; not once the channels
+/// moved to TCP, which paces itself.
+fn judge_live(shared: &Shared, controller: &RateController, moved_to_tcp: bool) {
+    let Some(limits) = shared.limits.filter(|_| !moved_to_tcp) else {
         return;
     };
     let payload = usize::from(shared.payload.load(Ordering::Relaxed)).max(1);

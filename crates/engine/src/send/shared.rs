@@ -8,7 +8,7 @@ use crate::fs::SourceFile;
 use crate::progress::Progress;
 use hurtle_proto::rate::bottleneck::ReceiverSigns;
 use hurtle_proto::Layout;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64};
+use std::sync::atomic::{AtomicU16, AtomicU64};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,21 +54,13 @@ pub(super) struct Shared {
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
     /// What the live bottleneck is judged against; `None` over parallel TCP, which paces
-    /// itself (see [`Shared::limits`]).
+    /// itself (nor is it judged once the channels moved to TCP).
     pub(super) limits: Option<Limits>,
-    /// The channels moved from UDP to TCP during the session.
-    pub(super) moved_to_tcp: AtomicBool,
     /// What the receiver's reports said of its CPU and its disk.
     pub(super) receiver_signs: std::sync::Mutex<ReceiverSigns>,
 }
 
 impl Shared {
-    /// What the bottleneck is judged against while the channels are on UDP; `None` over TCP.
-    pub(super) fn limits(&self) -> Option<Limits> {
-        self.limits
-            .filter(|_| !self.moved_to_tcp.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
     /// What the receiver's reports said of its CPU and its disk so far.
     pub(super) fn signs(&self) -> ReceiverSigns {
         *self
