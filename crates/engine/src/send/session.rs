@@ -187,7 +187,12 @@ pub(super) fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
-    let (links, payload, prober, fallback) = data_links(data, &path, accepted.max_payload)?;
+    let DataLinks {
+        links,
+        payload,
+        prober,
+        fallback,
+    } = data_links(data, &path, accepted.max_payload)?;
     if let Some(p) = prober.as_ref().and_then(|p| p.probe.rtt()) {
         rtt = rtt.min(p);
     }
@@ -442,20 +447,35 @@ fn open_data_path(
     Ok(DataSetup::Udp(udps, Box::new(prober), fallback))
 }
 
-/// Each channel's link once the receiver is ready, the payload to start with, the prober that
-/// goes on beside the data (UDP only) and the TCP data connections being dialled in case UDP
-/// does not get through (UDP with `--transport auto` only).
-#[allow(clippy::type_complexity)]
+/// The data path once the receiver is ready.
+struct DataLinks {
+    /// Each channel's link.
+    links: Vec<LinkOut>,
+    /// The payload to start with.
+    payload: u16,
+    /// The probing that goes on beside the data (UDP only).
+    prober: Option<Prober>,
+    /// The TCP data connections being dialled in case UDP does not get through (UDP with
+    /// `--transport auto` only).
+    fallback: Option<Vec<Dialing>>,
+}
+
+/// The data path of `data` once the receiver is ready (see [`DataLinks`]).
 fn data_links(
     data: DataSetup,
     path: &DataPath,
     max_payload: u16,
-) -> Result<(Vec<LinkOut>, u16, Option<Prober>, Option<Vec<Dialing>>), SessionError> {
+) -> Result<DataLinks, SessionError> {
     match data {
         DataSetup::Tcp(dialing) => {
             let links = tcp_links(dialing, path)?;
             let payload = link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD));
-            Ok((links, payload, None, None))
+            Ok(DataLinks {
+                links,
+                payload,
+                prober: None,
+                fallback: None,
+            })
         }
         DataSetup::Udp(udps, mut prober, fallback) => {
             let now = Instant::now();
@@ -469,7 +489,12 @@ fn data_links(
                 .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
                 .collect();
             let payload = prober.probe.payload();
-            Ok((links, payload, Some(*prober), fallback))
+            Ok(DataLinks {
+                links,
+                payload,
+                prober: Some(*prober),
+                fallback,
+            })
         }
     }
 }
