@@ -45,7 +45,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,7 +238,10 @@ pub enum Decision {
 /// A message on the control connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Control {
-    /// Sender -> receiver, first message.
+    /// Sender -> receiver, right behind its `Agree` and in the clear (its fields say nothing
+    /// the datagrams do not show; the key agreement's transcript covers it, so it cannot be
+    /// changed on the way): what the receiver needs to open the data path and answer with
+    /// `HelloAck` in the same flight as its own `Agree`.
     Hello {
         /// Must be [`MAGIC`].
         magic: [u8; 4],
@@ -305,8 +308,9 @@ pub enum Control {
         /// Datagram size.
         size: u16,
     },
-    /// Sender -> receiver: data follows, at this payload size to begin with (probing goes on
-    /// beside the data and may move it; see [`crate::probe`]).
+    /// Retired in version 9, where each side's data phase starts as soon as it knows the
+    /// outcome of the set-up (see [`crate::session`]); never sent, and refused if it comes.
+    /// Kept so that the messages after it keep their encodings.
     Start {
         /// Payload bytes per datagram.
         payload: u16,

@@ -175,12 +175,15 @@ impl fmt::Debug for SessionKeys {
 pub struct Offer {
     spake: Spake2<Ed25519Group>,
     body: Vec<u8>,
+    hello: Vec<u8>,
     secret_id: KeyId,
 }
 
 impl Offer {
-    /// Starts the agreement: the state to keep, and the `Agree` frame to send first.
-    pub fn new(secret: &Secret, plain_data: bool) -> (Offer, Control) {
+    /// Starts the agreement: the state to keep, and the `Agree` frame to send first, with
+    /// `hello` (sent in the clear right behind it) bound into the keys: a hello changed on the
+    /// way fails the receiver's confirmation.
+    pub fn new(secret: &Secret, plain_data: bool, hello: &Control) -> (Offer, Control) {
         let (spake, pake) = Spake2::<Ed25519Group>::start_a(
             &Password::new(&secret.password),
             &Identity::new(SENDER_ID),
@@ -199,6 +202,7 @@ impl Offer {
             Offer {
                 spake,
                 body,
+                hello: body_of(hello),
                 secret_id: secret.id,
             },
             msg,
@@ -228,18 +232,19 @@ impl Offer {
             .finish(&pake)
             .map_err(|_| AgreeError::Malformed("SPAKE2 message"))?;
         let ours_plain = offered_plain(&self.body);
-        let keys = Derived::new(&shared, &self.body, &reply_body);
+        let keys = Derived::new(&shared, [&self.body, &self.hello, &reply_body]);
         hmac::verify(&keys.confirm, b"receiver", &confirm).map_err(|_| AgreeError::WrongSecret)?;
         Ok(keys.into_session(Role::Sender, !(ours_plain && theirs_plain), self.secret_id))
     }
 }
 
-/// The receiver's half: checks the sender's `Agree` (`offer`) against `secret` and returns the
-/// keys and the `Agree` frame to answer with. Look the secret up by the offer's key id first
-/// ([`offered_key`]).
+/// The receiver's half: checks the sender's `Agree` (`offer`, and the `hello` that came in
+/// the clear behind it) against `secret` and returns the keys and the `Agree` frame to answer
+/// with. Look the secret up by the offer's key id first ([`offered_key`]).
 pub fn answer(
     secret: &Secret,
     offer: &Control,
+    hello: &Control,
     plain_data: bool,
 ) -> Result<(SessionKeys, Control), AgreeError> {
     let (key_id, pake, theirs_plain) = offered(offer)?;
@@ -255,7 +260,7 @@ pub fn answer(
         .finish(pake)
         .map_err(|_| AgreeError::Malformed("SPAKE2 message"))?;
     let reply_body = body_of(&unconfirmed(&ours, plain_data));
-    let keys = Derived::new(&shared, &body_of(offer), &reply_body);
+    let keys = Derived::new(&shared, [&body_of(offer), &body_of(hello), &reply_body]);
     let confirm = hmac::sign(&keys.confirm, b"receiver").as_ref().to_vec();
     let reply = Control::Agree {
         magic: MAGIC,
@@ -342,7 +347,8 @@ enum Role {
     Receiver,
 }
 
-/// The keys derived from SPAKE2's output, salted with the hash of both `Agree` frames.
+/// The keys derived from SPAKE2's output, salted with the hash of both `Agree` frames and the
+/// sender's hello.
 struct Derived {
     control_s2r: [u8; 32],
     control_r2s: [u8; 32],
@@ -351,9 +357,9 @@ struct Derived {
 }
 
 impl Derived {
-    fn new(shared: &[u8], offer: &[u8], reply: &[u8]) -> Derived {
+    fn new(shared: &[u8], transcript: [&[u8]; 3]) -> Derived {
         let mut t = digest::Context::new(&digest::SHA256);
-        for part in [offer, reply] {
+        for part in transcript {
             t.update(&(part.len() as u64).to_be_bytes());
             t.update(part);
         }
@@ -362,7 +368,7 @@ impl Derived {
         let expand = |label: &[u8]| {
             let mut out = [0u8; 32];
             // 32 bytes is HKDF_SHA256's own length: expand and fill cannot fail.
-            if let Ok(okm) = prk.expand(&[b"hurtle v6 ", label], hkdf::HKDF_SHA256) {
+            if let Ok(okm) = prk.expand(&[b"hurtle v9 ", label], hkdf::HKDF_SHA256) {
                 let _ = okm.fill(&mut out);
             }
             out
@@ -400,10 +406,22 @@ mod tests {
         receiver: &Secret,
         plain: (bool, bool),
     ) -> Result<(SessionKeys, SessionKeys), AgreeError> {
-        let (offer, first) = Offer::new(sender, plain.0);
-        let (r, reply) = answer(receiver, &first, plain.1)?;
+        let (offer, first) = Offer::new(sender, plain.0, &hello());
+        let (r, reply) = answer(receiver, &first, &hello(), plain.1)?;
         let s = offer.finish(reply)?;
         Ok((s, r))
+    }
+
+    fn hello() -> Control {
+        Control::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            caps: 0,
+            channels: 4,
+            payload: 1384,
+            block_size: 1 << 20,
+            session: 7,
+        }
     }
 
     fn sealed_datagram(key: &DataKey) -> Vec<u8> {
@@ -463,12 +481,25 @@ mod tests {
     #[test]
     fn a_changed_agree_frame_fails_the_confirmation() {
         let secret = Secret::code("1-a-b");
-        let (offer, mut first) = Offer::new(&secret, false);
+        let (offer, mut first) = Offer::new(&secret, false, &hello());
         // Someone in between says the sender wants plain data.
         if let Control::Agree { plain_data, .. } = &mut first {
             *plain_data = true;
         }
-        let (_, reply) = answer(&secret, &first, true).unwrap();
+        let (_, reply) = answer(&secret, &first, &hello(), true).unwrap();
+        assert_eq!(offer.finish(reply).unwrap_err(), AgreeError::WrongSecret);
+    }
+
+    #[test]
+    fn a_changed_hello_fails_the_confirmation() {
+        let secret = Secret::code("1-a-b");
+        let (offer, first) = Offer::new(&secret, false, &hello());
+        // Someone in between asks for one channel instead of four.
+        let mut changed = hello();
+        if let Control::Hello { channels, .. } = &mut changed {
+            *channels = 1;
+        }
+        let (_, reply) = answer(&secret, &first, &changed, false).unwrap();
         assert_eq!(offer.finish(reply).unwrap_err(), AgreeError::WrongSecret);
     }
 
@@ -508,14 +539,19 @@ mod tests {
         let (s, r) = agree(&a, &a, (false, false)).unwrap();
         assert_eq!(s.key_id, r.key_id);
         assert!(matches!(
-            answer(&Secret::key([2; 32]), &Offer::new(&a, false).1, false),
+            answer(
+                &Secret::key([2; 32]),
+                &Offer::new(&a, false, &hello()).1,
+                &hello(),
+                false
+            ),
             Err(AgreeError::WrongSecret)
         ));
     }
 
     #[test]
     fn hellos_and_strangers_are_told_apart() {
-        let hello = Control::Hello {
+        let old = Control::Hello {
             magic: MAGIC,
             version: 5,
             caps: 0,
@@ -524,12 +560,12 @@ mod tests {
             block_size: 1 << 20,
             session: 1,
         };
-        assert_eq!(offered_key(&hello), Err(AgreeError::Version { theirs: 5 }));
+        assert_eq!(offered_key(&old), Err(AgreeError::Version { theirs: 5 }));
         assert_eq!(
             offered_key(&Control::KeepAlive),
             Err(AgreeError::NotAgree("KeepAlive"))
         );
-        let (_, mut first) = Offer::new(&Secret::code("1-a-b"), false);
+        let (_, mut first) = Offer::new(&Secret::code("1-a-b"), false, &hello());
         if let Control::Agree { version, .. } = &mut first {
             *version = 99;
         }
@@ -548,7 +584,7 @@ mod tests {
                 confirm: vec![],
                 plain_data: false,
             };
-            assert!(answer(&secret, &offer, false).is_err());
+            assert!(answer(&secret, &offer, &hello(), false).is_err());
         }
     }
 }

@@ -2,20 +2,37 @@
 //! side ([`SenderSetup`], [`ReceiverSetup`]) that takes control messages, the local side's
 //! facts and time in, and hands messages to send, decisions for the driver and a deadline out.
 //!
-//! The messages, in order (steps 1 and 2 of the session in the crate docs):
+//! The messages, in order (steps 1 and 2 of the session in the crate docs), with the round
+//! trips from the sender's connect:
 //!
 //! ```text
 //! sender                                 receiver
-//!   Hello, Manifest parts  ------------>   checks version, clamps channels
-//!                          <------------   HelloAck (ports, payload, rate ceiling,
+//! 1 RTT: connected
+//!   Agree, Hello (in the clear) ------->   checks version and hello, clamps channels,
+//!                                          opens the data path
+//!                          <------------   Agree, HelloAck (ports, payload, rate ceiling,
 //!                                          and a TCP data port if the hello asked)
-//!                                          decides each entry from its file system's facts
+//! 2 RTT: keys; early data under provisional()
+//!   Manifest parts  ------------------->   decides each entry from its file system's facts
 //!                          <------------   ManifestReply (send, refuse, have, unchanged, resume)
-//!   hashes the files the receiver has
-//!   Skip (identical files) ------------>   checks each skip was offered
-//!   both: Agreed (the same Layout and held stripes)
-//!   Start (payload, report interval) --->  data phase
+//!                                          every file "send": Agreed, data phase (the early
+//!                                          data in its socket buffers counts)
+//! 3 RTT: no "have": Agreed
+//!   "have": hashes the files the receiver has
+//!   Skip (identical files) ------------>   checks each skip was offered; Agreed
 //! ```
+//!
+//! **Early data.** The sender does not wait for the decisions: from the `HelloAck` on it sends
+//! the data of the provisional outcome ([`Agreed::provisional`]: every file whole, sparse holes
+//! held) under the hello's session id, at most a budget the driver sets. If every file's
+//! decision is `SendAll` ([`keeps_early`]), that provisional outcome is the outcome
+//! ([`Agreed::early`]): the data sent so far counts, and the data phase goes on. Otherwise
+//! (files skipped, resumed, or offered for hashing) the outcome has another layout: its data
+//! phase carries the next session id ([`data_session`]), so that the receiver drops whatever of
+//! the early data it still finds in its sockets, and the sender starts its channels again (with
+//! packet numbers that go on from the early ones: a packet number is the AEAD nonce). No
+//! `Start` message: each side starts its data phase when it knows the outcome (the receiver at
+//! its decisions, or at `Skip` if it offered files for hashing).
 //!
 //! With `--transport auto` the hello asks for a TCP data port beside the UDP ones
 //! ([`CAP_RACE`](crate::wire::CAP_RACE)). Data starts over UDP at once; if nothing arrives on a
@@ -45,11 +62,12 @@ mod receiver;
 mod sender;
 
 pub use decide::{first_look, Found, Look};
+pub use receiver::check_hello;
 pub use receiver::{HelloParams, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup};
 pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
 
 use crate::layout::{Held, Layout, LayoutError};
-use crate::wire::{AbortCause, Control, Entry, EntryKind, VERSION};
+use crate::wire::{AbortCause, Control, Decision, Entry, EntryKind, VERSION};
 use std::time::{Duration, Instant};
 
 /// How long either side waits for the peer's next message during set-up.
@@ -288,6 +306,26 @@ impl Skipped {
     }
 }
 
+/// Whether the early data counts: every file's decision is `SendAll` (directories aside), so
+/// the outcome is the provisional one ([`Agreed::provisional`]).
+pub fn keeps_early(entries: &[Entry], decisions: &[Decision]) -> bool {
+    entries
+        .iter()
+        .zip(decisions)
+        .all(|(e, d)| e.kind != EntryKind::File || *d == Decision::SendAll)
+}
+
+/// The session id of the data phase: the hello's when the early data counts (`early`, see
+/// [`keeps_early`]), the next odd one otherwise, so that datagrams of the provisional layout
+/// are told from the outcome's.
+pub fn data_session(hello_session: u64, early: bool) -> u64 {
+    if early {
+        hello_session
+    } else {
+        hello_session.wrapping_add(2)
+    }
+}
+
 /// What both sides agree on when the set-up is done. Each side builds it from the manifest,
 /// the decisions and the skips, and they build the same one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,9 +347,31 @@ pub struct Agreed {
     pub held: Held,
     /// Bytes of the files that are sent (held bytes included).
     pub sent_bytes: u64,
+    /// The provisional outcome, under the hello's session id: the early data counts.
+    pub early: bool,
 }
 
 impl Agreed {
+    /// The outcome if every file is sent whole (sparse holes held): what the sender's early
+    /// data follows before the receiver's decisions, under the hello's session id.
+    pub fn provisional(
+        entries: &[Entry],
+        block_size: u64,
+        channels: u16,
+        session: u64,
+    ) -> Result<Agreed, SetupError> {
+        let n = files(entries).count();
+        Agreed::new(
+            entries,
+            vec![Skipped::No; n],
+            vec![Vec::new(); n],
+            block_size,
+            channels,
+            session,
+        )
+        .map(|a| Agreed { early: true, ..a })
+    }
+
     fn new(
         entries: &[Entry],
         skips: Vec<Skipped>,
@@ -349,6 +409,7 @@ impl Agreed {
             layout,
             held,
             sent_bytes: sizes.iter().sum(),
+            early: false,
         })
     }
 

@@ -1,8 +1,10 @@
-//! The receiver's set-up: the hello and manifest in, its parameters and decisions out, the
-//! sender's skips in, and [`Agreed`] for the data phase.
+//! The receiver's set-up: the hello ([`check_hello`], read with the key agreement) and
+//! manifest in, its parameters and decisions out, the sender's skips in if it offered files
+//! for hashing, and [`Agreed`] for the data phase.
 
 use super::{
-    decision_bytes, files, parts, Agreed, SetupError, Skipped, MAX_ENTRIES, SETUP_TIMEOUT,
+    data_session, decision_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped,
+    MAX_ENTRIES, SETUP_TIMEOUT,
 };
 use crate::layout::{
     check_block_ranges, count_blocks, LayoutError, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_CHANNELS,
@@ -56,19 +58,16 @@ pub struct Intake {
 /// What the receiver's driver must act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiverEvent {
-    /// A good hello: open the data path (one UDP socket per channel, or a TCP listener) and
-    /// answer with [`ReceiverSetup::accept`].
-    Hello(HelloParams),
     /// The whole manifest is here and checked: decide each entry (see [`super::decide`]) and
     /// answer with [`ReceiverSetup::reply`].
     Manifest,
-    /// The sender said which files it skips; take the outcome with [`ReceiverSetup::agreed`].
+    /// The outcome is known (at the decisions, or at the sender's `Skip` if any file was
+    /// offered for hashing): take it with [`ReceiverSetup::agreed`] and start the data phase.
     Ready,
 }
 
 #[derive(Debug)]
 enum State {
-    AwaitHello,
     /// Hello taken; the driver opens the data path. The manifest may arrive meanwhile.
     Opening,
     /// The manifest is coming (`HelloAck` sent or not yet).
@@ -84,9 +83,8 @@ enum State {
 /// The receiver's set-up machine. See the [module docs](super).
 #[derive(Debug)]
 pub struct ReceiverSetup {
-    limits: ReceiverLimits,
     state: State,
-    hello: Option<HelloParams>,
+    hello: HelloParams,
     manifest_done: bool,
     entries: Vec<Entry>,
     decisions: Vec<Decision>,
@@ -97,12 +95,12 @@ pub struct ReceiverSetup {
 }
 
 impl ReceiverSetup {
-    /// A set-up waiting for the sender's hello.
-    pub fn new(limits: ReceiverLimits, now: Instant) -> ReceiverSetup {
+    /// A set-up for the sender's checked `hello` ([`check_hello`]): the driver opens the data
+    /// path and answers with [`ReceiverSetup::accept`].
+    pub fn new(hello: HelloParams, now: Instant) -> ReceiverSetup {
         ReceiverSetup {
-            limits,
-            state: State::AwaitHello,
-            hello: None,
+            state: State::Opening,
+            hello,
             manifest_done: false,
             entries: Vec::new(),
             decisions: Vec::new(),
@@ -127,7 +125,7 @@ impl ReceiverSetup {
     /// while the driver works (opening the data path, deciding) and once done.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
-            State::AwaitHello | State::AwaitManifest | State::AwaitSkip => Some(self.deadline),
+            State::AwaitManifest | State::AwaitSkip => Some(self.deadline),
             State::Opening | State::Deciding | State::Ready | State::Failed => None,
         }
     }
@@ -148,7 +146,7 @@ impl ReceiverSetup {
     }
 
     /// The checked hello.
-    pub fn hello(&self) -> Option<HelloParams> {
+    pub fn hello(&self) -> HelloParams {
         self.hello
     }
 
@@ -159,8 +157,7 @@ impl ReceiverSetup {
         }
         self.deadline = now + SETUP_TIMEOUT;
         let result = match (&self.state, msg) {
-            (State::AwaitHello, hello) => self.on_hello(hello),
-            // Harmless anywhere after the hello: the sender is busy.
+            // Harmless anywhere: the sender is busy.
             (_, Control::KeepAlive) => Ok(()),
             (State::Opening | State::AwaitManifest, Control::Manifest { entries, last })
                 if !self.manifest_done =>
@@ -182,41 +179,6 @@ impl ReceiverSetup {
         result.or_else(|e| self.fail(e))
     }
 
-    fn on_hello(&mut self, msg: Control) -> Result<(), SetupError> {
-        let Control::Hello {
-            magic,
-            version,
-            caps,
-            channels,
-            payload,
-            block_size,
-            session,
-        } = msg
-        else {
-            return Err(SetupError::unexpected(msg, "Hello"));
-        };
-        if magic != MAGIC || version != VERSION {
-            return Err(SetupError::Incompatible { magic, version });
-        }
-        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
-        {
-            return Err(LayoutError::BadBlockSize(block_size).into());
-        }
-        let hello = HelloParams {
-            channels: channels.clamp(1, self.limits.max_channels.clamp(1, MAX_CHANNELS)),
-            tcp: caps & CAP_TCP_DATA != 0,
-            race: caps & CAP_RACE != 0 && caps & CAP_TCP_DATA == 0,
-            checksum: caps & CAP_CHECKSUM != 0,
-            payload,
-            block_size,
-            session,
-        };
-        self.hello = Some(hello);
-        self.state = State::Opening;
-        self.events.push_back(ReceiverEvent::Hello(hello));
-        Ok(())
-    }
-
     /// The data path is open: answers the hello with one port per channel, the TCP data port
     /// if the sender asked for one to fall back to ([`HelloParams::race`]), and what the
     /// receiver can take in. Queues `HelloAck`.
@@ -227,8 +189,8 @@ impl ReceiverSetup {
         intake: Intake,
         now: Instant,
     ) -> Result<(), SetupError> {
-        let (State::Opening, Some(hello)) = (&self.state, self.hello) else {
-            return Err(SetupError::Driver("ports before a hello"));
+        let (State::Opening, hello) = (&self.state, self.hello) else {
+            return Err(SetupError::Driver("ports twice"));
         };
         if ports.len() != usize::from(hello.channels) {
             return Err(SetupError::Driver("a port count other than the channels"));
@@ -266,8 +228,7 @@ impl ReceiverSetup {
         if !last {
             return Ok(());
         }
-        let block_size = self.hello.map_or(0, |h| h.block_size);
-        check_blocks(&self.entries, block_size)?;
+        check_blocks(&self.entries, self.hello.block_size)?;
         self.manifest_done = true;
         // Answered already (not still opening the data path): decide now.
         if matches!(self.state, State::AwaitManifest) {
@@ -314,8 +275,17 @@ impl ReceiverSetup {
         if let Some(e) = refused {
             return self.fail(e);
         }
-        self.state = State::AwaitSkip;
-        Ok(())
+        if self.decisions.iter().any(|d| matches!(d, Decision::Have { .. })) {
+            // The sender hashes its copies and says which it skips.
+            self.state = State::AwaitSkip;
+            return Ok(());
+        }
+        // Nothing to wait for: the files unchanged on size and time are skipped (the sender
+        // skips them unread), the rest are sent.
+        let unchanged: Vec<u32> = files_with(&self.entries, &self.decisions, |d| {
+            *d == Decision::Unchanged
+        });
+        self.on_skip(unchanged).or_else(|e| self.fail(e))
     }
 
     /// The decisions given to [`ReceiverSetup::reply`].
@@ -356,17 +326,17 @@ impl ReceiverSetup {
                 _ => Vec::new(),
             });
         }
-        let hello = self
-            .hello
-            .ok_or(SetupError::Driver("skips before a hello"))?;
-        self.agreed = Some(Agreed::new(
+        let hello = self.hello;
+        let early = keeps_early(&self.entries, &self.decisions);
+        let agreed = Agreed::new(
             &self.entries,
             skips,
             resumed,
             hello.block_size,
             hello.channels,
-            hello.session,
-        )?);
+            data_session(hello.session, early),
+        )?;
+        self.agreed = Some(Agreed { early, ..agreed });
         self.state = State::Ready;
         self.events.push_back(ReceiverEvent::Ready);
         Ok(())
@@ -383,6 +353,53 @@ impl ReceiverSetup {
         let agreed = self.agreed.take()?;
         Some((self.entries, self.decisions, agreed))
     }
+}
+
+/// The file ids (the manifest's files, in order) whose decision passes `pick`.
+fn files_with(entries: &[Entry], decisions: &[Decision], pick: impl Fn(&Decision) -> bool) -> Vec<u32> {
+    entries
+        .iter()
+        .zip(decisions)
+        .filter(|(e, _)| e.kind == EntryKind::File)
+        .enumerate()
+        .filter(|(_, (_, d))| pick(d))
+        .map(|(f, _)| f as u32)
+        .collect()
+}
+
+/// The sender's hello, checked against this receiver's `limits`: its magic and version, its
+/// block size, and the channel count clamped to the limit. What fails is the sender's error,
+/// for the key agreement's driver to answer with `Reject`.
+pub fn check_hello(msg: Control, limits: &ReceiverLimits) -> Result<HelloParams, SetupError> {
+    let Control::Hello {
+        magic,
+        version,
+        caps,
+        channels,
+        payload,
+        block_size,
+        session,
+    } = msg
+    else {
+        return Err(SetupError::unexpected(msg, "Hello"));
+    };
+    if magic != MAGIC || version != VERSION {
+        return Err(SetupError::Incompatible { magic, version });
+    }
+    if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+    {
+        return Err(LayoutError::BadBlockSize(block_size).into());
+    }
+    let hello = HelloParams {
+        channels: channels.clamp(1, limits.max_channels.clamp(1, MAX_CHANNELS)),
+        tcp: caps & CAP_TCP_DATA != 0,
+        race: caps & CAP_RACE != 0 && caps & CAP_TCP_DATA == 0,
+        checksum: caps & CAP_CHECKSUM != 0,
+        payload,
+        block_size,
+        session,
+    };
+Ok(hello)
 }
 
 /// A manifest the layout can take: not too many blocks, and holes inside their files.

@@ -1,7 +1,11 @@
-//! The sender's set-up: hello and manifest out at once, the receiver's parameters and
-//! decisions in, the files to skip out, and [`Agreed`] for the data phase.
+//! The sender's set-up: hello (sent by the key agreement) and manifest out at once, the
+//! receiver's parameters and decisions in, the files to skip out if it asked about any, and
+//! [`Agreed`] for the data phase; before the decisions, [`SenderSetup::provisional`] for the
+//! early data.
 
-use super::{entry_bytes, files, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT};
+use super::{
+    entry_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT,
+};
 use crate::layout::MAX_CHANNELS;
 use crate::rate::bottleneck::BufferCap;
 use crate::wire::{
@@ -72,7 +76,8 @@ pub enum SenderEvent {
         /// File id.
         file: u32,
     },
-    /// The set-up is done and `Skip` is queued; take the outcome with [`SenderSetup::agreed`].
+    /// The set-up is done (and `Skip` queued if the receiver offered files it has); take the
+    /// outcome with [`SenderSetup::agreed`].
     Ready,
 }
 
@@ -82,9 +87,10 @@ enum State {
     AwaitAck,
     /// Waiting for `ManifestReply` parts.
     AwaitReply,
-    /// Hashing the files the receiver has.
+    /// Hashing the files the receiver has (`asked`: it offered some, so `Skip` follows).
     Hashing {
         pending: usize,
+        asked: bool,
     },
     /// Done (or failed): only probe acks and keep-alives are taken now.
     Ready,
@@ -108,29 +114,15 @@ pub struct SenderSetup {
     agreed: Option<Agreed>,
     /// The reply's parts so far.
     decisions: Vec<Decision>,
-    started: bool,
+    /// Every file is sent whole: the early data counts ([`Agreed::early`]).
+    early: bool,
 }
 
 impl SenderSetup {
-    /// Starts the set-up: the hello and the whole manifest are queued at once, so that the
-    /// receiver answers both in one round trip.
+    /// Starts the set-up: the whole manifest is queued at once, to go as soon as the key
+    /// agreement is done; the hello ([`SenderSetup::hello`]) goes before, with the agreement.
     pub fn new(params: SenderParams, entries: Vec<Entry>, now: Instant) -> SenderSetup {
         let mut transmits = VecDeque::new();
-        transmits.push_back(Control::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            caps: if params.tcp { CAP_TCP_DATA } else { 0 }
-                | if params.checksum { CAP_CHECKSUM } else { 0 }
-                | if params.race && !params.tcp {
-                    CAP_RACE
-                } else {
-                    0
-                },
-            channels: params.channels.max(1),
-            payload: params.payload,
-            block_size: params.block_size,
-            session: params.session,
-        });
         let parts = parts(&entries, entry_bytes);
         let n_parts = parts.len();
         for (i, part) in parts.into_iter().enumerate() {
@@ -153,8 +145,38 @@ impl SenderSetup {
             resumed: vec![Vec::new(); n_files],
             agreed: None,
             decisions: Vec::new(),
-            started: false,
+            early: false,
         }
+    }
+
+    /// The hello, for the key agreement to send in the clear right behind its `Agree` (and
+    /// to bind into the keys).
+    pub fn hello(&self) -> Control {
+        let p = &self.params;
+        Control::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            caps: if p.tcp { CAP_TCP_DATA } else { 0 }
+                | if p.checksum { CAP_CHECKSUM } else { 0 }
+                | if p.race && !p.tcp { CAP_RACE } else { 0 },
+            channels: p.channels.max(1),
+            payload: p.payload,
+            block_size: p.block_size,
+            session: p.session,
+        }
+    }
+
+    /// The outcome if every file is sent whole ([`Agreed::provisional`]): what the early data
+    /// follows, from the receiver's `HelloAck` (which names the channel count) until its
+    /// decisions. `None` before the `HelloAck`.
+    pub fn provisional(&self) -> Option<Result<Agreed, SetupError>> {
+        let accepted = self.accepted.as_ref()?;
+        Some(Agreed::provisional(
+            &self.entries,
+            self.params.block_size,
+            accepted.channels(),
+            self.params.session,
+        ))
     }
 
     /// The manifest this set-up offers.
@@ -273,6 +295,7 @@ impl SenderSetup {
         if decisions.len() != self.entries.len() {
             return Err(SetupError::ReplyLength);
         }
+        self.early = keeps_early(&self.entries, &decisions);
         let mut file = 0usize;
         let mut pending = 0;
         for (d, e) in decisions.into_iter().zip(&self.entries) {
@@ -305,7 +328,10 @@ impl SenderSetup {
                 file += 1;
             }
         }
-        self.state = State::Hashing { pending };
+        self.state = State::Hashing {
+            pending,
+            asked: pending > 0,
+        };
         self.finish_if_hashed()
     }
 
@@ -313,7 +339,7 @@ impl SenderSetup {
     /// that differs from the receiver's is sent if the receiver may replace it; otherwise the
     /// set-up fails with [`SetupError::Refused`].
     pub fn hashed(&mut self, file: u32, hash: [u8; 32]) -> Result<(), SetupError> {
-        let State::Hashing { pending } = self.state else {
+        let State::Hashing { pending, asked } = self.state else {
             return Err(SetupError::Driver("a hash outside the hashing phase"));
         };
         let f = file as usize;
@@ -331,14 +357,15 @@ impl SenderSetup {
         }
         self.state = State::Hashing {
             pending: pending - 1,
+            asked,
         };
         self.finish_if_hashed()
     }
 
     fn finish_if_hashed(&mut self) -> Result<(), SetupError> {
-        if !matches!(self.state, State::Hashing { pending: 0 }) {
+        let State::Hashing { pending: 0, asked } = self.state else {
             return Ok(());
-        }
+        };
         let accepted = self
             .accepted
             .as_ref()
@@ -349,14 +376,21 @@ impl SenderSetup {
             std::mem::take(&mut self.resumed),
             self.params.block_size,
             accepted.channels(),
-            self.params.session,
+            super::data_session(self.params.session, self.early),
         )
+        .map(|a| Agreed {
+            early: self.early,
+            ..a
+        })
         .or_else(|e| self.fail(e))?;
-        self.transmits.push_back(Control::Skip {
-            files: (0..self.skips.len() as u32)
-                .filter(|&f| self.skips[f as usize].is_skipped())
-                .collect(),
-        });
+        // The receiver waits for the answer to its offers, and only then.
+        if asked {
+            self.transmits.push_back(Control::Skip {
+                files: (0..self.skips.len() as u32)
+                    .filter(|&f| self.skips[f as usize].is_skipped())
+                    .collect(),
+            });
+        }
         self.agreed = Some(agreed);
         self.state = State::Ready;
         self.events.push_back(SenderEvent::Ready);
@@ -366,21 +400,5 @@ impl SenderSetup {
     /// The outcome, once [`SenderEvent::Ready`] came (taken once).
     pub fn agreed(&mut self) -> Option<Agreed> {
         self.agreed.take()
-    }
-
-    /// Ends the set-up: data follows at `payload` bytes per datagram, and the receiver reports
-    /// every `report_interval_us`. Queues `Start`.
-    pub fn start(&mut self, payload: u16, report_interval_us: u64) -> Result<(), SetupError> {
-        if !matches!(self.state, State::Ready) || self.started {
-            return Err(SetupError::Driver(
-                "start before the set-up is done, or twice",
-            ));
-        }
-        self.started = true;
-        self.transmits.push_back(Control::Start {
-            payload,
-            report_interval_us,
-        });
-        Ok(())
     }
 }

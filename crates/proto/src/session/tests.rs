@@ -85,7 +85,20 @@ fn run(
     let now = Instant::now();
     let checksum = sender.checksum;
     let mut s = SenderSetup::new(sender, entries, now);
-    let mut r = ReceiverSetup::new(ReceiverLimits { max_channels }, now);
+    // The hello comes with the key agreement; the receiver opens its data path at once.
+    let h = check_hello(s.hello(), &ReceiverLimits { max_channels }).map_err(|e| (Who::Receiver, e))?;
+    let mut r = ReceiverSetup::new(h, now);
+    let ports = (0..h.channels).map(|c| 9000 + c).collect();
+    r.accept(
+        ports,
+        h.race.then_some(9999),
+        Intake {
+            ceiling_bps: 1_000_000_000,
+            ..Intake::default()
+        },
+        now,
+    )
+    .unwrap();
     let (mut s_done, mut r_done) = (None, None);
     for _ in 0..1000 {
         while let Some(m) = s.poll_transmit() {
@@ -93,19 +106,6 @@ fn run(
         }
         while let Some(ev) = r.poll_event() {
             match ev {
-                ReceiverEvent::Hello(h) => {
-                    let ports = (0..h.channels).map(|c| 9000 + c).collect();
-                    r.accept(
-                        ports,
-                        h.race.then_some(9999),
-                        Intake {
-                            ceiling_bps: 1_000_000_000,
-                            ..Intake::default()
-                        },
-                        now,
-                    )
-                    .unwrap();
-                }
                 ReceiverEvent::Manifest => {
                     let d = r
                         .entries()
@@ -122,7 +122,14 @@ fn run(
         }
         while let Some(ev) = s.poll_event() {
             match ev {
-                SenderEvent::Accepted(_) | SenderEvent::ProbeAck { .. } => {}
+                SenderEvent::Accepted(_) => {
+                    // The early data's outcome: every file whole, under the hello's session.
+                    let p = s.provisional().expect("after the HelloAck");
+                    let p = p.map_err(|e| (Who::Sender, e))?;
+                    assert!(p.early && p.session == params_session(&s));
+                    assert!(p.skips.iter().all(|k| !k.is_skipped()));
+                }
+                SenderEvent::ProbeAck { .. } => {}
                 SenderEvent::HashWanted { file } => {
                     let path = &files(s.entries()).nth(file as usize).unwrap().path;
                     let h = mine.get(path).copied().unwrap_or([0; 32]);
@@ -138,8 +145,19 @@ fn run(
     panic!("the set-up did not end");
 }
 
+fn params_session(s: &SenderSetup) -> u64 {
+    match s.hello() {
+        Control::Hello { session, .. } => session,
+        _ => unreachable!(),
+    }
+}
+
+/// Both sides built the same outcome, and it is the provisional one (same session id) exactly
+/// when every file is sent whole.
 fn same(a: &Agreed, b: &Agreed) {
     assert_eq!(a, b);
+    let whole = a.skips.iter().all(|k| !k.is_skipped()) && a.held.resumed_bytes == 0;
+    assert_eq!(a.early, whole, "{a:?}");
 }
 
 #[test]
@@ -180,7 +198,6 @@ fn the_receiver_clamps_the_channels_and_both_use_its_count() {
 fn an_empty_manifest_is_one_part_and_agrees() {
     let now = Instant::now();
     let mut s = SenderSetup::new(params(2), Vec::new(), now);
-    assert!(matches!(s.poll_transmit(), Some(Control::Hello { .. })));
     assert_eq!(
         s.poll_transmit(),
         Some(Control::Manifest {
@@ -199,7 +216,7 @@ fn a_big_manifest_goes_in_parts() {
         .map(|i| file(&format!("f{i}"), 1))
         .collect();
     let mut s = SenderSetup::new(params(2), entries.clone(), Instant::now());
-    let parts: Vec<Control> = std::iter::from_fn(|| s.poll_transmit()).skip(1).collect();
+    let parts: Vec<Control> = std::iter::from_fn(|| s.poll_transmit()).collect();
     assert_eq!(parts.len(), 3);
     assert!(matches!(&parts[2], Control::Manifest { entries, last: true } if entries.len() == 1));
     let (s, r) = run(params(2), entries, 8, &Disk::default(), &Mine::new()).unwrap();
@@ -299,7 +316,7 @@ fn a_refusal_reaches_the_sender() {
         )
         .unwrap_err();
     assert!(matches!(err, SetupError::Refused { ref reason, .. } if reason == "no room"));
-    assert_eq!(s.poll_transmit().map(|m| m.name()), Some("Hello"));
+    assert_eq!(s.poll_transmit().map(|m| m.name()), Some("Manifest"));
 }
 
 #[test]
@@ -322,9 +339,11 @@ fn resumed_blocks_and_holes_are_held_alike_on_both_sides() {
 fn resumed_blocks_outside_the_file_fail_the_set_up() {
     let mut disk = Disk::default();
     disk.parts.insert("a".into(), vec![(0, 9)]);
+    // The receiver finds it first: with nothing offered for hashing, it builds the outcome
+    // at its decisions.
     let err = run(params(1), vec![file("a", 1 << 16)], 8, &disk, &Mine::new()).unwrap_err();
     assert!(
-        matches!(err, (Who::Sender, SetupError::Layout(_))),
+        matches!(err, (Who::Receiver, SetupError::Layout(_))),
         "{err:?}"
     );
 }
@@ -354,24 +373,24 @@ fn ack(ports: usize) -> Control {
     }
 }
 
+const LIMITS: ReceiverLimits = ReceiverLimits { max_channels: 8 };
+
+/// A receiver that took the hello, before its answer.
 fn receiver() -> ReceiverSetup {
-    ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, Instant::now())
+    ReceiverSetup::new(check_hello(hello(), &LIMITS).unwrap(), Instant::now())
 }
 
 /// A receiver that took the hello and acknowledged it.
 fn opened() -> ReceiverSetup {
     let mut r = receiver();
-    let now = Instant::now();
-    r.handle(hello(), now).unwrap();
-    assert!(matches!(r.poll_event(), Some(ReceiverEvent::Hello(_))));
-    r.accept(vec![1, 2], None, Intake::default(), now).unwrap();
+    r.accept(vec![1, 2], None, Intake::default(), Instant::now())
+        .unwrap();
     r
 }
 
 #[test]
 fn another_version_or_protocol_is_incompatible() {
     for (magic, version) in [(MAGIC, VERSION - 1), (*b"GET ", VERSION)] {
-        let mut r = receiver();
         let msg = Control::Hello {
             magic,
             version,
@@ -381,16 +400,14 @@ fn another_version_or_protocol_is_incompatible() {
             block_size: 1 << 16,
             session: 1,
         };
-        let err = r.handle(msg, Instant::now()).unwrap_err();
+        let err = check_hello(msg, &LIMITS).unwrap_err();
         assert!(matches!(err, SetupError::Incompatible { .. }), "{err:?}");
-        assert_eq!(r.poll_transmit(), None, "nothing said to a stranger");
     }
 }
 
 #[test]
 fn a_bad_block_size_is_refused_at_hello() {
     for block_size in [0, 1000, 3 << 16, 1 << 40] {
-        let mut r = receiver();
         let msg = Control::Hello {
             magic: MAGIC,
             version: VERSION,
@@ -400,7 +417,7 @@ fn a_bad_block_size_is_refused_at_hello() {
             block_size,
             session: 3,
         };
-        let err = r.handle(msg, Instant::now()).unwrap_err();
+        let err = check_hello(msg, &LIMITS).unwrap_err();
         assert!(
             matches!(err, SetupError::Layout(_)),
             "{block_size}: {err:?}"
@@ -411,9 +428,8 @@ fn a_bad_block_size_is_refused_at_hello() {
 #[test]
 fn the_receiver_takes_messages_only_in_order() {
     let now = Instant::now();
-    // Not a hello first.
-    let mut r = receiver();
-    let err = r.handle(Control::Skip { files: vec![] }, now).unwrap_err();
+    // Not a hello first (the key agreement's driver checks it).
+    let err = check_hello(Control::Skip { files: vec![] }, &LIMITS).unwrap_err();
     assert!(matches!(
         err,
         SetupError::Unexpected {
@@ -437,13 +453,15 @@ fn the_receiver_takes_messages_only_in_order() {
     let mut r = opened();
     let err = r.handle(hello(), now).unwrap_err();
     assert!(matches!(err, SetupError::Unexpected { .. }));
-    // Data-phase messages during set-up.
+    // Data-phase messages during set-up, and the retired `Start`.
     let mut r = opened();
     let start = Control::Start {
         payload: 1384,
         report_interval_us: 1,
     };
     assert!(r.handle(start, now).is_err());
+    let mut r = opened();
+    assert!(r.handle(Control::Done, now).is_err());
 }
 
 #[test]
@@ -628,7 +646,6 @@ fn the_sender_reports_probe_acks_and_accepts_keep_alives_while_waiting() {
 fn the_receivers_capped_buffers_reach_the_sender() {
     let now = Instant::now();
     let mut r = receiver();
-    r.handle(hello(), now).unwrap();
     let intake = Intake {
         ceiling_bps: 5_000_000_000,
         recv_buffer: 212_992,
@@ -656,12 +673,8 @@ fn a_sender_that_may_fall_back_gets_a_tcp_data_port_and_only_then() {
             ..params(2)
         };
         let mut s = SenderSetup::new(p, vec![file("a", 1)], now);
-        let hello = s.poll_transmit().unwrap();
-        let mut r = receiver();
-        r.handle(hello.clone(), now).unwrap();
-        let Some(ReceiverEvent::Hello(h)) = r.poll_event() else {
-            panic!("no hello")
-        };
+        let h = check_hello(s.hello(), &LIMITS).unwrap();
+        let mut r = ReceiverSetup::new(h, now);
         // Asked for with UDP only: data over TCP has no use for a second port.
         assert_eq!(h.race, race && !tcp, "race {race}, tcp {tcp}");
         // The port must be there exactly when it was asked for.
@@ -670,8 +683,7 @@ fn a_sender_that_may_fall_back_gets_a_tcp_data_port_and_only_then() {
             r.accept(vec![1, 2], wrong, Intake::default(), now),
             Err(SetupError::Driver(_))
         ));
-        let mut r = receiver();
-        r.handle(hello, now).unwrap();
+        let mut r = ReceiverSetup::new(h, now);
         let port = h.race.then_some(7401);
         r.accept(vec![1, 2], port, Intake::default(), now).unwrap();
         s.handle(r.poll_transmit().unwrap(), now).unwrap();
@@ -698,17 +710,16 @@ fn the_driver_cannot_answer_out_of_turn() {
     let now = Instant::now();
     let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now);
     assert!(matches!(s.hashed(0, [0; 32]), Err(SetupError::Driver(_))));
-    assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
+    assert!(s.provisional().is_none(), "no outcome before the HelloAck");
     let mut r = receiver();
-    assert!(matches!(
-        r.accept(vec![1], None, Intake::default(), now),
-        Err(SetupError::Driver(_))
-    ));
     assert!(matches!(r.reply(vec![], now), Err(SetupError::Driver(_))));
-    let mut r = receiver();
-    r.handle(hello(), now).unwrap();
     assert!(matches!(
         r.accept(vec![1, 2, 3], None, Intake::default(), now),
+        Err(SetupError::Driver(_))
+    ));
+    let mut r = opened();
+    assert!(matches!(
+        r.accept(vec![1, 2], None, Intake::default(), now),
         Err(SetupError::Driver(_))
     ));
 }
@@ -726,7 +737,7 @@ fn silence_past_the_deadline_fails_and_each_message_restarts_it() {
         s.handle_timeout(t0 + SETUP_TIMEOUT * 2),
         Err(SetupError::Timeout(_))
     ));
-    let mut r = receiver();
+    let mut r = opened();
     let late = Instant::now() + SETUP_TIMEOUT;
     assert!(matches!(
         r.handle_timeout(late),
@@ -737,8 +748,7 @@ fn silence_past_the_deadline_fails_and_each_message_restarts_it() {
 #[test]
 fn the_wait_for_skips_runs_from_the_reply_however_long_deciding_took() {
     let t0 = Instant::now();
-    let mut r = ReceiverSetup::new(ReceiverLimits { max_channels: 8 }, t0);
-    r.handle(hello(), t0).unwrap();
+    let mut r = ReceiverSetup::new(check_hello(hello(), &LIMITS).unwrap(), t0);
     r.accept(vec![1, 2], None, Intake::default(), t0).unwrap();
     let manifest = Control::Manifest {
         entries: vec![file("a", 1)],
@@ -751,7 +761,11 @@ fn the_wait_for_skips_runs_from_the_reply_however_long_deciding_took() {
         "no deadline while the receiver decides"
     );
     let replied = t0 + SETUP_TIMEOUT * 3;
-    r.reply(vec![Decision::SendAll], replied).unwrap();
+    let have = Decision::Have {
+        hash: [1; 32],
+        replace_ok: true,
+    };
+    r.reply(vec![have], replied).unwrap();
     assert_eq!(r.poll_timeout(), Some(replied + SETUP_TIMEOUT));
     r.handle_timeout(replied + SETUP_TIMEOUT / 2).unwrap();
 }
@@ -789,7 +803,6 @@ fn a_long_reply_goes_in_parts_and_the_sender_takes_them_whole() {
         Some(Control::HelloAck { .. })
     ));
     let mut sent = SenderSetup::new(params(2), entries, now);
-    sent.poll_transmit();
     while let Some(m) = sent.poll_transmit() {
         rcv.handle(m, now).unwrap();
     }
@@ -850,17 +863,79 @@ fn more_ports_than_channels_offered_are_refused() {
 }
 
 #[test]
-fn start_is_sent_once() {
+fn the_early_data_counts_only_when_every_file_is_sent_whole() {
     let now = Instant::now();
-    let mut s = SenderSetup::new(params(1), vec![], now);
-    s.handle(ack(1), now).unwrap();
-    let reply = Control::ManifestReply {
-        decisions: vec![],
-        last: true,
+    let entries = vec![file("a", 1 << 17), dir("d"), file("b", 5)];
+    // The receiver decides: every file sent whole. Both sides are done at the decisions,
+    // with the provisional outcome, and no `Skip` goes.
+    let mut s = SenderSetup::new(params(2), entries.clone(), now);
+    s.handle(ack(2), now).unwrap();
+    let early = s.provisional().unwrap().unwrap();
+    let mut r = ReceiverSetup::new(check_hello(s.hello(), &LIMITS).unwrap(), now);
+    r.accept(vec![1, 2], None, Intake::default(), now).unwrap();
+    assert!(matches!(r.poll_transmit(), Some(Control::HelloAck { .. })));
+    while let Some(m) = s.poll_transmit() {
+        r.handle(m, now).unwrap();
+    }
+    assert_eq!(r.poll_event(), Some(ReceiverEvent::Manifest));
+    r.reply(vec![Decision::SendAll; 3], now).unwrap();
+    assert_eq!(r.poll_event(), Some(ReceiverEvent::Ready));
+    let theirs = r.agreed().unwrap();
+    while let Some(m) = r.poll_transmit() {
+        s.handle(m, now).unwrap();
+    }
+    assert!(matches!(s.poll_event(), Some(SenderEvent::Accepted(_))));
+    assert_eq!(s.poll_event(), Some(SenderEvent::Ready));
+    let ours = s.agreed().unwrap();
+    assert_eq!(s.poll_transmit(), None, "no Skip when nothing was offered");
+    assert_eq!(ours, early);
+    assert_eq!(theirs, early);
+    assert!(early.early);
+    assert_eq!(early.session, 0x1234_5679, "the hello's session");
+
+    // One file unchanged on size and time: skipped without a `Skip`, another layout, the
+    // next session id.
+    let mut disk = Disk::default();
+    let there = Found::File {
+        len: 5,
+        mtime_ns: 7,
     };
-    s.handle(reply, now).unwrap();
-    s.start(1384, 1000).unwrap();
-    assert!(matches!(s.start(1384, 1000), Err(SetupError::Driver(_))));
+    disk.found.insert("b".into(), (there, [0; 32]));
+    let (s2, r2) = run(params(2), entries.clone(), 8, &disk, &Mine::new()).unwrap();
+    same(&s2, &r2);
+    assert!(!s2.early);
+    assert_eq!(s2.session, data_session(0x1234_5679, false));
+    assert_ne!(s2.session, early.session);
+    assert_ne!(s2.layout, early.layout);
+
+    // Resumed: the same files, but blocks held: not the provisional outcome either.
+    let mut disk = Disk::default();
+    disk.parts.insert("a".into(), vec![(0, 1)]);
+    let (s3, r3) = run(params(2), entries, 8, &disk, &Mine::new()).unwrap();
+    same(&s3, &r3);
+    assert!(!s3.early);
+    assert_eq!(s3.session, early.session.wrapping_add(2));
+}
+
+#[test]
+fn the_receiver_waits_for_skip_only_after_offering_hashes() {
+    let now = Instant::now();
+    let mut r = opened();
+    r.handle(
+        Control::Manifest {
+            entries: vec![file("a", 5), file("b", 5)],
+            last: true,
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(r.poll_event(), Some(ReceiverEvent::Manifest));
+    r.reply(vec![Decision::Unchanged, Decision::SendAll], now)
+        .unwrap();
+    assert_eq!(r.poll_event(), Some(ReceiverEvent::Ready), "no wait");
+    assert_eq!(r.agreed().unwrap().skips[0], Skipped::Unchecked);
+    // A `Skip` now is out of turn.
+    assert!(r.handle(Control::Skip { files: vec![0] }, now).is_err());
 }
 
 fn any_entry() -> impl Strategy<Value = Entry> {
@@ -967,21 +1042,17 @@ proptest! {
     /// or a consistent set-up: never a panic.
     #[test]
     fn hostile_sequences_never_panic_the_receiver(msgs in real_or_random(vec![
-        hello(),
         Control::Manifest { entries: vec![file("a", 70_000), dir("d")], last: false },
         Control::Manifest { entries: vec![file("b", 3)], last: true },
         Control::Skip { files: vec![0, 1, 5] },
         Control::KeepAlive,
     ])) {
         let now = Instant::now();
-        let mut r = receiver();
+        let mut r = opened();
         for m in msgs {
             let _ = r.handle(m, now);
             while let Some(ev) = r.poll_event() {
                 match ev {
-                    ReceiverEvent::Hello(h) => {
-                        let _ = r.accept((0..h.channels).collect(), None, Intake::default(), now);
-                    }
                     ReceiverEvent::Manifest => {
                         let d = vec![Decision::Have { hash: [0; 32], replace_ok: false }; r.entries().len()];
                         let _ = r.reply(d, now);
@@ -1012,8 +1083,15 @@ proptest! {
         for m in msgs {
             let _ = s.handle(m, now);
             while let Some(ev) = s.poll_event() {
-                if let SenderEvent::HashWanted { file } = ev {
-                    let _ = s.hashed(file, [2; 32]);
+                match ev {
+                    SenderEvent::HashWanted { file } => {
+                        let _ = s.hashed(file, [2; 32]);
+                    }
+                    SenderEvent::Accepted(_) => {
+                        let p = s.provisional();
+                        prop_assert!(p.is_some_and(|p| p.is_ok_and(|p| p.early)));
+                    }
+                    _ => {}
                 }
             }
         }
