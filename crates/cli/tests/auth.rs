@@ -240,15 +240,27 @@ fn man_in_the_middle(receiver: SocketAddr, guess: &'static str) -> SocketAddr {
             to_receiver
                 .set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
-            let (offer, first) = Offer::new(&secret, false);
+            let hello = Control::Hello {
+                magic: hurtle_proto::wire::MAGIC,
+                version: hurtle_proto::wire::VERSION,
+                caps: 0,
+                channels: 1,
+                payload: 1384,
+                block_size: 1 << 20,
+                session: 1,
+            };
+            let (offer, first) = Offer::new(&secret, false, &hello);
             let _ = to_receiver.write_all(&first.to_frame());
+            let _ = to_receiver.write_all(&hello.to_frame());
             if let Some(reply) = read_plain(&mut to_receiver) {
                 assert!(offer.finish(reply).is_err(), "the guess was right");
             }
         }
         // Towards the sender: its own answer.
-        if let Some(first) = read_plain(&mut from_sender) {
-            if let Ok((_, reply)) = answer(&secret, &first, false) {
+        if let (Some(first), Some(hello)) =
+            (read_plain(&mut from_sender), read_plain(&mut from_sender))
+        {
+            if let Ok((_, reply)) = answer(&secret, &first, &hello, false) {
                 let _ = from_sender.write_all(&reply.to_frame());
             }
         }

@@ -2,15 +2,18 @@
 //! connection, before any other frame, within a deadline, and tells a peer that failed it from
 //! a session that failed.
 //!
-//! The sender [`offer`]s; the receiver [`answer`]s the offer its front door read
-//! ([`crate::receive::accept::greet`]), and reads the sender's first sealed frame (the hello),
-//! so that everything a stranger can do (hold another key, guess a code, change a message) is
-//! decided before a session exists, and comes back as a [`Refusal`] the receiver logs and
-//! survives. A [`Keyring`] holds what a receiver accepts: its code, and the keys of a key file.
+//! The sender [`offer`]s, with its hello in the clear behind the `Agree` (bound into the
+//! keys); the receiver [`answer`]s the offer and hello its front door read
+//! ([`crate::receive::accept::greet`]), sends its own first sealed frame (its `HelloAck`,
+//! so that the sender can send data as soon as it has the keys), and reads the sender's first
+//! sealed frame (the manifest's first part), so that everything a stranger can do (hold
+//! another key, guess a code, change a message) is decided before a session exists, and comes
+//! back as a [`Refusal`] the receiver logs and survives. A [`Keyring`] holds what a receiver
+//! accepts: its code, and the keys of a key file.
 
 use crate::error::SessionError;
 use crate::net::control::{read_frame, read_sealed, write_frame, ControlError};
-use hurtle_proto::secure::{self, AgreeError, KeyId, Offer, Secret, SessionKeys};
+use hurtle_proto::secure::{self, AgreeError, FrameSeal, KeyId, Offer, Secret, SessionKeys};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::Write;
 use std::net::TcpStream;
@@ -69,16 +72,20 @@ impl Keyring {
     }
 }
 
-/// The sender's side: sends the offer and reads the answer on `stream`, within `timeout`.
+/// The sender's side: sends the offer and `hello` (one write) and reads the answer on
+/// `stream`, within `timeout`.
 pub fn offer(
     stream: &mut TcpStream,
     secret: &Secret,
     plain_data: bool,
+    hello: &Control,
     timeout: Duration,
 ) -> Result<SessionKeys, SessionError> {
-    let (offer, first) = Offer::new(secret, plain_data);
+    let (offer, first) = Offer::new(secret, plain_data, hello);
     stream.set_nodelay(true).ok();
-    write_frame(stream, &first)?;
+    let mut flight = first.to_frame();
+    flight.extend_from_slice(&hello.to_frame());
+    stream.write_all(&flight).map_err(ControlError::from)?;
     stream.flush().map_err(ControlError::from)?;
     stream
         .set_read_timeout(Some(timeout))
@@ -99,14 +106,16 @@ pub fn offer(
 /// A sender that passed the agreement.
 #[derive(Debug)]
 pub struct Accepted {
-    /// The session's keys (the control frames' opener has read the hello already).
+    /// The session's keys (the control frames' opener has read the first frame already, the
+    /// sealer has sealed the receiver's first).
     pub keys: SessionKeys,
-    /// The sender's first sealed frame: its hello.
-    pub hello: Control,
+    /// The sender's first sealed frame (the manifest's first part).
+    pub first: Control,
     /// The name of the key it used (`code` for the code).
     pub key_name: String,
-    /// From the receiver's answer to the sender's hello: the sender sends it as soon as it
-    /// read the answer, so this is the path's round trip (the receiver's first estimate).
+    /// From the receiver's answer to the sender's first sealed frame: the sender sends it as
+    /// soon as it read the answer, so this is the path's round trip (the receiver's first
+    /// estimate).
     pub rtt: Duration,
 }
 
@@ -128,15 +137,19 @@ impl Refusal {
     }
 }
 
-/// The receiver's side: answers the sender's offer (`first`, its first frame, already read)
-/// with a key from `keys`, and reads the sender's first sealed frame, before `deadline`.
-pub fn answer(
+/// The receiver's side: answers the sender's offer (`first`, its first frame, and `hello`,
+/// the second, already read) with a key from `keys`; hands the keys' frame sealer to
+/// `answered`, which writes the receiver's first sealed frame right behind the answer (and
+/// returns what it opened for it); then reads the sender's first sealed frame, all before
+/// `deadline`.
+pub fn answer<T>(
     stream: &mut TcpStream,
     keys: &Keyring,
     plain_data: bool,
-    first: &Control,
+    (first, hello): (&Control, &Control),
     deadline: Instant,
-) -> Result<Accepted, Refusal> {
+    answered: impl FnOnce(&mut TcpStream, &mut FrameSeal) -> Result<T, String>,
+) -> Result<(Accepted, T), Refusal> {
     let id = secure::offered_key(first).map_err(|e| Refusal::stray(e.to_string()))?;
     let Some((name, secret)) = keys.find(id) else {
         let _ = write_frame(
@@ -151,9 +164,10 @@ pub fn answer(
     };
     let code_try = secret.is_code();
     let failed = |reason: String| Refusal { reason, code_try };
-    let (mut session, reply) = secure::answer(&secret, first, plain_data)
+    let (mut session, reply) = secure::answer(&secret, first, hello, plain_data)
         .map_err(|e| failed(format!("key agreement: {e}")))?;
     write_frame(stream, &reply).map_err(|e| failed(describe(&e, "left")))?;
+    let opened = answered(stream, &mut session.frames_out).map_err(Refusal::stray)?;
     let answered = Instant::now();
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -162,7 +176,7 @@ pub fn answer(
     stream
         .set_read_timeout(Some(left))
         .map_err(|e| failed(format!("socket: {e}")))?;
-    let hello = read_sealed(stream, &mut session.frames_in, left).map_err(|e| {
+    let first = read_sealed(stream, &mut session.frames_in, left).map_err(|e| {
         failed(match e {
             ControlError::Closed => format!(
                 "left after the key agreement: it does not hold this receiver's {}",
@@ -174,12 +188,15 @@ pub fn answer(
             other => describe(&other, "sent after the key agreement"),
         })
     })?;
-    Ok(Accepted {
-        keys: session,
-        hello,
-        key_name: name,
-        rtt: answered.elapsed(),
-    })
+    Ok((
+        Accepted {
+            keys: session,
+            first,
+            key_name: name,
+            rtt: answered.elapsed(),
+        },
+        opened,
+    ))
 }
 
 fn describe(e: &ControlError, what: &str) -> String {
@@ -209,6 +226,35 @@ pub(crate) mod testing {
         (a, b)
     }
 
+    /// A hello for agreements in tests.
+    pub(crate) fn hello() -> Control {
+        Control::Hello {
+            magic: hurtle_proto::wire::MAGIC,
+            version: hurtle_proto::wire::VERSION,
+            caps: 0,
+            channels: 1,
+            payload: 1384,
+            block_size: 1 << 20,
+            session: 1,
+        }
+    }
+
+    /// The receiver's side of an agreement on `r`: reads the offer and hello, answers with a
+    /// sealed keep-alive as its first frame, and reads the sender's first sealed frame.
+    pub(crate) fn receive(
+        r: &mut TcpStream,
+        keys: &Keyring,
+        deadline: Instant,
+    ) -> Result<Accepted, Refusal> {
+        let first = read_frame(r, Duration::from_secs(5)).unwrap();
+        let hello = read_frame(r, Duration::from_secs(5)).unwrap();
+        let answered = |s: &mut TcpStream, seal: &mut FrameSeal| {
+            s.write_all(&seal.seal(&Control::KeepAlive))
+                .map_err(|e| e.to_string())
+        };
+        answer(r, keys, false, (&first, &hello), deadline, answered).map(|(a, ())| a)
+    }
+
     /// A key agreement with `code` on loopback, the sender's first sealed frame a keep-alive:
     /// the receiver's side of it, and the control connection's ends (sender's, receiver's).
     pub(crate) fn agreed(code: &str) -> (Accepted, TcpStream, TcpStream) {
@@ -216,12 +262,18 @@ pub(crate) mod testing {
         let keyring = Keyring::code(code);
         let receiver = std::thread::spawn(move || {
             let mut r = r;
-            let first = read_frame(&mut r, Duration::from_secs(5)).unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
-            let got = answer(&mut r, &keyring, false, &first, deadline).unwrap();
+            let got = receive(&mut r, &keyring, deadline).unwrap();
             (got, r)
         });
-        let mut keys = offer(&mut s, &Secret::code(code), false, Duration::from_secs(5)).unwrap();
+        let mut keys = offer(
+            &mut s,
+            &Secret::code(code),
+            false,
+            &hello(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
             .unwrap();
         let (got, r) = receiver.join().unwrap();
@@ -237,14 +289,7 @@ mod tests {
 
     fn receive(mut s: TcpStream, keys: Keyring, secs: u64) -> Result<Accepted, Refusal> {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let first = read_frame(&mut s, Duration::from_secs(5)).unwrap();
-        answer(
-            &mut s,
-            &keys,
-            false,
-            &first,
-            Instant::now() + Duration::from_secs(secs),
-        )
+        super::testing::receive(&mut s, &keys, Instant::now() + Duration::from_secs(secs))
     }
 
     #[test]
@@ -255,13 +300,14 @@ mod tests {
             &mut s,
             &Secret::code("12-A-B"),
             false,
+            &super::testing::hello(),
             Duration::from_secs(5),
         )
         .unwrap();
         s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
             .unwrap();
         let got = rx.join().unwrap().unwrap();
-        assert_eq!(got.hello, Control::KeepAlive);
+        assert_eq!(got.first, Control::KeepAlive);
         assert_eq!(got.key_name, "code");
     }
 
@@ -273,6 +319,7 @@ mod tests {
             &mut s,
             &Secret::code("12-a-c"),
             false,
+            &super::testing::hello(),
             Duration::from_secs(5),
         )
         .unwrap_err();
@@ -307,7 +354,14 @@ mod tests {
         ring.add("alice", Secret::key([1; 32]));
         let (mut s, r) = pair();
         let rx = std::thread::spawn(move || receive(r, ring, 5));
-        let err = offer(&mut s, &Secret::key([2; 32]), false, Duration::from_secs(5)).unwrap_err();
+        let err = offer(
+            &mut s,
+            &Secret::key([2; 32]),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("does not know key"), "{err}");
         assert!(!rx.join().unwrap().unwrap_err().code_try);
     }

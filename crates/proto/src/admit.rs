@@ -69,6 +69,9 @@ pub enum RejectReason {
     ProbeSize,
     /// A final marker with the wrong stripe length.
     FinalLength,
+    /// Early data of the provisional outcome that the real one replaced (see
+    /// [`crate::session`]): expected, and counted apart, not in [`Rejected::total`].
+    Superseded,
     /// `(file, offset, len)` refused by [`Layout::place`], or bytes of a file the driver is not
     /// receiving.
     Layout,
@@ -93,6 +96,8 @@ pub struct Rejected {
     pub final_len: u64,
     /// [`RejectReason::Layout`].
     pub layout: u64,
+    /// [`RejectReason::Superseded`] (not in [`Rejected::total`]: nobody did anything wrong).
+    pub superseded: u64,
 }
 
 impl Rejected {
@@ -118,6 +123,7 @@ impl Rejected {
         self.probe_size += other.probe_size;
         self.final_len += other.final_len;
         self.layout += other.layout;
+        self.superseded += other.superseded;
     }
 
     fn count(&mut self, reason: RejectReason) {
@@ -130,6 +136,7 @@ impl Rejected {
             RejectReason::ProbeSize => &mut self.probe_size,
             RejectReason::FinalLength => &mut self.final_len,
             RejectReason::Layout => &mut self.layout,
+            RejectReason::Superseded => &mut self.superseded,
         };
         *n += 1;
     }
@@ -222,6 +229,8 @@ pub enum Admit {
 #[derive(Debug, Clone)]
 pub struct Admission {
     session: u64,
+    /// The provisional session whose early data this one replaced, if it did.
+    superseded: Option<u64>,
     channels: Range<u16>,
     probes: bool,
     origin: Instant,
@@ -242,6 +251,7 @@ impl Admission {
     pub fn new(session: u64, channels: Range<u16>, origin: Instant) -> Self {
         Admission {
             session,
+            superseded: None,
             highest_pn: vec![0; channels.len()],
             channels,
             probes: true,
@@ -252,6 +262,13 @@ impl Admission {
             rejected: Rejected::default(),
             peak_queue_us: 0,
         }
+    }
+
+    /// Datagrams of session `early` (the provisional outcome's, which this session's replaced)
+    /// are dropped as [`RejectReason::Superseded`], apart from the rejected.
+    pub fn superseding(mut self, early: u64) -> Self {
+        self.superseded = (early != self.session).then_some(early);
+        self
     }
 
     /// Probes are rejected ([`RejectReason::Kind`]): for a driver past probing that no longer
@@ -297,6 +314,9 @@ impl Admission {
         payload_len: usize,
     ) -> Admit {
         if h.session != self.session {
+            if Some(h.session) == self.superseded {
+                return self.reject(RejectReason::Superseded);
+            }
             return self.reject(RejectReason::Session);
         }
         let channel = h.channel;
@@ -345,7 +365,10 @@ impl Admission {
     /// for what only it can see (a datagram from another address, bytes of a file it has no
     /// part file for); [`Admission::admit`] calls it for everything else.
     pub fn reject(&mut self, reason: RejectReason) -> Admit {
-        self.tally.rejected = self.tally.rejected.saturating_add(1);
+        // Superseded early data is nobody's wrongdoing: apart from the rejected.
+        if reason != RejectReason::Superseded {
+            self.tally.rejected = self.tally.rejected.saturating_add(1);
+        }
         self.rejected.count(reason);
         Admit::Reject(reason)
     }
@@ -524,6 +547,38 @@ mod tests {
         let t = a.tally();
         assert_eq!((t.datagrams, t.bytes, t.pn_span), (1, 240, 1));
         assert_eq!((t.delay_count, t.rejected), (1, 0));
+    }
+
+    #[test]
+    fn the_superseded_early_session_is_dropped_apart_from_the_rejected() {
+        let now = Instant::now();
+        let layout = Layout::new(&[1 << 20], 1 << 16, 1).unwrap();
+        let mut a = Admission::new(SESSION, 0..1, now).superseding(SESSION - 2);
+        let early = Header {
+            session: SESSION - 2,
+            ..data(0, 1, 0, 0, 100, 0)
+        };
+        assert_eq!(
+            a.admit(now, &layout, &early, 100),
+            Admit::Reject(RejectReason::Superseded)
+        );
+        let stranger = Header {
+            session: SESSION - 4,
+            ..data(0, 2, 0, 0, 100, 0)
+        };
+        assert_eq!(
+            a.admit(now, &layout, &stranger, 100),
+            Admit::Reject(RejectReason::Session)
+        );
+        assert_eq!(a.rejected().superseded, 1);
+        assert_eq!(a.rejected().total(), 1, "only the stranger");
+        assert_eq!(a.tally().rejected, 1, "only the stranger");
+        // Superseding itself is no superseding.
+        let mut b = Admission::new(SESSION, 0..1, now).superseding(SESSION);
+        assert!(matches!(
+            b.admit(now, &layout, &data(0, 1, 0, 0, 100, 0), 100),
+            Admit::Data(_)
+        ));
     }
 
     #[test]

@@ -23,20 +23,25 @@
 //! Steps 1 and 2 are the [`session`] machines ([`session::SenderSetup`],
 //! [`session::ReceiverSetup`]); the data phase is the per-channel machines below.
 //!
-//! 1. Sender -> `Hello` (magic, version, channels offered, payload, block size, session id) and,
-//!    without waiting, the `Manifest` parts; receiver -> `HelloAck` (its UDP ports; their count
-//!    is the channel count).
+//! 1. Sender -> `Agree` and, in the clear behind it, `Hello` (magic, version, channels offered,
+//!    payload, block size, session id); receiver -> `Agree` and, sealed behind it, `HelloAck`
+//!    (its UDP ports; their count is the channel count). One round trip after the connect the
+//!    sender has the keys and the ports: it sends the `Manifest` parts, and data at once under
+//!    the provisional outcome (every file whole: [`session::Agreed::provisional`]), within a
+//!    budget. Data leaves two round trips after the sender's connect.
 //! 2. Receiver -> `ManifestReply` parts (per entry: send, refuse, already
 //!    have it, or resume: these blocks are here from an interrupted transfer); sender -> `Skip`
-//!    (the files it will not send). Both build the same [`Layout`] from the accepted files, and
-//!    both `hold` the resumed blocks: the sender hashes them without sending them.
+//!    (the files it will not send) if the receiver offered any hashes. Both build the same
+//!    [`Layout`] from the accepted files, and both `hold` the resumed blocks: the sender
+//!    hashes them without sending them. When every file is sent whole the early data counts;
+//!    otherwise the data phase has the next session id and the sender starts it again.
 //! 3. From `HelloAck` on, sender -> `Probe` datagrams of every candidate size on every channel;
-//!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): sender ->
-//!    `Start` with the largest size through so far (or 1384), and data moves to another size
-//!    when probing settles. Data starts two round trips after the sender's connect. With
-//!    `--transport auto` the receiver also offers a TCP data port and the sender dials it at
-//!    once; if nothing arrives on a channel within [`probe::SILENT_AFTER`] of `Start`, receiver
-//!    -> `UdpSilent`, sender -> `Fallback`, and every channel goes on over its TCP connection.
+//!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): data starts
+//!    at 1384 and moves to another size when probing settles. With `--transport auto` the
+//!    receiver also offers a TCP data port and the sender dials it at once; if nothing
+//!    arrives on a channel within [`probe::SILENT_AFTER`] of the receiver's data phase,
+//!    receiver -> `UdpSilent`, sender -> `Fallback`, and every channel goes on over its TCP
+//!    connection.
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver checks each datagram with
 //!    an [`Admission`] (one per socket), the channel's [`ChannelReceiver`] records what was
 //!    admitted and sends `Nack`s, and a [`ReportBuilder`] turns the admission counts into a

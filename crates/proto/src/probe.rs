@@ -29,15 +29,15 @@ pub const RESEND: Duration = Duration::from_millis(100);
 /// on a longer path).
 pub const DEADLINE: Duration = Duration::from_millis(1500);
 
-/// How long after `Start` the receiver waits, at least, before it calls a channel on which
-/// nothing at all arrived (no probe, no data) silent ([`SilenceWatch`]). The sender's probes
-/// went out at its `HelloAck` and go again at `Start` and every 200 ms after, each of every
-/// size, and data follows `Start` on the same path: on a path that carries UDP at all, even
+/// How long after the start of its data phase the receiver waits, at least, before it calls a
+/// channel on which nothing at all arrived (no probe, no data) silent ([`SilenceWatch`]). The
+/// sender's probes went out at its `HelloAck` and go again every 100 ms after, each of every
+/// size, and data goes on the same path from the `HelloAck` on: on a path that carries UDP at all, even
 /// with a tenth of datagrams lost, a dozen probes and the data do not all vanish in this time.
 pub const SILENT_AFTER: Duration = Duration::from_millis(300);
 
 /// The receiver's watch for UDP that does not get through, in a session that may move its
-/// channels to TCP ([`crate::wire::CAP_RACE`]): from `Start` on, once [`SILENT_AFTER`] (or a
+/// channels to TCP ([`crate::wire::CAP_RACE`]): from the start of its data phase on, once [`SILENT_AFTER`] (or a
 /// round trip, if longer) has passed, the channels on which nothing arrived are named once, for
 /// a `UdpSilent`. The receiver judges from what it has (or has not) seen, at once; the sender
 /// would judge from acknowledgements that cross the control connection, which a lost segment
@@ -66,7 +66,7 @@ impl SilenceWatch {
         }
     }
 
-    /// `Start` arrived at `now` (a second one changes nothing).
+    /// The data phase started at `now` (a second call changes nothing).
     pub fn start(&mut self, now: Instant) {
         self.started.get_or_insert(now);
     }
@@ -336,7 +336,7 @@ mod tests {
             let p = passes.get();
             w.poll(t0 + at, 3, |ch| (heard(ch), p))
         };
-        // Nothing is judged before `Start`.
+        // Nothing is judged before the data phase.
         assert_eq!(poll(&mut w, SILENT_AFTER * 10, |_| false), None);
         w.start(t0);
         w.start(t0 + SILENT_AFTER);

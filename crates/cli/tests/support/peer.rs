@@ -25,12 +25,23 @@ pub struct RawPeer {
 }
 
 impl RawPeer {
-    /// Connects and passes the key agreement with the suite's code; reads time out after 10 s
+    /// Connects and passes the key agreement with the suite's code, its hello (one channel)
+    /// behind the offer ([`RawPeer::hello`] reads the answer to it); reads time out after 10 s
     /// so a silent receiver cannot hang the test.
     pub fn connect(addr: SocketAddr) -> RawPeer {
         let mut peer = RawPeer::connect_plain(addr);
-        let (offer, first) = Offer::new(&Secret::code(super::TEST_CODE), false);
+        let hello = Control::Hello {
+            magic: wire::MAGIC,
+            version: wire::VERSION,
+            caps: 0,
+            channels: 1,
+            payload: wire::DEFAULT_PAYLOAD,
+            block_size: 1 << 20,
+            session: 0x5eed_0001,
+        };
+        let (offer, first) = Offer::new(&Secret::code(super::TEST_CODE), false, &hello);
         peer.send(&first);
+        peer.send(&hello);
         let reply = peer.recv().expect("an answer to the key agreement");
         let keys = offer.finish(reply).expect("the key agreement");
         peer.keys = Some((keys.frames_out, keys.frames_in));
@@ -80,17 +91,8 @@ impl RawPeer {
         }
     }
 
-    /// Sends a valid hello (one channel) and returns the receiver's answer.
+    /// Reads the receiver's answer to the hello that [`RawPeer::connect`] sent.
     pub fn hello(&mut self) -> Control {
-        self.send(&Control::Hello {
-            magic: wire::MAGIC,
-            version: wire::VERSION,
-            caps: 0,
-            channels: 1,
-            payload: wire::DEFAULT_PAYLOAD,
-            block_size: 1 << 20,
-            session: 0x5eed_0001,
-        });
         let ack = self.recv().expect("an answer to the hello");
         assert!(
             matches!(ack, Control::HelloAck { .. }),

@@ -185,6 +185,9 @@ struct Session {
     /// Both legs' data keys, which tag the TCP data connections' greetings in any case.
     data_a: Option<DataKey>,
     data_b: Option<DataKey>,
+    /// With `forge`: the forged datagrams went to the receiver (the sender's are held until
+    /// then, so that the forged ones are read first).
+    forged: bool,
 }
 
 struct Ctx {
@@ -381,8 +384,19 @@ fn agree(
     else {
         return None;
     };
-    let (offer, ours) = Offer::new(&secret, sender_plain);
+    // The hello comes in the clear behind the offer; it goes on as it came.
+    let hello = read_plain(ctx, sender)?;
+    if let Control::Hello {
+        session, payload, ..
+    } = &hello
+    {
+        let mut s = ctx.session.lock().unwrap();
+        s.id = *session;
+        s.payload = *payload;
+    }
+    let (offer, ours) = Offer::new(&secret, sender_plain, &hello);
     write_plain(ctx, receiver, &ours)?;
+    write_plain(ctx, receiver, &hello)?;
     let reply = read_plain(ctx, receiver)?;
     let receiver_plain = match &reply {
         Control::Agree { plain_data, .. } => *plain_data,
@@ -390,7 +404,7 @@ fn agree(
         _ => return write_plain(ctx, sender, &reply).and(None),
     };
     let b = offer.finish(reply).ok()?;
-    let (a, answer) = secure::answer(&secret, &first, receiver_plain).ok()?;
+    let (a, answer) = secure::answer(&secret, &first, &hello, receiver_plain).ok()?;
     write_plain(ctx, sender, &answer)?;
     assert_eq!(
         a.encrypt_data, b.encrypt_data,
@@ -449,41 +463,41 @@ fn pump(
 
 fn on_to_receiver(ctx: &Arc<Ctx>, msg: Control) -> Control {
     let mut s = ctx.session.lock().unwrap();
-    match &msg {
-        Control::Hello {
-            session, payload, ..
-        } => {
-            s.id = *session;
-            s.payload = *payload;
-        }
-        Control::Manifest { entries, .. } => s.file_sizes.extend(
+    if let Control::Manifest { entries, last } = &msg {
+        s.file_sizes.extend(
             entries
                 .iter()
                 .filter(|e| e.kind == EntryKind::File)
                 .map(|e| e.size),
-        ),
-        Control::Start { .. } => {
-            if ctx.cfg.pn_jump {
-                pn_jump(ctx, &s);
-            }
+        );
+        // The whole manifest: the receiver decides, then reads its sockets. (The sender sends
+        // it as soon as it has the keys, beside the receiver's `HelloAck` coming the other way:
+        // the attacks wait for the receiver's ports.)
+        if *last {
             drop(s);
-            if ctx.cfg.hostile {
-                ctx.spawn(inject);
-            }
+            ctx.spawn(|ctx| {
+                while ctx.running() && ctx.session.lock().unwrap().real_ports.is_empty() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let mut s = ctx.session.lock().unwrap();
+                if ctx.cfg.forge {
+                    forge(&ctx, &s);
+                    s.forged = true;
+                }
+                if ctx.cfg.pn_jump {
+                    pn_jump(&ctx, &s);
+                }
+                drop(s);
+                if ctx.cfg.hostile {
+                    ctx.spawn(inject);
+                }
+            });
         }
-        _ => {}
     }
     msg
 }
 
 fn on_to_sender(ctx: &Arc<Ctx>, msg: Control) -> Control {
-    // The sender sends data as soon as it has the receiver's answer to the manifest: forged
-    // bytes injected before that answer is passed on are queued at the receiver ahead of any
-    // real datagram (its channels read them once the skip list has come).
-    if matches!(msg, Control::ManifestReply { .. }) && ctx.cfg.forge {
-        forge(ctx, &ctx.session.lock().unwrap());
-        return msg;
-    }
     let Control::HelloAck {
         version,
         caps,
@@ -647,8 +661,10 @@ struct Attacker {
 impl Attacker {
     fn new(seed: u64) -> Attacker {
         let other = Secret::code("9999-not-the-suite-code");
-        let (_, offer) = Offer::new(&other, false);
-        let (keys, _) = secure::answer(&other, &offer, false).expect("an agreement with itself");
+        let hello = Control::KeepAlive;
+        let (_, offer) = Offer::new(&other, false, &hello);
+        let (keys, _) =
+            secure::answer(&other, &offer, &hello, false).expect("an agreement with itself");
         Attacker {
             rng: Rng::new(seed ^ 0xa77a_c4e2),
             alien_key: keys.data,
@@ -719,6 +735,12 @@ fn forward(
         }
     };
     while ctx.running() {
+        // The sender's early data waits in this socket until the forged datagrams went ahead
+        // of it to the receiver (they are forged once the manifest is known).
+        if cfg.forge && !ctx.session.lock().unwrap().forged {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
             if silent {
                 st.dropped.fetch_add(1, Ordering::Relaxed);

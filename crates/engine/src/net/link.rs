@@ -446,8 +446,9 @@ mod tests {
         use hurtle_proto::secure::{answer, Offer, Secret};
         use hurtle_proto::wire::{Header, Kind};
         let secret = Secret::code("1-link-test");
-        let (offer, first) = Offer::new(&secret, false);
-        let (_, reply) = answer(&secret, &first, false).unwrap();
+        let hello = hurtle_proto::wire::Control::KeepAlive;
+        let (offer, first) = Offer::new(&secret, false, &hello);
+        let (_, reply) = answer(&secret, &first, &hello, false).unwrap();
         let key = offer.finish(reply).unwrap().data;
         let header = |pn: u64, len: u16| {
             let mut h = [0u8; HEADER_LEN];

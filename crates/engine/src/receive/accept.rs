@@ -26,8 +26,10 @@
 //! on meanwhile, so strays are dropped during a transfer too.
 //!
 //! The greeting is the key agreement ([`crate::agree`]): the first frame must be the sender's
-//! `Agree`, answered with a key from the receiver's [`Keyring`], and the sender's first sealed
-//! frame, its hello, must open. Whatever fails before the peer is authenticated is a stray and
+//! `Agree`, and the second its hello (in the clear, bound into the keys); the receiver opens
+//! the data path for the hello ([`super::data_path`]) and answers with a key from its
+//! [`Keyring`] and, sealed right behind, its `HelloAck`; the sender's first sealed frame (the
+//! manifest's first part) must open. Whatever fails before the peer is authenticated is a stray and
 //! ignored: a stranger, a peer of another protocol version (answered with a `Reject` saying
 //! so), a sender with a key this receiver does not know, or one with the wrong code. Wrong
 //! codes are counted: the [`CODE_TRIES`]th spends the code, and the receiver ends
@@ -38,8 +40,11 @@ mod stray_log;
 
 pub use stray_log::{LogLine, StrayKind, StrayLog, STRAY_LOG_BURST, STRAY_LOG_WINDOW};
 
+use super::data_path::{DataDoor, Opened};
 use crate::agree::{self, Keyring, CODE_TRIES};
 use crate::error::SessionError;
+use hurtle_proto::secure::FrameSeal;
+use hurtle_proto::session::check_hello;
 use hurtle_proto::wire::{self, Control};
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -74,17 +79,22 @@ pub struct Gatekeeper {
     pub keys: Keyring,
     /// This receiver asks for data in the clear (`--no-encryption`).
     pub plain_data: bool,
+    /// Opens the data path for a hello, to answer it in the agreement's flight.
+    pub data: DataDoor,
 }
 
 /// A greeted connection, ready for a session.
 #[derive(Debug)]
 pub struct Arrival {
-    /// The control connection; what follows the hello is still unread in it.
+    /// The control connection; what follows the sender's first sealed frame is still unread
+    /// in it.
     pub stream: TcpStream,
     /// The peer's address.
     pub peer: SocketAddr,
     /// What the greeting established.
     pub greeted: Greeted,
+    /// The data path opened for its hello, and the set-up that answered it.
+    pub opened: Opened,
 }
 
 /// Why a connection was dropped before its greeting completed: it is not a hurtle peer, or not
@@ -125,6 +135,12 @@ pub enum Stray {
         /// The message's name.
         name: &'static str,
     },
+    /// A hello (behind the agreement's offer) this receiver cannot take: another message, a
+    /// bad block size (it was answered with a `Reject` saying so).
+    BadHello {
+        /// Why.
+        reason: String,
+    },
     /// A hurtle peer of another protocol version (answered with a `Reject` saying so).
     OtherVersion {
         /// Its version.
@@ -161,6 +177,7 @@ impl Stray {
                 | Stray::EmptyFrame
                 | Stray::Malformed { .. }
                 | Stray::NotHello { .. }
+                | Stray::BadHello { .. }
                 | Stray::NotHurtle { .. }
                 | Stray::Agreement { .. }
         )
@@ -202,6 +219,10 @@ impl fmt::Display for Stray {
                     "sent {name} before any key agreement (not a hurtle sender)"
                 )
             }
+            Stray::BadHello { reason } => write!(
+                f,
+                "sent a hello this receiver cannot take: {reason}; told so"
+            ),
             Stray::OtherVersion { version } => write!(
                 f,
                 "a hurtle peer of protocol version {version} (this receiver speaks {}); told so",
@@ -258,7 +279,7 @@ pub fn greet(
     stream: &mut TcpStream,
     deadline: Instant,
     gate: &Gatekeeper,
-) -> Result<Greeted, Stray> {
+) -> Result<(Greeted, Opened), Stray> {
     let result = greet_inner(stream, deadline, gate);
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(None);
@@ -269,7 +290,7 @@ fn greet_inner(
     stream: &mut TcpStream,
     deadline: Instant,
     gate: &Gatekeeper,
-) -> Result<Greeted, Stray> {
+) -> Result<(Greeted, Opened), Stray> {
     let started = Instant::now();
     let mut r = Reading {
         stream,
@@ -278,25 +299,7 @@ fn greet_inner(
         got: 0,
         first: Vec::new(),
     };
-    let mut prefix = [0u8; 4];
-    r.fill(&mut prefix)?;
-    let len = u32::from_be_bytes(prefix) as usize;
-    if len == 0 {
-        return Err(Stray::EmptyFrame);
-    }
-    if len > MAX_HELLO_FRAME {
-        r.glimpse_more();
-        return Err(Stray::TooLong {
-            len,
-            first: r.first,
-        });
-    }
-    let mut body = vec![0u8; len];
-    r.fill(&mut body)?;
-    let msg = Control::from_body(&body).map_err(|e| Stray::Malformed {
-        error: e.to_string(),
-        first: r.first.clone(),
-    })?;
+    let msg = r.frame()?;
     let told = |stream: &mut TcpStream, reason: String| {
         let left = deadline.saturating_duration_since(Instant::now());
         let _ = stream.set_write_timeout(Some(left.max(Duration::from_millis(10))));
@@ -322,12 +325,44 @@ fn greet_inner(
             Err(Stray::OtherVersion { version: *version })
         }
         Control::Agree { .. } => {
-            agree::answer(r.stream, &gate.keys, gate.plain_data, &msg, deadline).map_err(
-                |refusal| Stray::Agreement {
-                    reason: refusal.reason,
-                    code_try: refusal.code_try,
-                },
+            // The hello comes in the clear right behind the offer; the data path is opened
+            // for it, and its answer goes sealed right behind the agreement's.
+            let hello = r.frame()?;
+            let params = check_hello(hello.clone(), &gate.data.limits).map_err(|e| {
+                told(
+                    r.stream,
+                    format!("the receiver cannot take this hello: {e}"),
+                );
+                Stray::BadHello {
+                    reason: e.to_string(),
+                }
+            })?;
+            let local_ip = r.stream.local_addr().map_err(Stray::Io)?.ip();
+            let answered = |s: &mut TcpStream, seal: &mut FrameSeal| {
+                let mut opened = gate
+                    .data
+                    .open(local_ip, params)
+                    .map_err(|e| format!("the receiver could not open its data path: {e}"))?;
+                let ack = opened
+                    .setup
+                    .poll_transmit()
+                    .ok_or("the set-up gave no answer to the hello")?;
+                s.write_all(&seal.seal(&ack))
+                    .map_err(|e| format!("left before the answer: {e}"))?;
+                Ok(opened)
+            };
+            agree::answer(
+                r.stream,
+                &gate.keys,
+                gate.plain_data,
+                (&msg, &hello),
+                deadline,
+                answered,
             )
+            .map_err(|refusal| Stray::Agreement {
+                reason: refusal.reason,
+                code_try: refusal.code_try,
+            })
         }
         other => Err(Stray::NotHello { name: other.name() }),
     }
@@ -343,6 +378,29 @@ struct Reading<'a> {
 }
 
 impl Reading<'_> {
+    /// Reads one frame (at most [`MAX_HELLO_FRAME`]) and decodes it.
+    fn frame(&mut self) -> Result<Control, Stray> {
+        let mut prefix = [0u8; 4];
+        self.fill(&mut prefix)?;
+        let len = u32::from_be_bytes(prefix) as usize;
+        if len == 0 {
+            return Err(Stray::EmptyFrame);
+        }
+        if len > MAX_HELLO_FRAME {
+            self.glimpse_more();
+            return Err(Stray::TooLong {
+                len,
+                first: std::mem::take(&mut self.first),
+            });
+        }
+        let mut body = vec![0u8; len];
+        self.fill(&mut body)?;
+        Control::from_body(&body).map_err(|e| Stray::Malformed {
+            error: e.to_string(),
+            first: self.first.clone(),
+        })
+    }
+
     /// Fills `buf` entirely, or says why not.
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), Stray> {
         let mut at = 0;
@@ -740,11 +798,12 @@ impl Door {
                 let _slot = slot;
                 let mut stream = stream;
                 match greet(&mut stream, deadline, &gate) {
-                    Ok(greeted) => {
+                    Ok((greeted, opened)) => {
                         let _ = arrivals.send(Ok(Arrival {
                             stream,
                             peer,
                             greeted,
+                            opened,
                         }));
                     }
                     // Counted (and logged, or counted for the log's summary) before it is
@@ -808,7 +867,7 @@ mod tests {
         send: &[u8],
         hold: bool,
         grace: Duration,
-    ) -> (Result<Greeted, Stray>, TcpStream) {
+    ) -> (Result<(Greeted, Opened), Stray>, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mut client, mut server) = pair(&listener);
         client.write_all(send).unwrap();
@@ -824,10 +883,12 @@ mod tests {
         Gatekeeper {
             keys: Keyring::code(CODE),
             plain_data: false,
+            data: DataDoor::for_tests(),
         }
     }
 
-    /// A real sender on `client`: the agreement with `code`, then its sealed hello and `then`.
+    /// A real sender on `client`: the agreement with `code` (and its hello), then `then` as its
+    /// first sealed frame and a keep-alive.
     fn sender(
         mut client: TcpStream,
         code: &'static str,
@@ -835,11 +896,13 @@ mod tests {
     ) -> std::thread::JoinHandle<Result<(), SessionError>> {
         std::thread::spawn(move || {
             let secret = hurtle_proto::secure::Secret::code(code);
-            let mut keys = agree::offer(&mut client, &secret, false, Duration::from_secs(5))?;
-            client
-                .write_all(&keys.frames_out.seal(&hello(wire::MAGIC, wire::VERSION)))
-                .unwrap();
+            let hello = hello(wire::MAGIC, wire::VERSION);
+            let mut keys =
+                agree::offer(&mut client, &secret, false, &hello, Duration::from_secs(5))?;
             client.write_all(&keys.frames_out.seal(&then)).unwrap();
+            client
+                .write_all(&keys.frames_out.seal(&Control::KeepAlive))
+                .unwrap();
             // Held open until the test is done with it.
             std::thread::sleep(Duration::from_millis(500));
             Ok(())
@@ -849,22 +912,80 @@ mod tests {
     const GRACE: Duration = Duration::from_secs(5);
 
     #[test]
-    fn a_sender_with_the_code_is_greeted_and_what_follows_its_hello_is_left_unread() {
+    fn a_sender_with_the_code_is_greeted_and_what_follows_its_first_frame_is_left_unread() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let (client, mut server) = pair(&listener);
         let s = sender(client, CODE, Control::Done);
-        let mut greeted = greet(&mut server, Instant::now() + GRACE, &gate()).unwrap();
-        assert_eq!(greeted.hello, hello(wire::MAGIC, wire::VERSION));
+        let (mut greeted, opened) = greet(&mut server, Instant::now() + GRACE, &gate()).unwrap();
+        assert_eq!(greeted.first, Control::Done);
         assert_eq!(greeted.key_name, "code");
+        // The data path was opened for the hello, and answered.
+        assert_eq!(opened.setup.hello().channels, 1);
+        assert!(
+            matches!(opened.data_in, super::super::data_path::DataIn::Udp(ref u, None) if u.len() == 1)
+        );
         let next =
             crate::net::control::read_sealed(&mut server, &mut greeted.keys.frames_in, GRACE)
                 .unwrap();
         assert_eq!(
             next,
-            Control::Done,
-            "the frame after the hello is the session's"
+            Control::KeepAlive,
+            "the frame after the first sealed one is the session's"
         );
         s.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn the_hello_behind_the_offer_is_answered_sealed_right_behind_the_agreement() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut client, mut server) = pair(&listener);
+        let door = std::thread::spawn(move || {
+            let got = greet(&mut server, Instant::now() + GRACE, &gate());
+            (got.map(|(g, _)| g.first), server)
+        });
+        let secret = hurtle_proto::secure::Secret::code(CODE);
+        let mut hello = hello(wire::MAGIC, wire::VERSION);
+        if let Control::Hello { channels, .. } = &mut hello {
+            *channels = 3;
+        }
+        let mut keys =
+            agree::offer(&mut client, &secret, false, &hello, Duration::from_secs(5)).unwrap();
+        // Before any frame of ours: the receiver's answer to the hello is already here.
+        let ack =
+            crate::net::control::read_sealed(&mut client, &mut keys.frames_in, GRACE).unwrap();
+        let Control::HelloAck { ports, .. } = ack else {
+            panic!("{ack:?}")
+        };
+        assert_eq!(ports.len(), 3);
+        assert!(ports.iter().all(|&p| p != 0));
+        client
+            .write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let (first, _server) = door.join().unwrap();
+        assert_eq!(first.unwrap(), Control::KeepAlive);
+    }
+
+    #[test]
+    fn a_hello_the_receiver_cannot_take_is_told_and_dropped() {
+        let offer = hurtle_proto::secure::Offer::new(
+            &hurtle_proto::secure::Secret::code(CODE),
+            false,
+            &hello(wire::MAGIC, wire::VERSION),
+        )
+        .1;
+        let mut bad = hello(wire::MAGIC, wire::VERSION);
+        if let Control::Hello { block_size, .. } = &mut bad {
+            *block_size = 1000;
+        }
+        let mut flight = offer.to_frame();
+        flight.extend_from_slice(&bad.to_frame());
+        let (got, mut c) = greet_after(&flight, true, GRACE);
+        assert!(matches!(got, Err(Stray::BadHello { .. })), "{got:?}");
+        let told = crate::net::control::read_frame(&mut c, GRACE).unwrap();
+        assert!(
+            matches!(&told, Control::Reject { reason } if reason.contains("block size")),
+            "{told:?}"
+        );
     }
 
     #[test]
@@ -1061,7 +1182,7 @@ mod tests {
             "the sender waited for the silent ones: {:?}",
             t0.elapsed()
         );
-        assert_eq!(arrival.greeted.hello, hello(wire::MAGIC, wire::VERSION));
+        assert_eq!(arrival.greeted.first, Control::KeepAlive);
         assert_eq!(arrival.peer, real_addr);
         // Every stray is counted once the silent ones' grace is over.
         let deadline = Instant::now() + Duration::from_secs(5);

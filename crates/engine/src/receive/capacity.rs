@@ -28,7 +28,7 @@ pub struct Capacity {
 
 impl Capacity {
     /// No measurement: no ceiling.
-    const UNKNOWN: Capacity = Capacity {
+    pub(super) const UNKNOWN: Capacity = Capacity {
         hash_bps: 0,
         threads: 0,
         cpu_quota: None,

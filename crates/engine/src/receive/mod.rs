@@ -25,6 +25,7 @@
 //! thing per file:
 //!
 //! - [`accept`]: the front door: accepting connections and greeting them.
+//! - [`data_path`]: the data path, opened at the hello while the front door answers it.
 //! - `session`: one session from the hello to the summary (`Receiver::run`): the manifest's
 //!   answers, the part files, the layout, the threads.
 //! - `held`: what is not sent: resumed part files and sparse files' holes, hashed here.
@@ -51,6 +52,7 @@ pub mod accept;
 mod capacity;
 mod channels;
 mod commit;
+pub mod data_path;
 mod gathering;
 mod held;
 mod links;
@@ -144,14 +146,6 @@ impl OwnPorts {
 }
 
 /// Removes a port from [`OwnPorts`] when the listener it stands for is dropped.
-struct OwnPort<'a>(&'a OwnPorts, u16);
-
-impl Drop for OwnPort<'_> {
-    fn drop(&mut self) {
-        self.0.remove(self.1);
-    }
-}
-
 impl Default for ReceiveOptions {
     fn default() -> Self {
         ReceiveOptions {
@@ -176,8 +170,6 @@ pub struct Receiver {
     door: FrontDoor,
     listener: TcpListener,
     opts: ReceiveOptions,
-    /// Measured once, by a thread started at bind time (see [`Receiver::bind`]).
-    capacity: Arc<std::sync::OnceLock<Capacity>>,
 }
 
 impl Receiver {
@@ -194,17 +186,24 @@ impl Receiver {
         if let Ok(a) = listener.local_addr() {
             opts.own_ports.add(a.port());
         }
+        let capacity = Arc::new(std::sync::OnceLock::new());
         let door = listener
             .try_clone()
             .and_then(|l| {
                 let keys = Gatekeeper {
                     keys: opts.keys.clone(),
                     plain_data: opts.no_encryption,
+                    data: data_path::DataDoor {
+                        own_ports: opts.own_ports.clone(),
+                        capacity: capacity.clone(),
+                        limits: hurtle_proto::session::ReceiverLimits {
+                            max_channels: opts.max_channels,
+                        },
+                    },
                 };
                 FrontDoor::open(l, opts.door, keys)
             })
             .map_err(|e| SessionError::io("accepting thread", e))?;
-        let capacity = Arc::new(std::sync::OnceLock::new());
         let slot = capacity.clone();
         // If the thread cannot start, the first hello measures instead.
         let _ = std::thread::Builder::new()
@@ -216,16 +215,11 @@ impl Receiver {
             door,
             listener,
             opts,
-            capacity,
         })
     }
 
     /// What this receiver can absorb: measured once, by the thread [`Receiver::bind`] started
     /// (waiting for it if it is still at work).
-    fn capacity(&self) -> Capacity {
-        *self.capacity.get_or_init(measure_capacity)
-    }
-
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, SessionError> {
         self.listener
@@ -267,14 +261,11 @@ impl Receiver {
             stream,
             peer,
             greeted,
+            opened,
         } = arrival;
         let start = Instant::now();
-        let local_ip = stream
-            .local_addr()
-            .map_err(|e| SessionError::io("control socket", e))?
-            .ip();
         let Greeted {
-            hello,
+            first,
             keys,
             key_name,
             rtt,
@@ -293,11 +284,10 @@ impl Receiver {
         )
         .map_err(|e| SessionError::io("control connection", e))?;
         let result = self.run(
-            hello,
+            (opened, first),
             rtt,
             (&rx, &tx, std::os::fd::AsFd::as_fd(&stream)),
             peer,
-            local_ip,
             start,
             progress,
             &data,

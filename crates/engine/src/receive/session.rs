@@ -1,5 +1,6 @@
-//! One session from the receiver's side, from the hello to the summary ([`Receiver::run`]):
-//! the channel sockets and the answer to the hello, the manifest and its answers
+//! One session from the receiver's side, from the manifest to the summary ([`Receiver::run`];
+//! the front door opened the data path and answered the hello, [`super::data_path`]): the
+//! manifest and its answers
 //! ([`Receiver::decide`]), the part files ([`Receiver::prepare_parts`], created on a few
 //! threads by [`Receiver::new_parts`]), the sender's skips and the layout, what is held, the
 //! threads, and the summary.
@@ -7,6 +8,7 @@
 use super::capacity::receive_threads;
 use super::channels::{serve_channels, ChannelWorker};
 use super::commit::Commits;
+use super::data_path::{DataIn, Opened};
 use super::held::{hash_holes, in_ranges, Holes, Resumed};
 use super::links::{accept_data_connections, DataKeys};
 use super::parallel::in_runs;
@@ -14,12 +16,11 @@ use super::session_loop::{session_loop, Race, Received, Wires};
 use super::shared::{ChanCmd, ChanEvent, Counters, Shared};
 use super::summary::ReceiveSummary;
 use super::writer::Writer;
-use super::{OwnPort, Receiver, WriteQueue};
+use super::{Receiver, WriteQueue};
 use crate::error::{SessionError, Side};
 use crate::fs::{self, PartFile};
 use crate::net::control::ControlError;
 use crate::net::link::LinkIn;
-use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::setup::{out_of_order, Driver};
@@ -29,25 +30,24 @@ use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::session::{
-    first_look, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent, ReceiverLimits,
-    ReceiverSetup, SetupError,
+    first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, SetupError,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Receiver {
-    /// The session on a greeted connection whose first message was `first`, `rtt` after the
-    /// receiver's answer to the key agreement.
+    /// The session on a greeted connection whose data path is `opened` and whose first sealed
+    /// message was `first`, `rtt` after the receiver's answer to the key agreement.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run(
         &self,
-        first: Control,
+        (opened, first): (Opened, Control),
         rtt: Duration,
         (rx, tx, control): (
             &ChanRx<Result<Control, ControlError>>,
@@ -55,35 +55,26 @@ impl Receiver {
             BorrowedFd<'_>,
         ),
         peer: SocketAddr,
-        local_ip: IpAddr,
         start: Instant,
         progress: Arc<Progress>,
         data: &DataKeys,
     ) -> Result<ReceiveSummary, SessionError> {
-        let machine = ReceiverSetup::new(
-            ReceiverLimits {
-                max_channels: self.opts.max_channels,
-            },
-            Instant::now(),
-        );
-        let mut setup = Driver::new(machine, rx, tx, Side::Sender);
-        setup.take(first)?;
-        let hello = match setup.next()? {
-            ReceiverEvent::Hello(hello) => hello,
-            other => return Err(out_of_order(other, "before the hello")),
-        };
+        let Opened {
+            data_in,
+            setup: machine,
+            mut warnings,
+            capacity,
+            _port,
+        } = opened;
         let HelloParams {
             channels,
-            tcp,
-            race,
             checksum,
             block_size,
             session,
             ..
-        } = hello;
-        let mut warnings = Vec::new();
-        let (data_in, ports, _own_port) =
-            self.open_data_path(local_ip, channels, (tcp, race), &mut warnings)?;
+        } = machine.hello();
+        let mut setup = Driver::new(machine, rx, tx, Side::Sender);
+        setup.take(first)?;
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
@@ -92,35 +83,6 @@ impl Receiver {
             WriteQueue::Always => true,
             WriteQueue::Never => false,
         };
-        let capacity = self.capacity().for_channels(channels);
-        // Each socket's receive buffer as granted (the smallest), and what was asked for.
-        let (recv_buffer, recv_buffer_wanted) = match &data_in {
-            DataIn::Udp(udps, _) => (
-                udps.iter()
-                    .map(|u| u.granted_recv_buffer())
-                    .min()
-                    .unwrap_or(0) as u64,
-                udps.iter()
-                    .map(|u| u.requested_recv_buffer())
-                    .max()
-                    .unwrap_or(0) as u64,
-            ),
-            DataIn::Tcp(_) => (0, 0),
-        };
-        let intake = Intake {
-            ceiling_bps: capacity.ceiling_bps,
-            recv_buffer,
-            recv_buffer_wanted,
-        };
-        let race_port = match &data_in {
-            DataIn::Udp(_, Some(l)) => Some(
-                l.local_addr()
-                    .map_err(|e| SessionError::io("TCP data listener", e))?
-                    .port(),
-            ),
-            _ => None,
-        };
-        setup.act(|m| m.accept(ports, race_port, intake, Instant::now()))?;
 
         // Manifest: the machine checks it whole (entries, blocks, holes) before anything is
         // created here.
@@ -179,6 +141,7 @@ impl Receiver {
                 *part = Some(p);
             }
         }
+        let data_session = agreed.session;
         let Agreed {
             layout,
             held,
@@ -263,7 +226,7 @@ impl Receiver {
             held_stripes,
             RecvConfig::for_rtt(rtt),
             (&ev_tx, writer.as_ref()),
-            (session, start),
+            ((data_session, session), start),
         )?;
         let holes_handle = (!hole_blocks.is_empty())
             .then(|| hash_holes(shared.clone(), ev_tx.clone(), hole_blocks))
@@ -281,6 +244,7 @@ impl Receiver {
                 cmds: &cmd_txs,
                 commits,
                 race,
+                report_every: hurtle_proto::rate::report_interval(rtt),
             };
             // Returning drops `commits`: the committer ends once it has committed what it
             // was given, and the scope waits for it.
@@ -357,8 +321,10 @@ impl Receiver {
         mut held_stripes: Vec<Vec<std::ops::Range<u64>>>,
         recv_cfg: RecvConfig,
         to_loop: (&Sender<ChanEvent>, Option<&Writer>),
-        (session, start): (u64, Instant),
+        (sessions, start): ((u64, u64), Instant),
     ) -> Result<ChannelThreads, SessionError> {
+        // The data phase's session, and the hello's whose early data it may have replaced.
+        let (session, early) = sessions;
         let (ev_tx, writer) = to_loop;
         let channels = shared.layout.channels();
         let block_size = shared.layout.block_size();
@@ -395,7 +361,7 @@ impl Receiver {
                 refetched: HashSet::new(),
                 log,
                 probes_acked: Vec::new(),
-                admission: Admission::new(session, ch..ch + 1, start),
+                admission: Admission::new(session, ch..ch + 1, start).superseding(early),
                 added: Tally::default(),
                 queue_sampled: Instant::now(),
                 moved_file: None,
@@ -415,47 +381,6 @@ impl Receiver {
             );
         }
         Ok((cmd_txs, handles))
-    }
-
-    /// The receiving ends of the data path on `local_ip`: one UDP socket per channel, or a
-    /// TCP listener for parallel TCP, or both when the sender may move its channels to TCP
-    /// (`race`); the TCP listener's port is marked as ours while the guard lives. Returns them
-    /// and the ports to tell the sender.
-    fn open_data_path(
-        &self,
-        local_ip: IpAddr,
-        channels: u16,
-        (tcp, race): (bool, bool),
-        warnings: &mut Vec<String>,
-    ) -> Result<(DataIn, Vec<u16>, Option<OwnPort<'_>>), SessionError> {
-        let tcp_listener = || -> Result<(TcpListener, OwnPort<'_>), SessionError> {
-            let l = TcpListener::bind(SocketAddr::new(local_ip, 0))
-                .map_err(|e| SessionError::io("TCP data listener", e))?;
-            let port = l
-                .local_addr()
-                .map_err(|e| SessionError::io("TCP data listener", e))?
-                .port();
-            self.opts.own_ports.add(port);
-            Ok((l, OwnPort(&self.opts.own_ports, port)))
-        };
-        if tcp {
-            let (l, guard) = tcp_listener()?;
-            let port = guard.1;
-            return Ok((
-                DataIn::Tcp(l),
-                vec![port; usize::from(channels)],
-                Some(guard),
-            ));
-        }
-        let udps = UdpChannel::bind_channels(local_ip, channels, warnings)?;
-        let ports = udps.iter().map(|u| u.local_addr().port()).collect();
-        let (fallback, guard) = if race {
-            let (l, guard) = tcp_listener()?;
-            (Some(l), Some(guard))
-        } else {
-            (None, None)
-        };
-        Ok((DataIn::Udp(udps, fallback), ports, guard))
     }
 
     /// The answers to the manifest and what they need before the reply: the directories, the
@@ -649,15 +574,6 @@ const PARTS_PER_THREAD: usize = 256;
 /// The part files of a transfer's files (`None`: not sent), and the values of the blocks each
 /// resumed one holds.
 type PreparedParts = (Vec<Option<PartFile>>, Vec<Vec<(u64, BlockValue)>>);
-
-/// The receiving ends of a session's data path.
-enum DataIn {
-    /// One socket per channel, and the listener for the sender's TCP data connections if it
-    /// may move the channels there.
-    Udp(Vec<UdpChannel>, Option<TcpListener>),
-    /// The listener the sender's data connections come to.
-    Tcp(TcpListener),
-}
 
 /// The held blocks, by global number with their values (resumed from part files), and the
 /// holes of sparse files to hash. The holes' own values come from the hole hasher: a new part

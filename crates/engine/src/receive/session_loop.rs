@@ -34,6 +34,9 @@ pub(super) struct Wires<'a> {
     pub(super) commits: Commits,
     /// Where the channels go if the sender moves them to TCP, in a session that allows it.
     pub(super) race: Option<Race<'a>>,
+    /// How often to report to the sender (four times per round trip of the receiver's
+    /// measure, as the sender's controller expects).
+    pub(super) report_every: Duration,
 }
 
 /// A session whose channels may move from UDP to TCP data connections: the listener they
@@ -92,6 +95,7 @@ pub(super) fn session_loop(
         cmds,
         mut commits,
         mut race,
+        report_every,
     } = wires;
     let mut journal = JournalQueue::new(shared);
     let layout = &shared.layout;
@@ -147,8 +151,18 @@ pub(super) fn session_loop(
             &mut commits,
         )?;
     }
+    // The data phase starts now (no message says so: both sides know the set-up's outcome).
+    if let Some(r) = race.as_mut() {
+        r.watch.start(Instant::now());
+    }
+    shared.started.store(true, Ordering::Relaxed);
+    shared.progress.set_phase(Phase::Moving);
+    for (f, e) in files.iter().enumerate() {
+        if kept[f].is_none() && e.size == 0 {
+            commits.give(f as u32, *blake3::hash(b"").as_bytes());
+        }
+    }
     let tick = crossbeam_channel::tick(TICK);
-    let mut report_every = Duration::from_millis(50);
     let mut reports = ReportBuilder::new(
         Instant::now(),
         shared.counters.totals(),
@@ -174,20 +188,6 @@ pub(super) fn session_loop(
                         for (block, value) in blocks {
                             handle(block, verifier.on_expected(block, value), &mut journal, &mut commits)?;
                         }
-                    }
-                    Control::Start { report_interval_us, .. } => {
-                        if let Some(r) = race.as_mut() {
-                            r.watch.start(Instant::now());
-                        }
-                        if !shared.started.swap(true, Ordering::Relaxed) {
-                            shared.progress.set_phase(Phase::Moving);
-                            for (f, e) in files.iter().enumerate() {
-                                if kept[f].is_none() && e.size == 0 {
-                                    commits.give(f as u32, *blake3::hash(b"").as_bytes());
-                                }
-                            }
-                        }
-                        report_every = Duration::from_micros(report_interval_us).clamp(Duration::from_millis(5), Duration::from_secs(1));
                     }
                     Control::KeepAlive => {}
                     // UDP does not get through (we said so, or the sender's probes found it):

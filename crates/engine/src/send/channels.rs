@@ -292,6 +292,11 @@ impl ChannelWorker {
         let mut now = Instant::now();
         let mut bursts = 0;
         while self.pacer.can_send(now) && bursts < 16 {
+            // Before the receiver's decisions, within the early data's budget only.
+            let early_left = shared.early_left.load(Ordering::Relaxed);
+            if early_left == 0 {
+                break;
+            }
             let Some(run) = self.sender.poll_run(layout, run_cap, now) else {
                 break;
             };
@@ -371,6 +376,14 @@ impl ChannelWorker {
                 )
             });
             self.pacer.on_sent(now, total as u64);
+            if early_left != u64::MAX {
+                let _ =
+                    shared
+                        .early_left
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                            (left != u64::MAX).then(|| left.saturating_sub(total as u64))
+                        });
+            }
             now = Instant::now();
         }
         // The final marker.
@@ -394,8 +407,10 @@ impl ChannelWorker {
             self.log
                 .line(|| format!("final stripe_len={}", self.sender.stripe_len()));
         }
-        // When the pacer or a timer allows more.
-        let pace = if self.sender.has_work() {
+        // When the pacer or a timer allows more (with the early data's budget spent, not
+        // before the session loop wakes the thread: `ChannelThreads::wake`).
+        let spent = shared.early_left.load(Ordering::Relaxed) == 0;
+        let pace = if self.sender.has_work() && !spent {
             Some(self.pacer.ready_at().unwrap_or(now))
         } else {
             None

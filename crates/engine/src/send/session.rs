@@ -65,45 +65,8 @@ pub(super) fn send_once(
         .total
         .store(files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
 
-    progress.set_address(to);
-    progress.set_phase(Phase::Connecting);
-    let secret = opts.secret.as_ref().ok_or(SessionError::NoSecret)?;
-    let mut stream = dial(opts, to)?;
-    progress.set_phase(Phase::SettingUp);
-    let handshake_timeout = Duration::from_secs(10);
-    let agree_at = Instant::now();
-    let keys = crate::agree::offer(&mut stream, secret, opts.no_encryption, handshake_timeout)?;
-    let agree_rtt = agree_at.elapsed();
-    let (rx, tx, writer) =
-        crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
-            .map_err(|e| SessionError::io("control connection", e))?;
-
-    let session: u64 = rand::random::<u64>() | 1;
-    let path = DataPath {
-        to,
-        transport,
-        session,
-        key: keys.data.clone(),
-        seal: keys.encrypt_data.then(|| keys.data.sealer()),
-    };
-    let hello_at = Instant::now();
-    // The hello and the whole manifest go at once: the receiver answers both in one round trip.
-    let machine = SenderSetup::new(
-        SenderParams {
-            channels: opts.channels.max(1),
-            payload: opts.payload,
-            block_size: opts.block_size,
-            session,
-            tcp: transport == Transport::Tcp,
-            // With `auto`, the channels may move to TCP if UDP does not get through.
-            race: opts.transport == Transport::Auto,
-            checksum: opts.checksum,
-        },
-        entries,
-        hello_at,
-    );
-    let mut setup = Driver::new(machine, &rx, &tx, Side::Receiver);
-    // The sources are opened while the receiver decides (for many files, both take a while).
+    // The sources are opened while the connection and the agreement are made (for many
+    // files, that takes a while); the early data needs them.
     let opening = {
         let paths: Vec<PathBuf> = files.iter().map(|f| f.abs_path.clone()).collect();
         std::thread::Builder::new()
@@ -116,14 +79,107 @@ pub(super) fn send_once(
             })
             .map_err(|e| SessionError::io("open thread", e))?
     };
+    progress.set_address(to);
+    progress.set_phase(Phase::Connecting);
+    let secret = opts.secret.as_ref().ok_or(SessionError::NoSecret)?;
+    let mut stream = dial(opts, to)?;
+    progress.set_phase(Phase::SettingUp);
+    let session: u64 = rand::random::<u64>() | 1;
+    let machine = SenderSetup::new(
+        SenderParams {
+            channels: opts.channels.max(1),
+            payload: opts.payload,
+            block_size: opts.block_size,
+            session,
+            tcp: transport == Transport::Tcp,
+            // With `auto`, the channels may move to TCP if UDP does not get through.
+            race: opts.transport == Transport::Auto,
+            checksum: opts.checksum,
+        },
+        entries,
+        Instant::now(),
+    );
+    // The hello goes with the agreement's offer; the receiver's answer brings its `HelloAck`.
+    let handshake_timeout = Duration::from_secs(10);
+    let agree_at = Instant::now();
+    let keys = crate::agree::offer(
+        &mut stream,
+        secret,
+        opts.no_encryption,
+        &machine.hello(),
+        handshake_timeout,
+    )?;
+    let rtt = agree_at.elapsed();
+    let (rx, tx, writer) =
+        crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
+            .map_err(|e| SessionError::io("control connection", e))?;
+    let path = DataPath {
+        to,
+        transport,
+        session,
+        key: keys.data.clone(),
+        seal: keys.encrypt_data.then(|| keys.data.sealer()),
+    };
+    // The manifest goes at once (the first wait sends it).
+    let mut setup = Driver::new(machine, &rx, &tx, Side::Receiver);
     let accepted = match setup.next()? {
         SenderEvent::Accepted(a) => a,
         other => return Err(out_of_order(other, "before the receiver's answer")),
     };
     let receiver_ceiling = accepted.rate_ceiling;
-    let mut rtt = hello_at.elapsed().min(agree_rtt);
     let channels = accepted.channels();
-    let mut data = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
+    let data = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
+    let sources = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    let DataLinks {
+        links,
+        payload,
+        mut prober,
+        fallback,
+    } = data_links(data, &path, accepted.max_payload)?;
+    let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
+
+    // Early data: the provisional outcome (every file whole) goes out now, while the receiver
+    // decides, within a budget; if the outcome is another, the channels start again below.
+    let provisional = setup
+        .machine
+        .provisional()
+        .unwrap_or(Err(SetupError::Driver("no outcome after the answer")))
+        .map_err(SessionError::Setup)?;
+    let budget = early_budget(controller.rate_bps(), rtt, channels, &accepted);
+    let shared = Arc::new(Shared {
+        layout: provisional.layout,
+        sources,
+        session,
+        payload: AtomicU16::new(payload),
+        max_payload: AtomicU16::new(prober.as_ref().map_or(payload, |p| p.probe.max_payload())),
+        start,
+        progress: progress.clone(),
+        rate_bps: AtomicU64::new(controller.rate_bps()),
+        channels,
+        first_data_us: AtomicU64::new(u64::MAX),
+        early_left: AtomicU64::new(budget),
+        limits: (transport != Transport::Tcp).then(|| Limits {
+            cap_bps: user_cap(opts),
+            receiver_ceiling_bps: receiver_ceiling,
+            receiver_buffer: accepted.buffer_cap,
+        }),
+        receiver_signs: Default::default(),
+    });
+    progress
+        .rate_bps
+        .store(controller.rate_bps(), Ordering::Relaxed);
+    let logs = (opts.log_dir.as_deref(), start);
+    let carried = links.into_iter().map(Carried::new).collect();
+    let mut channel_threads = ChannelThreads::start(
+        &shared,
+        carried,
+        provisional.held.stripes,
+        controller.rate_bps(),
+        rtt,
+        logs,
+    )?;
 
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
     // sends keep-alives meanwhile, and each one restarts the wait. Hashing our copies of the
@@ -133,7 +189,7 @@ pub(super) fn send_once(
     let agreed = loop {
         match setup.next()? {
             SenderEvent::ProbeAck { channel, size } => {
-                if let DataSetup::Udp(_, prober, _) = &mut data {
+                if let Some(prober) = &mut prober {
                     prober
                         .probe
                         .on_ack(channel, usize::from(size), Instant::now());
@@ -175,61 +231,58 @@ pub(super) fn send_once(
     // Skipped files take no room in the layout, and the stripe ranges the receiver already
     // holds (resumed blocks, the holes of sparse files) are not sent: both sides agreed on
     // the same ones.
-    let Agreed { layout, held, .. } = agreed;
+    let Agreed {
+        layout,
+        held,
+        early,
+        session: data_session,
+        ..
+    } = agreed;
     let (held_bytes, resumed_bytes, sparse_bytes) =
         (held.bytes(), held.resumed_bytes, held.hole_bytes);
-    let held = held.stripes;
     progress
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
     progress.resumed.store(resumed_bytes, Ordering::Relaxed);
-    let sources = opening
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-
-    let DataLinks {
-        links,
-        payload,
-        prober,
-        fallback,
-    } = data_links(data, &path, accepted.max_payload)?;
-    if let Some(p) = prober.as_ref().and_then(|p| p.probe.rtt()) {
-        rtt = rtt.min(p);
+    let shared = if early {
+        // The early data counts: the channels go on, without a budget now.
+        shared.early_left.store(u64::MAX, Ordering::Relaxed);
+        channel_threads.wake();
+        shared
+    } else {
+        // Another layout, under the next session id: the channels start again on the same
+        // links, their packet numbers going on (a packet number is the AEAD nonce).
+        let carried = channel_threads.take_back();
+        progress.sent.store(0, Ordering::Relaxed);
+        let old = Arc::try_unwrap(shared)
+            .map_err(|_| SessionError::Internal("a channel thread kept the early data's state"))?;
+        let shared = Arc::new(Shared {
+            layout,
+            session: data_session,
+            early_left: AtomicU64::new(u64::MAX),
+            ..old
+        });
+        channel_threads = ChannelThreads::start(
+            &shared,
+            carried,
+            held.stripes,
+            controller.rate_bps(),
+            rtt,
+            logs,
+        )?;
+        if let Some(prober) = &mut prober {
+            prober.session = data_session;
+        }
+        shared
+    };
+    if let Some(prober) = &mut prober {
+        // The deadline runs from here: probing can only find UDP blocked in the data phase
+        // (`probe_step`), where the caller's fallback to TCP is handled too.
+        let now = Instant::now();
+        prober.probe.receiver_ready(now);
+        prober.send_due(now);
     }
-    let report_every = rate::report_interval(rtt);
-    setup.act(|m| m.start(payload, report_every.as_micros() as u64))?;
     progress.set_phase(Phase::Moving);
-    let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
-
-    let shared = Arc::new(Shared {
-        layout,
-        sources,
-        session,
-        payload: AtomicU16::new(payload),
-        max_payload: AtomicU16::new(prober.as_ref().map_or(payload, |p| p.probe.max_payload())),
-        start,
-        progress: progress.clone(),
-        rate_bps: AtomicU64::new(controller.rate_bps()),
-        channels,
-        first_data_us: AtomicU64::new(u64::MAX),
-        limits: (transport != Transport::Tcp).then(|| Limits {
-            cap_bps: user_cap(opts),
-            receiver_ceiling_bps: receiver_ceiling,
-            receiver_buffer: accepted.buffer_cap,
-        }),
-        receiver_signs: Default::default(),
-    });
-    progress
-        .rate_bps
-        .store(controller.rate_bps(), Ordering::Relaxed);
-    let mut channel_threads = ChannelThreads::start(
-        &shared,
-        links,
-        held,
-        controller.rate_bps(),
-        rtt,
-        (opts.log_dir.as_deref(), start),
-    )?;
 
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
@@ -242,7 +295,7 @@ pub(super) fn send_once(
             cfg.ceiling_bps as f64 / 1e6,
             cfg.rtt.as_secs_f64() * 1e3,
             cfg.delay_target().as_secs_f64() * 1e3,
-            report_every.as_secs_f64() * 1e3,
+            rate::report_interval(rtt).as_secs_f64() * 1e3,
         )
     });
     let data_started = Instant::now();
@@ -477,12 +530,7 @@ fn data_links(
                 fallback: None,
             })
         }
-        DataSetup::Udp(udps, mut prober, fallback) => {
-            let now = Instant::now();
-            // The deadline runs from here: probing can only find UDP blocked in the data
-            // phase (`probe_step`), where the caller's fallback to TCP is handled too.
-            prober.probe.receiver_ready(now);
-            prober.send_due(now);
+        DataSetup::Udp(udps, prober, fallback) => {
             let links = udps
                 .into_iter()
                 .zip(prober.dests.clone())
@@ -561,11 +609,12 @@ struct ChannelThreads {
 }
 
 impl ChannelThreads {
-    /// Starts the threads over `links`, each channel holding its `held` stripes, at `rate_bps`
-    /// in all; `logs` is the log directory, if any, and the session's start.
+    /// Starts the threads over the channels' links (`carried`, one per channel in order),
+    /// each channel holding its `held` stripes, at `rate_bps` in all; `logs` is the log
+    /// directory, if any, and the session's start.
     fn start(
         shared: &Arc<Shared>,
-        links: Vec<LinkOut>,
+        carried: Vec<Carried>,
         mut held: Vec<Vec<std::ops::Range<u64>>>,
         rate_bps: u64,
         rtt: Duration,
@@ -574,11 +623,14 @@ impl ChannelThreads {
         let (ev_tx, events) = unbounded::<ChanEvent>();
         let per_channel_rate = (rate_bps / u64::from(shared.channels)).max(100_000);
         let send_cfg = SendConfig::for_rtt(rtt);
-        let mut workers = Vec::with_capacity(links.len());
-        for (ch, link) in links.into_iter().enumerate() {
+        let mut workers = Vec::with_capacity(carried.len());
+        for (ch, Carried { link, packet, log }) in carried.into_iter().enumerate() {
             let ch = ch as u16;
-            let log = NetLog::open(logs.0, "send", ch, logs.1)
-                .map_err(|e| SessionError::io("log directory", e))?;
+            let log = match log {
+                Some(log) => log,
+                None => NetLog::open(logs.0, "send", ch, logs.1)
+                    .map_err(|e| SessionError::io("log directory", e))?,
+            };
             let mut sender = ChannelSender::new(&shared.layout, ch, send_cfg.clone());
             for stripe in held[usize::from(ch)].drain(..) {
                 sender.hold(stripe);
@@ -591,7 +643,7 @@ impl ChannelThreads {
                 shared: shared.clone(),
                 events: ev_tx.clone(),
                 log,
-                packet: 0,
+                packet,
                 rate_seen: rate_bps,
                 loaded: None,
                 valued: None,
@@ -640,6 +692,31 @@ impl ChannelThreads {
             threads: thread_cmds,
             handles,
         })
+    }
+
+    /// Wakes every thread (to see a change in [`Shared`] at once).
+    fn wake(&self) {
+        for c in &self.threads {
+            c.thread.unpark();
+        }
+    }
+
+    /// Stops every thread and hands back what each channel carries into a new start: its
+    /// link, its packet number and its log. Everything else of the channels is dropped.
+    fn take_back(&mut self) -> Vec<Carried> {
+        self.join()
+            .into_iter()
+            .map(|mut w| {
+                w.log.line(|| {
+                    "the set-up's outcome differs from the early data's: starting again".into()
+                });
+                Carried {
+                    link: w.link,
+                    packet: w.packet,
+                    log: Some(w.log),
+                }
+            })
+            .collect()
     }
 
     /// Stops every thread and hands back their channels; no thread runs afterwards.
@@ -698,6 +775,40 @@ impl ChannelThreads {
             (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
         })
     }
+}
+
+/// What a channel carries from one start of the channel threads to the next: its link, the
+/// packet number it last sent (they go on: with the channel, a packet number is the AEAD
+/// nonce), and its log (a new one is opened when there is none).
+struct Carried {
+    link: LinkOut,
+    packet: u64,
+    log: Option<NetLog>,
+}
+
+impl Carried {
+    /// A link on which nothing was sent yet.
+    fn new(link: LinkOut) -> Carried {
+        Carried {
+            link,
+            packet: 0,
+            log: None,
+        }
+    }
+}
+
+/// How much new data may go before the receiver's decisions (the early data): two round
+/// trips at the first rate (data goes from the receiver's answer on, and the decisions come a
+/// round trip later: twice that leaves room for a receiver that takes a while), and no more
+/// than half of what the receiver's sockets hold (it reads them only once it has decided), but
+/// at least 64 KiB.
+fn early_budget(rate_bps: u64, rtt: Duration, channels: u16, accepted: &Accepted) -> u64 {
+    let flight = (rate_bps as f64 / 8.0 * rtt.as_secs_f64() * 2.0) as u64;
+    let buffers = match accepted.buffer_cap {
+        Some(cap) => cap.granted * u64::from(channels) / 2,
+        None => u64::MAX,
+    };
+    flight.min(buffers).max(64 << 10)
 }
 
 /// What a session offers: the user's paths walked, the block size that fits them, the

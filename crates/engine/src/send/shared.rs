@@ -53,6 +53,9 @@ pub(super) struct Shared {
     pub(super) channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
+    /// Bytes of data the channels may still send before the receiver's decisions (the early
+    /// data's budget); `u64::MAX` once the outcome is known.
+    pub(super) early_left: AtomicU64,
     /// What the live bottleneck is judged against; `None` over parallel TCP, which paces
     /// itself (nor is it judged once the channels moved to TCP).
     pub(super) limits: Option<Limits>,

@@ -275,7 +275,11 @@ impl ReceiverSetup {
         if let Some(e) = refused {
             return self.fail(e);
         }
-        if self.decisions.iter().any(|d| matches!(d, Decision::Have { .. })) {
+        if self
+            .decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Have { .. }))
+        {
             // The sender hashes its copies and says which it skips.
             self.state = State::AwaitSkip;
             return Ok(());
@@ -356,7 +360,11 @@ impl ReceiverSetup {
 }
 
 /// The file ids (the manifest's files, in order) whose decision passes `pick`.
-fn files_with(entries: &[Entry], decisions: &[Decision], pick: impl Fn(&Decision) -> bool) -> Vec<u32> {
+fn files_with(
+    entries: &[Entry],
+    decisions: &[Decision],
+    pick: impl Fn(&Decision) -> bool,
+) -> Vec<u32> {
     entries
         .iter()
         .zip(decisions)
@@ -386,8 +394,7 @@ pub fn check_hello(msg: Control, limits: &ReceiverLimits) -> Result<HelloParams,
     if magic != MAGIC || version != VERSION {
         return Err(SetupError::Incompatible { magic, version });
     }
-    if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
-    {
+    if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) {
         return Err(LayoutError::BadBlockSize(block_size).into());
     }
     let hello = HelloParams {
@@ -399,7 +406,7 @@ pub fn check_hello(msg: Control, limits: &ReceiverLimits) -> Result<HelloParams,
         block_size,
         session,
     };
-Ok(hello)
+    Ok(hello)
 }
 
 /// A manifest the layout can take: not too many blocks, and holes inside their files.

@@ -3,9 +3,7 @@
 //! [`Agreed`] for the data phase; before the decisions, [`SenderSetup::provisional`] for the
 //! early data.
 
-use super::{
-    entry_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT,
-};
+use super::{entry_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped, SETUP_TIMEOUT};
 use crate::layout::MAX_CHANNELS;
 use crate::rate::bottleneck::BufferCap;
 use crate::wire::{

@@ -86,7 +86,8 @@ fn run(
     let checksum = sender.checksum;
     let mut s = SenderSetup::new(sender, entries, now);
     // The hello comes with the key agreement; the receiver opens its data path at once.
-    let h = check_hello(s.hello(), &ReceiverLimits { max_channels }).map_err(|e| (Who::Receiver, e))?;
+    let h =
+        check_hello(s.hello(), &ReceiverLimits { max_channels }).map_err(|e| (Who::Receiver, e))?;
     let mut r = ReceiverSetup::new(h, now);
     let ports = (0..h.channels).map(|c| 9000 + c).collect();
     r.accept(
