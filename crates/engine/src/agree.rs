@@ -138,17 +138,18 @@ impl Refusal {
 }
 
 /// The receiver's side: answers the sender's offer (`first`, its first frame, and `hello`,
-/// the second, already read) with a key from `keys`; hands the keys' frame sealer to
-/// `answered`, which writes the receiver's first sealed frame right behind the answer (and
-/// returns what it opened for it); then reads the sender's first sealed frame, all before
-/// `deadline`.
+/// the second, already read) with a key from `keys`, and with the receiver's first sealed
+/// frame right behind it in the same write (`answered` seals it with the keys' frame sealer,
+/// and returns what it opened for it); then reads the sender's first sealed frame, all before
+/// `deadline`. (One write: with Nagle's algorithm, a second small write would wait a round
+/// trip for the first one's acknowledgement.)
 pub fn answer<T>(
     stream: &mut TcpStream,
     keys: &Keyring,
     plain_data: bool,
     (first, hello): (&Control, &Control),
     deadline: Instant,
-    answered: impl FnOnce(&mut TcpStream, &mut FrameSeal) -> Result<T, String>,
+    answered: impl FnOnce(&mut FrameSeal) -> Result<(T, Vec<u8>), String>,
 ) -> Result<(Accepted, T), Refusal> {
     let id = secure::offered_key(first).map_err(|e| Refusal::stray(e.to_string()))?;
     let Some((name, secret)) = keys.find(id) else {
@@ -166,8 +167,12 @@ pub fn answer<T>(
     let failed = |reason: String| Refusal { reason, code_try };
     let (mut session, reply) = secure::answer(&secret, first, hello, plain_data)
         .map_err(|e| failed(format!("key agreement: {e}")))?;
-    write_frame(stream, &reply).map_err(|e| failed(describe(&e, "left")))?;
-    let opened = answered(stream, &mut session.frames_out).map_err(Refusal::stray)?;
+    let (opened, sealed) = answered(&mut session.frames_out).map_err(Refusal::stray)?;
+    let mut flight = reply.to_frame();
+    flight.extend_from_slice(&sealed);
+    stream
+        .write_all(&flight)
+        .map_err(|e| failed(describe(&ControlError::from(e), "left")))?;
     let answered = Instant::now();
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -248,10 +253,7 @@ pub(crate) mod testing {
     ) -> Result<Accepted, Refusal> {
         let first = read_frame(r, Duration::from_secs(5)).unwrap();
         let hello = read_frame(r, Duration::from_secs(5)).unwrap();
-        let answered = |s: &mut TcpStream, seal: &mut FrameSeal| {
-            s.write_all(&seal.seal(&Control::KeepAlive))
-                .map_err(|e| e.to_string())
-        };
+        let answered = |seal: &mut FrameSeal| Ok(((), seal.seal(&Control::KeepAlive)));
         answer(r, keys, false, (&first, &hello), deadline, answered).map(|(a, ())| a)
     }
 

@@ -15,21 +15,23 @@
 //!   both sides share one layout at time zero.
 //! - [`session`]: whole sessions: `hurtle-proto`'s set-up machines (hello, manifest, the
 //!   receiver's decisions from its file system given as data, the sender's hashes, skips) over
-//!   the simulated control connection on virtual time, then the data phase of a [`Pair`] from
-//!   what they agreed ([`SessionScenario`], [`Session`], [`SessionOutcome`]), with the virtual
+//!   the simulated control connection on virtual time, the sender's early data under its
+//!   provisional outcome from the `HelloAck` on, then the data phase of a [`Pair`] from what
+//!   each side agreed ([`SessionScenario`], [`Session`], [`SessionOutcome`]), with the virtual
 //!   time of each phase, hostile or out-of-order control messages ([`ControlFault`]) and each
 //!   side's typed end ([`SideError`]). The suite in `tests/sessions.rs` is built on it.
 //!
-//! Not simulated: the key agreement and sealing before and around the set-up, probing of
-//! payload sizes, and parallel TCP data.
+//! Not simulated: the TCP connect, the key agreement and sealing before and around the set-up
+//! (a session's time zero is the sender's `Agree` and hello, one round trip after its
+//! connect), probing of payload sizes, and parallel TCP data.
 
 pub mod link;
 pub mod pair;
 pub mod session;
 
 pub use link::{Duplex, Link, LinkConfig, LinkStats};
-pub use pair::{Failure, Outcome, Pair, RatePoint, Rejected, ReportSample, Scenario};
+pub use pair::{EarlySent, Failure, Outcome, Pair, RatePoint, Rejected, ReportSample, Scenario};
 pub use session::{
-    ControlFault, Disk, End, Fault, FileEnd, FileState, OnDisk, PartFile, PhaseTimes, Session,
-    SessionOutcome, SessionScenario, Side, SideEnd, SideError, SimEntry, SimFile,
+    ControlFault, Disk, EarlyData, End, Fault, FileEnd, FileState, OnDisk, PartFile, PhaseTimes,
+    Session, SessionOutcome, SessionScenario, Side, SideEnd, SideError, SimEntry, SimFile,
 };

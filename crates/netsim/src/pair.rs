@@ -35,7 +35,7 @@
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
 //!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, as the engine's
-//!   sender asks in `Start`; the first at that interval after time zero), built by the engine's
+//!   receiver computes it; the first at that interval after time zero), built by the engine's
 //!   [`ReportBuilder`] from the admission counts: the datagram bytes and count admitted in the
 //!   interval, `lost` = packet numbers spanned minus datagrams admitted (per channel, `Data`
 //!   and `Final`, counted only once every check passed), the receiver stage's drops as kernel
@@ -82,12 +82,19 @@
 //!
 //! The network model ([`crate::link`]) and the protocol logic (`hurtle-proto`). A plain
 //! [`Scenario`] skips the session's set-up: both sides start with the same [`Layout`] and
-//! session id at time zero. The set-up (hello, manifest, decisions, skips, `Start`) runs in
+//! session id at time zero. The set-up (hello, manifest, decisions, skips) runs in
 //! [`crate::session`], which drives `hurtle-proto`'s set-up machines over this module's control
-//! path and then this data phase from what they agreed, on the same clock: its sender starts
-//! sending when its set-up is done, its receiver reads its datagrams once it has `Start`
-//! (they wait in the link until then), and a side that ends stops. Probing of payload sizes
-//! runs in neither: data uses [`Scenario::payload`] and the receiver rejects probes.
+//! path and then this data phase on the same clock, each side from its own start: its sender
+//! starts sending early data at the `HelloAck` under the provisional outcome
+//! (`Pair::sender_begins`: a budget of new bytes, block values kept back until the outcome,
+//! since the receiver could not tell the provisional layout's from the outcome's), goes on
+//! when its outcome is the provisional one (`Pair::early_kept`) or starts again from it
+//! under the next session id (`Pair::sender_restarts`); its receiver builds its data state
+//! from its own outcome and reads its datagrams from then on (`Pair::receiver_starts`:
+//! they wait in the link until then, and those of another session id are dropped), and a
+//! side that ends stops. The sender's layout and the receiver's are kept apart, as they may
+//! differ for a while. Probing of payload sizes runs in neither: data uses
+//! [`Scenario::payload`] and the receiver rejects probes.
 //!
 //! # Determinism
 //!
@@ -272,7 +279,8 @@ pub use hurtle_proto::admit::Rejected;
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// Virtual time from time zero until the run was complete (for a plain scenario time zero
-    /// is the first send; for a whole session, the hello, and the end is both sides' end).
+    /// is the first send; for a whole session, the sender's hello, and the end is both sides'
+    /// end).
     pub duration: Duration,
     /// Virtual time at which the first channel had sent all its new data: until then every
     /// channel sends new data at its share of the rate (the transfer's steady part).
@@ -327,7 +335,10 @@ pub struct Outcome {
     pub socket_drops: u64,
     /// Most bytes ever waiting in the receiver stage's buffer.
     pub receiver_queue_max: usize,
-    /// Virtual time at which the first data datagram was sent (`None`: none was).
+    /// Virtual time at which the first data datagram was sent (`None`: none was), a whole
+    /// session's early data included (kept or not). When a whole session's early data was not
+    /// kept, the counts of what its sender sent are those of the data phase after it; the
+    /// receiver's ([`Outcome::rejected`]) and the link's include it.
     pub first_data: Option<Duration>,
     /// Data datagrams handed to the link, by channel.
     pub datagrams_by_channel: Vec<u64>,
@@ -772,6 +783,14 @@ struct Reporter {
 /// The sending peer.
 #[derive(Debug)]
 pub(crate) struct SenderSide {
+    /// The layout it sends by (a whole session's sender may run ahead of its receiver, under
+    /// the provisional outcome: see `Pair::sender_begins`).
+    layout: Layout,
+    /// The session id of its datagrams.
+    session: u64,
+    /// Early data: new bytes it may still send before its outcome is known, and the block
+    /// values it read meanwhile are kept back; `None` once it is (and for a plain scenario).
+    early: Option<u64>,
     pub(crate) files: Vec<Vec<u8>>,
     pub(crate) channels: Vec<ChannelSender>,
     pacers: Vec<Pacer>,
@@ -856,32 +875,35 @@ impl DataPlan {
     }
 }
 
-/// Both sides' state for a data phase that starts at `start`.
-fn sides(
+/// What a whole session's sender sent as early data that its outcome did not keep (see
+/// `Pair::sender_restarts`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EarlySent {
+    /// Data datagrams sent (final markers not counted).
+    pub datagrams: u64,
+    /// Final markers sent (a channel that sent all its stripe early).
+    pub finals: u64,
+    /// Payload bytes of new data sent.
+    pub new_bytes: u64,
+    /// Payload bytes sent, by the file id of the provisional layout.
+    pub file_payload_bytes: Vec<u64>,
+}
+
+/// The sending peer's state for a data phase that starts at `start`: `plan`'s layout, session
+/// id, bytes and held stripes (its receiver's copies are not read).
+fn sender_side(
     sc: &Scenario,
-    plan: DataPlan,
+    plan: &DataPlan,
+    snd_files: Vec<Vec<u8>>,
     t0: Instant,
     start: Instant,
-    reporting: bool,
-) -> Result<(Layout, u64, SenderSide, ReceiverSide), String> {
-    let DataPlan {
-        layout,
-        session,
-        snd_files,
-        rcv_files,
-        held,
-    } = plan;
+) -> Result<SenderSide, String> {
+    let layout = plan.layout.clone();
     let channels = layout.channels();
     let n = usize::from(channels);
-    if snd_files.len() != layout.file_count()
-        || rcv_files.len() != layout.file_count()
-        || held.len() != n
-    {
+    if snd_files.len() != layout.file_count() || plan.held.len() != n {
         return Err("data plan does not fit its layout".into());
     }
-    let sizes: Vec<u64> = (0..layout.file_count() as u32)
-        .map(|f| layout.file_size(f).unwrap_or(0))
-        .collect();
     let controller = sc.rate.clone().map(|cfg| RateController::new(cfg, start));
     let (per_channel, first_rate) = match &controller {
         // As the engine's sender splits the controller's rate.
@@ -901,7 +923,9 @@ fn sides(
         packet_numbers: vec![0; n],
         hashed: vec![false; layout.total_blocks() as usize],
         pending_hashes: Vec::new(),
-        files_confirmed: sizes.iter().map(|&s| s == 0).collect(),
+        files_confirmed: (0..layout.file_count() as u32)
+            .map(|f| layout.file_size(f).unwrap_or(0) == 0)
+            .collect(),
         genuine: 0,
         rate: controller,
         rate_timeline: vec![RatePoint {
@@ -910,37 +934,66 @@ fn sides(
             reason: Reason::Start,
         }],
         files: snd_files,
+        session: plan.session,
+        early: None,
+        layout,
     };
+    for (ch, ranges) in plan.held.iter().enumerate() {
+        for stripe in ranges {
+            snd.channels[ch].hold(stripe.clone());
+        }
+    }
+    Ok(snd)
+}
+
+/// The receiving peer's state for a data phase that starts at `start`: `plan`'s layout,
+/// session id, starting copies and held stripes (the sender's bytes are not read). With
+/// `report_every` (and [`Scenario::rate`]) it reports at that interval from `start`.
+/// Datagrams of session `superseded` (early data its outcome did not keep) are dropped apart.
+fn receiver_side(
+    sc: &Scenario,
+    plan: &DataPlan,
+    rcv_files: Vec<Vec<u8>>,
+    (t0, start): (Instant, Instant),
+    report_every: Option<Duration>,
+    superseded: Option<u64>,
+) -> Result<ReceiverSide, String> {
+    let layout = &plan.layout;
+    let channels = layout.channels();
+    if rcv_files.len() != layout.file_count() || plan.held.len() != usize::from(channels) {
+        return Err("data plan does not fit its layout".into());
+    }
     let clock_offset_us = SimRng::new(sc.seed, stream::CLOCK).next_u64();
+    let mut admission = Admission::new(plan.session, 0..channels, t0)
+        .without_probes()
+        .with_clock_offset(clock_offset_us);
+    if let Some(early) = superseded {
+        admission = admission.superseding(early);
+    }
     let mut rcv = ReceiverSide {
-        admission: Admission::new(session, 0..channels, t0)
-            .without_probes()
-            .with_clock_offset(clock_offset_us),
+        admission,
         files: rcv_files,
         channels: (0..channels)
             .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
             .collect(),
-        verifier: Verifier::new(&layout),
+        verifier: Verifier::new(layout),
         // An empty file has no blocks: it is complete from the start.
-        file_hashes: sizes
-            .iter()
-            .map(|&s| (s == 0).then(|| *blake3::hash(b"").as_bytes()))
+        file_hashes: (0..layout.file_count() as u32)
+            .map(|f| (layout.file_size(f).unwrap_or(0) == 0).then(|| *blake3::hash(b"").as_bytes()))
             .collect(),
         blocks_rejected: 0,
         nacks_dropped: 0,
         stage: sc
             .receiver_rate_bps
             .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
-        reporter: sc.rate.as_ref().filter(|_| reporting).map(|cfg| Reporter {
-            // What the engine's sender asks for in `Start`.
-            every: hurtle_proto::rate::report_interval(cfg.rtt),
+        reporter: sc.rate.as_ref().and(report_every).map(|every| Reporter {
+            every,
             builder: ReportBuilder::new(start, Tally::default(), 0),
         }),
         reports: Vec::new(),
     };
-    for (ch, ranges) in held.into_iter().enumerate() {
+    for (ch, ranges) in plan.held.iter().enumerate() {
         for stripe in ranges {
-            snd.channels[ch].hold(stripe.clone());
             rcv.channels[ch].hold(stripe.clone());
             // The receiver hashes its copy before anything arrives; the verdict waits for the
             // sender's value.
@@ -949,7 +1002,7 @@ fn sides(
                 let span = layout.resolve(ch as u16, pos).ok_or_else(|| {
                     format!("held stripe {stripe:?} of channel {ch} is not in the layout")
                 })?;
-                let value = block_value_of(&layout, &rcv.files, span.block);
+                let value = block_value_of(layout, &rcv.files, span.block);
                 if rcv.verifier.on_received(span.block, value) != Verdict::Pending {
                     return Err(format!(
                         "held block {} judged before its expected value",
@@ -960,7 +1013,7 @@ fn sides(
             }
         }
     }
-    Ok((layout, session, snd, rcv))
+    Ok(rcv)
 }
 
 /// A sender and a receiver wired together over simulated paths, on a virtual clock. See the
@@ -968,6 +1021,7 @@ fn sides(
 #[derive(Debug)]
 pub struct Pair {
     pub(crate) sc: Scenario,
+    /// The receiver's layout and session id (the sender's are its own: see `SenderSide`).
     pub(crate) layout: Layout,
     session: u64,
     pub(crate) t0: Instant,
@@ -1040,16 +1094,35 @@ impl Pair {
     }
 
     /// Builds both sides from `plan` at time zero `t0`, over the given control paths (to the
-    /// receiver, to the sender). `running`: the data phase starts at once; otherwise both sides
-    /// wait for [`Pair::begin_data`] (a whole session's set-up runs first).
+    /// receiver, to the sender). `running`: the data phase starts at once; otherwise each side
+    /// waits for its own start (`Pair::sender_begins`, `Pair::receiver_starts`: a whole
+    /// session's set-up runs first).
     pub(crate) fn build(
         sc: Scenario,
-        plan: DataPlan,
+        mut plan: DataPlan,
         t0: Instant,
         paths: (ControlPath, ControlPath),
         running: bool,
     ) -> Result<Pair, String> {
-        let (layout, session, snd, rcv) = sides(&sc, plan, t0, t0, running)?;
+        let snd_files = std::mem::take(&mut plan.snd_files);
+        let rcv_files = std::mem::take(&mut plan.rcv_files);
+        let snd = sender_side(&sc, &plan, snd_files, t0, t0)?;
+        // As the engine's receiver chooses it, from the round trip.
+        let every = sc
+            .rate
+            .as_ref()
+            .map(|cfg| hurtle_proto::rate::report_interval(cfg.rtt));
+        let rcv = receiver_side(
+            &sc,
+            &plan,
+            rcv_files,
+            (t0, t0),
+            every.filter(|_| running),
+            None,
+        )?;
+        let DataPlan {
+            layout, session, ..
+        } = plan;
         let mut rate_changes = sc.rate_changes.clone();
         rate_changes.sort_by_key(|&(at, _)| at);
         Ok(Pair {
@@ -1091,34 +1164,101 @@ impl Pair {
         })
     }
 
-    /// A whole session's sender starts its data phase at `now` from `plan` (built from its
-    /// `Agreed`): both sides' data state is built from it, and the sender's channels start
-    /// sending. The receiver reads nothing until [`Pair::receiver_starts`].
-    pub(crate) fn begin_data(&mut self, plan: DataPlan, now: Instant) -> Result<(), String> {
-        let (layout, session, snd, rcv) = sides(&self.sc, plan, self.t0, now, false)?;
-        self.datagrams_by_channel = vec![0; usize::from(layout.channels())];
-        self.file_payload = vec![0; layout.file_count()];
-        self.layout = layout;
-        self.session = session;
+    /// A whole session's sender starts sending at `now` from `plan` (built from an `Agreed`;
+    /// the receiver's copies in it are not read). With `early_budget` it sends early data: the
+    /// provisional outcome, before the real one is known, at most that many new bytes, and it
+    /// keeps back the block values it reads (the receiver could not tell them from the
+    /// outcome's); `Pair::early_kept` or `Pair::sender_restarts` end that.
+    pub(crate) fn sender_begins(
+        &mut self,
+        mut plan: DataPlan,
+        now: Instant,
+        early_budget: Option<u64>,
+    ) -> Result<(), String> {
+        let files = std::mem::take(&mut plan.snd_files);
+        let mut snd = sender_side(&self.sc, &plan, files, self.t0, now)?;
+        snd.early = early_budget;
+        self.datagrams_by_channel = vec![0; usize::from(plan.layout.channels())];
+        self.file_payload = vec![0; plan.layout.file_count()];
         self.snd = snd;
-        self.rcv = rcv;
         self.snd_sending = true;
         Ok(())
     }
 
-    /// A whole session's receiver got `Start` at `now`: it reads its data sockets from now on
-    /// and reports every `report_every` (with [`Scenario::rate`]).
-    pub(crate) fn receiver_starts(&mut self, now: Instant, report_every: Duration) {
-        self.rcv_reading = true;
-        if self.sc.rate.is_some() {
-            self.rcv.reporter = Some(Reporter {
-                every: report_every,
-                builder: ReportBuilder::new(now, Tally::default(), 0),
-            });
+    /// The sender's outcome is the provisional one its early data followed: the data phase
+    /// goes on, with no more budget, and the block values kept back go out.
+    pub(crate) fn early_kept(&mut self) {
+        self.snd.early = None;
+    }
+
+    /// The sender's outcome is not the provisional one: at `now` it drops its early data
+    /// (block values kept back included) and starts again from `plan`, its pacers, rate
+    /// controller and packet numbers going on. The data phase's counts start again from zero
+    /// (take what the early data was with `Pair::early_sent` before).
+    pub(crate) fn sender_restarts(
+        &mut self,
+        mut plan: DataPlan,
+        now: Instant,
+    ) -> Result<(), String> {
+        let files = std::mem::take(&mut plan.snd_files);
+        let mut snd = sender_side(&self.sc, &plan, files, self.t0, now)?;
+        if snd.channels.len() == self.snd.channels.len() {
+            snd.pacers = std::mem::take(&mut self.snd.pacers);
+            snd.packet_numbers = std::mem::take(&mut self.snd.packet_numbers);
+            snd.rate = self.snd.rate.take();
+            snd.rate_timeline = std::mem::take(&mut self.snd.rate_timeline);
+        }
+        snd.genuine = self.snd.genuine;
+        self.datagrams_by_channel = vec![0; usize::from(plan.layout.channels())];
+        self.file_payload = vec![0; plan.layout.file_count()];
+        self.datagrams_sent = 0;
+        self.datagrams_resent = 0;
+        self.steady_until = None;
+        self.new_data_sent = None;
+        self.snd = snd;
+        self.snd_sending = true;
+        Ok(())
+    }
+
+    /// What the sender sent since it began (its early data, until its outcome).
+    pub(crate) fn early_sent(&self) -> EarlySent {
+        EarlySent {
+            datagrams: self.datagrams_sent,
+            finals: self.snd.channels.iter().map(|c| c.stats().finals).sum(),
+            new_bytes: self.snd.channels.iter().map(|c| c.stats().new_bytes).sum(),
+            file_payload_bytes: self.file_payload.clone(),
         }
     }
 
-    /// The shared layout.
+    /// A whole session's receiver has its outcome at `now`: its data state is built from
+    /// `plan` (built from its own `Agreed`; the sender's bytes in it are not read), it reads
+    /// its data sockets from now on (datagrams of another session id are dropped: those of
+    /// `early`, the provisional outcome's, apart as superseded, when it is not the plan's) and
+    /// reports every `report_every` (with [`Scenario::rate`]).
+    pub(crate) fn receiver_starts(
+        &mut self,
+        mut plan: DataPlan,
+        now: Instant,
+        report_every: Duration,
+        early: u64,
+    ) -> Result<(), String> {
+        let files = std::mem::take(&mut plan.rcv_files);
+        self.rcv = receiver_side(
+            &self.sc,
+            &plan,
+            files,
+            (self.t0, now),
+            Some(report_every),
+            Some(early),
+        )?;
+        self.layout = plan.layout;
+        self.session = plan.session;
+        self.rcv_reading = true;
+        Ok(())
+    }
+
+    /// The receiver's layout (the sender's too, but while a whole session's sender runs ahead
+    /// of its receiver).
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -1241,8 +1381,10 @@ impl Pair {
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
         if self.snd_sending {
+            // Early data that spent its budget waits for the outcome.
+            let spent = self.snd.early == Some(0);
             for (s, p) in self.snd.channels.iter().zip(&self.snd.pacers) {
-                if s.has_work() {
+                if s.has_work() && !spent {
                     consider(Some(p.ready_at().unwrap_or(now)));
                 }
                 consider(s.next_timeout());
@@ -1527,13 +1669,23 @@ impl Pair {
         let max_run = u64::from(self.sc.payload) * u64::from(self.sc.run_datagrams);
         for ch in 0..self.snd.channels.len() {
             while self.snd.pacers[ch].can_send(now) {
-                let Some(run) = self.snd.channels[ch].poll_run(&self.layout, max_run, now) else {
+                // Early data: runs are cut to the budget left, and stop when it is spent.
+                let max_run = match self.snd.early {
+                    Some(0) => break,
+                    Some(left) => max_run.min(left),
+                    None => max_run,
+                };
+                let snd = &mut self.snd;
+                let Some(run) = snd.channels[ch].poll_run(&snd.layout, max_run, now) else {
                     break;
                 };
                 if run.kind == RunKind::Held {
                     // Hashed, not sent: the receiver checks its own copy against the value.
                     self.hash_block(ch as u16, run.pos, run.len)?;
                     continue;
+                }
+                if let Some(left) = &mut self.snd.early {
+                    *left = left.saturating_sub(run.len);
                 }
                 let bytes = self.send_run(now, ch as u16, run.pos, run.len, run.kind)?;
                 self.snd.pacers[ch].on_sent(now, bytes);
@@ -1543,7 +1695,7 @@ impl Pair {
                     kind: Kind::Final,
                     flags: 0,
                     channel: ch as u16,
-                    session: self.session,
+                    session: self.snd.session,
                     packet: self.next_packet(ch),
                     file: 0,
                     offset: self.snd.channels[ch].stripe_len(),
@@ -1567,7 +1719,8 @@ impl Pair {
         if self.new_data_sent.is_none() && self.snd.channels.iter().all(sent_all) {
             self.new_data_sent = Some(now);
         }
-        if !self.snd.pending_hashes.is_empty() {
+        // Early data's block values wait for the outcome (see `sender_begins`).
+        if !self.snd.pending_hashes.is_empty() && self.snd.early.is_none() {
             let blocks = std::mem::take(&mut self.snd.pending_hashes);
             self.to_receiver.send(now, &Control::BlockHashes { blocks });
             self.hash_messages += 1;
@@ -1585,6 +1738,7 @@ impl Pair {
         kind: RunKind,
     ) -> Result<u64, String> {
         let span = self
+            .snd
             .layout
             .resolve(ch, pos)
             .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
@@ -1604,7 +1758,7 @@ impl Pair {
                 kind: Kind::Data,
                 flags,
                 channel: ch,
-                session: self.session,
+                session: self.snd.session,
                 packet: self.next_packet(usize::from(ch)),
                 file: span.file,
                 offset,
@@ -1645,6 +1799,7 @@ impl Pair {
     /// and queues its value for the receiver.
     fn hash_block(&mut self, ch: u16, pos: u64, len: u64) -> Result<(), String> {
         let span = self
+            .snd
             .layout
             .resolve(ch, pos)
             .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
@@ -1653,7 +1808,7 @@ impl Pair {
         }
         if !self.snd.hashed[span.block as usize] {
             self.snd.hashed[span.block as usize] = true;
-            let value = block_value_of(&self.layout, &self.snd.files, span.block);
+            let value = block_value_of(&self.snd.layout, &self.snd.files, span.block);
             self.snd.pending_hashes.push((span.block, value));
         }
         Ok(())
@@ -1763,7 +1918,7 @@ impl Pair {
             steady_until: self.steady_until.unwrap_or(end) - self.t0,
             new_data_sent: self.new_data_sent.unwrap_or(end) - self.t0,
             steps: self.steps,
-            bytes: self.layout.total_bytes(),
+            bytes: self.snd.layout.total_bytes(),
             datagrams_sent: self.datagrams_sent,
             datagrams_resent: self.datagrams_resent,
             new_bytes: s.clone().map(|s| s.new_bytes).sum(),

@@ -9,27 +9,50 @@
 //! how each side works (the receiver's channel limit and rate ceiling, how fast each side
 //! hashes) and what goes wrong on the control path ([`ControlFault`]). A [`Session`] runs it:
 //!
-//! 1. **Set-up.** The sender's [`SenderSetup`] and the receiver's [`ReceiverSetup`] (from
-//!    `hurtle-proto`) exchange their messages over the same modelled control connection as
-//!    the data phase's (reliable, in order, one-way delay [`Scenario::control_delay`] or the
-//!    data link's; every message framed with [`Control::to_frame`] and parsed with
-//!    [`Control::from_body`]), on the virtual clock. The receiver answers the hello with one
-//!    port per channel (7401, 7402, ...) and [`SessionScenario::rate_ceiling_bps`], and
-//!    decides each manifest entry from its file system's facts with
-//!    [`hurtle_proto::session::first_look`], finishing with [`Look::with_hash`] (BLAKE3 of its
-//!    copy) or [`Look::with_part`] (its part file's blocks). The sender hashes its own files
-//!    when asked ([`SenderEvent::HashWanted`]). Hashing takes virtual time at
+//! 1. **Set-up.** Time zero is the sender's first flight: the key agreement's `Agree` (not
+//!    modelled) with the hello ([`SenderSetup::hello`]) in the clear behind it. That flight
+//!    leaves one round trip after the sender's TCP connect, which is not modelled either: add
+//!    one round trip to any time here for the time from the connect. The receiver checks the
+//!    hello ([`check_hello`]; `Reject` for another version), opens its data path at once and
+//!    answers with one port per channel (7401, 7402, ...) and
+//!    [`SessionScenario::rate_ceiling_bps`] in its `HelloAck` ([`ReceiverSetup::accept`]),
+//!    which comes back with the agreement's answer. Only then does the engine's sender have
+//!    its keys, so only then does it send its manifest: here too, the manifest parts leave at
+//!    the `HelloAck` (one round trip after time zero). The receiver decides each manifest
+//!    entry from its file system's facts with [`hurtle_proto::session::first_look`],
+//!    finishing with [`Look::with_hash`] (BLAKE3 of its copy) or [`Look::with_part`] (its part
+//!    file's blocks). The sender hashes its own files when asked
+//!    ([`SenderEvent::HashWanted`]) and sends `Skip` if it was. Hashing takes virtual time at
 //!    [`SessionScenario::sender_hash_bps`] / [`SessionScenario::receiver_hash_bps`] (none by
 //!    default); a side busy hashing sends a `KeepAlive` every second, as the engine's do.
-//! 2. **Start.** When the sender is ready it takes its `Agreed` and calls
-//!    [`SenderSetup::start`]: `Skip` and `Start` go out, and the data phase of [`Pair`] starts
-//!    at once from that outcome (layout, session id, held stripes, skipped files), with the
-//!    sender's bytes and the receiver's part files as its starting copies. The receiver reads
-//!    no datagram until it has its own `Agreed` (at `Skip`) and `Start`: datagrams wait in the
-//!    link meanwhile, as in a socket buffer. Its `Agreed` must equal the sender's
-//!    ([`SideError::Disagreed`] otherwise); then the data phase is the one [`Pair`] runs, with
-//!    the report interval the sender asked for in `Start`.
-//! 3. **End.** When every file is confirmed and every channel done, the sender sends `Done`;
+//!    Every message goes over the same modelled control connection as the data phase's
+//!    (reliable, in order, one-way delay [`Scenario::control_delay`] or the data link's;
+//!    framed with [`Control::to_frame`] and parsed with [`Control::from_body`]), on the
+//!    virtual clock.
+//! 2. **Early data.** From the `HelloAck` on, the sender does not wait for the decisions: it
+//!    starts the data phase of [`Pair`] from its provisional outcome
+//!    ([`SenderSetup::provisional`]: every file whole, holes held, the hello's session id),
+//!    at most [`EARLY_RTTS`] round trips' worth of new bytes at its initial rate (the round
+//!    trip it measured from its hello to the `HelloAck`; see [`EarlyData::budget`]), and it
+//!    keeps back the block values of what it reads until it knows its outcome (the receiver
+//!    could not tell them from the outcome's: see [`crate::pair`]). When its outcome comes
+//!    ([`SenderEvent::Ready`]) and is the provisional one ([`Agreed::early`]), the data phase
+//!    goes on with no budget and the values kept back go out; otherwise (a file skipped,
+//!    resumed or offered for hashing) the sender drops its early data and starts the data
+//!    phase again from its outcome, under the next session id (its pacers, rate controller
+//!    and packet numbers go on). What the early data was is in [`SessionOutcome::early`].
+//! 3. **Data.** No `Start`: each side starts its data phase from its own outcome. The
+//!    receiver's is ready at its decisions when none is `Have`, at the sender's `Skip`
+//!    otherwise; its data state (layout, session id, its part files' blocks held, skipped
+//!    files) is built from its own `Agreed`, and it reads no datagram before: they wait in
+//!    the link meanwhile, as in a socket buffer. From then on its admission drops every
+//!    datagram of another session id (early data its outcome did not keep), and with
+//!    [`Scenario::rate`] it reports every [`hurtle_proto::rate::report_interval`] of the
+//!    scenario's round trip ([`RateConfig::rtt`](hurtle_proto::RateConfig::rtt)), as the
+//!    engine's receiver does of the one it measured. Once both sides have their `Agreed`
+//!    they must be equal ([`SideError::Disagreed`] for the receiver otherwise); the data
+//!    phase is the one [`Pair`] runs.
+//! 4. **End.** When every file is confirmed and every channel done, the sender sends `Done`;
 //!    the receiver ends when it reads it. A side that fails sends `Abort` (`Reject` for an
 //!    incompatible peer; nothing when the peer already ended it) and closes the connection; a
 //!    side that reads the end of a closed connection fails with [`SideError::PeerGone`].
@@ -40,27 +63,30 @@
 //! exact, and each skipped file identical to the sender's (a file skipped on size and time alone
 //! is left as it was). Anything else fails the run with a [`Failure`].
 //!
-//! The virtual time of each phase is in [`PhaseTimes`]: time zero is the hello (the key
-//! agreement before it is not modelled), so with nothing to hash the first data datagram leaves
-//! exactly one round trip later.
+//! The virtual time of each phase is in [`PhaseTimes`]: from time zero, the hello's flight,
+//! the first data datagram leaves exactly one round trip later (at the `HelloAck`), whatever
+//! the manifest and the decisions, and the receiver starts its data phase one and a half round
+//! trips after time zero when it offers nothing for hashing.
 //!
 //! # What it does not own
 //!
-//! The key agreement and sealing (`Agree`, AES-GCM), probing of payload sizes (`ProbeAck`s are
-//! never sent; data uses [`Scenario::payload`]), parallel TCP and the fallback to it, and the
-//! data phase's own rules (see [`crate::pair`]).
+//! The TCP connect and the key agreement and sealing (`Agree`, AES-GCM), probing of payload
+//! sizes (`ProbeAck`s are never sent; data uses [`Scenario::payload`]), parallel TCP and the
+//! fallback to it, and the data phase's own rules (see [`crate::pair`]).
 
 use crate::link::LinkStats;
 use crate::pair::{
-    check_knobs, file_bytes, session_id, ControlPath, DataPlan, Failure, Outcome, Pair, Scenario,
+    check_knobs, file_bytes, session_id, ControlPath, DataPlan, EarlySent, Failure, Outcome, Pair,
+    Scenario,
 };
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
 use hurtle_proto::session::{
-    first_look, Accepted, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent, ReceiverLimits,
-    ReceiverSetup, SenderEvent, SenderParams, SenderSetup, Setup, SetupError, Skipped,
-    SETUP_TIMEOUT,
+    check_hello, first_look, Accepted, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent,
+    ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams, SenderSetup, Setup, SetupError,
+    Skipped, SETUP_TIMEOUT,
 };
 use hurtle_proto::wire::{AbortCause, Control, Decision, Entry, EntryKind, FrameError};
+use hurtle_proto::RateController;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -73,6 +99,12 @@ pub const MTIME_NS: i64 = 1_700_000_000_000_000_000;
 
 /// The first data port the receiver names (one per channel from there).
 pub const FIRST_PORT: u16 = 7401;
+
+/// Round trips' worth of new data, at the sender's initial rate, that it may send as early
+/// data before it knows its outcome (see [`EarlyData::budget`]). The outcome comes one round
+/// trip after the early data starts unless a side hashes to decide, so two round trips' worth
+/// never binds a session without hashing, and bounds the waste of one with it.
+pub const EARLY_RTTS: u64 = 2;
 
 /// One side of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,9 +224,10 @@ pub struct ControlFault {
     /// The side the path leads to.
     pub toward: Side,
     /// The genuine message (0 = the first sent that way) it happens at. On the way to the
-    /// receiver they are `Hello`, the `Manifest` parts, `Skip`, `Start`, then data-phase
-    /// messages; on the way to the sender `HelloAck`, `ManifestReply`, then data-phase ones
-    /// (`KeepAlive`s of a busy side count too).
+    /// receiver they are `Hello`, the `Manifest` parts, `Skip` (only if the receiver offered
+    /// files for hashing), then data-phase messages (`BlockHashes`, `Done`); on the way to the
+    /// sender `HelloAck`, the `ManifestReply` parts, then data-phase ones (`KeepAlive`s of a
+    /// busy side count too).
     pub nth: usize,
     /// What goes wrong.
     pub fault: Fault,
@@ -353,7 +386,7 @@ pub enum End {
 /// When and how one side ended.
 #[derive(Debug)]
 pub struct SideEnd {
-    /// Virtual time from the hello.
+    /// Virtual time from time zero.
     pub at: Duration,
     /// How.
     pub end: End,
@@ -369,27 +402,47 @@ impl SideEnd {
     }
 }
 
-/// Virtual times of the phases of a session, from the hello (time zero). `None`: not reached.
+/// Virtual times of the phases of a session, from time zero (the sender's `Agree` and hello,
+/// one round trip after its connect). `None`: not reached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PhaseTimes {
-    /// The hello reached the receiver.
+    /// The hello reached the receiver (it answered with `HelloAck` at once).
     pub hello_at_receiver: Option<Duration>,
     /// The whole manifest had reached the receiver.
     pub manifest_at_receiver: Option<Duration>,
     /// The receiver sent `ManifestReply`.
     pub reply_sent: Option<Duration>,
-    /// `HelloAck` reached the sender.
+    /// `HelloAck` reached the sender (its manifest and its early data left).
     pub hello_ack: Option<Duration>,
     /// `ManifestReply` reached the sender.
     pub manifest_reply: Option<Duration>,
-    /// The sender was ready (its `Agreed` taken, `Skip` and `Start` sent, data started).
+    /// The sender had its outcome (its `Agreed` taken, `Skip` sent if asked for, the early
+    /// data kept or dropped).
     pub sender_ready: Option<Duration>,
-    /// The receiver was ready (`Skip` read, its `Agreed` taken).
+    /// The receiver had its outcome (at its decisions, or at `Skip`) and started its data
+    /// phase: it reads datagrams from then on.
     pub receiver_ready: Option<Duration>,
-    /// `Start` reached the receiver (it reads data from then on).
-    pub start_at_receiver: Option<Duration>,
-    /// The first data datagram left the sender.
+    /// The first data datagram left the sender (early data included).
     pub first_data: Option<Duration>,
+}
+
+/// The sender's early data: what it sent under its provisional outcome before it knew the
+/// real one (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlyData {
+    /// When it started (the `HelloAck`), from time zero.
+    pub from: Duration,
+    /// New bytes it could send before its outcome: [`EARLY_RTTS`] times the round trip from
+    /// its hello to the `HelloAck`, at its initial rate (the fixed
+    /// [`Scenario::rate_bps`], or the rate controller's first rate), in bytes.
+    pub budget: u64,
+    /// Whether its outcome kept it ([`Agreed::early`]); `None` if the sender never had its
+    /// outcome.
+    pub kept: Option<bool>,
+    /// What it sent until its outcome (or its end, without one). When not kept, all of it is
+    /// wasted: the receiver drops whatever of it it reads (another session id), and the data
+    /// phase's counts ([`SessionOutcome::data`]) do not include it.
+    pub sent: EarlySent,
 }
 
 /// What became of one of the sender's files on the receiver.
@@ -446,8 +499,11 @@ pub struct SessionOutcome {
     pub to_sender: BTreeMap<&'static str, u64>,
     /// Each of the sender's files on the receiver, in file-id order.
     pub files: Vec<FileEnd>,
-    /// The data phase's numbers, if it started (its times count from the hello).
+    /// The data phase's numbers, if the sender had its outcome (its times count from time
+    /// zero; with early data kept, they include it).
     pub data: Option<Outcome>,
+    /// The sender's early data, if it started.
+    pub early: Option<EarlyData>,
     /// Counters of the data link.
     pub link: LinkStats,
     /// Event-loop steps.
@@ -503,11 +559,9 @@ impl fmt::Display for SessionOutcome {
 /// Where a side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Its set-up machine takes every message.
+    /// Its set-up machine takes every message (the sender's early data may run meanwhile).
     Setup,
-    /// Receiver only: ready, waiting for `Start` (its set-up machine judges anything else).
-    AwaitStart,
-    /// The data phase.
+    /// The data phase of its outcome.
     Data,
     /// Ended.
     Ended,
@@ -524,6 +578,11 @@ enum Item {
 struct SenderDriver {
     setup: SenderSetup,
     phase: Phase,
+    /// `HelloAck` came: the engine's sender has its keys, the manifest goes.
+    keys: bool,
+    /// The provisional outcome its early data follows, while it does.
+    provisional: Option<Agreed>,
+    early: Option<EarlyData>,
     /// Hashes asked for: (done at, file id), in order.
     hashing: VecDeque<(Instant, u32)>,
     busy_until: Instant,
@@ -537,7 +596,11 @@ struct SenderDriver {
 
 #[derive(Debug)]
 struct ReceiverDriver {
-    setup: ReceiverSetup,
+    /// From the hello on.
+    setup: Option<ReceiverSetup>,
+    limits: ReceiverLimits,
+    /// The wait for the hello (the engine's key agreement keeps it).
+    hello_deadline: Option<Instant>,
     phase: Phase,
     /// Decisions made, and when the hashing behind them is done.
     reply: Option<(Instant, Vec<Decision>)>,
@@ -546,9 +609,8 @@ struct ReceiverDriver {
     keepalives: u64,
     decisions: Vec<Decision>,
     agreed: Option<Agreed>,
-    /// Ready, waiting for `Start` until then. (The set-up machine has no deadline once ready:
-    /// this driver keeps one.)
-    start_deadline: Option<Instant>,
+    /// Its data phase started (from its own outcome).
+    data_started: bool,
     /// The agreements were compared (once both exist).
     compared: bool,
     end: Option<SideEnd>,
@@ -600,7 +662,8 @@ fn source_bytes(seed: u64, id: usize, f: &SimFile, block_size: u64) -> Vec<u8> {
 }
 
 impl Session {
-    /// Both sides at time zero: the sender's hello and manifest go out in the first step.
+    /// Both sides at time zero: the sender's hello is on its way (its manifest waits for the
+    /// `HelloAck`).
     pub fn new(sc: SessionScenario) -> Result<Session, Failure> {
         let fail = |reason: String| Failure {
             at: Duration::ZERO,
@@ -706,7 +769,7 @@ impl Session {
                 .with_faults(faults_toward(Side::Receiver)),
             ControlPath::new(t0, delay, blackouts).with_faults(faults_toward(Side::Sender)),
         );
-        // Nothing runs until the sender is ready: an empty layout stands in until then.
+        // Nothing runs until each side starts: an empty layout stands in until then.
         let idle = DataPlan {
             layout: Layout::new(&[], MIN_BLOCK_SIZE, 1).map_err(|e| fail(e.to_string()))?,
             session: 0,
@@ -714,7 +777,7 @@ impl Session {
             rcv_files: Vec::new(),
             held: vec![Vec::new()],
         };
-        let pair = Pair::build(sc.data.clone(), idle, t0, control, false).map_err(fail)?;
+        let mut pair = Pair::build(sc.data.clone(), idle, t0, control, false).map_err(fail)?;
         let params = SenderParams {
             channels: sc.data.channels,
             payload: sc.data.payload,
@@ -726,9 +789,15 @@ impl Session {
             race: false,
             checksum: sc.checksum,
         };
+        let setup = SenderSetup::new(params, entries.clone(), t0);
+        // Time zero: the hello, in the clear behind the key agreement's `Agree`.
+        pair.to_receiver.send(t0, &setup.hello());
         let snd = SenderDriver {
-            setup: SenderSetup::new(params, entries.clone(), t0),
+            setup,
             phase: Phase::Setup,
+            keys: false,
+            provisional: None,
+            early: None,
             hashing: VecDeque::new(),
             busy_until: t0,
             next_keepalive: None,
@@ -739,12 +808,11 @@ impl Session {
             end: None,
         };
         let rcv = ReceiverDriver {
-            setup: ReceiverSetup::new(
-                ReceiverLimits {
-                    max_channels: sc.max_channels,
-                },
-                t0,
-            ),
+            setup: None,
+            limits: ReceiverLimits {
+                max_channels: sc.max_channels,
+            },
+            hello_deadline: Some(t0 + SETUP_TIMEOUT),
             phase: Phase::Setup,
             reply: None,
             next_keepalive: None,
@@ -752,7 +820,7 @@ impl Session {
             keepalives: 0,
             decisions: Vec::new(),
             agreed: None,
-            start_deadline: None,
+            data_started: false,
             compared: false,
             end: None,
         };
@@ -781,7 +849,8 @@ impl Session {
         self.pair.now - self.pair.t0
     }
 
-    /// The data phase's runner (its layout is an empty stand-in until the sender is ready).
+    /// The data phase's runner (its layout, the receiver's, is an empty stand-in until the
+    /// receiver starts its data phase).
     pub fn pair(&self) -> &Pair {
         &self.pair
     }
@@ -813,7 +882,8 @@ impl Session {
         Ok(false)
     }
 
-    /// The drivers' own deadlines: the set-up machines' timeouts, hashing, keep-alives.
+    /// The drivers' own deadlines: the wait for the hello, the set-up machines' timeouts,
+    /// hashing, keep-alives.
     fn next_deadline(&self) -> Option<Instant> {
         let mut all = Vec::new();
         if matches!(self.snd.phase, Phase::Setup) {
@@ -821,11 +891,11 @@ impl Session {
             all.push(self.snd.hashing.front().map(|&(at, _)| at));
             all.push(self.snd.next_keepalive);
         }
-        if matches!(self.rcv.phase, Phase::Setup | Phase::AwaitStart) {
-            all.push(self.rcv.setup.poll_timeout());
+        if matches!(self.rcv.phase, Phase::Setup) {
+            all.push(self.rcv.hello_deadline);
+            all.push(self.rcv.setup.as_ref().and_then(|s| s.poll_timeout()));
             all.push(self.rcv.reply.as_ref().map(|(at, _)| *at));
             all.push(self.rcv.next_keepalive);
-            all.push(self.rcv.start_deadline);
         }
         all.into_iter().flatten().min()
     }
@@ -872,21 +942,18 @@ impl Session {
                 self.end_receiver(now, End::Failed(e));
             }
         }
-        if self.rcv.end.is_none() && matches!(self.rcv.phase, Phase::Setup | Phase::AwaitStart) {
-            if let Some(deadline) = self.rcv.setup.poll_timeout() {
-                if now >= deadline {
-                    if let Err(e) = self.rcv.setup.handle_timeout(now) {
-                        self.end_receiver(now, End::Failed(e.into()));
-                    }
-                }
+        if self.rcv.end.is_none() && self.rcv.phase == Phase::Setup {
+            let timed_out = match &mut self.rcv.setup {
+                Some(setup) => setup.handle_timeout(now).err(),
+                None => self
+                    .rcv
+                    .hello_deadline
+                    .filter(|&d| now >= d)
+                    .map(|_| SetupError::Timeout(SETUP_TIMEOUT)),
+            };
+            if let Some(e) = timed_out {
+                self.end_receiver(now, End::Failed(e.into()));
             }
-        }
-        if self.rcv.end.is_none()
-            && self.rcv.phase == Phase::AwaitStart
-            && self.rcv.start_deadline.is_some_and(|d| now >= d)
-        {
-            let e = SideError::Setup(SetupError::Timeout(SETUP_TIMEOUT));
-            self.end_receiver(now, End::Failed(e));
         }
         if self.rcv.end.is_none() && self.rcv.phase == Phase::Data {
             if !reading {
@@ -901,40 +968,22 @@ impl Session {
     }
 
     fn flush_receiver(&mut self, now: Instant) {
-        while let Some(m) = self.rcv.setup.poll_transmit() {
+        let Some(setup) = &mut self.rcv.setup else {
+            return;
+        };
+        while let Some(m) = setup.poll_transmit() {
             self.pair.to_sender.send(now, &m);
         }
     }
 
     fn receiver_message(&mut self, now: Instant, msg: Control) -> Result<(), SideError> {
         match self.rcv.phase {
-            Phase::Setup => {
-                self.rcv.setup.handle(msg, now)?;
-                self.receiver_events(now)
-            }
-            Phase::AwaitStart => match msg {
-                Control::Start { .. } if self.snd.agreed.is_none() => {
-                    // Only forged messages get here (a `Skip` and a `Start` before the sender
-                    // was ready): this simulator builds the receiver's data state from the
-                    // sender's outcome, which does not exist yet.
-                    Err(SideError::Data(
-                        "Start before the sender's set-up was done (not simulated)".into(),
-                    ))
-                }
-                Control::Start {
-                    report_interval_us, ..
-                } => {
-                    self.times.start_at_receiver = Some(self.rel(now));
-                    self.rcv.phase = Phase::Data;
-                    self.pair
-                        .receiver_starts(now, Duration::from_micros(report_interval_us));
-                    Ok(())
-                }
-                // Until data starts, the set-up machine judges everything else.
-                other => {
-                    self.rcv.setup.handle(other, now)?;
+            Phase::Setup => match &mut self.rcv.setup {
+                Some(setup) => {
+                    setup.handle(msg, now)?;
                     self.receiver_events(now)
                 }
+                None => self.receiver_hello(now, msg),
             },
             Phase::Data => match self.pair.on_receiver_control(now, msg) {
                 Ok(None) | Ok(Some(Control::KeepAlive)) => Ok(()),
@@ -955,23 +1004,31 @@ impl Session {
         }
     }
 
+    /// The first message, read with the key agreement: the hello. A good one starts the
+    /// set-up, and the data path opens at once (`HelloAck`).
+    fn receiver_hello(&mut self, now: Instant, msg: Control) -> Result<(), SideError> {
+        let h = check_hello(msg, &self.rcv.limits)?;
+        self.rcv.hello_deadline = None;
+        self.times.hello_at_receiver = Some(self.rel(now));
+        self.hello = Some(h);
+        let mut setup = ReceiverSetup::new(h, now);
+        let ports = (0..h.channels).map(|c| FIRST_PORT + c).collect();
+        let intake = Intake {
+            ceiling_bps: self.sc.rate_ceiling_bps,
+            ..Intake::default()
+        };
+        let result = setup.accept(ports, None, intake, now);
+        self.rcv.setup = Some(setup);
+        result?;
+        self.receiver_events(now)
+    }
+
     fn receiver_events(&mut self, now: Instant) -> Result<(), SideError> {
-        while let Some(ev) = self.rcv.setup.poll_event() {
+        loop {
+            let Some(ev) = self.rcv.setup.as_mut().and_then(|s| s.poll_event()) else {
+                return Ok(());
+            };
             match ev {
-                ReceiverEvent::Hello(h) => {
-                    self.times.hello_at_receiver = Some(self.rel(now));
-                    self.hello = Some(h);
-                    let ports = (0..h.channels).map(|c| FIRST_PORT + c).collect();
-                    self.rcv.setup.accept(
-                        ports,
-                        None,
-                        Intake {
-                            ceiling_bps: self.sc.rate_ceiling_bps,
-                            ..Intake::default()
-                        },
-                        now,
-                    )?;
-                }
                 ReceiverEvent::Manifest => {
                     self.times.manifest_at_receiver = Some(self.rel(now));
                     let (decisions, hashed_bytes) = self.decide();
@@ -982,15 +1039,38 @@ impl Session {
                     self.rcv.reply = Some((at, decisions));
                     self.receiver_work(now)?;
                 }
-                ReceiverEvent::Ready => {
-                    self.times.receiver_ready = Some(self.rel(now));
-                    self.rcv.agreed = self.rcv.setup.agreed();
-                    self.rcv.phase = Phase::AwaitStart;
-                    self.rcv.start_deadline = Some(now + SETUP_TIMEOUT);
-                    self.compare_agreed()?;
-                }
+                ReceiverEvent::Ready => self.receiver_ready(now)?,
             }
         }
+    }
+
+    /// The receiver has its outcome at `now`: its data phase starts from it.
+    fn receiver_ready(&mut self, now: Instant) -> Result<(), SideError> {
+        self.times.receiver_ready = Some(self.rel(now));
+        let agreed = self
+            .rcv
+            .setup
+            .as_mut()
+            .and_then(|s| s.agreed())
+            .ok_or_else(|| SideError::Data("ready without an outcome".into()))?;
+        let plan = self.plan(&agreed);
+        self.rcv.agreed = Some(agreed);
+        self.compare_agreed()?;
+        // The engine's receiver takes the round trip it measured; this one the scenario's
+        // (only used with rate control).
+        let rtt = self
+            .sc
+            .data
+            .rate
+            .as_ref()
+            .map_or(Duration::ZERO, |cfg| cfg.rtt);
+        // Early data its outcome did not keep (the hello's session id) is told apart.
+        let early = self.hello.map_or(0, |h| h.session);
+        self.pair
+            .receiver_starts(plan, now, hurtle_proto::rate::report_interval(rtt), early)
+            .map_err(SideError::Data)?;
+        self.rcv.data_started = true;
+        self.rcv.phase = Phase::Data;
         Ok(())
     }
 
@@ -1000,8 +1080,9 @@ impl Session {
         let checksum = self.hello.is_some_and(|h| h.checksum);
         let overwrite = self.sc.disk.overwrite;
         let mut hashed = 0;
-        let mut out = Vec::with_capacity(self.rcv.setup.entries().len());
-        for e in self.rcv.setup.entries() {
+        let entries = self.rcv.setup.as_ref().map_or(&[][..], |s| s.entries());
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
             let found = match self.disk.get(&e.path) {
                 None => Found::Nothing,
                 Some(Item::File { bytes, mtime_ns }) => Found::File {
@@ -1039,7 +1120,11 @@ impl Session {
             self.rcv.next_keepalive = None;
             self.rcv.decisions = decisions.clone();
             self.times.reply_sent = Some(self.rel(now));
-            self.rcv.setup.reply(decisions, now)?;
+            self.rcv
+                .setup
+                .as_mut()
+                .ok_or_else(|| SideError::Data("decisions before the hello".into()))?
+                .reply(decisions, now)?;
         }
         if let Some(at) = self.rcv.next_keepalive.filter(|&at| at <= now) {
             self.pair.to_sender.send(now, &Control::KeepAlive);
@@ -1065,8 +1150,8 @@ impl Session {
         });
     }
 
-    /// Once both sides have their `Agreed`: the receiver's must be the sender's, which the data
-    /// phase was built from.
+    /// Once both sides have their `Agreed`: the receiver's must be the sender's (a check of
+    /// the simulator's: neither side sees the other's).
     fn compare_agreed(&mut self) -> Result<(), SideError> {
         let (Some(s), Some(r)) = (&self.snd.agreed, &self.rcv.agreed) else {
             return Ok(());
@@ -1084,6 +1169,7 @@ impl Session {
             ("layout", s.layout != r.layout),
             ("held stripes", s.held != r.held),
             ("bytes sent", s.sent_bytes != r.sent_bytes),
+            ("early data kept", s.early != r.early),
         ];
         match differs.iter().find(|(_, d)| *d) {
             Some((what, _)) => Err(SideError::Disagreed(format!(
@@ -1134,13 +1220,16 @@ impl Session {
         if self.snd.end.is_none() {
             self.flush_sender(now);
         }
-        if self.snd.end.is_none() && self.snd.phase == Phase::Data {
+        let early = self.snd.provisional.is_some();
+        if self.snd.end.is_none() && (self.snd.phase == Phase::Data || early) {
             self.pair
                 .sender_data(now)
                 .map_err(|r| self.pair.failure(r))?;
             if self.times.first_data.is_none() {
                 self.times.first_data = self.pair.first_data();
             }
+        }
+        if self.snd.end.is_none() && self.snd.phase == Phase::Data {
             let snd = &self.pair.snd;
             if snd.channels.iter().all(|c| c.is_done()) && snd.files_confirmed.iter().all(|&c| c) {
                 self.pair.to_receiver.send(now, &Control::Done);
@@ -1150,7 +1239,11 @@ impl Session {
         Ok(())
     }
 
+    /// Sends what the set-up machine queued, once the sender has its keys (the `HelloAck`).
     fn flush_sender(&mut self, now: Instant) {
+        if !self.snd.keys {
+            return;
+        }
         while let Some(m) = self.snd.setup.poll_transmit() {
             self.pair.to_receiver.send(now, &m);
         }
@@ -1170,17 +1263,14 @@ impl Session {
                 Ok(Some(other)) => Err(peer_words(other)),
                 Err(reason) => Err(SideError::Data(reason)),
             },
-            Phase::AwaitStart | Phase::Ended => Ok(()),
+            Phase::Ended => Ok(()),
         }
     }
 
     fn sender_events(&mut self, now: Instant) -> Result<(), SideError> {
         while let Some(ev) = self.snd.setup.poll_event() {
             match ev {
-                SenderEvent::Accepted(a) => {
-                    self.times.hello_ack = Some(self.rel(now));
-                    self.snd.accepted = Some(a);
-                }
+                SenderEvent::Accepted(a) => self.sender_accepted(now, a)?,
                 // This driver does not probe.
                 SenderEvent::ProbeAck { .. } => {}
                 SenderEvent::HashWanted { file } => {
@@ -1223,34 +1313,82 @@ impl Session {
         Ok(())
     }
 
-    /// The sender's set-up is done at `now`: its outcome becomes the data phase, and `Skip`
-    /// and `Start` go out before any block value.
+    /// The receiver's `HelloAck` (with the agreement's answer: the keys) at `now`: the
+    /// manifest goes, and the early data starts under the provisional outcome.
+    fn sender_accepted(&mut self, now: Instant, accepted: Accepted) -> Result<(), SideError> {
+        self.times.hello_ack = Some(self.rel(now));
+        self.snd.keys = true;
+        self.pair.sc.payload = self.sc.data.payload.min(accepted.max_payload).max(1);
+        self.snd.accepted = Some(accepted);
+        let provisional =
+            self.snd.setup.provisional().ok_or_else(|| {
+                SideError::Data("accepted without a provisional outcome".into())
+            })??;
+        // The round trip it measured: its hello to the `HelloAck`.
+        let rtt = self.rel(now);
+        let rate_bps = match &self.sc.data.rate {
+            Some(cfg) => RateController::new(cfg.clone(), now).rate_bps(),
+            None => self.sc.data.rate_bps,
+        };
+        let budget = u128::from(rate_bps) * rtt.as_nanos() * u128::from(EARLY_RTTS) / 8_000_000_000;
+        let budget = u64::try_from(budget).unwrap_or(u64::MAX);
+        let plan = self.plan(&provisional);
+        self.pair
+            .sender_begins(plan, now, Some(budget))
+            .map_err(SideError::Data)?;
+        self.snd.provisional = Some(provisional);
+        self.snd.early = Some(EarlyData {
+            from: self.rel(now),
+            budget,
+            kept: None,
+            sent: EarlySent::default(),
+        });
+        Ok(())
+    }
+
+    /// The sender's set-up is done at `now`: `Skip` goes out if the receiver asked for hashes,
+    /// and its outcome becomes the data phase: the early data's if it is the provisional one,
+    /// a new one otherwise.
     fn sender_ready(&mut self, now: Instant) -> Result<(), SideError> {
         let agreed = self
             .snd
             .setup
             .agreed()
             .ok_or_else(|| SideError::Data("ready without an outcome".into()))?;
-        let accepted = self
-            .snd
-            .accepted
-            .clone()
-            .ok_or_else(|| SideError::Data("ready without the receiver's answer".into()))?;
         self.times.sender_ready = Some(self.rel(now));
-        let plan = self.plan(&agreed);
-        self.pair.begin_data(plan, now).map_err(SideError::Data)?;
-        let payload = self.sc.data.payload.min(accepted.max_payload).max(1);
-        self.pair.sc.payload = payload;
-        let rtt = match &self.sc.data.rate {
-            Some(cfg) => cfg.rtt,
-            None => self.times.hello_ack.unwrap_or_default(),
-        };
-        let interval = hurtle_proto::rate::report_interval(rtt);
-        self.snd.setup.start(payload, interval.as_micros() as u64)?;
+        // `Skip` before any block value.
         self.flush_sender(now);
+        let provisional = self.snd.provisional.take();
+        let sent = self.pair.early_sent();
+        match provisional {
+            Some(p) if agreed.early => {
+                if p != agreed {
+                    return Err(SideError::Data(
+                        "an early outcome that is not the provisional one".into(),
+                    ));
+                }
+                self.pair.early_kept();
+            }
+            Some(_) => {
+                let plan = self.plan(&agreed);
+                self.pair
+                    .sender_restarts(plan, now)
+                    .map_err(SideError::Data)?;
+            }
+            None => {
+                let plan = self.plan(&agreed);
+                self.pair
+                    .sender_begins(plan, now, None)
+                    .map_err(SideError::Data)?;
+            }
+        }
+        if let Some(e) = &mut self.snd.early {
+            e.kept = Some(agreed.early);
+            e.sent = sent;
+        }
         self.snd.phase = Phase::Data;
         self.snd.agreed = Some(agreed);
-        // A receiver made ready by a forged `Skip` before the sender was: compared now.
+        // The receiver usually has its outcome first: compared now.
         if let Err(e) = self.compare_agreed() {
             if self.rcv.end.is_none() {
                 self.end_receiver(now, End::Failed(e));
@@ -1259,7 +1397,7 @@ impl Session {
         Ok(())
     }
 
-    /// The data phase of the sender's outcome: its bytes of the files it sends, the receiver's
+    /// The data phase of an outcome: the sender's bytes of the files it sends, the receiver's
     /// starting copy of each (its part file, or zeros), and the stripes both hold.
     fn plan(&self, agreed: &Agreed) -> DataPlan {
         let mut snd_files = Vec::with_capacity(agreed.skips.len());
@@ -1310,7 +1448,9 @@ impl Session {
 
     /// What the receiver has at the end, checked; and the outcome.
     fn finish(mut self) -> Result<SessionOutcome, Failure> {
-        let started = self.times.start_at_receiver.is_some();
+        let started = self.rcv.data_started;
+        // What the receiver skipped (it writes nothing of those), and what the sender did.
+        let rcv_skips = self.rcv.agreed.as_ref().map(|a| a.skips.clone());
         let skips = self.snd.agreed.as_ref().map(|a| a.skips.clone());
         let mut files_end = Vec::with_capacity(self.src.len());
         for (id, path) in self.paths.iter().enumerate() {
@@ -1318,7 +1458,7 @@ impl Session {
                 Some(Item::File { bytes, .. }) => Some(&bytes[..]),
                 _ => None,
             };
-            let skipped = skips
+            let skipped = rcv_skips
                 .as_ref()
                 .and_then(|s| s.get(id))
                 .is_some_and(|s| s.is_skipped());
@@ -1376,6 +1516,11 @@ impl Session {
             }
         }
         let data = self.snd.agreed.is_some().then(|| self.pair.outcome());
+        let mut early = self.snd.early.take();
+        if let Some(e) = early.as_mut().filter(|e| e.kept.is_none()) {
+            // No outcome: all it sent was early.
+            e.sent = self.pair.early_sent();
+        }
         Ok(SessionOutcome {
             sender,
             receiver,
@@ -1392,6 +1537,7 @@ impl Session {
             to_sender: self.pair.to_sender.by_kind.clone(),
             files: files_end,
             data,
+            early,
             link: *self.pair.link.stats(),
             steps: self.pair.steps,
         })

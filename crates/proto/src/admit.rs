@@ -315,6 +315,15 @@ impl Admission {
     ) -> Admit {
         if h.session != self.session {
             if Some(h.session) == self.superseded {
+                // The sender's packet numbers go on from its early data: where they stand is
+                // where this session's count of the span starts, not a loss.
+                if let Some(highest) = h
+                    .channel
+                    .checked_sub(self.channels.start)
+                    .and_then(|i| self.highest_pn.get_mut(usize::from(i)))
+                {
+                    *highest = (*highest).max(h.packet);
+                }
                 return self.reject(RejectReason::Superseded);
             }
             return self.reject(RejectReason::Session);
@@ -573,6 +582,13 @@ mod tests {
         assert_eq!(a.rejected().superseded, 1);
         assert_eq!(a.rejected().total(), 1, "only the stranger");
         assert_eq!(a.tally().rejected, 1, "only the stranger");
+        // The packet numbers go on from the early data's: the next one is no loss.
+        let next = Header {
+            packet: 2,
+            ..data(0, 1, 0, 0, 100, 0)
+        };
+        assert!(matches!(a.admit(now, &layout, &next, 100), Admit::Data(_)));
+        assert_eq!(a.tally().pn_span, 1, "the span starts after the early data");
         // Superseding itself is no superseding.
         let mut b = Admission::new(SESSION, 0..1, now).superseding(SESSION);
         assert!(matches!(

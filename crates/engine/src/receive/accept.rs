@@ -338,7 +338,7 @@ fn greet_inner(
                 }
             })?;
             let local_ip = r.stream.local_addr().map_err(Stray::Io)?.ip();
-            let answered = |s: &mut TcpStream, seal: &mut FrameSeal| {
+            let answered = |seal: &mut FrameSeal| {
                 let mut opened = gate
                     .data
                     .open(local_ip, params)
@@ -347,9 +347,8 @@ fn greet_inner(
                     .setup
                     .poll_transmit()
                     .ok_or("the set-up gave no answer to the hello")?;
-                s.write_all(&seal.seal(&ack))
-                    .map_err(|e| format!("left before the answer: {e}"))?;
-                Ok(opened)
+                let sealed = seal.seal(&ack);
+                Ok((opened, sealed))
             };
             agree::answer(
                 r.stream,
