@@ -122,6 +122,9 @@ PROFILES: dict[str, Profile] = {
         Profile("shallow-1g", "emu", "1 Gbit/s, shallow queue", rtt_ms=40, rate_mbps=1000, loss=0.0,
                 queue="500k"),
         Profile("lossy-5pct", "emu", "heavy random loss", rtt_ms=100, rate_mbps=300, loss=0.05, queue="2M"),
+        # intercontinental without random loss: the set-up's round trips alone (1 MiB in 4 RTT).
+        Profile("intercontinental-clean", "emu", "intercontinental, no loss", rtt_ms=150,
+                rate_mbps=500, loss=0.0, queue="4M"),
     ]
 }
 

@@ -5,7 +5,7 @@
 
 use crate::error::{SessionError, Side};
 use crate::net::control::{ControlError, Incoming};
-use crossbeam_channel::{RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use hurtle_proto::session::{Setup, SetupError, SETUP_TIMEOUT};
 use hurtle_proto::wire::Control;
 use std::time::Instant;
@@ -54,6 +54,18 @@ impl<'a, S: Setup> Driver<'a, S> {
 
     /// The next event, waiting for the peer's messages as long as the machine allows.
     pub(crate) fn next(&mut self) -> Result<S::Event, SessionError> {
+        self.next_beside(&crossbeam_channel::never::<()>(), |_| Ok(()))
+    }
+
+    /// [`Driver::next`], handing what arrives on `beside` meanwhile to `on_beside` (the
+    /// sender's channel threads, whose early data runs during the set-up).
+    pub(crate) fn next_beside<T>(
+        &mut self,
+        beside: &crossbeam_channel::Receiver<T>,
+        mut on_beside: impl FnMut(T) -> Result<(), SessionError>,
+    ) -> Result<S::Event, SessionError> {
+        let never = crossbeam_channel::never();
+        let mut beside = beside;
         loop {
             self.flush();
             if let Some(ev) = self.machine.poll_event() {
@@ -63,15 +75,20 @@ impl<'a, S: Setup> Driver<'a, S> {
                 .machine
                 .poll_timeout()
                 .unwrap_or_else(|| Instant::now() + SETUP_TIMEOUT);
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(wait) {
-                Ok(Ok(msg)) => self.take(msg)?,
-                Ok(Err(e)) => return Err(e.into()),
-                Err(RecvTimeoutError::Timeout) => {
-                    self.act(|m| m.handle_timeout(Instant::now()))?;
-                }
-                // The reader ended without an error of its own.
-                Err(RecvTimeoutError::Disconnected) => return Err(ControlError::Closed.into()),
+            let timeout = crossbeam_channel::at(deadline);
+            crossbeam_channel::select! {
+                recv(self.rx) -> msg => match msg {
+                    Ok(Ok(msg)) => self.take(msg)?,
+                    Ok(Err(e)) => return Err(e.into()),
+                    // The reader ended without an error of its own.
+                    Err(_) => return Err(ControlError::Closed.into()),
+                },
+                recv(beside) -> item => match item {
+                    Ok(item) => on_beside(item)?,
+                    // Its senders are gone: nothing more comes that way.
+                    Err(_) => beside = &never,
+                },
+                recv(timeout) -> _ => self.act(|m| m.handle_timeout(Instant::now()))?,
             }
         }
     }

@@ -317,8 +317,12 @@ pub enum Control {
         /// How often the receiver should send a `Report`, in microseconds (about one RTT).
         report_interval_us: u64,
     },
-    /// Sender -> receiver: BLAKE3 chaining values of blocks, as the sender read them.
+    /// Sender -> receiver: BLAKE3 chaining values of blocks, as the sender read them, from
+    /// the early data on (during the set-up too).
     BlockHashes {
+        /// The session id of the data the blocks were read for: block numbers are of its
+        /// layout (the values of superseded early data are dropped).
+        session: u64,
         /// `(global block, chaining value)` pairs.
         blocks: Vec<(u64, [u8; 32])>,
     },

@@ -106,6 +106,7 @@ impl Receiver {
             ReceiverEvent::Ready => {}
             other => return Err(out_of_order(other, "before the skips")),
         }
+        let early_values = setup.machine.early_values();
         let (entries, decisions, agreed) =
             setup
                 .machine
@@ -245,6 +246,8 @@ impl Receiver {
                 commits,
                 race,
                 report_every: hurtle_proto::rate::report_interval(rtt),
+                sessions: (data_session, session),
+                early_values,
             };
             // Returning drops `commits`: the committer ends once it has committed what it
             // was given, and the scope waits for it.

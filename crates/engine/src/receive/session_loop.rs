@@ -37,6 +37,12 @@ pub(super) struct Wires<'a> {
     /// How often to report to the sender (four times per round trip of the receiver's
     /// measure, as the sender's controller expects).
     pub(super) report_every: Duration,
+    /// The data phase's session id, and the early data's (the hello's) if the data phase
+    /// superseded it: the block values of each, and what to do with them.
+    pub(super) sessions: (u64, u64),
+    /// The early data's block values that came during the set-up (when the data phase keeps
+    /// the early data).
+    pub(super) early_values: Vec<(u64, [u8; 32])>,
 }
 
 /// A session whose channels may move from UDP to TCP data connections: the listener they
@@ -96,6 +102,8 @@ pub(super) fn session_loop(
         mut commits,
         mut race,
         report_every,
+        sessions: (session, early_session),
+        early_values,
     } = wires;
     let mut journal = JournalQueue::new(shared);
     let layout = &shared.layout;
@@ -142,6 +150,15 @@ pub(super) fn session_loop(
             }
         }
     };
+    // The early data's values that came during the set-up.
+    for (block, value) in early_values {
+        handle(
+            block,
+            verifier.on_expected(block, value),
+            &mut journal,
+            &mut commits,
+        )?;
+    }
     // The held blocks' own values wait for the sender's.
     for &(block, value) in held {
         handle(
@@ -184,7 +201,9 @@ pub(super) fn session_loop(
                     Err(other) => return Err(other.into()),
                 };
                 match msg {
-                    Control::BlockHashes { blocks } => {
+                    // The values of superseded early data: its blocks were of another layout.
+                    Control::BlockHashes { session: s, .. } if s != session && s == early_session => {}
+                    Control::BlockHashes { session: s, blocks } if s == session => {
                         for (block, value) in blocks {
                             handle(block, verifier.on_expected(block, value), &mut journal, &mut commits)?;
                         }

@@ -185,9 +185,14 @@ pub(super) fn send_once(
     // sends keep-alives meanwhile, and each one restarts the wait. Hashing our copies of the
     // files it has can take a while too (a big file from a slow disk): the receiver waits for
     // the answer, so keep the connection alive meanwhile.
+    // The early data's block values go to the receiver as they are read.
+    let mut early_state = LoopState::new(&shared, &vec![None; files.len()]);
     let mut alive = None;
     let agreed = loop {
-        match setup.next()? {
+        let event = setup.next_beside(&channel_threads.events, |ev| {
+            early_state.on_early_event(&shared, &tx, ev)
+        })?;
+        match event {
             SenderEvent::ProbeAck { channel, size } => {
                 if let Some(prober) = &mut prober {
                     prober
@@ -244,11 +249,12 @@ pub(super) fn send_once(
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
     progress.resumed.store(resumed_bytes, Ordering::Relaxed);
-    let shared = if early {
-        // The early data counts: the channels go on, without a budget now.
+    let (shared, mut state) = if early {
+        // The early data counts: the channels go on, without a budget now, and the values
+        // of their blocks passed on so far stand.
         shared.early_left.store(u64::MAX, Ordering::Relaxed);
         channel_threads.wake();
-        shared
+        (shared, early_state)
     } else {
         // Another layout, under the next session id: the channels start again on the same
         // links, their packet numbers going on (a packet number is the AEAD nonce).
@@ -273,7 +279,8 @@ pub(super) fn send_once(
         if let Some(prober) = &mut prober {
             prober.session = data_session;
         }
-        shared
+        let state = LoopState::new(&shared, &skipped);
+        (shared, state)
     };
     if let Some(prober) = &mut prober {
         // The deadline runs from here: probing can only find UDP blocked in the data phase
@@ -299,7 +306,6 @@ pub(super) fn send_once(
         )
     });
     let data_started = Instant::now();
-    let mut state = LoopState::new(&shared, &skipped);
     let mut udp = UdpPath {
         prober,
         fallback,

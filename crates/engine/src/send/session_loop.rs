@@ -71,6 +71,22 @@ impl LoopState {
         }
     }
 
+    /// What a channel thread says while the set-up still runs (the early data): block values
+    /// go to the receiver at once, failures end the session.
+    pub(super) fn on_early_event(
+        &mut self,
+        shared: &Shared,
+        tx: &Sender<Control>,
+        ev: ChanEvent,
+    ) -> Result<(), SessionError> {
+        match ev {
+            ChanEvent::Block { block, value, .. } => {
+                pass_value(&mut self.table, shared, tx, block, value)
+            }
+            ChanEvent::Failed(e) => Err(e),
+        }
+    }
+
     /// The channels moved to other links just now: the wait for progress starts again.
     pub(super) fn moved(&mut self) {
         self.last_progress = Instant::now();
@@ -108,6 +124,27 @@ pub(super) enum Outcome {
     /// UDP does not get through: these channels sent nothing the receiver saw, and all move
     /// to TCP now. `why` says how it was found.
     MoveToTcp { silent: Vec<u16>, why: String },
+}
+
+/// Passes a block's value, read for the first time, to the receiver (in the set-up too, for
+/// the early data: [`LoopState::on_early_event`]), and records it in `table`. The last value
+/// of a file waits until the file is found unchanged since its first block was read: with it
+/// the receiver can finish the file.
+fn pass_value(
+    table: &mut BlockTable,
+    shared: &Shared,
+    tx: &Sender<Control>,
+    block: u64,
+    value: [u8; 32],
+) -> Result<(), SessionError> {
+    if let Some((file, _)) = table.set(block, value) {
+        shared.sources[file as usize].check_unchanged()?;
+    }
+    let _ = tx.send(Control::BlockHashes {
+        session: shared.session,
+        blocks: vec![(block, value)],
+    });
+    Ok(())
 }
 
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
@@ -242,12 +279,7 @@ pub(super) fn session_loop(
                     if held {
                         *last_progress = Instant::now();
                     }
-                    if let Some((file, _)) = table.set(block, value) {
-                        // Every block of this file has been read once: make sure it did not change
-                        // meanwhile, before the last hash lets the receiver finish the file.
-                        shared.sources[file as usize].check_unchanged()?;
-                    }
-                    let _ = tx.send(Control::BlockHashes { blocks: vec![(block, value)] });
+                    pass_value(table, shared, tx, block, value)?;
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Internal("all channel threads ended early")),

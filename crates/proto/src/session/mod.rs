@@ -63,7 +63,9 @@ mod sender;
 
 pub use decide::{first_look, Found, Look};
 pub use receiver::check_hello;
-pub use receiver::{HelloParams, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup};
+pub use receiver::{
+    HelloParams, Intake, ReceiverEvent, ReceiverLimits, ReceiverSetup, MAX_EARLY_VALUES,
+};
 pub use sender::{Accepted, SenderEvent, SenderParams, SenderSetup};
 
 use crate::layout::{Held, Layout, LayoutError};

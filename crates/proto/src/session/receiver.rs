@@ -92,7 +92,17 @@ pub struct ReceiverSetup {
     events: VecDeque<ReceiverEvent>,
     deadline: Instant,
     agreed: Option<Agreed>,
+    /// The early data's block values that came during the set-up (at most
+    /// [`MAX_EARLY_VALUES`]).
+    early_values: Vec<(u64, [u8; 32])>,
+    /// The outcome keeps the early data.
+    kept_early: bool,
 }
+
+/// The most block values a sender may send before the outcome of the set-up: its early data is
+/// a few round trips at the first rate, some blocks at most; this bounds what a hostile one
+/// can make the receiver hold (2 MiB).
+pub const MAX_EARLY_VALUES: usize = 1 << 16;
 
 impl ReceiverSetup {
     /// A set-up for the sender's checked `hello` ([`check_hello`]): the driver opens the data
@@ -108,6 +118,29 @@ impl ReceiverSetup {
             events: VecDeque::new(),
             deadline: now + SETUP_TIMEOUT,
             agreed: None,
+            early_values: Vec::new(),
+            kept_early: false,
+        }
+    }
+
+    fn on_early_values(&mut self, blocks: Vec<(u64, [u8; 32])>) -> Result<(), SetupError> {
+        if self.early_values.len() + blocks.len() > MAX_EARLY_VALUES {
+            return Err(SetupError::Driver(
+                "more block values before the outcome than early data can have",
+            ));
+        }
+        self.early_values.extend(blocks);
+        Ok(())
+    }
+
+    /// The values of the early data's blocks that came during the set-up, once the outcome
+    /// keeps the early data ([`Agreed::early`]; taken once): the data phase checks them as if
+    /// they came in it. Empty otherwise.
+    pub fn early_values(&mut self) -> Vec<(u64, [u8; 32])> {
+        if matches!(self.state, State::Ready) && self.kept_early {
+            std::mem::take(&mut self.early_values)
+        } else {
+            Vec::new()
         }
     }
 
@@ -159,6 +192,20 @@ impl ReceiverSetup {
         let result = match (&self.state, msg) {
             // Harmless anywhere: the sender is busy.
             (_, Control::KeepAlive) => Ok(()),
+            // The values of the early data's blocks, sent as the sender reads them, before the
+            // outcome: kept for the data phase if the outcome keeps the early data
+            // ([`ReceiverSetup::early_values`]). Waiting for `Skip` (after offered hashes),
+            // the outcome cannot keep it: they are dropped (the sender reads every block again
+            // under the outcome's session, and sends its values then).
+            (State::AwaitSkip, Control::BlockHashes { session, .. })
+                if session == self.hello.session =>
+            {
+                Ok(())
+            }
+            (
+                State::Opening | State::AwaitManifest | State::Deciding,
+                Control::BlockHashes { session, blocks },
+            ) if session == self.hello.session => self.on_early_values(blocks),
             (State::Opening | State::AwaitManifest, Control::Manifest { entries, last })
                 if !self.manifest_done =>
             {
@@ -341,6 +388,7 @@ impl ReceiverSetup {
             data_session(hello.session, early),
         )?;
         self.agreed = Some(Agreed { early, ..agreed });
+        self.kept_early = early;
         self.state = State::Ready;
         self.events.push_back(ReceiverEvent::Ready);
         Ok(())

@@ -1098,3 +1098,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn early_block_values_are_kept_for_an_outcome_that_keeps_the_early_data_and_dropped_otherwise() {
+    let now = Instant::now();
+    let values = |session: u64| Control::BlockHashes {
+        session,
+        blocks: vec![(0, [7; 32])],
+    };
+    let manifest = || Control::Manifest {
+        entries: vec![file("a", 5)],
+        last: true,
+    };
+    // Every file sent: the values that came while the receiver decided are the data phase's.
+    let mut r = opened();
+    r.handle(manifest(), now).unwrap();
+    r.handle(values(3), now).unwrap();
+    assert_eq!(r.early_values(), vec![], "not before the outcome");
+    r.reply(vec![Decision::SendAll], now).unwrap();
+    assert_eq!(r.early_values(), vec![(0, [7; 32])]);
+    assert_eq!(r.early_values(), vec![], "taken once");
+    // Resumed: another layout, the values are dropped.
+    let mut r = opened();
+    r.handle(manifest(), now).unwrap();
+    r.handle(values(3), now).unwrap();
+    r.reply(vec![Decision::Resume { blocks: vec![] }], now)
+        .unwrap();
+    assert_eq!(r.early_values(), vec![]);
+    // Waiting for `Skip`, values of the early data are dropped; values of another session are
+    // an error.
+    let mut r = opened();
+    r.handle(manifest(), now).unwrap();
+    let have = Decision::Have {
+        hash: [1; 32],
+        replace_ok: true,
+    };
+    r.reply(vec![have], now).unwrap();
+    r.handle(values(3), now).unwrap();
+    assert!(r.handle(values(5), now).is_err());
+    // A flood of values before the outcome is refused.
+    let mut r = opened();
+    let flood = Control::BlockHashes {
+        session: 3,
+        blocks: vec![(0, [0; 32]); MAX_EARLY_VALUES + 1],
+    };
+    assert!(matches!(r.handle(flood, now), Err(SetupError::Driver(_))));
+}
