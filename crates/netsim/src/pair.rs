@@ -14,10 +14,13 @@
 //!   `on_channel_done`), sends runs while the pacer allows (cut into datagrams of `payload`
 //!   bytes with a [`Header`]: kind `Data`, `FLAG_RETRANSMIT` for repairs, per-channel packet
 //!   numbers from 1, file id and offset from [`Layout::resolve`]), sends a `Final` datagram when
-//!   `poll_final` says so, and sends `BlockHashes` for every block it read for the first time.
+//!   `poll_final` says so, and sends `BlockHashes` (tagged with its session id) for every
+//!   block it read for the first time, at once.
 //! - **Receiver side**: one [`Admission`] for all channels (they share one link, as they would
 //!   share one socket), one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory
-//!   copy of every file. Admission is the engine's, from `hurtle-proto`: datagrams that fail [`Header::decode`], carry another session id, a probe
+//!   copy of every file. It takes `BlockHashes` of its session id; those of superseded early
+//!   data (a whole session's, see below) it drops, any other is an error. Admission is the
+//!   engine's, from `hurtle-proto`: datagrams that fail [`Header::decode`], carry another session id, a probe
 //!   (this runner has no probing phase), a channel that is not the one the layout assigns, a
 //!   wrong stripe length in a final marker, or a `(file, offset, len)` that [`Layout::place`]
 //!   refuses are dropped and counted ([`Rejected`]). Good data is
@@ -86,13 +89,16 @@
 //! [`crate::session`], which drives `hurtle-proto`'s set-up machines over this module's control
 //! path and then this data phase on the same clock, each side from its own start: its sender
 //! starts sending early data at the `HelloAck` under the provisional outcome
-//! (`Pair::sender_begins`: a budget of new bytes, block values kept back until the outcome,
-//! since the receiver could not tell the provisional layout's from the outcome's), goes on
-//! when its outcome is the provisional one (`Pair::early_kept`) or starts again from it
-//! under the next session id (`Pair::sender_restarts`); its receiver builds its data state
-//! from its own outcome and reads its datagrams from then on (`Pair::receiver_starts`:
-//! they wait in the link until then, and those of another session id are dropped), and a
-//! side that ends stops. The sender's layout and the receiver's are kept apart, as they may
+//! (`Pair::sender_begins`: a budget of new bytes; its block values go at once, tagged with
+//! the hello's session id), goes on when its outcome is the provisional one
+//! (`Pair::early_kept`) or starts again from it under the next session id
+//! (`Pair::sender_restarts`, the block values of the blocks it reads again tagged with that
+//! one); its receiver builds its data state from its own outcome and reads its datagrams
+//! from then on (`Pair::receiver_starts`: they wait in the link until then, and those of
+//! another session id are dropped), checks its blocks against the early data's values that
+//! came during its set-up when its outcome keeps the early data
+//! (`Pair::receiver_takes_early_values`), and drops those of superseded early data in its
+//! data phase; a side that ends stops. The sender's layout and the receiver's are kept apart, as they may
 //! differ for a while. Probing of payload sizes runs in neither: data uses
 //! [`Scenario::payload`] and the receiver rejects probes.
 //!
@@ -320,8 +326,20 @@ pub struct Outcome {
     pub injected: u64,
     /// Datagrams given a flipped header bit by [`Scenario::header_corrupt`].
     pub header_corrupted: u64,
-    /// `BlockHashes` messages sent.
+    /// `BlockHashes` messages sent (of a whole session whose early data was not kept: those of
+    /// the data phase after it; the early data's are in [`EarlySent::hash_messages`]).
     pub hash_messages: u64,
+    /// Block values the receiver fed its verifier as the sender's (each block's once): those
+    /// of its data phase's session, the early data's that came during a whole session's
+    /// set-up included ([`Outcome::early_values`]).
+    pub values_expected: u64,
+    /// Of [`Outcome::values_expected`], the early data's values that came during a whole
+    /// session's set-up, taken from the receiver's set-up machine at its outcome
+    /// (`ReceiverSetup::early_values`: only when the outcome keeps the early data).
+    pub early_values: u64,
+    /// Block values of superseded early data (the hello's session id, when the data phase's
+    /// is another) that the receiver read in its data phase and dropped.
+    pub values_superseded: u64,
     /// Counters of the data link.
     pub link: LinkStats,
     /// The total pacing rate over time: the first rate at time zero, then every change. Without
@@ -788,8 +806,9 @@ pub(crate) struct SenderSide {
     layout: Layout,
     /// The session id of its datagrams.
     session: u64,
-    /// Early data: new bytes it may still send before its outcome is known, and the block
-    /// values it read meanwhile are kept back; `None` once it is (and for a plain scenario).
+    /// Early data: new bytes it may still send before its outcome is known; `None` once it
+    /// is (and for a plain scenario). Its block values go at once all the same, tagged with
+    /// [`SenderSide::session`].
     early: Option<u64>,
     pub(crate) files: Vec<Vec<u8>>,
     pub(crate) channels: Vec<ChannelSender>,
@@ -797,6 +816,9 @@ pub(crate) struct SenderSide {
     packet_numbers: Vec<u64>,
     hashed: Vec<bool>,
     pending_hashes: Vec<(u64, BlockValue)>,
+    /// `BlockHashes` messages sent, and the block values in them.
+    hash_messages: u64,
+    values_sent: u64,
     pub(crate) files_confirmed: Vec<bool>,
     genuine: u64,
     /// The rate controller, with [`Scenario::rate`].
@@ -813,6 +835,14 @@ pub(crate) struct ReceiverSide {
     channels: Vec<ChannelReceiver>,
     verifier: Verifier,
     pub(crate) file_hashes: Vec<Option<[u8; 32]>>,
+    /// The session id of superseded early data, whose block values are dropped (`None` for
+    /// a plain scenario, and when the data phase's session is the early data's).
+    superseded: Option<u64>,
+    /// Block values fed to the verifier, of them the early data's from the set-up, and the
+    /// superseded ones dropped.
+    values_expected: u64,
+    early_values: u64,
+    values_superseded: u64,
     blocks_rejected: u64,
     nacks_dropped: u64,
     /// With [`Scenario::receiver_rate_bps`].
@@ -887,6 +917,10 @@ pub struct EarlySent {
     pub new_bytes: u64,
     /// Payload bytes sent, by the file id of the provisional layout.
     pub file_payload_bytes: Vec<u64>,
+    /// `BlockHashes` messages sent (tagged with the hello's session id).
+    pub hash_messages: u64,
+    /// Block values in them (one per block read).
+    pub values: u64,
 }
 
 /// The sending peer's state for a data phase that starts at `start`: `plan`'s layout, session
@@ -923,6 +957,8 @@ fn sender_side(
         packet_numbers: vec![0; n],
         hashed: vec![false; layout.total_blocks() as usize],
         pending_hashes: Vec::new(),
+        hash_messages: 0,
+        values_sent: 0,
         files_confirmed: (0..layout.file_count() as u32)
             .map(|f| layout.file_size(f).unwrap_or(0) == 0)
             .collect(),
@@ -981,6 +1017,10 @@ fn receiver_side(
         file_hashes: (0..layout.file_count() as u32)
             .map(|f| (layout.file_size(f).unwrap_or(0) == 0).then(|| *blake3::hash(b"").as_bytes()))
             .collect(),
+        superseded: superseded.filter(|&s| s != plan.session),
+        values_expected: 0,
+        early_values: 0,
+        values_superseded: 0,
         blocks_rejected: 0,
         nacks_dropped: 0,
         stage: sc
@@ -1049,7 +1089,6 @@ pub struct Pair {
     /// Payload bytes of data datagrams, by file id.
     file_payload: Vec<u64>,
     first_data: Option<Instant>,
-    hash_messages: u64,
     finals_dropped: u64,
     injected_total: u64,
     header_corrupted: u64,
@@ -1151,7 +1190,6 @@ impl Pair {
             datagrams_sent: 0,
             datagrams_resent: 0,
             first_data: None,
-            hash_messages: 0,
             finals_dropped: 0,
             injected_total: 0,
             header_corrupted: 0,
@@ -1166,9 +1204,9 @@ impl Pair {
 
     /// A whole session's sender starts sending at `now` from `plan` (built from an `Agreed`;
     /// the receiver's copies in it are not read). With `early_budget` it sends early data: the
-    /// provisional outcome, before the real one is known, at most that many new bytes, and it
-    /// keeps back the block values it reads (the receiver could not tell them from the
-    /// outcome's); `Pair::early_kept` or `Pair::sender_restarts` end that.
+    /// provisional outcome, before the real one is known, at most that many new bytes (the
+    /// block values it reads go at once, tagged with the plan's session id, the hello's);
+    /// `Pair::early_kept` or `Pair::sender_restarts` end that.
     pub(crate) fn sender_begins(
         &mut self,
         mut plan: DataPlan,
@@ -1186,15 +1224,16 @@ impl Pair {
     }
 
     /// The sender's outcome is the provisional one its early data followed: the data phase
-    /// goes on, with no more budget, and the block values kept back go out.
+    /// goes on, with no more budget (the block values sent so far stand).
     pub(crate) fn early_kept(&mut self) {
         self.snd.early = None;
     }
 
-    /// The sender's outcome is not the provisional one: at `now` it drops its early data
-    /// (block values kept back included) and starts again from `plan`, its pacers, rate
-    /// controller and packet numbers going on. The data phase's counts start again from zero
-    /// (take what the early data was with `Pair::early_sent` before).
+    /// The sender's outcome is not the provisional one: at `now` it drops its early data and
+    /// starts again from `plan`, its pacers, rate controller and packet numbers going on; it
+    /// reads every block again and sends its value tagged with the plan's session id. The
+    /// data phase's counts start again from zero (take what the early data was with
+    /// `Pair::early_sent` before).
     pub(crate) fn sender_restarts(
         &mut self,
         mut plan: DataPlan,
@@ -1227,6 +1266,8 @@ impl Pair {
             finals: self.snd.channels.iter().map(|c| c.stats().finals).sum(),
             new_bytes: self.snd.channels.iter().map(|c| c.stats().new_bytes).sum(),
             file_payload_bytes: self.file_payload.clone(),
+            hash_messages: self.snd.hash_messages,
+            values: self.snd.values_sent,
         }
     }
 
@@ -1254,6 +1295,33 @@ impl Pair {
         self.layout = plan.layout;
         self.session = plan.session;
         self.rcv_reading = true;
+        Ok(())
+    }
+
+    /// The early data's block values that came during a whole session's set-up, as its
+    /// receiver's set-up machine gives them at its outcome (`ReceiverSetup::early_values`),
+    /// fed at `now` to the verifier of the data phase that `Pair::receiver_starts` just began,
+    /// as if they had come in it.
+    pub(crate) fn receiver_takes_early_values(
+        &mut self,
+        now: Instant,
+        values: Vec<(u64, BlockValue)>,
+    ) -> Result<(), String> {
+        self.rcv.early_values += values.len() as u64;
+        self.receiver_expects(now, values)
+    }
+
+    /// The sender's block values, fed to the verifier.
+    fn receiver_expects(
+        &mut self,
+        now: Instant,
+        values: Vec<(u64, BlockValue)>,
+    ) -> Result<(), String> {
+        for (block, value) in values {
+            self.rcv.values_expected += 1;
+            let verdict = self.rcv.verifier.on_expected(block, value);
+            self.on_verdict(now, verdict)?;
+        }
         Ok(())
     }
 
@@ -1439,13 +1507,19 @@ impl Pair {
         msg: Control,
     ) -> Result<Option<Control>, String> {
         match msg {
-            Control::BlockHashes { blocks } => {
-                for (block, value) in blocks {
-                    let verdict = self.rcv.verifier.on_expected(block, value);
-                    self.on_verdict(now, verdict)?;
-                }
+            Control::BlockHashes { session, blocks } if session == self.session => {
+                self.receiver_expects(now, blocks)?;
                 Ok(None)
             }
+            // Superseded early data's: its blocks were of another layout.
+            Control::BlockHashes { session, blocks } if Some(session) == self.rcv.superseded => {
+                self.rcv.values_superseded += blocks.len() as u64;
+                Ok(None)
+            }
+            Control::BlockHashes { session, .. } => Err(format!(
+                "block values of session {session:#x}, not the data phase's {:#x}",
+                self.session
+            )),
             other => Ok(Some(other)),
         }
     }
@@ -1719,11 +1793,14 @@ impl Pair {
         if self.new_data_sent.is_none() && self.snd.channels.iter().all(sent_all) {
             self.new_data_sent = Some(now);
         }
-        // Early data's block values wait for the outcome (see `sender_begins`).
-        if !self.snd.pending_hashes.is_empty() && self.snd.early.is_none() {
+        // The values of the blocks read for the first time go at once, early data's too.
+        if !self.snd.pending_hashes.is_empty() {
             let blocks = std::mem::take(&mut self.snd.pending_hashes);
-            self.to_receiver.send(now, &Control::BlockHashes { blocks });
-            self.hash_messages += 1;
+            self.snd.hash_messages += 1;
+            self.snd.values_sent += blocks.len() as u64;
+            let session = self.snd.session;
+            self.to_receiver
+                .send(now, &Control::BlockHashes { session, blocks });
         }
         Ok(())
     }
@@ -1933,7 +2010,10 @@ impl Pair {
             rejected: self.rcv.admission.rejected(),
             injected: self.injected_total,
             header_corrupted: self.header_corrupted,
-            hash_messages: self.hash_messages,
+            hash_messages: self.snd.hash_messages,
+            values_expected: self.rcv.values_expected,
+            early_values: self.rcv.early_values,
+            values_superseded: self.rcv.values_superseded,
             link: *self.link.stats(),
             rate_timeline: self.snd.rate_timeline.clone(),
             final_rate_bps: self.snd.rate_timeline.last().map_or(0, |p| p.rate_bps),

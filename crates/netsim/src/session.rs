@@ -24,7 +24,8 @@
 //!    file's blocks). The sender hashes its own files when asked
 //!    ([`SenderEvent::HashWanted`]) and sends `Skip` if it was. Hashing takes virtual time at
 //!    [`SessionScenario::sender_hash_bps`] / [`SessionScenario::receiver_hash_bps`] (none by
-//!    default); a side busy hashing sends a `KeepAlive` every second, as the engine's do.
+//!    default), and the receiver's look at its file system [`SessionScenario::receiver_look`];
+//!    a side busy with either sends a `KeepAlive` every second, as the engine's do.
 //!    Every message goes over the same modelled control connection as the data phase's
 //!    (reliable, in order, one-way delay [`Scenario::control_delay`] or the data link's;
 //!    framed with [`Control::to_frame`] and parsed with [`Control::from_body`]), on the
@@ -34,19 +35,26 @@
 //!    ([`SenderSetup::provisional`]: every file whole, holes held, the hello's session id),
 //!    at most [`EARLY_RTTS`] round trips' worth of new bytes at its initial rate (the round
 //!    trip it measured from its hello to the `HelloAck`; see [`EarlyData::budget`]), and it
-//!    keeps back the block values of what it reads until it knows its outcome (the receiver
-//!    could not tell them from the outcome's: see [`crate::pair`]). When its outcome comes
-//!    ([`SenderEvent::Ready`]) and is the provisional one ([`Agreed::early`]), the data phase
-//!    goes on with no budget and the values kept back go out; otherwise (a file skipped,
-//!    resumed or offered for hashing) the sender drops its early data and starts the data
-//!    phase again from its outcome, under the next session id (its pacers, rate controller
-//!    and packet numbers go on). What the early data was is in [`SessionOutcome::early`].
+//!    sends the block values of what it reads at once, tagged with the hello's session id.
+//!    The receiver's set-up machine takes those that come before its outcome
+//!    ([`ReceiverSetup::handle`]: this driver feeds it every message, even while it decides;
+//!    the engine's reads none then, which changes nothing but when they are taken). When its
+//!    outcome comes ([`SenderEvent::Ready`]) and is the provisional one ([`Agreed::early`]),
+//!    the sender's data phase goes on with no budget; otherwise (a file skipped, resumed or
+//!    offered for hashing) the sender drops its early data and starts the data phase again
+//!    from its outcome, under the next session id (its pacers, rate controller and packet
+//!    numbers go on), reading every block again and sending its value under that id. What
+//!    the early data was is in [`SessionOutcome::early`].
 //! 3. **Data.** No `Start`: each side starts its data phase from its own outcome. The
 //!    receiver's is ready at its decisions when none is `Have`, at the sender's `Skip`
 //!    otherwise; its data state (layout, session id, its part files' blocks held, skipped
 //!    files) is built from its own `Agreed`, and it reads no datagram before: they wait in
-//!    the link meanwhile, as in a socket buffer. From then on its admission drops every
-//!    datagram of another session id (early data its outcome did not keep), and with
+//!    the link meanwhile, as in a socket buffer. Its verifier starts with the early data's
+//!    block values that came during its set-up if its outcome keeps the early data
+//!    ([`ReceiverSetup::early_values`], as the engine's driver does); otherwise the machine
+//!    dropped them. From then on its admission drops every datagram of another session id
+//!    (early data its outcome did not keep), it drops the block values of that early data
+//!    and fails on those of any other session id but its own, and with
 //!    [`Scenario::rate`] it reports every [`hurtle_proto::rate::report_interval`] of the
 //!    scenario's round trip ([`RateConfig::rtt`](hurtle_proto::RateConfig::rtt)), as the
 //!    engine's receiver does of the one it measured. Once both sides have their `Agreed`
@@ -224,8 +232,10 @@ pub struct ControlFault {
     /// The side the path leads to.
     pub toward: Side,
     /// The genuine message (0 = the first sent that way) it happens at. On the way to the
-    /// receiver they are `Hello`, the `Manifest` parts, `Skip` (only if the receiver offered
-    /// files for hashing), then data-phase messages (`BlockHashes`, `Done`); on the way to the
+    /// receiver they are `Hello`, the `Manifest` parts, then `BlockHashes` (the early
+    /// data's first, from the `HelloAck` on: one per step of the sender's that read blocks),
+    /// `Skip` among them (only if the receiver offered files for hashing: after the early
+    /// data's), `Done` last; on the way to the
     /// sender `HelloAck`, the `ManifestReply` parts, then data-phase ones (`KeepAlive`s of a
     /// busy side count too).
     pub nth: usize,
@@ -255,6 +265,10 @@ pub struct SessionScenario {
     pub sender_hash_bps: Option<u64>,
     /// How fast the receiver hashes its existing files to decide, bit/s (`None`: no time).
     pub receiver_hash_bps: Option<u64>,
+    /// How long the receiver takes to look at its file system for the whole manifest before
+    /// it decides (the `stat`s, the part files' journals), on top of any hashing. Default:
+    /// none.
+    pub receiver_look: Duration,
     /// What goes wrong on the control path.
     pub faults: Vec<ControlFault>,
 }
@@ -277,6 +291,7 @@ impl SessionScenario {
             rate_ceiling_bps: 0,
             sender_hash_bps: None,
             receiver_hash_bps: None,
+            receiver_look: Duration::ZERO,
             faults: Vec::new(),
             data,
         }
@@ -504,6 +519,10 @@ pub struct SessionOutcome {
     pub data: Option<Outcome>,
     /// The sender's early data, if it started.
     pub early: Option<EarlyData>,
+    /// Block values of the early data (the hello's session id) that the receiver's set-up
+    /// machine took before its outcome: kept for its data phase if the outcome keeps the
+    /// early data ([`Outcome::early_values`]), dropped otherwise.
+    pub values_in_setup: u64,
     /// Counters of the data link.
     pub link: LinkStats,
     /// Event-loop steps.
@@ -609,6 +628,8 @@ struct ReceiverDriver {
     keepalives: u64,
     decisions: Vec<Decision>,
     agreed: Option<Agreed>,
+    /// Block values of the hello's session its set-up machine took.
+    values_in_setup: u64,
     /// Its data phase started (from its own outcome).
     data_started: bool,
     /// The agreements were compared (once both exist).
@@ -820,6 +841,7 @@ impl Session {
             keepalives: 0,
             decisions: Vec::new(),
             agreed: None,
+            values_in_setup: 0,
             data_started: false,
             compared: false,
             end: None,
@@ -980,7 +1002,18 @@ impl Session {
         match self.rcv.phase {
             Phase::Setup => match &mut self.rcv.setup {
                 Some(setup) => {
+                    // The early data's block values, at any time: the machine keeps or drops
+                    // them.
+                    let values = match &msg {
+                        Control::BlockHashes { session, blocks }
+                            if *session == setup.hello().session =>
+                        {
+                            blocks.len() as u64
+                        }
+                        _ => 0,
+                    };
                     setup.handle(msg, now)?;
+                    self.rcv.values_in_setup += values;
                     self.receiver_events(now)
                 }
                 None => self.receiver_hello(now, msg),
@@ -1032,7 +1065,9 @@ impl Session {
                 ReceiverEvent::Manifest => {
                     self.times.manifest_at_receiver = Some(self.rel(now));
                     let (decisions, hashed_bytes) = self.decide();
-                    let at = now + hash_time(hashed_bytes, self.sc.receiver_hash_bps);
+                    let at = now
+                        + self.sc.receiver_look
+                        + hash_time(hashed_bytes, self.sc.receiver_hash_bps);
                     if at > now {
                         self.rcv.next_keepalive = Some(now + BUSY_KEEPALIVE);
                     }
@@ -1068,6 +1103,16 @@ impl Session {
         let early = self.hello.map_or(0, |h| h.session);
         self.pair
             .receiver_starts(plan, now, hurtle_proto::rate::report_interval(rtt), early)
+            .map_err(SideError::Data)?;
+        // The early data's block values that came meanwhile, if its outcome keeps it.
+        let values = self
+            .rcv
+            .setup
+            .as_mut()
+            .map(ReceiverSetup::early_values)
+            .unwrap_or_default();
+        self.pair
+            .receiver_takes_early_values(now, values)
             .map_err(SideError::Data)?;
         self.rcv.data_started = true;
         self.rcv.phase = Phase::Data;
@@ -1125,6 +1170,9 @@ impl Session {
                 .as_mut()
                 .ok_or_else(|| SideError::Data("decisions before the hello".into()))?
                 .reply(decisions, now)?;
+            // Its outcome, at once when nothing is offered for hashing (after slow work too,
+            // with no message of the sender's to come and wake it).
+            self.receiver_events(now)?;
         }
         if let Some(at) = self.rcv.next_keepalive.filter(|&at| at <= now) {
             self.pair.to_sender.send(now, &Control::KeepAlive);
@@ -1538,6 +1586,7 @@ impl Session {
             files: files_end,
             data,
             early,
+            values_in_setup: self.rcv.values_in_setup,
             link: *self.pair.link.stats(),
             steps: self.pair.steps,
         })

@@ -116,7 +116,9 @@ fn no_data(out: &SessionOutcome) {
 }
 
 /// The sender sent early data from the `HelloAck` (at `RTT`) but never had its outcome: no
-/// data phase, no file touched. Returns the early data's datagrams.
+/// data phase of its own. Its block values went all the same, so a receiver in its data phase
+/// may have verified and put in place files of it (the run checks they are exact). Returns
+/// the early data's datagrams.
 fn early_data_only(out: &SessionOutcome) -> u64 {
     let early = out.early.as_ref().expect("early data");
     assert_eq!(early.from, RTT);
@@ -124,10 +126,23 @@ fn early_data_only(out: &SessionOutcome) -> u64 {
     assert!(out.data.is_none());
     assert_eq!(out.times.first_data, Some(RTT));
     assert!(early.sent.datagrams > 0);
+    assert!(early.sent.values > 0);
     for f in &out.files {
-        assert_ne!(f.state, FileState::Written, "{}", f.path);
+        assert!(
+            f.state != FileState::Written || f.equals_source,
+            "{}",
+            f.path
+        );
     }
     early.sent.datagrams
+}
+
+/// Whether the receiver put each of the sender's files in place.
+fn written(out: &SessionOutcome) -> Vec<bool> {
+    out.files
+        .iter()
+        .map(|f| f.state == FileState::Written)
+        .collect()
 }
 
 /// The sender's outcome did not keep its early data: all of it reached the receiver, which
@@ -199,8 +214,9 @@ mod timing {
             ("Manifest", Some(1)),
             ("Skip", None),
             ("Start", None),
-            // The early data's block values go in one message at the outcome.
-            ("BlockHashes", Some(50)),
+            // The block values go as the blocks are read, early data's too: one message per
+            // step of the sender that read any (256 blocks).
+            ("BlockHashes", Some(64)),
             ("Done", Some(1)),
         ] {
             assert_eq!(count(&out.to_receiver, kind), n, "{kind}");
@@ -449,17 +465,74 @@ mod early_data {
             let data = out.data.as_ref().unwrap();
             assert_eq!(data.new_bytes, s.moving_bytes(), "{name}");
             assert!(out.files.iter().all(|f| f.equals_source), "{name}: {out}");
+            // The early data's block values (one per block of both files, of the provisional
+            // layout) went at once, and the receiver dropped every one: those that came
+            // during its set-up (its machine kept them until the outcome, or dropped them
+            // waiting for `Skip`), and those that came in its data phase as superseded. Its
+            // verifier took only the data phase's values, one per block of its layout, and
+            // no block failed.
+            eprintln!(
+                "{name}: {} early values in {} messages; {} in the set-up, {} superseded; \
+                 {} of the data phase",
+                early.sent.values,
+                early.sent.hash_messages,
+                out.values_in_setup,
+                data.values_superseded,
+                data.values_expected
+            );
+            assert_eq!(early.sent.values, 4 + 20, "{name}");
+            assert_eq!(
+                out.values_in_setup + data.values_superseded,
+                early.sent.values,
+                "{name}"
+            );
+            assert_eq!(data.early_values, 0, "{name}");
+            assert_eq!(data.values_expected, s.layout.total_blocks(), "{name}");
+            assert_eq!(data.blocks_rejected, 0, "{name}");
         }
     }
 
-    /// 1 MiB over a 150 ms path: the early data carries it all, so the sender is done when
-    /// the block values, kept back until its outcome (two round trips), have reached the
-    /// receiver and its `FileDone` has come back: three round trips after time zero, four
-    /// after the connect, within the bound of three round trips plus the transmission time.
-    /// The same with rate control (starting at 100 Mbit/s), where the receiver reports at its
-    /// own interval from its start.
+    /// A receiver slow to decide (its look at its file system takes 100 ms) for an outcome
+    /// that keeps the early data: the early data's block values that came meanwhile are
+    /// kept by its set-up machine and checked in its data phase as if they had come in it.
     #[test]
-    fn a_mebibyte_over_150_ms_is_done_three_round_trips_after_time_zero() {
+    fn early_block_values_that_come_before_a_kept_outcome_are_checked() {
+        let mut sc = session(vec![SimEntry::file("a", 1 << 20)]);
+        sc.receiver_look = ms(100);
+        let out = run_done("slow look", &sc);
+        let (s, _) = assert_same(&out);
+        assert!(s.early);
+        assert_eq!(out.times.manifest_at_receiver, Some(RTT + D));
+        assert_eq!(out.times.receiver_ready, Some(RTT + D + ms(100)));
+        // The file was verified at the receiver's outcome: the sender is done at its own.
+        assert_eq!(out.sender.at, out.times.sender_ready.unwrap());
+        assert_eq!(out.sender.at, 2 * RTT + ms(100));
+        let early = out.early.as_ref().unwrap();
+        assert_eq!(early.kept, Some(true));
+        assert_eq!(early.sent.values, 64);
+        let data = out.data.as_ref().unwrap();
+        eprintln!(
+            "slow look: {} values in the set-up, {} used, {} in all",
+            out.values_in_setup, data.early_values, data.values_expected
+        );
+        // The early data sent the whole file (1 MiB, inside its 2 MB budget) in 43 ms: every
+        // value came while the receiver looked, and every one was used.
+        assert_eq!(out.values_in_setup, 64);
+        assert_eq!((data.early_values, data.values_expected), (64, 64));
+        assert_eq!((data.blocks_rejected, data.repair_bytes), (0, 0));
+        assert_eq!(data.values_superseded, 0);
+        assert!(out.files[0].equals_source);
+    }
+
+    /// 1 MiB over a 150 ms path: the early data carries it all, block values included (they
+    /// go as the blocks are read), so the sender is done one round trip after its last
+    /// datagram left (its way there, the `FileDone`'s way back): at two round trips plus the
+    /// transmission time after time zero (342.3 ms at 200 Mbit/s; a little less than the
+    /// transmission time, as the pacers' catch-up lets the first bursts go at once), not at
+    /// its outcome (two round trips) plus one. The same with rate control (starting at
+    /// 100 Mbit/s: 384.6 ms), where the receiver reports at its own interval from its start.
+    #[test]
+    fn a_mebibyte_over_150_ms_is_done_one_round_trip_after_its_last_datagram() {
         let mut sc = path150(vec![SimEntry::file("a", 1 << 20)]);
         for rated in [false, true] {
             if rated {
@@ -473,14 +546,27 @@ mod early_data {
             }
             let out = run_done("1 MiB, 150 ms", &sc);
             let done = out.sender.at;
-            assert!(done <= 3 * RTT150 + transmission(1 << 20), "{done:?}");
-            assert_eq!(done, 3 * RTT150, "rated {rated}");
+            let data = out.data.as_ref().unwrap();
+            let (at, transmitted) = if rated {
+                (384_592_640, 2 * transmission(1 << 20))
+            } else {
+                (342_296_320, transmission(1 << 20))
+            };
+            assert_eq!(done, Duration::from_nanos(at), "rated {rated}");
+            assert_eq!(done, data.new_data_sent + RTT150, "rated {rated}");
+            assert!(done <= 2 * RTT150 + transmitted, "rated {rated}: {done:?}");
             assert_eq!(out.receiver.at, done + RTT150 / 2);
             let early = out.early.as_ref().unwrap();
             assert_eq!(early.kept, Some(true));
-            // Every byte went before the outcome.
+            // Every byte, and every block's value, went before the outcome.
             assert_eq!(early.sent.new_bytes, 1 << 20);
-            let data = out.data.as_ref().unwrap();
+            assert_eq!(early.sent.values, 64);
+            // The receiver decided at the manifest, which came before any value: it checked
+            // every block against the early data's value in its data phase, none from its
+            // set-up, and none failed.
+            assert_eq!(out.values_in_setup, 0);
+            assert_eq!((data.values_expected, data.early_values), (64, 0));
+            assert_eq!(data.blocks_rejected, 0);
             if rated {
                 // Every 37.5 ms from the receiver's start at 225 ms.
                 let at: Vec<Duration> = data.reports.iter().take(3).map(|r| r.at).collect();
@@ -962,9 +1048,13 @@ mod hostile {
         }
     }
 
+    /// The `Skip` of `with_skip`, among the messages toward the receiver: after `Hello`,
+    /// `Manifest` and the early data's block values (9 blocks, in 3 messages).
+    const SKIP: usize = 5;
+
     /// `three()` with `f0` on the receiver, another modification time: offered for hashing,
-    /// so the set-up has a `Skip` (message 2 toward the receiver, after `Hello` and
-    /// `Manifest`), sent at the sender's outcome (two round trips).
+    /// so the set-up has a `Skip` (message [`SKIP`] toward the receiver), sent at the
+    /// sender's outcome (two round trips).
     fn with_skip(fault: ControlFault) -> SessionScenario {
         let mut sc = with(fault);
         sc.disk
@@ -978,6 +1068,24 @@ mod hostile {
         for f in &out.files {
             assert_ne!(f.state, FileState::Written, "{}: {out}", f.path);
         }
+    }
+
+    #[test]
+    fn the_skip_comes_after_the_early_block_values() {
+        let out = run_done(
+            "with skip",
+            &with_skip(fault(Side::Sender, 99, Fault::Drop)),
+        );
+        let early = out.early.as_ref().unwrap();
+        assert_eq!((early.sent.hash_messages, early.sent.values), (3, 9));
+        assert_eq!(SKIP, 2 + early.sent.hash_messages as usize);
+        // The receiver, waiting for `Skip` since its decisions, dropped them all.
+        assert_eq!(out.values_in_setup, 9);
+        let data = out.data.as_ref().unwrap();
+        assert_eq!((data.early_values, data.values_superseded), (0, 0));
+        // Then d/f1 alone, under the next session id: its 2 blocks' values, in 1 message.
+        assert_eq!(data.values_expected, 2);
+        assert_eq!(out.to_receiver.get("BlockHashes"), Some(&4));
     }
 
     #[test]
@@ -1020,7 +1128,7 @@ mod hostile {
             unexpected("Skip", "ManifestReply"),
         );
         // The receiver had started its data phase at its decisions; it read the early data
-        // but never had a block value to judge it by.
+        // and its block values, and had both files verified and in place before the abort.
         assert_eq!(out.times.receiver_ready, Some(RTT + D));
         ended_with(
             &out,
@@ -1029,6 +1137,7 @@ mod hostile {
             peer_aborted(AbortCause::Failed),
         );
         early_data_only(&out);
+        assert_eq!(written(&out), [true, true]);
     }
 
     #[test]
@@ -1063,7 +1172,9 @@ mod hostile {
             2 * RTT + D,
             peer_aborted(AbortCause::Failed),
         );
+        // The receiver had verified both files from the early data meanwhile.
         early_data_only(&out);
+        assert_eq!(written(&out), [true, true]);
     }
 
     #[test]
@@ -1072,7 +1183,7 @@ mod hostile {
         let skip = Control::Skip { files: vec![1] };
         let out = run(
             "skip not offered",
-            &with_skip(fault(Side::Receiver, 2, Fault::Replace(skip))),
+            &with_skip(fault(Side::Receiver, SKIP, Fault::Replace(skip))),
         );
         ended_with(
             &out,
@@ -1101,13 +1212,14 @@ mod hostile {
         let skip = Control::Skip { files: vec![7] };
         let out = run(
             "skip unknown",
-            &with_skip(fault(Side::Receiver, 2, Fault::Replace(skip))),
+            &with_skip(fault(Side::Receiver, SKIP, Fault::Replace(skip))),
         );
         ended_with(&out, Side::Receiver, 2 * RTT + D, |e| {
             matches!(e, SideError::Setup(SetupError::SkipUnknown(7)))
         });
-        // A `Skip` where none is due (nothing was offered for hashing): the receiver is in
-        // its data phase by then, where a set-up message has no place.
+        // A `Skip` where none is due (nothing was offered for hashing), right behind the
+        // manifest: the receiver is in its data phase by then (it decided at the manifest),
+        // where a set-up message has no place.
         let skip = Control::Skip { files: vec![] };
         let out = run(
             "skip not due",
@@ -1116,7 +1228,7 @@ mod hostile {
         ended_with(
             &out,
             Side::Receiver,
-            2 * RTT + D,
+            RTT + D,
             |e| matches!(e, SideError::Unexpected { got } if got.name() == "Skip"),
         );
         nothing_written(&out);
@@ -1149,8 +1261,8 @@ mod hostile {
             matches!(e, SideError::PeerGone)
         });
         no_data(&out);
-        // To the receiver, in its data phase: before the first block values (the early
-        // data's, sent at the sender's outcome).
+        // To the receiver, in its data phase (since its decisions, at the manifest): right
+        // before the first block values (the early data's, right behind the manifest).
         let out = run(
             "abort to receiver",
             &with(fault(
@@ -1162,10 +1274,10 @@ mod hostile {
         ended_with(
             &out,
             Side::Receiver,
-            2 * RTT + D,
+            RTT + D,
             |e| matches!(e, SideError::PeerAborted { cause: AbortCause::Refused, reason } if reason == "disk full"),
         );
-        ended_with(&out, Side::Sender, 3 * RTT, |e| {
+        ended_with(&out, Side::Sender, 2 * RTT, |e| {
             matches!(e, SideError::PeerGone)
         });
         assert!(out.files.iter().all(|f| f.state == FileState::Absent));
@@ -1185,10 +1297,10 @@ mod hostile {
             reason: "ctrl-c".into(),
         };
         // Toward the receiver: Hello, Manifest, then block values (nothing is offered for
-        // hashing: no Skip).
+        // hashing: no Skip), from the early data's on.
         let clean = run_done("no abort", &sc);
-        assert_eq!(clean.to_receiver.get("BlockHashes"), Some(&37));
-        // Before the 20th block values of 37.
+        assert_eq!(clean.to_receiver.get("BlockHashes"), Some(&39));
+        // Before the 20th block values of 39.
         sc.faults = vec![fault(Side::Receiver, 2 + 20, Fault::Insert(abort))];
         let out = run("abort during data", &sc);
         let err = out.error(Side::Receiver).unwrap();
@@ -1243,7 +1355,9 @@ mod hostile {
             2 * RTT + D,
             peer_aborted(AbortCause::Failed),
         );
+        // The receiver had verified both files from the early data meanwhile.
         early_data_only(&out);
+        assert_eq!(written(&out), [true, true]);
     }
 
     #[test]
@@ -1251,7 +1365,7 @@ mod hostile {
         // A second Skip: the receiver started its data phase at the first.
         let out = run(
             "skip twice",
-            &with_skip(fault(Side::Receiver, 2, Fault::Duplicate)),
+            &with_skip(fault(Side::Receiver, SKIP, Fault::Duplicate)),
         );
         assert_eq!(out.times.receiver_ready, Some(2 * RTT + D));
         ended_with(
@@ -1308,22 +1422,22 @@ mod hostile {
             2 * RTT + D,
             peer_aborted(AbortCause::Failed),
         );
-        // The sender stopped before it sent the early data's block values: nothing could be
-        // verified.
-        assert_eq!(out.to_receiver.get("BlockHashes"), None);
+        // The early data's block values went as its blocks were read: the receiver had both
+        // files verified and in place before the abort.
+        assert_eq!(out.to_receiver.get("BlockHashes"), Some(&3));
         assert!(out.link.sent > 0);
-        nothing_written(&out);
+        assert_eq!(written(&out), [true, true]);
     }
 
     /// No `Start` since version 9: the nearest case is a lost `Skip`, the last set-up message
     /// toward a receiver that offered files for hashing.
     #[test]
     fn a_lost_skip_is_found_by_the_next_message_or_the_deadline() {
-        // Lost alone: the block values that follow it are not what a receiver waiting for
-        // `Skip` takes.
+        // Lost alone: the block values that follow it (the next session's: d/f1 again) are
+        // not what a receiver waiting for `Skip` takes.
         let out = run(
             "skip lost",
-            &with_skip(fault(Side::Receiver, 2, Fault::Drop)),
+            &with_skip(fault(Side::Receiver, SKIP, Fault::Drop)),
         );
         ended_with(
             &out,
@@ -1338,20 +1452,25 @@ mod hostile {
             peer_aborted(AbortCause::Failed),
         );
         nothing_written(&out);
-        // Lost with everything after it: the receiver waits out its deadline, from its reply.
+        // Lost with everything after it: the receiver waits out its deadline, from the last
+        // message it read (the early data's last block values, dropped as it waited).
         let out = run(
             "skip and all after lost",
-            &with_skip(fault(Side::Receiver, 2, Fault::Silence)),
+            &with_skip(fault(Side::Receiver, SKIP, Fault::Silence)),
         );
-        ended_with(&out, Side::Receiver, RTT + D + SETUP_TIMEOUT, |e| {
+        // The early data's last block values reached it at 65.4 ms (they left as the last
+        // early blocks were read, at 45.4 ms).
+        let last = Duration::from_nanos(65_396_480);
+        ended_with(&out, Side::Receiver, last + SETUP_TIMEOUT, |e| {
             matches!(e, SideError::Setup(SetupError::Timeout(_)))
         });
         ended_with(
             &out,
             Side::Sender,
-            2 * RTT + SETUP_TIMEOUT,
+            last + SETUP_TIMEOUT + D,
             peer_aborted(AbortCause::Network),
         );
+        assert_eq!(out.values_in_setup, 9);
         // The sender sent everything (the early data, then d/f1 again); none of it was read.
         assert_eq!(out.early.as_ref().unwrap().sent.new_bytes, 120_000);
         let data = out.data.as_ref().unwrap();
@@ -1360,13 +1479,38 @@ mod hostile {
         nothing_written(&out);
     }
 
+    /// A lost manifest: the receiver waits for it, and its set-up machine restarts the wait at
+    /// every message it reads, the early data's block values too.
     #[test]
-    fn a_lost_manifest_times_the_receiver_out_from_its_answer() {
+    fn a_lost_manifest_times_the_set_up_out() {
+        // Lost alone: the early data's block values that follow it (the last at 65.4 ms)
+        // keep the receiver waiting past the sender's deadline (its `HelloAck` + 10 s), whose
+        // abort ends it.
         let out = run(
             "manifest lost",
             &with(fault(Side::Receiver, 1, Fault::Drop)),
         );
-        // The deadline runs from the hello (and HelloAck) at 20 ms.
+        ended_with(&out, Side::Sender, RTT + SETUP_TIMEOUT, |e| {
+            matches!(e, SideError::Setup(SetupError::Timeout(_)))
+        });
+        ended_with(
+            &out,
+            Side::Receiver,
+            RTT + D + SETUP_TIMEOUT,
+            peer_aborted(AbortCause::Network),
+        );
+        // The receiver's set-up machine took the early data's block values, for an outcome
+        // that never came.
+        assert_eq!(out.values_in_setup, 9);
+        // The early data went (and its final markers again and again); none was read.
+        early_data_only(&out);
+        assert_eq!(out.link.delivered, 0);
+        // Lost with everything after it: the receiver's deadline runs from the hello (and
+        // `HelloAck`) at 20 ms.
+        let out = run(
+            "manifest and all after lost",
+            &with(fault(Side::Receiver, 1, Fault::Silence)),
+        );
         ended_with(&out, Side::Receiver, D + SETUP_TIMEOUT, |e| {
             matches!(e, SideError::Setup(SetupError::Timeout(_)))
         });
@@ -1378,7 +1522,7 @@ mod hostile {
             RTT + SETUP_TIMEOUT,
             peer_aborted(AbortCause::Network),
         );
-        // The early data went (and its final markers again and again); none was read.
+        assert_eq!(out.values_in_setup, 0);
         early_data_only(&out);
         assert_eq!(out.link.delivered, 0);
     }
@@ -1514,8 +1658,10 @@ mod silence {
             RTT + D + SETUP_TIMEOUT,
             peer_aborted(AbortCause::Network),
         );
-        // Without the sender's outcome, no block value went: nothing written.
+        // The early data's block values went, but it stopped at its budget (2 MB of the 4 MiB
+        // file): nothing written.
         early_data_only(&out);
+        assert_eq!(written(&out), [false]);
     }
 
     #[test]
@@ -1598,12 +1744,13 @@ mod any_fault {
         ]
     }
 
-    /// A fault at one of the set-up's messages: toward the receiver `Hello`, `Manifest`,
-    /// `Skip` (with `hashing`, the sender's two keep-alives before it); toward the sender
-    /// `HelloAck`, `ManifestReply`. (A `Start` was the last before version 9.)
+    /// A fault at one of the set-up's messages: toward the receiver `Hello`, `Manifest`, the
+    /// early data's block values (two messages), `Skip` (with `hashing`, the sender's two
+    /// keep-alives before it); toward the sender `HelloAck`, `ManifestReply`. (A `Start` was
+    /// the last before version 9.)
     fn any_setup_fault(hashing: bool) -> impl Strategy<Value = ControlFault> {
-        let to_receiver = if hashing { 5 } else { 3 };
-        (any::<bool>(), 0usize..5, any_fault()).prop_map(move |(receiver, nth, fault)| {
+        let to_receiver = if hashing { 7 } else { 5 };
+        (any::<bool>(), 0usize..7, any_fault()).prop_map(move |(receiver, nth, fault)| {
             if receiver {
                 ControlFault {
                     toward: Side::Receiver,
@@ -1637,7 +1784,7 @@ mod any_fault {
             sc.disk.files.insert("f0".into(), OnDisk::Copy { mtime_ns: 1 });
             sc.disk.parts.insert("d/f1".into(), PartFile { blocks: vec![(1, 2)], corrupt: vec![] });
             if hashing {
-                // The sender hashes f0 for 2.5 s: its keep-alives are messages 2 and 3.
+                // The sender hashes f0 for 2.5 s: its keep-alives are messages 4 and 5.
                 sc.sender_hash_bps = Some(128_000);
             }
             sc.data.max_virtual = Duration::from_secs(60);
