@@ -156,6 +156,10 @@ pub(super) struct ChannelWorker {
     pub(super) packet: u64,
     /// The shared rate last applied to this channel's pacer.
     pub(super) rate_seen: u64,
+    /// How many channels shared it then.
+    pub(super) among: u16,
+    /// This channel has new data to send, and counts in [`Shared::sending`].
+    pub(super) sending: bool,
     /// The block new data is being sent from, and its bytes.
     pub(super) loaded: Option<u64>,
     /// The block whose value was passed on last (a hole's value is, without loading it).
@@ -276,14 +280,24 @@ impl ChannelWorker {
         let max_run = (self.max_datagrams(payload16) * payload) as u64;
         let scratch = &mut bufs.scratch;
         let headers = &mut bufs.headers;
-        // Data, as the pacer allows, at the rate the controller last chose.
+        // Data, as the pacer allows, at the rate the controller last chose: shared among the
+        // channels that still have new data to send, while this one has.
+        if self.sending && self.sender.new_remaining() == 0 {
+            self.sending = false;
+            shared.sending.fetch_sub(1, Ordering::Relaxed);
+        }
         let rate = self.shared.rate_bps.load(Ordering::Relaxed);
-        if rate != self.rate_seen {
+        let among = if self.sending {
+            shared.sending.load(Ordering::Relaxed).max(1)
+        } else {
+            self.shared.channels
+        };
+        if (rate, among) != (self.rate_seen, self.among) {
             self.rate_seen = rate;
-            self.pacer
-                .set_rate((rate / u64::from(self.shared.channels)).max(100_000));
+            self.among = among;
+            self.pacer.set_rate((rate / u64::from(among)).max(100_000));
             self.log
-                .line(|| format!("rate {rate} bit/s for all channels"));
+                .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
         }
         // Each send is at most this much of the session's rate (and at least one datagram): a
         // shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.

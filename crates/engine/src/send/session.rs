@@ -160,6 +160,7 @@ pub(super) fn send_once(
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
         early_left: AtomicU64::new(budget),
+        sending: AtomicU16::new(0),
         limits: (transport != Transport::Tcp).then(|| Limits {
             cap_bps: user_cap(opts),
             receiver_ceiling_bps: receiver_ceiling,
@@ -651,6 +652,8 @@ impl ChannelThreads {
                 log,
                 packet,
                 rate_seen: rate_bps,
+                among: shared.channels,
+                sending: false,
                 loaded: None,
                 valued: None,
                 block_buf: IoBuf::new(shared.layout.block_size() as usize),
@@ -659,6 +662,13 @@ impl ChannelThreads {
             });
         }
         drop(ev_tx);
+        // The rate is shared among the channels with new data to send.
+        let mut sending = 0;
+        for w in workers.iter_mut().filter(|w| w.sender.new_remaining() > 0) {
+            w.sending = true;
+            sending += 1;
+        }
+        shared.sending.store(sending, Ordering::Relaxed);
         Self::spawn(workers, events)
     }
 

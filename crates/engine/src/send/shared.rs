@@ -56,6 +56,10 @@ pub(super) struct Shared {
     /// Bytes of data the channels may still send before the receiver's decisions (the early
     /// data's budget); `u64::MAX` once the outcome is known.
     pub(super) early_left: AtomicU64,
+    /// Channels with new data still to send: the session's rate is shared among them (a
+    /// channel whose stripe is sent, or that has none, as a file smaller than a block per
+    /// channel leaves some, does not keep its share idle).
+    pub(super) sending: std::sync::atomic::AtomicU16,
     /// What the live bottleneck is judged against; `None` over parallel TCP, which paces
     /// itself (nor is it judged once the channels moved to TCP).
     pub(super) limits: Option<Limits>,
