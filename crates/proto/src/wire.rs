@@ -346,7 +346,7 @@ pub enum Control {
         hash: [u8; 32],
     },
     /// Receiver -> sender: progress and what the receiver has seen (four times per round
-    /// trip, every 10 to 500 ms: `Start::report_interval_us`).
+    /// trip of the receiver's measure, every 10 to 500 ms: [`crate::rate::report_interval`]).
     Report {
         /// Bytes of payload accepted so far (new, not duplicates).
         received: u64,
@@ -422,7 +422,8 @@ pub enum Control {
         plain_data: bool,
     },
     /// Receiver -> sender, in a session that offered [`CAP_RACE`]: nothing at all (no probe,
-    /// no data) arrived on these channels for a while after `Start`; the sender answers with
+    /// no data) arrived on these channels for a while after the receiver's data phase began; the
+    /// sender answers with
     /// [`Control::Fallback`]. (After `Agree`: the encodings of `Reject` and `Agree` stay the
     /// same in every version.)
     UdpSilent {

@@ -43,7 +43,7 @@ impl Commits {
             to_commit,
             committed,
             outstanding: 0,
-            // Nothing to commit for a kept copy; empty files are given when `Start` arrives.
+            // Nothing to commit for a kept copy; empty files are given when the data phase begins.
             hashes: kept.to_vec(),
         })
     }

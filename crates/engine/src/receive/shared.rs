@@ -24,13 +24,15 @@ pub(super) struct Shared {
     pub(super) counters: Counters,
     pub(super) progress: Arc<Progress>,
     pub(super) stop: AtomicBool,
-    /// The sender's `Start` arrived. Until then the sender is still probing and expects no
-    /// data-phase message (`ChannelDone`, `FileDone`), so none is sent.
+    /// The session loop runs: the data phase began, after the set-up's last message (the
+    /// `ManifestReply`) went. Until then no data-phase message (`ChannelDone`, `FileDone`) is
+    /// sent, so none overtakes it.
     pub(super) started: AtomicBool,
     /// Kernel drop counter of each channel's socket, refreshed by its thread.
     pub(super) channel_drops: Vec<AtomicU64>,
     /// Whether anything of the sender's (a probe, data) arrived on each channel: a channel
-    /// still silent a while after `Start` tells a sender that may move to TCP to do so.
+    /// still silent a while after the data phase began tells a sender that may move to TCP to
+    /// do so.
     pub(super) heard: Vec<AtomicBool>,
     /// How many times each channel's thread has been round its loop (read its socket, or
     /// found it empty) while nothing had arrived on it: silence counts only from a channel

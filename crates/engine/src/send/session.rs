@@ -185,8 +185,8 @@ pub(super) fn send_once(
     // The receiver may take a while (hashing files it already has, preallocating big ones); it
     // sends keep-alives meanwhile, and each one restarts the wait. Hashing our copies of the
     // files it has can take a while too (a big file from a slow disk): the receiver waits for
-    // the answer, so keep the connection alive meanwhile.
-    // The early data's block values go to the receiver as they are read.
+    // the answer, so keep the connection alive meanwhile. The early data's block values go to
+    // the receiver as they are read.
     let mut early_state = LoopState::new(&shared, &vec![None; files.len()]);
     let mut alive = None;
     let agreed = loop {
@@ -257,24 +257,13 @@ pub(super) fn send_once(
         channel_threads.wake();
         (shared, early_state)
     } else {
-        // Another layout, under the next session id: the channels start again on the same
-        // links, their packet numbers going on (a packet number is the AEAD nonce).
-        let carried = channel_threads.take_back();
+        // Another layout, under the next session id: the channels start again.
         progress.sent.store(0, Ordering::Relaxed);
-        let old = Arc::try_unwrap(shared)
-            .map_err(|_| SessionError::Internal("a channel thread kept the early data's state"))?;
-        let shared = Arc::new(Shared {
-            layout,
-            session: data_session,
-            early_left: AtomicU64::new(u64::MAX),
-            ..old
-        });
-        channel_threads = ChannelThreads::start(
-            &shared,
-            carried,
+        let shared = channel_threads.restart(
+            shared,
+            (layout, data_session),
             held.stripes,
-            controller.rate_bps(),
-            rtt,
+            (controller.rate_bps(), rtt),
             logs,
         )?;
         if let Some(prober) = &mut prober {
@@ -715,6 +704,31 @@ impl ChannelThreads {
         for c in &self.threads {
             c.thread.unpark();
         }
+    }
+
+    /// Starts the channels again for another outcome than the early data's (`layout` and
+    /// `session`, holding `held`), at `rate` for a path of round trip `rtt`: on the same links,
+    /// their packet numbers going on (with the channel, a packet number is the AEAD nonce).
+    /// Returns the state the new threads share, made from `early`'s.
+    fn restart(
+        &mut self,
+        early: Arc<Shared>,
+        (layout, session): (hurtle_proto::Layout, u64),
+        held: Vec<Vec<std::ops::Range<u64>>>,
+        (rate_bps, rtt): (u64, Duration),
+        logs: (Option<&std::path::Path>, Instant),
+    ) -> Result<Arc<Shared>, SessionError> {
+        let carried = self.take_back();
+        let early = Arc::try_unwrap(early)
+            .map_err(|_| SessionError::Internal("a channel thread kept the early data's state"))?;
+        let shared = Arc::new(Shared {
+            layout,
+            session,
+            early_left: AtomicU64::new(u64::MAX),
+            ..early
+        });
+        *self = ChannelThreads::start(&shared, carried, held, rate_bps, rtt, logs)?;
+        Ok(shared)
     }
 
     /// Stops every thread and hands back what each channel carries into a new start: its

@@ -259,7 +259,7 @@ pub(super) fn session_loop(
                             }
                         }
                     }
-                    // Nothing reached the receiver on these channels since `Start`.
+                    // Nothing reached the receiver on these channels since its data phase began.
                     Control::UdpSilent { channels } if udp.fallback.is_some() => {
                         return Ok(Outcome::MoveToTcp {
                             why: format!("nothing reached the receiver on {}", channel_list(&channels)),
