@@ -3,21 +3,13 @@
 //! a receiver holding a code. Never a panic; nothing forged ever opens.
 #![no_main]
 use hurtle_proto::secure::{answer, offered_key, Offer, Secret};
-use hurtle_proto::wire::{Control, MAGIC, VERSION};
+use hurtle_proto::wire::Control;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let secret = Secret::code("1234-fuzz-code");
     // The hello the sender sends in the clear behind its `Agree` (bound into the keys).
-    let hello = Control::Hello {
-        magic: MAGIC,
-        version: VERSION,
-        caps: 0,
-        channels: 4,
-        payload: 1384,
-        block_size: 1 << 20,
-        session: 7,
-    };
+    let hello = Control::hello(0, 4, 1384, 1 << 20, 7);
     // Keys both sides would hold after a real agreement.
     let (offer, first) = Offer::new(&secret, false, &hello);
     let Ok((mut receiver, reply)) = answer(&secret, &first, &hello, false) else {

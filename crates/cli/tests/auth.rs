@@ -240,15 +240,7 @@ fn man_in_the_middle(receiver: SocketAddr, guess: &'static str) -> SocketAddr {
             to_receiver
                 .set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
-            let hello = Control::Hello {
-                magic: hurtle_proto::wire::MAGIC,
-                version: hurtle_proto::wire::VERSION,
-                caps: 0,
-                channels: 1,
-                payload: 1384,
-                block_size: 1 << 20,
-                session: 1,
-            };
+            let hello = Control::hello(0, 1, 1384, 1 << 20, 1);
             let (offer, first) = Offer::new(&secret, false, &hello);
             let _ = to_receiver.write_all(&first.to_frame());
             let _ = to_receiver.write_all(&hello.to_frame());

@@ -233,15 +233,7 @@ pub(crate) mod testing {
 
     /// A hello for agreements in tests.
     pub(crate) fn hello() -> Control {
-        Control::Hello {
-            magic: hurtle_proto::wire::MAGIC,
-            version: hurtle_proto::wire::VERSION,
-            caps: 0,
-            channels: 1,
-            payload: 1384,
-            block_size: 1 << 20,
-            session: 1,
-        }
+        Control::hello(0, 1, 1384, 1 << 20, 1)
     }
 
     /// The receiver's side of an agreement on `r`: reads the offer and hello, answers with a

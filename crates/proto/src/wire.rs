@@ -494,6 +494,19 @@ impl Control {
         Ok(msg)
     }
 
+    /// A hello of this build's magic and version.
+    pub fn hello(caps: u64, channels: u16, payload: u16, block_size: u64, session: u64) -> Control {
+        Control::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            caps,
+            channels,
+            payload,
+            block_size,
+            session,
+        }
+    }
+
     /// Short name of the message kind, for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
@@ -581,15 +594,7 @@ mod tests {
     #[test]
     fn control_round_trip_and_limits() {
         let msgs = vec![
-            Control::Hello {
-                magic: MAGIC,
-                version: VERSION,
-                caps: 0,
-                channels: 4,
-                payload: 1384,
-                block_size: 1 << 20,
-                session: 42,
-            },
+            Control::hello(0, 4, 1384, 1 << 20, 42),
             Control::Manifest {
                 entries: vec![Entry {
                     path: "a/日本.txt".into(),

@@ -30,15 +30,7 @@ impl RawPeer {
     /// so a silent receiver cannot hang the test.
     pub fn connect(addr: SocketAddr) -> RawPeer {
         let mut peer = RawPeer::connect_plain(addr);
-        let hello = Control::Hello {
-            magic: wire::MAGIC,
-            version: wire::VERSION,
-            caps: 0,
-            channels: 1,
-            payload: wire::DEFAULT_PAYLOAD,
-            block_size: 1 << 20,
-            session: 0x5eed_0001,
-        };
+        let hello = Control::hello(0, 1, wire::DEFAULT_PAYLOAD, 1 << 20, 0x5eed_0001);
         let (offer, first) = Offer::new(&Secret::code(super::TEST_CODE), false, &hello);
         peer.send(&first);
         peer.send(&hello);

@@ -413,15 +413,7 @@ mod tests {
     }
 
     fn hello() -> Control {
-        Control::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            caps: 0,
-            channels: 4,
-            payload: 1384,
-            block_size: 1 << 20,
-            session: 7,
-        }
+        Control::hello(0, 4, 1384, 1 << 20, 7)
     }
 
     fn sealed_datagram(key: &DataKey) -> Vec<u8> {

@@ -7,7 +7,7 @@ use super::{entry_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped,
 use crate::layout::MAX_CHANNELS;
 use crate::rate::bottleneck::BufferCap;
 use crate::wire::{
-    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, MAGIC, VERSION,
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, VERSION,
 };
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -151,17 +151,10 @@ impl SenderSetup {
     /// to bind into the keys).
     pub fn hello(&self) -> Control {
         let p = &self.params;
-        Control::Hello {
-            magic: MAGIC,
-            version: VERSION,
-            caps: if p.tcp { CAP_TCP_DATA } else { 0 }
-                | if p.checksum { CAP_CHECKSUM } else { 0 }
-                | if p.race && !p.tcp { CAP_RACE } else { 0 },
-            channels: p.channels.max(1),
-            payload: p.payload,
-            block_size: p.block_size,
-            session: p.session,
-        }
+        let caps = if p.tcp { CAP_TCP_DATA } else { 0 }
+            | if p.checksum { CAP_CHECKSUM } else { 0 }
+            | if p.race && !p.tcp { CAP_RACE } else { 0 };
+        Control::hello(caps, p.channels.max(1), p.payload, p.block_size, p.session)
     }
 
     /// The outcome if every file is sent whole ([`Agreed::provisional`]): what the early data

@@ -350,15 +350,7 @@ fn resumed_blocks_outside_the_file_fail_the_set_up() {
 }
 
 fn hello() -> Control {
-    Control::Hello {
-        magic: MAGIC,
-        version: VERSION,
-        caps: 0,
-        channels: 2,
-        payload: 1384,
-        block_size: 1 << 16,
-        session: 3,
-    }
+    Control::hello(0, 2, 1384, 1 << 16, 3)
 }
 
 fn ack(ports: usize) -> Control {
