@@ -100,11 +100,12 @@ impl Receiver {
         drop(alive);
         // A refusal is sent with the reply, and ends the session here.
         setup.act(|m| m.reply(decisions, Instant::now()))?;
-        // The sender may take a while (hashing its copies of files the receiver has); it sends
-        // keep-alives meanwhile.
+        // The outcome: at once if nothing was offered for hashing; otherwise at the sender's
+        // `Skip`, which may take a while (hashing its copies of files the receiver has; it
+        // sends keep-alives meanwhile).
         match setup.next()? {
             ReceiverEvent::Ready => {}
-            other => return Err(out_of_order(other, "before the skips")),
+            other => return Err(out_of_order(other, "before the outcome")),
         }
         let early_values = setup.machine.early_values();
         let (entries, decisions, agreed) =

@@ -11,7 +11,8 @@
 //!
 //! - `options`: how to send ([`SendOptions`], [`Transport`], [`default_channels`]).
 //! - `session`: one session from the dial to the summary (`send_once`): set-up while the
-//!   receiver decides, the data paths (`dial_data`, `DataSetup`), threads, summary.
+//!   receiver decides, the data path (`open_data_path`, `dial_data`), the early data, threads,
+//!   summary.
 //! - `probe`: probing the path beside the data (`Prober`, `probe_step`).
 //! - `session_loop`: the caller's thread while data flows: control messages, block values,
 //!   rate changes, the live bottleneck.

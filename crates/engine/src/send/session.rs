@@ -1,8 +1,9 @@
 //! One session from the sender's side, from the dial to the summary ([`send_once`]): the key
-//! agreement, hello and manifest; the data paths set up while the receiver decides (TCP data
-//! connections dialled, [`dial_data`], or UDP sockets bound and probing started,
-//! [`DataSetup`]); the receiver's decisions and the layout; the channel threads and the
-//! session loop; then the summary.
+//! agreement with the hello, the manifest; the data path opened at the receiver's answer (TCP
+//! data connections dialled, [`dial_data`], or UDP sockets bound and probing started:
+//! [`open_data_path`]) and the early data on it while the receiver decides; the receiver's
+//! decisions and the layout (the channels go on, or start again for another outcome:
+//! `ChannelThreads::restart`); the session loop; then the summary.
 
 use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT};
 use super::options::{user_cap, SendOptions, Transport};
@@ -128,16 +129,15 @@ pub(super) fn send_once(
     };
     let receiver_ceiling = accepted.rate_ceiling;
     let channels = accepted.channels();
-    let data = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
-    let sources = opening
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let DataLinks {
         links,
         payload,
         mut prober,
         fallback,
-    } = data_links(data, &path, accepted.max_payload)?;
+    } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
+    let sources = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
 
     // Early data: the provisional outcome (every file whole) goes out now, while the receiver
@@ -436,16 +436,17 @@ struct DataPath {
     seal: Option<PacketSeal>,
 }
 
-/// The data paths, set up while the receiver decides on the manifest, of the receiver's
-/// address family: TCP data connections dialled, or UDP sockets bound and their probes on
-/// their way.
+/// The data path to the receiver's ports, of its address family, at its `HelloAck` (the early
+/// data goes at once): TCP data connections dialled and connected, or UDP sockets bound with
+/// their probes on their way (and, with `--transport auto`, TCP data connections dialled
+/// beside them in case UDP does not get through).
 fn open_data_path(
     path: &DataPath,
     opts: &SendOptions,
     accepted: &Accepted,
     rtt: Duration,
     warnings: &mut Vec<String>,
-) -> Result<DataSetup, SessionError> {
+) -> Result<DataLinks, SessionError> {
     let to = path.to;
     let channels = accepted.channels();
     let bind_ip: IpAddr = if to.is_ipv4() {
@@ -460,12 +461,14 @@ fn open_data_path(
         .map(|&p| SocketAddr::new(to.ip(), p))
         .collect();
     if path.transport == Transport::Tcp {
-        return Ok(DataSetup::Tcp(dial_data(
-            opts,
-            &dests,
-            path.session,
-            &path.key,
-        )));
+        let links = tcp_links(dial_data(opts, &dests, path.session, &path.key), path)?;
+        let max_payload = accepted.max_payload;
+        return Ok(DataLinks {
+            links,
+            payload: link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
+            prober: None,
+            fallback: None,
+        });
     }
     let udps = UdpChannel::bind_channels(bind_ip, channels, warnings)?;
     let socks = udps
@@ -493,10 +496,20 @@ fn open_data_path(
         let dests = vec![SocketAddr::new(to.ip(), port); usize::from(channels)];
         dial_data(opts, &dests, path.session, &path.key)
     });
-    Ok(DataSetup::Udp(udps, Box::new(prober), fallback))
+    let links = udps
+        .into_iter()
+        .zip(prober.dests.clone())
+        .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
+        .collect();
+    Ok(DataLinks {
+        links,
+        payload: prober.probe.payload(),
+        prober: Some(prober),
+        fallback,
+    })
 }
 
-/// The data path once the receiver is ready.
+/// The data path to the receiver: what [`open_data_path`] opened.
 struct DataLinks {
     /// Each channel's link.
     links: Vec<LinkOut>,
@@ -507,40 +520,6 @@ struct DataLinks {
     /// The TCP data connections being dialled in case UDP does not get through (UDP with
     /// `--transport auto` only).
     fallback: Option<Vec<Dialing>>,
-}
-
-/// The data path of `data` once the receiver is ready (see [`DataLinks`]).
-fn data_links(
-    data: DataSetup,
-    path: &DataPath,
-    max_payload: u16,
-) -> Result<DataLinks, SessionError> {
-    match data {
-        DataSetup::Tcp(dialing) => {
-            let links = tcp_links(dialing, path)?;
-            let payload = link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD));
-            Ok(DataLinks {
-                links,
-                payload,
-                prober: None,
-                fallback: None,
-            })
-        }
-        DataSetup::Udp(udps, prober, fallback) => {
-            let links = udps
-                .into_iter()
-                .zip(prober.dests.clone())
-                .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
-                .collect();
-            let payload = prober.probe.payload();
-            Ok(DataLinks {
-                links,
-                payload,
-                prober: Some(*prober),
-                fallback,
-            })
-        }
-    }
 }
 
 /// The TCP data connections once dialled, one link per channel.
@@ -829,9 +808,9 @@ impl Carried {
 
 /// How much new data may go before the receiver's decisions (the early data): two round
 /// trips at the first rate (data goes from the receiver's answer on, and the decisions come a
-/// round trip later: twice that leaves room for a receiver that takes a while), and no more
-/// than half of what the receiver's sockets hold (it reads them only once it has decided), but
-/// at least 64 KiB.
+/// round trip later: twice that leaves room for a receiver that takes a while), no more than
+/// half of what the receiver's sockets hold when it said the kernel capped them (it reads
+/// them only once it has decided), and at least 64 KiB.
 fn early_budget(rate_bps: u64, rtt: Duration, channels: u16, accepted: &Accepted) -> u64 {
     let flight = (rate_bps as f64 / 8.0 * rtt.as_secs_f64() * 2.0) as u64;
     let buffers = match accepted.buffer_cap {
@@ -915,15 +894,6 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
     dialer
         .dial(addr, opts.connect_timeout)
         .map_err(|source| SessionError::Connect { addr, source })
-}
-
-/// The data paths being set up while the receiver decides on the manifest.
-enum DataSetup {
-    /// One connection per channel, being dialled.
-    Tcp(Vec<Dialing>),
-    /// The channels' sockets, the probing of the path that started on them, and the TCP data
-    /// connections dialled beside them if the channels may move there.
-    Udp(Vec<UdpChannel>, Box<Prober>, Option<Vec<Dialing>>),
 }
 
 /// Dials the TCP data connections, all at once (one after the other, 8 of them would cost 8

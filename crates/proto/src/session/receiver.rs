@@ -95,8 +95,6 @@ pub struct ReceiverSetup {
     /// The early data's block values that came during the set-up (at most
     /// [`MAX_EARLY_VALUES`]).
     early_values: Vec<(u64, [u8; 32])>,
-    /// The outcome keeps the early data.
-    kept_early: bool,
 }
 
 /// The most block values a sender may send before the outcome of the set-up: its early data is
@@ -119,7 +117,6 @@ impl ReceiverSetup {
             deadline: now + SETUP_TIMEOUT,
             agreed: None,
             early_values: Vec::new(),
-            kept_early: false,
         }
     }
 
@@ -137,7 +134,7 @@ impl ReceiverSetup {
     /// keeps the early data ([`Agreed::early`]; taken once): the data phase checks them as if
     /// they came in it. Empty otherwise.
     pub fn early_values(&mut self) -> Vec<(u64, [u8; 32])> {
-        if matches!(self.state, State::Ready) && self.kept_early {
+        if matches!(self.state, State::Ready) && keeps_early(&self.entries, &self.decisions) {
             std::mem::take(&mut self.early_values)
         } else {
             Vec::new()
@@ -388,7 +385,6 @@ impl ReceiverSetup {
             data_session(hello.session, early),
         )?;
         self.agreed = Some(Agreed { early, ..agreed });
-        self.kept_early = early;
         self.state = State::Ready;
         self.events.push_back(ReceiverEvent::Ready);
         Ok(())
