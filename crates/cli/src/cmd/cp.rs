@@ -1341,6 +1341,8 @@ impl Watch {
                 line.clear();
                 match stdin.read_line(&mut line) {
                     Ok(0) | Err(_) => {
+                        // After a verdict (`end` came before the EOF) there is nothing to cut
+                        // short: the main thread takes the verdict when its session is over.
                         if !me.decide(Verdict::End, true) {
                             interrupt::hang_up();
                         }
@@ -1364,15 +1366,19 @@ impl Watch {
     }
 
     /// Records the first verdict; with `only_if_waiting`, only when the main thread already
-    /// waits for one. Returns whether the main thread waits.
+    /// waits for one. Returns whether a verdict stands now (recorded here or before) or the
+    /// main thread waits: `false` only for an EOF with neither, a hang-up.
     fn decide(&self, verdict: Verdict, only_if_waiting: bool) -> bool {
         let (lock, cv) = &*self.state;
         let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if s.verdict.is_none() && (s.waiting || !only_if_waiting) {
+        if s.verdict.is_some() {
+            return true;
+        }
+        if s.waiting || !only_if_waiting {
             s.verdict = Some(verdict);
             cv.notify_all();
         }
-        s.waiting
+        s.waiting || s.verdict.is_some()
     }
 
     /// After a failed direct session: waits (at most `timeout`, then `end`) for the near
@@ -1616,6 +1622,35 @@ mod tests {
             host: host.into(),
             path: path.into(),
         })
+    }
+
+    /// The near side says `end` after a refused push and closes the channel, both maybe before
+    /// the far side's session is over: the EOF behind the verdict must not hang up (before the
+    /// fix it exited the process with 129, without the far side's error line). An EOF alone,
+    /// with the main thread waiting, is `end` too.
+    #[test]
+    fn end_then_eof_before_the_far_side_waits_is_still_end() {
+        for said in [&b"end\n"[..], b""] {
+            let (reader, mut writer) = std::io::pipe().unwrap();
+            let stdin = BufReader::new(File::from(std::os::fd::OwnedFd::from(reader)));
+            let watch = Watch::start(stdin, |_| panic!("no retry was asked for"));
+            writer.write_all(said).unwrap();
+            if said.is_empty() {
+                // The main thread waits before the EOF comes.
+                let w = watch.clone();
+                let waiting = std::thread::spawn(move || w.verdict(Duration::from_secs(5)));
+                while !watch.state.0.lock().unwrap().waiting {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                drop(writer);
+                assert!(waiting.join().unwrap().is_none());
+                continue;
+            }
+            drop(writer);
+            // Let the reading thread see the EOF before the main thread waits.
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(watch.verdict(Duration::from_secs(5)).is_none());
+        }
     }
 
     #[test]
