@@ -300,7 +300,7 @@ def main():
     ap.add_argument("--profiles", help="comma list; one of: " + ",".join(netlab.PROFILES) + " or 'all'")
     ap.add_argument("--tools", help="comma list of: tcp,tcp-bbr,tcp-cubic (16 MiB at most),tcp-b3,iperf3,"
                     "iperf3-p4,scp,rsync,hurtle-cp (over the scp sshd),gridftp (p=1,4,8),gridftp-p4,gridftp-udt,uftp (tfmcc+fixed),uftp-fixed,"
-                    "hurtle (default+channels=4),hurtle-default,hurtle-base (--hurtle-base PATH),hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
+                    "hurtle (default+channels=4),hurtle-default,hurtle-base (--hurtle-base PATH),hurtle-warm (after an untimed 128 MiB transfer),hurtle-oracle (--rate-fixed at bottleneck x (1-loss))")
     ap.add_argument("--size", type=parse_size, help="file size (e.g. 64M, 1G); default 64M quick, 1G otherwise")
     ap.add_argument("--repeat", type=int, help="runs per tool and profile (default 3)")
     ap.add_argument("--sweep", choices=["channels", "payload", "tcpgrid", "gridftp"],
@@ -453,6 +453,9 @@ def main():
                     if prof.kind == "emu":
                         lab.start_linkem(prof, seed=rep + 1, logdir=rundir)
                         drops0 = lab.tun_drops()
+                    prep = tool.prepare(env, ends, prof, port + 2000, rundir)
+                    if prep:
+                        notes.append("prepare failed: " + prep)
                     j0 = cpu_jiffies()
                     # A small file for a slow tool may go at 1 Mbit/s (cubic at 1% loss, 150 ms).
                     t_out = timeout if tsrc is src else max(timeout, min(900.0, 30 + tsrc.stat().st_size * 8 / 1e6))
@@ -489,6 +492,10 @@ def main():
                         peak_rss_kb_receiver=fmt(res.peak_rss_kb_receiver),
                         resent_share=fmt(res.resent_share, 4), socket_drops=fmt(res.socket_drops),
                         ok=int(res.ok), note="; ".join(res.notes + notes))
+                    if prep:
+                        # Not the run the tool stands for (a warm start without its memory).
+                        res.ok = False
+                        row.update(ok=0, goodput_mbps="")
                     if not res.ok:
                         if tool.name == "hurtle" and hurtle_build_err:
                             row["note"] += f"; {hurtle_build_err[:200]}"

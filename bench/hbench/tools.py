@@ -97,6 +97,11 @@ class Tool:
         transfer failed."""
         return True
 
+    def prepare(self, env: Env, ends: PathEnds, prof: Profile, port: int, rundir: Path) -> str | None:
+        """Untimed work before the measured run, on the same path (e.g. a transfer that leaves
+        a memory of the path); returns why it failed, or None."""
+        return None
+
 
 class PlainTcp(Tool):
     """One TCP connection; ``cc`` names its congestion control (default: the namespace's, which
@@ -361,9 +366,52 @@ class Hurtle(Tool):
             return f"{b} missing (cargo build --release -p hurtle failed?)"
         return None
 
+    # What a transfer learnt of the path (hurtle's path memory) is kept in the run's directory:
+    # every run starts cold, as on a path never seen, unless the tool is `hurtle-warm`, whose
+    # untimed transfer before the run leaves it (see `prepare`).
+    SEED_SIZE = 128 << 20
+
+    @staticmethod
+    def _memory_env(outdir: Path) -> dict:
+        return {"HURTLE_PATH_MEMORY": str(outdir.parent / "path-memory")}
+
     def receiver(self, env, ends, port, outdir, src, prof):
         return Spec([str(self._bin(env)), "receive", "--listen", f"{ends.recv_addr}:{port}",
                      "--out", str(outdir), "--json", "-q"])
+
+    def prepare(self, env, ends, prof, port, rundir):
+        memory = rundir / "path-memory"
+        memory.unlink(missing_ok=True)
+        if not self.opts.get("warm"):
+            return None
+        seed = env.work / f"seed-{self.SEED_SIZE >> 20}M.bin"
+        if not seed.exists():
+            with open(seed, "wb") as f:
+                for _ in range(self.SEED_SIZE >> 20):
+                    f.write(os.urandom(1 << 20))
+        seed_out = rundir / "seed-out"
+        seed_out.mkdir(parents=True, exist_ok=True)
+        recv = send = None
+        try:
+            recv = Proc(self.receiver(env, ends, port, seed_out, seed, prof).argv, "seed-receiver",
+                        rundir, ns=ends.recv_ns, timed=False)
+            if not recv.wait_listening(port, "tcp", timeout=15):
+                return "the seed transfer's receiver never listened: " + _tail(recv)
+            spec = self.sender(env, ends, port, seed_out, seed, prof)
+            send = Proc(spec.argv, "seed-sender", rundir, ns=ends.send_ns, timed=False, env=spec.env)
+            rc = send.wait(300)
+            recv.wait(30)
+            if rc != 0:
+                return f"the seed transfer failed ({rc}): " + _tail(send)
+            if not memory.exists():
+                return "the seed transfer left no memory of the path"
+            return None
+        finally:
+            for p in (send, recv):
+                if p:
+                    p.stop(grace=1.0)
+                    p.close()
+            shutil.rmtree(seed_out, ignore_errors=True)
 
     def sender(self, env, ends, port, outdir, src, prof):
         a = [str(self._bin(env)), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
@@ -378,7 +426,7 @@ class Hurtle(Tool):
                         raise ValueError(f"profile {prof.name} has no bottleneck rate for an oracle")
                     v = f"{int(prof.rate_mbps * (1 - prof.loss))}M"
                 a += ["--" + k.replace("_", "-"), str(v)]
-        return Spec(a)
+        return Spec(a, env=self._memory_env(outdir))
 
     @staticmethod
     def _json(text):
@@ -409,6 +457,13 @@ class Hurtle(Tool):
                     (s.get("goodput_bps") or 0) / 1e6, s.get("channels"), s.get("nacks"),
                     s.get("payload"), s.get("first_data_ms"), s.get("transport"),
                     s.get("fallback_seconds")))
+            resumed = (s.get("rate") or {}).get("resumed")
+            if resumed:
+                res.notes.append("resumed from {:.0f} Mbit/s ({} s old), started at {:.0f}".format(
+                    resumed["remembered_bps"] / 1e6, resumed["age_s"],
+                    s["rate"]["start_bps"] / 1e6))
+            elif self.opts.get("warm"):
+                res.notes.append("NOT RESUMED: the seed transfer's memory was not used")
         r = self._json(receiver.stdout()) if receiver else None
         if r is not None and r.get("socket_drops") is not None:
             res.socket_drops = int(r["socket_drops"])
@@ -460,6 +515,10 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
         elif n == "hurtle-base":
             # The defaults, with the build given by --hurtle-base: before against after, side by side.
             out.append(Hurtle("default, base build", base=True))
+        elif n == "hurtle-warm":
+            # The defaults, on a path a 128 MiB transfer (untimed, just before) has been over:
+            # the start from its memory of the path.
+            out.append(Hurtle("default, resumed (a 128 MiB transfer before)", warm=True))
         elif n == "hurtle-oracle":
             # --rate-fixed at the path's bound (bottleneck x (1 - loss)): what a controller that
             # knew the path would get, the figure automatic rate control is measured against.

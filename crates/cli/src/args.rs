@@ -7,7 +7,7 @@
 use crate::exit;
 use clap::{Args, Parser, Subcommand};
 use hurtle_engine::send::Transport;
-use hurtle_engine::{SendOptions, WriteQueue};
+use hurtle_engine::{PathMemories, SendOptions, WriteQueue};
 use hurtle_proto::RateMode;
 use std::path::PathBuf;
 
@@ -130,6 +130,12 @@ pub struct RateArgs {
     /// Yield to competing traffic on a shared bottleneck (delay-based back-off)
     #[arg(long)]
     pub fair: bool,
+    /// Start as on a path never seen: neither use nor keep what the last transfer to the same
+    /// receiver learnt of the path (by default its bottleneck is kept in
+    /// ~/.cache/hurtle/paths and the next transfer starts at half of it) [env:
+    /// HURTLE_PATH_MEMORY: `off`, or the file to keep them in]
+    #[arg(long)]
+    pub cold_start: bool,
 }
 
 impl RateArgs {
@@ -149,6 +155,19 @@ impl RateArgs {
             opts.rate_bps = r;
             opts.start_rate_bps = opts.start_rate_bps.min(r);
         }
+        if !self.cold_start {
+            opts.path_memory = path_memories();
+        }
+    }
+}
+
+/// Where path memories are kept: `HURTLE_PATH_MEMORY` (a file, or `off` for nowhere), else
+/// the cache directory's `hurtle/paths`.
+fn path_memories() -> Option<PathMemories> {
+    match std::env::var_os("HURTLE_PATH_MEMORY") {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(PathMemories::at(v)),
+        _ => PathMemories::default_file().map(PathMemories::at),
     }
 }
 
@@ -347,6 +366,7 @@ impl SendFlags {
         }
         for (on, flag) in [
             (self.rate.fair, "--fair"),
+            (self.rate.cold_start, "--cold-start"),
             (self.follow_symlinks, "--follow-symlinks"),
             (self.checksum, "--checksum"),
             (self.no_sparse, "--no-sparse"),

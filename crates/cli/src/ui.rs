@@ -379,10 +379,17 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
             ),
         );
         let r = &s.rate;
+        let resumed = r.resumed.as_ref().map_or(String::new(), |m| {
+            format!(
+                " (from the {} this path took {} ago)",
+                rate(m.remembered_bps as f64),
+                ago(m.age_s)
+            )
+        });
         say(
             out,
             &format!(
-                "rate {}: started {}, ended {}, range {} to {}, {} changes {:?}; receiver ceiling {}",
+                "rate {}: started {}{resumed}, ended {}, range {} to {}, {} changes {:?}; receiver ceiling {}",
                 r.mode,
                 rate(r.start_bps as f64),
                 rate(r.final_bps as f64),
@@ -396,6 +403,15 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         for f in &s.file_hashes {
             say(out, &format!("  {}  {}", f.blake3, f.path));
         }
+    }
+}
+
+/// A past time span, in its largest whole unit: `40 s`, `3 min`, `5 h`.
+fn ago(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s} s"),
+        s if s < 2 * 3600 => format!("{} min", s / 60),
+        s => format!("{} h", s / 3600),
     }
 }
 

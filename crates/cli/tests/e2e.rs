@@ -139,6 +139,54 @@ fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
     );
 }
 
+/// The second transfer to a receiver starts from what the first learnt of the path: at half
+/// its bottleneck, said in `--json`; `--cold-start` neither uses nor changes the memory.
+#[test]
+fn a_second_transfer_to_the_same_receiver_starts_from_the_first_ones_bottleneck() {
+    let t = tmp();
+    let memory = t.path().join("cache/paths");
+    let memory_env = [("HURTLE_PATH_MEMORY", memory.to_str().unwrap())];
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 48 * MIB, 5);
+    let send = |n: usize, extra: &[&str]| {
+        let out = t.path().join(format!("out{n}"));
+        let r = start_receiver(&out, &[]);
+        let mut args = vec!["--json", "--channels", "2"];
+        args.extend_from_slice(extra);
+        let s = proc::send_env(r.addr, &[&src], &args, &memory_env);
+        s.assert_success();
+        r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+        fsx::assert_same_file(&src, &out.join("data.bin"));
+        s.json()
+    };
+    let first = send(1, &[]);
+    assert!(first["rate"]["resumed"].is_null(), "{first}");
+    let path_bps = num(&first["rate"], "path_bps");
+    let kept = fs::read_to_string(&memory).expect("the first transfer kept its path");
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    assert!(
+        kept.starts_with(&format!("127.0.0.1 {path_bps} ")),
+        "{kept} against {first}"
+    );
+
+    let second = send(2, &[]);
+    let resumed = &second["rate"]["resumed"];
+    assert_eq!(num(resumed, "remembered_bps"), path_bps, "{second}");
+    assert!(resumed["age_s"].as_u64().unwrap() < 600, "{second}");
+    let start = num(&second["rate"], "start_bps");
+    eprintln!("remembered {path_bps} bit/s; started at {start}");
+    assert!(
+        start == (path_bps / 2).max(num(&first["rate"], "start_bps")),
+        "started at {start} with {path_bps} remembered: {second}"
+    );
+
+    // A cold start: nothing recalled, nothing kept.
+    let before = fs::read_to_string(&memory).unwrap();
+    let cold = send(3, &["--cold-start"]);
+    assert!(cold["rate"]["resumed"].is_null(), "{cold}");
+    assert_eq!(fs::read_to_string(&memory).unwrap(), before);
+}
+
 #[test]
 fn empty_file_arrives_empty() {
     let t = tmp();

@@ -420,6 +420,7 @@ fn on_a_terminal(args: &str, env: &[(&str, &str)]) -> String {
     let out = Command::new("script")
         .args(["-qec", &format!("{} {args}", proc::bin()), "/dev/null"])
         .env_remove("NO_COLOR")
+        .env("HURTLE_PATH_MEMORY", "off")
         .envs(env.iter().copied())
         .output()
         .expect("script(1), from util-linux");

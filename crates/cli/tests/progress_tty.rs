@@ -55,6 +55,7 @@ impl Tty {
                 .env("TERM", "xterm-256color")
                 .env("COLUMNS", COLS.to_string())
                 .env("HURTLE_CODE", support::TEST_CODE)
+                .env("HURTLE_PATH_MEMORY", "off")
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(pty.slave.try_clone().expect("dup pty")))
                 .stderr(Stdio::from(pty.slave));

@@ -52,4 +52,4 @@ pub use error::SessionError;
 pub use progress::Progress;
 pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
 pub use report::FileReport;
-pub use send::{send, SendOptions, SendSummary};
+pub use send::{send, PathMemories, SendOptions, SendSummary};

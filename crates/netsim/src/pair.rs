@@ -113,7 +113,7 @@ use crate::link::{Link, LinkConfig, LinkStats};
 use crate::session::Fault;
 use hurtle_proto::admit::{ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::rate::Reason;
+use hurtle_proto::rate::{PathMemory, Reason};
 use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
 use hurtle_proto::wire::{FrameError, MAX_FRAME};
 use hurtle_proto::{
@@ -148,6 +148,9 @@ pub struct Scenario {
     /// Rate control: `Some` paces by a [`RateController`] fed by the receiver's reports, as the
     /// engine does (see the module docs); `None` paces at [`Scenario::rate_bps`] throughout.
     pub rate: Option<RateConfig>,
+    /// With [`Scenario::rate`]: what an earlier transfer learnt of this path, and how long
+    /// ago; the controller resumes from it as the engine's does ([`RateController::resume`]).
+    pub resume: Option<(PathMemory, Duration)>,
     /// Catch-up allowance of each pacer.
     pub pacer_burst: Duration,
     /// The data path, sender -> receiver, shared by all channels.
@@ -199,6 +202,20 @@ pub struct Scenario {
     pub max_steps: u64,
 }
 
+impl Scenario {
+    /// The sender's rate controller at `start`, as the engine makes it: from
+    /// [`Scenario::rate`], resumed from [`Scenario::resume`] (`None` without a `rate`).
+    pub fn controller(&self, start: Instant) -> Option<RateController> {
+        self.rate.clone().map(|cfg| {
+            let mut c = RateController::new(cfg, start);
+            if let Some((memory, age)) = &self.resume {
+                c.resume(memory, *age);
+            }
+            c
+        })
+    }
+}
+
 impl Default for Scenario {
     fn default() -> Self {
         Scenario {
@@ -210,6 +227,7 @@ impl Default for Scenario {
             run_datagrams: 4,
             rate_bps: 200_000_000,
             rate: None,
+            resume: None,
             pacer_burst: Duration::from_millis(1),
             link: LinkConfig::default().with_delay(Duration::from_millis(20)),
             rate_changes: Vec::new(),
@@ -938,7 +956,7 @@ fn sender_side(
     if snd_files.len() != layout.file_count() || plan.held.len() != n {
         return Err("data plan does not fit its layout".into());
     }
-    let controller = sc.rate.clone().map(|cfg| RateController::new(cfg, start));
+    let controller = sc.controller(start);
     let (per_channel, first_rate) = match &controller {
         // As the engine's sender splits the controller's rate.
         Some(c) => (

@@ -94,7 +94,6 @@ use hurtle_proto::session::{
     Skipped, SETUP_TIMEOUT,
 };
 use hurtle_proto::wire::{AbortCause, Control, Decision, Entry, EntryKind, FrameError};
-use hurtle_proto::RateController;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -1374,8 +1373,8 @@ impl Session {
             })??;
         // The round trip it measured: its hello to the `HelloAck`.
         let rtt = self.rel(now);
-        let rate_bps = match &self.sc.data.rate {
-            Some(cfg) => RateController::new(cfg.clone(), now).rate_bps(),
+        let rate_bps = match self.sc.data.controller(now) {
+            Some(c) => c.rate_bps(),
             None => self.sc.data.rate_bps,
         };
         let budget = u128::from(rate_bps) * rtt.as_nanos() * u128::from(EARLY_RTTS) / 8_000_000_000;

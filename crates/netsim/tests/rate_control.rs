@@ -28,7 +28,7 @@
 //! counts new file bytes. Run with `--nocapture` to see each case's numbers and rate timeline.
 
 use hurtle_netsim::{LinkConfig, Outcome, Scenario};
-use hurtle_proto::rate::{RateConfig, RateMode, Reason};
+use hurtle_proto::rate::{PathMemory, RateConfig, RateMode, Reason};
 use hurtle_proto::{RecvConfig, SendConfig};
 use std::time::Duration;
 
@@ -767,6 +767,86 @@ mod wan {
             "resent {:.2}%",
             out.resent_share() * 100.0
         );
+    }
+
+    /// Intercontinental (500 Mbit/s, 150 ms, 1% loss, a 4 MiB queue), 256 MiB: a cold start
+    /// against one that resumes from an earlier transfer's bottleneck on the same path, and one
+    /// whose memory is of a path twice as fast as it is now.
+    #[test]
+    fn a_resumed_start_fills_the_path_rounds_sooner_without_startup_s_overshoot() {
+        let rtt = ms(150);
+        let c = 500e6;
+        let sc = || {
+            scenario_rtt(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(500_000_000, 4 << 20)
+                    .with_loss(0.01),
+                256,
+                rtt,
+            )
+        };
+        let memory = |bps| {
+            Some((
+                PathMemory {
+                    bottleneck_bps: bps,
+                    rtt,
+                },
+                Duration::from_secs(600),
+            ))
+        };
+        let cold = run("cold start", sc());
+        let warm = run(
+            "resumed from 495 Mbit/s",
+            Scenario {
+                resume: memory(495_000_000),
+                ..sc()
+            },
+        );
+        let stale = run(
+            "resumed from 1 Gbit/s (the path is half as fast now)",
+            Scenario {
+                resume: memory(1_000_000_000),
+                ..sc()
+            },
+        );
+        let at = |out: &Outcome| first_delivering(out, Duration::ZERO, 0.9 * 0.99, c).unwrap();
+        // The highest rate of the first 4 round trips (probing, 8% above, comes later).
+        let top = |out: &Outcome| {
+            out.rate_timeline
+                .iter()
+                .filter(|p| p.at < rtt * 4)
+                .map(|p| p.rate_bps)
+                .max()
+                .unwrap()
+        };
+        for (name, out) in [("cold", &cold), ("resumed", &warm), ("stale", &stale)] {
+            eprintln!(
+                "  {name}: 90% delivered after {:.2} RTTs, highest rate in 4 RTTs {} Mbit/s, \
+                 resent {:.2}%, \
+                 done in {:.3} s",
+                at(out).as_secs_f64() / rtt.as_secs_f64(),
+                top(out) / 1_000_000,
+                out.resent_share() * 100.0,
+                out.duration.as_secs_f64()
+            );
+        }
+        // At 90% a round trip sooner, never above the path's rate, with no more resent than
+        // the path's loss and its noise.
+        assert!(
+            at(&warm) + rtt <= at(&cold),
+            "{:?} {:?}",
+            at(&warm),
+            at(&cold)
+        );
+        assert!(at(&warm) <= rtt * 3, "{:?}", at(&warm));
+        assert!(top(&warm) <= 500_000_000, "{}", top(&warm));
+        assert!(warm.resent_share() < 0.0125, "{}", warm.resent_share());
+        assert!(warm.resent_share() <= cold.resent_share());
+        assert!(warm.duration < cold.duration);
+        // A memory of a faster path costs no more than a cold start's overshoot.
+        assert!(at(&stale) <= at(&cold), "{:?} {:?}", at(&stale), at(&cold));
+        assert!(stale.resent_share() <= cold.resent_share() + 0.002);
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl Proc {
         if !cmd.get_envs().any(|(k, _)| k == "HURTLE_CODE") {
             cmd.env("HURTLE_CODE", super::TEST_CODE);
         }
+        // Every start is a cold one, and nothing is kept in the user's cache, unless a test
+        // names a file for the path memories.
+        if !cmd.get_envs().any(|(k, _)| k == "HURTLE_PATH_MEMORY") {
+            cmd.env("HURTLE_PATH_MEMORY", "off");
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

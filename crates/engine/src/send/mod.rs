@@ -10,6 +10,7 @@
 //! [`send`] (here) runs a session. The rest, one thing per file:
 //!
 //! - `options`: how to send ([`SendOptions`], [`Transport`], [`default_channels`]).
+//! - `memory`: what earlier transfers learnt of their paths, in a file ([`PathMemories`]).
 //! - `session`: one session from the dial to the summary (`send_once`): set-up while the
 //!   receiver decides, the data path (`open_data_path`, `dial_data`), the early data, threads,
 //!   summary.
@@ -28,6 +29,7 @@
 //! [`ChannelSender`]: hurtle_proto::ChannelSender
 
 mod channels;
+mod memory;
 mod options;
 mod probe;
 mod session;
@@ -35,8 +37,9 @@ mod session_loop;
 mod shared;
 mod summary;
 
+pub use memory::PathMemories;
 pub use options::{default_channels, SendOptions, Transport};
-pub use summary::{BottleneckSummary, RateSummary, SendSummary};
+pub use summary::{BottleneckSummary, RateSummary, ResumedSummary, SendSummary};
 
 use crate::error::SessionError;
 use crate::progress::Progress;

@@ -2,6 +2,7 @@
 //! size, what to read and how, and the secret; the defaults, and the user's rate cap as the
 //! live bottleneck is judged against it.
 
+use super::memory::PathMemories;
 use crate::net::dial::Dialer;
 use hurtle_proto::secure::Secret;
 use hurtle_proto::wire;
@@ -78,6 +79,10 @@ pub struct SendOptions {
     /// Ask for data datagrams in the clear (`--no-encryption`): granted only when the receiver
     /// asks too. Control frames are sealed either way.
     pub no_encryption: bool,
+    /// Where what transfers learnt of their paths is kept: `auto` starts from the last
+    /// transfer's bottleneck to the same receiver, and leaves its own (see [`PathMemories`]).
+    /// `None` (the default): every start is a cold one, and nothing is kept.
+    pub path_memory: Option<PathMemories>,
 }
 
 impl Default for SendOptions {
@@ -99,6 +104,7 @@ impl Default for SendOptions {
             dialer: None,
             secret: None,
             no_encryption: false,
+            path_memory: None,
         }
     }
 }

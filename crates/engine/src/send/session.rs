@@ -10,7 +10,7 @@ use super::options::{user_cap, SendOptions, Transport};
 use super::probe::Prober;
 use super::session_loop::{session_loop, Dialing, LoopState, Outcome, UdpPath, Wires};
 use super::shared::{ChanEvent, Shared, ThreadCmd};
-use super::summary::{BottleneckSummary, Limits, RateSummary, SendSummary};
+use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, SendSummary};
 use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
@@ -25,18 +25,19 @@ use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
+use hurtle_proto::rate::{self, PathMemory};
 use hurtle_proto::secure::{self, DataKey, PacketSeal};
 use hurtle_proto::session::{
     Accepted, Agreed, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped,
 };
 use hurtle_proto::wire::{Control, Entry, EntryKind, HEADER_LEN};
-use hurtle_proto::{rate, ChannelSender, Pacer, RateConfig, RateController, RateMode, SendConfig};
+use hurtle_proto::{ChannelSender, Pacer, RateConfig, RateController, RateMode, SendConfig};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub(super) fn send_once(
     paths: &[PathBuf],
@@ -139,6 +140,7 @@ pub(super) fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
+    let resumed = resume(&mut controller, opts, to);
 
     // Early data: the provisional outcome (every file whole) goes out now, while the receiver
     // decides, within a budget; if the outcome is another, the channels start again below.
@@ -368,6 +370,18 @@ pub(super) fn send_once(
     // ours could reset the connection.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     result?;
+    // What this transfer learnt of the path, for the next one to this receiver (a transfer
+    // never fails for it: the log says why it could not be kept).
+    if let (Some(memories), Some(memory)) = (&opts.path_memory, PathMemory::of(&controller)) {
+        if let Err(e) = memories.remember(to.ip(), memory, SystemTime::now()) {
+            rate_log.line(|| {
+                format!(
+                    "cannot keep the path's memory in {}: {e}",
+                    memories.file().display()
+                )
+            });
+        }
+    }
     let (hashes, rejected, drops) = state.finish();
     let transport = if udp.moved { Transport::Tcp } else { transport };
     let seconds = start.elapsed().as_secs_f64();
@@ -397,7 +411,10 @@ pub(super) fn send_once(
             u64::MAX => None,
             us => Some(us as f64 / 1e3),
         },
-        rate: RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps),
+        rate: RateSummary {
+            resumed,
+            ..RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps)
+        },
         bottleneck: shared.limits.filter(|_| !udp.moved).map(|limits| {
             BottleneckSummary::new(
                 &controller,
@@ -570,6 +587,25 @@ fn controller(
         },
         Instant::now(),
     )
+}
+
+/// Starts `controller` from what the last transfer to this receiver learnt of the path, if
+/// the options keep path memories and that one still fits the path.
+fn resume(
+    controller: &mut RateController,
+    opts: &SendOptions,
+    to: SocketAddr,
+) -> Option<ResumedSummary> {
+    let (memory, age) = opts
+        .path_memory
+        .as_ref()?
+        .recall(to.ip(), SystemTime::now())?;
+    controller.resume(&memory, age)?;
+    Some(ResumedSummary {
+        remembered_bps: memory.bottleneck_bps,
+        remembered_rtt_ms: memory.rtt.as_secs_f64() * 1e3,
+        age_s: age.as_secs(),
+    })
 }
 
 /// The channel threads of a session: each serves a share of the channels, sending their

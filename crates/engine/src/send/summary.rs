@@ -164,6 +164,20 @@ pub struct RateSummary {
     pub path_bps: Option<u64>,
     /// The share of datagrams random loss took, as the controller estimated it at the end.
     pub random_loss: Option<f64>,
+    /// The start from the last transfer to this receiver, if there was one (see
+    /// [`PathMemories`](super::PathMemories)).
+    pub resumed: Option<ResumedSummary>,
+}
+
+/// A start from what the last transfer to the same receiver learnt of the path.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResumedSummary {
+    /// The bottleneck that transfer's model found, bits per second.
+    pub remembered_bps: u64,
+    /// Its round-trip time, milliseconds.
+    pub remembered_rtt_ms: f64,
+    /// How long ago it ended, seconds.
+    pub age_s: u64,
 }
 
 impl RateSummary {
@@ -221,6 +235,7 @@ impl RateSummary {
                 .and_then(|m| m.bottleneck_bps())
                 .map(|b| b as u64),
             random_loss: ctl.random_loss(),
+            resumed: None,
         }
     }
 }

@@ -20,6 +20,14 @@
 //!
 //! At the end, [`bottleneck`] names what limited the transfer from the controller's view.
 //!
+//! **A path seen before** ([`PathMemory`], after the careful-resume idea of QUIC and TCP): a
+//! transfer that ends past startup leaves its model's bottleneck and the RTT it measured; the
+//! next one to the same receiver within [`MEMORY_LIFETIME`], on a round-trip time within a
+//! factor of two of that one's, starts at half that bottleneck instead of the cold start, and
+//! its startup stops at the bottleneck remembered ([`RateController::resume`]). A path that
+//! got slower since shows it in the first round's reports, as any congestion does; one that got
+//! faster is found by probing.
+//!
 //! Every change is recorded with its reason ([`RateChange`]) for the progress line, the JSON
 //! summary and the channel logs. The controller is pure: time comes in as arguments.
 
@@ -77,6 +85,47 @@ pub fn initial_rate(floor_bps: u64, payload: u16, rtt: Duration) -> u64 {
 /// every 10 ms (a report costs the receiver's session loop a wake-up) and at least every 500 ms.
 pub fn report_interval(rtt: Duration) -> Duration {
     (rtt / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
+/// How long what a transfer learnt of a path is used for the next one (see [`PathMemory`]).
+pub const MEMORY_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// What a transfer learnt of its path, for the next one to the same receiver: `auto`'s
+/// bottleneck at its end and the round-trip time measured at its start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathMemory {
+    /// The model's bottleneck rate, bits per second.
+    pub bottleneck_bps: u64,
+    /// The round-trip time the transfer measured at its handshake.
+    pub rtt: Duration,
+}
+
+impl PathMemory {
+    /// What a finished transfer leaves for the next one: `None` unless its controller is
+    /// `auto` and left startup (a model still in startup knows only a lower bound).
+    pub fn of(ctl: &RateController) -> Option<PathMemory> {
+        let model = ctl.model()?;
+        if model.phase() == model::Phase::Startup {
+            return None;
+        }
+        let bps = model.bottleneck_bps()?;
+        (bps.is_finite() && bps >= 1.0).then(|| PathMemory {
+            bottleneck_bps: bps.min(u64::MAX as f64 / 2.0) as u64,
+            rtt: ctl.config().rtt,
+        })
+    }
+
+    /// Whether this memory, `age` old, still describes a path whose round trip measures `rtt`
+    /// now: younger than [`MEMORY_LIFETIME`], and the round trip within a factor of two (and a
+    /// millisecond, for the noise of short paths) of the remembered one; another round trip is
+    /// another path.
+    pub fn fits(&self, age: Duration, rtt: Duration) -> bool {
+        let slack = Duration::from_millis(1);
+        age <= MEMORY_LIFETIME
+            && self.bottleneck_bps > 0
+            && rtt <= self.rtt * 2 + slack
+            && rtt * 2 + slack >= self.rtt
+    }
 }
 
 impl RateConfig {
@@ -374,6 +423,28 @@ impl RateController {
         };
         c.record(now, Reason::Start);
         c
+    }
+
+    /// Starts from a path seen before, if `memory` (`age` old) still [fits](PathMemory::fits)
+    /// it and the mode is `auto`: at half the remembered bottleneck (if that is above the
+    /// configured start; never above the ceiling), with startup ending at the bottleneck
+    /// remembered. Call it before the first report. Returns the start rate it set, if it did.
+    pub fn resume(&mut self, memory: &PathMemory, age: Duration) -> Option<u64> {
+        let model = self.model.as_mut()?;
+        if self.changes != 1 || !memory.fits(age, self.cfg.rtt) {
+            return None;
+        }
+        let ceiling = self.cfg.ceiling_bps.max(self.cfg.min_bps).max(1) as f64;
+        let remembered = (memory.bottleneck_bps as f64).min(ceiling);
+        model.resume(remembered);
+        let half = remembered / 2.0;
+        if half > self.rate {
+            self.rate = half;
+            if let Some(start) = self.timeline.first_mut() {
+                start.rate_bps = half as u64;
+            }
+        }
+        Some(self.rate as u64)
     }
 
     /// Current rate, bits per second.
@@ -1066,6 +1137,132 @@ mod tests {
         drive(&mut c, &mut t, 100, bottleneck(300e6));
         let r = c.rate_bps() as f64;
         assert!((270e6..=330e6).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn a_memory_fits_a_path_of_the_same_round_trip_within_its_lifetime() {
+        let m = PathMemory {
+            bottleneck_bps: 500_000_000,
+            rtt: Duration::from_millis(150),
+        };
+        let hour = Duration::from_secs(3600);
+        assert!(m.fits(hour, Duration::from_millis(150)));
+        assert!(m.fits(hour, Duration::from_millis(290)));
+        assert!(m.fits(hour, Duration::from_millis(80)));
+        assert!(!m.fits(hour, Duration::from_millis(320)), "another path");
+        assert!(!m.fits(hour, Duration::from_millis(70)), "another path");
+        assert!(!m.fits(MEMORY_LIFETIME + hour, Duration::from_millis(150)));
+        // Loopback's round trips move by more than a factor of two: a millisecond of slack.
+        let lo = PathMemory {
+            bottleneck_bps: 5_000_000_000,
+            rtt: Duration::from_micros(40),
+        };
+        assert!(lo.fits(hour, Duration::from_micros(300)));
+    }
+
+    /// A controller of [`cfg`], resumed from a memory of `bps` on its 50 ms path.
+    fn resumed_from(bps: u64, t: Instant) -> RateController {
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        let memory = PathMemory {
+            bottleneck_bps: bps,
+            rtt: Duration::from_millis(50),
+        };
+        assert_eq!(c.resume(&memory, Duration::from_secs(60)), Some(bps / 2));
+        assert_eq!(c.timeline()[0].rate_bps, bps / 2);
+        c
+    }
+
+    #[test]
+    fn a_resumed_start_reaches_the_remembered_bottleneck_without_overshoot() {
+        let mut t = Instant::now();
+        let mut c = resumed_from(3_000_000_000, t);
+        let mut reports = 0;
+        while c.in_startup() {
+            drive(&mut c, &mut t, 1, bottleneck(3e9));
+            reports += 1;
+            // Two round trips of 4 reports at most: the first sample at half, then there.
+            assert!(reports <= 8, "{:?}", c.timeline());
+        }
+        let top = c.timeline().iter().map(|ch| ch.rate_bps).max().unwrap();
+        assert!(top <= 3_000_000_000, "{:?}", c.timeline());
+        assert_eq!(c.model().unwrap().phase(), model::Phase::Cruise);
+        // A cold start on the same path takes longer and overshoots.
+        let mut t = Instant::now();
+        let mut cold = RateController::new(cfg(RateMode::Auto), t);
+        let mut cold_reports = 0;
+        while cold.rate_bps() < 2_700_000_000 {
+            drive(&mut cold, &mut t, 1, bottleneck(3e9));
+            cold_reports += 1;
+        }
+        assert!(
+            cold_reports > reports + 4,
+            "{cold_reports} against {reports}"
+        );
+        // Past it, cruising within 10% as after any start.
+        drive(&mut c, &mut t, 100, bottleneck(3e9));
+        let r = c.rate_bps() as f64;
+        assert!((2.7e9..=3.3e9).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn a_resumed_start_on_a_path_that_slowed_down_settles_at_the_new_bottleneck() {
+        let mut t = Instant::now();
+        // Remembered 3 Gbit/s; the path takes a third of it now.
+        let mut c = resumed_from(3_000_000_000, t);
+        let mut reports = 0;
+        while c.in_startup() {
+            drive(&mut c, &mut t, 1, bottleneck(1e9));
+            reports += 1;
+            assert!(reports <= 16, "{:?}", c.timeline());
+        }
+        drive(&mut c, &mut t, 100, bottleneck(1e9));
+        let r = c.rate_bps() as f64;
+        assert!((0.9e9..=1.1e9).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn a_memory_is_not_used_by_other_modes_after_the_start_or_for_another_path() {
+        let t = Instant::now();
+        let memory = PathMemory {
+            bottleneck_bps: 3_000_000_000,
+            rtt: Duration::from_millis(50),
+        };
+        let day = Duration::from_secs(60);
+        for mode in [RateMode::Fair, RateMode::Fixed] {
+            let mut c = RateController::new(cfg(mode), t);
+            assert_eq!(c.resume(&memory, day), None, "{mode:?}");
+        }
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        let other = PathMemory {
+            rtt: Duration::from_millis(200),
+            ..memory
+        };
+        assert_eq!(c.resume(&other, day), None);
+        assert_eq!(c.rate_bps(), 50_000_000);
+        let mut t2 = t;
+        drive(&mut c, &mut t2, 2, bottleneck(3e9));
+        assert_eq!(c.resume(&memory, day), None, "after the start");
+        // Never above the ceiling.
+        let mut capped = RateController::new(
+            RateConfig {
+                ceiling_bps: 1_000_000_000,
+                ..cfg(RateMode::Auto)
+            },
+            t,
+        );
+        assert_eq!(capped.resume(&memory, day), Some(500_000_000));
+        // And a finished transfer leaves a memory only past startup.
+        assert_eq!(
+            PathMemory::of(&RateController::new(cfg(RateMode::Auto), t)),
+            None
+        );
+        let (settled, _) = cruising_at_300();
+        let m = PathMemory::of(&settled).unwrap();
+        assert!(
+            (270_000_000..=330_000_000).contains(&m.bottleneck_bps),
+            "{m:?}"
+        );
+        assert_eq!(m.rtt, Duration::from_millis(50));
     }
 
     #[test]

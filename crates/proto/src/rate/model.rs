@@ -38,6 +38,12 @@
 //! [`BW_WINDOW_ROUNDS`] rounds gets it back at once (a dip of a moment costs a few round trips, not a climb of many probe steps), and a
 //! path that did slow down does not take the probe.
 //!
+//! A **resumed** startup ([`Model::resume`], a path seen before: see [`super::PathMemory`])
+//! starts at half the bottleneck remembered and grows as any startup does, but to no more than
+//! that bottleneck; once a round's sample reaches [`RESUMED_SHARE`] of it, the path is as it
+//! was and the model goes to `Cruise` at the sample (no overshoot to drain). A path slower
+//! than remembered ends startup as a cold one does (its queue or its stalled growth).
+//!
 //! The gains stay within 10% of the bottleneck once startup is over, so a settled transfer's
 //! rate moves within that band; a path that got faster is found by the doubling probe step.
 
@@ -70,6 +76,8 @@ const RESTORE_AFTER_CUT: f64 = 0.8;
 const MAX_DRAIN_ROUNDS: u32 = 6;
 /// A report with fewer datagrams than this is no delivery sample (too few to time).
 const MIN_SAMPLE_DATAGRAMS: u64 = 4;
+/// A resumed startup ends once a sample reaches this share of the bottleneck remembered.
+pub const RESUMED_SHARE: f64 = 0.9;
 
 /// The queueing delay `auto` keeps under: the larger of 15 ms and an eighth of the RTT.
 pub fn queue_target(rtt: Duration) -> Duration {
@@ -160,6 +168,8 @@ pub struct Model {
     /// behind (with how many reports in a row).
     queue_since: Option<Instant>,
     behind_since: Option<(Instant, u32)>,
+    /// A resumed startup: the bottleneck an earlier transfer found on this path.
+    resumed: Option<f64>,
 }
 
 impl Model {
@@ -189,6 +199,15 @@ impl Model {
             cut_from: None,
             queue_since: None,
             behind_since: None,
+            resumed: None,
+        }
+    }
+
+    /// Makes startup a resumed one: growing to no more than `bottleneck_bps`, an earlier
+    /// transfer's bottleneck on this path (see the module docs).
+    pub fn resume(&mut self, bottleneck_bps: f64) {
+        if self.phase == Phase::Startup && bottleneck_bps.is_finite() && bottleneck_bps > 0.0 {
+            self.resumed = Some(bottleneck_bps);
         }
     }
 
@@ -434,7 +453,19 @@ impl Model {
                     }
                     None => {
                         let grown = startup_gain(self.rtt, fb.interval) * bw;
-                        (grown > rate).then_some((grown, Reason::Startup))
+                        match self.resumed {
+                            // The path takes what it took before: no surplus to find.
+                            Some(before) if bw >= before * RESUMED_SHARE => {
+                                self.resumed = None;
+                                self.enter(Phase::Cruise, now);
+                                Some((bw, Reason::Cruise))
+                            }
+                            Some(before) => {
+                                let grown = grown.min(before);
+                                (grown > rate).then_some((grown, Reason::Startup))
+                            }
+                            None => (grown > rate).then_some((grown, Reason::Startup)),
+                        }
                     }
                 }
             }
