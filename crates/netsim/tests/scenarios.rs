@@ -210,7 +210,10 @@ mod long_delay {
             },
             ms(2500),
         );
-        assert!(out.resent_share() < 0.05, "{out}");
+        // 4 MiB leave in a fifth of a round trip, so nearly every repair is one of the tail,
+        // which goes twice (`SendConfig::tail_copies`): 2% loss costs about 4% resent, here
+        // 5.6% with the repairs that were lost too (2.8% before the second copies).
+        assert!(out.resent_share() < 0.07, "{out}");
     }
 }
 
@@ -636,7 +639,9 @@ mod resume {
             ms(500),
         );
         assert_eq!(out.blocks_rejected, 3, "{out}");
-        assert_eq!(out.repair_bytes, 3 * 16 * 1024, "{out}");
+        // Each block once, and once more: nothing new is left, so a repair is the tail's and
+        // goes twice.
+        assert_eq!(out.repair_bytes, 2 * 3 * 16 * 1024, "{out}");
     }
 
     #[test]

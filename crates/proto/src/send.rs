@@ -15,6 +15,13 @@
 //! `repair_share` of the bytes sent (a token bucket capped at `credit_cap`), so a loss storm
 //! cannot starve the new data; once the stripe is fully sent, repairs get the whole rate.
 //!
+//! **The tail.** Once the stripe is fully sent, every repair is what the transfer waits for,
+//! and a lost one is asked for again only after the receiver's `nack_retry` (a round trip and
+//! more): at 1% loss the last round trip's few dozen repairs lose one about every other
+//! transfer. So a repair sent in the tail goes twice: its second copy follows the batch of
+//! first copies, up to `tail_copies` bytes per `repair_echo` (bounding the cost when the tail
+//! is a long outage's worth of repairs).
+//!
 //! A resumed transfer starts with blocks the receiver already holds ([`ChannelSender::hold`]).
 //! The cursor does not send them: when it reaches one it returns a [`RunKind::Held`] run of the
 //! whole block, which the driver reads and hashes (so the receiver can check its copy against
@@ -40,6 +47,9 @@ pub struct SendConfig {
     /// sender's queue), and is not answered with another copy. About a round trip and the
     /// path's queueing; zero answers every NACK.
     pub repair_echo: Duration,
+    /// Most bytes of second copies of repairs sent once the stripe is fully sent, per
+    /// `repair_echo` (or per 100 ms if that is zero); zero sends no second copies.
+    pub tail_copies: u64,
 }
 
 impl Default for SendConfig {
@@ -49,6 +59,7 @@ impl Default for SendConfig {
             credit_cap: 1 << 20,
             final_interval: Duration::from_millis(100),
             repair_echo: Duration::ZERO,
+            tail_copies: 256 << 10,
         }
     }
 }
@@ -127,6 +138,10 @@ pub struct ChannelSender {
     stats: SendStats,
     /// Repairs sent within the last `cfg.repair_echo`: (when, stripe range), oldest first.
     recent_repairs: VecDeque<(Instant, u64, u64)>,
+    /// Tail repairs to send a second time, after the first copies.
+    copies: RangeSet,
+    /// Since when second copies are counted against `cfg.tail_copies`, and their bytes.
+    copy_window: (Instant, u64),
     /// Every range ever held ([`ChannelSender::hold`]), kept after the cursor passes them.
     held_all: RangeSet,
 }
@@ -148,6 +163,8 @@ impl ChannelSender {
             cfg,
             stats: SendStats::default(),
             recent_repairs: VecDeque::new(),
+            copies: RangeSet::new(),
+            copy_window: (Instant::now(), 0),
             held_all: RangeSet::new(),
         }
     }
@@ -195,6 +212,7 @@ impl ChannelSender {
             self.repair.remove(r);
         }
         self.recent_repairs.clear();
+        self.copies = RangeSet::new();
         self.fin = Final::NotSent;
         self.repair.total().saturating_sub(before)
     }
@@ -205,11 +223,26 @@ impl ChannelSender {
         let max_len = max_len.max(1);
         let new_left = self.next_new < self.stripe_len;
         let repair_allowed = !self.repair.is_empty() && (!new_left || self.credit >= 0.0);
-        if repair_allowed {
-            let first = self.repair.first()?;
+        if repair_allowed || (!new_left && !self.copies.is_empty()) {
+            // First copies, then second ones.
+            let copy = !repair_allowed;
+            let first = if copy {
+                self.copies.first()?
+            } else {
+                self.repair.first()?
+            };
             let to_block_end = layout.resolve(self.channel, first.start)?.to_block_end;
             let len = (first.end - first.start).min(to_block_end).min(max_len);
-            self.repair.remove(first.start..first.start + len);
+            let range = first.start..first.start + len;
+            if copy {
+                self.copies.remove(range);
+            } else {
+                self.repair.remove(range.clone());
+                self.copies.remove(range.clone());
+                if !new_left && self.copy_allowed(len, now) {
+                    self.copies.insert(range);
+                }
+            }
             if new_left {
                 self.credit -= len as f64;
             }
@@ -264,6 +297,24 @@ impl ChannelSender {
         })
     }
 
+    /// Whether a second copy of a tail repair of `len` bytes fits `cfg.tail_copies` now (and
+    /// counts it if so).
+    fn copy_allowed(&mut self, len: u64, now: Instant) -> bool {
+        let window = if self.cfg.repair_echo.is_zero() {
+            Duration::from_millis(100)
+        } else {
+            self.cfg.repair_echo
+        };
+        if now.saturating_duration_since(self.copy_window.0) >= window {
+            self.copy_window = (now, 0);
+        }
+        let fits = self.copy_window.1 + len <= self.cfg.tail_copies;
+        if fits {
+            self.copy_window.1 += len;
+        }
+        fits
+    }
+
     /// The receiver asks for these stripe ranges again. Ranges beyond what was sent are ignored
     /// (that data is on its way); returns the bytes newly queued.
     /// Bytes repaired less than [`SendConfig::repair_echo`] before `now` are not queued again.
@@ -307,6 +358,7 @@ impl ChannelSender {
     pub fn on_channel_done(&mut self) {
         if self.repair.is_empty() {
             self.fin = Final::Acked;
+            self.copies = RangeSet::new();
         }
     }
 
@@ -338,7 +390,7 @@ impl ChannelSender {
 
     /// True when `poll_run` would return a run.
     pub fn has_work(&self) -> bool {
-        self.next_new < self.stripe_len || !self.repair.is_empty()
+        self.next_new < self.stripe_len || !self.repair.is_empty() || !self.copies.is_empty()
     }
 
     /// Stripe length, which the final marker announces.
@@ -448,6 +500,73 @@ mod tests {
     }
 
     #[test]
+    fn a_repair_in_the_tail_goes_twice_within_a_budget_and_one_before_it_once() {
+        // One channel, blocks of 4096 over 10,000 bytes.
+        let l = layout();
+        let cfg = SendConfig {
+            tail_copies: 3000,
+            repair_echo: Duration::from_millis(100),
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&l, 0, cfg);
+        let t0 = Instant::now();
+        let runs = |s: &mut ChannelSender, at| -> Vec<(u64, u64, RunKind)> {
+            std::iter::from_fn(|| s.poll_run(&l, 1000, at))
+                .map(|r| (r.pos, r.len, r.kind))
+                .collect()
+        };
+        // While new data flows, a repair goes once.
+        assert_eq!(s.poll_run(&l, 1000, t0).unwrap().len, 1000);
+        s.on_nack(&[(0, 500)], t0);
+        let before_tail = runs(&mut s, t0);
+        assert_eq!(
+            before_tail
+                .iter()
+                .filter(|r| r.2 == RunKind::Repair)
+                .collect::<Vec<_>>(),
+            vec![&(0, 500, RunKind::Repair)]
+        );
+        // In the tail: each repair again after the first copies, 3000 bytes' worth per
+        // window; what does not fit goes once.
+        s.on_nack(&[(1000, 3000), (5000, 7000)], t0);
+        let tail = runs(&mut s, t0);
+        assert_eq!(
+            tail,
+            vec![
+                (1000, 1000, RunKind::Repair),
+                (2000, 1000, RunKind::Repair),
+                (5000, 1000, RunKind::Repair),
+                (6000, 1000, RunKind::Repair),
+                (1000, 1000, RunKind::Repair),
+                (2000, 1000, RunKind::Repair),
+                (5000, 1000, RunKind::Repair),
+            ]
+        );
+        assert!(!s.has_work());
+        // The next window has its own budget; a confirmed stripe drops what is left.
+        let t1 = t0 + Duration::from_millis(150);
+        s.on_nack(&[(8192, 9192)], t1);
+        assert_eq!(s.poll_run(&l, 1000, t1).unwrap().pos, 8192);
+        assert!(s.has_work(), "its second copy");
+        assert!(s.poll_final(t1));
+        s.on_channel_done();
+        assert!(s.is_done() && !s.has_work());
+        assert_eq!(s.poll_run(&l, 1000, t1), None);
+        // Without a budget, none.
+        let mut none = ChannelSender::new(
+            &l,
+            0,
+            SendConfig {
+                tail_copies: 0,
+                ..SendConfig::default()
+            },
+        );
+        while none.poll_run(&l, 5000, t0).is_some() {}
+        none.on_nack(&[(0, 100)], t0);
+        assert_eq!(runs(&mut none, t0), vec![(0, 100, RunKind::Repair)]);
+    }
+
+    #[test]
     fn nacks_for_unsent_data_are_ignored_and_reopen_a_confirmed_channel() {
         let l = layout();
         let mut s = ChannelSender::new(&l, 0, SendConfig::default());
@@ -517,6 +636,9 @@ mod tests {
         // The receiver's copy of the held block turned out wrong: it is asked for and resent.
         assert!(s.poll_final(Instant::now()));
         assert_eq!(s.on_nack(&[(4096, 8192)], Instant::now()), 4096);
+        let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
+        assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
+        // In the tail: its second copy, then nothing.
         let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
         assert_eq!(s.poll_run(&l, 5000, Instant::now()), None);
