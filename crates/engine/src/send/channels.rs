@@ -11,6 +11,7 @@ use crate::net::link::LinkOut;
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver, Sender};
 use hurtle_proto::hash::block_value;
+use hurtle_proto::secure::PacketNumbers;
 use hurtle_proto::wire::{self, Header, Kind, HEADER_LEN};
 use hurtle_proto::{ChannelSender, Pacer, RunKind};
 use std::sync::atomic::Ordering;
@@ -182,7 +183,9 @@ pub(super) struct ChannelWorker {
     pub(super) shared: Arc<Shared>,
     pub(super) events: Sender<ChanEvent>,
     pub(super) log: NetLog,
-    pub(super) packet: u64,
+    /// The channel's data packet numbers (data and final markers): never one twice, and the
+    /// session ends when they are used up.
+    pub(super) packets: PacketNumbers,
     /// The shared rate last applied to this channel's pacer.
     pub(super) rate_seen: u64,
     /// How many channels shared it then.
@@ -372,14 +375,13 @@ impl ChannelWorker {
             // Headers only: the link gathers each datagram from its header and its slice of
             // `data`, which is not copied.
             for (i, piece) in data.chunks(payload).enumerate() {
-                self.packet += 1;
                 let at = i * HEADER_LEN;
                 Header {
                     kind: Kind::Data,
                     flags,
                     channel: self.ch,
                     session: self.shared.session,
-                    packet: self.packet,
+                    packet: self.packets.next_number()?,
                     file: span.file,
                     offset: span.offset + (i * payload) as u64,
                     len: piece.len() as u16,
@@ -409,7 +411,10 @@ impl ChannelWorker {
             self.log.line(|| {
                 format!(
                     "send {:?} pos={} len={} datagrams={n} pkt={}",
-                    run.kind, run.pos, run.len, self.packet
+                    run.kind,
+                    run.pos,
+                    run.len,
+                    self.packets.last()
                 )
             });
             self.pacer.on_sent(now, total as u64);
@@ -425,14 +430,13 @@ impl ChannelWorker {
         }
         // The final marker.
         if self.sender.poll_final(now) {
-            self.packet += 1;
             let mut fin = [0u8; HEADER_LEN];
             Header {
                 kind: Kind::Final,
                 flags: 0,
                 channel: self.ch,
                 session: self.shared.session,
-                packet: self.packet,
+                packet: self.packets.next_number()?,
                 file: 0,
                 offset: self.sender.stripe_len(),
                 len: 0,
