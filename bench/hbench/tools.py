@@ -529,7 +529,7 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
     if sweep == "channels":
         out = out + [Hurtle(f"channels={c}", channels=c) for c in (1, 2, 4, 8, 16)]
     elif sweep == "payload":
-        out = out + [Hurtle(f"payload={p}", payload=p) for p in (512, 1024, 1384, 4096, 8900)]
+        out = out + [Hurtle(f"payload={p}", payload=p) for p in (512, 1024, 1396, 4096, 8900)]
     elif sweep == "tcpgrid":
         out = out + [Hurtle(f"transport=tcp,channels={c},chunk={ch}", transport="tcp", channels=c, chunk_size=ch)
                      for c in (1, 2, 4, 8, 16) for ch in ("64K", "256K", "1M", "4M", "16M")]

@@ -9,7 +9,7 @@ use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, Instant};
 
-const SESSION: u64 = 0;
+const SESSION: u32 = 0;
 
 fuzz_target!(|data: &[u8]| {
     let layout = Layout::new(&[10_000, 0, 5000], 1024, 2).unwrap();

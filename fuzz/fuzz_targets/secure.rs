@@ -3,13 +3,13 @@
 //! a receiver holding a code. Never a panic; nothing forged ever opens.
 #![no_main]
 use hurtle_proto::secure::{answer, offered_key, Offer, Secret};
-use hurtle_proto::wire::Control;
+use hurtle_proto::wire::{Control, DEFAULT_PAYLOAD};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let secret = Secret::code("1234-fuzz-code");
     // The hello the sender sends in the clear behind its `Agree` (bound into the keys).
-    let hello = Control::hello(0, 4, 1384, 1 << 20, 7);
+    let hello = Control::hello(0, 4, DEFAULT_PAYLOAD, 1 << 20, 7);
     // Keys both sides would hold after a real agreement.
     let (offer, first) = Offer::new(&secret, false, &hello);
     let Ok((mut receiver, reply)) = answer(&secret, &first, &hello, false) else {
@@ -21,7 +21,8 @@ fuzz_target!(|data: &[u8]| {
 
     // A sealed datagram: whatever the bytes, it does not open (the key is unknown to them).
     let mut datagram = data.to_vec();
-    let channel = if data.len() >= 4 { u16::from_be_bytes([data[2], data[3]]) } else { 0 };
+    // The opener of the channel the header names (byte 1), so that the bytes reach the AEAD.
+    let channel = data.get(1).copied().map_or(0, u16::from);
     assert!(receiver.data.opener(channel).open(&mut datagram).is_err());
 
     // A sealed control frame.

@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
 
     let params = SenderParams {
         channels: 4,
-        payload: 1384,
+        payload: hurtle_proto::wire::DEFAULT_PAYLOAD,
         block_size: 1 << 16,
         session: 7,
         tcp: pick % 2 == 1,

@@ -309,7 +309,7 @@ pub struct SendFlags {
     #[command(flatten)]
     pub rate: RateArgs,
     /// Largest datagram payload to try, in bytes (512 to 8900). The handshake lowers it to what
-    /// the path carries: 1384 on a 1500-byte path, more with jumbo frames or on loopback.
+    /// the path carries: 1396 on a 1500-byte path, more with jumbo frames or on loopback.
     #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
     pub payload: u16,
     /// Follow symbolic links instead of skipping them.

@@ -240,7 +240,7 @@ fn man_in_the_middle(receiver: SocketAddr, guess: &'static str) -> SocketAddr {
             to_receiver
                 .set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
-            let hello = Control::hello(0, 1, 1384, 1 << 20, 1);
+            let hello = Control::hello(0, 1, hurtle_proto::wire::DEFAULT_PAYLOAD, 1 << 20, 1);
             let (offer, first) = Offer::new(&secret, false, &hello);
             let _ = to_receiver.write_all(&first.to_frame());
             let _ = to_receiver.write_all(&hello.to_frame());

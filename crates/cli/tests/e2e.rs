@@ -214,7 +214,7 @@ fn sizes_around_payload_and_chunk_boundaries_arrive_byte_exact() {
     let out = t.path().join("out");
     let mut r = start_receiver(&out, &["--serve"]);
     // The 1500-byte-path payload, and the largest (which loopback carries).
-    for payload in [1384u64, 8900] {
+    for payload in [wire::DEFAULT_PAYLOAD, wire::MAX_PAYLOAD].map(u64::from) {
         let sizes = [
             payload * 1000 + 17, // not a multiple of the payload
             1,
@@ -855,7 +855,7 @@ fn garbage_on_control_port_is_dropped_and_serve_survives() {
         version: wire::VERSION,
         caps: 0,
         channels: 1,
-        payload: 1384,
+        payload: wire::DEFAULT_PAYLOAD,
         block_size: 1 << 20,
         session: 1,
     });
@@ -1159,12 +1159,12 @@ fn resumes_after(kill: Kill) {
     // dropped as superseded, not counted as rejected.
     assert_eq!(rj["rejected"].as_u64().unwrap(), 0, "{rj}");
     // What was resumed was not sent again: the datagrams sent once (repairs of what the
-    // receiver's sockets dropped aside; each carries at least 1384 bytes, but the last of a
-    // block) hold no more than what was missing.
+    // receiver's sockets dropped aside; each carries at least the default payload, but the
+    // last of a block) hold no more than what was missing.
     let sent = sj["datagrams_sent"].as_u64().unwrap();
     let first = sent - sj["datagrams_resent"].as_u64().unwrap();
     assert!(
-        first * 1384 < 64 * MIB - resumed + 2 * MIB,
+        first * u64::from(wire::DEFAULT_PAYLOAD) < 64 * MIB - resumed + 2 * MIB,
         "{first} datagrams sent once: {sj} {rj}"
     );
 }
@@ -1669,6 +1669,7 @@ fn send_sparse(src: &Path, out: &Path, transport: &str) -> (Value, Value) {
     let r = start_receiver(out, &["--json"]);
     // One payload size all through (probing would otherwise move it up while data flows), so
     // the count of first transmissions says how many bytes were sent.
+    let payload = wire::DEFAULT_PAYLOAD.to_string();
     let args = [
         "--json",
         "--chunk-size",
@@ -1676,7 +1677,7 @@ fn send_sparse(src: &Path, out: &Path, transport: &str) -> (Value, Value) {
         "--transport",
         transport,
         "--payload",
-        "1384",
+        &payload,
     ];
     let s = proc::send(r.addr, &[src], &args);
     s.assert_success();

@@ -233,7 +233,7 @@ pub(crate) mod testing {
 
     /// A hello for agreements in tests.
     pub(crate) fn hello() -> Control {
-        Control::hello(0, 1, 1384, 1 << 20, 1)
+        Control::hello(0, 1, hurtle_proto::wire::DEFAULT_PAYLOAD, 1 << 20, 1)
     }
 
     /// The receiver's side of an agreement on `r`: reads the offer and hello, answers with a

@@ -50,6 +50,10 @@ pub enum SessionError {
     /// The receiver confirmed a file before it could have had it.
     #[error("protocol error: the receiver confirmed file {0} before it was sent")]
     EarlyConfirmation(u32),
+    /// A channel sent all the datagrams its packet numbers allow under one key (2^47, far more
+    /// than any transfer needs): a packet number is never used twice, so the session ends.
+    #[error(transparent)]
+    PacketsExhausted(#[from] hurtle_proto::secure::PacketsExhausted),
     /// A thread of this side's session ended before it should have: a bug, said as one.
     #[error("internal error: {0}")]
     Internal(&'static str),

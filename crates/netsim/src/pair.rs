@@ -114,7 +114,9 @@ use crate::session::Fault;
 use hurtle_proto::admit::{ReportFacts, Tally};
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::{PathMemory, Reason};
-use hurtle_proto::wire::{Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN};
+use hurtle_proto::wire::{
+    Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
+};
 use hurtle_proto::wire::{FrameError, MAX_FRAME};
 use hurtle_proto::{
     Admission, Admit, ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig,
@@ -180,7 +182,7 @@ pub struct Scenario {
     pub nack_loss: f64,
     /// Probability that a final-marker datagram is dropped before it reaches the link.
     pub final_loss: f64,
-    /// Probability that one bit of a data datagram's 40-byte header is flipped before sending.
+    /// Probability that one bit of a data datagram's 28-byte header is flipped before sending.
     pub header_corrupt: f64,
     /// After every this many genuine datagrams, one forged datagram is injected at the receiver
     /// (cycling through [`Forgery`] kinds); 0 disables the injector.
@@ -274,15 +276,13 @@ pub enum Forgery {
     WrongFinal,
     /// A probe datagram during the data phase.
     Probe,
-    /// An unknown kind byte.
+    /// An unknown kind.
     BadKind,
-    /// A length field that does not match the payload.
-    BadLength,
     /// Fewer bytes than a header.
     Truncated,
 }
 
-const FORGERIES: [Forgery; 10] = [
+const FORGERIES: [Forgery; 9] = [
     Forgery::WrongSession,
     Forgery::PastEndOfFile,
     Forgery::CrossesBlock,
@@ -291,7 +291,6 @@ const FORGERIES: [Forgery; 10] = [
     Forgery::WrongFinal,
     Forgery::Probe,
     Forgery::BadKind,
-    Forgery::BadLength,
     Forgery::Truncated,
 ];
 
@@ -544,8 +543,8 @@ mod stream {
 }
 
 /// The session id a sender seeded with `seed` picks (odd, as the engine's are).
-pub(crate) fn session_id(seed: u64) -> u64 {
-    SimRng::new(seed, stream::SESSION).next_u64() | 1
+pub(crate) fn session_id(seed: u64) -> u32 {
+    (SimRng::new(seed, stream::SESSION).next_u64() >> 32) as u32 | 1
 }
 
 /// The bytes of file `index` of a scenario seeded with `seed`.
@@ -823,7 +822,7 @@ pub(crate) struct SenderSide {
     /// the provisional outcome: see `Pair::sender_begins`).
     layout: Layout,
     /// The session id of its datagrams.
-    session: u64,
+    session: u32,
     /// Early data: new bytes it may still send before its outcome is known; `None` once it
     /// is (and for a plain scenario). Its block values go at once all the same, tagged with
     /// [`SenderSide::session`].
@@ -855,7 +854,7 @@ pub(crate) struct ReceiverSide {
     pub(crate) file_hashes: Vec<Option<[u8; 32]>>,
     /// The session id of superseded early data, whose block values are dropped (`None` for
     /// a plain scenario, and when the data phase's session is the early data's).
-    superseded: Option<u64>,
+    superseded: Option<u32>,
     /// Block values fed to the verifier, of them the early data's from the set-up, and the
     /// superseded ones dropped.
     values_expected: u64,
@@ -876,7 +875,7 @@ pub(crate) struct ReceiverSide {
 #[derive(Debug)]
 pub(crate) struct DataPlan {
     pub(crate) layout: Layout,
-    pub(crate) session: u64,
+    pub(crate) session: u32,
     /// The sender's bytes of each file of the layout (empty for a file not sent).
     pub(crate) snd_files: Vec<Vec<u8>>,
     /// The receiver's copy of each file at the start: zeros, or a part file's held blocks.
@@ -914,7 +913,7 @@ impl DataPlan {
             held[usize::from(ch)].push(stripe);
         }
         Ok(DataPlan {
-            session: SimRng::new(sc.seed, stream::SESSION).next_u64(),
+            session: (SimRng::new(sc.seed, stream::SESSION).next_u64() >> 32) as u32,
             layout,
             snd_files,
             rcv_files,
@@ -1010,7 +1009,7 @@ fn receiver_side(
     rcv_files: Vec<Vec<u8>>,
     (t0, start): (Instant, Instant),
     report_every: Option<Duration>,
-    superseded: Option<u64>,
+    superseded: Option<u32>,
 ) -> Result<ReceiverSide, String> {
     let layout = &plan.layout;
     let channels = layout.channels();
@@ -1081,7 +1080,7 @@ pub struct Pair {
     pub(crate) sc: Scenario,
     /// The receiver's layout and session id (the sender's are its own: see `SenderSide`).
     pub(crate) layout: Layout,
-    session: u64,
+    session: u32,
     pub(crate) t0: Instant,
     pub(crate) now: Instant,
     pub(crate) steps: u64,
@@ -1299,7 +1298,7 @@ impl Pair {
         mut plan: DataPlan,
         now: Instant,
         report_every: Duration,
-        early: u64,
+        early: u32,
     ) -> Result<(), String> {
         let files = std::mem::take(&mut plan.rcv_files);
         self.rcv = receiver_side(
@@ -1930,13 +1929,12 @@ impl Pair {
             flags: 0,
             channel: 0,
             session: self.session,
-            packet: u64::MAX - self.injected_total,
+            packet: MAX_PACKET - self.injected_total,
             file: 0,
             offset: 0,
             len: payload.min(file0.max(1)) as u16,
             sent_us: self.sent_us(now),
         };
-        let mut trailing_mismatch = 0usize;
         match forgery {
             Forgery::WrongSession => h.session = !self.session,
             Forgery::PastEndOfFile => h.offset = file0,
@@ -1953,11 +1951,7 @@ impl Pair {
             Forgery::WrongChannel => {
                 // File 0's first block is on channel 0; claim another channel (or a channel
                 // that does not exist when there is only one).
-                h.channel = if self.layout.channels() > 1 {
-                    1
-                } else {
-                    u16::MAX
-                };
+                h.channel = if self.layout.channels() > 1 { 1 } else { 255 };
             }
             Forgery::WrongFinal => {
                 h.kind = Kind::Final;
@@ -1965,15 +1959,12 @@ impl Pair {
                 h.len = 0;
             }
             Forgery::Probe => h.kind = Kind::Probe,
-            Forgery::BadKind | Forgery::BadLength | Forgery::Truncated => {
-                trailing_mismatch = 1;
-            }
+            Forgery::BadKind | Forgery::Truncated => {}
         }
         let mut dg = vec![0xA5u8; HEADER_LEN + usize::from(h.len)];
         h.encode(&mut dg);
         match forgery {
             Forgery::BadKind => dg[0] = 9,
-            Forgery::BadLength => dg.truncate(dg.len() - trailing_mismatch),
             Forgery::Truncated => dg.truncate(HEADER_LEN / 2),
             _ => {}
         }
@@ -2261,7 +2252,7 @@ mod tests {
                 r.channel,
                 r.final_len
             ),
-            (3, 1, 1, 3, 1, 1)
+            (2, 1, 1, 3, 1, 1)
         );
     }
 }

@@ -30,12 +30,12 @@
 //! Final markers and data count towards the rate feedback (bytes, datagrams, packet-number
 //! span, one-way delay) **only after every check has passed**. A datagram that fails a check
 //! is not known to be the sender's: its packet number and timestamp are whatever a forger or a
-//! flipped bit made them, and one forged packet number near `u64::MAX` would make every later
-//! genuine datagram of its channel look old, so that no loss was ever seen again. (An earlier
-//! copy of this logic in `hurtle-netsim` counted final markers and data as soon as the session
-//! id matched; the engine always counted after the checks, and this module keeps the
-//! engine's order.) Probes never count: they are not paced with the data and have their own
-//! packet numbers. Every rejection counts once, in [`Tally::rejected`] and under its reason.
+//! flipped bit made them, and one forged packet number near the top of its 48 bits would make
+//! every later genuine datagram of its channel look old, so that no loss was ever seen again.
+//! (An earlier copy of this logic in `hurtle-netsim` counted final markers and data as soon as
+//! the session id matched; the engine always counted after the checks, and this module keeps
+//! the engine's order.) Probes never count: they are not paced with the data and have their
+//! own packet numbers. Every rejection counts once, in [`Tally::rejected`] and under its reason.
 //!
 //! # Packet numbers
 //!
@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 /// Why a datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
-    /// [`Header::decode`] failed (short, bad kind, bad length, reserved bits).
+    /// [`Header::decode`] failed (shorter than a header, unknown kind).
     Malformed,
     /// Another session id.
     Session,
@@ -228,9 +228,9 @@ pub enum Admit {
 /// counting. See the module docs for the order of the checks and when a datagram counts.
 #[derive(Debug, Clone)]
 pub struct Admission {
-    session: u64,
+    session: u32,
     /// The provisional session whose early data this one replaced, if it did.
-    superseded: Option<u64>,
+    superseded: Option<u32>,
     channels: Range<u16>,
     probes: bool,
     origin: Instant,
@@ -248,7 +248,7 @@ impl Admission {
     /// channel, `c..c + 1`, where each channel has its own). Probes are welcome (see
     /// [`Admission::without_probes`]). One-way delays are measured on a clock that reads
     /// microseconds since `origin`.
-    pub fn new(session: u64, channels: Range<u16>, origin: Instant) -> Self {
+    pub fn new(session: u32, channels: Range<u16>, origin: Instant) -> Self {
         Admission {
             session,
             superseded: None,
@@ -266,7 +266,7 @@ impl Admission {
 
     /// Datagrams of session `early` (the provisional outcome's, which this session's replaced)
     /// are dropped as [`RejectReason::Superseded`], apart from the rejected.
-    pub fn superseding(mut self, early: u64) -> Self {
+    pub fn superseding(mut self, early: u32) -> Self {
         self.superseded = (early != self.session).then_some(early);
         self
     }
@@ -505,7 +505,7 @@ impl ReportBuilder {
 mod tests {
     use super::*;
 
-    const SESSION: u64 = 0x5e55;
+    const SESSION: u32 = 0x5e55;
 
     /// Two files over two channels, 1 KiB blocks: file 0's blocks alternate channels 0 and 1.
     fn layout() -> Layout {
@@ -554,7 +554,7 @@ mod tests {
             })
         );
         let t = a.tally();
-        assert_eq!((t.datagrams, t.bytes, t.pn_span), (1, 240, 1));
+        assert_eq!((t.datagrams, t.bytes, t.pn_span), (1, 228, 1));
         assert_eq!((t.delay_count, t.rejected), (1, 0));
     }
 
@@ -631,7 +631,7 @@ mod tests {
             (7, 0, 10),            // no such file
             (0, 0, 0),             // empty
         ] {
-            let h = data(0, u64::MAX, file, offset, len, 0);
+            let h = data(0, crate::wire::MAX_PACKET, file, offset, len, 0);
             assert_eq!(
                 a.admit(t0, &l, &h, usize::from(len)),
                 Admit::Reject(RejectReason::Layout),
@@ -720,7 +720,7 @@ mod tests {
             }
         );
         let t = a.tally();
-        assert_eq!((t.datagrams, t.bytes, t.pn_span, t.rejected), (1, 40, 4, 1));
+        assert_eq!((t.datagrams, t.bytes, t.pn_span, t.rejected), (1, 28, 4, 1));
     }
 
     #[test]
@@ -734,7 +734,7 @@ mod tests {
         // are not new); one more datagram, no more packet numbers.
         assert_eq!(a.admit(t0, &l, &h, 100), first);
         let t = a.tally();
-        assert_eq!((t.datagrams, t.bytes, t.pn_span), (2, 280, 2));
+        assert_eq!((t.datagrams, t.bytes, t.pn_span), (2, 256, 2));
         // An older packet number spans nothing either.
         let h = data(0, 1, 0, 100, 100, 0);
         assert!(matches!(a.admit(t0, &l, &h, 100), Admit::Data(_)));
@@ -790,7 +790,7 @@ mod tests {
         let mut a = Admission::new(SESSION, 0..1, t0);
         let dg = datagram(&data(0, 1, 0, 0, 10, 0));
         assert_eq!(
-            a.admit_datagram(t0, &l, &dg[..dg.len() - 1]),
+            a.admit_datagram(t0, &l, &dg[..HEADER_LEN - 1]),
             (Admit::Reject(RejectReason::Malformed), &[][..])
         );
         assert_eq!(

@@ -37,7 +37,7 @@
 //!    otherwise the data phase has the next session id and the sender starts it again.
 //! 3. From `HelloAck` on, sender -> `Probe` datagrams of every candidate size on every channel;
 //!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): data starts
-//!    at 1384 and moves to another size when probing settles. With `--transport auto` the
+//!    at [`wire::DEFAULT_PAYLOAD`] and moves to another size when probing settles. With `--transport auto` the
 //!    receiver also offers a TCP data port and the sender dials it at once; if nothing
 //!    arrives on a channel within [`probe::SILENT_AFTER`] of the receiver's data phase,
 //!    receiver -> `UdpSilent`, sender -> `Fallback`, and every channel goes on over its TCP

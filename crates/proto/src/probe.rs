@@ -440,7 +440,7 @@ mod tests {
         let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 100 * MS, t0);
         let sent = p.to_send(t0);
         ack_all(&mut p, &sent, |s| s <= 1200, t0 + 100 * MS);
-        // 1200 is through, 1384 (in use) is not yet known: wait out the grace.
+        // 1200 is through, the default (in use) is not yet known: wait out the grace.
         assert_eq!(p.poll(t0 + 150 * MS, false), None);
         assert_eq!(
             p.poll(t0 + 250 * MS, false),

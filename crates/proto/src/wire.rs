@@ -2,24 +2,22 @@
 //!
 //! # Datagrams (UDP, one per data channel)
 //!
-//! Every datagram starts with a fixed 40-byte header, big-endian:
+//! Every datagram starts with a fixed 28-byte header, big-endian:
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
-//! | 0 | kind | 1 = data, 2 = channel final, 3 = path probe |
-//! | 1 | flags | bit 0 = retransmit |
-//! | 2..4 | channel | data channel index |
-//! | 4..12 | session | random session id from the hello; anything else is dropped |
-//! | 12..20 | packet number | per channel, strictly increasing (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
-//! | 20..24 | file | file id (manifest index) |
-//! | 24..32 | offset | byte offset in the file (data), stripe length (final), probe size (probe) |
-//! | 32..34 | length | payload bytes following the header |
-//! | 34..36 | reserved | zero; for the key phase and tag length once datagrams are encrypted |
-//! | 36..40 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
+//! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe; high 4 bits: flags, bit 0 = retransmit |
+//! | 1 | channel | data channel index (0..=255: [`crate::layout::MAX_CHANNELS`] is 256) |
+//! | 2..6 | session | random session id from the hello; anything else is dropped |
+//! | 6..12 | packet number | 48 bits, per channel, strictly increasing from 1, never wrapping (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
+//! | 12..16 | file | file id (manifest index) |
+//! | 16..24 | offset | byte offset in the file (data), stripe length (final), probe size (probe) |
+//! | 24..28 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
 //!
 //! The payload follows, encrypted, then a 16-byte tag ([`crate::secure`]; the header is the
-//! associated data). Once opened, a datagram whose real length differs from `40 + length` is
-//! malformed. [`DATAGRAM_OVERHEAD`] counts the header and the tag.
+//! associated data). The header carries no length: the payload is what follows the header, up
+//! to the tag (a datagram is one frame; a TCP data connection puts a length before each frame).
+//! [`DATAGRAM_OVERHEAD`] counts the header and the tag.
 //!
 //! # Control messages (TCP)
 //!
@@ -30,22 +28,26 @@
 use serde::{Deserialize, Serialize};
 
 /// Bytes of the datagram header.
-pub const HEADER_LEN: usize = 40;
+pub const HEADER_LEN: usize = 28;
 /// Header plus the 16-byte AEAD tag after the payload.
 pub const DATAGRAM_OVERHEAD: usize = HEADER_LEN + 16;
-/// Default payload per datagram: 40 + 16 + 1384 = 1440 bytes, which fits a 1500-byte MTU under
+/// Default payload per datagram: 28 + 16 + 1396 = 1440 bytes, which fits a 1500-byte MTU under
 /// both IPv4 (20 + 8 bytes of headers) and IPv6 (40 + 8).
-pub const DEFAULT_PAYLOAD: u16 = 1384;
+pub const DEFAULT_PAYLOAD: u16 = 1396;
 /// Smallest payload hurtle will fall back to on a path that drops large datagrams.
 pub const MIN_PAYLOAD: u16 = 512;
-/// Largest payload hurtle will accept (a 9000-byte jumbo frame path).
+/// Largest payload hurtle will accept (a 9000-byte jumbo frame path: 28 + 16 + 8900 bytes of
+/// datagram and 48 of IPv6 and UDP headers leave 8 to spare).
 pub const MAX_PAYLOAD: u16 = 8900;
+/// Largest packet number the header's 48 bits hold. The sender never wraps: see
+/// [`crate::secure::PacketNumbers`].
+pub const MAX_PACKET: u64 = (1 << 48) - 1;
 /// Largest control frame (bytes after the length prefix).
 pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 9;
+pub const VERSION: u16 = 10;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,25 +74,28 @@ pub const CAP_RACE: u64 = 4;
 
 /// Flag: this datagram repeats data sent before.
 pub const FLAG_RETRANSMIT: u8 = 1;
+/// The flag bits a header has room for (its first byte's high 4 bits).
+pub const MAX_FLAGS: u8 = 0x0f;
 
 /// The decoded datagram header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     /// What the datagram is.
     pub kind: Kind,
-    /// Flag bits (`FLAG_*`).
+    /// Flag bits (`FLAG_*`; 4 bits on the wire, at most [`MAX_FLAGS`]).
     pub flags: u8,
-    /// Data channel index.
+    /// Data channel index (one byte on the wire: 0..=255).
     pub channel: u16,
     /// Session id.
-    pub session: u64,
-    /// Per-channel packet number.
+    pub session: u32,
+    /// Per-channel packet number (48 bits on the wire: at most [`MAX_PACKET`]).
     pub packet: u64,
     /// File id.
     pub file: u32,
     /// File offset, stripe length or probe size (see [`Kind`]).
     pub offset: u64,
-    /// Payload length.
+    /// Payload length. Not on the wire: [`Header::decode`] sets it from the datagram's size,
+    /// [`Header::encode`] ignores it.
     pub len: u16,
     /// Sender timestamp in microseconds (wrapping).
     pub sent_us: u32,
@@ -102,79 +107,93 @@ pub enum DatagramError {
     /// Fewer bytes than a header.
     #[error("datagram shorter than its header")]
     Truncated,
-    /// Unknown kind byte.
+    /// Unknown kind (the first byte's low 4 bits).
     #[error("unknown datagram kind {0}")]
     BadKind(u8),
-    /// The length field does not match the bytes received.
-    #[error("length field says {claimed} but {actual} payload bytes arrived")]
-    BadLength {
-        /// What the header claims.
-        claimed: u16,
-        /// What arrived.
-        actual: usize,
-    },
-    /// The reserved bytes are not zero.
-    #[error("reserved header bytes are not zero")]
-    Reserved,
+    /// More payload than a frame can carry (its length is 16 bits everywhere it is counted:
+    /// [`Header::len`], a TCP data connection's frame length); no datagram is that long.
+    #[error("{0} payload bytes exceed a frame's 65535")]
+    TooLong(usize),
 }
 
 impl Header {
-    /// Writes the header into the first [`HEADER_LEN`] bytes of `out`.
+    /// Writes the header into the first [`HEADER_LEN`] bytes of `out` (not [`Header::len`]:
+    /// the payload's length is the frame's).
     ///
     /// # Panics
-    /// If `out` is shorter than [`HEADER_LEN`] (a bug in the caller, never peer input).
+    /// If `out` is shorter than [`HEADER_LEN`], or a field does not fit its room on the wire:
+    /// flags above [`MAX_FLAGS`], a channel above 255, a packet number above [`MAX_PACKET`].
+    /// Each is a bug in the caller, never peer input; cut short, a channel or packet number
+    /// would name another's AEAD nonce.
     pub fn encode(&self, out: &mut [u8]) {
+        assert!(
+            self.flags <= MAX_FLAGS,
+            "flags {:#x} exceed 4 bits",
+            self.flags
+        );
+        let Ok(channel) = u8::try_from(self.channel) else {
+            panic!("channel {} does not fit the header's byte", self.channel);
+        };
+        assert!(
+            self.packet <= MAX_PACKET,
+            "packet number {} exceeds 48 bits",
+            self.packet
+        );
         let out = &mut out[..HEADER_LEN];
-        out[0] = self.kind as u8;
-        out[1] = self.flags;
-        out[2..4].copy_from_slice(&self.channel.to_be_bytes());
-        out[4..12].copy_from_slice(&self.session.to_be_bytes());
-        out[12..20].copy_from_slice(&self.packet.to_be_bytes());
-        out[20..24].copy_from_slice(&self.file.to_be_bytes());
-        out[24..32].copy_from_slice(&self.offset.to_be_bytes());
-        out[32..34].copy_from_slice(&self.len.to_be_bytes());
-        out[34..36].copy_from_slice(&[0, 0]);
-        out[36..40].copy_from_slice(&self.sent_us.to_be_bytes());
+        out[0] = self.kind as u8 | self.flags << 4;
+        out[1] = channel;
+        out[2..6].copy_from_slice(&self.session.to_be_bytes());
+        out[6..12].copy_from_slice(&self.packet.to_be_bytes()[2..]);
+        out[12..16].copy_from_slice(&self.file.to_be_bytes());
+        out[16..24].copy_from_slice(&self.offset.to_be_bytes());
+        out[24..28].copy_from_slice(&self.sent_us.to_be_bytes());
     }
 
-    /// Parses a whole datagram, returning the header and the payload.
+    /// Parses a whole frame (header and payload, no tag), returning the header and the
+    /// payload: all that follows the header.
     pub fn decode(datagram: &[u8]) -> Result<(Header, &[u8]), DatagramError> {
         if datagram.len() < HEADER_LEN {
             return Err(DatagramError::Truncated);
         }
         let (h, payload) = datagram.split_at(HEADER_LEN);
-        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        let len =
+            u16::try_from(payload.len()).map_err(|_| DatagramError::TooLong(payload.len()))?;
         let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let be64 = |i: usize| (u64::from(be32(i)) << 32) | u64::from(be32(i + 4));
-        let kind = match h[0] {
+        let kind = match h[0] & 0x0f {
             1 => Kind::Data,
             2 => Kind::Final,
             3 => Kind::Probe,
             k => return Err(DatagramError::BadKind(k)),
         };
-        if h[34] != 0 || h[35] != 0 {
-            return Err(DatagramError::Reserved);
-        }
-        let len = be16(32);
-        if usize::from(len) != payload.len() {
-            return Err(DatagramError::BadLength {
-                claimed: len,
-                actual: payload.len(),
-            });
-        }
         let header = Header {
             kind,
-            flags: h[1],
-            channel: be16(2),
-            session: be64(4),
-            packet: be64(12),
-            file: be32(20),
-            offset: be64(24),
+            flags: h[0] >> 4,
+            channel: u16::from(h[1]),
+            session: be32(2),
+            packet: packet_number(h),
+            file: be32(12),
+            offset: be64(16),
             len,
-            sent_us: be32(36),
+            sent_us: be32(24),
         };
         Ok((header, payload))
     }
+}
+
+/// The channel and packet number of the header at the start of `frame` (the AEAD nonce's
+/// parts), read without decoding the rest.
+///
+/// # Panics
+/// If `frame` is shorter than [`HEADER_LEN`].
+pub fn nonce_fields(frame: &[u8]) -> (u16, u64) {
+    (u16::from(frame[1]), packet_number(frame))
+}
+
+fn packet_number(h: &[u8]) -> u64 {
+    let mut pn = [0u8; 8];
+    pn[2..].copy_from_slice(&h[6..12]);
+    u64::from_be_bytes(pn)
 }
 
 /// One entry of the manifest.
@@ -256,7 +275,7 @@ pub enum Control {
         /// Block size for hashing and striping (power of two).
         block_size: u64,
         /// Random session id that every datagram will carry.
-        session: u64,
+        session: u32,
     },
     /// Receiver -> sender: the agreed parameters.
     HelloAck {
@@ -322,7 +341,7 @@ pub enum Control {
     BlockHashes {
         /// The session id of the data the blocks were read for: block numbers are of its
         /// layout (the values of superseded early data are dropped).
-        session: u64,
+        session: u32,
         /// `(global block, chaining value)` pairs.
         blocks: Vec<(u64, [u8; 32])>,
     },
@@ -495,7 +514,7 @@ impl Control {
     }
 
     /// A hello of this build's magic and version.
-    pub fn hello(caps: u64, channels: u16, payload: u16, block_size: u64, session: u64) -> Control {
+    pub fn hello(caps: u64, channels: u16, payload: u16, block_size: u64, session: u32) -> Control {
         Control::Hello {
             magic: MAGIC,
             version: VERSION,
@@ -541,15 +560,15 @@ mod tests {
     fn header() -> impl Strategy<Value = Header> {
         (
             prop_oneof![Just(Kind::Data), Just(Kind::Final), Just(Kind::Probe)],
-            any::<(u8, u16, u64, u64, u32, u64, u16, u32)>(),
+            any::<(u8, u8, u32, u64, u32, u64, u16, u32)>(),
         )
             .prop_map(
                 |(kind, (flags, channel, session, packet, file, offset, len, sent_us))| Header {
                     kind,
-                    flags,
-                    channel,
+                    flags: flags & MAX_FLAGS,
+                    channel: u16::from(channel),
                     session,
-                    packet,
+                    packet: packet & MAX_PACKET,
                     file,
                     offset,
                     len: len % 2000,
@@ -564,8 +583,8 @@ mod tests {
             kind: Kind::Data,
             flags: FLAG_RETRANSMIT,
             channel: 3,
-            session: 0x0102030405060708,
-            packet: 9,
+            session: 0x0102_0304,
+            packet: 0x0506_0708_090a,
             file: 10,
             offset: 0x1_0000_0000,
             len: 2,
@@ -577,24 +596,92 @@ mod tests {
         assert_eq!(
             buf[..HEADER_LEN],
             [
-                1, 1, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 10, 0, 0, 0,
-                1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 77
+                0x11, 3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 0, 0, 10, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0,
+                0, 77
             ]
         );
+        assert_eq!(nonce_fields(&buf), (3, 0x0506_0708_090a));
         assert_eq!(Header::decode(&buf).unwrap(), (h, &b"hi"[..]));
+        // The payload is what follows the header: its length is the frame's.
+        let (short, payload) = Header::decode(&buf[..HEADER_LEN + 1]).unwrap();
+        assert_eq!((short.len, payload), (1, &b"h"[..]));
+        let (empty, payload) = Header::decode(&buf[..HEADER_LEN]).unwrap();
+        assert_eq!((empty.len, payload), (0, &b""[..]));
         assert_eq!(
-            Header::decode(&buf[..HEADER_LEN + 1]).unwrap_err(),
-            DatagramError::BadLength {
-                claimed: 2,
-                actual: 1
-            }
+            Header::decode(&buf[..HEADER_LEN - 1]).unwrap_err(),
+            DatagramError::Truncated
         );
+        let mut long = vec![0u8; HEADER_LEN + 65_536];
+        h.encode(&mut long);
+        assert_eq!(
+            Header::decode(&long).unwrap_err(),
+            DatagramError::TooLong(65_536)
+        );
+        assert!(Header::decode(&long[..HEADER_LEN + 65_535]).is_ok());
+    }
+
+    #[test]
+    fn unknown_kinds_are_refused_and_unknown_flags_pass_through() {
+        let mut buf = [0u8; HEADER_LEN];
+        Header {
+            kind: Kind::Final,
+            flags: 0,
+            channel: 255,
+            session: u32::MAX,
+            packet: MAX_PACKET,
+            file: 0,
+            offset: 0,
+            len: 0,
+            sent_us: 0,
+        }
+        .encode(&mut buf);
+        assert_eq!(
+            buf[..12],
+            [2, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255]
+        );
+        for kind in [0u8, 4, 15] {
+            buf[0] = 0x10 | kind;
+            assert_eq!(Header::decode(&buf), Err(DatagramError::BadKind(kind)));
+        }
+        // Flag bits this build does not know are kept as they came, and mean nothing to it.
+        buf[0] = 0xe0 | 2;
+        let (h, _) = Header::decode(&buf).unwrap();
+        assert_eq!(
+            (h.kind, h.flags, h.flags & FLAG_RETRANSMIT),
+            (Kind::Final, 0xe, 0)
+        );
+    }
+
+    fn encode_panics(h: Header) -> bool {
+        std::panic::catch_unwind(|| h.encode(&mut [0u8; HEADER_LEN])).is_err()
+    }
+
+    #[test]
+    fn fields_too_wide_for_the_wire_are_never_cut_short() {
+        let h = Header {
+            kind: Kind::Data,
+            flags: MAX_FLAGS,
+            channel: 255,
+            session: 1,
+            packet: MAX_PACKET,
+            file: 0,
+            offset: 0,
+            len: 0,
+            sent_us: 0,
+        };
+        assert!(!encode_panics(h));
+        assert!(encode_panics(Header { flags: 0x10, ..h }));
+        assert!(encode_panics(Header { channel: 256, ..h }));
+        assert!(encode_panics(Header {
+            packet: MAX_PACKET + 1,
+            ..h
+        }));
     }
 
     #[test]
     fn control_round_trip_and_limits() {
         let msgs = vec![
-            Control::hello(0, 4, 1384, 1 << 20, 42),
+            Control::hello(0, 4, DEFAULT_PAYLOAD, 1 << 20, 42),
             Control::Manifest {
                 entries: vec![Entry {
                     path: "a/日本.txt".into(),
@@ -674,6 +761,20 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Header::decode(&bytes);
             let _ = Control::from_body(&bytes);
+        }
+
+        /// Whatever decodes encodes back to the same header bytes (as the datagram fuzz target
+        /// checks): no bit of the 28 is lost or invented, unknown flag bits included.
+        #[test]
+        fn what_decodes_encodes_back_identically(
+            bytes in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 40),
+        ) {
+            if let Ok((h, payload)) = Header::decode(&bytes) {
+                let mut again = [0u8; HEADER_LEN];
+                h.encode(&mut again);
+                prop_assert_eq!(&again[..], &bytes[..HEADER_LEN]);
+                prop_assert_eq!(payload.len(), usize::from(h.len));
+            }
         }
 
         #[test]

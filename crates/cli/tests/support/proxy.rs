@@ -31,6 +31,7 @@
 //! look for what must never be on the wire.
 
 use super::{Rng, TEST_CODE};
+use hurtle_engine::net::link::TCP_PREFIX;
 use hurtle_proto::secure::{
     self, DataKey, FrameOpen, FrameSeal, Offer, PacketOpen, PacketSeal, Secret, SessionKeys,
     TAG_LEN,
@@ -174,7 +175,7 @@ pub struct Capture {
 /// What the proxy learned about the session from the key agreement and the control frames.
 #[derive(Debug, Default)]
 struct Session {
-    id: u64,
+    id: u32,
     payload: u16,
     file_sizes: Vec<u64>,
     real_ports: Vec<u16>,
@@ -582,6 +583,7 @@ fn tcp_channel(ctx: &Ctx, mut from: TcpStream, dest: SocketAddr) {
     if from.read_exact(&mut g).is_err() || !key_a.check_greeting(&g[..16], &g[16..]) {
         return;
     }
+    // The greeting: 4 zero bytes, the session id, the channel (2 bytes), zeros.
     let channel = u16::from_be_bytes([g[8], g[9]]);
     let Ok(mut to) = TcpStream::connect(dest) else {
         return;
@@ -605,16 +607,17 @@ fn tcp_channel(ctx: &Ctx, mut from: TcpStream, dest: SocketAddr) {
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(_) => return,
         }
-        while buf.len() >= HEADER_LEN {
-            let len = HEADER_LEN + usize::from(u16::from_be_bytes([buf[32], buf[33]])) + tag_len;
-            if buf.len() < len {
+        // Each frame behind its payload's length (2 bytes), which stays the same.
+        while buf.len() >= TCP_PREFIX + HEADER_LEN {
+            let len = TCP_PREFIX + HEADER_LEN + usize::from(u16::from_be_bytes([buf[0], buf[1]]));
+            if buf.len() < len + tag_len {
                 break;
             }
-            let mut frame: Vec<u8> = buf.drain(..len).collect();
-            let Some((_, out)) = legs.reseal(&mut frame) else {
+            let mut frame: Vec<u8> = buf.drain(..len + tag_len).collect();
+            let Some((_, out)) = legs.reseal(&mut frame[TCP_PREFIX..]) else {
                 return;
             };
-            if to.write_all(&out).is_err() {
+            if to.write_all(&frame[..TCP_PREFIX]).is_err() || to.write_all(&out).is_err() {
                 return;
             }
             ctx.stats.tcp_frames.fetch_add(1, Ordering::Relaxed);
@@ -821,7 +824,7 @@ fn sealed(seal: Option<&PacketSeal>, mut d: Vec<u8>) -> Vec<u8> {
 }
 
 fn data_header(
-    session: u64,
+    session: u32,
     channel: u16,
     packet: u64,
     file: u32,
@@ -880,9 +883,9 @@ fn pn_jump(ctx: &Ctx, s: &Session) {
 /// Keeps injecting datagrams the receiver must reject, every 5 ms, while data flows.
 fn inject(ctx: Arc<Ctx>) {
     let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let (id, payload, sizes, ports) = {
+    let (id, sizes, ports) = {
         let s = ctx.session.lock().unwrap();
-        (s.id, s.payload, s.file_sizes.clone(), s.real_ports.clone())
+        (s.id, s.file_sizes.clone(), s.real_ports.clone())
     };
     let seal = ctx.seal_b();
     let seal = seal.as_ref();
@@ -931,11 +934,6 @@ fn inject(ctx: Arc<Ctx>) {
                     6,
                 ),
             ];
-            // Length field claims a full payload, 100 bytes follow.
-            let mut short = vec![0u8; HEADER_LEN];
-            data_header(id, ch, next(), 0, 0, payload).encode(&mut short);
-            short.extend_from_slice(&[5u8; 100]);
-            bad.push(sealed(seal, short));
             // Unknown kind.
             let mut kind = vec![0u8; HEADER_LEN];
             data_header(id, ch, next(), 0, 0, 0).encode(&mut kind);

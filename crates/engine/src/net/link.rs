@@ -1,20 +1,21 @@
 //! A data channel's link: UDP datagrams, or one TCP connection carrying the same frames.
 //!
-//! Channel workers send and receive *frames*: a 40-byte [`Header`](hurtle_proto::wire::Header)
-//! and its payload. Over UDP a frame is a datagram (batched with GSO/GRO by [`crate::net::udp`]).
-//! Over TCP (the parallel-TCP transport, for networks that block UDP) frames follow each other
-//! on the stream; each is self-delimiting because the header carries the payload length.
-//! Everything above this module (striping, verification, NACKs, final markers) is the same for
-//! both.
+//! Channel workers send and receive *frames*: a 28-byte [`Header`](hurtle_proto::wire::Header)
+//! and its payload. Over UDP a frame is a datagram (batched with GSO/GRO by [`crate::net::udp`]),
+//! whose size says how long its payload is. Over TCP (the parallel-TCP transport, for networks
+//! that block UDP) frames follow each other on the stream, each behind its payload's length
+//! ([`TCP_PREFIX`] bytes, big-endian: the header has no length field). Everything above this
+//! module (striping, verification, NACKs, final markers) is the same for both.
 //!
 //! Frames are sealed (see [`hurtle_proto::secure`]): each carries a 16-byte tag after its
 //! payload, made with the session's data key, and the receiving end opens it in place and
 //! drops, and counts, anything that fails, before the channel sees it. With `--no-encryption`
 //! on both sides frames go as they are.
 //!
-//! A TCP data connection opens with a 32-byte greeting: the session id (8 bytes, big-endian),
-//! the channel index (2 bytes), 6 zero bytes, and a tag over those 16 bytes made with the data
-//! key, so the receiver can tell which channel it is and that it comes from the peer.
+//! A TCP data connection opens with a 32-byte greeting: 4 zero bytes, the session id (4 bytes,
+//! big-endian), the channel index (2 bytes), 6 zero bytes, and a tag over those 16 bytes made
+//! with the data key, so the receiver can tell which channel it is and that it comes from the
+//! peer.
 
 use crate::error::SessionError;
 use crate::net::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
@@ -25,15 +26,18 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
-/// Payload per frame on TCP data connections (the header's length field is 16 bits).
+/// Payload per frame on TCP data connections (a frame's length prefix is 16 bits).
 pub const TCP_PAYLOAD: u16 = 65_472;
+/// Bytes before each frame on a TCP data connection: its payload's length, big-endian (the
+/// tag, when sealed, follows the payload and is not counted).
+pub const TCP_PREFIX: usize = 2;
 /// Bytes of the greeting that opens a TCP data connection: 16 bytes and their tag.
 pub const GREETING_LEN: usize = 16 + TAG_LEN;
 
 /// Encodes the greeting of a TCP data connection.
-pub fn greeting(key: &DataKey, session: u64, channel: u16) -> [u8; GREETING_LEN] {
+pub fn greeting(key: &DataKey, session: u32, channel: u16) -> [u8; GREETING_LEN] {
     let mut g = [0u8; GREETING_LEN];
-    g[..8].copy_from_slice(&session.to_be_bytes());
+    g[4..8].copy_from_slice(&session.to_be_bytes());
     g[8..10].copy_from_slice(&channel.to_be_bytes());
     let tag = key.greeting_tag(&g[..16]);
     g[16..].copy_from_slice(&tag);
@@ -46,14 +50,15 @@ pub fn read_greeting(
     stream: &mut TcpStream,
     key: &DataKey,
     timeout: Duration,
-) -> Option<(u64, u16)> {
+) -> Option<(u32, u16)> {
     stream.set_read_timeout(Some(timeout)).ok()?;
     let mut g = [0u8; GREETING_LEN];
     stream.read_exact(&mut g).ok()?;
-    if g[10..16].iter().any(|&b| b != 0) || !key.check_greeting(&g[..16], &g[16..]) {
+    let zeros = g[..4].iter().chain(&g[10..16]).all(|&b| b == 0);
+    if !zeros || !key.check_greeting(&g[..16], &g[16..]) {
         return None;
     }
-    let session = u64::from_be_bytes(g[..8].try_into().ok()?);
+    let session = u32::from_be_bytes(g[4..8].try_into().ok()?);
     Some((session, u16::from_be_bytes([g[8], g[9]])))
 }
 
@@ -74,8 +79,9 @@ impl Sealer {
     }
 
     /// Builds the sealed frames of `headers` and `data` (as [`LinkOut::send_framed`] takes
-    /// them) in the buffer; returns it and the size of each frame but the last.
-    fn frames(&mut self, headers: &[u8], data: &[u8], payload: usize) -> (&[u8], usize) {
+    /// them) in the buffer, each behind its length prefix when `tcp`; returns the buffer and
+    /// the size of each frame but the last.
+    fn frames(&mut self, headers: &[u8], data: &[u8], payload: usize, tcp: bool) -> (&[u8], usize) {
         self.buf.clear();
         let step = payload.max(1);
         let frames = if data.is_empty() {
@@ -85,13 +91,17 @@ impl Sealer {
         };
         for (i, header) in headers.chunks_exact(HEADER_LEN).take(frames).enumerate() {
             let piece = &data[(i * step).min(data.len())..((i + 1) * step).min(data.len())];
+            if tcp {
+                self.buf.extend_from_slice(&tcp_prefix(piece.len()));
+            }
             let at = self.buf.len();
             self.buf.extend_from_slice(header);
             self.buf.extend_from_slice(piece);
             self.buf.extend_from_slice(&[0u8; TAG_LEN]);
             self.seal.seal(&mut self.buf[at..]);
         }
-        (&self.buf, HEADER_LEN + payload + TAG_LEN)
+        let prefix = if tcp { TCP_PREFIX } else { 0 };
+        (&self.buf, prefix + HEADER_LEN + payload + TAG_LEN)
     }
 }
 
@@ -166,8 +176,9 @@ impl LinkOut {
         data: &[u8],
         payload: usize,
     ) -> Result<(), SessionError> {
+        let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
-            let (buf, frame_size) = sealer.frames(headers, data, payload);
+            let (buf, frame_size) = sealer.frames(headers, data, payload, tcp);
             return send_sealed(&mut self.path, buf, frame_size);
         }
         match &mut self.path {
@@ -181,16 +192,21 @@ impl LinkOut {
 
     /// Sends header-only frames laid back to back in `headers` (final markers).
     pub fn send_headers(&mut self, headers: &[u8]) -> Result<(), SessionError> {
+        let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
-            let (buf, frame_size) = sealer.frames(headers, &[], 0);
+            let (buf, frame_size) = sealer.frames(headers, &[], 0, tcp);
             return send_sealed(&mut self.path, buf, frame_size);
         }
-        send_sealed(&mut self.path, headers, HEADER_LEN)
+        match &mut self.path {
+            OutPath::Tcp(s) => write_frames(s, headers, &[], 0)
+                .map_err(|e| SessionError::io("TCP data connection", e)),
+            OutPath::Udp { .. } => send_sealed(&mut self.path, headers, HEADER_LEN),
+        }
     }
 }
 
-/// Sends frames already built (and sealed) back to back in `buf`, each `frame_size` bytes but
-/// the last.
+/// Sends frames already built (and sealed, and behind their length prefixes on TCP) back to
+/// back in `buf`, each `frame_size` bytes but the last.
 fn send_sealed(path: &mut OutPath, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
     match path {
         OutPath::Udp { sock, dest } => lost_locally(sock.send_batch(*dest, buf, frame_size)),
@@ -213,7 +229,15 @@ fn lost_locally(sent: Result<(), UdpError>) -> Result<(), SessionError> {
     }
 }
 
-/// Writes frames (see [`LinkOut::send_framed`]) to `stream`, [`TCP_FRAMES`] at a time per
+/// The length prefix of a frame of `payload` bytes on a TCP data connection. A payload never
+/// exceeds [`TCP_PAYLOAD`] (the frames' payload is a `u16`).
+fn tcp_prefix(payload: usize) -> [u8; TCP_PREFIX] {
+    debug_assert!(payload <= usize::from(u16::MAX));
+    (payload as u16).to_be_bytes()
+}
+
+/// Writes frames (see [`LinkOut::send_framed`]; header-only frames, one per header, when
+/// `data` is empty) to `stream`, each behind its length prefix, [`TCP_FRAMES`] at a time per
 /// vectored write.
 fn write_frames(
     stream: &mut TcpStream,
@@ -221,19 +245,32 @@ fn write_frames(
     data: &[u8],
     payload: usize,
 ) -> std::io::Result<()> {
-    let mut pieces = data.chunks(payload).enumerate().peekable();
-    while pieces.peek().is_some() {
-        let mut slices = [IoSlice::new(&[]); 2 * TCP_FRAMES];
-        let mut n = 0;
-        for (i, body) in pieces.by_ref().take(TCP_FRAMES) {
+    let step = payload.max(1);
+    let frames = if data.is_empty() {
+        headers.len() / HEADER_LEN
+    } else {
+        data.len().div_ceil(step)
+    };
+    for first in (0..frames).step_by(TCP_FRAMES) {
+        let n = (frames - first).min(TCP_FRAMES);
+        let mut prefixes = [[0u8; TCP_PREFIX]; TCP_FRAMES];
+        let mut bodies: [&[u8]; TCP_FRAMES] = [&[]; TCP_FRAMES];
+        for k in 0..n {
+            let i = first + k;
+            bodies[k] = &data[(i * step).min(data.len())..((i + 1) * step).min(data.len())];
+            prefixes[k] = tcp_prefix(bodies[k].len());
+        }
+        let mut slices = [IoSlice::new(&[]); 3 * TCP_FRAMES];
+        for k in 0..n {
+            let i = first + k;
             let header = headers
                 .get(i * HEADER_LEN..(i + 1) * HEADER_LEN)
                 .ok_or_else(|| std::io::Error::new(ErrorKind::InvalidInput, "missing header"))?;
-            slices[n] = IoSlice::new(header);
-            slices[n + 1] = IoSlice::new(body);
-            n += 2;
+            slices[3 * k] = IoSlice::new(&prefixes[k]);
+            slices[3 * k + 1] = IoSlice::new(header);
+            slices[3 * k + 2] = IoSlice::new(bodies[k]);
         }
-        let mut rest = &mut slices[..n];
+        let mut rest = &mut slices[..3 * n];
         while !rest.is_empty() {
             match stream.write_vectored(rest) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -377,7 +414,7 @@ impl TcpFrames {
     }
 
     /// Reads what is waiting and hands each whole frame (header, payload and `tag` bytes of
-    /// tag) to `f`.
+    /// tag; its length prefix read and left out) to `f`.
     fn recv(
         &mut self,
         tag: usize,
@@ -386,8 +423,9 @@ impl TcpFrames {
         if self.closed {
             return Ok(0);
         }
+        // Room for the longest frame a prefix can announce.
         if self.start > 0
-            && self.buf.len() - self.end < HEADER_LEN + usize::from(TCP_PAYLOAD) + TAG_LEN
+            && self.buf.len() - self.end < TCP_PREFIX + HEADER_LEN + usize::from(u16::MAX) + TAG_LEN
         {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -404,13 +442,13 @@ impl TcpFrames {
             Err(e) => return Err(SessionError::io("TCP data connection", e)),
         }
         let mut frames = 0;
-        while self.end - self.start >= HEADER_LEN {
+        while self.end - self.start >= TCP_PREFIX + HEADER_LEN {
             let h = &mut self.buf[self.start..self.end];
-            let len = HEADER_LEN + usize::from(u16::from_be_bytes([h[32], h[33]])) + tag;
+            let len = TCP_PREFIX + HEADER_LEN + usize::from(u16::from_be_bytes([h[0], h[1]])) + tag;
             if h.len() < len {
                 break;
             }
-            f(&self.peer, &mut h[..len])?;
+            f(&self.peer, &mut h[TCP_PREFIX..len])?;
             self.start += len;
             frames += 1;
         }
@@ -439,37 +477,43 @@ mod tests {
         LinkOut::new(OutPath::Udp { sock, dest }, None)
     }
 
-    /// Sealed frames open back into their header and their piece of the data, the last one
-    /// shorter; header-only frames (final markers) too.
-    #[test]
-    fn sealed_frames_open_into_their_header_and_piece() {
+    fn data_key() -> DataKey {
         use hurtle_proto::secure::{answer, Offer, Secret};
-        use hurtle_proto::wire::{Header, Kind};
         let secret = Secret::code("1-link-test");
         let hello = hurtle_proto::wire::Control::KeepAlive;
         let (offer, first) = Offer::new(&secret, false, &hello);
         let (_, reply) = answer(&secret, &first, &hello, false).unwrap();
-        let key = offer.finish(reply).unwrap().data;
-        let header = |pn: u64, len: u16| {
-            let mut h = [0u8; HEADER_LEN];
-            Header {
-                kind: if len == 0 { Kind::Final } else { Kind::Data },
-                flags: 0,
-                channel: 1,
-                session: 5,
-                packet: pn,
-                file: 0,
-                offset: 0,
-                len,
-                sent_us: 0,
-            }
-            .encode(&mut h);
-            h
-        };
+        offer.finish(reply).unwrap().data
+    }
+
+    /// The header of channel 1's frame `pn`, of `len` bytes of payload (a final marker: 0).
+    fn header(pn: u64, len: u16) -> [u8; HEADER_LEN] {
+        use hurtle_proto::wire::{Header, Kind};
+        let mut h = [0u8; HEADER_LEN];
+        Header {
+            kind: if len == 0 { Kind::Final } else { Kind::Data },
+            flags: 0,
+            channel: 1,
+            session: 5,
+            packet: pn,
+            file: 0,
+            offset: 0,
+            len,
+            sent_us: 0,
+        }
+        .encode(&mut h);
+        h
+    }
+
+    /// Sealed frames open back into their header and their piece of the data, the last one
+    /// shorter; header-only frames (final markers) too.
+    #[test]
+    fn sealed_frames_open_into_their_header_and_piece() {
+        let key = data_key();
         let data: Vec<u8> = (0..250u8).collect();
         let headers: Vec<u8> = [header(1, 100), header(2, 100), header(3, 50)].concat();
         let mut sealer = Sealer::new(key.sealer());
-        let (buf, size) = sealer.frames(&headers, &data, 100);
+        let (buf, size) = sealer.frames(&headers, &data, 100, false);
         assert_eq!(size, HEADER_LEN + 100 + TAG_LEN);
         let mut open = key.opener(1);
         let mut buf = buf.to_vec();
@@ -479,7 +523,7 @@ mod tests {
             pieces.extend_from_slice(&plain[HEADER_LEN..]);
         }
         assert_eq!(pieces, data);
-        let (fin, size) = sealer.frames(&header(4, 0), &[], 0);
+        let (fin, size) = sealer.frames(&header(4, 0), &[], 0, false);
         assert_eq!(
             (fin.len(), size),
             (HEADER_LEN + TAG_LEN, HEADER_LEN + TAG_LEN)
@@ -488,6 +532,59 @@ mod tests {
             open.open(&mut fin.to_vec()).expect("opens").len(),
             HEADER_LEN
         );
+    }
+
+    /// On a TCP data connection each frame goes behind its length prefix (the header has no
+    /// length): frames of a full and a shorter payload, more than one vectored write's worth,
+    /// and a final marker come out of the stream whole, sealed or not.
+    #[test]
+    fn tcp_frames_come_out_whole_behind_their_length_prefixes() {
+        use hurtle_proto::wire::{Header, Kind};
+        use std::net::TcpListener;
+        let key = data_key();
+        // 2 * TCP_FRAMES + 5 frames: the last of them 50 bytes.
+        let frames = 2 * TCP_FRAMES + 5;
+        let data: Vec<u8> = (0..(frames - 1) * 100 + 50).map(|i| i as u8).collect();
+        let headers: Vec<u8> = (0..frames)
+            .flat_map(|i| header(i as u64 + 1, if i + 1 < frames { 100 } else { 50 }))
+            .collect();
+        for sealed in [false, true] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let out = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (incoming, _) = listener.accept().unwrap();
+            let mut link = LinkOut::new(OutPath::Tcp(out), sealed.then(|| key.sealer()));
+            link.send_framed(&headers, &data, 100).unwrap();
+            link.send_headers(&header(frames as u64 + 1, 0)).unwrap();
+            drop(link);
+            let mut rx = TcpFrames::new(incoming).unwrap();
+            let mut open = sealed.then(|| key.opener(1));
+            let tag = if sealed { TAG_LEN } else { 0 };
+            let mut got: Vec<(Header, Vec<u8>)> = Vec::new();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !rx.closed {
+                assert!(std::time::Instant::now() < deadline, "the stream ends");
+                rx.recv(tag, |_, frame| {
+                    let plain = match &mut open {
+                        Some(o) => o.open(frame).expect("opens"),
+                        None => frame,
+                    };
+                    let (h, payload) = Header::decode(plain).expect("decodes");
+                    got.push((h, payload.to_vec()));
+                    Ok(())
+                })
+                .unwrap();
+            }
+            assert_eq!(got.len(), frames + 1, "sealed: {sealed}");
+            let packets: Vec<u64> = got.iter().map(|(h, _)| h.packet).collect();
+            assert_eq!(packets, (1..=frames as u64 + 1).collect::<Vec<_>>());
+            let (fin, rest) = got.split_last().unwrap();
+            assert_eq!((fin.0.kind, fin.0.len, fin.1.len()), (Kind::Final, 0, 0));
+            assert!(rest.iter().all(|(h, p)| usize::from(h.len) == p.len()));
+            assert_eq!(
+                rest.iter().flat_map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+                data
+            );
+        }
     }
 
     #[test]

@@ -848,7 +848,7 @@ mod tests {
             version,
             caps: 0,
             channels: 1,
-            payload: 1384,
+            payload: hurtle_proto::wire::DEFAULT_PAYLOAD,
             block_size: 1 << 20,
             session: 7,
         }

@@ -15,7 +15,7 @@ const DATA_CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// from another host, with another session id or a channel out of range are closed.
 pub(super) fn accept_data_connections(
     listener: &TcpListener,
-    session: u64,
+    session: u32,
     channels: u16,
     peer_ip: IpAddr,
     data: &DataKeys,

@@ -325,7 +325,7 @@ impl Receiver {
         mut held_stripes: Vec<Vec<std::ops::Range<u64>>>,
         recv_cfg: RecvConfig,
         to_loop: (&Sender<ChanEvent>, Option<&Writer>),
-        (sessions, start): ((u64, u64), Instant),
+        (sessions, start): ((u32, u32), Instant),
     ) -> Result<ChannelThreads, SessionError> {
         // The data phase's session, and the hello's whose early data it may have replaced.
         let (session, early) = sessions;

@@ -39,7 +39,7 @@ pub(super) struct Wires<'a> {
     pub(super) report_every: Duration,
     /// The data phase's session id, and the early data's (the hello's) if the data phase
     /// superseded it: the block values of each, and what to do with them.
-    pub(super) sessions: (u64, u64),
+    pub(super) sessions: (u32, u32),
     /// The early data's block values that came during the set-up (when the data phase keeps
     /// the early data).
     pub(super) early_values: Vec<(u64, [u8; 32])>,
@@ -49,7 +49,7 @@ pub(super) struct Wires<'a> {
 /// come to, what opens them, and the watch for channels on which nothing arrives.
 pub(super) struct Race<'a> {
     pub(super) listener: TcpListener,
-    pub(super) session: u64,
+    pub(super) session: u32,
     pub(super) peer_ip: IpAddr,
     pub(super) data: &'a DataKeys,
     pub(super) control: BorrowedFd<'a>,

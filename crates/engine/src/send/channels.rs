@@ -11,6 +11,7 @@ use crate::net::link::LinkOut;
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver, Sender};
 use hurtle_proto::hash::block_value;
+use hurtle_proto::secure::PacketNumbers;
 use hurtle_proto::wire::{self, Header, Kind, HEADER_LEN};
 use hurtle_proto::{ChannelSender, Pacer, RunKind};
 use std::sync::atomic::Ordering;
@@ -145,6 +146,35 @@ impl SendBufs {
     }
 }
 
+/// How many datagrams of `payload` bytes one send of at most `frames` frames carries over a
+/// link whose frames add `overhead` bytes: over UDP, no more than one GSO send's bytes.
+fn datagrams_within(frames: usize, payload: u16, overhead: usize, tcp: bool) -> usize {
+    if tcp {
+        frames
+    } else {
+        frames.min((crate::net::udp::MAX_GSO_BYTES / (overhead + usize::from(payload))).max(1))
+    }
+}
+
+/// The most datagrams, and the most payload bytes, one send of at most `frames` frames carries
+/// at any payload from [`wire::MIN_PAYLOAD`] to `max_payload`. Datagrams are most at the
+/// smallest payload. Bytes are not most at either end: over UDP a send holds the datagrams
+/// that fit one GSO send, a count rounded down at each size (52 datagrams of 1200 bytes carry
+/// 62,400 bytes, 7 of 8900 only 62,300), but never more than that send's bytes.
+fn send_limits(frames: usize, max_payload: u16, overhead: usize, tcp: bool) -> (usize, usize) {
+    let datagrams = [wire::MIN_PAYLOAD, max_payload]
+        .into_iter()
+        .map(|p| datagrams_within(frames, p, overhead, tcp))
+        .max()
+        .unwrap_or(frames);
+    let bytes = frames * usize::from(max_payload);
+    if tcp {
+        (datagrams, bytes)
+    } else {
+        (datagrams, bytes.min(crate::net::udp::MAX_GSO_BYTES))
+    }
+}
+
 pub(super) struct ChannelWorker {
     pub(super) ch: u16,
     pub(super) link: LinkOut,
@@ -153,7 +183,9 @@ pub(super) struct ChannelWorker {
     pub(super) shared: Arc<Shared>,
     pub(super) events: Sender<ChanEvent>,
     pub(super) log: NetLog,
-    pub(super) packet: u64,
+    /// The channel's data packet numbers (data and final markers): never one twice, and the
+    /// session ends when they are used up.
+    pub(super) packets: PacketNumbers,
     /// The shared rate last applied to this channel's pacer.
     pub(super) rate_seen: u64,
     /// How many channels shared it then.
@@ -198,30 +230,24 @@ impl ChannelWorker {
 
     /// The most datagrams one send can ever make (the link's limit changes when GSO is turned
     /// off after a failure, but never exceeds [`LinkOut::frame_limit`]), and the most payload
-    /// bytes in them: what the buffers are sized for.
-    /// Probing may move the payload between [`wire::MIN_PAYLOAD`] and the session's largest:
-    /// the buffers fit either.
+    /// bytes in them: what the buffers are sized for, whatever payload probing moves to between
+    /// [`wire::MIN_PAYLOAD`] and the session's largest ([`send_limits`]).
     fn max_send(&self) -> (usize, usize) {
-        let frames = self.link.frame_limit();
-        [
-            wire::MIN_PAYLOAD,
+        send_limits(
+            self.link.frame_limit(),
             self.shared.max_payload.load(Ordering::Relaxed),
-        ]
-        .into_iter()
-        .map(|p| {
-            let n = self.datagrams_within(frames, p);
-            (n, n * usize::from(p))
-        })
-        .fold((0, 0), |(d, b), (n, nb)| (d.max(n), b.max(nb)))
+            self.link.frame_overhead(),
+            self.link.is_tcp(),
+        )
     }
 
     fn datagrams_within(&self, frames: usize, payload: u16) -> usize {
-        let dgram = self.link.frame_overhead() + usize::from(payload);
-        if self.link.is_tcp() {
-            frames
-        } else {
-            frames.min((crate::net::udp::MAX_GSO_BYTES / dgram).max(1))
-        }
+        datagrams_within(
+            frames,
+            payload,
+            self.link.frame_overhead(),
+            self.link.is_tcp(),
+        )
     }
 
     /// Reads `block` into the block buffer unless it is there already, and the first time
@@ -349,14 +375,13 @@ impl ChannelWorker {
             // Headers only: the link gathers each datagram from its header and its slice of
             // `data`, which is not copied.
             for (i, piece) in data.chunks(payload).enumerate() {
-                self.packet += 1;
                 let at = i * HEADER_LEN;
                 Header {
                     kind: Kind::Data,
                     flags,
                     channel: self.ch,
                     session: self.shared.session,
-                    packet: self.packet,
+                    packet: self.packets.next_number()?,
                     file: span.file,
                     offset: span.offset + (i * payload) as u64,
                     len: piece.len() as u16,
@@ -386,7 +411,10 @@ impl ChannelWorker {
             self.log.line(|| {
                 format!(
                     "send {:?} pos={} len={} datagrams={n} pkt={}",
-                    run.kind, run.pos, run.len, self.packet
+                    run.kind,
+                    run.pos,
+                    run.len,
+                    self.packets.last()
                 )
             });
             self.pacer.on_sent(now, total as u64);
@@ -402,14 +430,13 @@ impl ChannelWorker {
         }
         // The final marker.
         if self.sender.poll_final(now) {
-            self.packet += 1;
             let mut fin = [0u8; HEADER_LEN];
             Header {
                 kind: Kind::Final,
                 flags: 0,
                 channel: self.ch,
                 session: self.shared.session,
-                packet: self.packet,
+                packet: self.packets.next_number()?,
                 file: 0,
                 offset: self.sender.stripe_len(),
                 len: 0,
@@ -433,5 +460,43 @@ impl ChannelWorker {
             .into_iter()
             .flatten()
             .min())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::link::TCP_PAYLOAD;
+    use crate::net::udp::MAX_FRAMED;
+
+    /// The buffers sized by [`send_limits`] hold any send at any payload probing may move to:
+    /// the bytes of the largest payload's sends are not the most (a narrow tunnel's 1200-byte
+    /// payload carries more per GSO send than a jumbo frame's).
+    #[test]
+    fn send_buffers_fit_every_payload_in_between() {
+        let sealed = wire::DATAGRAM_OVERHEAD;
+        for (frames, max_payload, overhead, tcp) in [
+            (MAX_FRAMED, wire::MAX_PAYLOAD, sealed, false),
+            (MAX_FRAMED, wire::MAX_PAYLOAD, wire::HEADER_LEN, false),
+            (MAX_FRAMED, wire::DEFAULT_PAYLOAD, sealed, false),
+            (8, wire::MAX_PAYLOAD, sealed, false),
+            (1, wire::MIN_PAYLOAD, sealed, false),
+            (16, TCP_PAYLOAD, sealed, true),
+        ] {
+            let (datagrams, bytes) = send_limits(frames, max_payload, overhead, tcp);
+            for p in wire::MIN_PAYLOAD..=max_payload {
+                let n = datagrams_within(frames, p, overhead, tcp);
+                assert!(
+                    n <= datagrams,
+                    "{n} datagrams of {p} bytes, room for {datagrams}"
+                );
+                let need = n * usize::from(p);
+                assert!(need <= bytes, "{n} x {p} bytes, room for {bytes}");
+            }
+        }
+        // What sizing for the two ends missed: 7 x 8900 (62,300 bytes) and 64 x 512 are less.
+        let (_, bytes) = send_limits(MAX_FRAMED, wire::MAX_PAYLOAD, sealed, false);
+        assert_eq!(datagrams_within(MAX_FRAMED, 1200, sealed, false), 52);
+        assert!(bytes >= 52 * 1200);
     }
 }

@@ -6,7 +6,7 @@ use super::shared::Shared;
 use crate::error::SessionError;
 use crate::netlog::NetLog;
 use hurtle_proto::probe::{PayloadProbe, ProbeDecision};
-use hurtle_proto::secure::{PacketSeal, TAG_LEN};
+use hurtle_proto::secure::{PacketNumbers, PacketSeal, TAG_LEN};
 use hurtle_proto::wire::{Header, Kind, HEADER_LEN};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -18,11 +18,11 @@ pub(super) struct Prober {
     pub(super) probe: PayloadProbe,
     pub(super) socks: Vec<std::net::UdpSocket>,
     pub(super) dests: Vec<SocketAddr>,
-    pub(super) session: u64,
-    /// The last probe packet number, counted from
+    pub(super) session: u32,
+    /// The probes' packet numbers, counted from
     /// [`secure::PROBE_PACKETS`](hurtle_proto::secure::PROBE_PACKETS) (a space of its own: a
     /// probe never shares a nonce with data).
-    pub(super) packet: u64,
+    pub(super) packets: PacketNumbers,
     pub(super) seal: Option<PacketSeal>,
 }
 
@@ -39,13 +39,17 @@ impl Prober {
                 continue;
             };
             let size = HEADER_LEN + usize::from(payload);
-            self.packet += 1;
+            // The probes' numbers run out only after 2^47 probes (a round is a few per
+            // channel): never, but a probe not sent is only a probe lost.
+            let Ok(packet) = self.packets.next_number() else {
+                return;
+            };
             Header {
                 kind: Kind::Probe,
                 flags: 0,
                 channel: ch,
                 session: self.session,
-                packet: self.packet,
+                packet,
                 file: 0,
                 offset: size as u64,
                 len: payload,

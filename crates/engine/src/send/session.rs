@@ -86,7 +86,7 @@ pub(super) fn send_once(
     let secret = opts.secret.as_ref().ok_or(SessionError::NoSecret)?;
     let mut stream = dial(opts, to)?;
     progress.set_phase(Phase::SettingUp);
-    let session: u64 = rand::random::<u64>() | 1;
+    let session: u32 = rand::random::<u32>() | 1;
     let machine = SenderSetup::new(
         SenderParams {
             channels: opts.channels.max(1),
@@ -447,7 +447,7 @@ pub(super) fn send_once(
 struct DataPath {
     to: SocketAddr,
     transport: Transport,
-    session: u64,
+    session: u32,
     key: DataKey,
     /// `None` when both sides asked for data in the clear.
     seal: Option<PacketSeal>,
@@ -503,7 +503,7 @@ fn open_data_path(
         socks,
         dests,
         session: path.session,
-        packet: secure::PROBE_PACKETS,
+        packets: secure::PacketNumbers::probes(),
         seal: path.seal.clone(),
     };
     prober.send_due(Instant::now());
@@ -635,7 +635,7 @@ impl ChannelThreads {
         let per_channel_rate = (rate_bps / u64::from(shared.channels)).max(100_000);
         let send_cfg = SendConfig::for_rtt(rtt);
         let mut workers = Vec::with_capacity(carried.len());
-        for (ch, Carried { link, packet, log }) in carried.into_iter().enumerate() {
+        for (ch, Carried { link, packets, log }) in carried.into_iter().enumerate() {
             let ch = ch as u16;
             let log = match log {
                 Some(log) => log,
@@ -654,7 +654,7 @@ impl ChannelThreads {
                 shared: shared.clone(),
                 events: ev_tx.clone(),
                 log,
-                packet,
+                packets,
                 rate_seen: rate_bps,
                 among: shared.channels,
                 sending: false,
@@ -728,7 +728,7 @@ impl ChannelThreads {
     fn restart(
         &mut self,
         early: Arc<Shared>,
-        (layout, session): (hurtle_proto::Layout, u64),
+        (layout, session): (hurtle_proto::Layout, u32),
         held: Vec<Vec<std::ops::Range<u64>>>,
         (rate_bps, rtt): (u64, Duration),
         logs: (Option<&std::path::Path>, Instant),
@@ -747,7 +747,7 @@ impl ChannelThreads {
     }
 
     /// Stops every thread and hands back what each channel carries into a new start: its
-    /// link, its packet number and its log. Everything else of the channels is dropped.
+    /// link, its packet numbers and its log. Everything else of the channels is dropped.
     fn take_back(&mut self) -> Vec<Carried> {
         self.join()
             .into_iter()
@@ -757,7 +757,7 @@ impl ChannelThreads {
                 });
                 Carried {
                     link: w.link,
-                    packet: w.packet,
+                    packets: w.packets,
                     log: Some(w.log),
                 }
             })
@@ -822,12 +822,12 @@ impl ChannelThreads {
     }
 }
 
-/// What a channel carries from one start of the channel threads to the next: its link, the
-/// packet number it last sent (they go on: with the channel, a packet number is the AEAD
-/// nonce), and its log (a new one is opened when there is none).
+/// What a channel carries from one start of the channel threads to the next: its link, its
+/// packet numbers (they go on from the last one sent: with the channel, a packet number is the
+/// AEAD nonce), and its log (a new one is opened when there is none).
 struct Carried {
     link: LinkOut,
-    packet: u64,
+    packets: secure::PacketNumbers,
     log: Option<NetLog>,
 }
 
@@ -836,7 +836,7 @@ impl Carried {
     fn new(link: LinkOut) -> Carried {
         Carried {
             link,
-            packet: 0,
+            packets: secure::PacketNumbers::data(),
             log: None,
         }
     }
@@ -937,7 +937,7 @@ fn dial(opts: &SendOptions, addr: SocketAddr) -> Result<TcpStream, SessionError>
 fn dial_data(
     opts: &SendOptions,
     dests: &[SocketAddr],
-    session: u64,
+    session: u32,
     key: &DataKey,
 ) -> Vec<Dialing> {
     dests

@@ -40,7 +40,7 @@ pub(super) enum ChanEvent {
 pub(super) struct Shared {
     pub(super) layout: Layout,
     pub(super) sources: Vec<SourceFile>,
-    pub(super) session: u64,
+    pub(super) session: u32,
     /// Payload bytes per data datagram now: probing may move it while data flows.
     pub(super) payload: AtomicU16,
     /// The most `payload` can become: what buffers are sized for.

@@ -70,7 +70,7 @@ pub struct RateConfig {
 pub const INITIAL_WINDOW: u64 = 10;
 
 /// The first rate for a path: [`INITIAL_WINDOW`] datagrams of `payload` bytes per `rtt`, or
-/// `floor_bps` if that is higher. On a long path the floor decides (10 datagrams of 1384
+/// `floor_bps` if that is higher. On a long path the floor decides (10 datagrams of 1396
 /// bytes per 100 ms is 1.1 Mbit/s); on a short one (loopback, a rack) startup begins where TCP
 /// would, not dozens of doubling rounds below it, since a round is a report interval (10 ms at
 /// least), many round trips there.
@@ -855,9 +855,9 @@ mod tests {
 
     #[test]
     fn initial_rate_is_the_floor_on_long_paths_and_a_window_per_rtt_on_short_ones() {
-        // 10 x 1384 bytes per 100 ms: 1.1 Mbit/s, under the floor.
+        // 10 x 1396 bytes per 100 ms: 1.1 Mbit/s, under the floor.
         assert_eq!(
-            initial_rate(100_000_000, 1384, Duration::from_millis(100)),
+            initial_rate(100_000_000, 1396, Duration::from_millis(100)),
             100_000_000
         );
         // Loopback: 10 x 8900 bytes per 250 us.

@@ -413,7 +413,7 @@ mod tests {
     }
 
     fn hello() -> Control {
-        Control::hello(0, 4, 1384, 1 << 20, 7)
+        Control::hello(0, 4, crate::wire::DEFAULT_PAYLOAD, 1 << 20, 7)
     }
 
     fn sealed_datagram(key: &DataKey) -> Vec<u8> {

@@ -15,10 +15,10 @@
 //!   prefix is associated data, the nonce is a per-direction counter, so a frame dropped,
 //!   replayed, reordered or changed fails to open and ends the session;
 //! - every data datagram (and every frame on a TCP data connection) is sealed ([`PacketSeal`],
-//!   [`PacketOpen`]): the 40-byte header is associated data, the nonce is the header's channel
-//!   and packet number (unique per channel and key; probes use packet numbers with the top bit
-//!   set, a space of their own), the tag follows the payload, and a [`ReplayWindow`] per channel
-//!   drops repeats. Anything that fails is dropped before it reaches the receiver's bookkeeping,
+//!   [`PacketOpen`]): the 28-byte header is associated data, the nonce is the header's channel
+//!   and 48-bit packet number (unique per channel and key: [`PacketNumbers`] counts them up and
+//!   never wraps, data below [`PROBE_PACKETS`] and probes from it, each a space of its own),
+//!   the tag follows the payload, and a [`ReplayWindow`] per channel drops repeats. Anything that fails is dropped before it reaches the receiver's bookkeeping,
 //!   and counted. With `--no-encryption` on both sides, data datagrams go in the clear (control
 //!   frames stay sealed: authentication is never off).
 //!
@@ -35,7 +35,8 @@ mod seal;
 pub use agree::{answer, offered_key, AgreeError, KeyError, KeyId, Offer, Secret, SessionKeys};
 pub use replay::{ReplayWindow, WINDOW as REPLAY_WINDOW};
 pub use seal::{
-    DataKey, FrameOpen, FrameSeal, OpenError, PacketOpen, PacketSeal, PROBE_PACKETS, TAG_LEN,
+    DataKey, FrameOpen, FrameSeal, OpenError, PacketNumbers, PacketOpen, PacketSeal,
+    PacketsExhausted, PROBE_PACKETS, TAG_LEN,
 };
 
 /// The AEAD of every sealed frame and datagram.

@@ -2,35 +2,95 @@
 //! datagrams and TCP data frames ([`PacketSeal`], [`PacketOpen`], made from a [`DataKey`]).
 
 use super::{ReplayWindow, AEAD};
-use crate::wire::{Control, FrameError, HEADER_LEN};
+use crate::wire::{nonce_fields, Control, FrameError, HEADER_LEN, MAX_PACKET};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, NONCE_LEN};
 
 /// Bytes of the authentication tag after every sealed frame and datagram.
 pub const TAG_LEN: usize = 16;
 /// Packet numbers from here up are the probes' own (the sender's prober counts up from it),
-/// so that a probe and a data datagram of one channel never share a nonce.
-pub const PROBE_PACKETS: u64 = 1 << 63;
-/// The packet number in the nonce of a TCP data connection's greeting tag; no datagram uses it.
-const GREETING_PACKET: u64 = u64::MAX;
+/// so that a probe and a data datagram of one channel never share a nonce. Data counts up from
+/// 1 below it ([`PacketNumbers`]).
+pub const PROBE_PACKETS: u64 = 1 << 47;
+/// The packet number in the nonce of a TCP data connection's greeting tag, the last of the
+/// header's 48 bits; no datagram uses it.
+const GREETING_PACKET: u64 = MAX_PACKET;
+// Data below the probes, the probes below the greeting, all within the header's 48 bits.
+const _: () = assert!(PROBE_PACKETS < GREETING_PACKET && GREETING_PACKET <= MAX_PACKET);
+
+/// The packet numbers of one space, counted up and never used twice: with the channel, a
+/// packet number is the AEAD nonce, and a nonce used twice under one key breaks AES-GCM. A
+/// channel's data datagrams (data and final markers) count 1, 2, 3, ... below
+/// [`PROBE_PACKETS`] ([`PacketNumbers::data`]); the prober's probes count up from there, below
+/// the greeting's number ([`PacketNumbers::probes`]). When a space is used up,
+/// [`next_number`](PacketNumbers::next_number) fails instead of wrapping, and the session must
+/// end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketNumbers {
+    /// The number used last; `start` while none was.
+    last: u64,
+    start: u64,
+    /// The first number past the space.
+    end: u64,
+}
+
+/// A space of packet numbers is used up ([`PacketNumbers::next_number`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the packet numbers of a channel are used up after {used} datagrams under this session's key (a number is never used twice: the session ends)")]
+pub struct PacketsExhausted {
+    /// How many numbers the space held, all used.
+    pub used: u64,
+}
+
+impl PacketNumbers {
+    /// A channel's data numbers, none used yet: 1 is the first, `PROBE_PACKETS - 1` the last.
+    pub fn data() -> PacketNumbers {
+        PacketNumbers {
+            last: 0,
+            start: 0,
+            end: PROBE_PACKETS,
+        }
+    }
+
+    /// The probes' numbers, none used yet: `PROBE_PACKETS + 1` is the first, the one below
+    /// the greeting's the last.
+    pub fn probes() -> PacketNumbers {
+        PacketNumbers {
+            last: PROBE_PACKETS,
+            start: PROBE_PACKETS,
+            end: GREETING_PACKET,
+        }
+    }
+
+    /// The number used last (where the space starts while none was).
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// The next number; an error, for good, once the space is used up.
+    pub fn next_number(&mut self) -> Result<u64, PacketsExhausted> {
+        let next = self.last + 1;
+        if next >= self.end {
+            return Err(PacketsExhausted {
+                used: self.last - self.start,
+            });
+        }
+        self.last = next;
+        Ok(next)
+    }
+}
 
 fn key_of(bytes: &[u8; 32]) -> LessSafeKey {
     // A 32-byte key is exactly what AES-256-GCM takes; `new` fails only on a wrong length.
     LessSafeKey::new(UnboundKey::new(AEAD, bytes).unwrap_or_else(|_| unreachable!()))
 }
 
-/// A frame's nonce: its channel and packet number (bytes 2..4 and 12..20 of the header).
+/// A frame's nonce: its channel and packet number (bytes 1 and 6..12 of the header,
+/// [`nonce_fields`]).
 fn packet_nonce(channel: u16, pn: u64) -> Nonce {
     let mut n = [0u8; NONCE_LEN];
     n[2..4].copy_from_slice(&channel.to_be_bytes());
     n[4..].copy_from_slice(&pn.to_be_bytes());
     Nonce::assume_unique_for_key(n)
-}
-
-fn header_fields(header: &[u8]) -> (u16, u64) {
-    let channel = u16::from_be_bytes([header[2], header[3]]);
-    let mut pn = [0u8; 8];
-    pn.copy_from_slice(&header[12..20]);
-    (channel, u64::from_be_bytes(pn))
 }
 
 /// The key of the session's data frames (sender to receiver). Clone it for each channel.
@@ -112,15 +172,15 @@ pub struct PacketSeal(LessSafeKey);
 impl PacketSeal {
     /// Seals `frame`: a header, its payload, then [`TAG_LEN`] bytes of room that receive the
     /// tag. The nonce comes from the header, so each `(channel, packet number)` must be sealed
-    /// once only: the channel workers count packet numbers up, the prober from
-    /// [`PROBE_PACKETS`].
+    /// once only: the channel workers and the prober count their numbers with
+    /// [`PacketNumbers`].
     pub fn seal(&self, frame: &mut [u8]) {
         if frame.len() < HEADER_LEN + TAG_LEN {
             return;
         }
         let (head, rest) = frame.split_at_mut(HEADER_LEN);
         let (payload, tag_out) = rest.split_at_mut(rest.len() - TAG_LEN);
-        let (channel, pn) = header_fields(head);
+        let (channel, pn) = nonce_fields(head);
         if let Ok(tag) =
             self.0
                 .seal_in_place_separate_tag(packet_nonce(channel, pn), Aad::from(&*head), payload)
@@ -173,7 +233,7 @@ impl PacketOpen {
         if frame.len() < HEADER_LEN + TAG_LEN {
             return Err(OpenError::Short);
         }
-        let (channel, pn) = header_fields(frame);
+        let (channel, pn) = nonce_fields(frame);
         if channel != self.channel {
             return Err(OpenError::Misdirected);
         }
@@ -403,14 +463,60 @@ mod tests {
         }
 
         /// Nonces never repeat across the numbers a session uses: data from 1, probes from
-        /// PROBE_PACKETS, the greeting at u64::MAX, per channel.
+        /// PROBE_PACKETS, the greeting at the top of the header's 48 bits, per channel; and
+        /// the nonce read back from an encoded header is the one of its channel and number.
         #[test]
-        fn nonces_are_distinct(ch in any::<u16>(), a in 1u64..1_000_000, b in 1u64..1_000_000) {
+        fn nonces_are_distinct(
+            ch in 0u16..=255,
+            a in 1u64..PROBE_PACKETS,
+            b in PROBE_PACKETS + 1..GREETING_PACKET,
+        ) {
             let n = |c: u16, p: u64| *packet_nonce(c, p).as_ref();
-            prop_assert_ne!(n(ch, a), n(ch, PROBE_PACKETS + b));
+            prop_assert_ne!(n(ch, a), n(ch, b));
             prop_assert_ne!(n(ch, a), n(ch, GREETING_PACKET));
-            prop_assert_ne!(n(ch, PROBE_PACKETS + b), n(ch, GREETING_PACKET));
+            prop_assert_ne!(n(ch, b), n(ch, GREETING_PACKET));
             prop_assert_ne!(n(ch, a), n(ch.wrapping_add(1), a));
+            for pn in [a, b] {
+                let f = frame(ch, pn, b"");
+                prop_assert_eq!(nonce_fields(&f), (ch, pn));
+            }
         }
+    }
+
+    #[test]
+    fn packet_numbers_never_wrap_into_another_space() {
+        let mut data = PacketNumbers::data();
+        assert_eq!(
+            (data.last(), data.next_number(), data.next_number()),
+            (0, Ok(1), Ok(2))
+        );
+        // Near the end of the data numbers: the last is used, then none.
+        let mut data = PacketNumbers {
+            last: PROBE_PACKETS - 3,
+            ..PacketNumbers::data()
+        };
+        assert_eq!(data.next_number(), Ok(PROBE_PACKETS - 2));
+        assert_eq!(data.next_number(), Ok(PROBE_PACKETS - 1));
+        let used_up = PacketsExhausted {
+            used: PROBE_PACKETS - 1,
+        };
+        assert_eq!(data.next_number(), Err(used_up));
+        assert_eq!(data.next_number(), Err(used_up), "for good");
+        assert_eq!(data.last(), PROBE_PACKETS - 1);
+        assert!(used_up.to_string().contains("used up"));
+        // The probes' space stops below the greeting's number.
+        let mut probes = PacketNumbers::probes();
+        assert_eq!(probes.next_number(), Ok(PROBE_PACKETS + 1));
+        let mut probes = PacketNumbers {
+            last: GREETING_PACKET - 2,
+            ..probes
+        };
+        assert_eq!(probes.next_number(), Ok(GREETING_PACKET - 1));
+        assert_eq!(
+            probes.next_number(),
+            Err(PacketsExhausted {
+                used: GREETING_PACKET - 1 - PROBE_PACKETS
+            })
+        );
     }
 }

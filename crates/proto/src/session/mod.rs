@@ -320,7 +320,7 @@ pub fn keeps_early(entries: &[Entry], decisions: &[Decision]) -> bool {
 /// The session id of the data phase: the hello's when the early data counts (`early`, see
 /// [`keeps_early`]), the next odd one otherwise, so that datagrams of the provisional layout
 /// are told from the outcome's.
-pub fn data_session(hello_session: u64, early: bool) -> u64 {
+pub fn data_session(hello_session: u32, early: bool) -> u32 {
     if early {
         hello_session
     } else {
@@ -337,7 +337,7 @@ pub struct Agreed {
     /// Block size.
     pub block_size: u64,
     /// Session id every datagram carries.
-    pub session: u64,
+    pub session: u32,
     /// Per file (the manifest's files, in order): skipped or not.
     pub skips: Vec<Skipped>,
     /// Per file: blocks the receiver holds from an interrupted transfer (the file's own block
@@ -360,7 +360,7 @@ impl Agreed {
         entries: &[Entry],
         block_size: u64,
         channels: u16,
-        session: u64,
+        session: u32,
     ) -> Result<Agreed, SetupError> {
         let n = files(entries).count();
         Agreed::new(
@@ -380,7 +380,7 @@ impl Agreed {
         resumed: Vec<Vec<(u64, u64)>>,
         block_size: u64,
         channels: u16,
-        session: u64,
+        session: u32,
     ) -> Result<Agreed, SetupError> {
         let files: Vec<&Entry> = files(entries).collect();
         let sizes: Vec<u64> = files

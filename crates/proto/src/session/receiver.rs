@@ -41,7 +41,7 @@ pub struct HelloParams {
     /// Block size.
     pub block_size: u64,
     /// Session id.
-    pub session: u64,
+    pub session: u32,
 }
 
 /// What a receiver can take in, as it tells the sender in its `HelloAck`.

@@ -22,7 +22,7 @@ pub struct SenderParams {
     /// Block size.
     pub block_size: u64,
     /// Session id (random, odd).
-    pub session: u64,
+    pub session: u32,
     /// Data over parallel TCP instead of UDP.
     pub tcp: bool,
     /// Data over UDP, with the channels moved to TCP data connections in the same session if

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::rate::bottleneck::BufferCap;
-use crate::wire::{AbortCause, Decision, MAGIC};
+use crate::wire::{AbortCause, Decision, DEFAULT_PAYLOAD, MAGIC};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -31,7 +31,7 @@ fn dir(path: &str) -> Entry {
 fn params(channels: u16) -> SenderParams {
     SenderParams {
         channels,
-        payload: 1384,
+        payload: DEFAULT_PAYLOAD,
         block_size: 1 << 16,
         session: 0x1234_5679,
         tcp: false,
@@ -146,7 +146,7 @@ fn run(
     panic!("the set-up did not end");
 }
 
-fn params_session(s: &SenderSetup) -> u64 {
+fn params_session(s: &SenderSetup) -> u32 {
     match s.hello() {
         Control::Hello { session, .. } => session,
         _ => unreachable!(),
@@ -350,7 +350,7 @@ fn resumed_blocks_outside_the_file_fail_the_set_up() {
 }
 
 fn hello() -> Control {
-    Control::hello(0, 2, 1384, 1 << 16, 3)
+    Control::hello(0, 2, DEFAULT_PAYLOAD, 1 << 16, 3)
 }
 
 fn ack(ports: usize) -> Control {
@@ -358,7 +358,7 @@ fn ack(ports: usize) -> Control {
         version: VERSION,
         caps: 0,
         ports: vec![9000; ports],
-        payload: 1384,
+        payload: DEFAULT_PAYLOAD,
         rate_ceiling: 0,
         recv_buffer: 0,
         recv_buffer_wanted: 0,
@@ -389,7 +389,7 @@ fn another_version_or_protocol_is_incompatible() {
             version,
             caps: 0,
             channels: 1,
-            payload: 1384,
+            payload: DEFAULT_PAYLOAD,
             block_size: 1 << 16,
             session: 1,
         };
@@ -406,7 +406,7 @@ fn a_bad_block_size_is_refused_at_hello() {
             version: VERSION,
             caps: 0,
             channels: 2,
-            payload: 1384,
+            payload: DEFAULT_PAYLOAD,
             block_size,
             session: 3,
         };
@@ -449,7 +449,7 @@ fn the_receiver_takes_messages_only_in_order() {
     // Data-phase messages during set-up, and the retired `Start`.
     let mut r = opened();
     let start = Control::Start {
-        payload: 1384,
+        payload: DEFAULT_PAYLOAD,
         report_interval_us: 1,
     };
     assert!(r.handle(start, now).is_err());
@@ -577,7 +577,7 @@ fn the_sender_takes_messages_only_in_order() {
         version: 1,
         caps: 0,
         ports: vec![9000; 2],
-        payload: 1384,
+        payload: DEFAULT_PAYLOAD,
         rate_ceiling: 0,
         recv_buffer: 0,
         recv_buffer_wanted: 0,
@@ -1094,7 +1094,7 @@ proptest! {
 #[test]
 fn early_block_values_are_kept_for_an_outcome_that_keeps_the_early_data_and_dropped_otherwise() {
     let now = Instant::now();
-    let values = |session: u64| Control::BlockHashes {
+    let values = |session: u32| Control::BlockHashes {
         session,
         blocks: vec![(0, [7; 32])],
     };
