@@ -407,11 +407,7 @@ class Hurtle(Tool):
                 return "the seed transfer left no memory of the path"
             return None
         finally:
-            for p in (send, recv):
-                if p:
-                    p.stop(grace=1.0)
-                    p.close()
-            shutil.rmtree(seed_out, ignore_errors=True)
+            _end(send, recv, dirs=[seed_out])
 
     def sender(self, env, ends, port, outdir, src, prof):
         a = [str(self._bin(env)), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
@@ -626,12 +622,17 @@ def run_once(tool: Tool, env: Env, ends: PathEnds, prof: Profile, src: Path, por
             res.goodput_mbps = src.stat().st_size * 8 / res.wall_s / 1e6
         return res
     finally:
-        for p in (send, recv):
-            if p:
-                p.stop(grace=1.0)
-                p.close()
-        shutil.rmtree(outdir, ignore_errors=True)
-        shutil.rmtree(rundir / "uftp-tmp", ignore_errors=True)
+        _end(send, recv, dirs=[outdir, rundir / "uftp-tmp"])
+
+
+def _end(*procs: Proc | None, dirs: list[Path]) -> None:
+    """Stops the processes of a run that are still there and removes its scratch dirs."""
+    for p in procs:
+        if p:
+            p.stop(grace=1.0)
+            p.close()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _tail(p: Proc, n=300) -> str:
