@@ -139,11 +139,13 @@ fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
     );
 }
 
-/// The second transfer to a receiver starts from what the first learnt of the path: at half
-/// its bottleneck (within the cap; or its usual start, if higher), said in `--json`; `--cold-start` neither
-/// uses nor changes the memory. Under `--rate 1G`, so that the first transfer surely ends past
-/// startup (a transfer still in startup knows only a lower bound, and keeps nothing): at the
-/// cap its delivery stops growing.
+/// A transfer to a receiver seen before starts from what the last one learnt of the path: at
+/// half its bottleneck (within the cap; or its usual start, if higher), said in `--json`, when
+/// its round trip fits the remembered one (a busy machine's loopback handshake can take ten
+/// times another's: then it starts cold, and the next one compares with this one's); and
+/// `--cold-start` neither uses nor changes the memory. Under `--rate 1G`, so that every
+/// transfer surely ends past startup (a transfer still in startup knows only a lower bound, and
+/// keeps nothing): at the cap its delivery stops growing.
 #[test]
 fn a_second_transfer_to_the_same_receiver_starts_from_the_first_ones_bottleneck() {
     let t = tmp();
@@ -162,30 +164,53 @@ fn a_second_transfer_to_the_same_receiver_starts_from_the_first_ones_bottleneck(
         fsx::assert_same_file(&src, &out.join("data.bin"));
         s.json()
     };
-    let first = send(1, &[]);
-    assert!(first["rate"]["resumed"].is_null(), "{first}");
-    let path_bps = num(&first["rate"], "path_bps");
-    let kept = fs::read_to_string(&memory).expect("the first transfer kept its path");
-    assert_eq!(kept.lines().count(), 1, "{kept}");
+    // The memory's line for 127.0.0.1: (bottleneck, RTT in ms).
+    let kept = || {
+        let text = fs::read_to_string(&memory).expect("a transfer kept its path");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let f: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(f[0], "127.0.0.1", "{text}");
+        (
+            f[1].parse::<u64>().unwrap(),
+            f[2].parse::<f64>().unwrap() / 1e3,
+        )
+    };
+    let mut last = send(1, &[]);
+    assert!(last["rate"]["resumed"].is_null(), "{last}");
+    let mut resumed = 0;
+    for n in 2..=4 {
+        let (path_bps, rtt_ms) = kept();
+        assert_eq!(path_bps, num(&last["rate"], "path_bps"), "{last}");
+        let v = send(n, &[]);
+        let rtt = v["rtt_ms"].as_f64().unwrap();
+        let fits = rtt <= 2.0 * rtt_ms + 10.0 && 2.0 * rtt + 10.0 >= rtt_ms;
+        let start = num(&v["rate"], "start_bps");
+        eprintln!("remembered {path_bps} bit/s at {rtt_ms} ms; {rtt} ms now; started at {start}");
+        if fits {
+            let r = &v["rate"]["resumed"];
+            assert_eq!(num(r, "remembered_bps"), path_bps, "{v}");
+            assert!(r["age_s"].as_u64().unwrap() < 600, "{v}");
+            // Half the remembered bottleneck within the cap, or the usual start if that is
+            // higher (a round trip of 0.1 ms starts at the cap).
+            let half = path_bps.min(1_000_000_000) / 2;
+            assert!(
+                start == half || (half..=1_000_000_000).contains(&start),
+                "{v}"
+            );
+            resumed += 1;
+        } else {
+            assert!(v["rate"]["resumed"].is_null(), "another round trip: {v}");
+        }
+        last = v;
+    }
     assert!(
-        kept.starts_with(&format!("127.0.0.1 {path_bps} ")),
-        "{kept} against {first}"
-    );
-
-    let second = send(2, &[]);
-    let resumed = &second["rate"]["resumed"];
-    assert_eq!(num(resumed, "remembered_bps"), path_bps, "{second}");
-    assert!(resumed["age_s"].as_u64().unwrap() < 600, "{second}");
-    let start = num(&second["rate"], "start_bps");
-    eprintln!("remembered {path_bps} bit/s; started at {start}");
-    assert!(
-        start == (path_bps.min(1_000_000_000) / 2).max(num(&first["rate"], "start_bps")),
-        "started at {start} with {path_bps} remembered: {second}"
+        resumed > 0,
+        "no transfer's round trip fitted the last one's"
     );
 
     // A cold start: nothing recalled, nothing kept.
     let before = fs::read_to_string(&memory).unwrap();
-    let cold = send(3, &["--cold-start"]);
+    let cold = send(5, &["--cold-start"]);
     assert!(cold["rate"]["resumed"].is_null(), "{cold}");
     assert_eq!(fs::read_to_string(&memory).unwrap(), before);
 }

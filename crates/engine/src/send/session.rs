@@ -407,6 +407,7 @@ pub(super) fn send_once(
         transport: transport.as_str(),
         payload: shared.payload.load(Ordering::Relaxed),
         fallback_seconds,
+        rtt_ms: rtt.as_secs_f64() * 1e3,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
             us => Some(us as f64 / 1e3),

@@ -47,6 +47,9 @@ pub struct SendSummary {
     /// Milliseconds from the sender's start to its first data datagram: what setting up the
     /// session cost (`None` if no data was sent).
     pub first_data_ms: Option<f64>,
+    /// The round-trip time measured at the key agreement, milliseconds (what the rate
+    /// controller's rounds and a path memory's fit are judged by).
+    pub rtt_ms: f64,
     /// Seconds from the start of data over UDP to the channels' move to parallel TCP, when
     /// UDP did not get through (`None` when they did not move); counted in `seconds`.
     pub fallback_seconds: Option<f64>,
