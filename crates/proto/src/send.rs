@@ -140,8 +140,9 @@ pub struct ChannelSender {
     recent_repairs: VecDeque<(Instant, u64, u64)>,
     /// Tail repairs to send a second time, after the first copies.
     copies: RangeSet,
-    /// Since when second copies are counted against `cfg.tail_copies`, and their bytes.
-    copy_window: (Instant, u64),
+    /// Since when second copies are counted against `cfg.tail_copies`, and their bytes
+    /// (`None` before the first).
+    copy_window: Option<(Instant, u64)>,
     /// Every range ever held ([`ChannelSender::hold`]), kept after the cursor passes them.
     held_all: RangeSet,
 }
@@ -164,7 +165,7 @@ impl ChannelSender {
             stats: SendStats::default(),
             recent_repairs: VecDeque::new(),
             copies: RangeSet::new(),
-            copy_window: (Instant::now(), 0),
+            copy_window: None,
             held_all: RangeSet::new(),
         }
     }
@@ -305,13 +306,12 @@ impl ChannelSender {
         } else {
             self.cfg.repair_echo
         };
-        if now.saturating_duration_since(self.copy_window.0) >= window {
-            self.copy_window = (now, 0);
-        }
-        let fits = self.copy_window.1 + len <= self.cfg.tail_copies;
-        if fits {
-            self.copy_window.1 += len;
-        }
+        let (since, used) = match self.copy_window {
+            Some((since, used)) if now.saturating_duration_since(since) < window => (since, used),
+            _ => (now, 0),
+        };
+        let fits = used + len <= self.cfg.tail_copies;
+        self.copy_window = Some((since, if fits { used + len } else { used }));
         fits
     }
 

@@ -1108,6 +1108,25 @@ mod tests {
         (c, t)
     }
 
+    /// Reports on a bottleneck of `bps` until `c` leaves startup, at most `most`; returns how
+    /// many it took.
+    fn leave_startup(c: &mut RateController, t: &mut Instant, bps: f64, most: usize) -> usize {
+        let mut reports = 0;
+        while c.in_startup() {
+            drive(c, t, 1, bottleneck(bps));
+            reports += 1;
+            assert!(reports <= most, "{:?}", c.timeline());
+        }
+        reports
+    }
+
+    /// After 100 more reports on a bottleneck of `bps`, `c` paces within 10% of it.
+    fn cruises_at(c: &mut RateController, t: &mut Instant, bps: f64) {
+        drive(c, t, 100, bottleneck(bps));
+        let r = c.rate_bps() as f64;
+        assert!((0.9 * bps..=1.1 * bps).contains(&r), "{r} against {bps}");
+    }
+
     fn bottleneck_of(c: &RateController) -> f64 {
         c.model().unwrap().bottleneck_bps().unwrap()
     }
@@ -1125,12 +1144,7 @@ mod tests {
         // below what was delivered (not below half of it).
         let mut t = Instant::now();
         let mut c = RateController::new(cfg(RateMode::Auto), t);
-        let mut reports = 0;
-        while c.in_startup() {
-            drive(&mut c, &mut t, 1, bottleneck(300e6));
-            reports += 1;
-            assert!(reports < 40, "{:?}", c.timeline());
-        }
+        leave_startup(&mut c, &mut t, 300e6, 39);
         let last = *c.timeline().last().unwrap();
         assert_eq!(last.reason, Reason::Delay);
         assert!(
@@ -1138,9 +1152,7 @@ mod tests {
             "{last:?}"
         );
         // Then it cruises at the bottleneck, within 10%.
-        drive(&mut c, &mut t, 100, bottleneck(300e6));
-        let r = c.rate_bps() as f64;
-        assert!((270e6..=330e6).contains(&r), "{r}");
+        cruises_at(&mut c, &mut t, 300e6);
     }
 
     #[test]
@@ -1182,13 +1194,8 @@ mod tests {
     fn a_resumed_start_reaches_the_remembered_bottleneck_without_overshoot() {
         let mut t = Instant::now();
         let mut c = resumed_from(3_000_000_000, t);
-        let mut reports = 0;
-        while c.in_startup() {
-            drive(&mut c, &mut t, 1, bottleneck(3e9));
-            reports += 1;
-            // Two round trips of 4 reports at most: the first sample at half, then there.
-            assert!(reports <= 8, "{:?}", c.timeline());
-        }
+        // Two round trips of 4 reports at most: the first sample at half, then there.
+        let reports = leave_startup(&mut c, &mut t, 3e9, 8);
         let top = c.timeline().iter().map(|ch| ch.rate_bps).max().unwrap();
         assert!(top <= 3_000_000_000, "{:?}", c.timeline());
         assert_eq!(c.model().unwrap().phase(), model::Phase::Cruise);
@@ -1205,9 +1212,7 @@ mod tests {
             "{cold_reports} against {reports}"
         );
         // Past it, cruising within 10% as after any start.
-        drive(&mut c, &mut t, 100, bottleneck(3e9));
-        let r = c.rate_bps() as f64;
-        assert!((2.7e9..=3.3e9).contains(&r), "{r}");
+        cruises_at(&mut c, &mut t, 3e9);
     }
 
     #[test]
@@ -1215,15 +1220,8 @@ mod tests {
         let mut t = Instant::now();
         // Remembered 3 Gbit/s; the path takes a third of it now.
         let mut c = resumed_from(3_000_000_000, t);
-        let mut reports = 0;
-        while c.in_startup() {
-            drive(&mut c, &mut t, 1, bottleneck(1e9));
-            reports += 1;
-            assert!(reports <= 16, "{:?}", c.timeline());
-        }
-        drive(&mut c, &mut t, 100, bottleneck(1e9));
-        let r = c.rate_bps() as f64;
-        assert!((0.9e9..=1.1e9).contains(&r), "{r}");
+        leave_startup(&mut c, &mut t, 1e9, 16);
+        cruises_at(&mut c, &mut t, 1e9);
     }
 
     #[test]
