@@ -4,8 +4,11 @@
 //! The sender probes every candidate size at once on every channel as soon as it knows the
 //! receiver's ports, and repeats the probes not yet acknowledged every [`RESEND`]. Data does not
 //! wait for them: it starts at the largest size already acknowledged everywhere, or else at
-//! [`wire::DEFAULT_PAYLOAD`] (which fits a 1500-byte path, the common case), and
-//! [`PayloadProbe::poll`] says when to move to another size:
+//! [`wire::DEFAULT_PAYLOAD`] (which fits a 1500-byte path under IPv4 and IPv6, the common
+//! case), and [`PayloadProbe::poll`] says when to move to another size. The candidates are the
+//! size asked for (jumbo frames by default), the largest a 1500-byte path carries under IPv4
+//! ([`wire::IPV4_1500_PAYLOAD`]; under IPv6 the kernel refuses it at once) and under IPv6, the
+//! default, 1200 and [`wire::MIN_PAYLOAD`]:
 //!
 //! | situation | decision |
 //! |---|---|
@@ -149,7 +152,13 @@ impl PayloadProbe {
     /// after a hello that took `hello_rtt`.
     pub fn new(wanted: u16, channels: u16, hello_rtt: Duration, now: Instant) -> PayloadProbe {
         let mut candidates = vec![wanted.clamp(wire::MIN_PAYLOAD, wire::MAX_PAYLOAD)];
-        for c in [wire::DEFAULT_PAYLOAD, 1200, wire::MIN_PAYLOAD] {
+        for c in [
+            wire::IPV4_1500_PAYLOAD,
+            wire::IPV6_1500_PAYLOAD,
+            wire::DEFAULT_PAYLOAD,
+            1200,
+            wire::MIN_PAYLOAD,
+        ] {
             if c < candidates[candidates.len() - 1] {
                 candidates.push(c);
             }
@@ -403,7 +412,7 @@ mod tests {
         assert_eq!(p.payload(), wire::DEFAULT_PAYLOAD);
         assert_eq!(p.max_payload(), wire::MAX_PAYLOAD);
         let sent = p.to_send(t0);
-        assert_eq!(sent.len(), 2 * 4, "every size on every channel");
+        assert_eq!(sent.len(), 2 * 6, "every size on every channel");
         assert!(p.to_send(t0 + 10 * MS).is_empty(), "not before RESEND");
         ack_all(&mut p, &sent, |_| true, t0 + 20 * MS);
         assert_eq!(
@@ -416,12 +425,38 @@ mod tests {
     }
 
     #[test]
-    fn a_1500_byte_path_settles_on_the_default_after_the_grace() {
+    fn a_1500_byte_path_moves_data_up_to_the_largest_size_it_carries() {
+        let t0 = Instant::now();
+        // IPv4: the jumbo is refused by the interface, 1428 passes.
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 2, 100 * MS, t0);
+        p.on_too_big(wire::MAX_PAYLOAD);
+        let sent = p.to_send(t0);
+        ack_all(&mut p, &sent, |_| true, t0 + 100 * MS);
+        assert_eq!(
+            p.poll(t0 + 100 * MS, true),
+            Some(ProbeDecision::UsePayload(wire::IPV4_1500_PAYLOAD))
+        );
+        assert!(p.is_done());
+        // IPv6: the interface refuses 1428 too.
+        let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 2, 100 * MS, t0);
+        p.on_too_big(wire::MAX_PAYLOAD);
+        p.on_too_big(wire::IPV4_1500_PAYLOAD);
+        let sent = p.to_send(t0);
+        assert!(sent.iter().all(|&(_, s)| s <= wire::IPV6_1500_PAYLOAD));
+        ack_all(&mut p, &sent, |_| true, t0 + 100 * MS);
+        assert_eq!(
+            p.poll(t0 + 100 * MS, true),
+            Some(ProbeDecision::UsePayload(wire::IPV6_1500_PAYLOAD))
+        );
+    }
+
+    #[test]
+    fn a_path_a_little_under_1500_bytes_settles_on_the_default_after_the_grace() {
         let t0 = Instant::now();
         let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 2, 100 * MS, t0);
         let sent = p.to_send(t0);
         ack_all(&mut p, &sent, |s| s <= wire::DEFAULT_PAYLOAD, t0 + 100 * MS);
-        // The default is in use and through: nothing changes, probing waits for the jumbo.
+        // The default is in use and through: nothing changes, probing waits for the larger.
         assert_eq!(p.poll(t0 + 100 * MS, true), None);
         assert!(!p.is_done());
         assert_eq!(p.poll(t0 + 199 * MS, true), None);
@@ -457,10 +492,12 @@ mod tests {
         let sent = p.to_send(t0);
         assert!(sent.iter().all(|&(_, s)| s != wire::MAX_PAYLOAD));
         ack_all(&mut p, &sent, |_| true, t0 + 10 * MS);
-        // Nothing larger is pending: done at once, on the size in use.
-        assert_eq!(p.poll(t0 + 10 * MS, false), None);
+        // Nothing larger is pending: done at once, on the largest acknowledged.
+        assert_eq!(
+            p.poll(t0 + 10 * MS, false),
+            Some(ProbeDecision::UsePayload(wire::IPV4_1500_PAYLOAD))
+        );
         assert!(p.is_done());
-        assert_eq!(p.payload(), wire::DEFAULT_PAYLOAD);
         // Refusing the size in use moves data down at once.
         let mut p = PayloadProbe::new(wire::MAX_PAYLOAD, 1, 10 * MS, t0);
         p.on_too_big(wire::DEFAULT_PAYLOAD);

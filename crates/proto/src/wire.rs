@@ -34,6 +34,11 @@ pub const DATAGRAM_OVERHEAD: usize = HEADER_LEN + 16;
 /// Default payload per datagram: 28 + 16 + 1396 = 1440 bytes, which fits a 1500-byte MTU under
 /// both IPv4 (20 + 8 bytes of headers) and IPv6 (40 + 8).
 pub const DEFAULT_PAYLOAD: u16 = 1396;
+/// The largest payload a 1500-byte path carries under IPv4: 20 + 8 + 28 + 16 + 1428 = 1500.
+/// Probed beside the default, and used once acknowledged (+2.3% of file per datagram).
+pub const IPV4_1500_PAYLOAD: u16 = 1428;
+/// The largest payload a 1500-byte path carries under IPv6: 40 + 8 + 28 + 16 + 1408 = 1500.
+pub const IPV6_1500_PAYLOAD: u16 = 1408;
 /// Smallest payload hurtle will fall back to on a path that drops large datagrams.
 pub const MIN_PAYLOAD: u16 = 512;
 /// Largest payload hurtle will accept (a 9000-byte jumbo frame path: 28 + 16 + 8900 bytes of
