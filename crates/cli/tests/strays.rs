@@ -6,7 +6,11 @@
 //!   comes, and then receives the real transfer and exits 0; its log accounts for them;
 //! - a `--serve` receiver holding 20 silent connections serves a real sender at once;
 //! - a flood of 200 strays is a few lines on the receiver's stderr (the first 10 of a window,
-//!   then one summary per 10 s), whose numbers add up to 200; wrong codes get a line each.
+//!   then one summary per 10 s), whose numbers add up to the 160 that sent something; wrong
+//!   codes get a line each.
+//!
+//! A connection closed before it sent a byte (what a sender's losing connect attempt looks like)
+//! is taken quietly: dropped, but neither counted nor given a line on stderr.
 //!
 //! A stray is known to be dropped when the receiver closes it: it is counted and logged (or
 //! counted for a summary) before it is closed. The log is read as individual lines ("stray
@@ -132,7 +136,8 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
         };
         spoke.push(s);
     }
-    // 75 strays that spoke are dropped at once; then 15 of the 25 silent ones give up.
+    // 75 strays that spoke are dropped at once; then 15 of the 25 silent ones give up, closed
+    // without a word (as a sender's losing connect attempt is): taken quietly.
     dropped += spoke.len();
     spoke.drain(..).for_each(wait_dropped);
     assert_eq!(dropped, 75);
@@ -142,8 +147,8 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
         s.shutdown(Shutdown::Write).unwrap();
         wait_dropped(s);
     }
-    // The real sender comes while 10 silent connections are still open: 90 dropped, and the
-    // 10 not yet.
+    // The real sender comes while 10 silent connections are still open: 75 dropped, 15 left
+    // quietly, and the 10 not yet.
     assert!(
         still.iter().all(still_open),
         "closed before their grace time"
@@ -156,7 +161,7 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
     fsx::assert_no_part_files(&t.path().join("out"));
     let summary = done.json();
     let strays = summary["strays"].as_u64().expect("strays in --json");
-    assert!((90..=100).contains(&strays), "{summary}");
+    assert!((75..=85).contains(&strays), "{summary}");
     // The log accounts for every stray, those before the session before its first line (what
     // was counted for a summary is said when the session starts).
     let (before, _) = done
@@ -165,17 +170,22 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
         .unwrap_or_else(|| panic!("no session in the log:\n{}", done.stderr));
     let logged_before = logged_strays(before);
     assert!(
-        (90..=strays).contains(&logged_before),
+        (75..=strays).contains(&logged_before),
         "{logged_before} strays logged before the session, {strays} in the summary:\n{}",
         done.stderr
     );
     let logged = logged_strays(&done.stderr);
     assert!(
-        (strays..=100).contains(&logged),
+        (strays..=85).contains(&logged),
         "{logged} strays logged, {strays} in the summary:\n{}",
         done.stderr
     );
-    // And it took a few lines, not 90.
+    assert!(
+        !done.stderr.contains("closed without sending anything"),
+        "a connection that left without a word was logged:\n{}",
+        done.stderr
+    );
+    // And it took a few lines, not 75.
     let lines = done
         .stderr
         .lines()
@@ -230,8 +240,9 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     let mut r = start_receiver(&t.path().join("out"), &["--json"]);
     let mut rng = Rng::new(4301);
     let t0 = Instant::now();
-    // 200 strays, 20 at a time (the receiver greets 32 at once), each dropped before the next
-    // 20 come: garbage, HTTP, a huge length prefix, an empty frame, a close without a word.
+    // 200 connections, 20 at a time (the receiver greets 32 at once), each dropped before the
+    // next 20 come: garbage, HTTP, a huge length prefix, an empty frame, a close without a word
+    // (these 40 taken quietly: neither counted nor logged).
     for _ in 0..10 {
         let batch: Vec<TcpStream> = (0..20)
             .map(|i| {
@@ -260,8 +271,8 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     }
     // Nothing else happens: the window's summary comes when the window (10 s from the first
     // stray) ends, not with a next stray or a session.
-    let logged = wait_logged(&mut r, 202, Duration::from_secs(30));
-    assert_eq!(logged, 202, "\n{}", r.proc.stderr());
+    let logged = wait_logged(&mut r, 162, Duration::from_secs(30));
+    assert_eq!(logged, 162, "\n{}", r.proc.stderr());
     assert!(
         t0.elapsed() >= Duration::from_secs(9),
         "summarised after {:?}, before the window ended",
@@ -288,7 +299,7 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
         .filter(|l| l.contains("failed the key agreement"))
         .count();
     assert_eq!(tries, 2, "each wrong code has its line:\n{log}");
-    // The first 10 strays and the two tries a line each; the 190 others in a summary or two
+    // The first 10 strays and the two tries a line each; the 150 others in a summary or two
     // (one per 10 s while they came: about a second on loopback, a few on a busy machine).
     assert_eq!(own.len(), 12, "{log}");
     assert!((1..=3).contains(&summaries.len()), "{log}");
@@ -300,6 +311,11 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     let done = r.proc.wait(TRANSFER_TIMEOUT);
     done.assert_success();
     fsx::assert_same_file(&src, &t.path().join("out/after.bin"));
-    assert_eq!(done.json()["strays"].as_u64(), Some(202), "{}", done.stdout);
-    assert_eq!(logged_strays(&done.stderr), 202, "{}", done.stderr);
+    assert_eq!(done.json()["strays"].as_u64(), Some(162), "{}", done.stdout);
+    assert_eq!(logged_strays(&done.stderr), 162, "{}", done.stderr);
+    assert!(
+        !done.stderr.contains("closed without sending anything"),
+        "{}",
+        done.stderr
+    );
 }

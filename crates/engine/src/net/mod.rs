@@ -8,7 +8,8 @@
 //!   sealed on the way out and opened on the way in.
 //! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
 //!   `recvmmsg` via quinn-udp).
-//! - [`dial`]: how the sender opens TCP connections (directly, or through a relay).
+//! - [`dial`]: how the sender opens TCP connections (directly, with a spare connect attempt
+//!   when the first is slow, or through a relay).
 //!
 //! Imports point down: [`link`] uses [`udp`]; [`udp`] makes its system calls through the
 //! engine's `sys`; none of them uses the sessions above.

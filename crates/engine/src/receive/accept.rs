@@ -16,6 +16,14 @@
 //! `stray_log.rs`; a thread of the door says the summary when the window ends); a wrong code
 //! always gets its line.
 //!
+//! A connection that closes (or resets) before sending a byte is taken quietly: closed like a
+//! stray, but not counted, and logged at `debug` only, which the CLI does not print. That is
+//! what a sender's losing connect attempt looks like ([`crate::net::dial`]: when its first
+//! connect is slow the sender starts another, and closes whichever loses); it can arrive
+//! before the winner or while the winner's session runs, and disturbs neither (nothing is
+//! handed to a session, nothing counted in its summary). A port scanner's connect looks the
+//! same, and is as harmless.
+//!
 //! A greeted connection ([`Arrival`]: the stream and the hello already read from it) is handed
 //! to the session in the order the greetings completed, so a silent connection never delays a
 //! real sender. A hello of another protocol version is a hurtle peer, not a stranger: it is
@@ -183,10 +191,12 @@ impl Stray {
         )
     }
 
-    /// What kind of stray it is to the log: a failed try of the code, foreign, or quiet.
+    /// What kind of stray it is to the log: a failed try of the code, foreign, quiet, or one
+    /// that left without a word (a close before any byte: not counted, a `debug` line).
     pub fn kind(&self) -> StrayKind {
         match self {
             Stray::Agreement { code_try: true, .. } => StrayKind::CodeTry,
+            Stray::Closed { got: 0 } => StrayKind::Left,
             s if s.is_foreign() => StrayKind::Foreign,
             _ => StrayKind::Quiet,
         }
@@ -589,7 +599,8 @@ impl FrontDoor {
         next
     }
 
-    /// Strays dropped since the last call (or since the door opened).
+    /// Strays dropped since the last call (or since the door opened); connections that closed
+    /// without sending a byte are not counted.
     pub fn take_strays(&self) -> u64 {
         self.strays.swap(0, Ordering::Relaxed)
     }
@@ -654,6 +665,7 @@ impl Logbook {
         match &line {
             LogLine::Warn(text) => tracing::warn!("{text}"),
             LogLine::Info(text) => tracing::info!("{text}"),
+            LogLine::Debug(text) => tracing::debug!("{text}"),
         }
         #[cfg(test)]
         self.said
@@ -832,9 +844,13 @@ impl Door {
     }
 }
 
-/// Counts and logs a dropped stray (a line of its own, or counted for a summary: [`StrayLog`]).
+/// Counts and logs a dropped stray (a line of its own, or counted for a summary: [`StrayLog`]);
+/// one that left without a word is not counted, and its line is at `debug`
+/// ([`StrayKind::Left`]).
 fn count_stray(strays: &AtomicU64, log: &Logbook, peer: SocketAddr, why: &Stray) {
-    strays.fetch_add(1, Ordering::Relaxed);
+    if why.kind() != StrayKind::Left {
+        strays.fetch_add(1, Ordering::Relaxed);
+    }
     log.record(peer, why);
 }
 
@@ -1135,8 +1151,12 @@ mod tests {
         let why = got.unwrap_err();
         assert!(matches!(why, Stray::Closed { got: 0 }), "{why:?}");
         assert!(!why.is_foreign());
+        // Not a word: a sender's losing connect attempt, most likely; taken quietly.
+        assert_eq!(why.kind(), StrayKind::Left);
         let (got, _c) = greet_after(&[0, 0, 0, 100, 7, 7], false, GRACE);
-        assert!(matches!(got, Err(Stray::Closed { got: 6 })), "{got:?}");
+        let why = got.unwrap_err();
+        assert!(matches!(why, Stray::Closed { got: 6 }), "{why:?}");
+        assert_eq!(why.kind(), StrayKind::Quiet);
     }
 
     #[test]
@@ -1165,7 +1185,8 @@ mod tests {
             c.write_all(bytes).unwrap();
             held.push(c);
         }
-        // Silent ones, one closed at once.
+        // Silent ones, and one closed at once (a sender's losing connect attempt, say: dropped
+        // too, but not counted).
         for _ in 0..3 {
             held.push(TcpStream::connect(addr).unwrap());
         }
@@ -1185,10 +1206,10 @@ mod tests {
         assert_eq!(arrival.peer, real_addr);
         // Every stray is counted once the silent ones' grace is over.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while door.strays() < 8 && Instant::now() < deadline {
+        while door.strays() < 7 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(door.take_strays(), 8);
+        assert_eq!(door.take_strays(), 7);
         assert_eq!(door.take_strays(), 0, "taken");
     }
 
@@ -1296,6 +1317,56 @@ mod tests {
         assert_eq!(door.take_strays(), 71);
         drop(door);
         assert_eq!(accounted(&said()), 71, "{:#?}", said());
+    }
+
+    #[test]
+    fn a_connection_closed_without_a_word_is_taken_quietly_before_and_during_a_session() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let door = FrontDoor::open(listener, DoorLimits::default(), gate()).unwrap();
+        let said = || door.log.said.lock().unwrap().clone();
+        // A sender's losing connect attempt: connected, and closed before it said anything
+        // (with a FIN, or a reset).
+        let empty = || {
+            let c = TcpStream::connect(addr).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+            closed_by_door(c);
+        };
+        let reset = |lines: usize| {
+            let c = TcpStream::connect(addr).unwrap();
+            socket2::SockRef::from(&c)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(c);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while said().len() < lines && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        empty();
+        reset(2);
+        // The waiting receiver did not end: the sender behind them is handed over.
+        let _real = sender(TcpStream::connect(addr).unwrap(), CODE, Control::KeepAlive);
+        let arrival = door.next().unwrap();
+        assert_eq!(arrival.greeted.first, Control::KeepAlive);
+        // During the session (a losing attempt accepted after the winner): nothing is handed
+        // to the session, nothing counted for its summary.
+        empty();
+        reset(4);
+        assert!(
+            door.arrivals.is_empty(),
+            "something was queued for a session"
+        );
+        assert_eq!(door.take_strays(), 0, "counted as turned away");
+        let lines = said();
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        for l in &lines {
+            assert!(matches!(l, LogLine::Debug(_)), "said above debug: {l:?}");
+            assert!(
+                l.text().contains("closed without sending anything"),
+                "{l:?}"
+            );
+        }
     }
 
     #[test]

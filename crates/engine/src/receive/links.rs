@@ -138,6 +138,30 @@ mod tests {
     }
 
     #[test]
+    fn a_losing_connect_attempt_closed_empty_is_skipped_at_once() {
+        let (data, _sender_control, receiver_control) = session();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        // The sender's losing attempt for channel 0, closed before a byte; then the winner.
+        let loser = TcpStream::connect(to).unwrap();
+        loser.shutdown(std::net::Shutdown::Both).unwrap();
+        let mut winner = TcpStream::connect(to).unwrap();
+        std::io::Write::write_all(&mut winner, &crate::net::link::greeting(&data.key, 1, 0))
+            .unwrap();
+        let t0 = Instant::now();
+        let got = accept_data_connections(
+            &listener,
+            1,
+            1,
+            "127.0.0.1".parse().unwrap(),
+            &data,
+            receiver_control.as_fd(),
+        );
+        assert_eq!(got.map(|l| l.len()).ok(), Some(1));
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    }
+
+    #[test]
     fn a_sender_still_there_is_waited_for_until_the_deadline_or_its_connections() {
         let (data, _sender_control, receiver_control) = session();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

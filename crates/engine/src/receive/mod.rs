@@ -230,7 +230,8 @@ impl Receiver {
     /// Waits for one sender and receives its transfer.
     ///
     /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
-    /// meanwhile and do not end the wait ([`crate::receive::accept`]); the summary counts them. The
+    /// meanwhile and do not end the wait ([`crate::receive::accept`]); the summary counts them
+    /// (not those closed before a byte, such as a sender's losing connect attempt). The
     /// [`CODE_TRIES`](crate::agree::CODE_TRIES)th failed agreement with the code spends it
     /// ([`SessionError::CodeSpent`]).
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {

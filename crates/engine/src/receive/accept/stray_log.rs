@@ -21,6 +21,11 @@
 //! A failed agreement with the receiver's code ([`StrayKind::CodeTry`]) always gets a line of
 //! its own, in a flood too, and uses none of a window's lines: the third spends the code, and
 //! the user must be able to see who is guessing it.
+//!
+//! A connection closed before it sent a byte ([`StrayKind::Left`]) is no stray to the user: it
+//! is what a sender's losing connect attempt looks like ([`crate::net::dial`]: the sender
+//! starts a second connect when the first is slow, and closes the one that loses). It gets a
+//! line at `debug`, which the CLI does not print, and takes no part in the windows.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -42,11 +47,16 @@ pub enum StrayKind {
     /// It failed the agreement with the receiver's code, one of its tries: a warning, and
     /// always a line of its own.
     CodeTry,
+    /// It closed before sending a byte: a sender's losing connect attempt, most likely (or a
+    /// port scanner's connect). A line at `debug`, outside the windows, and not counted.
+    Left,
 }
 
 /// A line to log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogLine {
+    /// At `debug`.
+    Debug(String),
     /// At `info`.
     Info(String),
     /// At `warn`.
@@ -57,7 +67,7 @@ impl LogLine {
     /// The line's text.
     pub fn text(&self) -> &str {
         match self {
-            LogLine::Info(t) | LogLine::Warn(t) => t,
+            LogLine::Debug(t) | LogLine::Info(t) | LogLine::Warn(t) => t,
         }
     }
 
@@ -172,7 +182,8 @@ impl StrayLog {
     }
 
     /// A stray dropped at `now`: what to log, in order (the summary of a window that has
-    /// ended, then its own line), or nothing (it is counted, for a summary).
+    /// ended, then its own line), or nothing (it is counted, for a summary). One that
+    /// [`StrayKind::Left`] gets its line at `debug`, and the log is as it was.
     pub fn record(
         &mut self,
         now: Instant,
@@ -180,6 +191,9 @@ impl StrayLog {
         peer: SocketAddr,
         reason: &dyn fmt::Display,
     ) -> Vec<LogLine> {
+        if kind == StrayKind::Left {
+            return vec![LogLine::Debug(stray_line(peer, reason))];
+        }
         let mut said: Vec<LogLine> = self.tick(now).into_iter().collect();
         let own = |reason: &dyn fmt::Display| {
             LogLine::new(kind != StrayKind::Quiet, stray_line(peer, reason))
@@ -477,6 +491,58 @@ mod tests {
             );
         }
         assert_eq!(log.close(t0 + ms(300)), None);
+    }
+
+    #[test]
+    fn a_connection_that_left_without_a_word_is_a_debug_line_outside_the_windows() {
+        let t0 = Instant::now();
+        let mut log = StrayLog::new(2, Duration::from_secs(10));
+        let left = LogLine::Debug(
+            "stray connection from 10.0.0.5:1 dropped: closed without sending anything".into(),
+        );
+        for i in 0..5 {
+            assert_eq!(
+                log.record(
+                    t0 + ms(i),
+                    StrayKind::Left,
+                    peer(1),
+                    &"closed without sending anything"
+                ),
+                vec![left.clone()]
+            );
+        }
+        assert_eq!(log.due(), None, "no window started");
+        // The burst is whole: the next strays get their lines.
+        for i in 0..2 {
+            assert_eq!(
+                log.record(t0 + ms(10 + i), StrayKind::Foreign, peer(1000), &WHY),
+                vec![line(1000)]
+            );
+        }
+        assert_eq!(
+            log.record(
+                t0 + ms(20),
+                StrayKind::Left,
+                peer(1),
+                &"closed without sending anything"
+            ),
+            vec![left.clone()]
+        );
+        assert_eq!(
+            log.flush(t0 + ms(30)),
+            None,
+            "nothing counted for a summary"
+        );
+        log.close(t0 + ms(40));
+        assert_eq!(
+            log.record(
+                t0 + ms(50),
+                StrayKind::Left,
+                peer(1),
+                &"closed without sending anything"
+            ),
+            vec![left]
+        );
     }
 
     #[test]
