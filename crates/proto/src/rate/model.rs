@@ -23,7 +23,7 @@
 //! |---|---|---|---|
 //! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
-//! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target; over half of it, the bottleneck itself loses 0.5% per report, to no less than the last reports delivered) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
+//! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for two report intervals | they passed | `ProbeDown` |
 //! | `ProbeDown` | (1 - [`PROBE_STEP`] x 2^k) x bottleneck (0.9 at least), for as long as the probe lasted (its surplus drains, no more) | that passed | `ProbeWait` |
 //! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and an interval after it ended) | the path took the probe if the highest sample of its data is half the probe's step or more above the bottleneck and the second highest a quarter (two windows of reports agree); then the highest is the bottleneck's, else the second highest if higher. If it took: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
@@ -69,9 +69,9 @@ const DRAIN_GAIN: f64 = 0.9;
 const CRUISE_DRAIN_GAIN: f64 = 0.95;
 /// The first probe's step above the bottleneck; it doubles with each probe the path takes.
 pub const PROBE_STEP: f64 = 0.08;
-/// What the model keeps of its bottleneck in each report that shows a standing queue (over
-/// half the target) while cruising.
-const STANDING_QUEUE_DECAY: f64 = 0.995;
+/// What the model keeps of its bottleneck in each report that shows a standing queue (over a
+/// third of the target) while cruising.
+const STANDING_QUEUE_DECAY: f64 = 0.99;
 /// Report intervals a probe lasts, and its drain after: a delivery sample's window (two
 /// reports), so that a probe the path takes shows in at least half of two samples and in
 /// three quarters of one, whatever the reports' phase. (Three would show in three quarters
@@ -635,19 +635,17 @@ impl Model {
                     // queue: a queue of a third of the target is let drain, gently, without
                     // changing the model.
                     _ if fb.queue_delay > target / 3 => {
-                        // And a queue of half the target says the model is above the path: it
-                        // comes down a little with each such report (a probe puts it back up
-                        // if the path takes more), never below what the last reports
-                        // delivered.
-                        if fb.queue_delay > target / 2 {
-                            let delivered_lately = self.recent.iter().copied().fold(0.0, f64::max);
-                            let lowered = (bw * STANDING_QUEUE_DECAY).max(delivered_lately);
+                        // And a queue that stands says the model is above the path: it comes
+                        // down a little with each such report (a probe puts it back up if the
+                        // path takes more), never below what the last reports delivered.
+                        let delivered_lately = self.recent.iter().copied().fold(0.0, f64::max);
+                        let lowered = (bw * STANDING_QUEUE_DECAY).max(delivered_lately);
+                        if lowered < bw {
                             for r in &mut self.bw_rounds {
                                 r.1 = r.1.min(lowered);
                             }
                         }
-                        let bw = self.bottleneck_bps().unwrap_or(bw);
-                        Some((bw * CRUISE_DRAIN_GAIN, Reason::Cruise))
+                        Some((lowered.min(bw) * CRUISE_DRAIN_GAIN, Reason::Cruise))
                     }
                     _ => Some((bw, Reason::Cruise)),
                 }
