@@ -1021,67 +1021,6 @@ mod wan {
         }
     }
 
-    /// A receiver that reads in lumps (here: it stops for 1 to 6 ms every 15 to 45 ms, as a
-    /// receiver sharing two cores with an emulator and a sender did in the benchmarks) counts
-    /// a few percent more or less than the path delivered in each report. The model's maximum
-    /// of such samples sat 3-5% above the path on `intercontinental`, a standing queue that
-    /// grew into a correction every few seconds; over two reports the lumps cancel.
-    #[test]
-    fn a_receiver_that_reads_in_lumps_leaves_the_model_at_the_path_s_rate() {
-        let rtt = ms(150);
-        let link = BOTTLENECK;
-        let mut stalls = Vec::new();
-        let (mut at, mut x) = (0u64, 12345u64);
-        while at < 30_000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            at += 15 + (x >> 33) % 31;
-            stalls.push((ms(at), ms(at + 1 + (x >> 40) % 6)));
-        }
-        let out = run(
-            "300 Mbit/s, 150 ms, 1% loss, a receiver that reads in lumps",
-            Scenario {
-                receiver_rate_bps: Some(2 * link),
-                receiver_queue_bytes: 4 << 20,
-                receiver_stalls: stalls,
-                seed: 7,
-                ..scenario_rtt(
-                    RateMode::Auto,
-                    LinkConfig::default()
-                        .with_rate(link, 4 << 20)
-                        .with_loss(0.01),
-                    320,
-                    rtt,
-                )
-            },
-        );
-        let from = startup_end(&out) + ms(1500);
-        assert!(
-            out.steady_until > from + ms(5000),
-            "too short: {:?}",
-            out.steady_until
-        );
-        let cuts = corrections(&out, from, out.steady_until);
-        // The model's bottleneck: what it cruises at (a probe goes above it).
-        let cruise = out
-            .rate_timeline
-            .iter()
-            .filter(|p| p.at >= from && p.at < out.steady_until && p.reason == Reason::Cruise)
-            .map(|p| p.rate_bps)
-            .max()
-            .unwrap_or(0) as f64;
-        let put = goodput(&out, from, out.steady_until);
-        eprintln!(
-            "  from {from:?}: corrections {cuts:?}, highest cruise {} ({:.3} of the path), goodput {}",
-            mbit(cruise),
-            cruise / link as f64,
-            mbit(put)
-        );
-        assert!(cruise <= 1.03 * link as f64, "cruise at {}", mbit(cruise));
-        assert!(cuts.len() <= 1, "cut for {cuts:?}");
-    }
-
     /// A bottleneck that carries 60% of its rate for 100 ms (the benchmarks' emulator, short
     /// of CPU for a moment, did that to a 1 Gbit/s path) slows the rate for as long as it
     /// lasts, and then costs nothing more: the rate is back where it was within a few round

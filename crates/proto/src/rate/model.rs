@@ -4,11 +4,9 @@
 //! # The model
 //!
 //! - **Bottleneck rate**: the windowed maximum, over the last [`BW_WINDOW_ROUNDS`] rounds, of
-//!   each report's *delivery sample*: what the receiver got over the report's interval (past
-//!   startup, over this report's and the last one's: lumps in the receiver's reading cancel),
-//!   with the share of datagrams that random loss explains added back (the loss floor, see
-//!   [`super::RateController`]), since the sender has to send those too; never more than was
-//!   sent while that data left (in startup 2% more). A round is one
+//!   each report's *delivery sample*: what the receiver got over the report's interval, with
+//!   the share of datagrams that random loss explains added back (the loss floor, see
+//!   [`super::RateController`]), since the sender has to send those too. A round is one
 //!   round-trip time (or one report interval, where that is longer). A report that delivered
 //!   little while losing most datagrams (an outage) is not a sample, and rounds in which the
 //!   sender had little to send do not age the maximum: after a blackout or a stall the rate
@@ -24,9 +22,9 @@
 //! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
-//! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for two report intervals | they passed | `ProbeDown` |
-//! | `ProbeDown` | (1 - [`PROBE_STEP`] x 2^k) x bottleneck (0.9 at least), for as long as the probe lasted (its surplus drains, no more) | that passed | `ProbeWait` |
-//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and an interval after it ended) | the path took the probe if the highest sample of its data is half the probe's step or more above the bottleneck and the second highest a quarter (two windows of reports agree); then the highest is the bottleneck's, else the second highest if higher. If it took: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
+//! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and two intervals after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
 //! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
@@ -69,14 +67,6 @@ const DRAIN_GAIN: f64 = 0.9;
 const CRUISE_DRAIN_GAIN: f64 = 0.95;
 /// The first probe's step above the bottleneck; it doubles with each probe the path takes.
 pub const PROBE_STEP: f64 = 0.08;
-/// What the model keeps of its bottleneck in each report that shows a standing queue (over a
-/// third of the target) while cruising.
-const STANDING_QUEUE_DECAY: f64 = 0.99;
-/// Report intervals a probe lasts, and its drain after: a delivery sample's window (two
-/// reports), so that a probe the path takes shows in at least half of two samples and in
-/// three quarters of one, whatever the reports' phase. (Three would show in three quarters
-/// of two, but queue three times what one did: too much for a shallow queue.)
-const PROBE_INTERVALS: u32 = 2;
 /// Most doublings of the probe step (8 x: 64% above the bottleneck).
 const MAX_PROBE_DOUBLINGS: u32 = 3;
 /// A correction that left the bottleneck below this share of what it was is restored when a
@@ -142,9 +132,9 @@ pub struct Model {
     /// showed congestion.
     recent: VecDeque<f64>,
     /// The pacing rates of the last round trip and a few intervals: (until when, bits per
-    /// second, whether a probe's), a step function. Nothing can be delivered faster than it was sent, so a
+    /// second), a step function. Nothing can be delivered faster than it was sent, so a
     /// receiver's catch-up after a stall is no sample above them.
-    sent: VecDeque<(Instant, f64, bool)>,
+    sent: VecDeque<(Instant, f64)>,
     /// Datagrams lost on the path and seen, in the reports of the last round: (when, lost,
     /// seen). Loss is judged over a round, where a datagram that one report counted as lost
     /// (reordered) is counted as received by the next.
@@ -164,8 +154,6 @@ pub struct Model {
     probe_base: f64,
     probe_start: Instant,
     probe_doublings: u32,
-    /// The two highest samples of the current probe's data, highest first.
-    probe_best: [f64; 2],
     /// When the current state began.
     phase_start: Instant,
     /// The pacing gain of the current drain.
@@ -182,9 +170,6 @@ pub struct Model {
     behind_since: Option<(Instant, u32)>,
     /// A resumed startup: the bottleneck an earlier transfer found on this path.
     resumed: Option<f64>,
-    /// The last report's delivery, past startup: (bits, with what random loss took added
-    /// back; its interval), the first half of the next sample's window.
-    last_report: Option<(f64, Duration)>,
 }
 
 impl Model {
@@ -208,7 +193,6 @@ impl Model {
             probe_base: 0.0,
             probe_start: now,
             probe_doublings: 0,
-            probe_best: [0.0; 2],
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
             judge_after: now,
@@ -216,7 +200,6 @@ impl Model {
             queue_since: None,
             behind_since: None,
             resumed: None,
-            last_report: None,
         }
     }
 
@@ -249,12 +232,6 @@ impl Model {
         1.0 + PROBE_STEP * f64::from(1u32 << self.probe_doublings)
     }
 
-    /// The pacing gain after a probe, for as long as it lasted: what the probe queued on a path
-    /// that did not take it, and no more (draining deeper would leave the path idle).
-    fn probe_drain_gain(&self) -> f64 {
-        (2.0 - self.probe_gain()).max(DRAIN_GAIN)
-    }
-
     /// Counts socket drops the receiver reported, also in a report of no datagrams (a reader
     /// that stalled while its buffer overflowed), so that the gaps they leave are not taken
     /// for the path's loss.
@@ -262,20 +239,20 @@ impl Model {
         self.drops_unexplained = self.drops_unexplained.saturating_add(drops);
     }
 
-    /// The highest pacing rate in force between `from` and `until` (`now` after the last
-    /// recorded change), and whether a probe's was among them.
-    fn rate_between(&self, from: Instant, until: Instant, now: (f64, bool)) -> (f64, bool) {
-        let mut highest: Option<(f64, bool)> = None;
-        for &(end, r, probe) in &self.sent {
+    /// The highest pacing rate in force between `from` and `until` (`now_rate` after the last
+    /// recorded change).
+    fn rate_between(&self, from: Instant, until: Instant, now_rate: f64) -> f64 {
+        let mut highest: Option<f64> = None;
+        for &(end, r) in &self.sent {
             if end < from {
                 continue;
             }
-            highest = Some(highest.map_or((r, probe), |(h, p)| (h.max(r), p || probe)));
+            highest = Some(highest.map_or(r, |h| h.max(r)));
             if end >= until {
-                return highest.unwrap_or((r, probe));
+                return highest.unwrap_or(r);
             }
         }
-        highest.map_or(now, |(h, p)| (h.max(now.0), p || now.1))
+        highest.map_or(now_rate, |h| h.max(now_rate))
     }
 
     fn rounds_in_phase(&self) -> u64 {
@@ -305,14 +282,6 @@ impl Model {
             .push_back((self.round, recent.clamp(bw / 2.0, bw)));
     }
 
-    /// Puts `bps` in this round's maximum (a probe the path took, or a bottleneck restored).
-    fn raise_to(&mut self, bps: f64) {
-        match self.bw_rounds.back_mut() {
-            Some(last) if last.0 == self.round => last.1 = last.1.max(bps),
-            _ => self.bw_rounds.push_back((self.round, bps)),
-        }
-    }
-
     /// What the bottleneck was before the latest corrections, if they were lately and cut it
     /// by more than a fifth (below [`RESTORE_AFTER_CUT`] of it; smaller cuts are climbed back
     /// by probing, which does not refill a shallow queue at once); forgotten once asked for.
@@ -337,12 +306,10 @@ impl Model {
         // An outage (most datagrams lost, little delivered): nothing about the path's rate or
         // its congestion, and no reason to slow down; deliveries resume at the remembered rate.
         if loss > 0.5 && self.bottleneck_bps().is_some_and(|b| delivered < b / 4.0) {
-            self.last_report = None;
             return None;
         }
         // The rate until now; the reports' data left about a round trip ago.
-        let probing = self.phase == Phase::ProbeUp;
-        self.sent.push_back((now, rate, probing));
+        self.sent.push_back((now, rate));
         while self.sent.len() > 1 && self.sent[0].0 + self.rtt + fb.interval * 4 <= now {
             self.sent.pop_front();
         }
@@ -353,45 +320,12 @@ impl Model {
         let random = sig.floor.unwrap_or(0.0).min(loss);
         let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
         let left_until = now.checked_sub(self.rtt).unwrap_or(now);
-        let (sent_then, _) = self.rate_between(left_from, left_until, (rate, probing));
+        let sent_then = self.rate_between(left_from, left_until, rate);
         let passed = delivered / (1.0 - random).max(0.5);
         // A receiver that delivers clearly more than was sent is catching up (after a stall):
         // neither its rate nor the delay its late datagrams carry says anything about the path.
         let catching_up = passed > sent_then * 1.05;
-        // Past startup the sample spans this report and the last: a receiver (or an emulator,
-        // or a router) that runs in lumps moves datagrams from one report's interval to the
-        // next, a few percent of a report either way, and the maximum of such samples over
-        // many rounds sat several percent above the path, a standing queue that grew until
-        // a correction cut it. Over two reports the lumps cancel, and the sample is held to
-        // what was sent while their data left: past startup, the rate grows only by probes.
-        // A sample of a probe's data goes to the probe's verdict (see `ProbeWait`), and to the
-        // maximum only if the path took the probe.
-        let sample = if self.phase == Phase::Startup {
-            passed.min(sent_then * 1.02)
-        } else {
-            let bits = passed * fb.interval.as_secs_f64();
-            let (bits, span) = match self.last_report {
-                Some((last_bits, last_interval)) => (bits + last_bits, fb.interval + last_interval),
-                None => (bits, fb.interval),
-            };
-            let left_from = now.checked_sub(self.rtt + span).unwrap_or(now);
-            let (sent, probed) = self.rate_between(left_from, left_until, (rate, probing));
-            let sample = (bits / span.as_secs_f64()).min(sent);
-            if probed {
-                let [first, second] = self.probe_best;
-                self.probe_best = if sample > first {
-                    [sample, first]
-                } else {
-                    [first, second.max(sample)]
-                };
-                sample.min(self.bottleneck_bps().unwrap_or(sample))
-            } else {
-                sample
-            }
-        };
-        self.last_report =
-            (self.phase != Phase::Startup && !catching_up && fb.datagrams >= MIN_SAMPLE_DATAGRAMS)
-                .then_some((passed * fb.interval.as_secs_f64(), fb.interval));
+        let sample = passed.min(sent_then * 1.02);
         // Loss over the last round, against the floor. Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
         // one: those are the receiver's, judged as it falling behind, not the path's loss.
         self.note_drops(fb.socket_drops);
@@ -572,34 +506,19 @@ impl Model {
                     Phase::Cruise if judged && self.rounds_in_phase() >= CRUISE_ROUNDS => {
                         self.probe_base = bw;
                         self.probe_start = now;
-                        self.probe_best = [0.0; 2];
                         self.enter(Phase::ProbeUp, now);
                         Some((bw * self.probe_gain(), Reason::Probe))
                     }
-                    Phase::ProbeUp if now >= self.phase_start + fb.interval * PROBE_INTERVALS => {
+                    Phase::ProbeUp if now >= self.phase_start + fb.interval => {
                         self.enter(Phase::ProbeDown, now);
-                        Some((bw * self.probe_drain_gain(), Reason::Drain))
+                        Some((bw * DRAIN_GAIN, Reason::Drain))
                     }
-                    Phase::ProbeDown if now >= self.phase_start + fb.interval * PROBE_INTERVALS => {
+                    Phase::ProbeDown if now >= self.phase_start + fb.interval => {
                         self.enter(Phase::ProbeWait, now);
                         Some((bw, Reason::Cruise))
                     }
-                    Phase::ProbeWait
-                        if now >= self.probe_start + settle + fb.interval * PROBE_INTERVALS =>
-                    {
-                        let step = self.probe_gain() - 1.0;
-                        // A probe's data shows in two windows of reports, fully in one, at
-                        // least half in the other: the path took the probe if the best shows
-                        // half the step and the second a quarter (two windows agree, not one
-                        // lucky one). Short of that, what the second shows is the model's (a
-                        // path that takes 1% more than the model has would never show more).
-                        let [best, second] = self.probe_best;
-                        let took = best >= self.probe_base * (1.0 + step / 2.0)
-                            && second >= self.probe_base * (1.0 + step / 4.0);
-                        if !queue && !behind {
-                            self.raise_to(if took { best } else { second });
-                        }
-                        let bw = self.bottleneck_bps().unwrap_or(bw);
+                    Phase::ProbeWait if now >= self.probe_start + settle + fb.interval => {
+                        let took = bw >= self.probe_base * (1.0 + (self.probe_gain() - 1.0) / 2.0);
                         // The path takes more again soon after a correction: it was a
                         // moment's dip (an emulator or a router short of CPU, a burst of
                         // cross traffic), and the model returns to what it had before at
@@ -609,7 +528,10 @@ impl Model {
                             .then(|| self.take_cut_from(bw))
                             .flatten();
                         if let Some(before) = restored {
-                            self.raise_to(before);
+                            match self.bw_rounds.back_mut() {
+                                Some(last) if last.0 == self.round => last.1 = last.1.max(before),
+                                _ => self.bw_rounds.push_back((self.round, before)),
+                            }
                             self.probe_doublings = 0;
                             self.enter(Phase::Cruise, now);
                             Some((before, Reason::Probe))
@@ -618,7 +540,6 @@ impl Model {
                                 (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS);
                             self.probe_base = bw;
                             self.probe_start = now;
-                            self.probe_best = [0.0; 2];
                             self.enter(Phase::ProbeUp, now);
                             Some((bw * self.probe_gain(), Reason::Probe))
                         } else {
@@ -628,24 +549,12 @@ impl Model {
                         }
                     }
                     Phase::ProbeUp => Some((self.probe_base * self.probe_gain(), Reason::Probe)),
-                    Phase::ProbeDown => {
-                        Some((self.probe_base * self.probe_drain_gain(), Reason::Drain))
-                    }
+                    Phase::ProbeDown => Some((self.probe_base * DRAIN_GAIN, Reason::Drain)),
                     // Pacing at the bottleneck exactly leaves any overestimate standing in the
                     // queue: a queue of a third of the target is let drain, gently, without
                     // changing the model.
                     _ if fb.queue_delay > target / 3 => {
-                        // And a queue that stands says the model is above the path: it comes
-                        // down a little with each such report (a probe puts it back up if the
-                        // path takes more), never below what the last reports delivered.
-                        let delivered_lately = self.recent.iter().copied().fold(0.0, f64::max);
-                        let lowered = (bw * STANDING_QUEUE_DECAY).max(delivered_lately);
-                        if lowered < bw {
-                            for r in &mut self.bw_rounds {
-                                r.1 = r.1.min(lowered);
-                            }
-                        }
-                        Some((lowered.min(bw) * CRUISE_DRAIN_GAIN, Reason::Cruise))
+                        Some((bw * CRUISE_DRAIN_GAIN, Reason::Cruise))
                     }
                     _ => Some((bw, Reason::Cruise)),
                 }
