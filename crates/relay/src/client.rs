@@ -10,7 +10,7 @@
 use crate::code::Code;
 use crate::splice::splice;
 use crate::wire::{self, FrameError, Msg};
-use hurtle_engine::net::dial::Dialer;
+use hurtle_engine::net::dial::{connect_hedged, Dialer};
 use hurtle_engine::OwnPorts;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
@@ -59,7 +59,7 @@ impl RelayError {
 }
 
 fn connect(relay: SocketAddr, timeout: Duration) -> Result<TcpStream, RelayError> {
-    let s = TcpStream::connect_timeout(&relay, timeout).map_err(|source| RelayError::Connect {
+    let s = connect_hedged(relay, timeout).map_err(|source| RelayError::Connect {
         addr: relay,
         source,
     })?;
@@ -410,7 +410,7 @@ impl Dialer for Prepared {
                 return Ok(s);
             }
         }
-        TcpStream::connect_timeout(&addr, timeout)
+        connect_hedged(addr, timeout)
     }
 }
 

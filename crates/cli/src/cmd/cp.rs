@@ -866,7 +866,7 @@ fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Out
     let direct = if a.via_ssh {
         Err(Route::ssh("asked for with --via-ssh"))
     } else {
-        TcpStream::connect_timeout(&to, DIRECT_TRY).map_err(|e| {
+        hurtle_engine::net::dial::connect_hedged(to, DIRECT_TRY).map_err(|e| {
             let why = format!("cannot connect to the far side's port {to} directly ({e})");
             warn_slow(&a.output, &why);
             Route::ssh("no direct port was reachable")

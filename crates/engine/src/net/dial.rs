@@ -2,7 +2,8 @@
 //! something else, such as a relay that splices the connection to the receiver.
 //!
 //! This module owns the [`Dialer`] trait, the direct dialer ([`Direct`]) and the connect it
-//! uses, [`connect_hedged`]: a connect that does not sit out the kernel's one-second SYN
+//! uses (as do the relay client's connects and `hurtle cp`'s direct try), [`connect_hedged`]:
+//! a connect that does not sit out the kernel's one-second SYN
 //! retransmission timeout when its first SYN (or the SYN-ACK) is lost. It starts the first
 //! attempt at once and, while none has completed, another after [`HEDGE_DELAY`] and a last one
 //! after twice that ([`MAX_ATTEMPTS`] in all), each a new non-blocking socket to the same
