@@ -324,6 +324,11 @@ pub struct SendFlags {
     /// not sent, and stay holes on the receiver).
     #[arg(long)]
     pub no_sparse: bool,
+    /// Send no parity for the tail of each channel's data. By default the last round trip of
+    /// new data goes with Reed-Solomon parity (a few percent of it), so that a datagram lost
+    /// there is rebuilt by the receiver instead of being sent again a round trip later.
+    #[arg(long)]
+    pub no_fec: bool,
 }
 
 impl SendFlags {
@@ -337,6 +342,7 @@ impl SendFlags {
             log_dir,
             block_size: self.chunk_size,
             transport: self.transport.into(),
+            fec: !self.no_fec,
             ..SendOptions::default()
         };
         if let Some(c) = self.channels {
@@ -370,6 +376,7 @@ impl SendFlags {
             (self.follow_symlinks, "--follow-symlinks"),
             (self.checksum, "--checksum"),
             (self.no_sparse, "--no-sparse"),
+            (self.no_fec, "--no-fec"),
         ] {
             if on {
                 v.push(flag.into());

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 enum Event {
     Agent(AgentEvent),
-    Done(Result<ReceiveSummary, SessionError>),
+    Done(Box<Result<ReceiveSummary, SessionError>>),
 }
 
 /// `hurtle receive --relay`: registers, prints the code, serves one transfer.
@@ -69,7 +69,7 @@ pub fn receive(
     std::thread::Builder::new()
         .name("receive".into())
         .spawn(move || {
-            let _ = tx.send(Event::Done(receiver.accept_one(progress)));
+            let _ = tx.send(Event::Done(Box::new(receiver.accept_one(progress))));
         })
         .map_err(|e| SessionError::io("receive thread", e))?;
     let mut info: Option<PathInfo> = None;
@@ -139,7 +139,7 @@ pub fn receive(
             Event::Done(result) => {
                 bar.finish();
                 agent.stop();
-                let s = result.map_err(|e| session_failure(e, true, &watched))?;
+                let s = (*result).map_err(|e| session_failure(e, true, &watched))?;
                 ui::print_receive_summary(out, &s, info.as_ref());
                 return Ok(());
             }

@@ -111,7 +111,8 @@
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use crate::session::Fault;
-use hurtle_proto::admit::{ReportFacts, Tally};
+use hurtle_proto::admit::{Placed, ReportFacts, Tally};
+use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::{PathMemory, Reason};
 use hurtle_proto::wire::{
@@ -194,6 +195,8 @@ pub struct Scenario {
     pub held: Vec<(u64, bool)>,
     /// Channel sender tunables.
     pub send: SendConfig,
+    /// Parity for each channel's tail ([`hurtle_proto::fec`]), as the engine sends it.
+    pub fec: bool,
     /// Channel receiver tunables.
     pub recv: RecvConfig,
     /// Periodic wake-up on top of the deadlines; `None` runs on deadlines alone.
@@ -244,6 +247,7 @@ impl Default for Scenario {
             hostile_every: 0,
             held: Vec::new(),
             send: SendConfig::default(),
+            fec: true,
             recv: RecvConfig::default(),
             tick: Some(Duration::from_millis(1)),
             max_virtual: Duration::from_secs(600),
@@ -380,6 +384,10 @@ pub struct Outcome {
     /// Payload bytes of the data datagrams handed to the link (first sends and repairs), by
     /// the file id in their header.
     pub file_payload_bytes: Vec<u64>,
+    /// Parity datagrams sent ([`Scenario::fec`]).
+    pub parity_sent: u64,
+    /// Data datagrams' pieces the receiver rebuilt from parity.
+    pub recovered: u64,
 }
 
 /// One point of the pacing rate's timeline.
@@ -830,6 +838,8 @@ pub(crate) struct SenderSide {
     pub(crate) files: Vec<Vec<u8>>,
     pub(crate) channels: Vec<ChannelSender>,
     pacers: Vec<Pacer>,
+    /// Each channel's groups of tail data ([`Scenario::fec`]).
+    fec: Vec<TailGroups>,
     packet_numbers: Vec<u64>,
     hashed: Vec<bool>,
     pending_hashes: Vec<(u64, BlockValue)>,
@@ -850,6 +860,8 @@ pub(crate) struct ReceiverSide {
     /// The checks of every datagram, and their counts.
     admission: Admission,
     channels: Vec<ChannelReceiver>,
+    /// Each channel's parity of groups not yet complete.
+    parity: Vec<ParityStore>,
     verifier: Verifier,
     pub(crate) file_hashes: Vec<Option<[u8; 32]>>,
     /// The session id of superseded early data, whose block values are dropped (`None` for
@@ -930,6 +942,8 @@ pub struct EarlySent {
     pub datagrams: u64,
     /// Final markers sent (a channel that sent all its stripe early).
     pub finals: u64,
+    /// Parity datagrams sent (its tail's: see [`Scenario::fec`]).
+    pub parity: u64,
     /// Payload bytes of new data sent.
     pub new_bytes: u64,
     /// Payload bytes sent, by the file id of the provisional layout.
@@ -971,6 +985,7 @@ fn sender_side(
         pacers: (0..n)
             .map(|_| Pacer::new(per_channel, sc.pacer_burst))
             .collect(),
+        fec: vec![TailGroups::new(); n],
         packet_numbers: vec![0; n],
         hashed: vec![false; layout.total_blocks() as usize],
         pending_hashes: Vec::new(),
@@ -1029,6 +1044,7 @@ fn receiver_side(
         channels: (0..channels)
             .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
             .collect(),
+        parity: vec![ParityStore::new(); usize::from(channels)],
         verifier: Verifier::new(layout),
         // An empty file has no blocks: it is complete from the start.
         file_hashes: (0..layout.file_count() as u32)
@@ -1102,6 +1118,8 @@ pub struct Pair {
     header_rng: SimRng,
     datagrams_sent: u64,
     datagrams_resent: u64,
+    parity_sent: u64,
+    recovered: u64,
     datagrams_by_channel: Vec<u64>,
     /// Payload bytes of data datagrams, by file id.
     file_payload: Vec<u64>,
@@ -1206,6 +1224,8 @@ impl Pair {
             header_rng: SimRng::new(sc.seed, stream::HEADER_FLIP),
             datagrams_sent: 0,
             datagrams_resent: 0,
+            parity_sent: 0,
+            recovered: 0,
             first_data: None,
             finals_dropped: 0,
             injected_total: 0,
@@ -1281,6 +1301,7 @@ impl Pair {
         EarlySent {
             datagrams: self.datagrams_sent,
             finals: self.snd.channels.iter().map(|c| c.stats().finals).sum(),
+            parity: self.parity_sent,
             new_bytes: self.snd.channels.iter().map(|c| c.stats().new_bytes).sum(),
             file_payload_bytes: self.file_payload.clone(),
             hash_messages: self.snd.hash_messages,
@@ -1634,23 +1655,82 @@ impl Pair {
                 r.resend_done();
             }
             Admit::Data(p) => {
-                let r = &mut self.rcv.channels[usize::from(p.place.channel)];
                 if rated {
-                    r.note_queue_delay(now, queued);
+                    self.rcv.channels[usize::from(p.place.channel)].note_queue_delay(now, queued);
                 }
-                let out = r.on_data(now, p.place.pos, p.len, p.retransmit, p.place.block_stripe);
-                // Like the real receiver: a datagram that brought new bytes is written whole.
-                if out.new_bytes > 0 {
-                    let file = &mut self.rcv.files[p.file as usize];
-                    let at = p.offset as usize;
-                    file[at..at + payload.len()].copy_from_slice(payload);
-                }
-                if out.completes_block {
-                    let value = block_value_of(&self.layout, &self.rcv.files, p.place.block);
-                    let verdict = self.rcv.verifier.on_received(p.place.block, value);
-                    self.on_verdict(now, verdict)?;
-                }
+                self.take_data(now, &p, payload)?;
             }
+            Admit::Parity { place, desc } => {
+                let ch = usize::from(place.place.channel);
+                if rated {
+                    self.rcv.channels[ch].note_queue_delay(now, queued);
+                }
+                let pos = place.place.pos;
+                self.rcv.parity[ch].add(pos, place.file, place.offset, desc, payload);
+                self.try_recover(now, ch, pos)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records data `p` with its bytes `payload` (arrived, or rebuilt from parity).
+    fn take_data(&mut self, now: Instant, p: &Placed, payload: &[u8]) -> Result<(), String> {
+        let r = &mut self.rcv.channels[usize::from(p.place.channel)];
+        let out = r.on_data(
+            now,
+            p.place.pos,
+            p.len,
+            p.retransmit,
+            p.place.block_stripe.clone(),
+        );
+        // Like the real receiver: a datagram that brought new bytes is written whole.
+        if out.new_bytes > 0 {
+            let file = &mut self.rcv.files[p.file as usize];
+            let at = p.offset as usize;
+            file[at..at + payload.len()].copy_from_slice(payload);
+        }
+        if out.completes_block {
+            let value = block_value_of(&self.layout, &self.rcv.files, p.place.block);
+            let verdict = self.rcv.verifier.on_received(p.place.block, value);
+            self.on_verdict(now, verdict)?;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds what channel `ch` misses of the group at stripe position `pos` if its parity
+    /// suffices, as the engine's receiver does; forgets the group once it is complete.
+    fn try_recover(&mut self, now: Instant, ch: usize, pos: u64) -> Result<(), String> {
+        let Some(g) = self.rcv.parity[ch].get(pos) else {
+            return Ok(());
+        };
+        let rec = &self.rcv.channels[ch];
+        let file = &self.rcv.files[g.file as usize];
+        let present = |i: usize| {
+            let r = g.desc.piece_range(i);
+            rec.has(pos + r.start..pos + r.end)
+                .then(|| &file[(g.offset + r.start) as usize..(g.offset + r.end) as usize])
+        };
+        let Some(rebuilt) = fec::recover(&g.desc, present, &g.shards) else {
+            return Ok(());
+        };
+        let (desc, file_id, offset) = (g.desc, g.file, g.offset);
+        self.rcv.parity[ch].remove(pos);
+        for (i, bytes) in rebuilt {
+            let r = desc.piece_range(i);
+            let len = r.end - r.start;
+            let place = self
+                .layout
+                .place(file_id, offset + r.start, len)
+                .map_err(|e| format!("a rebuilt piece does not place: {e}"))?;
+            let p = Placed {
+                file: file_id,
+                offset: offset + r.start,
+                len,
+                retransmit: false,
+                place,
+            };
+            self.recovered += 1;
+            self.take_data(now, &p, &bytes)?;
         }
         Ok(())
     }
@@ -1757,9 +1837,12 @@ impl Pair {
 
     /// The sender's channels send what their pacers allow at `now`, and the block values read.
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
-        let max_run = u64::from(self.sc.payload) * u64::from(self.sc.run_datagrams);
         for ch in 0..self.snd.channels.len() {
             while self.snd.pacers[ch].can_send(now) {
+                // The tail's new data goes in pieces that leave room for a parity descriptor.
+                let piece = self.tail_piece(ch);
+                let max_run =
+                    u64::from(piece.unwrap_or(self.sc.payload)) * u64::from(self.sc.run_datagrams);
                 // Early data: runs are cut to the budget left, and stop when it is spent.
                 let max_run = match self.snd.early {
                     Some(0) => break,
@@ -1778,7 +1861,11 @@ impl Pair {
                 if let Some(left) = &mut self.snd.early {
                     *left = left.saturating_sub(run.len);
                 }
-                let bytes = self.send_run(now, ch as u16, run.pos, run.len, run.kind)?;
+                let cut = piece.unwrap_or(self.sc.payload);
+                let mut bytes = self.send_run(now, ch as u16, run.pos, run.len, run.kind, cut)?;
+                if let (Some(piece), RunKind::New) = (piece, run.kind) {
+                    bytes += self.group_sent(now, ch, run.pos, run.len, piece)?;
+                }
                 self.snd.pacers[ch].on_sent(now, bytes);
             }
             if self.snd.channels[ch].poll_final(now) {
@@ -1822,7 +1909,88 @@ impl Pair {
         Ok(())
     }
 
-    /// Cuts one run into datagrams and sends them; returns the datagram bytes sent.
+    /// The piece size channel `ch` cuts new data at while in its tail ([`fec::in_tail`]),
+    /// `None` outside it (or without [`Scenario::fec`]).
+    fn tail_piece(&self, ch: usize) -> Option<u16> {
+        let rtt = self
+            .sc
+            .rate
+            .as_ref()
+            .map_or(self.sc.link.delay * 2, |r| r.rtt);
+        let left = self.snd.channels[ch].new_remaining();
+        (self.sc.fec && fec::in_tail(left, self.snd.pacers[ch].rate(), rtt))
+            .then(|| fec::piece_size(self.sc.payload))
+            .filter(|&p| p >= 2)
+    }
+
+    /// New tail data `pos..pos + len` of channel `ch` went out in pieces of `piece`: sends the
+    /// parity of the groups that closes. Returns the datagram bytes sent.
+    fn group_sent(
+        &mut self,
+        now: Instant,
+        ch: usize,
+        pos: u64,
+        len: u64,
+        piece: u16,
+    ) -> Result<u64, String> {
+        let span = self
+            .snd
+            .layout
+            .resolve(ch as u16, pos)
+            .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
+        let max = fec::group_pieces(self.snd.pacers[ch].rate(), piece);
+        let tail_len = self.snd.fec[ch].tail_len(self.snd.channels[ch].new_remaining() + len);
+        let groups = self.snd.fec[ch].on_sent(pos, len, piece, pos + span.to_block_end, max);
+        let loss = self
+            .snd
+            .rate
+            .as_ref()
+            .and_then(RateController::random_loss)
+            .unwrap_or(fec::DEFAULT_LOSS);
+        let mut sent = 0;
+        for g in groups {
+            let span = self
+                .snd
+                .layout
+                .resolve(ch as u16, g.pos)
+                .ok_or("a group outside the layout")?;
+            let file = &self.snd.files[span.file as usize];
+            let bytes = &file[span.offset as usize..(span.offset + g.len) as usize];
+            let failure = fec::group_failure(g.len, tail_len);
+            let count = fec::parity_count(bytes.len().div_ceil(usize::from(piece)), loss, failure);
+            let shards = fec::encode(bytes, piece, count);
+            for (j, shard) in shards.iter().enumerate() {
+                let desc = ParityDesc {
+                    len: g.len as u32,
+                    piece,
+                    index: j as u8,
+                    count: count as u8,
+                };
+                let h = Header {
+                    kind: Kind::Parity,
+                    flags: 0,
+                    channel: ch as u16,
+                    session: self.snd.session,
+                    packet: self.next_packet(ch),
+                    file: span.file,
+                    offset: span.offset,
+                    len: 0,
+                    sent_us: self.sent_us(now),
+                };
+                let mut dg = vec![0u8; HEADER_LEN + fec::DESC_LEN + shard.len()];
+                h.encode(&mut dg);
+                desc.encode(&mut dg[HEADER_LEN..]);
+                dg[HEADER_LEN + fec::DESC_LEN..].copy_from_slice(shard);
+                sent += dg.len() as u64;
+                self.link.send(now, dg);
+                self.parity_sent += 1;
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Cuts one run into datagrams of `payload` bytes and sends them; returns the datagram
+    /// bytes sent.
     fn send_run(
         &mut self,
         now: Instant,
@@ -1830,6 +1998,7 @@ impl Pair {
         pos: u64,
         len: u64,
         kind: RunKind,
+        payload: u16,
     ) -> Result<u64, String> {
         let span = self
             .snd
@@ -1837,7 +2006,7 @@ impl Pair {
             .resolve(ch, pos)
             .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
         self.hash_block(ch, pos, len)?;
-        let payload = u64::from(self.sc.payload);
+        let payload = u64::from(payload);
         let flags = if kind == RunKind::Repair {
             FLAG_RETRANSMIT
         } else {
@@ -2032,6 +2201,8 @@ impl Pair {
             first_data: self.first_data.map(|t| t - self.t0),
             datagrams_by_channel: self.datagrams_by_channel.clone(),
             file_payload_bytes: self.file_payload.clone(),
+            parity_sent: self.parity_sent,
+            recovered: self.recovered,
         }
     }
 

@@ -43,6 +43,7 @@
 //! a channel is its highest packet number seen; its growth over an interval, summed over the
 //! channels, against the datagrams admitted, is what [`LostCount`] turns into `lost`.
 
+use crate::fec::ParityDesc;
 use crate::layout::{Layout, Placement};
 use crate::rate::{LostCount, OneWayDelay};
 use crate::wire::{Control, Header, Kind, FLAG_RETRANSMIT, HEADER_LEN};
@@ -69,6 +70,9 @@ pub enum RejectReason {
     ProbeSize,
     /// A final marker with the wrong stripe length.
     FinalLength,
+    /// A parity datagram whose descriptor does not parse or describes no group sent
+    /// ([`ParityDesc::decode`]).
+    Parity,
     /// Early data of the provisional outcome that the real one replaced (see
     /// [`crate::session`]): expected, and counted apart, not in [`Rejected::total`].
     Superseded,
@@ -94,6 +98,8 @@ pub struct Rejected {
     pub probe_size: u64,
     /// [`RejectReason::FinalLength`].
     pub final_len: u64,
+    /// [`RejectReason::Parity`].
+    pub parity: u64,
     /// [`RejectReason::Layout`].
     pub layout: u64,
     /// [`RejectReason::Superseded`] (not in [`Rejected::total`]: nobody did anything wrong).
@@ -110,6 +116,7 @@ impl Rejected {
             + self.kind
             + self.probe_size
             + self.final_len
+            + self.parity
             + self.layout
     }
 
@@ -122,6 +129,7 @@ impl Rejected {
         self.kind += other.kind;
         self.probe_size += other.probe_size;
         self.final_len += other.final_len;
+        self.parity += other.parity;
         self.layout += other.layout;
         self.superseded += other.superseded;
     }
@@ -135,6 +143,7 @@ impl Rejected {
             RejectReason::Kind => &mut self.kind,
             RejectReason::ProbeSize => &mut self.probe_size,
             RejectReason::FinalLength => &mut self.final_len,
+            RejectReason::Parity => &mut self.parity,
             RejectReason::Layout => &mut self.layout,
             RejectReason::Superseded => &mut self.superseded,
         };
@@ -220,6 +229,16 @@ pub enum Admit {
     },
     /// Data for a channel's stripe (the channel is `place.channel`). Counted.
     Data(Placed),
+    /// Parity of a group of the tail's data ([`crate::fec`]): the group is `place`'s `len`
+    /// bytes (inside one block of the channel's stripe), and [`Admission::admit_datagram`]
+    /// returns the shard as the payload. Counted, as data is (it is paced and numbered with
+    /// it).
+    Parity {
+        /// Where the group lies (`retransmit` is false).
+        place: Placed,
+        /// The group and which shard this is.
+        desc: ParityDesc,
+    },
     /// Dropped. Counted as rejected, under this reason.
     Reject(RejectReason),
 }
@@ -299,9 +318,46 @@ impl Admission {
         datagram: &'a [u8],
     ) -> (Admit, &'a [u8]) {
         match Header::decode(datagram) {
+            Ok((h, payload)) if h.kind == Kind::Parity => {
+                self.admit_parity(now, layout, &h, payload)
+            }
             Ok((h, payload)) => (self.admit(now, layout, &h, payload.len()), payload),
             Err(_) => (self.reject(RejectReason::Malformed), &[]),
         }
+    }
+
+    /// Admits a parity datagram: the session and channel checks of [`Admission::admit`], then
+    /// its descriptor, then its group's place (one block of its channel's stripe). Returns the
+    /// verdict and the shard.
+    fn admit_parity<'a>(
+        &mut self,
+        now: Instant,
+        layout: &Layout,
+        h: &Header,
+        payload: &'a [u8],
+    ) -> (Admit, &'a [u8]) {
+        if let Err(verdict) = self.check_session_and_channel(h) {
+            return (verdict, &[]);
+        }
+        let Ok((desc, shard)) = ParityDesc::decode(payload) else {
+            return (self.reject(RejectReason::Parity), &[]);
+        };
+        let len = u64::from(desc.len);
+        let Ok(place) = layout.place(h.file, h.offset, len) else {
+            return (self.reject(RejectReason::Layout), &[]);
+        };
+        if place.channel != h.channel {
+            return (self.reject(RejectReason::Channel), &[]);
+        }
+        self.count(now, h, HEADER_LEN + payload.len());
+        let place = Placed {
+            file: h.file,
+            offset: h.offset,
+            len,
+            retransmit: false,
+            place,
+        };
+        (Admit::Parity { place, desc }, shard)
     }
 
     /// Admits one decoded datagram: header `h` and `payload_len` bytes of payload, arrived at
@@ -313,25 +369,10 @@ impl Admission {
         h: &Header,
         payload_len: usize,
     ) -> Admit {
-        if h.session != self.session {
-            if Some(h.session) == self.superseded {
-                // The sender's packet numbers go on from its early data: where they stand is
-                // where this session's count of the span starts, not a loss.
-                if let Some(highest) = h
-                    .channel
-                    .checked_sub(self.channels.start)
-                    .and_then(|i| self.highest_pn.get_mut(usize::from(i)))
-                {
-                    *highest = (*highest).max(h.packet);
-                }
-                return self.reject(RejectReason::Superseded);
-            }
-            return self.reject(RejectReason::Session);
+        if let Err(verdict) = self.check_session_and_channel(h) {
+            return verdict;
         }
         let channel = h.channel;
-        if !self.channels.contains(&channel) {
-            return self.reject(RejectReason::Channel);
-        }
         let size = HEADER_LEN + payload_len;
         match h.kind {
             Kind::Probe if !self.probes => self.reject(RejectReason::Kind),
@@ -350,6 +391,8 @@ impl Admission {
                     stripe_len,
                 }
             }
+            // Judged with its payload: `admit_datagram`.
+            Kind::Parity => self.reject(RejectReason::Kind),
             Kind::Data => {
                 let len = u64::from(h.len);
                 let Ok(place) = layout.place(h.file, h.offset, len) else {
@@ -368,6 +411,30 @@ impl Admission {
                 })
             }
         }
+    }
+
+    /// The first checks of every datagram: its session is this one's (early data of a session
+    /// this one replaced is noted and refused apart), its channel one this admission covers.
+    fn check_session_and_channel(&mut self, h: &Header) -> Result<(), Admit> {
+        if h.session != self.session {
+            if Some(h.session) == self.superseded {
+                // The sender's packet numbers go on from its early data: where they stand is
+                // where this session's count of the span starts, not a loss.
+                if let Some(highest) = h
+                    .channel
+                    .checked_sub(self.channels.start)
+                    .and_then(|i| self.highest_pn.get_mut(usize::from(i)))
+                {
+                    *highest = (*highest).max(h.packet);
+                }
+                return Err(self.reject(RejectReason::Superseded));
+            }
+            return Err(self.reject(RejectReason::Session));
+        }
+        if !self.channels.contains(&h.channel) {
+            return Err(self.reject(RejectReason::Channel));
+        }
+        Ok(())
     }
 
     /// Rejects a datagram for `reason`: counts it and returns the verdict. The driver calls this

@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 pub mod admit;
+pub mod fec;
 pub mod hash;
 pub mod layout;
 pub mod probe;

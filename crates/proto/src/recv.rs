@@ -162,6 +162,11 @@ impl ChannelReceiver {
         out
     }
 
+    /// True when all of stripe range `range` has arrived.
+    pub fn has(&self, range: Range<u64>) -> bool {
+        self.received.covers(range)
+    }
+
     /// True when the whole stripe is held.
     pub fn is_complete(&self) -> bool {
         self.received.covers(0..self.stripe_len)

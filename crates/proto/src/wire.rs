@@ -6,12 +6,12 @@
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
-//! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe; high 4 bits: flags, bit 0 = retransmit |
+//! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe, 4 = parity; high 4 bits: flags, bit 0 = retransmit |
 //! | 1 | channel | data channel index (0..=255: [`crate::layout::MAX_CHANNELS`] is 256) |
 //! | 2..6 | session | random session id from the hello; anything else is dropped |
 //! | 6..12 | packet number | 48 bits, per channel, strictly increasing from 1, never wrapping (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
 //! | 12..16 | file | file id (manifest index) |
-//! | 16..24 | offset | byte offset in the file (data), stripe length (final), probe size (probe) |
+//! | 16..24 | offset | byte offset in the file (data; parity: of its group's first byte), stripe length (final), probe size (probe) |
 //! | 24..28 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
 //!
 //! The payload follows, encrypted, then a 16-byte tag ([`crate::secure`]; the header is the
@@ -52,7 +52,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 10;
+pub const VERSION: u16 = 11;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub enum Kind {
     Final = 2,
     /// Path probe of a given size; `offset` holds the datagram size being probed.
     Probe = 3,
+    /// Reed-Solomon parity of a group of the tail's data, which starts at `file` and `offset`;
+    /// the payload is a [`crate::fec::ParityDesc`] and the shard (see [`crate::fec`]).
+    Parity = 4,
 }
 
 /// Capability bit of the hello: data goes over N TCP connections instead of UDP channels.
@@ -169,6 +172,7 @@ impl Header {
             1 => Kind::Data,
             2 => Kind::Final,
             3 => Kind::Probe,
+            4 => Kind::Parity,
             k => return Err(DatagramError::BadKind(k)),
         };
         let header = Header {
@@ -644,7 +648,7 @@ mod tests {
             buf[..12],
             [2, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255]
         );
-        for kind in [0u8, 4, 15] {
+        for kind in [0u8, 5, 15] {
             buf[0] = 0x10 | kind;
             assert_eq!(Header::decode(&buf), Err(DatagramError::BadKind(kind)));
         }

@@ -13,6 +13,7 @@ use crate::net::udp::{RecvBatch, GRO_BUF_SIZE};
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
+use hurtle_proto::fec::{self, ParityStore};
 use hurtle_proto::hash::{block_value, BlockHasher};
 use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
@@ -56,6 +57,8 @@ pub(super) struct ChannelWorker {
     /// Something of the sender's arrived on this channel ([`Shared::heard`], kept here so
     /// that no datagram touches the shared flag once it is set).
     pub(super) heard: bool,
+    /// Parity of the tail's groups not yet complete ([`hurtle_proto::fec`]).
+    pub(super) parity: ParityStore,
 }
 
 /// The longest a channel thread lets datagrams gather after a round of reads that found a few
@@ -383,62 +386,134 @@ impl ChannelWorker {
                 self.log.line(|| format!("final stripe_len={stripe_len}"));
                 Ok(0)
             }
-            Admit::Data(Placed {
-                file: file_id,
-                offset,
-                len,
-                retransmit,
-                place,
-            }) => {
-                let out =
-                    self.rec
-                        .on_data(now, place.pos, len, retransmit, place.block_stripe.clone());
-                if out.new_bytes == 0 {
-                    return Ok(0);
-                }
-                self.moved_file = Some(file_id);
-                let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
-                let at = (offset - place.block_file_start) as usize;
-                let Some(file) = &self.shared.files[file_id as usize] else {
-                    // A file this receiver is not receiving (it takes no room in the layout,
-                    // so nothing of it is ever placed).
-                    self.admission.reject(RejectReason::Layout);
-                    return Ok(0);
-                };
-                if self.spilled.contains_key(&place.block) {
-                    file.write_at(offset, payload)?;
-                } else {
-                    if !self.buffers.contains_key(&place.block) {
-                        if self.buffers.len() >= self.max_buffers {
-                            self.spill_oldest()?;
-                        }
-                        let mut buf = self.take_buffer();
-                        buf.resize(block_len, 0);
-                        let layout = &self.shared.layout;
-                        let blocks = layout.blocks_of(file_id);
-                        let hasher = BlockHasher::new(
-                            place.block - blocks.start,
-                            layout.block_size(),
-                            blocks.end - blocks.start,
-                        );
-                        let gathering = Gathering {
-                            buf,
-                            hasher,
-                            prefix: 0,
-                        };
-                        self.buffers.insert(place.block, gathering);
-                        self.order.push_back(place.block);
-                    }
-                    if let Some(g) = self.buffers.get_mut(&place.block) {
-                        g.fill(at, payload);
-                    }
-                }
-                if out.completes_block {
-                    self.complete_block(place.block, file_id, place.block_file_start, block_len)?;
-                }
-                Ok(out.new_bytes)
+            Admit::Data(placed) => self.take_data(now, placed, payload),
+            Admit::Parity { place, desc } => {
+                let pos = place.place.pos;
+                self.parity
+                    .add(pos, place.file, place.offset, desc, payload);
+                self.try_recover(now, pos)
             }
         }
+    }
+
+    /// Rebuilds what this channel misses of the tail's group at stripe position `pos` if its
+    /// parity suffices, from the bytes gathered of its block; forgets the group once it is
+    /// complete or its block is no longer gathered here (spilled or done: any loss is asked
+    /// for as before). Returns the new payload bytes rebuilt.
+    fn try_recover(&mut self, now: Instant, pos: u64) -> Result<u64, SessionError> {
+        let Some(g) = self.parity.get(pos) else {
+            return Ok(0);
+        };
+        let (desc, file, offset) = (g.desc, g.file, g.offset);
+        let block_size = self.shared.layout.block_size();
+        let Ok(place) = self.shared.layout.place(file, offset, u64::from(desc.len)) else {
+            self.parity.remove(pos);
+            return Ok(0);
+        };
+        let Some(gathering) = self.buffers.get(&place.block) else {
+            self.parity.remove(pos);
+            return Ok(0);
+        };
+        let rec = &self.rec;
+        let at = (offset % block_size) as usize;
+        let present = |i: usize| {
+            let r = desc.piece_range(i);
+            let bytes = gathering
+                .buf
+                .get(at + r.start as usize..at + r.end as usize);
+            bytes.filter(|_| rec.has(pos + r.start..pos + r.end))
+        };
+        let Some(rebuilt) = fec::recover(&desc, present, &g.shards) else {
+            return Ok(0);
+        };
+        self.parity.remove(pos);
+        let mut new_bytes = 0;
+        for (i, bytes) in rebuilt {
+            let r = desc.piece_range(i);
+            let len = r.end - r.start;
+            let Ok(place) = self.shared.layout.place(file, offset + r.start, len) else {
+                continue;
+            };
+            let placed = Placed {
+                file,
+                offset: offset + r.start,
+                len,
+                retransmit: false,
+                place,
+            };
+            self.shared
+                .counters
+                .recovered
+                .fetch_add(1, Ordering::Relaxed);
+            self.log
+                .line(|| format!("rebuilt pos={} len={len} from parity", pos + r.start));
+            new_bytes += self.take_data(now, placed, &bytes)?;
+        }
+        Ok(new_bytes)
+    }
+
+    /// Records and stores data `placed` with its bytes `payload` (arrived, or rebuilt from
+    /// parity); returns the new payload bytes it brought.
+    fn take_data(
+        &mut self,
+        now: Instant,
+        placed: Placed,
+        payload: &[u8],
+    ) -> Result<u64, SessionError> {
+        let Placed {
+            file: file_id,
+            offset,
+            len,
+            retransmit,
+            place,
+        } = placed;
+        let out = self
+            .rec
+            .on_data(now, place.pos, len, retransmit, place.block_stripe.clone());
+        if out.new_bytes == 0 {
+            return Ok(0);
+        }
+        self.moved_file = Some(file_id);
+        let block_len = (place.block_stripe.end - place.block_stripe.start) as usize;
+        let at = (offset - place.block_file_start) as usize;
+        let Some(file) = &self.shared.files[file_id as usize] else {
+            // A file this receiver is not receiving (it takes no room in the layout,
+            // so nothing of it is ever placed).
+            self.admission.reject(RejectReason::Layout);
+            return Ok(0);
+        };
+        if self.spilled.contains_key(&place.block) {
+            file.write_at(offset, payload)?;
+        } else {
+            if !self.buffers.contains_key(&place.block) {
+                if self.buffers.len() >= self.max_buffers {
+                    self.spill_oldest()?;
+                }
+                let mut buf = self.take_buffer();
+                buf.resize(block_len, 0);
+                let layout = &self.shared.layout;
+                let blocks = layout.blocks_of(file_id);
+                let hasher = BlockHasher::new(
+                    place.block - blocks.start,
+                    layout.block_size(),
+                    blocks.end - blocks.start,
+                );
+                let gathering = Gathering {
+                    buf,
+                    hasher,
+                    prefix: 0,
+                };
+                self.buffers.insert(place.block, gathering);
+                self.order.push_back(place.block);
+            }
+            if let Some(g) = self.buffers.get_mut(&place.block) {
+                g.fill(at, payload);
+            }
+        }
+        if out.completes_block {
+            self.complete_block(place.block, file_id, place.block_file_start, block_len)?;
+        }
+        Ok(out.new_bytes)
     }
 
     fn complete_block(

@@ -292,6 +292,7 @@ impl Receiver {
             encrypted: data.encrypt,
             rejected_blocks: c.rejected_blocks.load(Ordering::Relaxed),
             spilled_blocks: c.spilled_blocks.load(Ordering::Relaxed),
+            recovered: c.recovered.load(Ordering::Relaxed),
             socket_drops,
             warnings,
             capacity,
@@ -351,6 +352,7 @@ impl Receiver {
                 rec.hold(stripe);
             }
             let worker = ChannelWorker {
+                parity: hurtle_proto::fec::ParityStore::new(),
                 ch,
                 rec,
                 shared: shared.clone(),

@@ -66,6 +66,8 @@ pub(super) struct Counters {
     pub(super) nacks: AtomicU64,
     pub(super) rejected_blocks: AtomicU64,
     pub(super) spilled_blocks: AtomicU64,
+    /// Data datagrams rebuilt from the tail's parity ([`hurtle_proto::fec`]).
+    pub(super) recovered: AtomicU64,
     /// The channels' admission [`Tally`]s, summed (`rejected` above is its `rejected`): each
     /// channel thread adds what its channels counted once per receive batch.
     pub(super) datagrams: AtomicU64,

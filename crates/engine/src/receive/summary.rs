@@ -41,6 +41,9 @@ pub struct ReceiveSummary {
     /// Blocks written to the file while still incomplete because the block buffers ran out
     /// (their missing datagrams are then written one by one as they arrive).
     pub spilled_blocks: u64,
+    /// Data datagrams lost on the way and rebuilt from the tail's parity
+    /// ([`hurtle_proto::fec`]) instead of being asked for again.
+    pub recovered: u64,
     /// Kernel socket drops, when the kernel reports them.
     pub socket_drops: u64,
     /// Warnings (small socket buffers ...).

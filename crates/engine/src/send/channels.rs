@@ -10,6 +10,7 @@ use crate::iobuf::IoBuf;
 use crate::net::link::LinkOut;
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver, Sender};
+use hurtle_proto::fec::{self, ParityDesc, TailGroups};
 use hurtle_proto::hash::block_value;
 use hurtle_proto::secure::PacketNumbers;
 use hurtle_proto::wire::{self, Header, Kind, HEADER_LEN};
@@ -200,6 +201,10 @@ pub(super) struct ChannelWorker {
     /// Datagrams sent and resent.
     pub(super) sent: u64,
     pub(super) resent: u64,
+    /// The tail's groups of new data, for their parity ([`hurtle_proto::fec`]).
+    pub(super) groups: TailGroups,
+    /// Parity datagrams sent.
+    pub(super) parity_sent: u64,
 }
 
 impl ChannelWorker {
@@ -293,6 +298,98 @@ impl ChannelWorker {
         Ok(range.start)
     }
 
+    /// The piece size new data is cut at while this channel is in its tail
+    /// ([`fec::in_tail`]), from datagrams of `payload` bytes; `None` outside the tail, over
+    /// TCP (which loses nothing) and without [`super::SendOptions::fec`].
+    fn tail_piece(&self, payload: u16) -> Option<u16> {
+        if !self.shared.fec || self.link.is_tcp() {
+            return None;
+        }
+        let left = self.sender.new_remaining();
+        fec::in_tail(left, self.pacer.rate(), self.shared.rtt)
+            .then(|| fec::piece_size(payload))
+            .filter(|&p| p >= wire::MIN_PAYLOAD / 2)
+    }
+
+    /// New tail data `run` (stripe position and length) went out in pieces of `piece` bytes;
+    /// its block ends at stripe position `block_end`. Sends the parity of the groups that
+    /// closes (from the block buffer, where their bytes are); returns the bytes sent.
+    fn send_parity(
+        &mut self,
+        headers: &mut [u8],
+        run: (u64, u64),
+        piece: u16,
+        block_end: u64,
+    ) -> Result<usize, SessionError> {
+        let max = fec::group_pieces(self.pacer.rate(), piece);
+        let tail_len = self.groups.tail_len(self.sender.new_remaining() + run.1);
+        let groups = self.groups.on_sent(run.0, run.1, piece, block_end, max);
+        let loss = match self.shared.loss_ppm.load(Ordering::Relaxed) {
+            u32::MAX => fec::DEFAULT_LOSS,
+            ppm => f64::from(ppm) / 1e6,
+        };
+        let stride = fec::DESC_LEN + usize::from(piece);
+        let per_send = self.max_datagrams(stride as u16).max(1);
+        let mut total = 0;
+        for g in groups {
+            let span = self
+                .shared
+                .layout
+                .resolve(self.ch, g.pos)
+                .ok_or(SessionError::Internal("a parity group outside the layout"))?;
+            if self.loaded != Some(span.block) {
+                // Its bytes are gone (never so far): the receiver asks for any loss as before.
+                continue;
+            }
+            let at = (span.offset % self.shared.layout.block_size()) as usize;
+            let bytes = &self.block_buf.aligned()[at..at + g.len as usize];
+            let failure = fec::group_failure(g.len, tail_len);
+            let count = fec::parity_count(bytes.len().div_ceil(usize::from(piece)), loss, failure);
+            let shards = fec::encode(bytes, piece, count);
+            let sent_us = self.shared.start.elapsed().as_micros() as u32;
+            let mut body = vec![0u8; count * stride];
+            for (j, shard) in shards.iter().enumerate() {
+                let out = &mut body[j * stride..(j + 1) * stride];
+                ParityDesc {
+                    len: g.len as u32,
+                    piece,
+                    index: j as u8,
+                    count: count as u8,
+                }
+                .encode(out);
+                out[fec::DESC_LEN..].copy_from_slice(shard);
+            }
+            for (k, chunk) in body.chunks(per_send * stride).enumerate() {
+                let n = chunk.len() / stride;
+                for i in 0..n {
+                    Header {
+                        kind: Kind::Parity,
+                        flags: 0,
+                        channel: self.ch,
+                        session: self.shared.session,
+                        packet: self.packets.next_number()?,
+                        file: span.file,
+                        offset: span.offset,
+                        len: 0,
+                        sent_us,
+                    }
+                    .encode(&mut headers[i * HEADER_LEN..]);
+                }
+                self.link
+                    .send_framed(&headers[..n * HEADER_LEN], chunk, stride)?;
+                self.log.line(|| {
+                    format!(
+                        "parity pos={} len={} piece={piece} shards={n} of {count} (send {k})",
+                        g.pos, g.len
+                    )
+                });
+            }
+            self.parity_sent += count as u64;
+            total += count * (HEADER_LEN + stride);
+        }
+        Ok(total)
+    }
+
     /// Sends what the pacer allows (new data, repairs, the final marker) at the rate the
     /// controller last chose; returns when it should run again (`None`: only when a command
     /// comes).
@@ -301,9 +398,6 @@ impl ChannelWorker {
         let shared = self.shared.clone();
         let layout = &shared.layout;
         let payload16 = self.shared.payload.load(Ordering::Relaxed);
-        let payload = usize::from(payload16);
-        // The buffers fit any run the link allows (`max_send`).
-        let max_run = (self.max_datagrams(payload16) * payload) as u64;
         let scratch = &mut bufs.scratch;
         let headers = &mut bufs.headers;
         // Data, as the pacer allows, at the rate the controller last chose: shared among the
@@ -325,13 +419,20 @@ impl ChannelWorker {
             self.log
                 .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
         }
-        // Each send is at most this much of the session's rate (and at least one datagram): a
-        // shallow bottleneck queue then sees short trains, not 64-datagram GSO bursts.
-        let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
-        let run_cap = (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run);
         let mut now = Instant::now();
         let mut bursts = 0;
         while self.pacer.can_send(now) && bursts < 16 {
+            // The tail's new data goes in pieces that leave room for a parity descriptor.
+            let piece = self.tail_piece(payload16);
+            let payload16 = piece.unwrap_or(payload16);
+            let payload = usize::from(payload16);
+            // The buffers fit any run the link allows (`max_send`).
+            let max_run = (self.max_datagrams(payload16) * payload) as u64;
+            // Each send is at most this much of the session's rate (and at least one
+            // datagram): a shallow bottleneck queue then sees short trains, not 64-datagram
+            // GSO bursts.
+            let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+            let run_cap = (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run);
             // Before the receiver's decisions, within the early data's budget only.
             let early_left = shared.early_left.load(Ordering::Relaxed);
             if early_left == 0 {
@@ -417,6 +518,10 @@ impl ChannelWorker {
                     self.packets.last()
                 )
             });
+            if let (Some(piece), RunKind::New) = (piece, run.kind) {
+                let end = run.pos + span.to_block_end;
+                total += self.send_parity(headers, (run.pos, run.len), piece, end)?;
+            }
             self.pacer.on_sent(now, total as u64);
             if early_left != u64::MAX {
                 let _ =

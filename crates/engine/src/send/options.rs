@@ -83,6 +83,10 @@ pub struct SendOptions {
     /// transfer's bottleneck to the same receiver, and leaves its own (see [`PathMemories`]).
     /// `None` (the default): every start is a cold one, and nothing is kept.
     pub path_memory: Option<PathMemories>,
+    /// Send parity for the tail of each UDP channel's data ([`hurtle_proto::fec`]): a loss in
+    /// the last round trip of new data is rebuilt by the receiver instead of repaired a round
+    /// trip later. On by default; `--no-fec` turns it off.
+    pub fec: bool,
 }
 
 impl Default for SendOptions {
@@ -105,6 +109,7 @@ impl Default for SendOptions {
             secret: None,
             no_encryption: false,
             path_memory: None,
+            fec: true,
         }
     }
 }

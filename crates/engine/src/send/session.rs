@@ -23,6 +23,7 @@ use crate::report::FileReport;
 use crate::setup::{out_of_order, Driver};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
+use hurtle_proto::fec::TailGroups;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
 use hurtle_proto::rate::{self, PathMemory};
@@ -35,7 +36,7 @@ use hurtle_proto::{ChannelSender, Pacer, RateConfig, RateController, RateMode, S
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -169,6 +170,9 @@ pub(super) fn send_once(
             receiver_buffer: accepted.buffer_cap,
         }),
         receiver_signs: Default::default(),
+        rtt,
+        fec: opts.fec,
+        loss_ppm: AtomicU32::new(u32::MAX),
     });
     progress
         .rate_bps
@@ -354,7 +358,7 @@ pub(super) fn send_once(
             format!("UDP did not get through ({why}); the channels moved to parallel TCP after {lost:.1} s, counted in the time"),
         );
     };
-    let (sent, resent, nacks) = channel_threads.stop();
+    let (sent, resent, nacks, parity_sent) = channel_threads.stop();
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
@@ -397,6 +401,7 @@ pub(super) fn send_once(
         goodput_bps: (sent_bytes - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
         datagrams_sent: sent,
         datagrams_resent: resent,
+        parity_sent,
         resent_share: if sent == 0 {
             0.0
         } else {
@@ -664,6 +669,8 @@ impl ChannelThreads {
                 block_buf: IoBuf::new(shared.layout.block_size() as usize),
                 sent: 0,
                 resent: 0,
+                groups: TailGroups::new(),
+                parity_sent: 0,
             });
         }
         drop(ev_tx);
@@ -815,10 +822,16 @@ impl ChannelThreads {
         Ok(())
     }
 
-    /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served.
-    fn stop(mut self) -> (u64, u64, u64) {
-        self.join().iter().fold((0, 0, 0), |(s, r, n), w| {
-            (s + w.sent, r + w.resent, n + w.sender.stats().nacks)
+    /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served,
+    /// parity datagrams.
+    fn stop(mut self) -> (u64, u64, u64, u64) {
+        self.join().iter().fold((0, 0, 0, 0), |(s, r, n, p), w| {
+            (
+                s + w.sent,
+                r + w.resent,
+                n + w.sender.stats().nacks,
+                p + w.parity_sent,
+            )
         })
     }
 }

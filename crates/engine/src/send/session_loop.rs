@@ -236,6 +236,10 @@ pub(super) fn session_loop(
                         let change = controller.on_report(Instant::now(), &fb);
                         let why = change.as_ref().map(|c| c.reason.as_str());
                         rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
+                        if let Some(loss) = controller.random_loss() {
+                            let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
+                            shared.loss_ppm.store(ppm, Ordering::Relaxed);
+                        }
                         if change.is_some() {
                             let r = controller.rate_bps();
                             shared.rate_bps.store(r, Ordering::Relaxed);

@@ -65,6 +65,14 @@ pub(super) struct Shared {
     pub(super) limits: Option<Limits>,
     /// What the receiver's reports said of its CPU and its disk.
     pub(super) receiver_signs: std::sync::Mutex<ReceiverSigns>,
+    /// Round-trip time measured at the handshake: how long a channel's tail is
+    /// ([`hurtle_proto::fec::in_tail`]).
+    pub(super) rtt: std::time::Duration,
+    /// Parity for each UDP channel's tail ([`super::SendOptions::fec`]).
+    pub(super) fec: bool,
+    /// The random loss rate the controller sees, in parts per million (`u32::MAX`: not known
+    /// yet): what a group's parity is sized for.
+    pub(super) loss_ppm: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {

@@ -34,6 +34,9 @@ pub struct SendSummary {
     pub datagrams_sent: u64,
     /// Of those, repairs.
     pub datagrams_resent: u64,
+    /// Parity datagrams sent for the tail of each channel's data ([`hurtle_proto::fec`]; not
+    /// counted in `datagrams_sent`).
+    pub parity_sent: u64,
     /// Resent share of all data datagrams.
     pub resent_share: f64,
     /// NACK messages received.

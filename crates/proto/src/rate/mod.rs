@@ -489,6 +489,14 @@ impl RateController {
         &self.reports
     }
 
+    /// Keeps one report's loss for the loss floor (the last [`FLOOR_ROUNDS`] reports).
+    fn note_loss(&mut self, lost: u64, seen: u64) {
+        self.recent_loss.push_back((lost, seen));
+        if self.recent_loss.len() > FLOOR_ROUNDS {
+            self.recent_loss.pop_front();
+        }
+    }
+
     /// The loss rate random loss explains, from recent reports (`None` before any).
     pub fn random_loss(&self) -> Option<f64> {
         self.loss_floor()
@@ -564,10 +572,15 @@ impl RateController {
     /// by a smaller step near the delivered rate of the last congestion, the step doubling over
     /// rounds in which the queue stays empty.
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
+        let seen = fb.datagrams.saturating_add(fb.lost);
         if self.cfg.mode == RateMode::Fixed {
+            // The rate stays; the loss is kept all the same, for what random loss the path
+            // has ([`RateController::random_loss`]: the tail's parity is sized by it).
+            if seen > 0 && !fb.interval.is_zero() {
+                self.note_loss(fb.lost.min(seen), seen);
+            }
             return None;
         }
-        let seen = fb.datagrams.saturating_add(fb.lost);
         if seen == 0 || fb.interval.is_zero() {
             if let Some(model) = self.model.as_mut() {
                 model.note_drops(fb.socket_drops);
@@ -587,10 +600,7 @@ impl RateController {
         let loss = fb.lost as f64 / seen as f64;
         let floor = self.loss_floor();
         let loss_congestion = loss_beyond(floor, fb.lost, seen);
-        self.recent_loss.push_back((fb.lost.min(seen), seen));
-        if self.recent_loss.len() > FLOOR_ROUNDS {
-            self.recent_loss.pop_front();
-        }
+        self.note_loss(fb.lost.min(seen), seen);
         if let Some(model) = self.model.as_mut() {
             let sig = Signals { floor, noise };
             let (new, why) = model.on_report(now, fb, sig, self.rate)?;
