@@ -453,6 +453,10 @@ class Hurtle(Tool):
                     (s.get("goodput_bps") or 0) / 1e6, s.get("channels"), s.get("nacks"),
                     s.get("payload"), s.get("first_data_ms"), s.get("transport"),
                     s.get("fallback_seconds")))
+            if s.get("new_data_sent_ms") is not None and s.get("seconds"):
+                # The tail: from the last new datagram to the end (repairs, confirmations).
+                res.notes.append("tail_ms={:.0f}, parity={}".format(
+                    s["seconds"] * 1e3 - s["new_data_sent_ms"], s.get("parity_sent")))
             resumed = (s.get("rate") or {}).get("resumed")
             if resumed:
                 res.notes.append("resumed from {:.0f} Mbit/s ({} s old), started at {:.0f}".format(

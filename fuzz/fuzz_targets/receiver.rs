@@ -1,9 +1,10 @@
 //! Hostile datagrams fed to channel receivers through the same admission the engine's channel
 //! threads use (`hurtle_proto::admit`): admission never panics, gives every datagram exactly
 //! one verdict, counts only what it admitted, and a receiver never counts more bytes than its
-//! stripe holds.
+//! stripe holds. Parity is kept and rebuilt from without a panic, whatever its descriptor.
 #![no_main]
 use hurtle_proto::admit::{Admit, Tally};
+use hurtle_proto::fec::{self, ParityStore};
 use hurtle_proto::wire::{Header, HEADER_LEN};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let mut recv: Vec<ChannelReceiver> = (0..2)
         .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), RecvConfig::default()))
         .collect();
+    let mut stores = vec![ParityStore::new(); 2];
     let (mut admitted, mut admitted_bytes, mut probes, mut verdicts) = (0u64, 0u64, 0u64, 0u64);
     for (i, chunk) in data.chunks(48).enumerate() {
         let now = t0 + Duration::from_millis(i as u64);
@@ -50,6 +52,19 @@ fuzz_target!(|data: &[u8]| {
                 r.resend_done();
                 admitted += 1;
                 admitted_bytes += HEADER_LEN as u64 + payload.len() as u64;
+            }
+            Admit::Parity { place, desc } => {
+                assert_eq!(place.place.channel as usize, ch);
+                assert_eq!(payload.len(), usize::from(desc.piece));
+                let pos = place.place.pos;
+                stores[ch].add(pos, place.file, place.offset, desc, payload);
+                if let Some(g) = stores[ch].get(pos) {
+                    if let Some(rebuilt) = fec::recover(&g.desc, |_| None, &g.shards) {
+                        assert!(rebuilt.len() <= g.desc.pieces());
+                    }
+                }
+                admitted += 1;
+                admitted_bytes += (HEADER_LEN + fec::DESC_LEN + payload.len()) as u64;
             }
             Admit::Probe { channel, size } => {
                 assert_eq!(usize::from(channel), ch);

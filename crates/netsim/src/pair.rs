@@ -1659,6 +1659,11 @@ impl Pair {
                     self.rcv.channels[usize::from(p.place.channel)].note_queue_delay(now, queued);
                 }
                 self.take_data(now, &p, payload)?;
+                // Data after its group's parity (reordered) may be what the parity lacked.
+                let ch = usize::from(p.place.channel);
+                if let Some(group) = self.rcv.parity[ch].group_at(p.place.pos) {
+                    self.try_recover(now, ch, group)?;
+                }
             }
             Admit::Parity { place, desc } => {
                 let ch = usize::from(place.place.channel);

@@ -26,7 +26,7 @@
 //! [`GROUP_SPAN`] of the channel's sending ([`group_pieces`]), so that its parity arrives before
 //! the receiver would have asked for a piece of it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ pub const GROUP_SPAN: Duration = Duration::from_millis(4);
 pub const TAIL_FAILURE: f64 = 0.05;
 /// Groups a receiver keeps parity for ([`ParityStore`]); older ones are forgotten first.
 pub const MAX_PENDING: usize = 4096;
+/// Bytes of shards a receiver's channel keeps at most; older groups are forgotten first.
+pub const MAX_PENDING_BYTES: usize = 16 << 20;
 /// The loss rate parity is sized for before any report says what the path loses.
 pub const DEFAULT_LOSS: f64 = 0.01;
 
@@ -351,8 +353,10 @@ impl TailGroups {
 /// group's first stripe position.
 #[derive(Debug, Clone, Default)]
 pub struct ParityStore {
-    groups: HashMap<u64, Pending>,
+    groups: BTreeMap<u64, Pending>,
     order: VecDeque<u64>,
+    /// Bytes of the shards held.
+    bytes: usize,
 }
 
 /// One group's parity so far.
@@ -387,11 +391,12 @@ impl ParityStore {
     ) -> &Pending {
         if !self.groups.contains_key(&pos) {
             if self.order.len() >= MAX_PENDING {
-                if let Some(old) = self.order.pop_front() {
-                    self.groups.remove(&old);
-                }
+                self.forget_oldest();
             }
             self.order.push_back(pos);
+        }
+        while self.bytes + shard.len() > MAX_PENDING_BYTES && self.order.front() != Some(&pos) {
+            self.forget_oldest();
         }
         let g = self.groups.entry(pos).or_insert_with(|| Pending {
             desc,
@@ -406,8 +411,17 @@ impl ParityStore {
             && (g.file, g.offset) == (file, offset);
         if same && !g.shards.iter().any(|(j, _)| *j == desc.index) {
             g.shards.push((desc.index, shard.to_vec()));
+            self.bytes += shard.len();
         }
         g
+    }
+
+    fn forget_oldest(&mut self) {
+        if let Some(old) = self.order.pop_front() {
+            if let Some(g) = self.groups.remove(&old) {
+                self.bytes -= g.shards.iter().map(|(_, s)| s.len()).sum::<usize>();
+            }
+        }
     }
 
     /// The parity held for the group at `pos`.
@@ -415,11 +429,25 @@ impl ParityStore {
         self.groups.get(&pos)
     }
 
+    /// The first stripe position of the group held that stripe position `pos` lies in, if
+    /// any: data that arrives after its group's parity (reordered) may complete what the
+    /// parity can rebuild.
+    pub fn group_at(&self, pos: u64) -> Option<u64> {
+        let (&start, g) = self.groups.range(..=pos).next_back()?;
+        (pos < start + u64::from(g.desc.len)).then_some(start)
+    }
+
     /// Forgets the group at `pos` (done with: complete, rebuilt, or beyond rebuilding here).
     pub fn remove(&mut self, pos: u64) {
-        if self.groups.remove(&pos).is_some() {
+        if let Some(g) = self.groups.remove(&pos) {
+            self.bytes -= g.shards.iter().map(|(_, s)| s.len()).sum::<usize>();
             self.order.retain(|&p| p != pos);
         }
+    }
+
+    /// Bytes of the shards held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Groups held.
@@ -596,8 +624,24 @@ mod tests {
             s.add(pos * 1000, 1, 0, d, &[0; 100]);
         }
         assert_eq!(s.len(), MAX_PENDING);
+        assert_eq!(s.group_at(2399), Some(2000));
+        assert_eq!(s.group_at(2400), None);
         s.remove(1000);
         assert_eq!(s.len(), MAX_PENDING - 1);
+        assert_eq!(s.bytes(), (MAX_PENDING - 1) * 100);
+        // Big shards: the oldest groups go to keep the bytes bounded.
+        let big = vec![0u8; 1 << 20];
+        let d = ParityDesc {
+            len: 1 << 21,
+            piece: 1 << 15,
+            index: 0,
+            count: 1,
+        };
+        for pos in 0..40u64 {
+            s.add(1 << 40 | pos, 1, 0, d, &big);
+        }
+        assert!(s.bytes() <= MAX_PENDING_BYTES);
+        assert!(s.get(1 << 40 | 39).is_some() && s.get(1 << 40).is_none());
     }
 
     fn lose_and_recover(

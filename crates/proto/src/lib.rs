@@ -11,6 +11,7 @@
 //! | [`probe`] | which payload the path carries, and whether UDP gets through (the sender's probing, the receiver's [`probe::SilenceWatch`]), found beside the data |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
+//! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
 //! | [`session`] | the set-up of a session (hello, manifest, decisions, skips), a state machine per side |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
@@ -45,7 +46,9 @@
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver checks each datagram with
 //!    an [`Admission`] (one per socket), the channel's [`ChannelReceiver`] records what was
 //!    admitted and sends `Nack`s, and a [`ReportBuilder`] turns the admission counts into a
-//!    `Report` every interval; the sender sends `BlockHashes` as it reads blocks.
+//!    `Report` every interval; the sender sends `BlockHashes` as it reads blocks. In each
+//!    channel's tail, Reed-Solomon parity follows its groups of new data, and the receiver
+//!    rebuilds what it can from it instead of asking ([`fec`]).
 //! 5. The receiver verifies each block with the [`Verifier`], syncs and renames finished files
 //!    and sends `FileDone` with each file's hash; `ChannelDone` answers each final marker.
 //! 6. When every file is confirmed with a matching hash, the sender sends `Done`.

@@ -386,7 +386,15 @@ impl ChannelWorker {
                 self.log.line(|| format!("final stripe_len={stripe_len}"));
                 Ok(0)
             }
-            Admit::Data(placed) => self.take_data(now, placed, payload),
+            Admit::Data(placed) => {
+                let pos = placed.place.pos;
+                let new_bytes = self.take_data(now, placed, payload)?;
+                // Data after its group's parity (reordered) may be what the parity lacked.
+                match self.parity.group_at(pos) {
+                    Some(group) if new_bytes > 0 => Ok(new_bytes + self.try_recover(now, group)?),
+                    _ => Ok(new_bytes),
+                }
+            }
             Admit::Parity { place, desc } => {
                 let pos = place.place.pos;
                 self.parity

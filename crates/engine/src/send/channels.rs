@@ -405,6 +405,8 @@ impl ChannelWorker {
         if self.sending && self.sender.new_remaining() == 0 {
             self.sending = false;
             shared.sending.fetch_sub(1, Ordering::Relaxed);
+            let at = shared.start.elapsed().as_micros() as u64;
+            shared.new_data_sent_us.fetch_max(at, Ordering::Relaxed);
         }
         let rate = self.shared.rate_bps.load(Ordering::Relaxed);
         let among = if self.sending {

@@ -162,6 +162,7 @@ pub(super) fn send_once(
         rate_bps: AtomicU64::new(controller.rate_bps()),
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
+        new_data_sent_us: AtomicU64::new(0),
         early_left: AtomicU64::new(budget),
         sending: AtomicU16::new(0),
         limits: (transport != Transport::Tcp).then(|| Limits {
@@ -415,6 +416,10 @@ pub(super) fn send_once(
         rtt_ms: rtt.as_secs_f64() * 1e3,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
+            us => Some(us as f64 / 1e3),
+        },
+        new_data_sent_ms: match shared.new_data_sent_us.load(Ordering::Relaxed) {
+            0 => None,
             us => Some(us as f64 / 1e3),
         },
         rate: RateSummary {

@@ -53,6 +53,9 @@ pub(super) struct Shared {
     pub(super) channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
+    /// When the last channel to do so had sent all its new data once, microseconds after
+    /// `start` (0: not yet).
+    pub(super) new_data_sent_us: AtomicU64,
     /// Bytes of data the channels may still send before the receiver's decisions (the early
     /// data's budget); `u64::MAX` once the outcome is known.
     pub(super) early_left: AtomicU64,

@@ -50,6 +50,10 @@ pub struct SendSummary {
     /// Milliseconds from the sender's start to its first data datagram: what setting up the
     /// session cost (`None` if no data was sent).
     pub first_data_ms: Option<f64>,
+    /// Milliseconds from the sender's start until every channel had sent all its new data
+    /// once (`seconds` less this is the tail: the repairs and confirmations the end waited
+    /// for); `None` if no data was sent.
+    pub new_data_sent_ms: Option<f64>,
     /// The round-trip time measured at the key agreement, milliseconds (what the rate
     /// controller's rounds and a path memory's fit are judged by).
     pub rtt_ms: f64,
