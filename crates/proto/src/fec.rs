@@ -12,7 +12,10 @@
 //! ([`crate::wire::Kind::Parity`]) whose payload is a [`ParityDesc`] and the shard. A receiver
 //! that misses up to as many pieces of a group as it got shards rebuilds them at once
 //! ([`ParityStore`], [`recover`]) instead of asking; anything it cannot rebuild is asked for as
-//! before, and every rebuilt byte is checked with its block like any other.
+//! before, and every rebuilt byte is checked with its block like any other. A piece that
+//! arrives after its group's parity (reordered) tries the group again ([`ParityStore::group_at`]);
+//! a receiver keeps parity for a bounded number of groups and bytes ([`MAX_PENDING`],
+//! [`MAX_PENDING_BYTES`]).
 //!
 //! A group is described by its first byte (the parity datagram's header: file and offset) and
 //! its length; its pieces are `piece` bytes each from there, the last one shorter if the length

@@ -405,8 +405,6 @@ impl ChannelWorker {
         if self.sending && self.sender.new_remaining() == 0 {
             self.sending = false;
             shared.sending.fetch_sub(1, Ordering::Relaxed);
-            let at = shared.start.elapsed().as_micros() as u64;
-            shared.new_data_sent_us.fetch_max(at, Ordering::Relaxed);
         }
         let rate = self.shared.rate_bps.load(Ordering::Relaxed);
         let among = if self.sending {
@@ -520,6 +518,11 @@ impl ChannelWorker {
                     self.packets.last()
                 )
             });
+            if run.kind == RunKind::New && self.sender.new_remaining() == 0 {
+                // The channel's last new byte is on its way: the tail starts.
+                let at = shared.start.elapsed().as_micros() as u64;
+                shared.new_data_sent_us.fetch_max(at, Ordering::Relaxed);
+            }
             if let (Some(piece), RunKind::New) = (piece, run.kind) {
                 let end = run.pos + span.to_block_end;
                 total += self.send_parity(headers, (run.pos, run.len), piece, end)?;
