@@ -1914,16 +1914,19 @@ impl Pair {
         Ok(())
     }
 
-    /// The piece size channel `ch` cuts new data at while in its tail ([`fec::in_tail`]),
-    /// `None` outside it (or without [`Scenario::fec`]).
-    fn tail_piece(&self, ch: usize) -> Option<u16> {
+    /// Tells channel `ch`'s sender whether it is in its tail ([`fec::in_tail`]: its repairs
+    /// go twice there), as the engine does, and returns the piece size new data is cut at
+    /// there: `None` outside it (or without [`Scenario::fec`]).
+    fn tail_piece(&mut self, ch: usize) -> Option<u16> {
         let rtt = self
             .sc
             .rate
             .as_ref()
             .map_or(self.sc.link.delay * 2, |r| r.rtt);
         let left = self.snd.channels[ch].new_remaining();
-        (self.sc.fec && fec::in_tail(left, self.snd.pacers[ch].rate(), rtt))
+        let tail = fec::in_tail(left, self.snd.pacers[ch].rate(), rtt);
+        self.snd.channels[ch].set_tail(tail);
+        (self.sc.fec && tail)
             .then(|| fec::piece_size(self.sc.payload))
             .filter(|&p| p >= 2)
     }

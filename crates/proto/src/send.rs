@@ -15,12 +15,15 @@
 //! `repair_share` of the bytes sent (a token bucket capped at `credit_cap`), so a loss storm
 //! cannot starve the new data; once the stripe is fully sent, repairs get the whole rate.
 //!
-//! **The tail.** Once the stripe is fully sent, every repair is what the transfer waits for,
-//! and a lost one is asked for again only after the receiver's `nack_retry` (a round trip and
-//! more): at 1% loss the last round trip's few dozen repairs lose one about every other
-//! transfer. So a repair sent in the tail goes twice: its second copy follows the batch of
-//! first copies, up to `tail_copies` bytes per `repair_echo` (bounding the cost when the tail
-//! is a long outage's worth of repairs).
+//! **The tail.** Near the end of the stripe every repair is what the transfer waits for, and a
+//! lost one is asked for again only after the receiver's `nack_retry` (a round trip and more):
+//! at 1% loss the last round trips' hundred-odd repairs lose one most transfers. So a repair
+//! sent in the tail goes twice: its second copy follows the batch of first copies, up to
+//! `tail_copies` bytes per `repair_echo` (bounding the cost when the tail is a long outage's
+//! worth of repairs). The tail is where the driver says it is ([`ChannelSender::set_tail`]:
+//! the last round trip and a half of new data, [`crate::fec::in_tail`]), and at the latest
+//! once the stripe is fully sent; while new data is left, second copies share the repairs'
+//! budget.
 //!
 //! A resumed transfer starts with blocks the receiver already holds ([`ChannelSender::hold`]).
 //! The cursor does not send them: when it reaches one it returns a [`RunKind::Held`] run of the
@@ -145,6 +148,8 @@ pub struct ChannelSender {
     copy_window: Option<(Instant, u64)>,
     /// Every range ever held ([`ChannelSender::hold`]), kept after the cursor passes them.
     held_all: RangeSet,
+    /// The driver says the channel is in its tail ([`ChannelSender::set_tail`]).
+    tail: bool,
 }
 
 /// Most repairs remembered for [`SendConfig::repair_echo`] (older ones are forgotten first).
@@ -167,7 +172,14 @@ impl ChannelSender {
             copies: RangeSet::new(),
             copy_window: None,
             held_all: RangeSet::new(),
+            tail: false,
         }
+    }
+
+    /// Whether the channel is in its tail, where repairs go twice (see the module docs);
+    /// once the stripe is fully sent it is, whatever this says.
+    pub fn set_tail(&mut self, tail: bool) {
+        self.tail = tail;
     }
 
     /// The channel index.
@@ -224,7 +236,9 @@ impl ChannelSender {
         let max_len = max_len.max(1);
         let new_left = self.next_new < self.stripe_len;
         let repair_allowed = !self.repair.is_empty() && (!new_left || self.credit >= 0.0);
-        if repair_allowed || (!new_left && !self.copies.is_empty()) {
+        let in_tail = !new_left || self.tail;
+        let copy_due = !self.copies.is_empty() && (!new_left || (self.tail && self.credit >= 0.0));
+        if repair_allowed || copy_due {
             // First copies, then second ones.
             let copy = !repair_allowed;
             let first = if copy {
@@ -240,7 +254,7 @@ impl ChannelSender {
             } else {
                 self.repair.remove(range.clone());
                 self.copies.remove(range.clone());
-                if !new_left && self.copy_allowed(len, now) {
+                if in_tail && self.copy_allowed(len, now) {
                     self.copies.insert(range);
                 }
             }
@@ -497,6 +511,43 @@ mod tests {
         }
         let share = rep as f64 / (new + rep) as f64;
         assert!(share > 0.2 && share < 0.4, "repair share {share}");
+    }
+
+    #[test]
+    fn in_the_tail_the_driver_names_a_repair_goes_twice_while_new_data_is_left() {
+        let l = layout();
+        let cfg = SendConfig {
+            repair_echo: Duration::from_millis(100),
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&l, 0, cfg);
+        let t0 = Instant::now();
+        // Credit for repairs, then a loss.
+        for _ in 0..3 {
+            s.poll_run(&l, 1000, t0).unwrap();
+        }
+        s.set_tail(true);
+        s.on_nack(&[(0, 500)], t0);
+        let mut repairs = Vec::new();
+        while s.new_remaining() > 0 {
+            let r = s.poll_run(&l, 1000, t0).unwrap();
+            if r.kind == RunKind::Repair {
+                repairs.push((r.pos, r.len));
+            }
+        }
+        // Both copies went before the last new byte.
+        assert_eq!(repairs, vec![(0, 500), (0, 500)]);
+        // Outside the tail the same loss goes once.
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        for _ in 0..3 {
+            s.poll_run(&l, 1000, t0).unwrap();
+        }
+        s.on_nack(&[(0, 500)], t0);
+        let mut n = 0;
+        while s.new_remaining() > 0 {
+            n += usize::from(s.poll_run(&l, 1000, t0).unwrap().kind == RunKind::Repair);
+        }
+        assert_eq!(n, 1);
     }
 
     #[test]

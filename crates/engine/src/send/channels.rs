@@ -298,17 +298,18 @@ impl ChannelWorker {
         Ok(range.start)
     }
 
-    /// The piece size new data is cut at while this channel is in its tail
-    /// ([`fec::in_tail`]), from datagrams of `payload` bytes; `None` outside the tail, over
-    /// TCP (which loses nothing) and without [`super::SendOptions::fec`].
-    fn tail_piece(&self, payload: u16) -> Option<u16> {
-        if !self.shared.fec || self.link.is_tcp() {
+    /// Tells the channel's sender whether it is in its tail ([`fec::in_tail`]: its repairs go
+    /// twice there), and returns the piece size new data is cut at there, from datagrams of
+    /// `payload` bytes: `None` outside the tail, over TCP (which loses nothing) and without
+    /// [`super::SendOptions::fec`].
+    fn tail_piece(&mut self, payload: u16) -> Option<u16> {
+        let left = self.sender.new_remaining();
+        let tail = fec::in_tail(left, self.pacer.rate(), self.shared.rtt);
+        self.sender.set_tail(tail);
+        if !tail || !self.shared.fec || self.link.is_tcp() {
             return None;
         }
-        let left = self.sender.new_remaining();
-        fec::in_tail(left, self.pacer.rate(), self.shared.rtt)
-            .then(|| fec::piece_size(payload))
-            .filter(|&p| p >= wire::MIN_PAYLOAD / 2)
+        Some(fec::piece_size(payload)).filter(|&p| p >= wire::MIN_PAYLOAD / 2)
     }
 
     /// New tail data `run` (stripe position and length) went out in pieces of `piece` bytes;
