@@ -240,31 +240,31 @@ pub fn recover<'a>(
 ) -> Option<Vec<(usize, Vec<u8>)>> {
     let n = desc.pieces();
     let piece = usize::from(desc.piece);
-    let mut originals = Vec::with_capacity(n);
-    let mut missing = Vec::new();
-    for i in 0..n {
-        match present(i) {
-            Some(b)
-                if b.len() == (desc.piece_range(i).end - desc.piece_range(i).start) as usize =>
-            {
-                originals.push((
-                    i,
-                    if b.len() == piece {
-                        b.to_vec()
-                    } else {
-                        pad(b, piece)
-                    },
-                ))
-            }
-            _ => missing.push(i),
-        }
-    }
+    // What is there, first without a copy: most groups lose nothing.
+    let whole = |i: usize| {
+        let r = desc.piece_range(i);
+        present(i).filter(|b| b.len() as u64 == r.end - r.start)
+    };
+    let missing: Vec<usize> = (0..n).filter(|&i| whole(i).is_none()).collect();
     if missing.is_empty() {
         return Some(Vec::new());
     }
     if missing.len() > shards.len() {
         return None;
     }
+    // The last piece may be short: the shards were made with it padded.
+    let originals = (0..n).filter_map(|i| {
+        whole(i).map(|b| {
+            (
+                i,
+                if b.len() == piece {
+                    b.to_vec()
+                } else {
+                    pad(b, piece)
+                },
+            )
+        })
+    });
     let recovery = shards
         .iter()
         .filter(|(_, s)| s.len() == piece)
