@@ -139,6 +139,21 @@ fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
     );
 }
 
+/// The receiver's reports come back as datagrams too, beside the control connection (the
+/// first copy of each counts): on loopback, most of them.
+#[test]
+fn reports_come_back_as_datagrams_beside_the_control_connection() {
+    let v = send_one_file(24 * MIB, 3, &["--channels", "2", "--rate-fixed", "200M"]);
+    let reports = v["rate"]["reports"].as_array().unwrap().len() as u64;
+    let datagrams = num(&v, "feedback_datagrams");
+    // About a second at 200 Mbit/s: a report every 10 ms.
+    assert!(reports >= 20, "{v}");
+    assert!(
+        datagrams >= reports / 2,
+        "{datagrams} feedback datagrams for {reports} reports: {v}"
+    );
+}
+
 /// A transfer to a receiver seen before starts from what the last one learnt of the path: at
 /// half its bottleneck (within the cap; or its usual start, if higher), said in `--json`, when
 /// its round trip fits the remembered one (a busy machine's loopback handshake can take ten

@@ -1570,7 +1570,15 @@ impl Pair {
                     self.rcv.nacks_dropped += 1;
                 } else {
                     let channel = ch as u16;
-                    self.to_sender.send(now, &Control::Nack { channel, ranges });
+                    let seq = self.rcv.channels[ch].stats().nacks;
+                    self.to_sender.send(
+                        now,
+                        &Control::Nack {
+                            channel,
+                            seq,
+                            ranges,
+                        },
+                    );
                 }
             }
             if self.rcv.channels[ch].poll_done() {
@@ -1792,7 +1800,9 @@ impl Pair {
         msg: Control,
     ) -> Result<Option<Control>, String> {
         match msg {
-            Control::Nack { channel, ranges } => {
+            Control::Nack {
+                channel, ranges, ..
+            } => {
                 self.snd
                     .channels
                     .get_mut(usize::from(channel))
@@ -1850,12 +1860,17 @@ impl Pair {
                     u64::from(piece.unwrap_or(self.sc.payload)) * u64::from(self.sc.run_datagrams);
                 // Early data: runs are cut to the budget left, and stop when it is spent.
                 let max_run = match self.snd.early {
-                    Some(0) => break,
+                    Some(0) => {
+                        self.snd.pacers[ch].idle();
+                        break;
+                    }
                     Some(left) => max_run.min(left),
                     None => max_run,
                 };
                 let snd = &mut self.snd;
                 let Some(run) = snd.channels[ch].poll_run(&snd.layout, max_run, now) else {
+                    // Nothing to send: the time until there is is not owed.
+                    snd.pacers[ch].idle();
                     break;
                 };
                 if run.kind == RunKind::Held {

@@ -1732,6 +1732,7 @@ mod any_fault {
             }),
             Just(Control::Nack {
                 channel: 9,
+                seq: 1,
                 ranges: vec![(0, 10)]
             }),
             Just(Control::Abort {

@@ -392,7 +392,7 @@ impl Admission {
                 }
             }
             // Judged with its payload: `admit_datagram`.
-            Kind::Parity => self.reject(RejectReason::Kind),
+            Kind::Parity | Kind::Feedback => self.reject(RejectReason::Kind),
             Kind::Data => {
                 let len = u64::from(h.len);
                 let Ok(place) = layout.place(h.file, h.offset, len) else {
@@ -518,6 +518,8 @@ pub struct ReportBuilder {
     prev: Tally,
     prev_drops: u64,
     lost: LostCount,
+    /// Reports built so far (each carries its number: [`crate::feedback::Dedup`]).
+    built: u64,
 }
 
 impl ReportBuilder {
@@ -528,6 +530,7 @@ impl ReportBuilder {
             prev: totals,
             prev_drops: socket_drops,
             lost: LostCount::default(),
+            built: 0,
         }
     }
 
@@ -544,7 +547,9 @@ impl ReportBuilder {
         self.start = now;
         self.prev = facts.totals;
         self.prev_drops = facts.socket_drops;
+        self.built += 1;
         Control::Report {
+            seq: self.built,
             received: facts.received,
             rejected: facts.totals.rejected,
             socket_drops: facts.socket_drops,
@@ -929,6 +934,7 @@ mod tests {
         assert_eq!(
             report,
             Control::Report {
+                seq: 1,
                 received: 123_456,
                 rejected: 3,
                 socket_drops: 9,

@@ -12,6 +12,7 @@
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
+//! | [`feedback`] | the receiver's reports and NACKs as datagrams beside the control connection, and the sender's filter of their copies |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
 //! | [`session`] | the set-up of a session (hello, manifest, decisions, skips), a state machine per side |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
@@ -57,6 +58,7 @@
 
 pub mod admit;
 pub mod fec;
+pub mod feedback;
 pub mod hash;
 pub mod layout;
 pub mod probe;

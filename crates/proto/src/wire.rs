@@ -6,7 +6,7 @@
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
-//! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe, 4 = parity; high 4 bits: flags, bit 0 = retransmit |
+//! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe, 4 = parity, 5 = feedback (receiver to sender); high 4 bits: flags, bit 0 = retransmit |
 //! | 1 | channel | data channel index (0..=255: [`crate::layout::MAX_CHANNELS`] is 256) |
 //! | 2..6 | session | random session id from the hello; anything else is dropped |
 //! | 6..12 | packet number | 48 bits, per channel, strictly increasing from 1, never wrapping (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
@@ -52,7 +52,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 11;
+pub const VERSION: u16 = 12;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,10 @@ pub enum Kind {
     /// Reed-Solomon parity of a group of the tail's data, which starts at `file` and `offset`;
     /// the payload is a [`crate::fec::ParityDesc`] and the shard (see [`crate::fec`]).
     Parity = 4,
+    /// Receiver -> sender: a copy of a `Report` or `Nack` that also goes on the control
+    /// connection, sealed with the feedback key; the payload is its postcard encoding (see
+    /// [`crate::feedback`]).
+    Feedback = 5,
 }
 
 /// Capability bit of the hello: data goes over N TCP connections instead of UDP channels.
@@ -173,6 +177,7 @@ impl Header {
             2 => Kind::Final,
             3 => Kind::Probe,
             4 => Kind::Parity,
+            5 => Kind::Feedback,
             k => return Err(DatagramError::BadKind(k)),
         };
         let header = Header {
@@ -358,6 +363,10 @@ pub enum Control {
     Nack {
         /// Channel.
         channel: u16,
+        /// The channel's count of its NACKs, from 1: the same NACK goes over UDP and on the
+        /// control connection, and the sender acts on the first copy only
+        /// ([`crate::feedback::Dedup`]).
+        seq: u64,
         /// Half-open stripe ranges `(start, end)`.
         ranges: Vec<(u64, u64)>,
     },
@@ -376,6 +385,10 @@ pub enum Control {
     /// Receiver -> sender: progress and what the receiver has seen (four times per round
     /// trip of the receiver's measure, every 10 to 500 ms: [`crate::rate::report_interval`]).
     Report {
+        /// The session's count of its reports, from 1: the same report goes over UDP and on
+        /// the control connection, and the sender takes the first copy of each, and none older
+        /// than one it took ([`crate::feedback::Dedup`]).
+        seq: u64,
         /// Bytes of payload accepted so far (new, not duplicates).
         received: u64,
         /// Datagrams dropped so far as malformed, foreign or out of bounds.
@@ -648,7 +661,7 @@ mod tests {
             buf[..12],
             [2, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255]
         );
-        for kind in [0u8, 5, 15] {
+        for kind in [0u8, 6, 15] {
             buf[0] = 0x10 | kind;
             assert_eq!(Header::decode(&buf), Err(DatagramError::BadKind(kind)));
         }
@@ -704,6 +717,7 @@ mod tests {
             },
             Control::Nack {
                 channel: 1,
+                seq: 3,
                 ranges: vec![(0, 10), (20, 30)],
             },
             Control::ManifestReply {
@@ -788,7 +802,7 @@ mod tests {
 
         #[test]
         fn nack_round_trips(channel in any::<u16>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
-            let m = Control::Nack { channel, ranges };
+            let m = Control::Nack { channel, seq: 1, ranges };
             let f = m.to_frame();
             prop_assert_eq!(Control::from_body(&f[4..]).unwrap(), m);
         }

@@ -203,6 +203,7 @@ mod tests {
             &mut buf,
             &Control::Nack {
                 channel: 2,
+                seq: 1,
                 ranges: vec![(1, 2)],
             },
         )

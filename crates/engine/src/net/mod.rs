@@ -11,10 +11,14 @@
 //! - [`dial`]: how the sender opens TCP connections (directly, with a spare connect attempt
 //!   when the first is slow, or through a relay).
 //!
+//! - [`feedback`]: the receiver's reports and NACKs as datagrams beside the control
+//!   connection, sent by the receiver and read by a thread of the sender.
+//!
 //! Imports point down: [`link`] uses [`udp`]; [`udp`] makes its system calls through the
 //! engine's `sys`; none of them uses the sessions above.
 
 pub mod control;
 pub mod dial;
+pub mod feedback;
 pub mod link;
 pub mod udp;

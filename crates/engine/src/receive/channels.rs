@@ -311,8 +311,9 @@ impl ChannelWorker {
                     ranges.first()
                 )
             });
-            let _ = self.shared.to_wire.send(Control::Nack {
+            self.shared.send_feedback(Control::Nack {
                 channel: self.ch,
+                seq: self.rec.stats().nacks,
                 ranges,
             });
         }
@@ -367,6 +368,7 @@ impl ChannelWorker {
         if !self.heard && !matches!(verdict, Admit::Reject(_)) {
             self.heard = true;
             self.shared.heard[usize::from(self.ch)].store(true, Ordering::Relaxed);
+            self.shared.feedback.heard(self.ch, *src);
         }
         match verdict {
             Admit::Reject(_) => Ok(0),

@@ -83,6 +83,8 @@ fn hung_up(fd: BorrowedFd<'_>) -> bool {
 pub(super) struct DataKeys {
     pub(super) key: DataKey,
     pub(super) encrypt: bool,
+    /// The key of the feedback datagrams ([`crate::net::feedback`]).
+    pub(super) feedback: DataKey,
 }
 
 impl DataKeys {
@@ -104,6 +106,7 @@ mod tests {
         let data = DataKeys {
             key: got.keys.data,
             encrypt: true,
+            feedback: got.keys.feedback,
         };
         (data, s, r)
     }

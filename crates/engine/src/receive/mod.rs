@@ -276,6 +276,7 @@ impl Receiver {
         let data = DataKeys {
             key: keys.data,
             encrypt: keys.encrypt_data,
+            feedback: keys.feedback,
         };
         let (rx, tx, writer) = crate::net::control::open(
             &stream,

@@ -20,7 +20,9 @@ use super::{Receiver, WriteQueue};
 use crate::error::{SessionError, Side};
 use crate::fs::{self, PartFile};
 use crate::net::control::ControlError;
+use crate::net::feedback::FeedbackOut;
 use crate::net::link::LinkIn;
+use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
 use crate::progress::Progress;
 use crate::setup::{out_of_order, Driver};
@@ -169,6 +171,16 @@ impl Receiver {
         let (held, hole_blocks) = held_blocks(&parts, &holes, held_values, &layout, block_size)?;
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
+        // Feedback datagrams leave from the channel sockets (none over TCP data connections).
+        let feedback_socks = match &data_in {
+            DataIn::Udp(udps, _) => udps
+                .iter()
+                .map(UdpChannel::try_clone_socket)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| SessionError::io("UDP socket", e))?,
+            DataIn::Tcp(_) => Vec::new(),
+        };
+        let feedback = FeedbackOut::new(feedback_socks, &data.feedback, data_session);
         // A TCP data listener stays open until the session ends, as its port stays ours.
         let (links, _listener, race) = match data_in {
             DataIn::Tcp(l) => (
@@ -198,6 +210,7 @@ impl Receiver {
             files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
             peer_ip: peer.ip(),
             to_wire: tx.clone(),
+            feedback,
             counters: Counters::default(),
             progress: progress.clone(),
             stop: AtomicBool::new(false),

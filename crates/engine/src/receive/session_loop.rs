@@ -284,7 +284,7 @@ pub(super) fn session_loop(
                         lateness: late,
                         disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
                     };
-                    let _ = shared.to_wire.send(reports.build(now, &facts));
+                    shared.send_feedback(reports.build(now, &facts));
                 }
             }
         }

@@ -5,6 +5,7 @@
 
 use crate::error::SessionError;
 use crate::fs::PartFile;
+use crate::net::feedback::FeedbackOut;
 use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
@@ -21,6 +22,8 @@ pub(super) struct Shared {
     pub(super) files: Vec<Option<Arc<PartFile>>>,
     pub(super) peer_ip: IpAddr,
     pub(super) to_wire: Sender<Control>,
+    /// Copies of the reports and NACKs as datagrams (see [`crate::net::feedback`]).
+    pub(super) feedback: FeedbackOut,
     pub(super) counters: Counters,
     pub(super) progress: Arc<Progress>,
     pub(super) stop: AtomicBool,
@@ -48,6 +51,12 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// Sends a report or NACK: on the control connection, and as a datagram.
+    pub(super) fn send_feedback(&self, msg: Control) {
+        self.feedback.send(&msg);
+        let _ = self.to_wire.send(msg);
+    }
+
     /// Kernel socket drops so far, summed over the channels.
     pub(super) fn socket_drops(&self) -> u64 {
         self.channel_drops

@@ -437,9 +437,12 @@ impl ChannelWorker {
             // Before the receiver's decisions, within the early data's budget only.
             let early_left = shared.early_left.load(Ordering::Relaxed);
             if early_left == 0 {
+                self.pacer.idle();
                 break;
             }
             let Some(run) = self.sender.poll_run(layout, run_cap, now) else {
+                // Nothing to send: the time until there is is not owed.
+                self.pacer.idle();
                 break;
             };
             bursts += 1;

@@ -15,6 +15,7 @@ use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::net::dial::{Dialer, Direct};
+use crate::net::feedback::FeedbackReader;
 use crate::net::link::{self, LinkOut, OutPath};
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
@@ -136,6 +137,7 @@ pub(super) fn send_once(
         payload,
         mut prober,
         fallback,
+        feedback_socks,
     } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
     let sources = opening
         .join()
@@ -287,6 +289,12 @@ pub(super) fn send_once(
         prober.send_due(now);
     }
     progress.set_phase(Phase::Moving);
+    // The receiver's reports and NACKs, also as datagrams from its data session on (a reader
+    // that cannot start leaves them to the control connection).
+    let feedback = (!feedback_socks.is_empty())
+        .then(|| FeedbackReader::start(feedback_socks, to.ip(), &keys.feedback, data_session).ok())
+        .flatten();
+    let no_feedback = crossbeam_channel::never();
 
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
@@ -312,6 +320,7 @@ pub(super) fn send_once(
     let result = loop {
         let wires = Wires {
             rx: &rx,
+            feedback: feedback.as_ref().map_or(&no_feedback, |f| &f.rx),
             events: &channel_threads.events,
             tx: &tx,
             cmds: &channel_threads.by_channel,
@@ -359,7 +368,7 @@ pub(super) fn send_once(
             format!("UDP did not get through ({why}); the channels moved to parallel TCP after {lost:.1} s, counted in the time"),
         );
     };
-    let (sent, resent, nacks, parity_sent) = channel_threads.stop();
+    let (sent, resent, nacks, parity_sent, late) = channel_threads.stop();
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
@@ -409,6 +418,10 @@ pub(super) fn send_once(
             resent as f64 / sent as f64
         },
         nacks,
+        sender_late_ms: late.as_secs_f64() * 1e3,
+        feedback_datagrams: feedback
+            .as_ref()
+            .map_or(0, |f| f.counts.received.load(Ordering::Relaxed)),
         channels,
         transport: transport.as_str(),
         payload: shared.payload.load(Ordering::Relaxed),
@@ -496,14 +509,17 @@ fn open_data_path(
             payload: link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
             prober: None,
             fallback: None,
+            feedback_socks: Vec::new(),
         });
     }
     let udps = UdpChannel::bind_channels(bind_ip, channels, warnings)?;
-    let socks = udps
-        .iter()
-        .map(UdpChannel::try_clone_socket)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SessionError::io("UDP socket", e))?;
+    let clones = || {
+        udps.iter()
+            .map(UdpChannel::try_clone_socket)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SessionError::io("UDP socket", e))
+    };
+    let (socks, feedback_socks) = (clones()?, clones()?);
     let mut prober = Prober {
         probe: PayloadProbe::new(
             opts.payload.min(accepted.max_payload),
@@ -534,6 +550,7 @@ fn open_data_path(
         payload: prober.probe.payload(),
         prober: Some(prober),
         fallback,
+        feedback_socks,
     })
 }
 
@@ -548,6 +565,8 @@ struct DataLinks {
     /// The TCP data connections being dialled in case UDP does not get through (UDP with
     /// `--transport auto` only).
     fallback: Option<Vec<Dialing>>,
+    /// Clones of the channel sockets, for the feedback reader (UDP only).
+    feedback_socks: Vec<std::net::UdpSocket>,
 }
 
 /// The TCP data connections once dialled, one link per channel.
@@ -829,15 +848,18 @@ impl ChannelThreads {
 
     /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served,
     /// parity datagrams.
-    fn stop(mut self) -> (u64, u64, u64, u64) {
-        self.join().iter().fold((0, 0, 0, 0), |(s, r, n, p), w| {
-            (
-                s + w.sent,
-                r + w.resent,
-                n + w.sender.stats().nacks,
-                p + w.parity_sent,
-            )
-        })
+    fn stop(mut self) -> (u64, u64, u64, u64, Duration) {
+        self.join()
+            .iter()
+            .fold((0, 0, 0, 0, Duration::ZERO), |(s, r, n, p, l), w| {
+                (
+                    s + w.sent,
+                    r + w.resent,
+                    n + w.sender.stats().nacks,
+                    p + w.parity_sent,
+                    l + w.pacer.late(),
+                )
+            })
     }
 }
 

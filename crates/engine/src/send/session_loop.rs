@@ -14,6 +14,7 @@ use crate::netlog::NetLog;
 use crate::report::channel_list;
 use crate::walk;
 use crossbeam_channel::{select, Receiver, Sender};
+use hurtle_proto::feedback::Dedup;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::wire::{Control, HEADER_LEN};
 use hurtle_proto::{BlockTable, Feedback, RateController};
@@ -53,6 +54,8 @@ pub(super) struct LoopState {
     last_received: u64,
     last_progress: Instant,
     judged_at: Instant,
+    /// The first copy of each report and NACK (datagram or control connection) is taken.
+    dedup: Dedup,
 }
 
 impl LoopState {
@@ -68,6 +71,7 @@ impl LoopState {
             last_received: 0,
             last_progress: Instant::now(),
             judged_at: Instant::now(),
+            dedup: Dedup::new(),
         }
     }
 
@@ -150,6 +154,9 @@ fn pass_value(
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
 pub(super) struct Wires<'a> {
     pub(super) rx: &'a Incoming,
+    /// The reports and NACKs that came as datagrams ([`crate::net::feedback`]); copies of
+    /// what `rx` brings too, the first of each taken.
+    pub(super) feedback: &'a Receiver<Control>,
     pub(super) events: &'a Receiver<ChanEvent>,
     pub(super) tx: &'a Sender<Control>,
     pub(super) cmds: &'a [ChannelCmds],
@@ -169,6 +176,7 @@ pub(super) fn session_loop(
 ) -> Result<Outcome, SessionError> {
     let Wires {
         rx,
+        feedback,
         events,
         tx,
         cmds,
@@ -182,6 +190,7 @@ pub(super) fn session_loop(
         last_received,
         last_progress,
         judged_at,
+        dedup,
     } = state;
     // Probing found UDP blocked: the channels move to TCP if they may.
     let blocked = |e: SessionError, udp: &UdpPath| match e {
@@ -196,98 +205,34 @@ pub(super) fn session_loop(
         e => Err(e),
     };
     let tick = crossbeam_channel::tick(Duration::from_millis(200));
+    let mut feedback = feedback;
+    let never = crossbeam_channel::never();
     while *left > 0 {
-        select! {
-            recv(rx) -> msg => {
-                let msg = msg.map_err(|_| ControlError::Closed)??;
-                match msg {
-                    Control::Nack { channel, ranges } => {
-                        if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
-                        }
-                    }
-                    Control::ChannelDone { channel } => {
-                        if let Some(c) = cmds.get(usize::from(channel)) {
-                            let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Done));
-                        }
-                    }
-                    Control::FileDone { file, hash } => {
-                        let f = file as usize;
-                        let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
-                            return Err(SessionError::EarlyConfirmation(file));
-                        };
-                        if want != hash {
-                            return Err(SessionError::HashMismatch { path: files[f].rel_path.clone(), got: to_hex(&hash), want: to_hex(&want) });
-                        }
-                        if confirmed[f].replace(hash).is_none() {
-                            *left -= 1;
-                            shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    report @ Control::Report { received, rejected: r, socket_drops, .. } => {
-                        *rejected = r;
-                        *drops = socket_drops;
-                        let Some(fb) = Feedback::of_report(&report) else { unreachable!("a report") };
-                        shared
-                            .receiver_signs
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .note(&fb, hurtle_proto::rate::model::queue_target(controller.config().rtt));
-                        let change = controller.on_report(Instant::now(), &fb);
-                        let why = change.as_ref().map(|c| c.reason.as_str());
-                        rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
-                        if let Some(loss) = controller.random_loss() {
-                            let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
-                            shared.loss_ppm.store(ppm, Ordering::Relaxed);
-                        }
-                        if change.is_some() {
-                            let r = controller.rate_bps();
-                            shared.rate_bps.store(r, Ordering::Relaxed);
-                            shared.progress.rate_bps.store(r, Ordering::Relaxed);
-                        }
-                        shared.progress.confirmed.store(received, Ordering::Relaxed);
-                        if judged_at.elapsed() >= LIMIT_EVERY {
-                            *judged_at = Instant::now();
-                            judge_live(shared, controller, udp.moved);
-                        }
-                        if received > *last_received {
-                            *last_received = received;
+        let msg = select! {
+            recv(rx) -> msg => msg.map_err(|_| ControlError::Closed)??,
+            recv(feedback) -> msg => match msg {
+                Ok(msg) => msg,
+                // The reader ended: the control connection still brings every message.
+                Err(_) => {
+                    feedback = &never;
+                    continue;
+                }
+            },
+            recv(events) -> ev => {
+                match ev {
+                    Ok(ChanEvent::Block { block, value, held }) => {
+                        // Hashing what the receiver already holds is progress too: a resume
+                        // of a big, nearly finished file sends nothing for a while.
+                        if held {
                             *last_progress = Instant::now();
                         }
+                        pass_value(table, shared, tx, block, value)?;
                     }
-                    Control::ProbeAck { channel, size } => {
-                        if let Some(p) = udp.prober.as_mut() {
-                            p.probe.on_ack(channel, usize::from(size), Instant::now());
-                            if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
-                                return blocked(e, udp);
-                            }
-                        }
-                    }
-                    // Nothing reached the receiver on these channels since its data phase began.
-                    Control::UdpSilent { channels } if udp.fallback.is_some() => {
-                        return Ok(Outcome::MoveToTcp {
-                            why: format!("nothing reached the receiver on {}", channel_list(&channels)),
-                            silent: channels,
-                        });
-                    }
-                    // Moved already, on the sender's own finding.
-                    Control::UdpSilent { .. } if udp.moved => {}
-                    Control::KeepAlive => {}
-                    other => return Err(SessionError::unexpected(Side::Receiver, other, "a data-phase message")),
+                    Ok(ChanEvent::Failed(e)) => return Err(e),
+                    Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
                 }
+                continue;
             }
-            recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value, held }) => {
-                    // Hashing what the receiver already holds is progress too: a resume of a
-                    // big, nearly finished file sends nothing for a while.
-                    if held {
-                        *last_progress = Instant::now();
-                    }
-                    pass_value(table, shared, tx, block, value)?;
-                }
-                Ok(ChanEvent::Failed(e)) => return Err(e),
-                Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
-            },
             recv(tick) -> _ => {
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
@@ -305,6 +250,112 @@ pub(super) fn session_loop(
                 if last_progress.elapsed() > stall {
                     return Err(SessionError::Stalled(stall.as_secs()));
                 }
+                continue;
+            }
+        };
+        // A report or NACK came both as a datagram and on the control connection: the first
+        // copy counts.
+        if !dedup.admit(&msg) {
+            continue;
+        }
+        match msg {
+            Control::Nack {
+                channel, ranges, ..
+            } => {
+                if let Some(c) = cmds.get(usize::from(channel)) {
+                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
+                }
+            }
+            Control::ChannelDone { channel } => {
+                if let Some(c) = cmds.get(usize::from(channel)) {
+                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Done));
+                }
+            }
+            Control::FileDone { file, hash } => {
+                let f = file as usize;
+                let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
+                    return Err(SessionError::EarlyConfirmation(file));
+                };
+                if want != hash {
+                    return Err(SessionError::HashMismatch {
+                        path: files[f].rel_path.clone(),
+                        got: to_hex(&hash),
+                        want: to_hex(&want),
+                    });
+                }
+                if confirmed[f].replace(hash).is_none() {
+                    *left -= 1;
+                    shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            report @ Control::Report {
+                received,
+                rejected: r,
+                socket_drops,
+                ..
+            } => {
+                *rejected = r;
+                *drops = socket_drops;
+                let Some(fb) = Feedback::of_report(&report) else {
+                    unreachable!("a report")
+                };
+                shared
+                    .receiver_signs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .note(
+                        &fb,
+                        hurtle_proto::rate::model::queue_target(controller.config().rtt),
+                    );
+                let change = controller.on_report(Instant::now(), &fb);
+                let why = change.as_ref().map(|c| c.reason.as_str());
+                rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
+                if let Some(loss) = controller.random_loss() {
+                    let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
+                    shared.loss_ppm.store(ppm, Ordering::Relaxed);
+                }
+                if change.is_some() {
+                    let r = controller.rate_bps();
+                    shared.rate_bps.store(r, Ordering::Relaxed);
+                    shared.progress.rate_bps.store(r, Ordering::Relaxed);
+                }
+                shared.progress.confirmed.store(received, Ordering::Relaxed);
+                if judged_at.elapsed() >= LIMIT_EVERY {
+                    *judged_at = Instant::now();
+                    judge_live(shared, controller, udp.moved);
+                }
+                if received > *last_received {
+                    *last_received = received;
+                    *last_progress = Instant::now();
+                }
+            }
+            Control::ProbeAck { channel, size } => {
+                if let Some(p) = udp.prober.as_mut() {
+                    p.probe.on_ack(channel, usize::from(size), Instant::now());
+                    if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
+                        return blocked(e, udp);
+                    }
+                }
+            }
+            // Nothing reached the receiver on these channels since its data phase began.
+            Control::UdpSilent { channels } if udp.fallback.is_some() => {
+                return Ok(Outcome::MoveToTcp {
+                    why: format!(
+                        "nothing reached the receiver on {}",
+                        channel_list(&channels)
+                    ),
+                    silent: channels,
+                });
+            }
+            // Moved already, on the sender's own finding.
+            Control::UdpSilent { .. } if udp.moved => {}
+            Control::KeepAlive => {}
+            other => {
+                return Err(SessionError::unexpected(
+                    Side::Receiver,
+                    other,
+                    "a data-phase message",
+                ))
             }
         }
     }

@@ -41,6 +41,13 @@ pub struct SendSummary {
     pub resent_share: f64,
     /// NACK messages received.
     pub nacks: u64,
+    /// Reports and NACKs that came as datagrams as well as on the control connection
+    /// ([`crate::net::feedback`]): 0 where nothing gets back from the receiver over UDP.
+    pub feedback_datagrams: u64,
+    /// Milliseconds the channel threads woke too late to keep their pace, beyond the burst a
+    /// late thread may send at once, summed over the channels: a sender short of CPU. Up to
+    /// 10 ms of each lateness is made up by sending faster ([`hurtle_proto::Pacer`]).
+    pub sender_late_ms: f64,
     /// Channels (UDP) or connections (TCP) used.
     pub channels: u16,
     /// `udp` or `tcp`.

@@ -156,6 +156,9 @@ pub struct SessionKeys {
     pub frames_in: FrameOpen,
     /// The data frames' key (sender to receiver), and the TCP data connections' greetings.
     pub data: DataKey,
+    /// The key of the receiver's feedback datagrams (receiver to sender; see
+    /// [`crate::feedback`]), sealed whether or not data is.
+    pub feedback: DataKey,
     /// Whether data frames are sealed: false only when both sides asked for plain data.
     pub encrypt_data: bool,
     /// Which secret was used.
@@ -353,6 +356,7 @@ struct Derived {
     control_s2r: [u8; 32],
     control_r2s: [u8; 32],
     data_s2r: [u8; 32],
+    feedback_r2s: [u8; 32],
     confirm: hmac::Key,
 }
 
@@ -377,6 +381,7 @@ impl Derived {
             control_s2r: expand(b"control sender to receiver"),
             control_r2s: expand(b"control receiver to sender"),
             data_s2r: expand(b"data sender to receiver"),
+            feedback_r2s: expand(b"feedback receiver to sender"),
             confirm: hmac::Key::new(hmac::HMAC_SHA256, &expand(b"receiver confirms")),
         }
     }
@@ -390,6 +395,7 @@ impl Derived {
             frames_out: FrameSeal::new(out),
             frames_in: FrameOpen::new(inn),
             data: DataKey::new(&self.data_s2r),
+            feedback: DataKey::new(&self.feedback_r2s),
             encrypt_data,
             key_id,
         }

@@ -41,3 +41,14 @@ pub use seal::{
 
 /// The AEAD of every sealed frame and datagram.
 pub(crate) static AEAD: &ring::aead::Algorithm = &ring::aead::AES_256_GCM;
+
+/// A sender's and a receiver's keys of one session, agreed on a code (for tests).
+#[cfg(test)]
+pub(crate) fn testing_keys() -> (SessionKeys, SessionKeys) {
+    let secret = Secret::code("1-test-keys");
+    let hello = crate::wire::Control::hello(0, 2, crate::wire::DEFAULT_PAYLOAD, 1 << 20, 7);
+    let (offer, first) = Offer::new(&secret, false, &hello);
+    let (receiver, reply) = answer(&secret, &first, &hello, false).expect("the receiver answers");
+    let sender = offer.finish(reply).expect("the sender agrees");
+    (sender, receiver)
+}

@@ -1,0 +1,254 @@
+//! The receiver's reports and NACKs as datagrams, beside the control connection (the format
+//! and why: [`hurtle_proto::feedback`]).
+//!
+//! - The receiver's [`FeedbackOut`] sends a sealed copy of each `Report` and `Nack` from the
+//!   socket of the first channel the sender was heard on (among the first [`MAX_WAIT_FDS`]) to
+//!   the address it was heard from, so that it passes the same NAT mappings and firewalls as the
+//!   data, backwards. Sending never blocks and its errors are only counted: the TCP copy goes
+//!   anyway.
+//! - The sender's [`FeedbackReader`] is a thread that waits on its channel sockets (the same
+//!   sockets the data leaves from), opens what comes from the receiver's address with the
+//!   feedback key, and hands the messages to the session loop, which takes the first copy of
+//!   each ([`hurtle_proto::feedback::Dedup`]).
+
+use crate::net::udp::{wait_readable, MAX_WAIT_FDS};
+use crossbeam_channel::{unbounded, Receiver};
+use hurtle_proto::feedback;
+use hurtle_proto::secure::{DataKey, PacketNumbers, PacketSeal};
+use hurtle_proto::wire::Control;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The receiver's side: sends feedback datagrams once the sender has been heard.
+pub struct FeedbackOut {
+    /// Each channel's socket (clones of the channel threads'); empty over TCP data connections.
+    socks: Vec<UdpSocket>,
+    /// The channel whose socket sends, and the sender's address on it: the first heard.
+    to: OnceLock<(usize, SocketAddr)>,
+    seal: PacketSeal,
+    packets: Mutex<PacketNumbers>,
+    session: u32,
+    t0: Instant,
+    /// Datagrams sent.
+    pub sent: AtomicU64,
+    /// Sends that failed (a full socket buffer, a path the kernel knows is down).
+    pub failed: AtomicU64,
+}
+
+impl FeedbackOut {
+    /// Feedback from `socks` (one per channel, in order; none for TCP data), sealed with the
+    /// session's feedback `key`, in data session `session`.
+    pub fn new(socks: Vec<UdpSocket>, key: &DataKey, session: u32) -> FeedbackOut {
+        FeedbackOut {
+            socks,
+            to: OnceLock::new(),
+            seal: key.sealer(),
+            packets: Mutex::new(PacketNumbers::data()),
+            session,
+            t0: Instant::now(),
+            sent: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// The sender was heard on `channel` from `src` (an authentic datagram): the first such
+    /// channel's socket and address carry the feedback from now on.
+    pub fn heard(&self, channel: u16, src: SocketAddr) {
+        let ch = usize::from(channel);
+        if ch < self.socks.len().min(MAX_WAIT_FDS) && self.to.get().is_none() {
+            let _ = self.to.set((ch, src));
+        }
+    }
+
+    /// Sends a copy of `msg` if it is feedback, the sender has been heard and it fits a
+    /// datagram; never blocks (a full socket buffer drops it: the TCP copy goes anyway).
+    pub fn send(&self, msg: &Control) {
+        let Some(&(ch, to)) = self.to.get() else {
+            return;
+        };
+        let Ok(packet) = self
+            .packets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_number()
+        else {
+            return;
+        };
+        let sent_us = self.t0.elapsed().as_micros() as u32;
+        let Some(mut frame) = feedback::encode(msg, self.session, packet, sent_us) else {
+            return;
+        };
+        self.seal.seal(&mut frame);
+        match self.socks[ch].send_to(&frame, to) {
+            Ok(_) => self.sent.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+/// Counts of the sender's feedback reader.
+#[derive(Debug, Default)]
+pub struct FeedbackCounts {
+    /// Feedback datagrams opened and passed on.
+    pub received: AtomicU64,
+    /// Datagrams dropped: from another address, unauthentic, replayed or malformed.
+    pub dropped: AtomicU64,
+}
+
+/// The sender's side: a thread reading feedback datagrams from the channel sockets until
+/// dropped.
+pub struct FeedbackReader {
+    /// The messages, in the order they arrived.
+    pub rx: Receiver<Control>,
+    /// What it received and dropped.
+    pub counts: Arc<FeedbackCounts>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How often the reader looks at its stop flag while nothing arrives.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+impl FeedbackReader {
+    /// Starts reading `socks` (clones of the channel sockets; the first [`MAX_WAIT_FDS`] are
+    /// watched) for feedback from `from` of data session `session`, opened with `key`.
+    pub fn start(
+        socks: Vec<UdpSocket>,
+        from: IpAddr,
+        key: &DataKey,
+        session: u32,
+    ) -> std::io::Result<FeedbackReader> {
+        let (tx, rx) = unbounded();
+        let counts = Arc::new(FeedbackCounts::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut open = key.opener(feedback::FEEDBACK_CHANNEL);
+        let (c, s) = (counts.clone(), stop.clone());
+        let from = from.to_canonical();
+        let thread = std::thread::Builder::new()
+            .name("feedback-rx".into())
+            .spawn(move || {
+                let socks: Vec<UdpSocket> = socks.into_iter().take(MAX_WAIT_FDS).collect();
+                let mut buf = vec![0u8; 2048];
+                while !s.load(Ordering::Relaxed) {
+                    let ready =
+                        match wait_readable(socks.iter().map(|u| Some(u.as_fd())), STOP_CHECK) {
+                            Ok(r) => r,
+                            Err(_) => return,
+                        };
+                    for (i, sock) in socks.iter().enumerate() {
+                        if ready & (1 << i) == 0 {
+                            continue;
+                        }
+                        loop {
+                            let (n, src) = match sock.recv_from(&mut buf) {
+                                Ok(got) => got,
+                                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                                // WouldBlock, or an error a datagram sent earlier left.
+                                Err(_) => break,
+                            };
+                            let msg = (src.ip().to_canonical() == from)
+                                .then(|| open.open(&mut buf[..n]).ok())
+                                .flatten()
+                                .and_then(|plain| feedback::decode(plain, session).ok());
+                            match msg {
+                                Some(msg) => {
+                                    c.received.fetch_add(1, Ordering::Relaxed);
+                                    if tx.send(msg).is_err() {
+                                        return;
+                                    }
+                                }
+                                None => {
+                                    c.dropped.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                }
+            })?;
+        Ok(FeedbackReader {
+            rx,
+            counts,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for FeedbackReader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hurtle_proto::wire::Control;
+
+    fn pair() -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    fn nack(seq: u64) -> Control {
+        Control::Nack {
+            channel: 0,
+            seq,
+            ranges: vec![(0, 1400)],
+        }
+    }
+
+    #[test]
+    fn feedback_goes_once_the_sender_is_heard_and_only_its_key_opens_it() {
+        let (got, _, _) = crate::agree::testing::agreed("7-a-b");
+        let key = got.keys.feedback.clone();
+        let (recv_sock, send_sock) = pair();
+        let send_addr = send_sock.local_addr().unwrap();
+        let out = FeedbackOut::new(vec![recv_sock], &key, 9);
+        let reader = FeedbackReader::start(
+            vec![send_sock.try_clone().unwrap()],
+            "127.0.0.1".parse().unwrap(),
+            &key,
+            9,
+        )
+        .unwrap();
+        // Not heard yet: nothing goes.
+        out.send(&nack(1));
+        assert_eq!(out.sent.load(Ordering::Relaxed), 0);
+        out.heard(0, send_addr);
+        out.send(&nack(2));
+        out.send(&Control::KeepAlive);
+        assert_eq!(out.sent.load(Ordering::Relaxed), 1, "only feedback goes");
+        let msg = reader.rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(msg, nack(2));
+        // A datagram sealed with another key (the data key) is dropped and counted.
+        let wrong = FeedbackOut::new(
+            vec![UdpSocket::bind("127.0.0.1:0").unwrap()],
+            &got.keys.data,
+            9,
+        );
+        wrong.heard(0, send_addr);
+        wrong.send(&nack(3));
+        let t = Instant::now();
+        while reader.counts.dropped.load(Ordering::Relaxed) == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the forgery was not counted"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(reader.rx.try_recv().is_err());
+        assert_eq!(reader.counts.received.load(Ordering::Relaxed), 1);
+    }
+}

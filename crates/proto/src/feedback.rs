@@ -1,0 +1,305 @@
+//! The receiver's feedback over UDP, beside the control connection.
+//!
+//! The receiver's `Report`s (several per round trip) and `Nack`s go on the control connection,
+//! which is TCP: reliable, but in order. On a path that loses 1% of packets each way, a lost
+//! segment holds back everything behind it until TCP resends it, about a round trip later; with
+//! a NACK per loss that is several stalls a second, and the sender's rate controller spent
+//! 40% of a 150 ms intercontinental transfer waiting for reports held behind a lost one
+//! (BENCHMARKS.md, section 1). So every `Report` and `Nack` also goes as a datagram
+//! ([`Kind::Feedback`]) from one of the receiver's channel sockets to the sender's socket of
+//! that channel. Each copy stands alone: a lost datagram costs only itself, and the TCP copy
+//! still arrives (also where UDP from the receiver does not get back at all).
+//!
+//! The sender acts on the first copy of each message and drops the other ([`Dedup`]): a
+//! `Report` carries the session's count of reports, and one no newer than the newest taken is
+//! dropped (its twin came first, or a newer report did: a late report only misleads); a `Nack`
+//! carries its channel's count, and each count is acted on once (a NACK twice would send the
+//! repairs twice).
+//!
+//! A feedback datagram is a 28-byte header ([`crate::wire`]; kind 5, channel 0, the session id,
+//! a packet number of its own space, file and offset 0), the message's postcard encoding, and
+//! a 16-byte tag made with the session's feedback key ([`crate::secure::SessionKeys`]; sealed
+//! also with `--no-encryption`: a forged report could slow a transfer, a forged NACK waste it).
+//! Only `Report` and `Nack` are accepted in one; a message longer than [`MAX_BODY`] goes on the
+//! control connection only.
+
+use crate::secure::TAG_LEN;
+use crate::wire::{Control, Header, Kind, HEADER_LEN};
+
+/// Longest message body a feedback datagram carries: with its header and tag it fits a
+/// 1280-byte IPv6 minimum MTU (a NACK of many ranges is longer and goes on TCP only).
+pub const MAX_BODY: usize = 1280 - 48 - HEADER_LEN - TAG_LEN;
+
+/// The channel field of every feedback datagram: feedback has a packet number space (and key)
+/// of its own, whatever socket it leaves from.
+pub const FEEDBACK_CHANNEL: u16 = 0;
+
+/// Why a feedback datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FeedbackError {
+    /// No header, or not a feedback datagram of this session.
+    #[error("not a feedback datagram of this session")]
+    NotFeedback,
+    /// The body does not decode to one message.
+    #[error("malformed feedback")]
+    Malformed,
+    /// A message that has no business in a datagram.
+    #[error("{0} is not feedback")]
+    Kind(&'static str),
+}
+
+/// Whether `msg` may go as a feedback datagram.
+pub fn is_feedback(msg: &Control) -> bool {
+    matches!(msg, Control::Report { .. } | Control::Nack { .. })
+}
+
+/// The frame of a feedback datagram carrying `msg` (header, body, and [`TAG_LEN`] bytes of
+/// room for the tag), to be sealed with the feedback key; `None` for a message that is not
+/// feedback or is longer than [`MAX_BODY`].
+pub fn encode(msg: &Control, session: u32, packet: u64, sent_us: u32) -> Option<Vec<u8>> {
+    if !is_feedback(msg) {
+        return None;
+    }
+    let body = postcard::to_allocvec(msg).ok()?;
+    if body.len() > MAX_BODY {
+        return None;
+    }
+    let mut frame = vec![0u8; HEADER_LEN + body.len() + TAG_LEN];
+    Header {
+        kind: Kind::Feedback,
+        flags: 0,
+        channel: FEEDBACK_CHANNEL,
+        session,
+        packet,
+        file: 0,
+        offset: 0,
+        len: 0,
+        sent_us,
+    }
+    .encode(&mut frame);
+    frame[HEADER_LEN..HEADER_LEN + body.len()].copy_from_slice(&body);
+    Some(frame)
+}
+
+/// The message of an opened feedback datagram (header and body, no tag) of `session`.
+pub fn decode(plain: &[u8], session: u32) -> Result<Control, FeedbackError> {
+    let (h, body) = Header::decode(plain).map_err(|_| FeedbackError::NotFeedback)?;
+    if h.kind != Kind::Feedback || h.session != session || h.channel != FEEDBACK_CHANNEL {
+        return Err(FeedbackError::NotFeedback);
+    }
+    let msg = Control::from_body(body).map_err(|_| FeedbackError::Malformed)?;
+    if !is_feedback(&msg) {
+        return Err(FeedbackError::Kind(msg.name()));
+    }
+    Ok(msg)
+}
+
+/// NACK counts remembered per channel below the highest seen: a copy later than this many of
+/// its channel's NACKs is dropped (the receiver asks again after its retry time if still
+/// missing).
+const NACK_WINDOW: u64 = 128;
+
+/// The sender's filter of feedback copies (see the module docs): each `Report` and `Nack` is
+/// let through once, whichever path brought it first.
+#[derive(Debug, Clone, Default)]
+pub struct Dedup {
+    /// The newest report taken (0: none).
+    report: u64,
+    /// Per channel: one past the highest NACK count taken, and which of the [`NACK_WINDOW`]
+    /// below it were taken (bit `i`: count `top - 1 - i`).
+    nacks: Vec<(u64, u128)>,
+    /// Copies dropped so far.
+    pub dropped: u64,
+}
+
+impl Dedup {
+    /// A filter that has let nothing through yet.
+    pub fn new() -> Dedup {
+        Dedup::default()
+    }
+
+    /// Whether to act on `msg`: true for anything but feedback, and for the first copy of a
+    /// report newer than any taken or of a NACK not yet taken. Counts 0 (no count) always pass.
+    pub fn admit(&mut self, msg: &Control) -> bool {
+        let fresh = match *msg {
+            Control::Report { seq, .. } => self.report(seq),
+            Control::Nack { channel, seq, .. } => self.nack(channel, seq),
+            _ => true,
+        };
+        if !fresh {
+            self.dropped += 1;
+        }
+        fresh
+    }
+
+    fn report(&mut self, seq: u64) -> bool {
+        if seq == 0 {
+            return true;
+        }
+        let fresh = seq > self.report;
+        self.report = self.report.max(seq);
+        fresh
+    }
+
+    fn nack(&mut self, channel: u16, seq: u64) -> bool {
+        if seq == 0 {
+            return true;
+        }
+        let ch = usize::from(channel);
+        if self.nacks.len() <= ch {
+            self.nacks.resize(ch + 1, (0, 0));
+        }
+        let (top, bits) = &mut self.nacks[ch];
+        if seq >= *top {
+            let shift = seq + 1 - *top;
+            *bits = if shift >= 128 { 0 } else { *bits << shift };
+            // The one just below the new top is the previous top's slot moved: mark `seq`.
+            *bits |= 1;
+            *top = seq + 1;
+            return true;
+        }
+        let back = *top - 1 - seq;
+        if back >= NACK_WINDOW {
+            return false;
+        }
+        let bit = 1u128 << back;
+        let fresh = *bits & bit == 0;
+        *bits |= bit;
+        fresh
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secure::testing_keys;
+    use proptest::prelude::*;
+
+    fn report(seq: u64) -> Control {
+        Control::Report {
+            seq,
+            received: 1,
+            rejected: 0,
+            socket_drops: 0,
+            interval_us: 40_000,
+            bytes: 1_000_000,
+            datagrams: 700,
+            lost: 7,
+            drops: 0,
+            queue_delay_us: 1200,
+            queue_fill: 10,
+            lateness_us: 100,
+            disk_wait_us: 0,
+            disk_fill: 0,
+        }
+    }
+
+    fn nack(channel: u16, seq: u64) -> Control {
+        Control::Nack {
+            channel,
+            seq,
+            ranges: vec![(0, 1400), (14_000, 15_400)],
+        }
+    }
+
+    #[test]
+    fn a_sealed_report_opens_to_itself_and_only_with_the_feedback_key() {
+        let (sender, receiver) = testing_keys();
+        let mut frame = encode(&report(9), 77, 5, 123).unwrap();
+        receiver.feedback.sealer().seal(&mut frame);
+        // The data key of the same session does not open it.
+        let mut wrong = frame.clone();
+        assert!(sender
+            .data
+            .opener(FEEDBACK_CHANNEL)
+            .open(&mut wrong)
+            .is_err());
+        let mut open = sender.feedback.opener(FEEDBACK_CHANNEL);
+        let plain = open.open(&mut frame).unwrap();
+        assert_eq!(decode(plain, 77).unwrap(), report(9));
+        // Another session's id is not this session's feedback.
+        let mut again = encode(&report(9), 77, 6, 0).unwrap();
+        receiver.feedback.sealer().seal(&mut again);
+        let plain = open.open(&mut again).unwrap();
+        assert_eq!(decode(plain, 78), Err(FeedbackError::NotFeedback));
+    }
+
+    #[test]
+    fn only_reports_and_nacks_go_and_none_too_long() {
+        assert!(encode(&Control::KeepAlive, 1, 1, 0).is_none());
+        assert!(encode(&Control::ChannelDone { channel: 0 }, 1, 1, 0).is_none());
+        let long = Control::Nack {
+            channel: 0,
+            seq: 1,
+            ranges: (0..200u64).map(|i| (i << 40, (i << 40) + 1400)).collect(),
+        };
+        assert!(encode(&long, 1, 1, 0).is_none());
+        assert!(encode(&nack(3, 1), 1, 1, 0).unwrap().len() <= 1280 - 48);
+        // A frame that claims feedback but carries another message is refused.
+        let mut frame = encode(&nack(3, 1), 1, 1, 0).unwrap();
+        let body = postcard::to_allocvec(&Control::KeepAlive).unwrap();
+        frame.truncate(HEADER_LEN);
+        frame.extend_from_slice(&body);
+        assert_eq!(decode(&frame, 1), Err(FeedbackError::Kind("KeepAlive")));
+        assert_eq!(
+            decode(&frame[..HEADER_LEN - 1], 1),
+            Err(FeedbackError::NotFeedback)
+        );
+    }
+
+    #[test]
+    fn each_report_passes_once_and_never_after_a_newer_one() {
+        let mut d = Dedup::new();
+        assert!(d.admit(&report(1)));
+        assert!(
+            !d.admit(&report(1)),
+            "the TCP twin of a report taken over UDP"
+        );
+        assert!(d.admit(&report(3)));
+        assert!(!d.admit(&report(2)), "older than one taken: stale");
+        assert!(d.admit(&report(4)));
+        assert!(d.admit(&Control::KeepAlive));
+        assert_eq!(d.dropped, 2);
+    }
+
+    #[test]
+    fn each_nack_passes_once_per_channel_in_any_order() {
+        let mut d = Dedup::new();
+        assert!(d.admit(&nack(0, 2)));
+        assert!(
+            d.admit(&nack(0, 1)),
+            "its UDP copy was lost; the TCP copy is late"
+        );
+        assert!(!d.admit(&nack(0, 2)));
+        assert!(!d.admit(&nack(0, 1)));
+        assert!(d.admit(&nack(1, 1)), "channels count apart");
+        assert!(d.admit(&nack(0, 200)));
+        assert!(d.admit(&nack(0, 100)));
+        assert!(!d.admit(&nack(0, 60)), "too old to tell: dropped");
+        assert!(!d.admit(&nack(0, 200)));
+        assert!(d.admit(&nack(300, 1)));
+    }
+
+    proptest! {
+        /// Whatever the order and copies, each NACK count within the window passes exactly
+        /// once.
+        #[test]
+        fn every_nack_count_passes_exactly_once(
+            order in proptest::collection::vec((1u64..100, 0u8..2), 1..400),
+        ) {
+            let mut d = Dedup::new();
+            let mut passed = std::collections::HashSet::new();
+            for (seq, ch) in order {
+                if d.admit(&nack(u16::from(ch), seq)) {
+                    prop_assert!(passed.insert((ch, seq)), "{seq} on {ch} passed twice");
+                }
+            }
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes, 0);
+        }
+    }
+}
