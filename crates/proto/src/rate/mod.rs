@@ -1279,6 +1279,27 @@ mod tests {
         assert_eq!(m.rtt, Duration::from_millis(50));
     }
 
+    /// Startup ends on two reports in a row that show a queue of a millisecond or more above
+    /// the lowest delay it saw (the bottleneck is reached, and each report later its queue has
+    /// grown by a fifth of a round trip at twice the path's rate), not on one such report.
+    #[test]
+    fn startup_ends_on_two_reports_of_a_queue_starting() {
+        let mut t = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        let open = |r: f64| (r, Duration::from_micros(300));
+        let rising = |r: f64| (r, Duration::from_micros(1800));
+        drive(&mut c, &mut t, 8, open);
+        assert!(c.in_startup());
+        // One report of it is a blip.
+        drive(&mut c, &mut t, 1, rising);
+        drive(&mut c, &mut t, 1, open);
+        drive(&mut c, &mut t, 1, rising);
+        assert!(c.in_startup(), "{:?}", c.timeline());
+        let ch = report(&mut c, &mut t, rising, |f| f);
+        assert!(!c.in_startup(), "{:?}", c.timeline());
+        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Delay));
+    }
+
     #[test]
     fn a_path_that_got_faster_is_found_in_a_few_round_trips() {
         let mut t = Instant::now();

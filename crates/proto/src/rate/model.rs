@@ -19,7 +19,7 @@
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
@@ -76,6 +76,8 @@ const RESTORE_AFTER_CUT: f64 = 0.8;
 const MAX_DRAIN_ROUNDS: u32 = 6;
 /// A report with fewer datagrams than this is no delivery sample (too few to time).
 const MIN_SAMPLE_DATAGRAMS: u64 = 4;
+/// Startup ends when two reports in a row show a queue this much above the lowest delay it saw.
+const STARTUP_RISE: Duration = Duration::from_millis(1);
 /// A resumed startup ends once a sample reaches this share of the bottleneck remembered.
 pub const RESUMED_SHARE: f64 = 0.9;
 
@@ -143,6 +145,9 @@ pub struct Model {
     drops_unexplained: u64,
     /// Startup: the lowest queueing delay reported (jitter, not a queue).
     startup_delay_floor: Option<Duration>,
+    /// Startup: reports in a row whose queueing delay was over [`STARTUP_RISE`] above the
+    /// floor.
+    startup_rising: u32,
     round: u64,
     round_start: Instant,
     phase_round: u64,
@@ -184,6 +189,7 @@ impl Model {
             round_loss: VecDeque::new(),
             drops_unexplained: 0,
             startup_delay_floor: None,
+            startup_rising: 0,
             round: 0,
             round_start: now,
             phase_round: 0,
@@ -325,7 +331,18 @@ impl Model {
         // A receiver that delivers clearly more than was sent is catching up (after a stall):
         // neither its rate nor the delay its late datagrams carry says anything about the path.
         let catching_up = passed > sent_then * 1.05;
-        let sample = passed.min(sent_then * 1.02);
+        // Past startup, no sample is above what was sent: a receiver counts arrivals in lumps
+        // (its threads run late on a busy machine) and a jittery path has lucky intervals, so
+        // one report in a few counts more than arrived in its interval; with 2% of slack each
+        // such report lifted the windowed maximum, and so the rate, 2% above the last. A path
+        // with room is found by probing, whose higher rate its reports are held against.
+        // Startup keeps the slack: its rate grows between reports.
+        let slack = if self.phase == Phase::Startup {
+            1.02
+        } else {
+            1.0
+        };
+        let sample = passed.min(sent_then * slack);
         // Loss over the last round, against the floor. Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
         // one: those are the receiver's, judged as it falling behind, not the path's loss.
         self.note_drops(fb.socket_drops);
@@ -384,6 +401,18 @@ impl Model {
         }
         let startup_queue =
             fb.queue_delay > delay_floor + Duration::from_millis(5).max(self.rtt / 20) + sig.noise;
+        // Startup also ends when two reports in a row show a queue of a millisecond or more
+        // above the floor: below the bottleneck a paced sender's bursts leave none, and a
+        // report's mean delay averages jitter out. That is a report or two before the queue
+        // passes the threshold above; startup's rate is about twice the path's by then, and
+        // each report later the queue has grown by a fifth of a round trip (on
+        // intercontinental's 4 MiB queue, thousands of datagrams dropped).
+        if self.phase == Phase::Startup {
+            // (Against the receiver's lag itself, not twice it: two reports in a row of it.)
+            let rising = fb.queue_delay > delay_floor + STARTUP_RISE + sig.noise / 2;
+            self.startup_rising = if rising { self.startup_rising + 1 } else { 0 };
+        }
+        let queue_rising = self.startup_rising >= 2;
         let behind =
             (fb.socket_drops > 0 || fb.queue_fill > super::QUEUE_FILL_LIMIT) && !catching_up;
         // A queue counts once it has lasted a round (a receiver that stalled for a moment shows
@@ -423,7 +452,7 @@ impl Model {
                 }
                 let why = if behind {
                     Some(behind_reason)
-                } else if queue || startup_queue {
+                } else if queue || startup_queue || queue_rising {
                     Some(Reason::Delay)
                 } else if loss_congestion {
                     Some(Reason::Loss)
