@@ -77,7 +77,7 @@ const MAX_DRAIN_ROUNDS: u32 = 6;
 /// A report with fewer datagrams than this is no delivery sample (too few to time).
 const MIN_SAMPLE_DATAGRAMS: u64 = 4;
 /// Startup ends when two reports in a row show a queue this much above the lowest delay it saw.
-const STARTUP_RISE: Duration = Duration::from_millis(1);
+pub const STARTUP_RISE: Duration = Duration::from_millis(1);
 /// A resumed startup ends once a sample reaches this share of the bottleneck remembered.
 pub const RESUMED_SHARE: f64 = 0.9;
 
