@@ -792,38 +792,33 @@ mod tests {
     fn a_late_sender_catches_up_and_an_idle_one_does_not() {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
+        // Bytes sent in the 40 ms from `woke` by a sender that sends whenever `p` lets it.
+        let sent_after = |p: &mut Pacer, woke: Instant| {
+            let (mut now, mut sent) = (woke, 0u64);
+            while now < woke + ms(40) {
+                if p.can_send(now) {
+                    p.on_sent(now, 1000);
+                    sent += 1000;
+                } else {
+                    now = p.ready_at().unwrap();
+                }
+            }
+            sent
+        };
         // 8 Mbit/s: 1000 bytes take 1 ms.
         let mut p = Pacer::new(8_000_000, ms(1));
         p.on_sent(t0, 1000);
-        // Due at 1 ms, woke at 6 ms: 1 ms of it is burst, 4 ms owed.
+        // Due at 1 ms, woke at 6 ms: 1 ms of it is burst, 4 ms owed. Over the 40 ms after
+        // waking: the rate's 40 sends, the burst's one and the 4 owed.
         let woke = t0 + ms(6);
-        let mut now = woke;
-        let mut sent = 0u64;
-        while now < woke + ms(40) {
-            if p.can_send(now) {
-                p.on_sent(now, 1000);
-                sent += 1000;
-            } else {
-                now = p.ready_at().unwrap();
-            }
-        }
+        assert_eq!(sent_after(&mut p, woke), 45_000);
         assert_eq!(p.late(), ms(4));
-        // Over the 40 ms after waking: the rate's 40 sends, the burst's one and the 4 owed.
-        assert_eq!(sent, 45_000);
         // Without a debt, the same run sends at the rate.
         let mut q = Pacer::new(8_000_000, ms(1));
         q.on_sent(t0, 1000);
         q.idle();
-        let (mut now, mut sent) = (woke, 0u64);
-        while now < woke + ms(40) {
-            if q.can_send(now) {
-                q.on_sent(now, 1000);
-                sent += 1000;
-            } else {
-                now = q.ready_at().unwrap();
-            }
-        }
-        assert_eq!((q.late(), sent), (Duration::ZERO, 40_000));
+        assert_eq!(sent_after(&mut q, woke), 40_000);
+        assert_eq!(q.late(), Duration::ZERO);
         // Missed time beyond MAX_OWED is lost.
         let mut r = Pacer::new(8_000_000, ms(1));
         r.on_sent(t0, 1000);
