@@ -17,7 +17,7 @@
 //! repairs twice).
 //!
 //! A feedback datagram is a 28-byte header ([`crate::wire`]; kind 5, channel 0, the session id,
-//! a packet number of its own space, file and offset 0), the message's postcard encoding, and
+//! a packet number of its own space, file, offset and timestamp 0), the message's postcard encoding, and
 //! a 16-byte tag made with the session's feedback key ([`crate::secure::SessionKeys`]; sealed
 //! also with `--no-encryption`: a forged report could slow a transfer, a forged NACK waste it).
 //! Only `Report` and `Nack` are accepted in one; a message longer than [`MAX_BODY`] goes on the
@@ -56,7 +56,7 @@ pub fn is_feedback(msg: &Control) -> bool {
 /// The frame of a feedback datagram carrying `msg` (header, body, and [`TAG_LEN`] bytes of
 /// room for the tag), to be sealed with the feedback key; `None` for a message that is not
 /// feedback or is longer than [`MAX_BODY`].
-pub fn encode(msg: &Control, session: u32, packet: u64, sent_us: u32) -> Option<Vec<u8>> {
+pub fn encode(msg: &Control, session: u32, packet: u64) -> Option<Vec<u8>> {
     if !is_feedback(msg) {
         return None;
     }
@@ -74,7 +74,7 @@ pub fn encode(msg: &Control, session: u32, packet: u64, sent_us: u32) -> Option<
         file: 0,
         offset: 0,
         len: 0,
-        sent_us,
+        sent_us: 0,
     }
     .encode(&mut frame);
     frame[HEADER_LEN..HEADER_LEN + body.len()].copy_from_slice(&body);
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn a_sealed_report_opens_to_itself_and_only_with_the_feedback_key() {
         let (sender, receiver) = testing_keys();
-        let mut frame = encode(&report(9), 77, 5, 123).unwrap();
+        let mut frame = encode(&report(9), 77, 5).unwrap();
         receiver.feedback.sealer().seal(&mut frame);
         // The data key of the same session does not open it.
         let mut wrong = frame.clone();
@@ -218,7 +218,7 @@ mod tests {
         let plain = open.open(&mut frame).unwrap();
         assert_eq!(decode(plain, 77).unwrap(), report(9));
         // Another session's id is not this session's feedback.
-        let mut again = encode(&report(9), 77, 6, 0).unwrap();
+        let mut again = encode(&report(9), 77, 6).unwrap();
         receiver.feedback.sealer().seal(&mut again);
         let plain = open.open(&mut again).unwrap();
         assert_eq!(decode(plain, 78), Err(FeedbackError::NotFeedback));
@@ -226,17 +226,17 @@ mod tests {
 
     #[test]
     fn only_reports_and_nacks_go_and_none_too_long() {
-        assert!(encode(&Control::KeepAlive, 1, 1, 0).is_none());
-        assert!(encode(&Control::ChannelDone { channel: 0 }, 1, 1, 0).is_none());
+        assert!(encode(&Control::KeepAlive, 1, 1).is_none());
+        assert!(encode(&Control::ChannelDone { channel: 0 }, 1, 1).is_none());
         let long = Control::Nack {
             channel: 0,
             seq: 1,
             ranges: (0..200u64).map(|i| (i << 40, (i << 40) + 1400)).collect(),
         };
-        assert!(encode(&long, 1, 1, 0).is_none());
-        assert!(encode(&nack(3, 1), 1, 1, 0).unwrap().len() <= 1280 - 48);
+        assert!(encode(&long, 1, 1).is_none());
+        assert!(encode(&nack(3, 1), 1, 1).unwrap().len() <= 1280 - 48);
         // A frame that claims feedback but carries another message is refused.
-        let mut frame = encode(&nack(3, 1), 1, 1, 0).unwrap();
+        let mut frame = encode(&nack(3, 1), 1, 1).unwrap();
         let body = postcard::to_allocvec(&Control::KeepAlive).unwrap();
         frame.truncate(HEADER_LEN);
         frame.extend_from_slice(&body);

@@ -4,7 +4,7 @@
 //! - The receiver's [`FeedbackOut`] sends a sealed copy of each `Report` and `Nack` from the
 //!   socket of the first channel the sender was heard on (among the first [`MAX_WAIT_FDS`]) to
 //!   the address it was heard from, so that it passes the same NAT mappings and firewalls as the
-//!   data, backwards. Sending never blocks and its errors are only counted: the TCP copy goes
+//!   data, backwards. Sending never blocks and a failed send is let go: the TCP copy goes
 //!   anyway.
 //! - The sender's [`FeedbackReader`] is a thread that waits on its channel sockets (the same
 //!   sockets the data leaves from), opens what comes from the receiver's address with the
@@ -22,7 +22,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The receiver's side: sends feedback datagrams once the sender has been heard.
 pub struct FeedbackOut {
@@ -33,26 +33,23 @@ pub struct FeedbackOut {
     seal: PacketSeal,
     packets: Mutex<PacketNumbers>,
     session: u32,
-    t0: Instant,
     /// Datagrams sent.
     pub sent: AtomicU64,
-    /// Sends that failed (a full socket buffer, a path the kernel knows is down).
-    pub failed: AtomicU64,
 }
 
 impl FeedbackOut {
-    /// Feedback from `socks` (one per channel, in order; none for TCP data), sealed with the
-    /// session's feedback `key`, in data session `session`.
-    pub fn new(socks: Vec<UdpSocket>, key: &DataKey, session: u32) -> FeedbackOut {
+    /// Feedback from `socks` (one per channel, in order; none for TCP data; only the first
+    /// [`MAX_WAIT_FDS`] are kept, the sender watches no more), sealed with the session's
+    /// feedback `key`, in data session `session`.
+    pub fn new(mut socks: Vec<UdpSocket>, key: &DataKey, session: u32) -> FeedbackOut {
+        socks.truncate(MAX_WAIT_FDS);
         FeedbackOut {
             socks,
             to: OnceLock::new(),
             seal: key.sealer(),
             packets: Mutex::new(PacketNumbers::data()),
             session,
-            t0: Instant::now(),
             sent: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
         }
     }
 
@@ -60,7 +57,7 @@ impl FeedbackOut {
     /// channel's socket and address carry the feedback from now on.
     pub fn heard(&self, channel: u16, src: SocketAddr) {
         let ch = usize::from(channel);
-        if ch < self.socks.len().min(MAX_WAIT_FDS) && self.to.get().is_none() {
+        if ch < self.socks.len() && self.to.get().is_none() {
             let _ = self.to.set((ch, src));
         }
     }
@@ -79,15 +76,13 @@ impl FeedbackOut {
         else {
             return;
         };
-        let sent_us = self.t0.elapsed().as_micros() as u32;
-        let Some(mut frame) = feedback::encode(msg, self.session, packet, sent_us) else {
+        let Some(mut frame) = feedback::encode(msg, self.session, packet) else {
             return;
         };
         self.seal.seal(&mut frame);
-        match self.socks[ch].send_to(&frame, to) {
-            Ok(_) => self.sent.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
-        };
+        if self.socks[ch].send_to(&frame, to).is_ok() {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -192,6 +187,7 @@ impl Drop for FeedbackReader {
 mod tests {
     use super::*;
     use hurtle_proto::wire::Control;
+    use std::time::Instant;
 
     fn pair() -> (UdpSocket, UdpSocket) {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
