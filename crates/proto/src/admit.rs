@@ -309,8 +309,10 @@ impl Admission {
         self.channels.clone()
     }
 
-    /// Decodes and admits one datagram as it came off the socket. Returns the verdict
-    /// and the payload (empty if it did not decode).
+    /// Decodes and admits one datagram as it came off the socket, at `now`: when it arrived,
+    /// which its queueing delay is measured at (the kernel's arrival time where the driver has
+    /// it, so that a receiver that reads in lumps does not count its lumps as queue). Returns
+    /// the verdict and the payload (empty if it did not decode).
     pub fn admit_datagram<'a>(
         &mut self,
         now: Instant,
@@ -502,7 +504,10 @@ pub struct ReportFacts {
     /// writer), microseconds: it counts like a queue on the path, so the mean queueing delay
     /// is reported as at least this.
     pub held_us: u64,
-    /// How late the receiver's timer has been running (smoothed).
+    /// How far the receiver's own timing moves the interval's queueing delays: how late its
+    /// timer has been running (smoothed) where it timed datagrams when it read them, zero
+    /// where the kernel timed every one on arrival (a lumpy reader's lumps are then not in
+    /// the delays).
     pub lateness: Duration,
     /// The fullest the writer thread's queue got in the interval, thousandths of its depth (0
     /// without one); `queue_fill_permille` should count it too.

@@ -24,7 +24,7 @@ use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Payload per frame on TCP data connections (a frame's length prefix is 16 bits).
 pub const TCP_PAYLOAD: u16 = 65_472;
@@ -317,23 +317,24 @@ impl LinkIn {
         }
     }
 
-    /// Hands each frame that is waiting to `f` with its source, using `batch` for UDP;
+    /// Hands each frame that is waiting to `f` with its source and, for UDP, when the kernel
+    /// says it arrived (see [`RecvBatch::for_each_mut`]), using `batch` for UDP;
     /// returns how many came (0 when none was waiting), those that failed to open included.
     /// A sealed frame is opened first; one that fails is dropped and counted
     /// ([`dropped`](Self::dropped)), and `f` never sees it.
     pub fn recv(
         &mut self,
         batch: &mut RecvBatch,
-        mut f: impl FnMut(&SocketAddr, &[u8]) -> Result<(), SessionError>,
+        mut f: impl FnMut(&SocketAddr, Option<Instant>, &[u8]) -> Result<(), SessionError>,
     ) -> Result<usize, SessionError> {
         let tag = if self.open.is_some() { TAG_LEN } else { 0 };
         let open = &mut self.open;
-        let mut deliver = |src: &SocketAddr, frame: &mut [u8]| match open {
+        let mut deliver = |src: &SocketAddr, at: Option<Instant>, frame: &mut [u8]| match open {
             Some(o) => match o.open(frame) {
-                Ok(plain) => f(src, plain),
+                Ok(plain) => f(src, at, plain),
                 Err(_) => Ok(()),
             },
-            None => f(src, frame),
+            None => f(src, at, frame),
         };
         match &mut self.path {
             InPath::Udp(sock) => {
@@ -343,7 +344,8 @@ impl LinkIn {
                 }
                 Ok(n)
             }
-            InPath::Tcp(t) => t.recv(tag, deliver),
+            // A byte stream's frames have no arrival of their own.
+            InPath::Tcp(t) => t.recv(tag, |src, frame| deliver(src, None, frame)),
         }
     }
 

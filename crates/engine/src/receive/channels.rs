@@ -244,14 +244,19 @@ impl ChannelWorker {
     ) -> Result<usize, SessionError> {
         let mut new_bytes = 0;
         let mut batch_time = None;
+        let mut timed_on_read = false;
         let n = match batch {
-            Some(batch) => link.recv(batch, |src, datagram| {
+            Some(batch) => link.recv(batch, |src, arrived, datagram| {
                 let now = *batch_time.get_or_insert_with(Instant::now);
-                new_bytes += self.on_datagram(now, src, datagram)?;
+                timed_on_read |= arrived.is_none();
+                new_bytes += self.on_datagram(now, arrived.unwrap_or(now), src, datagram)?;
                 Ok(())
             })?,
             None => 0,
         };
+        if timed_on_read {
+            self.shared.timed_on_read.store(true, Ordering::Relaxed);
+        }
         let now = Instant::now();
         // Counted only while the channel has heard nothing: all a silence watch needs.
         if !self.heard {
@@ -351,10 +356,12 @@ impl ChannelWorker {
         }
     }
 
-    /// Checks and stores one datagram; returns the new payload bytes it brought.
+    /// Checks and stores one datagram, read at `now`, that arrived at `arrived` (its delay is
+    /// measured there); returns the new payload bytes it brought.
     fn on_datagram(
         &mut self,
         now: Instant,
+        arrived: Instant,
         src: &SocketAddr,
         datagram: &[u8],
     ) -> Result<u64, SessionError> {
@@ -362,9 +369,9 @@ impl ChannelWorker {
             self.admission.reject(RejectReason::Source);
             return Ok(0);
         }
-        let (verdict, payload) = self
-            .admission
-            .admit_datagram(now, &self.shared.layout, datagram);
+        let (verdict, payload) =
+            self.admission
+                .admit_datagram(arrived, &self.shared.layout, datagram);
         if !self.heard && !matches!(verdict, Admit::Reject(_)) {
             self.heard = true;
             self.shared.heard[usize::from(self.ch)].store(true, Ordering::Relaxed);

@@ -221,6 +221,7 @@ impl Receiver {
             queue_fill: AtomicU64::new(0),
             write_wait_us: AtomicU64::new(0),
             write_fill: AtomicU64::new(0),
+            timed_on_read: AtomicBool::new(false),
         });
         let (ev_tx, ev_rx) = unbounded();
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),

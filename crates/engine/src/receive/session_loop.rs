@@ -281,7 +281,13 @@ pub(super) fn session_loop(
                         // wait counts like a queue on the path, so a stalled disk slows the
                         // sender as much as the wait says, not by a fixed step.
                         held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
-                        lateness: late,
+                        // The kernel timed every datagram of the interval on arrival: the
+                        // delays carry none of this loop's lateness.
+                        lateness: if shared.timed_on_read.swap(false, Ordering::Relaxed) {
+                            late
+                        } else {
+                            Duration::ZERO
+                        },
                         disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
                     };
                     shared.send_feedback(reports.build(now, &facts));

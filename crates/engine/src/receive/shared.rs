@@ -48,6 +48,12 @@ pub(super) struct Shared {
     pub(super) write_wait_us: AtomicU64,
     /// The fullest the writer's queue got since the last report, thousandths of its depth.
     pub(super) write_fill: AtomicU64,
+    /// Since the last report, some datagram was timed when a channel thread read it, not by
+    /// the kernel on arrival (a TCP data connection; a kernel that gave no time): the delays
+    /// reported then move with the threads' lateness (see [`ReportFacts::lateness`]).
+    ///
+    /// [`ReportFacts::lateness`]: hurtle_proto::admit::ReportFacts::lateness
+    pub(super) timed_on_read: AtomicBool,
 }
 
 impl Shared {

@@ -160,9 +160,10 @@ pub struct Feedback {
     pub queue_delay: Duration,
     /// The fullest a receiver socket buffer got, as a share of its limit (0 to 1).
     pub queue_fill: f64,
-    /// How late the receiver's own timer runs (smoothed): a receiver starved of CPU runs in
-    /// lumps this far apart, and the queueing delay it measures moves by about that much from
-    /// one report to the next without any queue building.
+    /// How late the receiver timed the datagrams behind `queue_delay` (its timer's smoothed
+    /// lateness): a receiver starved of CPU reads in lumps this far apart, and a delay it
+    /// times on reading moves by about that much from one report to the next without any
+    /// queue building. Zero when the kernel timed them on arrival.
     pub receiver_lag: Duration,
     /// The longest a complete block waited for the receiver's writer (its disk); also in
     /// `queue_delay`.

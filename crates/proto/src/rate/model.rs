@@ -13,7 +13,8 @@
 //!   returns to the remembered bottleneck at once.
 //! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
 //!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
-//!   receiver's timer lateness, which is how far a receiver that runs in lumps moves it).
+//!   receiver's timer lateness, which is how far a receiver that runs in lumps moves it; zero
+//!   where the kernel timed the datagrams on arrival, as it does for UDP on Linux).
 //!
 //! # States
 //!

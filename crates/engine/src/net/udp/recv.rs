@@ -9,6 +9,15 @@
 //! datagrams, so callers never see the difference. With GRO on, buffers must be at least
 //! [`GRO_BUF_SIZE`] bytes, or a merged batch would be cut short.
 //!
+//! # Arrival times
+//!
+//! quinn-udp turns on `SO_TIMESTAMPNS`, so the kernel says when each buffer arrived (on the
+//! host's real-time clock). [`RecvBatch::for_each_mut`] gives that as an [`Instant`]: a
+//! receiver that reads in lumps (starved of CPU, or letting datagrams gather) then still times
+//! each datagram when it came, not when it was read, and the one-way delays it reports carry
+//! no lumps of its own. Where the kernel gave no time (or one that cannot be right) it gives
+//! `None`, and the caller times the datagram itself.
+//!
 //! # Blocking and timeouts
 //!
 //! The socket stays non-blocking, as quinn-udp configures it. A plain blocking socket does not
@@ -26,7 +35,7 @@ use std::{
     io::{self, IoSliceMut},
     net::{IpAddr, SocketAddr},
     os::fd::{AsFd, BorrowedFd},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 pub use crate::sys::socket::MAX_WAIT_FDS;
@@ -38,6 +47,10 @@ pub const GRO_BUF_SIZE: usize = 65_536;
 /// Most buffers one `recv_batch` call fills: quinn-udp's batch size for `recvmmsg`. A
 /// [`RecvBatch`] with more buffers is trimmed to this.
 pub const MAX_RECV_BUFFERS: usize = quinn_udp::BATCH_SIZE;
+
+/// Oldest a kernel arrival time may be and still be taken: a datagram read later than this
+/// after it came was timed by a clock that was stepped meanwhile, or is not what it says.
+const MAX_ARRIVAL_AGE: Duration = Duration::from_secs(1);
 
 impl UdpChannel {
     /// Receives what one `recvmmsg` call gives into `out`, replacing what it held, and returns
@@ -84,6 +97,17 @@ impl UdpChannel {
     }
 }
 
+/// The [`Instant`] a datagram that the kernel stamped `stamp` (since the Unix epoch, on the
+/// real-time clock) arrived, read at `now` (`wall` on the real-time clock); `None` for a stamp
+/// from the future or older than [`MAX_ARRIVAL_AGE`].
+fn arrival(now: Instant, wall: SystemTime, stamp: Duration) -> Option<Instant> {
+    let wall = wall.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    let age = wall.checked_sub(stamp)?;
+    (age <= MAX_ARRIVAL_AGE)
+        .then(|| now.checked_sub(age))
+        .flatten()
+}
+
 /// An IPv4-mapped IPv6 address (what a dual-stack socket reports for IPv4 peers) as plain IPv4.
 fn canonical(addr: SocketAddr) -> SocketAddr {
     match addr {
@@ -112,6 +136,8 @@ pub fn wait_readable<'a>(
 pub struct RecvBatch {
     data: Vec<u8>,
     meta: Vec<RecvMeta>,
+    /// When each filled buffer arrived, from its kernel timestamp (see the module docs).
+    arrived: Vec<Option<Instant>>,
     buf_size: usize,
     filled: usize,
     datagrams: usize,
@@ -127,6 +153,7 @@ impl RecvBatch {
         Self {
             data: vec![0; buffers * buf_size],
             meta: vec![RecvMeta::default(); buffers],
+            arrived: vec![None; buffers],
             buf_size,
             filled: 0,
             datagrams: 0,
@@ -169,20 +196,22 @@ impl RecvBatch {
     }
 
     /// Hands each datagram to `f` as [`iter`](Self::iter) does, but mutable (sealed datagrams
-    /// are opened in place); stops at the first error.
+    /// are opened in place) and with when the kernel says it arrived (`None` when it did not:
+    /// see the module docs); stops at the first error.
     pub fn for_each_mut<E>(
         &mut self,
-        mut f: impl FnMut(&SocketAddr, &mut [u8]) -> Result<(), E>,
+        mut f: impl FnMut(&SocketAddr, Option<Instant>, &mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         for (b, m) in self.meta[..self.filled].iter().enumerate() {
             let base = b * self.buf_size;
             let buf = &mut self.data[base..base + m.len];
+            let at = self.arrived[b];
             if m.len == 0 {
-                f(&m.addr, buf)?;
+                f(&m.addr, at, buf)?;
                 continue;
             }
             for datagram in buf.chunks_mut(m.stride) {
-                f(&m.addr, datagram)?;
+                f(&m.addr, at, datagram)?;
             }
         }
         Ok(())
@@ -196,6 +225,10 @@ impl RecvBatch {
     /// Records that the first `n` buffers were filled; returns the number of datagrams.
     fn fill(&mut self, n: usize) -> usize {
         self.filled = n;
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        for (m, at) in self.meta[..n].iter().zip(&mut self.arrived) {
+            *at = m.timestamp.and_then(|stamp| arrival(now, wall, stamp));
+        }
         let mut datagrams = 0;
         for m in &mut self.meta[..n] {
             m.addr = canonical(m.addr);
@@ -387,7 +420,7 @@ mod tests {
         assert_eq!(got, want);
         let mut again = Vec::new();
         batch
-            .for_each_mut(|a, d| {
+            .for_each_mut(|a, _, d| {
                 again.push((*a, d.to_vec()));
                 Ok::<(), ()>(())
             })
@@ -395,5 +428,52 @@ mod tests {
         assert_eq!(again, want);
         batch.clear();
         assert_eq!(batch.iter().count(), 0);
+    }
+
+    /// A datagram read well after it came is timed when it came: the kernel's stamp, not the
+    /// read.
+    #[test]
+    fn datagrams_are_timed_when_they_arrived_not_when_read() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (mut a, mut b) = pair(lo, &opts()).unwrap();
+        let sent = Instant::now();
+        a.send_batch(b.local_addr(), &[7u8; 100], 100).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let mut batch = RecvBatch::new(4, GRO_BUF_SIZE);
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 1);
+        let read = Instant::now();
+        let mut times = Vec::new();
+        batch
+            .for_each_mut(|_, at, _| {
+                times.push(at);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        let at = times[0].expect("the kernel stamps what it receives (SO_TIMESTAMPNS)");
+        assert!(
+            read.duration_since(at) >= Duration::from_millis(50),
+            "timed {:?} before the read",
+            read.duration_since(at)
+        );
+        // Within the clocks' rounding of the send (the real-time clock has microseconds here).
+        assert!(at + Duration::from_millis(5) >= sent, "before it was sent");
+    }
+
+    #[test]
+    fn a_stamp_from_the_future_or_long_ago_is_not_an_arrival() {
+        let now = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let since_epoch = Duration::from_secs(1_800_000_000);
+        let ms = Duration::from_millis;
+        assert_eq!(
+            arrival(now, wall, since_epoch - ms(3)),
+            now.checked_sub(ms(3))
+        );
+        assert_eq!(arrival(now, wall, since_epoch), Some(now));
+        assert_eq!(arrival(now, wall, since_epoch + ms(1)), None);
+        assert_eq!(
+            arrival(now, wall, since_epoch - MAX_ARRIVAL_AGE - ms(1)),
+            None
+        );
     }
 }
