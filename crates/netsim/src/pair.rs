@@ -1627,6 +1627,8 @@ impl Pair {
             held_us: disk_wait_us,
             lateness: Duration::ZERO,
             disk_fill_permille: disk_fill,
+            // It reads each datagram when it arrives: the report's own interval is right.
+            arrived_over: None,
         };
         let Some(rep) = self.rcv.reporter.as_mut() else {
             return;

@@ -512,6 +512,52 @@ pub struct ReportFacts {
     /// The fullest the writer thread's queue got in the interval, thousandths of its depth (0
     /// without one); `queue_fill_permille` should count it too.
     pub disk_fill_permille: u64,
+    /// The time the interval's bytes arrived over, by the kernel's arrival times
+    /// ([`arrival_interval`]); `None`: the time since the last report.
+    pub arrived_over: Option<Duration>,
+}
+
+/// What one channel had admitted by a moment, timed by the kernel: its bytes (as
+/// [`Tally::bytes`] counts them) and when the last of them arrived, in microseconds from an
+/// origin the driver chooses (0: nothing yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArrivalMark {
+    /// Bytes admitted so far.
+    pub bytes: u64,
+    /// When the last of them arrived, microseconds from the driver's origin.
+    pub at_us: u64,
+}
+
+/// The time a report's bytes arrived over, from each channel's [`ArrivalMark`] at the last
+/// report (`before`) and now (`after`), for a report `tick` after the last: a channel's bytes
+/// between its marks came in over the time between their arrivals, so the channels' rates
+/// summed are what the receiver got however late its threads read them, and the interval
+/// returned is the one over which all the bytes came at that rate. (A receiver whose threads
+/// read in lumps counts, in one report, bytes that arrived in the last one's time, and the
+/// rate by its reports swings from half to twice the path's.) `None`, for the caller to use
+/// `tick`, when the marks cannot time it: nothing arrived, no mark before, or a channel's
+/// bytes arrived within a quarter of `tick` (or a millisecond), too short a span to time
+/// (after an outage, a burst's arrivals say more of the last link's rate than the path's).
+pub fn arrival_interval(
+    before: &[ArrivalMark],
+    after: &[ArrivalMark],
+    tick: Duration,
+) -> Option<Duration> {
+    let shortest = (tick.as_micros() as u64 / 4).max(1000);
+    let (mut bytes, mut per_us) = (0u64, 0f64);
+    for (b, a) in before.iter().zip(after) {
+        let got = a.bytes.checked_sub(b.bytes)?;
+        if got == 0 {
+            continue;
+        }
+        let span = a.at_us.checked_sub(b.at_us)?;
+        if b.at_us == 0 || span < shortest {
+            return None;
+        }
+        bytes += got;
+        per_us += got as f64 / span as f64;
+    }
+    (bytes > 0 && per_us > 0.0).then(|| Duration::from_micros((bytes as f64 / per_us) as u64))
 }
 
 /// Builds the receiver's `Control::Report` for each interval from running totals, and
@@ -546,7 +592,9 @@ impl ReportBuilder {
 
     /// The report for the interval ending at `now`; the next interval starts there.
     pub fn build(&mut self, now: Instant, facts: &ReportFacts) -> Control {
-        let interval = now.saturating_duration_since(self.start);
+        let interval = facts
+            .arrived_over
+            .unwrap_or_else(|| now.saturating_duration_since(self.start));
         let d = facts.totals.since(&self.prev);
         let drops = facts.socket_drops.saturating_sub(self.prev_drops);
         self.start = now;
@@ -934,6 +982,7 @@ mod tests {
             held_us: 0,
             lateness: Duration::from_micros(250),
             disk_fill_permille: 0,
+            arrived_over: None,
         };
         let report = b.build(t0 + ms(50), &facts);
         assert_eq!(
@@ -997,5 +1046,61 @@ mod tests {
             panic!("not a report");
         };
         assert_eq!(interval_us, 0);
+    }
+
+    /// Two channels at 100 and 50 bytes per ms by the kernel's times, read in lumps: the
+    /// report's interval is the one their bytes came over at their summed rate, whatever the
+    /// report loop's tick; spans too short to time, a first report and a silent channel's
+    /// place are handled as documented.
+    #[test]
+    fn arrival_interval_times_bytes_by_when_they_came() {
+        let mark = |bytes, at_us| ArrivalMark { bytes, at_us };
+        let ms = Duration::from_millis;
+        // Channel 0: 4000 bytes over 40 ms (read late: the tick says 25 ms); channel 1: 1000
+        // bytes over 20 ms. 150 bytes/ms together: 5000 bytes over 33.3 ms.
+        let before = [mark(10_000, 100_000), mark(5_000, 120_000)];
+        let after = [mark(14_000, 140_000), mark(6_000, 140_000)];
+        assert_eq!(
+            arrival_interval(&before, &after, ms(25)),
+            Some(Duration::from_micros(33_333))
+        );
+        // A channel that got nothing is no part of it.
+        let idle = [mark(14_000, 140_000), mark(5_000, 120_000)];
+        assert_eq!(arrival_interval(&before, &idle, ms(25)), Some(ms(40)));
+        // Nothing arrived; a channel with no mark before; a span under a quarter of the tick.
+        assert_eq!(arrival_interval(&before, &before, ms(25)), None);
+        let first = [mark(0, 0), mark(5_000, 120_000)];
+        assert_eq!(arrival_interval(&first, &after, ms(25)), None);
+        let burst = [mark(14_000, 105_000), mark(5_000, 120_000)];
+        assert_eq!(arrival_interval(&before, &burst, ms(25)), None);
+        assert_eq!(arrival_interval(&before, &burst, ms(16)), Some(ms(5)));
+        // Marks that went backwards (a driver's mistake) time nothing.
+        assert_eq!(arrival_interval(&after, &before, ms(25)), None);
+    }
+
+    #[test]
+    fn a_report_takes_the_interval_its_bytes_arrived_over() {
+        let t0 = Instant::now();
+        let mut b = ReportBuilder::new(t0, Tally::default(), 0);
+        let facts = ReportFacts {
+            totals: Tally {
+                datagrams: 10,
+                bytes: 10_000,
+                ..Tally::default()
+            },
+            received: 0,
+            socket_drops: 0,
+            queue_fill_permille: 0,
+            held_us: 0,
+            lateness: Duration::ZERO,
+            disk_fill_permille: 0,
+            arrived_over: Some(Duration::from_millis(38)),
+        };
+        let Control::Report { interval_us, .. } = b.build(t0 + Duration::from_millis(50), &facts)
+        else {
+            panic!("not a report");
+        };
+        assert_eq!(interval_us, 38_000);
+        assert_eq!(b.interval_start(), t0 + Duration::from_millis(50));
     }
 }

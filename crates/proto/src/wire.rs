@@ -395,7 +395,9 @@ pub enum Control {
         rejected: u64,
         /// Kernel socket drops so far, if known (0 otherwise).
         socket_drops: u64,
-        /// Length of the interval this report covers, microseconds.
+        /// Length of the interval this report covers, microseconds: the time its bytes arrived
+        /// over by the kernel's arrival times where the receiver has them (see
+        /// [`crate::admit::arrival_interval`]), else the time since the last report.
         interval_us: u64,
         /// Bytes of datagrams received in the interval.
         bytes: u64,

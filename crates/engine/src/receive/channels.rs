@@ -245,10 +245,12 @@ impl ChannelWorker {
         let mut new_bytes = 0;
         let mut batch_time = None;
         let mut timed_on_read = false;
+        let mut last_arrival: Option<Instant> = None;
         let n = match batch {
             Some(batch) => link.recv(batch, |src, arrived, datagram| {
                 let now = *batch_time.get_or_insert_with(Instant::now);
                 timed_on_read |= arrived.is_none();
+                last_arrival = last_arrival.max(arrived);
                 new_bytes += self.on_datagram(now, arrived.unwrap_or(now), src, datagram)?;
                 Ok(())
             })?,
@@ -268,8 +270,12 @@ impl ChannelWorker {
             let queued = self.admission.take_peak_queue_delay();
             self.rec.note_queue_delay(now, queued);
             let totals = self.admission.tally();
-            self.shared.counters.add(&totals.since(&self.added));
+            let counted = totals.since(&self.added);
+            self.shared.counters.add(&counted);
             self.added = totals;
+            if let Some(at) = last_arrival.filter(|_| !timed_on_read) {
+                self.shared.note_arrivals(self.ch, counted.bytes, at);
+            }
             self.shared
                 .progress
                 .sent

@@ -222,6 +222,8 @@ impl Receiver {
             write_wait_us: AtomicU64::new(0),
             write_fill: AtomicU64::new(0),
             timed_on_read: AtomicBool::new(false),
+            arrivals: (0..channels).map(|_| Default::default()).collect(),
+            origin: Instant::now(),
         });
         let (ev_tx, ev_rx) = unbounded();
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),

@@ -11,7 +11,7 @@ use crate::fs;
 use crate::net::control::ControlError;
 use crate::progress::Phase;
 use crossbeam_channel::{select, Receiver as ChanRx, Sender};
-use hurtle_proto::admit::ReportFacts;
+use hurtle_proto::admit::{arrival_interval, ReportFacts};
 use hurtle_proto::hash::BlockValue;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::wire::{Control, Entry};
@@ -186,6 +186,7 @@ pub(super) fn session_loop(
         shared.socket_drops(),
     );
     let mut lateness = Lateness::new(reports.interval_start());
+    let mut marks = shared.arrival_marks();
     // The channels silent when the sender moved them to TCP, if it did.
     let mut moved: Option<Vec<u16>> = None;
     loop {
@@ -272,6 +273,9 @@ pub(super) fn session_loop(
                 let interval = now.saturating_duration_since(reports.interval_start());
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
+                    let timed_on_read = shared.timed_on_read.swap(false, Ordering::Relaxed);
+                    let now_marks = shared.arrival_marks();
+                    let before = std::mem::replace(&mut marks, now_marks);
                     let facts = ReportFacts {
                         totals: shared.counters.totals(),
                         received: shared.progress.sent.load(Ordering::Relaxed),
@@ -282,11 +286,13 @@ pub(super) fn session_loop(
                         // sender as much as the wait says, not by a fixed step.
                         held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
                         // The kernel timed every datagram of the interval on arrival: the
-                        // delays carry none of this loop's lateness.
-                        lateness: if shared.timed_on_read.swap(false, Ordering::Relaxed) {
-                            late
+                        // delays carry none of this loop's lateness, and its bytes are timed by
+                        // when they came, not when the channel threads read them.
+                        lateness: if timed_on_read { late } else { Duration::ZERO },
+                        arrived_over: if timed_on_read {
+                            None
                         } else {
-                            Duration::ZERO
+                            arrival_interval(&before, &marks, interval)
                         },
                         disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
                     };

@@ -9,12 +9,13 @@ use crate::net::feedback::FeedbackOut;
 use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
-use hurtle_proto::admit::Tally;
+use hurtle_proto::admit::{ArrivalMark, Tally};
 use hurtle_proto::wire::Control;
 use hurtle_proto::Layout;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 pub(super) struct Shared {
     pub(super) layout: Layout,
@@ -54,9 +55,34 @@ pub(super) struct Shared {
     ///
     /// [`ReportFacts::lateness`]: hurtle_proto::admit::ReportFacts::lateness
     pub(super) timed_on_read: AtomicBool,
+    /// Each channel's bytes admitted and when the last of them arrived by the kernel's time
+    /// (microseconds from `origin`), updated once per receive batch: the report loop times the
+    /// interval's bytes by when they came ([`hurtle_proto::admit::arrival_interval`]). Under a
+    /// lock so that the two are read as one.
+    pub(super) arrivals: Vec<Mutex<ArrivalMark>>,
+    /// The origin of `arrivals`' times.
+    pub(super) origin: Instant,
 }
 
 impl Shared {
+    /// Each channel's [`ArrivalMark`] now.
+    pub(super) fn arrival_marks(&self) -> Vec<ArrivalMark> {
+        self.arrivals
+            .iter()
+            .map(|m| *m.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+
+    /// Adds `bytes` admitted on channel `ch`, the last of which arrived at `at`.
+    pub(super) fn note_arrivals(&self, ch: u16, bytes: u64, at: Instant) {
+        if let Some(m) = self.arrivals.get(usize::from(ch)) {
+            let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+            m.bytes = m.bytes.saturating_add(bytes);
+            let at_us = at.saturating_duration_since(self.origin).as_micros() as u64;
+            m.at_us = m.at_us.max(at_us.max(1));
+        }
+    }
+
     /// Sends a report or NACK: on the control connection, and as a datagram.
     pub(super) fn send_feedback(&self, msg: Control) {
         self.feedback.send(&msg);
