@@ -504,10 +504,7 @@ pub struct ReportFacts {
     /// writer), microseconds: it counts like a queue on the path, so the mean queueing delay
     /// is reported as at least this.
     pub held_us: u64,
-    /// How far the receiver's own timing moves the interval's queueing delays: how late its
-    /// timer has been running (smoothed) where it timed datagrams when it read them, zero
-    /// where the kernel timed every one on arrival (a lumpy reader's lumps are then not in
-    /// the delays).
+    /// How late the receiver's timer has been running (smoothed).
     pub lateness: Duration,
     /// The fullest the writer thread's queue got in the interval, thousandths of its depth (0
     /// without one); `queue_fill_permille` should count it too.

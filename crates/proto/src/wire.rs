@@ -413,10 +413,8 @@ pub enum Control {
         /// of its limit (0 when the kernel does not say): how close the receiver is to
         /// dropping because it cannot keep up.
         queue_fill: u16,
-        /// How late the receiver timed the interval's datagrams, microseconds: its timer's
-        /// smoothed lateness where it timed them when it read them (a receiver starved of CPU
-        /// reads in lumps about this far apart, and its delays move by about as much), zero
-        /// where the kernel timed every one on arrival.
+        /// How late the receiver's timer has been running (smoothed), microseconds: a receiver
+        /// starved of CPU runs in lumps about this far apart.
         lateness_us: u64,
         /// The longest a complete block waited for the receiver's writer thread in the
         /// interval, microseconds (0 where the receiving threads write themselves, as on

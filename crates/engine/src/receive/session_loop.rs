@@ -285,10 +285,11 @@ pub(super) fn session_loop(
                         // wait counts like a queue on the path, so a stalled disk slows the
                         // sender as much as the wait says, not by a fixed step.
                         held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
-                        // The kernel timed every datagram of the interval on arrival: the
-                        // delays carry none of this loop's lateness, and its bytes are timed by
-                        // when they came, not when the channel threads read them.
-                        lateness: if timed_on_read { late } else { Duration::ZERO },
+                        // Reported as it is even where the kernel timed every datagram (then
+                        // the delays carry none of it): the sender keeps it as its margin for
+                        // both ends' scheduling lumps (see `Feedback::receiver_lag`). The bytes
+                        // are timed by when they came where the kernel timed them all.
+                        lateness: late,
                         arrived_over: if timed_on_read {
                             None
                         } else {

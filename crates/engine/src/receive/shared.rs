@@ -50,10 +50,8 @@ pub(super) struct Shared {
     /// The fullest the writer's queue got since the last report, thousandths of its depth.
     pub(super) write_fill: AtomicU64,
     /// Since the last report, some datagram was timed when a channel thread read it, not by
-    /// the kernel on arrival (a TCP data connection; a kernel that gave no time): the delays
-    /// reported then move with the threads' lateness (see [`ReportFacts::lateness`]).
-    ///
-    /// [`ReportFacts::lateness`]: hurtle_proto::admit::ReportFacts::lateness
+    /// the kernel on arrival (a TCP data connection; a kernel that gave no time): the report's
+    /// bytes are then timed by the report loop, not by their arrivals.
     pub(super) timed_on_read: AtomicBool,
     /// Each channel's bytes admitted and when the last of them arrived by the kernel's time
     /// (microseconds from `origin`), updated once per receive batch: the report loop times the

@@ -4,8 +4,10 @@
 //! # The model
 //!
 //! - **Bottleneck rate**: the windowed maximum, over the last [`BW_WINDOW_ROUNDS`] rounds, of
-//!   each report's *delivery sample*: what the receiver got over the report's interval, with
-//!   the share of datagrams that random loss explains added back (the loss floor, see
+//!   each report's *delivery sample*: what the receiver got over the report's interval (the
+//!   time its bytes arrived over, by the kernel's times where the receiver has them: see
+//!   [`crate::admit::arrival_interval`]), with the share of datagrams that random loss
+//!   explains added back (the loss floor, see
 //!   [`super::RateController`]), since the sender has to send those too. A round is one
 //!   round-trip time (or one report interval, where that is longer). A report that delivered
 //!   little while losing most datagrams (an outage) is not a sample, and rounds in which the
@@ -13,8 +15,9 @@
 //!   returns to the remembered bottleneck at once.
 //! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
 //!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
-//!   receiver's timer lateness, which is how far a receiver that runs in lumps moves it; zero
-//!   where the kernel timed the datagrams on arrival, as it does for UDP on Linux).
+//!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
+//!   datagrams on reading, and, now that it uses the kernel's arrival times, a stand-in for
+//!   how far both ends' scheduling lumps move it on a busy machine).
 //!
 //! # States
 //!
