@@ -226,11 +226,9 @@ impl RecvBatch {
     fn fill(&mut self, n: usize) -> usize {
         self.filled = n;
         let (now, wall) = (Instant::now(), SystemTime::now());
-        for (m, at) in self.meta[..n].iter().zip(&mut self.arrived) {
-            *at = m.timestamp.and_then(|stamp| arrival(now, wall, stamp));
-        }
         let mut datagrams = 0;
-        for m in &mut self.meta[..n] {
+        for (m, at) in self.meta[..n].iter_mut().zip(&mut self.arrived) {
+            *at = m.timestamp.and_then(|stamp| arrival(now, wall, stamp));
             m.addr = canonical(m.addr);
             m.len = m.len.min(self.buf_size);
             if m.stride == 0 || m.stride > m.len {
