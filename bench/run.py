@@ -318,6 +318,12 @@ def main():
     ap.add_argument("--wait-quiet", type=float, default=60, metavar="S",
                     help="before each run, wait up to S s for the machine to be idle (<0.5 CPU busy); "
                     "the busy level is recorded in the note either way (0 = don't wait)")
+    ap.add_argument("--max-steal", type=float, metavar="PCT",
+                    help="reject a run whose steal time (the hypervisor's, from /proc/stat) was over PCT%% "
+                    "of the CPUs' time during it, and run it again (see --steal-retries); the steal is "
+                    "in every row's note either way (default: keep every run)")
+    ap.add_argument("--steal-retries", type=int, default=2, metavar="N",
+                    help="with --max-steal: run a rejected run again at most N times (default 2)")
     ap.add_argument("--warm", type=parse_size, metavar="SIZE",
                     help="before each run, write and delete this much in /dev/shm so that the run gets "
                     "memory the VM's host still backs (see warm_memory; default twice the file size, "
@@ -427,86 +433,97 @@ def main():
             ends = lab.ends(prof)
             for rep in range(repeat):
                 for tool in tl:
-                    k += 1
-                    ts = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-                    run_id = f"{prefix}-{k:04d}"
-                    tsrc = small_srcs.get(tool.max_size, src)
-                    row = {"timestamp": ts, "tool": tool.name, "settings": tool.settings + (f" [tcp cc {args.tcp_cc}]" if args.tcp_cc else ""),
-                           "profile": pname, "file_size": tsrc.stat().st_size, "run_id": run_id, "repeat": rep + 1,
-                           "path": prof.summary(), "machine": mshort,
-                           "emu_ceiling_mbps": fmt(ceil_mbps, 0) if prof.kind == "emu" else ""}
-                    why = pkg_reason.get(tool.name) or tool.unavailable(env)
-                    if why:
-                        if rep == 0:
-                            row.update(ok=0, note=f"unavailable: {why}")
-                            append_row(row)
-                            log(f"[{k}/{n_runs}] {pname} {tool.label}: unavailable: {why}")
-                        continue
-                    idle_busy = wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else None
-                    warm = min(2 * size, 4 << 30) if args.warm is None else args.warm
-                    warm_memory(warm)
-                    rundir = work / run_id
-                    rundir.mkdir(parents=True, exist_ok=True)
-                    port = 47000 + (port - 47000 + 1) % 2000
-                    notes = []
-                    drops0 = 0
-                    if prof.kind == "emu":
-                        lab.start_linkem(prof, seed=rep + 1, logdir=rundir)
-                        drops0 = lab.tun_drops()
-                    prep = tool.prepare(env, ends, prof, port + 2000, rundir)
-                    if prep:
-                        notes.append("prepare failed: " + prep)
-                    j0 = cpu_jiffies()
-                    # A small file for a slow tool may go at 1 Mbit/s (cubic at 1% loss, 150 ms).
-                    t_out = timeout if tsrc is src else max(timeout, min(900.0, 30 + tsrc.stat().st_size * 8 / 1e6))
-                    res = tools.run_once(tool, env, ends, prof, tsrc, port, rundir, t_out)
-                    j1 = cpu_jiffies()
-                    busy = (j1[0] - j0[0]) / max(1, j1[1] - j0[1]) * 100
-                    steal_ms = (j1[2] - j0[2]) * 1000 // (os.sysconf("SC_CLK_TCK") or 100)
-                    notes.append(f"cpu_busy={busy:.0f}% of {os.cpu_count()} cores, steal {steal_ms} ms"
-                                 + (f", idle-before={idle_busy:.2f} CPUs busy" if idle_busy is not None else "")
-                                 + (f", warmed {human(warm)}" if warm > 0 else ""))
-                    if idle_busy is not None and idle_busy > 0.5:
-                        notes.append("MACHINE-BUSY: other processes were using the CPUs before this run")
-                    if prof.kind == "emu":
-                        # Read TUN drops while linkem is still attached: once it
-                        # detaches, stray packets are dropped there too.
-                        pre = lab.tun_drops() - drops0
-                        st = lab.stop_linkem()
-                        row["emu_pre_drops"] = pre
-                        a = st.get("a2b", {})
-                        notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us".format(
-                            a.get("in", 0), a.get("lost", 0), a.get("queue_drop", 0), a.get("late_avg_us", 0)))
-                        if pre > 0:
-                            notes.append(f"EMU-OVERLOAD: {pre} packets dropped before linkem")
-                        if res.goodput_mbps and ceil_mbps:
-                            if res.goodput_mbps > ceil_mbps:
-                                notes.append("ABOVE-EMU-CEILING: invalid")
-                                res.ok = False
-                            elif res.goodput_mbps > 0.8 * ceil_mbps:
-                                notes.append("NEAR-EMU-CEILING")
-                    row.update(
-                        wall_s=fmt(res.wall_s), goodput_mbps=fmt(res.goodput_mbps, 1) if res.ok else "",
-                        cpu_s_sender=fmt(res.cpu_s_sender, 2), cpu_s_receiver=fmt(res.cpu_s_receiver, 2),
-                        peak_rss_kb_sender=fmt(res.peak_rss_kb_sender),
-                        peak_rss_kb_receiver=fmt(res.peak_rss_kb_receiver),
-                        resent_share=fmt(res.resent_share, 4), socket_drops=fmt(res.socket_drops),
-                        ok=int(res.ok), note="; ".join(res.notes + notes))
-                    if prep:
-                        # Not the run the tool stands for (a warm start without its memory).
-                        res.ok = False
-                        row.update(ok=0, goodput_mbps="")
-                    if not res.ok:
-                        if tool.name == "hurtle" and hurtle_build_err:
-                            row["note"] += f"; {hurtle_build_err[:200]}"
-                        logs = rundir.relative_to(REPO) if rundir.is_relative_to(REPO) else rundir
-                        row["note"] += f"; logs: {logs}"
-                    append_row(row)
-                    log(f"[{k}/{n_runs}] {pname} rep{rep + 1} {tool.label}: "
-                        + (f"{res.goodput_mbps:.1f} Mbit/s in {res.wall_s:.2f}s" if res.ok else "FAILED")
-                        + f" ({row['note'][:160]})")
-                    if res.ok and not args.keep_logs:
-                        shutil.rmtree(rundir, ignore_errors=True)
+                    # A run the hypervisor stole more than --max-steal from is recorded as
+                    # rejected and run again, at most --steal-retries times.
+                    for attempt in range(1 + max(0, args.steal_retries)):
+                        k += 1
+                        ts = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+                        run_id = f"{prefix}-{k:04d}"
+                        tsrc = small_srcs.get(tool.max_size, src)
+                        row = {"timestamp": ts, "tool": tool.name, "settings": tool.settings + (f" [tcp cc {args.tcp_cc}]" if args.tcp_cc else ""),
+                               "profile": pname, "file_size": tsrc.stat().st_size, "run_id": run_id, "repeat": rep + 1,
+                               "path": prof.summary(), "machine": mshort,
+                               "emu_ceiling_mbps": fmt(ceil_mbps, 0) if prof.kind == "emu" else ""}
+                        why = pkg_reason.get(tool.name) or tool.unavailable(env)
+                        if why:
+                            if rep == 0:
+                                row.update(ok=0, note=f"unavailable: {why}")
+                                append_row(row)
+                                log(f"[{k}/{n_runs}] {pname} {tool.label}: unavailable: {why}")
+                            break
+                        idle_busy = wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else None
+                        warm = min(2 * size, 4 << 30) if args.warm is None else args.warm
+                        warm_memory(warm)
+                        rundir = work / run_id
+                        rundir.mkdir(parents=True, exist_ok=True)
+                        port = 47000 + (port - 47000 + 1) % 2000
+                        notes = []
+                        drops0 = 0
+                        if prof.kind == "emu":
+                            lab.start_linkem(prof, seed=rep + 1, logdir=rundir)
+                            drops0 = lab.tun_drops()
+                        prep = tool.prepare(env, ends, prof, port + 2000, rundir)
+                        if prep:
+                            notes.append("prepare failed: " + prep)
+                        j0 = cpu_jiffies()
+                        # A small file for a slow tool may go at 1 Mbit/s (cubic at 1% loss, 150 ms).
+                        t_out = timeout if tsrc is src else max(timeout, min(900.0, 30 + tsrc.stat().st_size * 8 / 1e6))
+                        res = tools.run_once(tool, env, ends, prof, tsrc, port, rundir, t_out)
+                        j1 = cpu_jiffies()
+                        busy = (j1[0] - j0[0]) / max(1, j1[1] - j0[1]) * 100
+                        steal_ms = (j1[2] - j0[2]) * 1000 // (os.sysconf("SC_CLK_TCK") or 100)
+                        steal_pct = steal_ms / 10 / max(res.wall_s or 0, 1e-3) / (os.cpu_count() or 1)
+                        stolen = args.max_steal is not None and steal_pct > args.max_steal
+                        notes.append(f"cpu_busy={busy:.0f}% of {os.cpu_count()} cores, steal {steal_ms} ms"
+                                     + (f", idle-before={idle_busy:.2f} CPUs busy" if idle_busy is not None else "")
+                                     + (f", warmed {human(warm)}" if warm > 0 else ""))
+                        if stolen:
+                            notes.append(f"STEAL-HEAVY: {steal_pct:.1f}% of the CPUs' time over "
+                                         f"--max-steal {args.max_steal:g}%, rejected")
+                            res.ok = False
+                        if idle_busy is not None and idle_busy > 0.5:
+                            notes.append("MACHINE-BUSY: other processes were using the CPUs before this run")
+                        if prof.kind == "emu":
+                            # Read TUN drops while linkem is still attached: once it
+                            # detaches, stray packets are dropped there too.
+                            pre = lab.tun_drops() - drops0
+                            st = lab.stop_linkem()
+                            row["emu_pre_drops"] = pre
+                            a = st.get("a2b", {})
+                            notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us".format(
+                                a.get("in", 0), a.get("lost", 0), a.get("queue_drop", 0), a.get("late_avg_us", 0)))
+                            if pre > 0:
+                                notes.append(f"EMU-OVERLOAD: {pre} packets dropped before linkem")
+                            if res.goodput_mbps and ceil_mbps:
+                                if res.goodput_mbps > ceil_mbps:
+                                    notes.append("ABOVE-EMU-CEILING: invalid")
+                                    res.ok = False
+                                elif res.goodput_mbps > 0.8 * ceil_mbps:
+                                    notes.append("NEAR-EMU-CEILING")
+                        row.update(
+                            wall_s=fmt(res.wall_s), goodput_mbps=fmt(res.goodput_mbps, 1) if res.ok else "",
+                            cpu_s_sender=fmt(res.cpu_s_sender, 2), cpu_s_receiver=fmt(res.cpu_s_receiver, 2),
+                            peak_rss_kb_sender=fmt(res.peak_rss_kb_sender),
+                            peak_rss_kb_receiver=fmt(res.peak_rss_kb_receiver),
+                            resent_share=fmt(res.resent_share, 4), socket_drops=fmt(res.socket_drops),
+                            ok=int(res.ok), note="; ".join(res.notes + notes))
+                        if prep:
+                            # Not the run the tool stands for (a warm start without its memory).
+                            res.ok = False
+                            row.update(ok=0, goodput_mbps="")
+                        if not res.ok:
+                            if tool.name == "hurtle" and hurtle_build_err:
+                                row["note"] += f"; {hurtle_build_err[:200]}"
+                            logs = rundir.relative_to(REPO) if rundir.is_relative_to(REPO) else rundir
+                            row["note"] += f"; logs: {logs}"
+                        append_row(row)
+                        log(f"[{k}/{n_runs}] {pname} rep{rep + 1} {tool.label}: "
+                            + (f"{res.goodput_mbps:.1f} Mbit/s in {res.wall_s:.2f}s" if res.ok else "FAILED")
+                            + f" ({row['note'][:160]})")
+                        if res.ok and not args.keep_logs:
+                            shutil.rmtree(rundir, ignore_errors=True)
+                        if not stolen:
+                            break
         log(f"done: {k} runs in {time.monotonic() - t_begin:.0f}s; results in {CSV_PATH}")
         log("plots: python3 bench/plot.py --markdown")
     except Interrupted as e:

@@ -172,6 +172,11 @@ pub struct Scenario {
     /// start to each end (virtual times from time zero) nothing is taken off its socket buffer,
     /// which fills and then drops. Only used with [`Scenario::receiver_rate_bps`].
     pub receiver_stalls: Vec<(Duration, Duration)>,
+    /// Moments the sending host's channel threads stop (preempted; on a busy VM, the
+    /// hypervisor's steal): from each start to each end (virtual times from time zero) no data
+    /// datagram leaves, and the pacers owe the time missed, as the engine's do (each repays
+    /// up to [`hurtle_proto::send::MAX_OWED`]).
+    pub sender_stalls: Vec<(Duration, Duration)>,
     /// The receiving host's limit is its disk, not its CPU: the stage of
     /// [`Scenario::receiver_rate_bps`] stands for the engine's writer queue, and the reports
     /// carry its fill and wait as the writer's (`disk_fill`, `disk_wait_us`) besides the
@@ -239,6 +244,7 @@ impl Default for Scenario {
             receiver_rate_bps: None,
             receiver_queue_bytes: 4 << 20,
             receiver_stalls: Vec::new(),
+            sender_stalls: Vec::new(),
             receiver_is_disk: false,
             control_delay: None,
             nack_loss: 0.0,
@@ -1447,6 +1453,16 @@ impl Pair {
         Ok(())
     }
 
+    /// When the sender's stall at `now` ends, if it is in one ([`Scenario::sender_stalls`]).
+    fn sender_stall_end(&self, now: Instant) -> Option<Instant> {
+        self.sc
+            .sender_stalls
+            .iter()
+            .map(|&(a, b)| (self.t0 + a, self.t0 + b))
+            .find(|&(a, b)| a <= now && now < b)
+            .map(|(_, b)| b)
+    }
+
     fn is_complete(&self) -> bool {
         self.rcv.file_hashes.iter().all(Option::is_some)
             && self.snd.channels.iter().all(ChannelSender::is_done)
@@ -1486,7 +1502,9 @@ impl Pair {
         );
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
-        if self.snd_sending {
+        if let Some(end) = self.sender_stall_end(now).filter(|_| self.snd_sending) {
+            consider(Some(end));
+        } else if self.snd_sending {
             // Early data that spent its budget waits for the outcome.
             let spent = self.snd.early == Some(0);
             for (s, p) in self.snd.channels.iter().zip(&self.snd.pacers) {
@@ -1854,6 +1872,9 @@ impl Pair {
 
     /// The sender's channels send what their pacers allow at `now`, and the block values read.
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
+        if self.sender_stall_end(now).is_some() {
+            return Ok(());
+        }
         for ch in 0..self.snd.channels.len() {
             while self.snd.pacers[ch].can_send(now) {
                 // The tail's new data goes in pieces that leave room for a parity descriptor.

@@ -368,7 +368,7 @@ pub(super) fn send_once(
             format!("UDP did not get through ({why}); the channels moved to parallel TCP after {lost:.1} s, counted in the time"),
         );
     };
-    let (sent, resent, nacks, parity_sent, late) = channel_threads.stop();
+    let (sent, resent, nacks, parity_sent, (late, lost)) = channel_threads.stop();
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
@@ -419,6 +419,7 @@ pub(super) fn send_once(
         },
         nacks,
         sender_late_ms: late.as_secs_f64() * 1e3,
+        sender_lost_ms: lost.as_secs_f64() * 1e3,
         feedback_datagrams: feedback
             .as_ref()
             .map_or(0, |f| f.counts.received.load(Ordering::Relaxed)),
@@ -847,17 +848,18 @@ impl ChannelThreads {
     }
 
     /// Stops every thread and adds up what they sent: datagrams, repairs, NACKs served,
-    /// parity datagrams.
-    fn stop(mut self) -> (u64, u64, u64, u64, Duration) {
+    /// parity datagrams, and the time their pacers missed (late, and lost of it).
+    fn stop(mut self) -> (u64, u64, u64, u64, (Duration, Duration)) {
+        let zero = (Duration::ZERO, Duration::ZERO);
         self.join()
             .iter()
-            .fold((0, 0, 0, 0, Duration::ZERO), |(s, r, n, p, l), w| {
+            .fold((0, 0, 0, 0, zero), |(s, r, n, p, (late, lost)), w| {
                 (
                     s + w.sent,
                     r + w.resent,
                     n + w.sender.stats().nacks,
                     p + w.parity_sent,
-                    l + w.pacer.late(),
+                    (late + w.pacer.late(), lost + w.pacer.lost()),
                 )
             })
     }
