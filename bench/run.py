@@ -518,7 +518,8 @@ def main():
                             row["note"] += f"; logs: {logs}"
                         append_row(row)
                         log(f"[{k}/{n_runs}] {pname} rep{rep + 1} {tool.label}: "
-                            + (f"{res.goodput_mbps:.1f} Mbit/s in {res.wall_s:.2f}s" if res.ok else "FAILED")
+                            + (f"{res.goodput_mbps:.1f} Mbit/s in {res.wall_s:.2f}s" if res.ok
+                               else "REJECTED, steal" if stolen else "FAILED")
                             + f" ({row['note'][:160]})")
                         if res.ok and not args.keep_logs:
                             shutil.rmtree(rundir, ignore_errors=True)
