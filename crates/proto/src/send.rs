@@ -442,10 +442,10 @@ pub struct Pacer {
 }
 
 /// Most missed time a [`Pacer`] repays; beyond it, missed time is lost ([`Pacer::lost`]).
-/// (Session 25 tried half the round trip, up to 100 ms: on the busy test VM the unrepaid
-/// time fell from 0.7-2.3 s to 0.05-1.4 s of a 20 s transfer, but goodput did not move beyond
-/// the VM's noise and the 4 MiB queue dropped more: where the rate is the path's, the link
-/// time a stall idled is gone, and repaying it only queues.)
+/// (Session 25 tried 40 ms, 100 ms and half the round trip: on the busy test VM the unrepaid
+/// time, summed over two channels, fell from 0.8-3.7 s to 0.05-1.8 s of a 20 s transfer, but
+/// goodput did not move beyond the VM's noise and the 4 MiB queue dropped more: where the
+/// rate is the path's, the link time a stall idled is gone, and repaying it only queues.)
 pub const MAX_OWED: Duration = Duration::from_millis(10);
 /// The rate, as a multiple of the pacer's, while missed time is repaid.
 pub const CATCH_UP_GAIN: f64 = 1.25;

@@ -48,8 +48,8 @@ pub struct SendSummary {
     /// late thread may send at once, summed over the channels: a sender short of CPU. Up to
     /// 10 ms of each lateness is made up by sending faster ([`hurtle_proto::Pacer`]).
     pub sender_late_ms: f64,
-    /// Of `sender_late_ms`, what was never made up (lateness beyond 10 ms at a time): the
-    /// sender's average rate fell short of its pacing by this much time.
+    /// Of `sender_late_ms`, what was never made up (lateness beyond the 10 ms a pacer may
+    /// owe): the sender's average rate fell short of its pacing by this much time.
     pub sender_lost_ms: f64,
     /// Channels (UDP) or connections (TCP) used.
     pub channels: u16,
