@@ -7,9 +7,10 @@
 
 It reads the `rate` object of hurtle's `--json` summary (the sender's): `timeline` (each rate
 change with its reason) and `reports` (each receiver report: delivered bits per second,
-queueing delay, datagrams lost and counted, the rate after it), both thinned to a few hundred
-entries on long runs. The top panel shows the pacing rate as steps, the delivered rate as
-points, and the model's bottleneck estimate at the end (`path_bps`) as a line; the middle one
+queueing delay, datagrams lost and counted, the rate after it, the bottleneck's rate by the
+receiver's trains), both thinned to a few hundred entries on long runs. The top panel shows the
+pacing rate as steps, the delivered rate as points, the trains' estimates as crosses, and the
+model's bottleneck estimate at the end (`path_bps`) as a line; the middle one
 the queueing delay; the bottom one the share of datagrams lost per report beside the random
 loss the controller estimated (`random_loss`). A controller change shows here as a different
 picture on the same path.
@@ -52,6 +53,10 @@ def draw(summary: dict, out: Path, title: str) -> None:
         rt = [p[0] / 1000 for p in reports]
         ax_rate.plot(rt, [p[1] / 1e6 for p in reports], ".", ms=3, color="tab:orange",
                      label="delivered (per report)")
+        trains = [(x, p[6] / 1e6) for x, p in zip(rt, reports) if len(p) > 6 and p[6]]
+        if trains:
+            ax_rate.plot([x for x, _ in trains], [y for _, y in trains], "x", ms=3,
+                         color="tab:green", label="bottleneck by the receiver's trains")
         ax_delay.plot(rt, [p[2] / 1000 for p in reports], "-", lw=1, color="tab:purple")
         ax_loss.plot(rt, [100 * p[3] / p[4] if p[4] else 0 for p in reports], "-", lw=1,
                      color="tab:red", label="lost per report")

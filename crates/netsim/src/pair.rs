@@ -114,6 +114,7 @@ use crate::session::Fault;
 use hurtle_proto::admit::{Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
+use hurtle_proto::rate::dispersion::median_kbps;
 use hurtle_proto::rate::{PathMemory, Reason};
 use hurtle_proto::wire::{
     Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
@@ -177,6 +178,10 @@ pub struct Scenario {
     /// datagram leaves, and the pacers owe the time missed, as the engine's do (each repays
     /// up to [`hurtle_proto::send::MAX_OWED`]).
     pub sender_stalls: Vec<(Duration, Duration)>,
+    /// Whether the receiver's reports carry the bottleneck's rate by its trains
+    /// ([`hurtle_proto::rate::dispersion`]), as the engine's do; `false` leaves the field 0
+    /// (a receiver whose arrival times cannot show the spacing), to compare startup without.
+    pub train_estimates: bool,
     /// The receiving host's limit is its disk, not its CPU: the stage of
     /// [`Scenario::receiver_rate_bps`] stands for the engine's writer queue, and the reports
     /// carry its fill and wait as the writer's (`disk_fill`, `disk_wait_us`) besides the
@@ -245,6 +250,7 @@ impl Default for Scenario {
             receiver_queue_bytes: 4 << 20,
             receiver_stalls: Vec::new(),
             sender_stalls: Vec::new(),
+            train_estimates: true,
             receiver_is_disk: false,
             control_delay: None,
             nack_loss: 0.0,
@@ -1647,6 +1653,14 @@ impl Pair {
             disk_fill_permille: disk_fill,
             // It reads each datagram when it arrives: the report's own interval is right.
             arrived_over: None,
+            train_kbps: {
+                let mut rates = Vec::new();
+                self.rcv.admission.take_train_rates(&mut rates);
+                match self.sc.train_estimates {
+                    true => median_kbps(&mut rates).unwrap_or(0),
+                    false => 0,
+                }
+            },
         };
         let Some(rep) = self.rcv.reporter.as_mut() else {
             return;

@@ -859,6 +859,96 @@ mod wan {
         assert!(stale.resent_share() <= cold.resent_share() + 0.002);
     }
 
+    /// Intercontinental again, cold, 256 MiB: startup with the receiver's estimates of the
+    /// bottleneck from the spacing of back-to-back datagrams
+    /// (`hurtle_proto::rate::dispersion`) against startup without them
+    /// (`Scenario::train_estimates`). The estimates come with the first reports, at the path's
+    /// rate; startup grows to it and no further, where without them it passes the path twofold
+    /// for the round trip and more its congestion signals lag, and the 4 MiB queue drops
+    /// thousands of datagrams.
+    #[test]
+    fn train_estimates_keep_startup_s_overshoot_within_the_queue() {
+        let rtt = ms(150);
+        let c = 500e6;
+        let sc = |train_estimates| Scenario {
+            train_estimates,
+            ..scenario_rtt(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(500_000_000, 4 << 20)
+                    .with_loss(0.01),
+                256,
+                rtt,
+            )
+        };
+        let with = run("with train estimates", sc(true));
+        let without = run("without train estimates", sc(false));
+        let estimates: Vec<f64> = with
+            .reports
+            .iter()
+            .filter(|r| r.at < rtt * 3)
+            .filter_map(|r| r.feedback.train_rate)
+            .collect();
+        let mut sorted = estimates.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        let at = |out: &Outcome| first_delivering(out, Duration::ZERO, 0.9 * 0.99, c).unwrap();
+        let top = |out: &Outcome| {
+            out.rate_timeline
+                .iter()
+                .filter(|p| p.at < startup_end(out))
+                .map(|p| p.rate_bps)
+                .max()
+                .unwrap_or(0) as f64
+        };
+        for (name, out) in [("with", &with), ("without", &without)] {
+            eprintln!(
+                "  {name}: startup ended after {:.2} RTTs at most {}, 90% delivered after {:.2} \
+                 RTTs, {} dropped by the queue, resent {:.2}%, done in {:.3} s",
+                startup_end(out).as_secs_f64() / rtt.as_secs_f64(),
+                mbit(top(out)),
+                at(out).as_secs_f64() / rtt.as_secs_f64(),
+                out.link.dropped_queue,
+                out.resent_share() * 100.0,
+                out.duration.as_secs_f64()
+            );
+        }
+        eprintln!(
+            "  {} estimates in the first 3 RTTs, median {}",
+            estimates.len(),
+            mbit(median)
+        );
+        // The estimates: from the first round trip's reports on, near the path's rate.
+        assert!(estimates.len() >= 4, "{estimates:?}");
+        assert!((median / c - 1.0).abs() < 0.1, "{estimates:?}");
+        // Startup stays at the path's rate, against about twice it without, and the queue
+        // drops nothing.
+        assert!(top(&with) <= 1.05 * c, "{}", top(&with));
+        assert!(top(&without) >= 1.8 * c, "{}", top(&without));
+        assert_eq!(with.link.dropped_queue, 0);
+        assert!(without.link.dropped_queue > 1000);
+        // No later at 90% than by a round trip, resent within a quarter point of the path's
+        // 1%, and done no later.
+        assert!(
+            at(&with) <= at(&without) + rtt,
+            "{:?} {:?}",
+            at(&with),
+            at(&without)
+        );
+        assert!(
+            with.resent_share() < without.resent_share() && with.resent_share() < 0.0125,
+            "{} {}",
+            with.resent_share(),
+            without.resent_share()
+        );
+        assert!(
+            with.duration <= without.duration,
+            "{:?} {:?}",
+            with.duration,
+            without.duration
+        );
+    }
+
     /// Once the new data is out, the repairs are what a transfer waits for, and a lost one is
     /// asked for again only after the receiver's `nack_retry`, a round trip and more. Its second
     /// copy (`SendConfig::tail_copies`) saves that. 2 MiB over 150 ms at 5% random loss, all

@@ -45,6 +45,7 @@
 
 use crate::fec::ParityDesc;
 use crate::layout::{Layout, Placement};
+use crate::rate::dispersion::TrainMeter;
 use crate::rate::{LostCount, OneWayDelay};
 use crate::wire::{Control, Header, Kind, FLAG_RETRANSMIT, HEADER_LEN};
 use std::ops::Range;
@@ -260,6 +261,7 @@ pub struct Admission {
     tally: Tally,
     rejected: Rejected,
     peak_queue_us: u64,
+    trains: TrainMeter,
 }
 
 impl Admission {
@@ -272,6 +274,7 @@ impl Admission {
             session,
             superseded: None,
             highest_pn: vec![0; channels.len()],
+            trains: TrainMeter::new(channels.len()),
             channels,
             probes: true,
             origin,
@@ -469,6 +472,14 @@ impl Admission {
         t.delay_sum_us = t.delay_sum_us.saturating_add(queued_us);
         t.delay_count += 1;
         self.peak_queue_us = self.peak_queue_us.max(queued_us);
+        self.trains
+            .on_datagram(index, h.packet, h.sent_us, now, size as u64);
+    }
+
+    /// Moves the bottleneck estimates of the trains that ended since the last call into `out`
+    /// (see [`crate::rate::dispersion`]): for the driver to gather over a report's interval.
+    pub fn take_train_rates(&mut self, out: &mut Vec<u32>) {
+        self.trains.drain_into(out);
     }
 
     /// Running totals so far.
@@ -512,6 +523,10 @@ pub struct ReportFacts {
     /// The time the interval's bytes arrived over, by the kernel's arrival times
     /// ([`arrival_interval`]); `None`: the time since the last report.
     pub arrived_over: Option<Duration>,
+    /// The bottleneck's rate by the interval's trains, kbit/s
+    /// ([`crate::rate::dispersion::median_kbps`] of what [`Admission::take_train_rates`]
+    /// gave); 0: not measured.
+    pub train_kbps: u64,
 }
 
 /// What one channel had admitted by a moment, timed by the kernel: its bytes (as
@@ -619,6 +634,7 @@ impl ReportBuilder {
             lateness_us: facts.lateness.as_micros() as u64,
             disk_wait_us: facts.held_us,
             disk_fill: facts.disk_fill_permille.min(1000) as u16,
+            train_kbps: facts.train_kbps,
         }
     }
 }
@@ -965,6 +981,7 @@ mod tests {
         assert_eq!(b.interval_start(), t0);
         // 50 ms: 8 datagrams over 10 packet numbers, 2 kernel drops.
         let facts = ReportFacts {
+            train_kbps: 2_500,
             totals: Tally {
                 datagrams: 18,
                 bytes: 18_000,
@@ -985,6 +1002,7 @@ mod tests {
         assert_eq!(
             report,
             Control::Report {
+                train_kbps: 2_500,
                 seq: 1,
                 received: 123_456,
                 rejected: 3,
@@ -1080,6 +1098,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = ReportBuilder::new(t0, Tally::default(), 0);
         let facts = ReportFacts {
+            train_kbps: 0,
             totals: Tally {
                 datagrams: 10,
                 bytes: 10_000,

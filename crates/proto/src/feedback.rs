@@ -177,6 +177,7 @@ mod tests {
 
     fn report(seq: u64) -> Control {
         Control::Report {
+            train_kbps: 0,
             seq,
             received: 1,
             rejected: 0,

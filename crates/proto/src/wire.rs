@@ -52,7 +52,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 12;
+pub const VERSION: u16 = 13;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,6 +423,10 @@ pub enum Control {
         /// The fullest the writer thread's queue got in the interval, in thousandths of its
         /// depth (0 without a writer thread). Also in `queue_fill`.
         disk_fill: u16,
+        /// The bottleneck's rate as the spacing of the interval's back-to-back datagrams gave
+        /// it, kbit/s of datagram bytes (the median of its trains'; 0: too few trains), new in
+        /// version 13 ([`crate::rate::dispersion`]).
+        train_kbps: u64,
     },
     /// Sender -> receiver, in a session that offered [`CAP_RACE`]: UDP does not get through,
     /// and every channel moves to a TCP data connection now (dialled to `HelloAck::tcp_port`,

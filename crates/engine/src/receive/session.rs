@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 impl Receiver {
@@ -223,6 +223,7 @@ impl Receiver {
             write_fill: AtomicU64::new(0),
             timed_on_read: AtomicBool::new(false),
             arrivals: (0..channels).map(|_| Default::default()).collect(),
+            train_rates: Mutex::new(Vec::new()),
             origin: Instant::now(),
         });
         let (ev_tx, ev_rx) = unbounded();

@@ -296,6 +296,7 @@ pub(super) fn session_loop(
                             arrival_interval(&before, &marks, interval)
                         },
                         disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
+                        train_kbps: shared.take_train_kbps(),
                     };
                     shared.send_feedback(reports.build(now, &facts));
                 }

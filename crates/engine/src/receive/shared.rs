@@ -10,6 +10,7 @@ use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use hurtle_proto::admit::{ArrivalMark, Tally};
+use hurtle_proto::rate::dispersion::median_kbps;
 use hurtle_proto::wire::Control;
 use hurtle_proto::Layout;
 use std::net::IpAddr;
@@ -60,6 +61,9 @@ pub(super) struct Shared {
     pub(super) arrivals: Vec<Mutex<ArrivalMark>>,
     /// The origin of `arrivals`' times.
     pub(super) origin: Instant,
+    /// The bottleneck estimates of the trains that ended since the last report, kbit/s
+    /// ([`hurtle_proto::rate::dispersion`]), added by the channel threads once per batch.
+    pub(super) train_rates: Mutex<Vec<u32>>,
 }
 
 impl Shared {
@@ -79,6 +83,15 @@ impl Shared {
             let at_us = at.saturating_duration_since(self.origin).as_micros() as u64;
             m.at_us = m.at_us.max(at_us.max(1));
         }
+    }
+
+    /// The median of the train estimates since the last call, kbit/s (0: too few), for a
+    /// report; starts the next interval's.
+    pub(super) fn take_train_kbps(&self) -> u64 {
+        let mut rates = self.train_rates.lock().unwrap_or_else(|e| e.into_inner());
+        let kbps = median_kbps(&mut rates).unwrap_or(0);
+        rates.clear();
+        kbps
     }
 
     /// Sends a report or NACK: on the control connection, and as a datagram.

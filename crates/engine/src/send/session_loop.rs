@@ -32,7 +32,7 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
     let rate = rate_bps as f64 / 1e6;
     let why = changed.unwrap_or("unchanged");
     format!(
-        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} -> rate {rate:.1} Mbit/s ({why})",
+        "report interval_ms={:.1} delivered_mbps={delivered:.1} datagrams={} lost={} socket_drops={} queue_ms={:.2} fill={:.0}% lag_ms={:.1} trains_mbps={:.1} -> rate {rate:.1} Mbit/s ({why})",
         secs * 1e3,
         fb.datagrams,
         fb.lost,
@@ -40,6 +40,7 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
         fb.queue_delay.as_secs_f64() * 1e3,
         fb.queue_fill * 100.0,
         fb.receiver_lag.as_secs_f64() * 1e3,
+        fb.train_rate.unwrap_or(0.0) / 1e6,
     )
 }
 

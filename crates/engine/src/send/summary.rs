@@ -177,9 +177,10 @@ pub struct RateSummary {
     /// The changes, `(milliseconds since start, bits per second, reason)`, thinned to a few hundred.
     pub timeline: Vec<(u64, u64, &'static str)>,
     /// The receiver's reports, `(milliseconds since start, delivered bits per second, queueing
-    /// delay in microseconds, datagrams lost, datagrams counted, rate after it)`, thinned to a
-    /// few hundred (`bench/timeline.py` draws them).
-    pub reports: Vec<(u64, u64, u64, u64, u64, u64)>,
+    /// delay in microseconds, datagrams lost, datagrams counted, rate after it, the
+    /// bottleneck's rate by the receiver's trains in bits per second or 0)`, thinned to a few
+    /// hundred (`bench/timeline.py` draws them).
+    pub reports: Vec<(u64, u64, u64, u64, u64, u64, u64)>,
     /// `auto`'s model of the path at the end: its bottleneck rate, bits per second.
     pub path_bps: Option<u64>,
     /// The share of datagrams random loss took, as the controller estimated it at the end.
@@ -247,6 +248,7 @@ impl RateSummary {
                         r.lost,
                         r.seen,
                         r.rate_bps,
+                        r.train_bps,
                     )
                 })
                 .collect(),

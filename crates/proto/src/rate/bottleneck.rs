@@ -408,6 +408,7 @@ mod tests {
             10,
         );
         let fb = |disk_fill: f64, disk_ms: u64, queue_fill: f64, drops: u64| Feedback {
+            train_rate: None,
             interval: Duration::from_millis(50),
             bytes: 1,
             datagrams: 1,

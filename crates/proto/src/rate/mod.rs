@@ -32,6 +32,7 @@
 //! summary and the channel logs. The controller is pure: time comes in as arguments.
 
 pub mod bottleneck;
+pub mod dispersion;
 pub mod model;
 
 use crate::wire::Control;
@@ -174,6 +175,9 @@ pub struct Feedback {
     pub disk_wait: Duration,
     /// How full the receiver's writer queue got (0 to 1); also in `queue_fill`.
     pub disk_fill: f64,
+    /// The bottleneck's rate by the spacing of back-to-back datagrams, bits per second
+    /// ([`dispersion`]); `None` when the receiver had too few trains to tell.
+    pub train_rate: Option<f64>,
 }
 
 impl Feedback {
@@ -191,6 +195,7 @@ impl Feedback {
                 lateness_us,
                 disk_wait_us,
                 disk_fill,
+                train_kbps,
                 ..
             } => Some(Feedback {
                 interval: Duration::from_micros(interval_us),
@@ -203,6 +208,7 @@ impl Feedback {
                 receiver_lag: Duration::from_micros(lateness_us),
                 disk_wait: Duration::from_micros(disk_wait_us),
                 disk_fill: f64::from(disk_fill.min(1000)) / 1000.0,
+                train_rate: (train_kbps > 0).then_some(train_kbps as f64 * 1000.0),
             }),
             _ => None,
         }
@@ -316,6 +322,9 @@ pub struct ReportPoint {
     pub seen: u64,
     /// The pacing rate after it, bits per second.
     pub rate_bps: u64,
+    /// The bottleneck's rate by the receiver's trains, bits per second (0: not measured; see
+    /// [`dispersion`]).
+    pub train_bps: u64,
 }
 
 /// Receiver socket buffer fill above which the receiver counts as falling behind: past it a
@@ -524,6 +533,9 @@ impl RateController {
             lost: fb.lost,
             seen: fb.datagrams.saturating_add(fb.lost),
             rate_bps: self.rate_bps(),
+            train_bps: fb
+                .train_rate
+                .map_or(0, |b| b.min(u64::MAX as f64 / 2.0) as u64),
         });
         change
     }
@@ -828,6 +840,7 @@ mod tests {
         let bytes = (rate_bps / 8.0 * interval.as_secs_f64()) as u64;
         let datagrams = bytes / 1400;
         Feedback {
+            train_rate: None,
             interval,
             bytes,
             datagrams,
@@ -1490,6 +1503,7 @@ mod tests {
             let mut t = t0;
             for f in [
                 Feedback {
+                    train_rate: None,
                     interval: Duration::from_micros(u64::MAX),
                     bytes: u64::MAX,
                     datagrams: u64::MAX,
@@ -1533,6 +1547,7 @@ mod tests {
             for (dt, bytes, datagrams, lost, drops, delay, fill) in steps {
                 t += Duration::from_millis(dt);
                 let f = Feedback {
+                    train_rate: None,
                     interval: Duration::from_millis(dt),
                     bytes,
                     datagrams: u64::from(datagrams),

@@ -13,6 +13,15 @@
 //!   little while losing most datagrams (an outage) is not a sample, and rounds in which the
 //!   sender had little to send do not age the maximum: after a blackout or a stall the rate
 //!   returns to the remembered bottleneck at once.
+//! - **The bottleneck's rate by dispersion** (startup only): the median of the latest
+//!   reports' train estimates ([`super::dispersion`]: how far apart datagrams the sender put
+//!   on the wire back to back arrived). It is known from the first round trip's reports, long
+//!   before startup's rate reaches it; startup grows to it and no further, as a resumed one
+//!   does to its memory (below), instead of passing the path twofold for the round trip and
+//!   more that its congestion signals lag (on intercontinental that surplus is 9 MB, twice its
+//!   4 MiB queue, dropped). An estimate too high changes nothing (startup ends as it would
+//!   have); one too low leaves the rest to probing, whose step doubles while the path takes
+//!   it (a path at twice the estimate takes four probes, about 15 round trips, to fill).
 //! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
 //!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
 //!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
@@ -23,7 +32,7 @@
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag) | the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
@@ -44,7 +53,7 @@
 //!
 //! A **resumed** startup ([`Model::resume`], a path seen before: see [`super::PathMemory`])
 //! starts at half the bottleneck remembered and grows as any startup does, but to no more than
-//! that bottleneck; once a round's sample reaches [`RESUMED_SHARE`] of it, the path is as it
+//! that bottleneck (or the trains' rate, if lower); once a round's sample reaches [`RESUMED_SHARE`] of it, the path is as it
 //! was and the model goes to `Cruise` at the sample (no overshoot to drain). A path slower
 //! than remembered ends startup as a cold one does (its queue or its stalled growth).
 //!
@@ -99,6 +108,11 @@ pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
     let lag = (rtt + interval / 2).as_secs_f64();
     2f64.powf(lag / round).clamp(2.0, 2.5)
 }
+
+/// Train estimates startup keeps (the latest reports'); it goes by their median.
+const TRAIN_HINTS: usize = 5;
+/// Train estimates startup needs before it goes by them.
+const MIN_TRAIN_HINTS: usize = 3;
 
 /// Where the model is (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +193,9 @@ pub struct Model {
     behind_since: Option<(Instant, u32)>,
     /// A resumed startup: the bottleneck an earlier transfer found on this path.
     resumed: Option<f64>,
+    /// Startup: the bottleneck's rate by the receiver's trains in the latest reports that had
+    /// one (see [`Model::train_rate`]).
+    train_hints: VecDeque<f64>,
 }
 
 impl Model {
@@ -210,7 +227,19 @@ impl Model {
             queue_since: None,
             behind_since: None,
             resumed: None,
+            train_hints: VecDeque::new(),
         }
+    }
+
+    /// The bottleneck's rate by the receiver's trains, as startup goes by it: the median (the
+    /// lower middle) of the latest five reports' estimates, once there are three.
+    pub fn train_rate(&self) -> Option<f64> {
+        if self.train_hints.len() < MIN_TRAIN_HINTS {
+            return None;
+        }
+        let mut hints: Vec<f64> = self.train_hints.iter().copied().collect();
+        hints.sort_by(f64::total_cmp);
+        Some(hints[(hints.len() - 1) / 2])
     }
 
     /// Makes startup a resumed one: growing to no more than `bottleneck_bps`, an earlier
@@ -402,6 +431,12 @@ impl Model {
             .map_or(fb.queue_delay, |d| d.min(fb.queue_delay));
         if self.phase == Phase::Startup {
             self.startup_delay_floor = Some(delay_floor);
+            if let Some(r) = fb.train_rate.filter(|r| r.is_finite() && *r > 0.0) {
+                self.train_hints.push_back(r);
+                if self.train_hints.len() > TRAIN_HINTS {
+                    self.train_hints.pop_front();
+                }
+            }
         }
         let startup_queue =
             fb.queue_delay > delay_floor + Duration::from_millis(5).max(self.rtt / 20) + sig.noise;
@@ -486,8 +521,16 @@ impl Model {
                     }
                     None => {
                         let grown = startup_gain(self.rtt, fb.interval) * bw;
-                        match self.resumed {
-                            // The path takes what it took before: no surplus to find.
+                        // The path's rate as an earlier transfer found it or as the trains
+                        // measure it now (the lower, if both: a memory of a faster path is
+                        // stale): startup grows to it and no further.
+                        let known = match (self.resumed, self.train_rate()) {
+                            (Some(before), Some(now)) => Some(before.min(now)),
+                            (before, now) => before.or(now),
+                        };
+                        match known {
+                            // The path takes that rate: no surplus to find (probing finds any
+                            // more).
                             Some(before) if bw >= before * RESUMED_SHARE => {
                                 self.resumed = None;
                                 self.enter(Phase::Cruise, now);
