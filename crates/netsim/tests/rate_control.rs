@@ -742,6 +742,19 @@ mod wan {
             .collect()
     }
 
+    /// 256 MiB over intercontinental (500 Mbit/s, 1% loss, a 4 MiB queue) of round trip
+    /// `rtt`, cold, `auto`.
+    fn intercontinental_256(rtt: Duration) -> Scenario {
+        scenario_rtt(
+            RateMode::Auto,
+            LinkConfig::default()
+                .with_rate(500_000_000, 4 << 20)
+                .with_loss(0.01),
+            256,
+            rtt,
+        )
+    }
+
     /// When startup ended (the first change that is not a startup step).
     fn startup_end(out: &Outcome) -> Duration {
         out.rate_timeline
@@ -786,16 +799,7 @@ mod wan {
     fn a_resumed_start_fills_the_path_rounds_sooner_without_startup_s_overshoot() {
         let rtt = ms(150);
         let c = 500e6;
-        let sc = || {
-            scenario_rtt(
-                RateMode::Auto,
-                LinkConfig::default()
-                    .with_rate(500_000_000, 4 << 20)
-                    .with_loss(0.01),
-                256,
-                rtt,
-            )
-        };
+        let sc = || intercontinental_256(rtt);
         let memory = |bps| {
             Some((
                 PathMemory {
@@ -872,14 +876,7 @@ mod wan {
         let c = 500e6;
         let sc = |train_estimates| Scenario {
             train_estimates,
-            ..scenario_rtt(
-                RateMode::Auto,
-                LinkConfig::default()
-                    .with_rate(500_000_000, 4 << 20)
-                    .with_loss(0.01),
-                256,
-                rtt,
-            )
+            ..intercontinental_256(rtt)
         };
         let with = run("with train estimates", sc(true));
         let without = run("without train estimates", sc(false));
