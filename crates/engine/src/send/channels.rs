@@ -26,6 +26,13 @@ use std::time::{Duration, Instant};
 /// BENCHMARKS.md, section 3, has what channel counts cost on loopback.
 const SEND_TRAIN: Duration = Duration::from_micros(250);
 
+/// Fewest datagrams one send carries (where the link's limit allows as many): a train the
+/// receiver can time, four datagrams being the three pairs
+/// [`hurtle_proto::rate::dispersion`] needs. Without it, startup's 100 Mbit/s spread over 8
+/// channels sent one or two datagrams per send, and the first reports had no bottleneck
+/// estimate. (Four datagrams are 5.8 KB: nothing a bottleneck queue notices.)
+const MIN_SEND_DATAGRAMS: u64 = 4;
+
 /// Shortest sleep of a channel thread between wake-ups that send: it then sends the trains
 /// its pacer's credit allows back to back, up to a few per wake-up. Each wake-up costs a
 /// context switch and a timer (tens of microseconds of system time in a VM): waking for every
@@ -438,11 +445,14 @@ impl ChannelWorker {
             let payload = usize::from(payload16);
             // The buffers fit any run the link allows (`max_send`).
             let max_run = (self.max_datagrams(payload16) * payload) as u64;
-            // Each send is at most this much of the session's rate (and at least one
-            // datagram): a shallow bottleneck queue then sees short trains, not 64-datagram
-            // GSO bursts.
+            // Each send is at most this much of the session's rate (and at least
+            // MIN_SEND_DATAGRAMS where the link allows): a shallow bottleneck queue then sees
+            // short trains, not 64-datagram GSO bursts.
             let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
-            let run_cap = (bytes / payload as u64 * payload as u64).clamp(payload as u64, max_run);
+            let floor = (payload as u64 * MIN_SEND_DATAGRAMS)
+                .min(max_run)
+                .max(payload as u64);
+            let run_cap = (bytes / payload as u64 * payload as u64).clamp(floor, max_run);
             // Before the receiver's decisions, within the early data's budget only.
             let early_left = shared.early_left.load(Ordering::Relaxed);
             if early_left == 0 {
