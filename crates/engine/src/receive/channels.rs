@@ -275,10 +275,15 @@ impl ChannelWorker {
             let counted = totals.since(&self.added);
             self.shared.counters.add(&counted);
             self.added = totals;
-            // The trains that ended in the batch, for the report's bottleneck estimate.
-            let mut rates = (self.shared.train_rates.lock()).unwrap_or_else(|e| e.into_inner());
-            self.admission.take_train_rates(&mut rates);
-            drop(rates);
+            // The trains that ended in the batch, for the report's bottleneck estimate; none of
+            // datagrams timed when read (a TCP data connection, a kernel that gave no time):
+            // their spacing is the reader's, not the path's.
+            if timed_on_read {
+                self.admission.take_train_rates(&mut Vec::new());
+            } else {
+                let mut rates = (self.shared.train_rates.lock()).unwrap_or_else(|e| e.into_inner());
+                self.admission.take_train_rates(&mut rates);
+            }
             if let Some(at) = last_arrival.filter(|_| !timed_on_read) {
                 self.shared.note_arrivals(self.ch, counted.bytes, at);
             }
