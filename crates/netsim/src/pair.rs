@@ -1653,13 +1653,13 @@ impl Pair {
             disk_fill_permille: disk_fill,
             // It reads each datagram when it arrives: the report's own interval is right.
             arrived_over: None,
-            train_kbps: {
+            train_kbps: if self.sc.train_estimates {
                 let mut rates = Vec::new();
                 self.rcv.admission.take_train_rates(&mut rates);
-                match self.sc.train_estimates {
-                    true => median_kbps(&mut rates).unwrap_or(0),
-                    false => 0,
-                }
+                median_kbps(&mut rates).unwrap_or(0)
+            } else {
+                self.rcv.admission.forget_train_rates();
+                0
             },
         };
         let Some(rep) = self.rcv.reporter.as_mut() else {

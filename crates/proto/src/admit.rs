@@ -482,6 +482,12 @@ impl Admission {
         self.trains.drain_into(out);
     }
 
+    /// Drops the estimates of the trains that ended since the last call: for a driver whose
+    /// arrival times are its own reads, not the path's spacing.
+    pub fn forget_train_rates(&mut self) {
+        self.trains.forget();
+    }
+
     /// Running totals so far.
     pub fn tally(&self) -> Tally {
         self.tally

@@ -279,7 +279,7 @@ impl ChannelWorker {
             // datagrams timed when read (a TCP data connection, a kernel that gave no time):
             // their spacing is the reader's, not the path's.
             if timed_on_read {
-                self.admission.take_train_rates(&mut Vec::new());
+                self.admission.forget_train_rates();
             } else {
                 let mut rates = (self.shared.train_rates.lock()).unwrap_or_else(|e| e.into_inner());
                 self.admission.take_train_rates(&mut rates);

@@ -122,6 +122,11 @@ impl TrainMeter {
         self.rates.push(kbps.min(f64::from(u32::MAX)) as u32);
     }
 
+    /// Drops the estimates of the trains that ended.
+    pub fn forget(&mut self) {
+        self.rates.clear();
+    }
+
     /// Moves the estimates of the trains that ended into `out` (up to [`MAX_TRAINS`] in all).
     pub fn drain_into(&mut self, out: &mut Vec<u32>) {
         let room = MAX_TRAINS.saturating_sub(out.len());

@@ -53,8 +53,9 @@
 //!
 //! A **resumed** startup ([`Model::resume`], a path seen before: see [`super::PathMemory`])
 //! starts at half the bottleneck remembered and grows as any startup does, but to no more than
-//! that bottleneck (or the trains' rate, if lower); once a round's sample reaches [`RESUMED_SHARE`] of it, the path is as it
-//! was and the model goes to `Cruise` at the sample (no overshoot to drain). A path slower
+//! that bottleneck (or the trains' rate, if lower); once a round's sample reaches
+//! [`RESUMED_SHARE`] of it, the path is as it was and the model goes to `Cruise` at the sample
+//! (no overshoot to drain). A path slower
 //! than remembered ends startup as a cold one does (its queue or its stalled growth).
 //!
 //! The gains stay within 10% of the bottleneck once startup is over, so a settled transfer's
