@@ -222,7 +222,12 @@ mod bottleneck {
             ),
         );
         let end = out.steady_until;
-        let at = settled_both(&out, Duration::ZERO, end, 0.9 * c, 1.1 * c);
+        // The rate's band is a hair wider below: a drain paces at 0.9 x the model's
+        // bottleneck, which can be a fraction of a percent under the link's rate (a startup
+        // that went to the trains' rate at once, without overshooting, never sampled above it).
+        let rate_lo = 0.89 * c;
+        let delivered_at = settled(&out, Duration::ZERO, end, 0.9 * c, 1.1 * c).unwrap_or(end);
+        let at = delivered_at.max(rate_settled(&out, Duration::ZERO, end, rate_lo, 1.1 * c));
         let steady = windows(&out, end);
         let worst = steady
             .iter()
@@ -246,7 +251,7 @@ mod bottleneck {
             rtts(at)
         );
         assert!(
-            (*lo as f64) >= 0.9 * c && (*hi as f64) <= 1.1 * c,
+            (*lo as f64) >= rate_lo && (*hi as f64) <= 1.1 * c,
             "rate left the 10% band after settling: {}..{}",
             mbit(*lo as f64),
             mbit(*hi as f64),
@@ -794,9 +799,11 @@ mod wan {
 
     /// Intercontinental (500 Mbit/s, 150 ms, 1% loss, a 4 MiB queue), 256 MiB: a cold start
     /// against one that resumes from an earlier transfer's bottleneck on the same path, and one
-    /// whose memory is of a path twice as fast as it is now.
+    /// whose memory is of a path twice as fast as it is now. (A cold start goes to the rate its
+    /// trains measure once three reports agree, a round trip and three report intervals in;
+    /// a resumed one starts at half the path and is there with the first report.)
     #[test]
-    fn a_resumed_start_fills_the_path_rounds_sooner_without_startup_s_overshoot() {
+    fn a_resumed_start_fills_the_path_sooner_without_startup_s_overshoot() {
         let rtt = ms(150);
         let c = 500e6;
         let sc = || intercontinental_256(rtt);
@@ -845,10 +852,10 @@ mod wan {
                 out.duration.as_secs_f64()
             );
         }
-        // At 90% a round trip sooner, never above the path's rate, with no more resent than
-        // the path's loss and its noise.
+        // At 90% a report interval sooner at least, never above the path's rate, with no more
+        // resent than the path's loss and its noise.
         assert!(
-            at(&warm) + rtt <= at(&cold),
+            at(&warm) + rtt / 4 <= at(&cold),
             "{:?} {:?}",
             at(&warm),
             at(&cold)
@@ -856,8 +863,10 @@ mod wan {
         assert!(at(&warm) <= rtt * 3, "{:?}", at(&warm));
         assert!(top(&warm) <= 500_000_000, "{}", top(&warm));
         assert!(warm.resent_share() < 0.0125, "{}", warm.resent_share());
-        assert!(warm.resent_share() <= cold.resent_share());
-        assert!(warm.duration < cold.duration);
+        // (A cold start whose trains agree does not overshoot either: both resend what the
+        // path loses, within its noise.)
+        assert!(warm.resent_share() <= cold.resent_share() + 0.0005);
+        assert!(warm.steady_until < cold.steady_until);
         // A memory of a faster path costs no more than a cold start's overshoot.
         assert!(at(&stale) <= at(&cold), "{:?} {:?}", at(&stale), at(&cold));
         assert!(stale.resent_share() <= cold.resent_share() + 0.002);
@@ -867,9 +876,9 @@ mod wan {
     /// bottleneck from the spacing of back-to-back datagrams
     /// (`hurtle_proto::rate::dispersion`) against startup without them
     /// (`Scenario::train_estimates`). The estimates come with the first reports, at the path's
-    /// rate; startup grows to it and no further, where without them it passes the path twofold
-    /// for the round trip and more its congestion signals lag, and the 4 MiB queue drops
-    /// thousands of datagrams.
+    /// rate; once three agree, startup goes to it at once and no further, where without them
+    /// it doubles towards the path, passes it twofold for the round trip and more its
+    /// congestion signals lag, and the 4 MiB queue drops thousands of datagrams.
     #[test]
     fn train_estimates_keep_startup_s_overshoot_within_the_queue() {
         let rtt = ms(150);
@@ -890,6 +899,12 @@ mod wan {
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
         let at = |out: &Outcome| first_delivering(out, Duration::ZERO, 0.9 * 0.99, c).unwrap();
+        let paced_at = |out: &Outcome| {
+            out.rate_timeline
+                .iter()
+                .find(|p| p.rate_bps as f64 >= 0.9 * c)
+                .map_or(Duration::MAX, |p| p.at)
+        };
         let top = |out: &Outcome| {
             out.rate_timeline
                 .iter()
@@ -900,13 +915,16 @@ mod wan {
         };
         for (name, out) in [("with", &with), ("without", &without)] {
             eprintln!(
-                "  {name}: startup ended after {:.2} RTTs at most {}, 90% delivered after {:.2} \
-                 RTTs, {} dropped by the queue, resent {:.2}%, done in {:.3} s",
+                "  {name}: paced at 90% after {:.2} RTTs, startup ended after {:.2} RTTs at most \
+                 {}, 90% delivered after {:.2} RTTs, {} dropped by the queue, resent {:.2}%, new \
+                 data sent by {:.3} s, done in {:.3} s",
+                paced_at(out).as_secs_f64() / rtt.as_secs_f64(),
                 startup_end(out).as_secs_f64() / rtt.as_secs_f64(),
                 mbit(top(out)),
                 at(out).as_secs_f64() / rtt.as_secs_f64(),
                 out.link.dropped_queue,
                 out.resent_share() * 100.0,
+                out.steady_until.as_secs_f64(),
                 out.duration.as_secs_f64()
             );
         }
@@ -924,10 +942,15 @@ mod wan {
         assert!(top(&without) >= 1.8 * c, "{}", top(&without));
         assert_eq!(with.link.dropped_queue, 0);
         assert!(without.link.dropped_queue > 1000);
-        // No later at 90% than by a round trip, resent within a quarter point of the path's
-        // 1%, and done no later.
+        // Paced at the path from the third report with estimates (a round trip and three
+        // report intervals), where doubling takes two and a half round trips; delivering 90%
+        // no later, resent within a quarter point of the path's 1%, and all new data sent
+        // sooner. (When the transfer ends after that depends on which repairs of its tail
+        // are lost: by a round trip, either way.)
+        assert!(paced_at(&with) <= rtt * 2, "{:?}", paced_at(&with));
+        assert!(paced_at(&without) >= rtt * 2, "{:?}", paced_at(&without));
         assert!(
-            at(&with) <= at(&without) + rtt,
+            at(&with) <= at(&without),
             "{:?} {:?}",
             at(&with),
             at(&without)
@@ -939,10 +962,10 @@ mod wan {
             without.resent_share()
         );
         assert!(
-            with.duration <= without.duration,
+            with.steady_until + rtt / 4 <= without.steady_until,
             "{:?} {:?}",
-            with.duration,
-            without.duration
+            with.steady_until,
+            without.steady_until
         );
     }
 

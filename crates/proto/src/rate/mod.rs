@@ -1183,6 +1183,49 @@ mod tests {
         cruises_at(&mut c, &mut t, 300e6);
     }
 
+    /// Startup's rate after three reports on a 200 Mbit/s path from 50 Mbit/s, the reports
+    /// carrying these train estimates (Mbit/s).
+    fn after_trains(estimates: [f64; 3], path_bps: f64) -> (u64, RateController) {
+        let mut t = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        for e in estimates {
+            report(&mut c, &mut t, bottleneck(path_bps), |f| Feedback {
+                train_rate: Some(e * 1e6),
+                ..f
+            });
+        }
+        assert!(c.in_startup());
+        (c.rate_bps(), c)
+    }
+
+    #[test]
+    fn startup_goes_to_the_trains_rate_at_once_when_they_agree_and_no_further() {
+        // Three estimates within 25%: their median, 200 Mbit/s, at once (four times the
+        // start), and no further while the path delivers less.
+        let (rate, mut c) = after_trains([205.0, 200.0, 190.0], 200e6);
+        assert_eq!(rate, 200_000_000, "{:?}", c.timeline());
+        let mut t = c.timeline().last().unwrap().at;
+        leave_startup(&mut c, &mut t, 200e6, 12);
+        assert!(c.timeline().iter().all(|ch| ch.rate_bps <= 200_000_000));
+        assert_eq!(c.model().unwrap().phase(), model::Phase::Cruise);
+        // Estimates that disagree: startup doubles towards their median, no jump.
+        let (rate, c) = after_trains([300.0, 200.0, 150.0], 200e6);
+        assert!(rate < 150_000_000, "{:?}", c.timeline());
+        // Without any: the same doubling.
+        let mut t = Instant::now();
+        let mut plain = RateController::new(cfg(RateMode::Auto), t);
+        drive(&mut plain, &mut t, 3, bottleneck(200e6));
+        assert_eq!(plain.rate_bps(), rate);
+        // Agreeing estimates far above what was delivered: no more than five times it at once.
+        let (rate, c) = after_trains([2000.0, 2100.0, 1900.0], 10e9);
+        let delivered = 50e6 * 1.02;
+        assert!(
+            rate as f64 <= model::MAX_JUMP * delivered && rate > 200_000_000,
+            "{:?}",
+            c.timeline()
+        );
+    }
+
     #[test]
     fn a_memory_fits_a_path_of_the_same_round_trip_within_its_lifetime() {
         let m = PathMemory {

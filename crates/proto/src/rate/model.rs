@@ -19,9 +19,13 @@
 //!   before startup's rate reaches it; startup grows to it and no further, as a resumed one
 //!   does to its memory (below), instead of passing the path twofold for the round trip and
 //!   more that its congestion signals lag (on intercontinental that surplus is 9 MB, twice its
-//!   4 MiB queue, dropped). An estimate too high changes nothing (startup ends as it would
-//!   have); one too low leaves the rest to probing, whose step doubles while the path takes
-//!   it (a path at twice the estimate takes four probes, about 15 round trips, to fill).
+//!   4 MiB queue, dropped). Once the latest three estimates agree (within [`TRAINS_AGREE`]),
+//!   startup goes to their rate at once instead of doubling towards it, but to no more than
+//!   [`MAX_JUMP`] times what was delivered (on intercontinental that is the path a round trip
+//!   and three report intervals in, 260 ms, where doubling from 100 Mbit/s took 375 ms). An
+//!   estimate too high changes little (startup ends as it would have, from a higher step);
+//!   one too low leaves the rest to probing, whose step doubles while the path takes it (a
+//!   path at twice the estimate takes four probes, about 15 round trips, to fill).
 //! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
 //!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
 //!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
@@ -32,7 +36,7 @@
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck) once the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
@@ -114,6 +118,12 @@ pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
 const TRAIN_HINTS: usize = 5;
 /// Train estimates startup needs before it goes by them.
 const MIN_TRAIN_HINTS: usize = 3;
+/// Startup goes to the trains' rate at once, instead of doubling towards it, once the latest
+/// three estimates agree: the highest no more than this factor above the lowest.
+pub const TRAINS_AGREE: f64 = 1.25;
+/// ... but to no more than this many times the bottleneck sample at once (an estimate from
+/// lumps the receiver's NIC or an emulator made is no measure of the path).
+pub const MAX_JUMP: f64 = 5.0;
 
 /// Where the model is (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +251,19 @@ impl Model {
         let mut hints: Vec<f64> = self.train_hints.iter().copied().collect();
         hints.sort_by(f64::total_cmp);
         Some(hints[(hints.len() - 1) / 2])
+    }
+
+    /// Whether the latest [`MIN_TRAIN_HINTS`] train estimates agree within [`TRAINS_AGREE`]:
+    /// several reports' medians of several trains each that say the same are trusted enough
+    /// for startup to go to their rate at once.
+    fn trains_agree(&self) -> bool {
+        let n = self.train_hints.len();
+        if n < MIN_TRAIN_HINTS {
+            return false;
+        }
+        let latest = self.train_hints.iter().skip(n - MIN_TRAIN_HINTS).copied();
+        let (lo, hi) = latest.fold((f64::MAX, 0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        hi <= lo * TRAINS_AGREE
     }
 
     /// Makes startup a resumed one: growing to no more than `bottleneck_bps`, an earlier
@@ -538,7 +561,14 @@ impl Model {
                                 Some((bw, Reason::Cruise))
                             }
                             Some(before) => {
-                                let grown = grown.min(before);
+                                // Trains that agree: their rate at once (within a bound),
+                                // not a doubling per round trip towards it.
+                                let jump = if self.trains_agree() {
+                                    bw * MAX_JUMP
+                                } else {
+                                    grown
+                                };
+                                let grown = grown.max(jump).min(before);
                                 (grown > rate).then_some((grown, Reason::Startup))
                             }
                             None => (grown > rate).then_some((grown, Reason::Startup)),
