@@ -39,6 +39,10 @@ import os
 # Every hurtle session is authenticated: both ends of a run get the same code (a build that
 # predates codes, as a --hurtle-base binary may, ignores it).
 os.environ.setdefault("HURTLE_CODE", "4242-bench-code-words")
+# Every run starts cold, as on a path never seen: with the default path memory
+# (~/.cache/hurtle/paths) each run resumed from whatever the last transfer to that address
+# left, another scenario's or another session's (until session 27).
+os.environ.setdefault("HURTLE_PATH_MEMORY", "off")
 import shutil
 import statistics
 import sys
