@@ -107,13 +107,14 @@ pub struct PathMemory {
 
 impl PathMemory {
     /// What a finished transfer leaves for the next one: `None` unless its controller is
-    /// `auto` and left startup (a model still in startup knows only a lower bound).
+    /// `auto` and left startup (a model still in startup knows only a lower bound); the
+    /// bottleneck from before a cut at its end ([`model::Model::bottleneck_to_remember`]).
     pub fn of(ctl: &RateController) -> Option<PathMemory> {
         let model = ctl.model()?;
         if model.phase() == model::Phase::Startup {
             return None;
         }
-        let bps = model.bottleneck_bps()?;
+        let bps = model.bottleneck_to_remember()?;
         (bps.is_finite() && bps >= 1.0).then(|| PathMemory {
             bottleneck_bps: bps.min(u64::MAX as f64 / 2.0) as u64,
             rtt: ctl.config().rtt,
@@ -1445,6 +1446,41 @@ mod tests {
         // Deliveries resume at once at the remembered rate.
         drive(&mut c, &mut t, 4, bottleneck(300e6));
         assert!(c.rate_bps() as f64 >= 0.9 * 300e6, "{}", c.rate_bps());
+    }
+
+    /// The end of a transfer on a 300 Mbit/s path: the channels run out of new data (160 Mbit/s
+    /// delivered), then the tail's repairs overflow the queue (a third lost). The model is cut
+    /// to what the last reports delivered; the next transfer remembers the path's rate, unless
+    /// a probe since showed the path no longer takes it.
+    #[test]
+    fn a_cut_at_a_transfers_end_is_not_what_the_next_transfer_remembers() {
+        let (mut c, mut t) = cruising_at_300();
+        let dry = |rate: f64| (rate.min(160e6), Duration::from_millis(1));
+        drive(&mut c, &mut t, 2, dry);
+        let mut cut = false;
+        for _ in 0..4 {
+            let lossy = |f: Feedback| Feedback {
+                lost: f.datagrams / 2,
+                ..f
+            };
+            if let Some(ch) = report(&mut c, &mut t, dry, lossy) {
+                cut |= ch.reason == Reason::Loss;
+            }
+        }
+        assert!(cut, "{:?}", c.timeline());
+        let model_bw = bottleneck_of(&c);
+        assert!(model_bw < 0.8 * 300e6, "{model_bw}");
+        let m = PathMemory::of(&c).unwrap();
+        assert!(m.bottleneck_bps as f64 >= 0.95 * 300e6, "{m:?}");
+        // The path did slow down to 160: a probe finds it does not take more, and that is
+        // what is remembered.
+        drive(&mut c, &mut t, 100, bottleneck(160e6));
+        let m = PathMemory::of(&c).unwrap();
+        assert!(
+            (m.bottleneck_bps as f64) < 0.8 * 300e6,
+            "{m:?} {:?}",
+            c.timeline()
+        );
     }
 
     /// A controller out of startup with a known capacity of `capacity_bps` (a loss round there),

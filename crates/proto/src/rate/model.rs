@@ -274,6 +274,23 @@ impl Model {
         }
     }
 
+    /// The bottleneck a later transfer on this path should resume from: the model's, or, if
+    /// the latest corrections cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds
+    /// and no probe since showed the path does not take it back, what it was before them. (A
+    /// transfer's end often cuts it: as the channels run out of new data the samples fall, and
+    /// its repairs and parity burst into a short queue; remembering that cut, the next transfer
+    /// started from half the path's rate and climbed back by probing.)
+    pub fn bottleneck_to_remember(&self) -> Option<f64> {
+        let bw = self.bottleneck_bps()?;
+        let before = self
+            .cut_from
+            .filter(|&(round, before)| {
+                round + BW_WINDOW_ROUNDS > self.round && bw < before * RESTORE_AFTER_CUT
+            })
+            .map_or(bw, |(_, before)| before);
+        Some(bw.max(before))
+    }
+
     /// The current state.
     pub fn phase(&self) -> Phase {
         self.phase
