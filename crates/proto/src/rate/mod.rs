@@ -1218,11 +1218,25 @@ mod tests {
         drive(&mut plain, &mut t, 3, bottleneck(200e6));
         assert_eq!(plain.rate_bps(), rate);
         // Agreeing estimates far above what was delivered: no more than five times it at once.
-        let (rate, c) = after_trains([2000.0, 2100.0, 1900.0], 10e9);
+        let (rate, mut c) = after_trains([2000.0, 2100.0, 1900.0], 10e9);
         let delivered = 50e6 * 1.02;
         assert!(
             rate as f64 <= model::MAX_JUMP * delivered && rate > 200_000_000,
             "{:?}",
+            c.timeline()
+        );
+        // Once: a round trip later, with the jump's rate delivered and the trains still
+        // agreeing (a token bucket's line rate), startup doubles as usual, not five times.
+        let mut t = c.timeline().last().unwrap().at;
+        for _ in 0..5 {
+            report(&mut c, &mut t, bottleneck(10e9), |f| Feedback {
+                train_rate: Some(2000e6),
+                ..f
+            });
+        }
+        assert!(
+            (c.rate_bps() as f64) < 3.0 * rate as f64,
+            "{rate} -> {:?}",
             c.timeline()
         );
     }

@@ -207,6 +207,8 @@ pub struct Model {
     /// Startup: the bottleneck's rate by the receiver's trains in the latest reports that had
     /// one (see [`Model::train_rate`]).
     train_hints: VecDeque<f64>,
+    /// Startup has gone to the trains' rate at once: it does so once only.
+    jumped: bool,
 }
 
 impl Model {
@@ -239,6 +241,7 @@ impl Model {
             behind_since: None,
             resumed: None,
             train_hints: VecDeque::new(),
+            jumped: false,
         }
     }
 
@@ -579,8 +582,11 @@ impl Model {
                             }
                             Some(before) => {
                                 // Trains that agree: their rate at once (within a bound),
-                                // not a doubling per round trip towards it.
-                                let jump = if self.trains_agree() {
+                                // not a doubling per round trip towards it; once (behind a
+                                // token bucket the trains measure the line's rate, and a jump
+                                // per report would pass the path fivefold per report).
+                                let jump = if self.trains_agree() && !self.jumped {
+                                    self.jumped = true;
                                     bw * MAX_JUMP
                                 } else {
                                     grown
