@@ -20,8 +20,9 @@
 //!   does to its memory (below), instead of passing the path twofold for the round trip and
 //!   more that its congestion signals lag (on intercontinental that surplus is 9 MB, twice its
 //!   4 MiB queue, dropped). Once the latest three estimates agree (within [`TRAINS_AGREE`]),
-//!   startup goes to their rate at once instead of doubling towards it, but to no more than
-//!   [`MAX_JUMP`] times what was delivered (on intercontinental that is the path a round trip
+//!   startup goes to their rate at once instead of doubling towards it, once, and to no more
+//!   than [`MAX_JUMP`] times what was delivered (behind a token bucket the trains measure the
+//!   line's rate: a jump per report passed a 300 Mbit/s path fourfold) (on intercontinental that is the path a round trip
 //!   and three report intervals in, 260 ms, where doubling from 100 Mbit/s took 375 ms). An
 //!   estimate too high changes little (startup ends as it would have, from a higher step);
 //!   one too low leaves the rest to probing, whose step doubles while the path takes it (a
@@ -36,7 +37,7 @@
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck) once the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
