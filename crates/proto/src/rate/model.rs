@@ -20,10 +20,11 @@
 //!   does to its memory (below), instead of passing the path twofold for the round trip and
 //!   more that its congestion signals lag (on intercontinental that surplus is 9 MB, twice its
 //!   4 MiB queue, dropped). Once the latest three estimates agree (within [`TRAINS_AGREE`]),
-//!   startup goes to their rate at once instead of doubling towards it, once, and to no more
-//!   than [`MAX_JUMP`] times what was delivered (behind a token bucket the trains measure the
-//!   line's rate: a jump per report passed a 300 Mbit/s path fourfold) (on intercontinental that is the path a round trip
-//!   and three report intervals in, 260 ms, where doubling from 100 Mbit/s took 375 ms). An
+//!   startup goes to their rate at once instead of doubling towards it: on intercontinental
+//!   that is the path a round trip and three report intervals in, 260 ms, where doubling from
+//!   100 Mbit/s took 375 ms. It does so once, and to no more than [`MAX_JUMP`] times what was
+//!   delivered: behind a token bucket the trains measure the line's rate and agree, and a jump
+//!   per report passed a 300 Mbit/s path fourfold. An
 //!   estimate too high changes little (startup ends as it would have, from a higher step);
 //!   one too low leaves the rest to probing, whose step doubles while the path takes it (a
 //!   path at twice the estimate takes four probes, about 15 round trips, to fill).
@@ -286,13 +287,7 @@ impl Model {
     /// started from half the path's rate and climbed back by probing.)
     pub fn bottleneck_to_remember(&self) -> Option<f64> {
         let bw = self.bottleneck_bps()?;
-        let before = self
-            .cut_from
-            .filter(|&(round, before)| {
-                round + BW_WINDOW_ROUNDS > self.round && bw < before * RESTORE_AFTER_CUT
-            })
-            .map_or(bw, |(_, before)| before);
-        Some(bw.max(before))
+        Some(self.cut_before(bw).unwrap_or(bw))
     }
 
     /// The current state.
@@ -370,7 +365,15 @@ impl Model {
     /// by more than a fifth (below [`RESTORE_AFTER_CUT`] of it; smaller cuts are climbed back
     /// by probing, which does not refill a shallow queue at once); forgotten once asked for.
     fn take_cut_from(&mut self, bw: f64) -> Option<f64> {
-        let (round, before) = self.cut_from.take()?;
+        let before = self.cut_before(bw);
+        self.cut_from = None;
+        before
+    }
+
+    /// What the bottleneck was before the latest corrections, if they were lately and cut it
+    /// from there to `bw`, below [`RESTORE_AFTER_CUT`] of it.
+    fn cut_before(&self, bw: f64) -> Option<f64> {
+        let (round, before) = self.cut_from?;
         (round + BW_WINDOW_ROUNDS > self.round && bw < before * RESTORE_AFTER_CUT).then_some(before)
     }
 
