@@ -1184,7 +1184,7 @@ mod tests {
         cruises_at(&mut c, &mut t, 300e6);
     }
 
-    /// Startup's rate after three reports on a 200 Mbit/s path from 50 Mbit/s, the reports
+    /// Startup's rate after three reports on a path of `path_bps` from 50 Mbit/s, the reports
     /// carrying these train estimates (Mbit/s).
     fn after_trains(estimates: [f64; 3], path_bps: f64) -> (u64, RateController) {
         let mut t = Instant::now();
