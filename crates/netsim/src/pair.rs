@@ -1870,7 +1870,7 @@ impl Pair {
                 if let Some(change) = ctl.on_feedback(now, &fb) {
                     let per_channel = (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
                     for p in &mut self.snd.pacers {
-                        p.set_rate(per_channel);
+                        p.set_rate(per_channel, now);
                     }
                     self.snd.rate_timeline.push(RatePoint {
                         at: now - self.t0,

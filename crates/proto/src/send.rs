@@ -462,9 +462,17 @@ impl Pacer {
             lost: Duration::ZERO,
         }
     }
-    /// Changes the rate from now on.
-    pub fn set_rate(&mut self, bits_per_sec: u64) {
-        self.bytes_per_sec = (bits_per_sec.max(8_000) as f64) / 8.0;
+    /// Changes the rate from `now` on: what is left of the wait for the next send is
+    /// rescaled to the new rate. (At a low rate a run's wait is long, a tenth of a second at
+    /// 250 kbit/s a channel: kept at the old rate, a probe's higher rate did not show in what
+    /// was sent while it lasted, a drain's lower one lasted past its end, and what a channel
+    /// sent fell below the controller's rate, which the controller then took for the path's.)
+    pub fn set_rate(&mut self, bits_per_sec: u64, now: Instant) {
+        let new = (bits_per_sec.max(8_000) as f64) / 8.0;
+        if let Some(next) = self.next.filter(|&n| n > now) {
+            self.next = Some(now + (next - now).mul_f64(self.bytes_per_sec / new));
+        }
+        self.bytes_per_sec = new;
     }
     /// The current rate in bits per second.
     pub fn rate(&self) -> u64 {
@@ -529,6 +537,28 @@ mod tests {
 
     fn layout() -> Layout {
         Layout::new(&[10_000], 4096, 1).unwrap()
+    }
+
+    #[test]
+    fn a_new_rate_rescales_the_wait_for_the_next_send() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pacer::new(1_000_000, Duration::ZERO);
+        // 5,600 bytes at 1 Mbit/s: the next send 44.8 ms later.
+        p.on_sent(t0, 5600);
+        assert!(!p.can_send(t0 + ms(44)));
+        // Ten times the rate 4.8 ms in: the 40 ms left are 4.
+        p.set_rate(10_000_000, t0 + Duration::from_micros(4800));
+        assert!(!p.can_send(t0 + ms(8)));
+        assert!(p.can_send(t0 + ms(9)));
+        // Back to 1 Mbit/s at once: the wait stretches again, from then.
+        p.set_rate(1_000_000, t0 + Duration::from_micros(4800));
+        assert!(!p.can_send(t0 + ms(44)));
+        assert!(p.can_send(t0 + ms(45)));
+        // A rate set while nothing is pending changes no send time.
+        let mut idle = Pacer::new(1_000_000, Duration::ZERO);
+        idle.set_rate(2_000_000, t0);
+        assert!(idle.can_send(t0));
     }
 
     #[test]

@@ -432,7 +432,8 @@ impl ChannelWorker {
         if (rate, among) != (self.rate_seen, self.among) {
             self.rate_seen = rate;
             self.among = among;
-            self.pacer.set_rate((rate / u64::from(among)).max(100_000));
+            self.pacer
+                .set_rate((rate / u64::from(among)).max(100_000), Instant::now());
             self.log
                 .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
         }
