@@ -446,6 +446,54 @@ mod path_change {
             out.resent_share() * 100.0
         );
     }
+
+    /// Delivery is back within 10% of the bottleneck this many RTTs after a trickle ends (the
+    /// first half second of it is the trickle's queue, 128 KiB at 2 Mbit/s, reported).
+    const TRICKLE_UP_RTTS: f64 = 80.0;
+
+    #[test]
+    fn a_path_down_to_a_trickle_is_filled_again_once_it_recovers() {
+        // What a competitor that keeps the queue full does to `auto` (session 27, beside TCP
+        // bbr): the rate follows it down to where a report holds a datagram or two. Such
+        // reports are pooled into samples; before, none was a sample and the rate stayed there
+        // for good after the path was free again.
+        let (trickle, up) = (ms(1000), ms(3000));
+        let out = run(
+            "300 -> 2 Mbit/s at 1 s -> 300 at 3 s, 128 KiB drop-tail",
+            Scenario {
+                rate_changes: vec![(trickle, 2_000_000), (up, BOTTLENECK)],
+                ..scenario(
+                    RateMode::Auto,
+                    LinkConfig::default().with_rate(BOTTLENECK, 128 << 10),
+                    160,
+                )
+            },
+        );
+        assert!(
+            out.steady_until > up + ms(1000),
+            "too short to see the way back up"
+        );
+        let low = *rates(&out, trickle, up).iter().min().unwrap();
+        assert!(low <= 4_000_000, "only down to {}", mbit(low as f64));
+        let f = BOTTLENECK as f64;
+        let back = windows(&out, out.steady_until)
+            .into_iter()
+            .find(|w| w.0 >= up && w.2 >= 0.9 * f)
+            .map(|w| w.1 - up)
+            .unwrap_or_else(|| panic!("delivery never came back up\n{out}"));
+        eprintln!(
+            "  down to {}; up: a {}-RTT window within 10% of 300 Mbit/s ends {:.1} RTTs after \
+             the trickle",
+            mbit(low as f64),
+            WINDOW,
+            rtts(back),
+        );
+        assert!(
+            rtts(back) <= TRICKLE_UP_RTTS,
+            "back up after {:.1} RTTs",
+            rtts(back)
+        );
+    }
 }
 
 mod fair {
@@ -679,8 +727,10 @@ mod short_path {
             window.resent_share() * 100.0,
             floor.resent_share() * 100.0,
         );
-        // Five doublings of the 10 ms report interval saved, give or take one.
-        assert!(w + ms(40) <= f, "{w:?} vs {f:?}");
+        // Three report intervals saved at least: five doublings, but since session 28 the
+        // pacer applies each raised rate at once, and the start from 100 Mbit/s reaches 90% in
+        // 60 ms where it took 80.
+        assert!(w + ms(30) <= f, "{w:?} vs {f:?}");
         assert!(window.duration < floor.duration);
         assert!(window.resent_share() < 0.02, "{window}");
     }
@@ -945,8 +995,10 @@ mod wan {
         // Paced at the path from the third report with estimates (a round trip and three
         // report intervals), where doubling takes two and a half round trips; delivering 90%
         // no later, resent within a quarter point of the path's 1%, and all new data sent
-        // sooner. (When the transfer ends after that depends on which repairs of its tail
-        // are lost: by a round trip, either way.)
+        // sooner, by an eighth of a round trip at least (a quarter until session 28: since
+        // the pacer applies a raised rate at once, doubling's climb is 27 ms quicker here, and
+        // the trains' 4 ms). (When the transfer ends after that depends on which repairs of
+        // its tail are lost: by a round trip, either way.)
         assert!(paced_at(&with) <= rtt * 2, "{:?}", paced_at(&with));
         assert!(paced_at(&without) >= rtt * 2, "{:?}", paced_at(&without));
         assert!(
@@ -962,7 +1014,7 @@ mod wan {
             without.resent_share()
         );
         assert!(
-            with.steady_until + rtt / 4 <= without.steady_until,
+            with.steady_until + rtt / 8 <= without.steady_until,
             "{:?} {:?}",
             with.steady_until,
             without.steady_until

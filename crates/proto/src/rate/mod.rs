@@ -1393,6 +1393,41 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_cut_to_the_floor_climbs_back_once_the_path_is_free() {
+        let (mut c, mut t) = cruising_at_300();
+        // A competitor that keeps a queue: a correction every round trip, down to the floor.
+        // (Its reports count small datagrams, so that each is a sample down there: that is
+        // not what is tested here.)
+        let crowded = |rate: f64| (rate * 0.6, Duration::from_millis(40));
+        let many = |f: Feedback| Feedback {
+            datagrams: f.datagrams.max(16),
+            ..f
+        };
+        let mut reports = 0;
+        while c.rate_bps() > 1_100_000 {
+            report(&mut c, &mut t, crowded, many);
+            reports += 1;
+            assert!(reports <= 2_000, "{:?}", c.timeline().last());
+        }
+        // The competitor leaves. At 1 Mbit/s a 12.5 ms report holds one datagram, too few to
+        // time on its own: the reports are pooled into samples, and probes last long enough to
+        // be seen in them, so the model climbs back (before, it stayed at the floor for good).
+        let free = bottleneck(300e6);
+        let mut reports = 0;
+        while c.rate_bps() < 270_000_000 {
+            drive(&mut c, &mut t, 1, &free);
+            reports += 1;
+            // 5 s: 100 round trips.
+            assert!(
+                reports <= 400,
+                "{:?}",
+                &c.timeline()[c.timeline().len().saturating_sub(30)..]
+            );
+        }
+        assert!(c.rate_bps() < 400_000_000, "{}", c.rate_bps());
+    }
+
+    #[test]
     fn a_queue_over_the_target_for_a_round_corrects_the_model() {
         let (mut c, mut t) = cruising_at_300();
         // The path slows to 200 Mbit/s: the surplus queues (30 ms, over the 15 ms target). A

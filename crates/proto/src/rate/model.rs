@@ -10,9 +10,10 @@
 //!   explains added back (the loss floor, see
 //!   [`super::RateController`]), since the sender has to send those too. A round is one
 //!   round-trip time (or one report interval, where that is longer). A report that delivered
-//!   little while losing most datagrams (an outage) is not a sample, and rounds in which the
-//!   sender had little to send do not age the maximum: after a blackout or a stall the rate
-//!   returns to the remembered bottleneck at once.
+//!   little while losing most datagrams without a long queue (an outage) is not a sample, and
+//!   rounds in which the sender had little to send do not age the maximum: after a blackout or
+//!   a stall the rate returns to the remembered bottleneck at once. (The same through a queue
+//!   over twice the target is a path slowed to a trickle: congestion.)
 //! - **The bottleneck's rate by dispersion** (startup only): the median of the latest
 //!   reports' train estimates ([`super::dispersion`]: how far apart datagrams the sender put
 //!   on the wire back to back arrived). It is known from the first round trip's reports, long
@@ -28,6 +29,12 @@
 //!   estimate too high changes little (startup ends as it would have, from a higher step);
 //!   one too low leaves the rest to probing, whose step doubles while the path takes it (a
 //!   path at twice the estimate takes four probes, about 15 round trips, to fill).
+//! - **Low rates**: a report of fewer than [`MIN_SAMPLE_DATAGRAMS`] is pooled with the next
+//!   until they hold that many, timed over the reports' time (at 1 Mbit/s a 10 ms report
+//!   holds one datagram, and without pooling no report was a sample, so a model cut to the
+//!   floor never left it). A small sample is held to what was sent rather than thrown away
+//!   when it shows more ([`FEW_DATAGRAMS`]), and a probe adds at least [`PROBE_DATAGRAMS`] to
+//!   a sample, lasting two samples' time where that is more than its usual step.
 //! - **Queueing**: the receiver's mean one-way delay above the lowest seen. The model keeps it
 //!   under [`queue_target`] (larger of 15 ms and an eighth of the RTT, plus twice the
 //!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
@@ -41,9 +48,9 @@
 //! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
-//! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval | the interval passed | `ProbeDown` |
+//! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
 //! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
-//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip and two intervals after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
 //! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
@@ -87,6 +94,10 @@ const DRAIN_GAIN: f64 = 0.9;
 const CRUISE_DRAIN_GAIN: f64 = 0.95;
 /// The first probe's step above the bottleneck; it doubles with each probe the path takes.
 pub const PROBE_STEP: f64 = 0.08;
+/// A probe adds at least this many datagrams to a sample (twice as many once the path took
+/// one): the sender sends in runs of a few, and a probe smaller than a run or two is lost in
+/// which runs a sample happens to hold.
+pub const PROBE_DATAGRAMS: u64 = 8;
 /// Most doublings of the probe step (8 x: 64% above the bottleneck).
 const MAX_PROBE_DOUBLINGS: u32 = 3;
 /// A correction that left the bottleneck below this share of what it was is restored when a
@@ -94,8 +105,14 @@ const MAX_PROBE_DOUBLINGS: u32 = 3;
 const RESTORE_AFTER_CUT: f64 = 0.8;
 /// Most rounds spent draining (startup's queue can be a few round trips' worth at 0.75).
 const MAX_DRAIN_ROUNDS: u32 = 6;
-/// A report with fewer datagrams than this is no delivery sample (too few to time).
-const MIN_SAMPLE_DATAGRAMS: u64 = 4;
+/// A report with fewer datagrams than this is no delivery sample on its own (too few to time,
+/// and over a few channels, some of which got none in it, the receiver's arrival interval
+/// misses their share): such reports are pooled until they hold this many.
+pub const MIN_SAMPLE_DATAGRAMS: u64 = 8;
+/// A delivery sample of fewer datagrams than this is not taken for a receiver catching up when
+/// it delivered more than was sent: it holds a whole run of the sender's more or less than its
+/// share, and is held to what was sent like any other sample.
+pub const FEW_DATAGRAMS: u64 = 32;
 /// Startup ends when two reports in a row show a queue this much above the lowest delay it saw.
 pub const STARTUP_RISE: Duration = Duration::from_millis(1);
 /// A resumed startup ends once a sample reaches this share of the bottleneck remembered.
@@ -126,6 +143,32 @@ pub const TRAINS_AGREE: f64 = 1.25;
 /// ... but to no more than this many times the bottleneck sample at once (an estimate from
 /// lumps the receiver's NIC or an emulator made is no measure of the path).
 pub const MAX_JUMP: f64 = 5.0;
+
+/// Reports too small to time on their own ([`MIN_SAMPLE_DATAGRAMS`]), pooled into one
+/// delivery sample over the time they were reported in. At a low rate (1 Mbit/s is one datagram
+/// per 10 ms report) no report is a sample, and without pooling the model never saw one: after
+/// a competitor had cut it to the floor it stayed there, probing in vain, long after the path
+/// was free again.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pool {
+    /// When the report before the pool's first one came: its datagrams arrived since.
+    since: Option<Instant>,
+    bytes: u64,
+    datagrams: u64,
+    lost: u64,
+}
+
+/// One delivery sample's raw numbers: a report's, or a [`Pool`]'s.
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    /// The time its datagrams arrived over: the report's interval, or, pooled, the time
+    /// between the reports that bound them (the receiver's arrival intervals of sparse reports
+    /// do not add up to it).
+    interval: Duration,
+    bytes: u64,
+    datagrams: u64,
+    lost: u64,
+}
 
 /// Where the model is (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,8 +229,11 @@ pub struct Model {
     full_bw: f64,
     full_rounds: u32,
     full_round: u64,
-    /// The bottleneck before the current probe, when it began, and its step's doublings.
+    /// The bottleneck before the current probe, when it began, its gain, and its step's
+    /// doublings.
     probe_base: f64,
+    probe: f64,
+    probe_len: Duration,
     probe_start: Instant,
     probe_doublings: u32,
     /// When the current state began.
@@ -211,6 +257,14 @@ pub struct Model {
     train_hints: VecDeque<f64>,
     /// Startup has gone to the trains' rate at once: it does so once only.
     jumped: bool,
+    /// Reports too small to be a sample on their own, so far.
+    pool: Pool,
+    /// When the latest report came.
+    last_report: Option<Instant>,
+    /// The time the latest delivery sample spanned: a report interval, or longer when
+    /// reports were pooled (a probe lasts as long, to be seen in one); and its datagrams.
+    sample_span: Duration,
+    sample_datagrams: u64,
 }
 
 impl Model {
@@ -233,6 +287,8 @@ impl Model {
             full_rounds: 0,
             full_round: 0,
             probe_base: 0.0,
+            probe: 1.0,
+            probe_len: Duration::ZERO,
             probe_start: now,
             probe_doublings: 0,
             phase_start: now,
@@ -244,6 +300,10 @@ impl Model {
             resumed: None,
             train_hints: VecDeque::new(),
             jumped: false,
+            pool: Pool::default(),
+            last_report: None,
+            sample_span: Duration::ZERO,
+            sample_datagrams: 0,
         }
     }
 
@@ -306,9 +366,42 @@ impl Model {
         self.phase_start = now;
     }
 
-    /// The probe step now: [`PROBE_STEP`], doubled for each probe in a row the path took.
+    /// The probe step now: [`PROBE_STEP`], doubled for each probe in a row the path took; but
+    /// at least [`PROBE_DATAGRAMS`] more than the latest sample's datagrams (at a low rate a
+    /// sample holds a few of the sender's runs, and a step of a run or less does not show).
     fn probe_gain(&self) -> f64 {
-        1.0 + PROBE_STEP * f64::from(1u32 << self.probe_doublings)
+        1.0 + self.probe_step().max(self.visible_step())
+    }
+
+    /// [`PROBE_STEP`], doubled for each probe in a row the path took.
+    fn probe_step(&self) -> f64 {
+        PROBE_STEP * f64::from(1u32 << self.probe_doublings)
+    }
+
+    /// The step that adds [`PROBE_DATAGRAMS`] to the latest sample (twice as many once the
+    /// path took a probe).
+    fn visible_step(&self) -> f64 {
+        let more = if self.probe_doublings > 0 { 2.0 } else { 1.0 };
+        more * PROBE_DATAGRAMS as f64 / self.sample_datagrams.max(1) as f64
+    }
+
+    /// Starts a probe from the bottleneck `bw`, at `now`, with reports every `interval`;
+    /// returns its rate. It lasts a report interval; two samples' time where a sample is a
+    /// few runs of the sender's (pooled reports, or a rate so low that the probe's step is
+    /// sized to show in one), so that one sample holds nothing else: a probe's data shared by
+    /// two reports shows half its step in each, and the run or two a sample holds more or
+    /// less than its share hid that.
+    fn start_probe(&mut self, bw: f64, now: Instant, interval: Duration) -> f64 {
+        self.probe_base = bw;
+        self.probe_start = now;
+        self.probe = self.probe_gain();
+        self.probe_len = if self.visible_step() > self.probe_step() {
+            self.sample_span.max(interval) * 2
+        } else {
+            interval
+        };
+        self.enter(Phase::ProbeUp, now);
+        bw * self.probe
     }
 
     /// Counts socket drops the receiver reported, also in a report of no datagrams (a reader
@@ -377,6 +470,88 @@ impl Model {
         (round + BW_WINDOW_ROUNDS > self.round && bw < before * RESTORE_AFTER_CUT).then_some(before)
     }
 
+    /// The delivery sample `fb` completes, if any: `fb` itself if it has
+    /// [`MIN_SAMPLE_DATAGRAMS`] and nothing is pooled, else the pool with `fb` once it has
+    /// that many (timed from the report before its first to `now`).
+    fn pool(&mut self, now: Instant, fb: &Feedback) -> Option<Delivery> {
+        let previous = self.last_report.replace(now);
+        if self.pool.datagrams == 0 && fb.datagrams >= MIN_SAMPLE_DATAGRAMS {
+            return Some(Delivery {
+                interval: fb.interval,
+                bytes: fb.bytes,
+                datagrams: fb.datagrams,
+                lost: fb.lost,
+            });
+        }
+        if self.pool.datagrams == 0 {
+            self.pool = Pool {
+                since: previous.or_else(|| now.checked_sub(fb.interval)),
+                ..Pool::default()
+            };
+        }
+        let p = &mut self.pool;
+        p.bytes = p.bytes.saturating_add(fb.bytes);
+        p.datagrams = p.datagrams.saturating_add(fb.datagrams);
+        p.lost = p.lost.saturating_add(fb.lost);
+        if p.datagrams < MIN_SAMPLE_DATAGRAMS {
+            return None;
+        }
+        let p = std::mem::take(&mut self.pool);
+        let interval = p
+            .since
+            .map_or(fb.interval, |s| now.saturating_duration_since(s));
+        (!interval.is_zero()).then_some(Delivery {
+            interval,
+            bytes: p.bytes,
+            datagrams: p.datagrams,
+            lost: p.lost,
+        })
+    }
+
+    /// The delivery sample `d` gives, received `now` with the controller at `rate`, whether the
+    /// receiver was catching up in it, and whether the sender was sending (delivered at least
+    /// half the rate).
+    ///
+    /// The sample is what was delivered, with what random loss took added back, since the
+    /// sender has to send that too; and no more than was sent: the highest rate in force while
+    /// that data left (a receiver catching up after a stall delivers faster than the path, and
+    /// so do the lucky intervals of a jittery one).
+    fn sample(&mut self, now: Instant, d: Delivery, sig: Signals, rate: f64) -> (f64, bool, bool) {
+        let seen = d.datagrams.saturating_add(d.lost);
+        let loss = d.lost as f64 / seen.max(1) as f64;
+        let delivered = d.bytes as f64 * 8.0 / d.interval.as_secs_f64();
+        self.sample_span = d.interval;
+        self.sample_datagrams = d.datagrams;
+        let random = sig.floor.unwrap_or(0.0).min(loss);
+        let left_from = now.checked_sub(self.rtt + d.interval).unwrap_or(now);
+        let left_until = now.checked_sub(self.rtt).unwrap_or(now);
+        let sent_then = self.rate_between(left_from, left_until, rate);
+        let passed = delivered / (1.0 - random).max(0.5);
+        // A receiver that delivers clearly more than was sent is catching up (after a stall):
+        // neither its rate nor the delay its late datagrams carry says anything about the path.
+        // Not so a sample of a few datagrams: it holds a whole run of the sender's more or
+        // less than its span's share (a quarter of it and more), and is held to what was sent
+        // like any other (thrown away, only the low ones counted, and at a low rate the
+        // windowed maximum fell sample by sample).
+        let catching_up = passed > sent_then * 1.05 && d.datagrams >= FEW_DATAGRAMS;
+        // Past startup, no sample is above what was sent: a receiver counts arrivals in lumps
+        // (its threads run late on a busy machine) and a jittery path has lucky intervals, so
+        // one report in a few counts more than arrived in its interval; with 2% of slack each
+        // such report lifted the windowed maximum, and so the rate, 2% above the last. A path
+        // with room is found by probing, whose higher rate its reports are held against.
+        // Startup keeps the slack: its rate grows between reports.
+        let slack = if self.phase == Phase::Startup {
+            1.02
+        } else {
+            1.0
+        };
+        (
+            passed.min(sent_then * slack),
+            catching_up,
+            delivered >= rate / 2.0,
+        )
+    }
+
     /// Takes one report (already checked and clamped by the controller) and the controller's
     /// current `rate`; returns the new pacing rate and why, or `None` to keep the rate.
     pub fn on_report(
@@ -390,40 +565,32 @@ impl Model {
         let loss = fb.lost as f64 / seen.max(1) as f64;
         let delivered = fb.bytes as f64 * 8.0 / fb.interval.as_secs_f64();
         let round_len = self.rtt.max(fb.interval);
-        // An outage (most datagrams lost, little delivered): nothing about the path's rate or
-        // its congestion, and no reason to slow down; deliveries resume at the remembered rate.
-        if loss > 0.5 && self.bottleneck_bps().is_some_and(|b| delivered < b / 4.0) {
+        let target = queue_target(self.rtt) + sig.noise;
+        // An outage (most datagrams lost, little delivered, and no long queue): nothing about
+        // the path's rate or its congestion, and no reason to slow down; deliveries resume at
+        // the remembered rate. (What little comes through a queue twice the target is a path
+        // that slowed down to a trickle: congestion.)
+        if loss > 0.5
+            && fb.queue_delay <= target * 2
+            && self.bottleneck_bps().is_some_and(|b| delivered < b / 4.0)
+        {
             return None;
         }
+        let delivery = self.pool(now, fb);
         // The rate until now; the reports' data left about a round trip ago.
         self.sent.push_back((now, rate));
-        while self.sent.len() > 1 && self.sent[0].0 + self.rtt + fb.interval * 4 <= now {
+        let kept = self.rtt + (fb.interval * 4).max(self.sample_span * 2);
+        while self.sent.len() > 1 && self.sent[0].0 + kept <= now {
             self.sent.pop_front();
         }
-        // The sample: what the report delivered, with what random loss took added back, since
-        // the sender has to send that too; and no more than was sent: the highest rate in force
-        // while that data left (a receiver catching up after a stall delivers faster than the
-        // path, and so do the lucky intervals of a jittery one).
-        let random = sig.floor.unwrap_or(0.0).min(loss);
-        let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
-        let left_until = now.checked_sub(self.rtt).unwrap_or(now);
-        let sent_then = self.rate_between(left_from, left_until, rate);
-        let passed = delivered / (1.0 - random).max(0.5);
-        // A receiver that delivers clearly more than was sent is catching up (after a stall):
-        // neither its rate nor the delay its late datagrams carry says anything about the path.
-        let catching_up = passed > sent_then * 1.05;
-        // Past startup, no sample is above what was sent: a receiver counts arrivals in lumps
-        // (its threads run late on a busy machine) and a jittery path has lucky intervals, so
-        // one report in a few counts more than arrived in its interval; with 2% of slack each
-        // such report lifted the windowed maximum, and so the rate, 2% above the last. A path
-        // with room is found by probing, whose higher rate its reports are held against.
-        // Startup keeps the slack: its rate grows between reports.
-        let slack = if self.phase == Phase::Startup {
-            1.02
-        } else {
-            1.0
+        let (sample, catching_up, sending) = match delivery {
+            Some(d) => {
+                let (sample, catching_up, sending) = self.sample(now, d, sig, rate);
+                (Some(sample), catching_up, sending)
+            }
+            // Pooled, no sample yet: nothing to go by but the delay and loss.
+            None => (None, false, false),
         };
-        let sample = passed.min(sent_then * slack);
         // Loss over the last round, against the floor. Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
         // one: those are the receiver's, judged as it falling behind, not the path's loss.
         self.note_drops(fb.socket_drops);
@@ -443,16 +610,11 @@ impl Model {
         let loss_congestion = super::loss_beyond(sig.floor, round_lost, round_seen);
         // A round in which the sender had little to send (or the path was out) does not age
         // the maximum.
-        let sending = delivered >= rate / 2.0;
         if now >= self.round_start + round_len && sending {
             self.round += 1;
             self.round_start = now;
         }
-        if sample.is_finite()
-            && sample > 0.0
-            && fb.datagrams >= MIN_SAMPLE_DATAGRAMS
-            && !catching_up
-        {
+        if let Some(sample) = sample.filter(|s| s.is_finite() && *s > 0.0 && !catching_up) {
             match self.bw_rounds.back_mut() {
                 Some(last) if last.0 == self.round => last.1 = last.1.max(sample),
                 _ => self.bw_rounds.push_back((self.round, sample)),
@@ -471,7 +633,6 @@ impl Model {
         }
         let bw = self.bottleneck_bps()?;
 
-        let target = queue_target(self.rtt) + sig.noise;
         let queue = fb.queue_delay > target && !catching_up;
         // Startup sees a queue as soon as the delay rises clearly above what jitter gave it.
         let delay_floor = self
@@ -638,21 +799,26 @@ impl Model {
                         }
                     }
                     Phase::Cruise if judged && self.rounds_in_phase() >= CRUISE_ROUNDS => {
-                        self.probe_base = bw;
-                        self.probe_start = now;
-                        self.enter(Phase::ProbeUp, now);
-                        Some((bw * self.probe_gain(), Reason::Probe))
+                        Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                     }
-                    Phase::ProbeUp if now >= self.phase_start + fb.interval => {
+                    Phase::ProbeUp if now >= self.phase_start + self.probe_len => {
                         self.enter(Phase::ProbeDown, now);
                         Some((bw * DRAIN_GAIN, Reason::Drain))
                     }
-                    Phase::ProbeDown if now >= self.phase_start + fb.interval => {
+                    Phase::ProbeDown if now >= self.phase_start + self.probe_len => {
                         self.enter(Phase::ProbeWait, now);
                         Some((bw, Reason::Cruise))
                     }
-                    Phase::ProbeWait if now >= self.probe_start + settle + fb.interval => {
-                        let took = bw >= self.probe_base * (1.0 + (self.probe_gain() - 1.0) / 2.0);
+                    // (The sample that holds the probe's last data is reported a round trip and
+                    // a sample's span after it left.)
+                    Phase::ProbeWait
+                        if now
+                            >= self.probe_start
+                                + self.rtt
+                                + self.probe_len
+                                + self.sample_span.max(fb.interval) =>
+                    {
+                        let took = bw >= self.probe_base * (1.0 + (self.probe - 1.0) / 2.0);
                         // The path takes more again soon after a correction: it was a
                         // moment's dip (an emulator or a router short of CPU, a burst of
                         // cross traffic), and the model returns to what it had before at
@@ -672,17 +838,14 @@ impl Model {
                         } else if took && !queue && !behind {
                             self.probe_doublings =
                                 (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS);
-                            self.probe_base = bw;
-                            self.probe_start = now;
-                            self.enter(Phase::ProbeUp, now);
-                            Some((bw * self.probe_gain(), Reason::Probe))
+                            Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                         } else {
                             self.probe_doublings = 0;
                             self.enter(Phase::Cruise, now);
                             Some((bw, Reason::Cruise))
                         }
                     }
-                    Phase::ProbeUp => Some((self.probe_base * self.probe_gain(), Reason::Probe)),
+                    Phase::ProbeUp => Some((self.probe_base * self.probe, Reason::Probe)),
                     Phase::ProbeDown => Some((self.probe_base * DRAIN_GAIN, Reason::Drain)),
                     // Pacing at the bottleneck exactly leaves any overestimate standing in the
                     // queue: a queue of a third of the target is let drain, gently, without
