@@ -1062,8 +1062,12 @@ mod wan {
             mean(&without)
         );
         // Nearly every transfer without second copies loses a repair; with them, few do.
+        // (Since session 28 a lost repair is asked for again when its own wait is over, not up
+        // to a quarter of it early, where the sender took the ask for an echo of the first and
+        // waited for a third: without copies the mean fell from 4.25 round trips to 3.38, with
+        // them from 2.37 to 2.23.)
         let extra = |v: &[f64]| v.iter().filter(|&&t| t > 2.5).count();
-        assert!(mean(&with) + 1.2 < mean(&without));
+        assert!(mean(&with) + 1.0 < mean(&without));
         assert!(
             extra(&with) <= 3 && extra(&without) >= 12,
             "{with:?} {without:?}"

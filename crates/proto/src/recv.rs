@@ -98,8 +98,14 @@ pub struct ChannelReceiver {
     /// sample opens at most every `reorder_wait / 4`, so the list stays short.
     history: VecDeque<(Instant, Instant, u64)>,
     final_at: Option<Instant>,
-    /// Ranges asked for, grouped by when; generations older than `nack_retry` are forgotten.
-    asked: VecDeque<(Instant, RangeSet)>,
+    /// Ranges asked for, grouped by when: (generation opened, last asked in it, ranges). A
+    /// generation is forgotten, so its ranges asked for again, once `nack_retry` has passed
+    /// since its *last* ask: never before a range's own wait is over. (Timed from its opening,
+    /// a range asked late in a generation was asked again up to a quarter of `nack_retry`
+    /// early, sooner than the sender's `repair_echo` after its repair, which took it for an
+    /// echo of the first ask and did not answer: a lost repair then cost another wait and a
+    /// round trip, 0.4 s of a 5.6 s transfer over 150 ms.)
+    asked: VecDeque<(Instant, Instant, RangeSet)>,
     /// Recent queueing delay, decayed: (when noted, delay).
     queue_delay: Option<(Instant, Duration)>,
     done_sent: bool,
@@ -227,7 +233,7 @@ impl ChannelReceiver {
         self.stats.rejected_blocks += 1;
         self.received.remove(block.clone());
         self.rejected.insert(block.clone());
-        for (_, set) in self.asked.iter_mut() {
+        for (_, _, set) in self.asked.iter_mut() {
             set.remove(block.clone());
         }
         self.done_sent = false;
@@ -281,7 +287,7 @@ impl ChannelReceiver {
         while self
             .asked
             .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= retry)
+            .is_some_and(|(_, last, _)| now.saturating_duration_since(*last) >= retry)
         {
             self.asked.pop_front();
         }
@@ -291,7 +297,7 @@ impl ChannelReceiver {
         if wanted.is_empty() {
             return None;
         }
-        for (_, set) in &self.asked {
+        for (_, _, set) in &self.asked {
             wanted.subtract(set);
             if wanted.is_empty() {
                 return None;
@@ -302,15 +308,18 @@ impl ChannelReceiver {
             .take(self.cfg.max_nack_ranges)
             .map(|r| (r.start, r.end))
             .collect();
-        let generation_span = self.cfg.nack_retry / 4;
+        // Generations open at most every eighth of `nack_retry`: a range is asked for again at
+        // most that much later than its own wait.
+        let generation_span = self.cfg.nack_retry / 8;
         if self
             .asked
             .back()
-            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= generation_span)
+            .is_none_or(|(opened, _, _)| now.saturating_duration_since(*opened) >= generation_span)
         {
-            self.asked.push_back((now, RangeSet::new()));
+            self.asked.push_back((now, now, RangeSet::new()));
         }
-        if let Some((_, set)) = self.asked.back_mut() {
+        if let Some((_, last, set)) = self.asked.back_mut() {
+            *last = now;
             for &(s, e) in &ranges {
                 set.insert(s..e);
                 self.stats.nacked_bytes += e - s;
@@ -342,7 +351,10 @@ impl ChannelReceiver {
         if self.is_complete() {
             return None;
         }
-        let soonest_retry = self.asked.front().map(|(t, _)| *t + self.retry_after(now));
+        let soonest_retry = self
+            .asked
+            .front()
+            .map(|(_, last, _)| *last + self.retry_after(now));
         let reorder = now + self.cfg.reorder_wait / 2;
         Some(soonest_retry.map_or(reorder, |r| r.min(reorder)))
     }
@@ -374,6 +386,25 @@ mod tests {
         let out = r.on_data(t0 + ms(170), 1000, 1000, true, 0..3000);
         assert!(out.completes_block);
         assert_eq!(r.poll_nack(t0 + ms(400)), None);
+    }
+
+    #[test]
+    fn a_range_is_not_asked_for_again_before_its_own_wait_is_over() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::default());
+        r.on_data(t0, 0, 1000, false, 0..10_000);
+        r.on_data(t0, 2000, 1000, false, 0..10_000);
+        assert_eq!(r.poll_nack(t0 + ms(6)), Some(vec![(1000, 2000)]));
+        // A second gap, asked for 10 ms later, in the same generation (150 / 8 ms).
+        r.on_data(t0 + ms(10), 4000, 1000, false, 0..10_000);
+        assert_eq!(r.poll_nack(t0 + ms(16)), Some(vec![(3000, 4000)]));
+        // 150 ms after the first ask the second's wait is not over: neither is asked yet
+        // (the first waits 10 ms longer than its own 150).
+        assert_eq!(r.poll_nack(t0 + ms(160)), None);
+        assert_eq!(
+            r.poll_nack(t0 + ms(166)),
+            Some(vec![(1000, 2000), (3000, 4000)])
+        );
     }
 
     #[test]
