@@ -9,7 +9,9 @@
 //! - The sender's [`FeedbackReader`] is a thread that waits on its channel sockets (the same
 //!   sockets the data leaves from), opens what comes from the receiver's address with the
 //!   feedback key, and hands the messages to the session loop, which takes the first copy of
-//!   each ([`hurtle_proto::feedback::Dedup`]).
+//!   each ([`hurtle_proto::feedback::Dedup`]). Dropping it wakes the thread at once (a
+//!   datagram on a socket pair of its own) and joins it: the sender's exit waited up to the
+//!   thread's 50 ms stop check before session 28, 0.3% of a 20 s transfer.
 
 use crate::net::udp::{wait_readable, MAX_WAIT_FDS};
 use crossbeam_channel::{unbounded, Receiver};
@@ -19,6 +21,7 @@ use hurtle_proto::wire::Control;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -103,40 +106,62 @@ pub struct FeedbackReader {
     /// What it received and dropped.
     pub counts: Arc<FeedbackCounts>,
     stop: Arc<AtomicBool>,
+    /// Wakes the thread from its wait when the reader is dropped.
+    wake: UnixDatagram,
     thread: Option<JoinHandle<()>>,
 }
 
-/// How often the reader looks at its stop flag while nothing arrives.
+/// How often the reader looks at its stop flag while nothing arrives (a dropped reader also
+/// wakes it at once).
 const STOP_CHECK: Duration = Duration::from_millis(50);
 
 impl FeedbackReader {
-    /// Starts reading `socks` (clones of the channel sockets; the first [`MAX_WAIT_FDS`] are
-    /// watched) for feedback from `from` of data session `session`, opened with `key`.
+    /// Starts reading `socks` (clones of the channel sockets; the first [`MAX_WAIT_FDS`] less
+    /// one are watched, beside the wake-up socket) for feedback from `from` of data session
+    /// `session`, opened with `key`.
     pub fn start(
         socks: Vec<UdpSocket>,
         from: IpAddr,
         key: &DataKey,
         session: u32,
     ) -> std::io::Result<FeedbackReader> {
+        Self::start_checking(socks, from, key, session, STOP_CHECK)
+    }
+
+    /// [`FeedbackReader::start`], looking at the stop flag every `stop_check`.
+    fn start_checking(
+        socks: Vec<UdpSocket>,
+        from: IpAddr,
+        key: &DataKey,
+        session: u32,
+        stop_check: Duration,
+    ) -> std::io::Result<FeedbackReader> {
         let (tx, rx) = unbounded();
         let counts = Arc::new(FeedbackCounts::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let (wake, woken) = UnixDatagram::pair()?;
+        wake.set_nonblocking(true)?;
         let mut open = key.opener(feedback::FEEDBACK_CHANNEL);
         let (c, s) = (counts.clone(), stop.clone());
         let from = from.to_canonical();
         let thread = std::thread::Builder::new()
             .name("feedback-rx".into())
             .spawn(move || {
-                let socks: Vec<UdpSocket> = socks.into_iter().take(MAX_WAIT_FDS).collect();
+                let socks: Vec<UdpSocket> = socks.into_iter().take(MAX_WAIT_FDS - 1).collect();
                 let mut buf = vec![0u8; 2048];
                 while !s.load(Ordering::Relaxed) {
-                    let ready =
-                        match wait_readable(socks.iter().map(|u| Some(u.as_fd())), STOP_CHECK) {
-                            Ok(r) => r,
-                            Err(_) => return,
-                        };
+                    // Bit 0: the wake-up socket; bit i + 1: the ith channel socket.
+                    let fds = std::iter::once(Some(woken.as_fd()))
+                        .chain(socks.iter().map(|u| Some(u.as_fd())));
+                    let ready = match wait_readable(fds, stop_check) {
+                        Ok(r) => r,
+                        Err(_) => return,
+                    };
+                    if ready & 1 != 0 {
+                        return;
+                    }
                     for (i, sock) in socks.iter().enumerate() {
-                        if ready & (1 << i) == 0 {
+                        if ready & (1 << (i + 1)) == 0 {
                             continue;
                         }
                         loop {
@@ -169,6 +194,7 @@ impl FeedbackReader {
             rx,
             counts,
             stop,
+            wake,
             thread: Some(thread),
         })
     }
@@ -177,6 +203,8 @@ impl FeedbackReader {
 impl Drop for FeedbackReader {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // (If the wake-up cannot be sent, the stop check ends the wait within 50 ms.)
+        let _ = self.wake.send(&[0]);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -203,6 +231,30 @@ mod tests {
             seq,
             ranges: vec![(0, 1400)],
         }
+    }
+
+    #[test]
+    fn a_dropped_reader_wakes_its_thread_instead_of_waiting_out_the_stop_check() {
+        let (got, _, _) = crate::agree::testing::agreed("7-a-b");
+        let (_, sock) = pair();
+        // A stop check of an hour: only the wake-up can end the thread's wait.
+        let reader = FeedbackReader::start_checking(
+            vec![sock],
+            "127.0.0.1".parse().unwrap(),
+            &got.keys.feedback,
+            9,
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            drop(reader);
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "the reader's thread was not woken"
+        );
     }
 
     #[test]
