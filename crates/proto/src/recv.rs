@@ -104,7 +104,7 @@ pub struct ChannelReceiver {
     /// a range asked late in a generation was asked again up to a quarter of `nack_retry`
     /// early, sooner than the sender's `repair_echo` after its repair, which took it for an
     /// echo of the first ask and did not answer: a lost repair then cost another wait and a
-    /// round trip, 0.4 s of a 5.6 s transfer over 150 ms.)
+    /// round trip, 0.24 s of a 5.6 s transfer over 150 ms.)
     asked: VecDeque<(Instant, Instant, RangeSet)>,
     /// Recent queueing delay, decayed: (when noted, delay).
     queue_delay: Option<(Instant, Duration)>,
