@@ -429,15 +429,15 @@ impl ChannelWorker {
         } else {
             self.shared.channels
         };
+        let mut now = Instant::now();
         if (rate, among) != (self.rate_seen, self.among) {
             self.rate_seen = rate;
             self.among = among;
             self.pacer
-                .set_rate((rate / u64::from(among)).max(100_000), Instant::now());
+                .set_rate((rate / u64::from(among)).max(100_000), now);
             self.log
                 .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
         }
-        let mut now = Instant::now();
         let mut bursts = 0;
         while self.pacer.can_send(now) && bursts < 16 {
             // The tail's new data goes in pieces that leave room for a parity descriptor.

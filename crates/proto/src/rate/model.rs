@@ -170,6 +170,18 @@ struct Delivery {
     lost: u64,
 }
 
+/// What [`Model::sample`] makes of a [`Delivery`].
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// The delivery sample, bits per second.
+    bps: f64,
+    /// The receiver delivered clearly more than was sent: it was catching up after a stall.
+    catching_up: bool,
+    /// The sender was sending: delivered at least half the rate (a round in which it was not
+    /// does not age the maximum).
+    sending: bool,
+}
+
 /// Where the model is (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -508,20 +520,17 @@ impl Model {
         })
     }
 
-    /// The delivery sample `d` gives, received `now` with the controller at `rate`, whether the
-    /// receiver was catching up in it, and whether the sender was sending (delivered at least
-    /// half the rate).
+    /// What the delivery `d`, received `now` with the controller at `rate`, says: its sample,
+    /// whether the receiver was catching up in it, and whether the sender was sending.
     ///
     /// The sample is what was delivered, with what random loss took added back, since the
     /// sender has to send that too; and no more than was sent: the highest rate in force while
     /// that data left (a receiver catching up after a stall delivers faster than the path, and
     /// so do the lucky intervals of a jittery one).
-    fn sample(&mut self, now: Instant, d: Delivery, sig: Signals, rate: f64) -> (f64, bool, bool) {
+    fn sample(&self, now: Instant, d: Delivery, sig: Signals, rate: f64) -> Sample {
         let seen = d.datagrams.saturating_add(d.lost);
         let loss = d.lost as f64 / seen.max(1) as f64;
         let delivered = d.bytes as f64 * 8.0 / d.interval.as_secs_f64();
-        self.sample_span = d.interval;
-        self.sample_datagrams = d.datagrams;
         let random = sig.floor.unwrap_or(0.0).min(loss);
         let left_from = now.checked_sub(self.rtt + d.interval).unwrap_or(now);
         let left_until = now.checked_sub(self.rtt).unwrap_or(now);
@@ -545,11 +554,11 @@ impl Model {
         } else {
             1.0
         };
-        (
-            passed.min(sent_then * slack),
+        Sample {
+            bps: passed.min(sent_then * slack),
             catching_up,
-            delivered >= rate / 2.0,
-        )
+            sending: delivered >= rate / 2.0,
+        }
     }
 
     /// Takes one report (already checked and clamped by the controller) and the controller's
@@ -585,8 +594,10 @@ impl Model {
         }
         let (sample, catching_up, sending) = match delivery {
             Some(d) => {
-                let (sample, catching_up, sending) = self.sample(now, d, sig, rate);
-                (Some(sample), catching_up, sending)
+                let s = self.sample(now, d, sig, rate);
+                self.sample_span = d.interval;
+                self.sample_datagrams = d.datagrams;
+                (Some(s.bps), s.catching_up, s.sending)
             }
             // Pooled, no sample yet: nothing to go by but the delay and loss.
             None => (None, false, false),
