@@ -273,17 +273,31 @@ fn sizes_around_payload_and_chunk_boundaries_arrive_byte_exact() {
         for (i, &size) in sizes.iter().enumerate() {
             let src = t.path().join(format!("src/p{payload}-f{i}-{size}.bin"));
             fsx::write_random(&src, size, 100 + i as u64 + payload);
-            let s = proc::send(
-                r.addr,
-                &[&src],
-                &["--json", "--channels", "3", "--payload", &p],
-            );
-            s.assert_success();
             let name = src.file_name().unwrap().to_str().unwrap();
-            let v = s.json();
-            check_send_json(&v, &[(name, &src)], 3);
-            assert_eq!(num(&v, "payload"), payload, "{v}");
-            fsx::assert_same_file(&src, &out.join(name));
+            // Data does not wait for the path probe: it starts at the default payload and
+            // moves up once the larger size is acknowledged on every channel. A small file
+            // can be done before that on a busy machine; then it is sent again (each time
+            // byte-exact) until it went at the size asked for, which it must within a few tries.
+            for attempt in 1.. {
+                let s = proc::send(
+                    r.addr,
+                    &[&src],
+                    &["--json", "--channels", "3", "--payload", &p],
+                );
+                s.assert_success();
+                let v = s.json();
+                check_send_json(&v, &[(name, &src)], 3);
+                fsx::assert_same_file(&src, &out.join(name));
+                let used = num(&v, "payload");
+                if used == payload {
+                    break;
+                }
+                assert!(
+                    used == u64::from(wire::DEFAULT_PAYLOAD) && attempt < 4,
+                    "attempt {attempt}: payload {used}, not {payload}: {v}"
+                );
+                fs::remove_file(out.join(name)).unwrap();
+            }
         }
     }
     assert!(r.proc.is_running(), "--serve receiver exited");
