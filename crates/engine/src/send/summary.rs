@@ -146,7 +146,7 @@ impl BottleneckSummary {
                 .model()
                 .and_then(|m| m.bottleneck_bps())
                 .map(|b| b as u64),
-            random_loss: ctl.random_loss(),
+            random_loss: ctl.loss_share(),
             receiver,
             receiver_buffer: limits.receiver_buffer,
         })
@@ -183,7 +183,8 @@ pub struct RateSummary {
     pub reports: Vec<(u64, u64, u64, u64, u64, u64, u64)>,
     /// `auto`'s model of the path at the end: its bottleneck rate, bits per second.
     pub path_bps: Option<u64>,
-    /// The share of datagrams random loss took, as the controller estimated it at the end.
+    /// The share of datagrams the path lost in the reports that showed no congestion, over the
+    /// transfer: its random loss (`None` before a thousand datagrams were counted).
     pub random_loss: Option<f64>,
     /// The start from the last transfer to this receiver, if there was one (see
     /// [`PathMemories`](super::PathMemories)).
@@ -256,7 +257,7 @@ impl RateSummary {
                 .model()
                 .and_then(|m| m.bottleneck_bps())
                 .map(|b| b as u64),
-            random_loss: ctl.random_loss(),
+            random_loss: ctl.loss_share(),
             resumed: None,
         }
     }

@@ -7,10 +7,11 @@
 //! | `sender` | the channels sent less than three quarters of the rate they were paced at (over at least a second of pacing): the sender's CPU, or the disk it reads from |
 //! | `rate-cap` | the user's `--rate` held the rate for half the transfer or more |
 //! | `receiver-ceiling` | the ceiling the receiver offered (how fast it hashes, times its cores) held it for half the transfer or more |
+//! | `startup` | the rate only ever grew from its start (`auto` or `fair`, no correction, no cruise): the transfer ended before the rate found what limits it, and round trips, not bandwidth, set its time |
 //! | `receiver-disk` | in at least [`DISK_REPORTS`] reports, and more of them than showed its CPU behind, the receiver's writer queue was over half full or a block waited in it longer than the queueing target, and the rate was corrected: the disk it writes to |
 //! | `receiver-buffers` | as `receiver-cpu`, but the receiver's socket buffers were capped below what it asked for (`net.core.rmem_max`) while the rate stayed under half the ceiling it offered (or it offered none): its CPU had room, and a bigger buffer takes the bursts it catches up with |
 //! | `receiver-cpu` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU |
-//! | `path` | otherwise: the path, with the rate `auto`'s model has for it and the random loss on it |
+//! | `path` | otherwise: the path, with the rate `auto`'s model has for it and the random loss on it (the share of datagrams lost in reports without congestion, once [`super::LOSS_SHARE_AFTER`] were counted) |
 //!
 //! The receiver says in its `HelloAck` whether the kernel granted its sockets' receive
 //! buffers in full ([`BufferCap`]).
@@ -42,6 +43,11 @@ pub enum Bottleneck {
     /// The ceiling the receiver offered: how fast it hashes, times its cores.
     ReceiverCeiling {
         /// The ceiling, bits per second.
+        bps: u64,
+    },
+    /// The transfer ended while the rate was still growing from its start: round trips.
+    Startup {
+        /// The last rate, bits per second.
         bps: u64,
     },
     /// The receiver's disk: blocks waited for its writer.
@@ -213,6 +219,14 @@ impl Bottleneck {
                 bps: e.receiver_ceiling_bps,
             };
         }
+        if e.changes
+            .iter()
+            .all(|c| matches!(c.2, Reason::Start | Reason::Startup))
+        {
+            return Bottleneck::Startup {
+                bps: e.changes.last().map_or(0, |c| c.1),
+            };
+        }
         let receiver = e.count(&[Reason::Backlog, Reason::SocketDrops]);
         let path = e.count(&[Reason::Loss, Reason::Delay]);
         // A slow disk corrects the rate through the backlog and the queueing delay its writer
@@ -255,6 +269,7 @@ impl Bottleneck {
             Bottleneck::Sender { .. } => "sender",
             Bottleneck::RateCap { .. } => "rate-cap",
             Bottleneck::ReceiverCeiling { .. } => "receiver-ceiling",
+            Bottleneck::Startup { .. } => "startup",
             Bottleneck::ReceiverDisk { .. } => "receiver-disk",
             Bottleneck::Receiver { .. } => "receiver-cpu",
             Bottleneck::ReceiverBuffers { .. } => "receiver-buffers",
@@ -273,6 +288,7 @@ impl Bottleneck {
             Bottleneck::ReceiverCeiling { bps } => {
                 format!("the receiver's hashing, {}", mbit(*bps))
             }
+            Bottleneck::Startup { .. } => "round trips, the rate still growing".into(),
             Bottleneck::ReceiverDisk { .. } => "the receiver's disk".into(),
             Bottleneck::Receiver { .. } => "the receiver's CPU".into(),
             Bottleneck::ReceiverBuffers { cap, .. } => format!(
@@ -322,6 +338,12 @@ impl fmt::Display for Bottleneck {
             Bottleneck::ReceiverCeiling { bps } => write!(
                 f,
                 "the receiver's CPU: the ceiling it offered, {}, how fast it hashes",
+                mbit(*bps)
+            ),
+            Bottleneck::Startup { bps } => write!(
+                f,
+                "round trips: the transfer ended while the rate was still growing from its \
+                 start (last {}), before it found what limits the path",
                 mbit(*bps)
             ),
             Bottleneck::ReceiverDisk {
@@ -452,6 +474,26 @@ mod tests {
     }
 
     #[test]
+    fn a_transfer_that_ended_while_the_rate_grew_names_round_trips_not_the_path() {
+        let mut e = evidence(
+            &[(0, 100 * M, Reason::Start), (200, 218 * M, Reason::Startup)],
+            0,
+        );
+        let b = Bottleneck::classify(&e);
+        assert_eq!(b, Bottleneck::Startup { bps: 218 * M });
+        assert_eq!(
+            b.to_string(),
+            "round trips: the transfer ended while the rate was still growing from its start \
+             (last 218 Mbit/s), before it found what limits the path"
+        );
+        assert_eq!(b.name(), "startup");
+        // Once the rate settled, what held it is named.
+        e.changes
+            .push((Duration::from_millis(400), 480 * M, Reason::Cruise));
+        assert_eq!(Bottleneck::classify(&e).name(), "path");
+    }
+
+    #[test]
     fn a_path_that_showed_loss_and_queues_is_the_path() {
         let e = evidence(
             &[
@@ -574,8 +616,9 @@ mod tests {
                 paced_bps: 400 * M
             }
         );
+        // Half a second that never left its first rate: not the sender, round trips.
         e.paced_for = Duration::from_millis(500);
-        assert_eq!(Bottleneck::classify(&e).name(), "path");
+        assert_eq!(Bottleneck::classify(&e).name(), "startup");
     }
 
     #[test]

@@ -336,6 +336,8 @@ const FLOOR_ROUNDS: usize = 16;
 /// Loss above what the floor explains that counts as congestion, as a share of the round's
 /// datagrams (on top of the floor's own noise, see [`RateController::on_feedback`]).
 const LOSS_MARGIN: f64 = 0.005;
+/// Datagrams counted before [`RateController::loss_share`] names a loss rate.
+pub const LOSS_SHARE_AFTER: u64 = 1000;
 /// Outside startup one report cuts the rate to no less than this share of it.
 const MAX_CUT: f64 = 0.5;
 /// Outside startup, a judged round that delivered less than this share of the rate (or less,
@@ -370,6 +372,9 @@ pub struct RateController {
     hold_until: Option<Instant>,
     /// (lost, seen) datagrams of recent rounds.
     recent_loss: VecDeque<(u64, u64)>,
+    /// (lost, seen) datagrams of every report whose loss the floor explained (not
+    /// congestion), for [`RateController::loss_share`].
+    random: (u64, u64),
     /// Delivery rate the last time congestion was seen: where the path's capacity was.
     capacity: Option<f64>,
     /// Rounds in a row with an empty queue: how many times the probing step has doubled.
@@ -432,6 +437,7 @@ impl RateController {
             startup: true,
             hold_until: None,
             recent_loss: VecDeque::new(),
+            random: (0, 0),
             capacity: None,
             quiet_above: 0,
             last_change: None,
@@ -504,17 +510,33 @@ impl RateController {
         &self.reports
     }
 
-    /// Keeps one report's loss for the loss floor (the last [`FLOOR_ROUNDS`] reports).
-    fn note_loss(&mut self, lost: u64, seen: u64) {
+    /// Keeps one report's loss for the loss floor (the last [`FLOOR_ROUNDS`] reports) and,
+    /// unless it was `congestion`, for [`RateController::loss_share`].
+    fn note_loss(&mut self, lost: u64, seen: u64, congestion: bool) {
+        if !congestion {
+            self.random.0 = self.random.0.saturating_add(lost);
+            self.random.1 = self.random.1.saturating_add(seen);
+        }
         self.recent_loss.push_back((lost, seen));
         if self.recent_loss.len() > FLOOR_ROUNDS {
             self.recent_loss.pop_front();
         }
     }
 
-    /// The loss rate random loss explains, from recent reports (`None` before any).
+    /// The loss rate random loss explains, from recent reports (`None` before any): an upper
+    /// bound (the floor), which is what parity is sized by. For what the path lost, see
+    /// [`RateController::loss_share`].
     pub fn random_loss(&self) -> Option<f64> {
         self.loss_floor()
+    }
+
+    /// The share of datagrams the path lost in the reports that showed no congestion, over
+    /// the whole transfer: its random loss, for a summary. `None` until [`LOSS_SHARE_AFTER`]
+    /// datagrams were counted (an 8 KiB file's few datagrams say nothing of it, while the
+    /// floor's bound over them is 50%).
+    pub fn loss_share(&self) -> Option<f64> {
+        let (lost, seen) = self.random;
+        (seen >= LOSS_SHARE_AFTER).then(|| lost as f64 / seen as f64)
     }
 
     /// Takes one report (see [`RateController::on_feedback`]) and keeps it for
@@ -595,7 +617,8 @@ impl RateController {
             // The rate stays; the loss is kept all the same, for what random loss the path
             // has ([`RateController::random_loss`]: the tail's parity is sized by it).
             if seen > 0 && !fb.interval.is_zero() {
-                self.note_loss(fb.lost.min(seen), seen);
+                let lost = fb.lost.min(seen);
+                self.note_loss(lost, seen, loss_beyond(self.loss_floor(), lost, seen));
             }
             return None;
         }
@@ -618,7 +641,7 @@ impl RateController {
         let loss = fb.lost as f64 / seen as f64;
         let floor = self.loss_floor();
         let loss_congestion = loss_beyond(floor, fb.lost, seen);
-        self.note_loss(fb.lost.min(seen), seen);
+        self.note_loss(fb.lost.min(seen), seen, loss_congestion);
         if let Some(model) = self.model.as_mut() {
             let sig = Signals { floor, noise };
             let (new, why) = model.on_report(now, fb, sig, self.rate)?;
@@ -916,6 +939,37 @@ mod tests {
             .timeline()
             .iter()
             .all(|ch| !matches!(ch.reason, Reason::Loss | Reason::Delay)));
+    }
+
+    #[test]
+    fn the_loss_share_is_what_the_path_lost_without_congestion_and_nothing_from_a_few_datagrams() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = RateController::new(cfg(RateMode::Auto), t0);
+        // An 8 KiB file's datagrams, none lost: the floor's bound over them is 50% (what the
+        // tail's parity is sized by), but they say nothing of the path's loss.
+        let few = Feedback {
+            bytes: 8 * 1400,
+            datagrams: 8,
+            lost: 0,
+            ..fb(1e6, 0.0, 0)
+        };
+        c.on_feedback(t0 + ms(10), &few);
+        assert_eq!(c.random_loss(), Some(0.5));
+        assert_eq!(c.loss_share(), None);
+        // 1% random loss, report after report: the share is 1%, the floor a little above it.
+        let mut t = t0 + ms(10);
+        for _ in 0..12 {
+            t += ms(50);
+            c.on_feedback(t, &fb(1e9, 0.01, 1));
+        }
+        let share = c.loss_share().unwrap();
+        assert!((0.0095..0.0105).contains(&share), "{share}");
+        assert!(c.random_loss().unwrap() > share);
+        // A report that lost a fifth is congestion, not the path's random loss.
+        t += ms(50);
+        c.on_feedback(t, &fb(1e9, 0.2, 1));
+        assert!((0.0095..0.0105).contains(&c.loss_share().unwrap()));
     }
 
     #[test]
