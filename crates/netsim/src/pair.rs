@@ -49,7 +49,8 @@
 //!   anything. Each channel's receiver waits that much longer before asking for a repair again,
 //!   as in the engine. The sender feeds each report
 //!   to `on_feedback` when it arrives and sets every pacer to the new rate divided by the channel
-//!   count (at least 100 kbit/s). Every change lands in [`Outcome::rate_timeline`], every report
+//!   count (at least 100 kbit/s), and their catch-up to the controller's
+//!   (`RateController::catch_up`). Every change lands in [`Outcome::rate_timeline`], every report
 //!   in [`Outcome::reports`].
 //! - **Receiver capacity** ([`Scenario::receiver_rate_bps`]): a second rate-limited drop-tail
 //!   stage between the data link and the receiver, like a socket buffer of
@@ -176,7 +177,7 @@ pub struct Scenario {
     /// Moments the sending host's channel threads stop (preempted; on a busy VM, the
     /// hypervisor's steal): from each start to each end (virtual times from time zero) no data
     /// datagram leaves, and the pacers owe the time missed, as the engine's do (each repays
-    /// up to [`hurtle_proto::send::MAX_OWED`]).
+    /// up to [`hurtle_proto::send::MAX_OWED`], or what the rate controller allows).
     pub sender_stalls: Vec<(Duration, Duration)>,
     /// Whether the receiver's reports carry the bottleneck's rate by its trains
     /// ([`hurtle_proto::rate::dispersion`]), as the engine's do; `false` leaves the field 0
@@ -1867,7 +1868,12 @@ impl Pair {
                     .as_mut()
                     .ok_or("Report without rate control")?;
                 let fb = Feedback::of_report(&report).ok_or("Report is not a report")?;
-                if let Some(change) = ctl.on_feedback(now, &fb) {
+                let change = ctl.on_feedback(now, &fb);
+                let catch_up = ctl.catch_up();
+                for p in &mut self.snd.pacers {
+                    p.set_max_owed(catch_up);
+                }
+                if let Some(change) = change {
                     let per_channel = (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
                     for p in &mut self.snd.pacers {
                         p.set_rate(per_channel, now);

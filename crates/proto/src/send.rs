@@ -437,8 +437,10 @@ pub struct Pacer {
     owed: Duration,
     /// Missed time beyond the burst, in all (repaid or not).
     late: Duration,
-    /// Missed time beyond [`MAX_OWED`]: never repaid, the rate lost it.
+    /// Missed time beyond `max_owed`: never repaid, the rate lost it.
     lost: Duration,
+    /// Most missed time repaid ([`MAX_OWED`] unless [`Pacer::set_max_owed`] said otherwise).
+    max_owed: Duration,
 }
 
 /// Most missed time a [`Pacer`] repays; beyond it, missed time is lost ([`Pacer::lost`]).
@@ -460,7 +462,14 @@ impl Pacer {
             owed: Duration::ZERO,
             late: Duration::ZERO,
             lost: Duration::ZERO,
+            max_owed: MAX_OWED,
         }
+    }
+    /// Sets the most missed time the pacer repays from now on (what is owed beyond it is
+    /// forgiven, not counted as lost): the rate controller's [`crate::rate::RateController::catch_up`].
+    pub fn set_max_owed(&mut self, max_owed: Duration) {
+        self.max_owed = max_owed;
+        self.owed = self.owed.min(max_owed);
     }
     /// Changes the rate from `now` on: what is left of the wait for the next send is
     /// rescaled to the new rate. (At a low rate a run's wait is long, 0.18 s for four
@@ -498,8 +507,8 @@ impl Pacer {
                     let missed = floor - n;
                     self.late += missed;
                     let owed = self.owed + missed;
-                    self.lost += owed.saturating_sub(MAX_OWED);
-                    self.owed = owed.min(MAX_OWED);
+                    self.lost += owed.saturating_sub(self.max_owed);
+                    self.owed = owed.min(self.max_owed);
                     floor
                 } else {
                     n
@@ -525,7 +534,8 @@ impl Pacer {
         self.late
     }
 
-    /// Time the sender missed beyond what it may owe ([`MAX_OWED`]), in all: it was never
+    /// Time the sender missed beyond what it may owe ([`MAX_OWED`], or less: see
+    /// [`Pacer::set_max_owed`]), in all: it was never
     /// made up, so the average rate fell short of the pacer's by this much time.
     pub fn lost(&self) -> Duration {
         self.lost
@@ -879,5 +889,15 @@ mod tests {
         assert_eq!(r.late(), ms(98));
         assert_eq!(r.lost(), ms(98) - MAX_OWED);
         assert_eq!(r.owed, MAX_OWED - Duration::from_micros(200));
+        // Allowed no catch-up (a shallow bottleneck): the same wake-up repays nothing, and a
+        // debt already owed is forgiven.
+        let mut s = Pacer::new(8_000_000, ms(1));
+        s.set_max_owed(Duration::ZERO);
+        s.on_sent(t0, 1000);
+        assert_eq!(sent_after(&mut s, woke), 41_000);
+        assert_eq!(s.late(), ms(4));
+        assert_eq!(s.lost(), ms(4));
+        r.set_max_owed(Duration::ZERO);
+        assert_eq!(r.owed, Duration::ZERO);
     }
 }

@@ -207,6 +207,8 @@ pub(super) struct ChannelWorker {
     pub(super) rate_seen: u64,
     /// How many channels shared it then.
     pub(super) among: u16,
+    /// The catch-up allowance last applied to the pacer, microseconds.
+    pub(super) catch_up_seen: u64,
     /// This channel has new data to send, and counts in [`Shared::sending`].
     pub(super) sending: bool,
     /// The block new data is being sent from, and its bytes.
@@ -437,6 +439,13 @@ impl ChannelWorker {
                 .set_rate((rate / u64::from(among)).max(100_000), now);
             self.log
                 .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
+        }
+        let catch_up = self.shared.catch_up_us.load(Ordering::Relaxed);
+        if catch_up != self.catch_up_seen {
+            self.catch_up_seen = catch_up;
+            self.pacer.set_max_owed(Duration::from_micros(catch_up));
+            self.log
+                .line(|| format!("catch-up after a stall: at most {catch_up} us"));
         }
         let mut bursts = 0;
         while self.pacer.can_send(now) && bursts < 16 {

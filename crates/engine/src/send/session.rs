@@ -176,6 +176,7 @@ pub(super) fn send_once(
         rtt,
         fec: opts.fec,
         loss_ppm: AtomicU32::new(u32::MAX),
+        catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
     });
     progress
         .rate_bps
@@ -687,6 +688,7 @@ impl ChannelThreads {
                 log,
                 packets,
                 rate_seen: rate_bps,
+                catch_up_seen: hurtle_proto::send::MAX_OWED.as_micros() as u64,
                 among: shared.channels,
                 sending: false,
                 loaded: None,

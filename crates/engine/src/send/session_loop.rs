@@ -315,6 +315,9 @@ pub(super) fn session_loop(
                     let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
                     shared.loss_ppm.store(ppm, Ordering::Relaxed);
                 }
+                shared
+                    .catch_up_us
+                    .store(controller.catch_up().as_micros() as u64, Ordering::Relaxed);
                 if change.is_some() {
                     let r = controller.rate_bps();
                     shared.rate_bps.store(r, Ordering::Relaxed);

@@ -76,6 +76,9 @@ pub(super) struct Shared {
     /// The random loss rate the controller sees, in parts per million (`u32::MAX`: not known
     /// yet): what a group's parity is sized for.
     pub(super) loss_ppm: std::sync::atomic::AtomicU32,
+    /// The most missed time the channels' pacers repay, microseconds: the controller's
+    /// [`hurtle_proto::rate::RateController::catch_up`].
+    pub(super) catch_up_us: AtomicU64,
 }
 
 impl Shared {

@@ -530,6 +530,20 @@ impl RateController {
         self.loss_floor()
     }
 
+    /// The most missed time the pacers may repay after their sender stalled:
+    /// [`crate::send::MAX_OWED`], or nothing once `auto`'s model found the path's buffer
+    /// shallow ([`Model::shallow`]). Repaying puts the missed time's data into the
+    /// bottleneck's queue at once; where the rate is the path's, the link time the stall idled
+    /// is gone anyway, and a shallow buffer drops what does not fit, which then reads as
+    /// congestion and cuts the rate.
+    pub fn catch_up(&self) -> Duration {
+        if self.model.as_ref().is_some_and(Model::shallow) {
+            Duration::ZERO
+        } else {
+            crate::send::MAX_OWED
+        }
+    }
+
     /// The share of datagrams the path lost in the reports that showed no congestion, over
     /// the whole transfer: its random loss, for a summary. `None` until [`LOSS_SHARE_AFTER`]
     /// datagrams were counted (an 8 KiB file's few datagrams say nothing of it, while the
@@ -1444,6 +1458,33 @@ mod tests {
             assert!(reports <= 80, "{:?}", c.timeline());
         }
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
+    }
+
+    /// A loss judged congestion while the queue was under a third of the target is a buffer
+    /// too shallow for the pacers' catch-up after a stall: they repay nothing from then on. A
+    /// loss through a longer queue says nothing of the kind.
+    #[test]
+    fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
+        let (mut c, mut t) = cruising_at_300();
+        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
+        let lossy = |f: Feedback| Feedback {
+            lost: f.datagrams / 10,
+            ..f
+        };
+        // Through a 12 ms queue (the target is 15 ms): congestion, in a deep buffer.
+        let deep = |rate: f64| (rate.min(300e6), Duration::from_millis(12));
+        let ch = report(&mut c, &mut t, deep, lossy);
+        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
+        drive(&mut c, &mut t, 40, bottleneck(300e6));
+        // The same loss with 2 ms of queue: a shallow buffer.
+        let shallow = |rate: f64| (rate.min(300e6), Duration::from_millis(2));
+        let ch = report(&mut c, &mut t, shallow, lossy);
+        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        assert_eq!(c.catch_up(), Duration::ZERO);
+        // Other modes have no model of the path: the pacers repay as always.
+        let fair = RateController::new(cfg(RateMode::Fair), t);
+        assert_eq!(fair.catch_up(), crate::send::MAX_OWED);
     }
 
     #[test]

@@ -40,6 +40,10 @@
 //!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
 //!   datagrams on reading, and, now that it uses the kernel's arrival times, a stand-in for
 //!   how far both ends' scheduling lumps move it on a busy machine).
+//! - **Shallow buffers**: a loss judged congestion while the queueing delay was under a third
+//!   of the target means the bottleneck's buffer overflows before the delay says anything
+//!   ([`Model::shallow`]); from then on the pacers repay nothing of a stalled sender's missed
+//!   time (see [`super::RateController::catch_up`]), which such a buffer would drop.
 //!
 //! # States
 //!
@@ -277,6 +281,9 @@ pub struct Model {
     /// reports were pooled (a probe lasts as long, to be seen in one); and its datagrams.
     sample_span: Duration,
     sample_datagrams: u64,
+    /// The path dropped for congestion while its queue was under the third of the target
+    /// that cruising drains at: its buffer is shallow ([`Model::shallow`]).
+    shallow: bool,
 }
 
 impl Model {
@@ -316,7 +323,24 @@ impl Model {
             last_report: None,
             sample_span: Duration::ZERO,
             sample_datagrams: 0,
+            shallow: false,
         }
+    }
+
+    /// Whether the path's buffer has shown itself shallow: a loss beyond the floor, judged
+    /// congestion, while the queueing delay was under a third of the target (where cruising
+    /// starts to drain a queue). Such a buffer overflows before the delay says anything, and
+    /// a stalled sender's catch-up (up to [`crate::send::MAX_OWED`] of data at once into the
+    /// queue) is enough: the controller has the pacers repay nothing there
+    /// ([`super::RateController::catch_up`]).
+    pub fn shallow(&self) -> bool {
+        self.shallow
+    }
+
+    /// Notes a loss judged congestion at queueing delay `queue`, against the `target`: below
+    /// a third of it, the buffer is shallow ([`Model::shallow`]).
+    fn note_congestion_loss(&mut self, queue: Duration, target: Duration) {
+        self.shallow |= queue < target / 3;
     }
 
     /// The bottleneck's rate by the receiver's trains, as startup goes by it: the median (the
@@ -720,6 +744,9 @@ impl Model {
                 } else {
                     None
                 };
+                if why == Some(Reason::Loss) {
+                    self.note_congestion_loss(fb.queue_delay, target);
+                }
                 match why {
                     Some(why) => {
                         // Startup's maximum is what the path took; on congestion, what it
@@ -788,6 +815,9 @@ impl Model {
                 } else {
                     None
                 };
+                if congestion == Some(Reason::Loss) {
+                    self.note_congestion_loss(fb.queue_delay, target);
+                }
                 if let Some(why) = congestion {
                     self.correct_to_recent();
                     self.queue_since = None;
