@@ -4,10 +4,10 @@
 //! | name | when |
 //! |---|---|
 //! | `fixed-rate` | `--rate-fixed`: the rate was set, not found |
-//! | `sender` | the channels sent less than three quarters of the rate they were paced at (over at least a second of pacing): the sender's CPU, or the disk it reads from |
+//! | `sender` | the channels sent less than three quarters of the rate they were paced at (over at least a second of pacing, and not a transfer still in startup that sent less than its first rate moves in a second: it had little to send): the sender's CPU, or the disk it reads from |
 //! | `rate-cap` | the user's `--rate` held the rate for half the transfer or more |
 //! | `receiver-ceiling` | the ceiling the receiver offered (how fast it hashes, times its cores) held it for half the transfer or more |
-//! | `startup` | the rate only ever grew from its start (`auto` or `fair`, no correction, no cruise): the transfer ended before the rate found what limits it, and round trips, not bandwidth, set its time |
+//! | `startup` | the rate only ever grew from its start (`auto` or `fair`, no correction, no cruise) and the sender did not hold it back: the transfer ended before the rate found what limits it, and round trips, not bandwidth, set its time |
 //! | `receiver-disk` | in at least [`DISK_REPORTS`] reports, and more of them than showed its CPU behind, the receiver's writer queue was over half full or a block waited in it longer than the queueing target, and the rate was corrected: the disk it writes to |
 //! | `receiver-buffers` | as `receiver-cpu`, but the receiver's socket buffers were capped below what it asked for (`net.core.rmem_max`) while the rate stayed under half the ceiling it offered (or it offered none): its CPU had room, and a bigger buffer takes the bursts it catches up with |
 //! | `receiver-cpu` | the receiver fell behind (socket buffers over half full, or dropping) at least as often as the path showed congestion: its CPU |
@@ -205,7 +205,21 @@ impl Bottleneck {
             };
         }
         let paced = e.mean_rate();
-        if e.paced_for >= SENDER_JUDGED_AFTER && e.sent_bps < paced * SENDER_KEPT {
+        // The rate only ever grew from its start: the transfer ended before anything but
+        // round trips limited it, unless the sender held it back. One that sent less than its
+        // first rate moves in a second had little to send (a tiny file whose confirmation
+        // was slow on a busy machine), however long it paced: not the sender.
+        let in_startup = e
+            .changes
+            .iter()
+            .all(|c| matches!(c.2, Reason::Start | Reason::Startup));
+        let start_bps = e.changes.first().map_or(0.0, |c| c.1 as f64);
+        let little =
+            e.sent_bps * e.paced_for.as_secs_f64() < start_bps * SENDER_JUDGED_AFTER.as_secs_f64();
+        if !(in_startup && little)
+            && e.paced_for >= SENDER_JUDGED_AFTER
+            && e.sent_bps < paced * SENDER_KEPT
+        {
             return Bottleneck::Sender {
                 sent_bps: e.sent_bps as u64,
                 paced_bps: paced as u64,
@@ -219,10 +233,7 @@ impl Bottleneck {
                 bps: e.receiver_ceiling_bps,
             };
         }
-        if e.changes
-            .iter()
-            .all(|c| matches!(c.2, Reason::Start | Reason::Startup))
-        {
+        if in_startup {
             return Bottleneck::Startup {
                 bps: e.changes.last().map_or(0, |c| c.1),
             };
@@ -607,7 +618,10 @@ mod tests {
 
     #[test]
     fn a_sender_that_sent_far_less_than_it_paced_is_the_sender_but_not_in_a_short_transfer() {
-        let mut e = evidence(&[(0, 400 * M, Reason::Start)], 10);
+        let mut e = evidence(
+            &[(0, 400 * M, Reason::Start), (0, 400 * M, Reason::Cruise)],
+            10,
+        );
         e.sent_bps = 200e6;
         assert_eq!(
             Bottleneck::classify(&e),
@@ -616,9 +630,19 @@ mod tests {
                 paced_bps: 400 * M
             }
         );
-        // Half a second that never left its first rate: not the sender, round trips.
         e.paced_for = Duration::from_millis(500);
-        assert_eq!(Bottleneck::classify(&e).name(), "startup");
+        assert_eq!(Bottleneck::classify(&e).name(), "path");
+        // A transfer that never left its first rate sent little because it had little to
+        // send (a tiny file, its confirmation slow on a busy machine): round trips, however
+        // long it paced.
+        let mut tiny = evidence(&[(0, 100 * M, Reason::Start)], 2);
+        tiny.sent_bps = 8e3;
+        assert_eq!(Bottleneck::classify(&tiny).name(), "startup");
+        // One that sent a disk's 30 Mbit/s for ten seconds, its rate never grown (too little
+        // was delivered for startup's rounds to count): the sender.
+        let mut slow = evidence(&[(0, 100 * M, Reason::Start)], 10);
+        slow.sent_bps = 30e6;
+        assert_eq!(Bottleneck::classify(&slow).name(), "sender");
     }
 
     #[test]
