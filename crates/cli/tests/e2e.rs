@@ -292,8 +292,8 @@ fn sizes_around_payload_and_chunk_boundaries_arrive_byte_exact() {
                 check_send_json(&v, &[(name, &src)], 3);
                 fsx::assert_same_file(&src, &out.join(name));
                 if size <= payload {
-                    // One datagram: over before the rate could find anything, and too few
-                    // datagrams to say what the path loses.
+                    // One datagram (a few at the default payload): over before the rate
+                    // could find anything, and too few to say what the path loses.
                     assert_eq!(v["bottleneck"]["kind"], "startup", "{v}");
                     assert!(v["rate"]["random_loss"].is_null(), "{v}");
                 }

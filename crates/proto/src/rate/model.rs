@@ -127,6 +127,12 @@ pub fn queue_target(rtt: Duration) -> Duration {
     Duration::from_millis(15).max(rtt / 8)
 }
 
+/// The queueing delay over which cruising drains gently (a third of the `target`); a loss
+/// judged congestion below it marks the buffer shallow ([`Model::shallow`]).
+fn cruise_queue(target: Duration) -> Duration {
+    target / 3
+}
+
 /// Startup's pacing gain over the bottleneck: a report describes data sent about one round
 /// trip plus half a report interval ago, so to double per round trip the rate is set to
 /// `2^(lag / round)` times it; at least 2 (a round is a report interval on short paths) and at
@@ -338,9 +344,9 @@ impl Model {
     }
 
     /// Notes a loss judged congestion at queueing delay `queue`, against the `target`: below
-    /// a third of it, the buffer is shallow ([`Model::shallow`]).
+    /// the queue cruising drains at, the buffer is shallow ([`Model::shallow`]).
     fn note_congestion_loss(&mut self, queue: Duration, target: Duration) {
-        self.shallow |= queue < target / 3;
+        self.shallow |= queue < cruise_queue(target);
     }
 
     /// The bottleneck's rate by the receiver's trains, as startup goes by it: the median (the
@@ -891,7 +897,7 @@ impl Model {
                     // Pacing at the bottleneck exactly leaves any overestimate standing in the
                     // queue: a queue of a third of the target is let drain, gently, without
                     // changing the model.
-                    _ if fb.queue_delay > target / 3 => {
+                    _ if fb.queue_delay > cruise_queue(target) => {
                         Some((bw * CRUISE_DRAIN_GAIN, Reason::Cruise))
                     }
                     _ => Some((bw, Reason::Cruise)),
