@@ -490,8 +490,9 @@ def main():
                             st = lab.stop_linkem()
                             row["emu_pre_drops"] = pre
                             a = st.get("a2b", {})
-                            notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us".format(
-                                a.get("in", 0), a.get("lost", 0), a.get("queue_drop", 0), a.get("late_avg_us", 0)))
+                            notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us stalled={:.0f}ms".format(
+                                a.get("in", 0), a.get("lost", 0), a.get("queue_drop", 0), a.get("late_avg_us", 0),
+                                a.get("stall_ms", 0)))
                             if pre > 0:
                                 notes.append(f"EMU-OVERLOAD: {pre} packets dropped before linkem")
                             if res.goodput_mbps and ceil_mbps:

@@ -244,7 +244,14 @@ struct DirStats {
     held: AtomicU64,
     late_max_ns: AtomicU64,
     late_sum_ns: AtomicU64,
+    stalls: AtomicU64,
+    stall_ns: AtomicU64,
 }
+
+/// A forwarding thread that ran this much later than it meant to (a loop iteration that long,
+/// or a wake-up that late) was stalled: neither reading nor releasing, so the link it emulates
+/// idled unless its queue held packets.
+const STALL_NS: u64 = 200_000;
 
 impl DirStats {
     fn line(&self, label: &str, dir: &str, secs: f64) -> String {
@@ -259,7 +266,7 @@ impl DirStats {
             "{label}: {dir} t={secs:.1}s in={} out={} bytes_in={} bytes_out={} lost={} \
              queue_drop={} overflow={} dup={} reordered={} malformed={} read_err={} \
              write_err={} held={} late_avg_us={late_avg_us:.1} late_max_us={:.1} \
-             out_mbps={:.1}",
+             out_mbps={:.1} stalls={} stall_ms={:.1}",
             g(&self.pkts_in),
             out,
             g(&self.bytes_in),
@@ -279,7 +286,17 @@ impl DirStats {
             } else {
                 0.0
             },
+            g(&self.stalls),
+            g(&self.stall_ns) as f64 / 1e6,
         )
+    }
+
+    /// Counts a stall of `ns` if it is one ([`STALL_NS`]).
+    fn stalled(&self, ns: u64) {
+        if ns > STALL_NS {
+            self.stalls.fetch_add(1, Relaxed);
+            self.stall_ns.fetch_add(ns, Relaxed);
+        }
     }
 }
 
@@ -325,9 +342,12 @@ impl Forwarder {
         let mut pool: Vec<Vec<u8>> = Vec::new();
         let mut buf = vec![0u8; 65_536];
         let st = Arc::clone(&self.stats);
+        // When the thread last knew it was running (after a batch, or back from a wait).
+        let mut mark = self.now();
         while !self.stop.load(Relaxed) {
             // 1. Release everything that is due.
             let now = self.now();
+            st.stalled(now.saturating_sub(mark));
             while let Some((due, pkt)) = line.pop_due(now, |p| p.len()) {
                 let late = now.saturating_sub(due);
                 st.late_sum_ns.fetch_add(late, Relaxed);
@@ -371,6 +391,7 @@ impl Forwarder {
                 },
                 Relaxed,
             );
+            mark = self.now();
             if got > 0 {
                 continue;
             }
@@ -382,13 +403,14 @@ impl Forwarder {
                     std::hint::spin_loop();
                 }
                 Some(t) => {
-                    sys::wait_readable(
-                        &self.input,
-                        Duration::from_nanos(t - now - self.spin_ns / 2),
-                    );
+                    let deadline = t - self.spin_ns / 2;
+                    sys::wait_readable(&self.input, Duration::from_nanos(deadline - now));
+                    mark = self.now();
+                    st.stalled(mark.saturating_sub(deadline));
                 }
                 None => {
                     sys::wait_readable(&self.input, Duration::from_millis(100));
+                    mark = self.now();
                 }
             }
         }
