@@ -28,6 +28,7 @@
 //! counts new file bytes. Run with `--nocapture` to see each case's numbers and rate timeline.
 
 use hurtle_netsim::{LinkConfig, Outcome, Scenario};
+use hurtle_proto::rate::model::CRUISE_FILL_GAIN;
 use hurtle_proto::rate::{PathMemory, RateConfig, RateMode, Reason};
 use hurtle_proto::{RecvConfig, SendConfig};
 use std::time::Duration;
@@ -902,8 +903,9 @@ mod wan {
                 out.duration.as_secs_f64()
             );
         }
-        // At 90% a report interval sooner at least, never above the path's rate, with no more
-        // resent than the path's loss and its noise.
+        // At 90% a report interval sooner at least, never above the path's rate (but for the
+        // 3% with which cruising builds its reserve of queue), with no more resent than the
+        // path's loss and its noise.
         assert!(
             at(&warm) + rtt / 4 <= at(&cold),
             "{:?} {:?}",
@@ -911,7 +913,11 @@ mod wan {
             at(&cold)
         );
         assert!(at(&warm) <= rtt * 3, "{:?}", at(&warm));
-        assert!(top(&warm) <= 500_000_000, "{}", top(&warm));
+        assert!(
+            top(&warm) as f64 <= 500e6 * CRUISE_FILL_GAIN,
+            "{}",
+            top(&warm)
+        );
         assert!(warm.resent_share() < 0.0125, "{}", warm.resent_share());
         // (A cold start whose trains agree does not overshoot either: both resend what the
         // path loses, within its noise.)
@@ -919,7 +925,9 @@ mod wan {
         assert!(warm.steady_until < cold.steady_until);
         // A memory of a faster path costs no more than a cold start's overshoot.
         assert!(at(&stale) <= at(&cold), "{:?} {:?}", at(&stale), at(&cold));
-        assert!(stale.resent_share() <= cold.resent_share() + 0.002);
+        // (Its first round trip at 1 Gbit/s drops about 470 datagrams, 0.24% of them, at the
+        // 4 MiB queue.)
+        assert!(stale.resent_share() <= cold.resent_share() + 0.003);
     }
 
     /// Intercontinental again, cold, 256 MiB: startup with the receiver's estimates of the
@@ -1443,6 +1451,53 @@ mod wan {
         );
         assert!(resent < 0.005, "resent {:.2}%", 100.0 * resent);
         assert!(losses <= 2, "{losses} loss corrections");
+    }
+
+    /// A sender whose threads are preempted for 2-26 ms every 80-300 ms (as on the 2-core test
+    /// VM, where each dip in a transfer's delivery over intercontinental was such a stall) on a
+    /// deep buffer (intercontinental: 500 Mbit/s, 150 ms, 1% loss, 4 MiB, 256 MiB). Cruising
+    /// keeps a reserve of queue (`stall_reserve`: 6.25 ms here, up to twice that) that the
+    /// bottleneck sends from while the sender is stalled, instead of idling: the stalled
+    /// sender takes 1.2% longer than a calm one (2.4% when cruising drained any queue over
+    /// 6.25 ms and built none), and the reserve costs the calm sender nothing (4.782 s either
+    /// way), nor does it read as congestion.
+    #[test]
+    fn a_stalling_sender_on_a_deep_buffer_keeps_the_link_busy_from_cruising_s_reserve() {
+        let rtt = ms(150);
+        // A stall every 80-300 ms, of 2-26 ms (a third of them 2 ms), from a fixed sequence.
+        let mut stalls = Vec::new();
+        let mut x: u64 = 12345;
+        let mut at = 900;
+        while at < 6000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (gap, len) = (80 + (x >> 33) % 220, 2 + ((x >> 20) % 13) * ((x >> 50) % 3));
+            stalls.push((ms(at), ms(at + len)));
+            at += gap + len;
+        }
+        let (from, to) = (ms(1500), ms(4000));
+        let sc = |stalls: Vec<(Duration, Duration)>| Scenario {
+            channels: 2,
+            sender_stalls: stalls,
+            ..intercontinental_256(rtt)
+        };
+        let calm = run("intercontinental, 2 channels", sc(Vec::new()));
+        let stalled = run(
+            &format!("the same, the sender stalling {} times", stalls.len()),
+            sc(stalls),
+        );
+        let longer = stalled.duration.as_secs_f64() / calm.duration.as_secs_f64();
+        let (mean, top) = queue_delays(&stalled, from, to);
+        let cuts = corrections(&stalled, from, to);
+        eprintln!(
+            "  stalled took {longer:.4} times as long as calm; its queue {mean:?} on average, \
+             at most {top:?}; corrections {cuts:?}"
+        );
+        assert!(longer <= 1.015, "{longer:.4}");
+        assert!(mean >= ms(5), "{mean:?}");
+        assert!(cuts.is_empty(), "{cuts:?}");
+        assert!(corrections(&calm, from, to).is_empty());
     }
 
     /// A bottleneck that carries 60% of its rate for 100 ms (the benchmarks' emulator, short

@@ -533,9 +533,9 @@ impl RateController {
     /// The most missed time the pacers may repay after their sender stalled:
     /// [`crate::send::MAX_OWED`], or nothing once `auto`'s model found the path's buffer
     /// shallow ([`Model::shallow`]). Repaying puts the missed time's data into the
-    /// bottleneck's queue at once; where the rate is the path's, the link time the stall idled
-    /// is gone anyway, and a shallow buffer drops what does not fit, which then reads as
-    /// congestion and cuts the rate.
+    /// bottleneck's queue at once: on a deep buffer it refills the reserve the link sent from
+    /// during the stall ([`model::stall_reserve`]); a shallow buffer, which holds no reserve,
+    /// drops what does not fit, which then reads as congestion and cuts the rate.
     pub fn catch_up(&self) -> Duration {
         if self.model.as_ref().is_some_and(Model::shallow) {
             Duration::ZERO
@@ -1188,10 +1188,17 @@ mod tests {
         c.on_feedback(*t, &edit(f))
     }
 
-    /// A bottleneck of `bps` that queues whatever exceeds it (20 ms of delay).
+    /// A bottleneck of `bps` that queues whatever exceeds it (20 ms of delay). It has no
+    /// memory: the few percent over the bottleneck with which cruising builds its reserve
+    /// ([`model::CRUISE_FILL_GAIN`]) would build a queue over round trips, not at once, so
+    /// only a surplus beyond that shows as a queue here.
     fn bottleneck(bps: f64) -> impl Fn(f64) -> (f64, Duration) {
         move |rate| {
-            let delay = if rate > bps * 1.01 { 20 } else { 1 };
+            let delay = if rate > bps * (model::CRUISE_FILL_GAIN + 0.01) {
+                20
+            } else {
+                1
+            };
             (rate.min(bps), Duration::from_millis(delay))
         }
     }
@@ -1460,9 +1467,10 @@ mod tests {
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
     }
 
-    /// A loss judged congestion while the queue was under a third of the target is a buffer
-    /// too shallow for the pacers' catch-up after a stall: they repay nothing from then on. A
-    /// loss through a longer queue says nothing of the kind.
+    /// A loss judged congestion while the queue was under what cruising keeps standing (twice
+    /// its reserve: 10 ms of the 15 ms target here) is a buffer too shallow for the pacers'
+    /// catch-up after a stall: they repay nothing from then on. A loss through a longer queue
+    /// says nothing of the kind.
     #[test]
     fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
         let (mut c, mut t) = cruising_at_300();
@@ -1485,6 +1493,69 @@ mod tests {
         // Other modes have no model of the path: the pacers repay as always.
         let fair = RateController::new(cfg(RateMode::Fair), t);
         assert_eq!(fair.catch_up(), crate::send::MAX_OWED);
+    }
+
+    /// The rates cruising set over `reports` reports through a queue of `queue_ms` (the path
+    /// takes 300 Mbit/s), with the reports changed by `edit`.
+    fn cruise_rates(
+        c: &mut RateController,
+        t: &mut Instant,
+        reports: usize,
+        queue_ms: u64,
+        edit: impl Fn(Feedback) -> Feedback,
+    ) -> Vec<f64> {
+        let path = |rate: f64| (rate.min(300e6), Duration::from_millis(queue_ms));
+        let mut gains = Vec::new();
+        for _ in 0..reports {
+            if let Some(ch) = report(c, t, path, &edit).filter(|ch| ch.reason == Reason::Cruise) {
+                gains.push(ch.rate_bps as f64 / bottleneck_of(c));
+            }
+        }
+        gains
+    }
+
+    /// Cruising keeps a reserve of queue against a stalled sender (a third of the 15 ms
+    /// target, 5 ms, to twice that): under it the rate is 3% over the model's bottleneck, in
+    /// it the bottleneck, over it 5% under. Not into a receiver whose buffers fill (it would
+    /// hold the reserve), and not on a buffer that proved shallow: there it drains over a
+    /// third of the target and keeps nothing.
+    #[test]
+    fn cruising_keeps_a_reserve_of_queue_unless_the_buffer_is_shallow() {
+        let (mut c, mut t) = cruising_at_300();
+        let gains = |c: &mut RateController, t: &mut Instant, queue_ms, fill: f64| {
+            let edit = |f: Feedback| Feedback {
+                queue_fill: fill,
+                ..f
+            };
+            let mut g = cruise_rates(c, t, 40, queue_ms, edit);
+            g.dedup_by(|a, b| (*a - *b).abs() < 1e-3);
+            g
+        };
+        let near = |gains: &[f64], want: f64| {
+            !gains.is_empty() && gains.iter().all(|g| (g - want).abs() < 0.005)
+        };
+        let g = gains(&mut c, &mut t, 2, 0.0);
+        assert!(near(&g, model::CRUISE_FILL_GAIN), "{g:?}");
+        let g = gains(&mut c, &mut t, 7, 0.0);
+        assert!(near(&g, 1.0), "{g:?}");
+        let g = gains(&mut c, &mut t, 12, 0.0);
+        assert!(near(&g, 0.95), "{g:?}");
+        // A receiver whose buffers are a third full: no reserve.
+        let g = gains(&mut c, &mut t, 2, 0.33);
+        assert!(near(&g, 1.0), "{g:?}");
+        // A loss judged congestion through 2 ms of queue: the buffer is shallow.
+        let lossy = |f: Feedback| Feedback {
+            lost: f.datagrams / 10,
+            ..f
+        };
+        let path = |rate: f64| (rate.min(300e6), Duration::from_millis(2));
+        let ch = report(&mut c, &mut t, path, lossy);
+        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        drive(&mut c, &mut t, 40, bottleneck(300e6));
+        let g = gains(&mut c, &mut t, 2, 0.0);
+        assert!(near(&g, 1.0), "{g:?}");
+        let g = gains(&mut c, &mut t, 7, 0.0);
+        assert!(near(&g, 0.95), "{g:?}");
     }
 
     #[test]

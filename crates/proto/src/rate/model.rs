@@ -40,10 +40,18 @@
 //!   receiver's timer lateness: how far a receiver that runs in lumps moved it when it timed
 //!   datagrams on reading, and, now that it uses the kernel's arrival times, a stand-in for
 //!   how far both ends' scheduling lumps move it on a busy machine).
-//! - **Shallow buffers**: a loss judged congestion while the queueing delay was under a third
-//!   of the target means the bottleneck's buffer overflows before the delay says anything
-//!   ([`Model::shallow`]); from then on the pacers repay nothing of a stalled sender's missed
-//!   time (see [`super::RateController::catch_up`]), which such a buffer would drop.
+//! - **A reserve of queue**: cruising keeps a little queue standing ([`stall_reserve`]: a third
+//!   of the target, at most [`STALL_RESERVE`], and up to twice that), so that the bottleneck
+//!   keeps sending from it while the sender's threads are preempted, instead of idling (on a
+//!   busy 2-core machine they stall for 10-35 ms several times a second, and each stall with
+//!   an empty queue is link time lost). Not while the receiver's buffers are over a quarter
+//!   full: a receiver that is the bottleneck would hold the reserve, and fall behind.
+//! - **Shallow buffers**: a loss judged congestion while the queueing delay was under what
+//!   cruising keeps standing (twice the reserve) means the bottleneck's buffer overflows
+//!   before the delay says anything ([`Model::shallow`]); from then on cruising keeps no
+//!   reserve and drains over a third of the target, and the pacers repay nothing of a stalled
+//!   sender's missed time (see [`super::RateController::catch_up`]), which such a buffer would
+//!   drop.
 //!
 //! # States
 //!
@@ -51,7 +59,7 @@
 //! |---|---|---|---|
 //! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
-//! | `Cruise` | 1.0 x bottleneck (0.95 while the queue is over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
+//! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
 //! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
 //! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
@@ -94,8 +102,11 @@ const FULL_ROUNDS: u32 = 3;
 const STARTUP_DRAIN_GAIN: f64 = 0.75;
 /// Pacing gain while draining after a correction, and after a probe.
 const DRAIN_GAIN: f64 = 0.9;
-/// Pacing gain while cruising with a queue of a third of the target or more.
+/// Pacing gain while cruising with a queue over its band ([`Model::cruise_band`]).
 const CRUISE_DRAIN_GAIN: f64 = 0.95;
+/// Pacing gain while cruising with a queue under its band: the reserve builds in a round trip
+/// or two (3% of 150 ms is 4.5 ms of queue per round trip).
+pub const CRUISE_FILL_GAIN: f64 = 1.03;
 /// The first probe's step above the bottleneck; it doubles with each probe the path takes.
 pub const PROBE_STEP: f64 = 0.08;
 /// A probe adds at least this many datagrams to a sample (twice as many once the path took
@@ -127,10 +138,26 @@ pub fn queue_target(rtt: Duration) -> Duration {
     Duration::from_millis(15).max(rtt / 8)
 }
 
-/// The queueing delay over which cruising drains gently (a third of the `target`); a loss
-/// judged congestion below it marks the buffer shallow ([`Model::shallow`]).
+/// The queueing delay over which cruising drains gently on a shallow buffer (a third of the
+/// `target`), and under which it builds its reserve on any other ([`stall_reserve`]).
 fn cruise_queue(target: Duration) -> Duration {
     target / 3
+}
+
+/// The most queue cruising keeps standing as its reserve against a stalled sender (see
+/// [`stall_reserve`]).
+pub const STALL_RESERVE: Duration = Duration::from_millis(10);
+
+/// The queue cruising keeps standing where the buffer is not known to be shallow: a third of
+/// the `target`, at most [`STALL_RESERVE`]. While the sender is stalled (a channel thread
+/// preempted for a few to tens of milliseconds on a busy machine), the bottleneck keeps
+/// sending from it instead of idling: on the 2-core test VM the link idled 3.6% of a transfer
+/// over intercontinental with the queue drained to 1-3 ms, each dip in delivery a stall of
+/// 10-35 ms of one channel thread. Stalls are a matter of the sender's CPU, not of the path,
+/// so the reserve does not grow with the round trip (a third of the satellite path's target
+/// is 25 ms).
+pub fn stall_reserve(target: Duration) -> Duration {
+    cruise_queue(target).min(STALL_RESERVE)
 }
 
 /// Startup's pacing gain over the bottleneck: a report describes data sent about one round
@@ -344,9 +371,22 @@ impl Model {
     }
 
     /// Notes a loss judged congestion at queueing delay `queue`, against the `target`: below
-    /// the queue cruising drains at, the buffer is shallow ([`Model::shallow`]).
+    /// the queue cruising drains at on a buffer not known to be shallow, the buffer is
+    /// shallow ([`Model::shallow`]): it does not hold what cruising keeps standing.
     fn note_congestion_loss(&mut self, queue: Duration, target: Duration) {
-        self.shallow |= queue < cruise_queue(target);
+        self.shallow |= queue < 2 * stall_reserve(target);
+    }
+
+    /// The queue cruising keeps, `(fill under, drain over)`, against the `target`: on a buffer
+    /// not known to be shallow, from [`stall_reserve`] to twice it; on a shallow one, from
+    /// nothing to a third of the target.
+    pub fn cruise_band(&self, target: Duration) -> (Duration, Duration) {
+        if self.shallow {
+            (Duration::ZERO, cruise_queue(target))
+        } else {
+            let reserve = stall_reserve(target);
+            (reserve, 2 * reserve)
+        }
     }
 
     /// The bottleneck's rate by the receiver's trains, as startup goes by it: the median (the
@@ -786,6 +826,8 @@ impl Model {
                             // more).
                             Some(before) if bw >= before * RESUMED_SHARE => {
                                 self.resumed = None;
+                                // (At the sample: cruising's band applies from the next
+                                // report.)
                                 self.enter(Phase::Cruise, now);
                                 Some((bw, Reason::Cruise))
                             }
@@ -840,7 +882,7 @@ impl Model {
                         let drained = judged && fb.queue_delay <= target / 2 && !behind;
                         if drained || self.rounds_in_phase() >= u64::from(MAX_DRAIN_ROUNDS) {
                             self.enter(Phase::Cruise, now);
-                            Some((bw, Reason::Cruise))
+                            Some((bw * self.cruise_gain(fb, target), Reason::Cruise))
                         } else {
                             Some((bw * self.drain_gain, Reason::Drain))
                         }
@@ -854,7 +896,7 @@ impl Model {
                     }
                     Phase::ProbeDown if now >= self.phase_start + self.probe_len => {
                         self.enter(Phase::ProbeWait, now);
-                        Some((bw, Reason::Cruise))
+                        Some((bw * self.cruise_gain(fb, target), Reason::Cruise))
                     }
                     // (The sample that holds the probe's last data is reported a round trip and
                     // a sample's span after it left.)
@@ -889,20 +931,35 @@ impl Model {
                         } else {
                             self.probe_doublings = 0;
                             self.enter(Phase::Cruise, now);
-                            Some((bw, Reason::Cruise))
+                            Some((bw * self.cruise_gain(fb, target), Reason::Cruise))
                         }
                     }
                     Phase::ProbeUp => Some((self.probe_base * self.probe, Reason::Probe)),
                     Phase::ProbeDown => Some((self.probe_base * DRAIN_GAIN, Reason::Drain)),
-                    // Pacing at the bottleneck exactly leaves any overestimate standing in the
-                    // queue: a queue of a third of the target is let drain, gently, without
-                    // changing the model.
-                    _ if fb.queue_delay > cruise_queue(target) => {
-                        Some((bw * CRUISE_DRAIN_GAIN, Reason::Cruise))
-                    }
-                    _ => Some((bw, Reason::Cruise)),
+                    _ => Some((bw * self.cruise_gain(fb, target), Reason::Cruise)),
                 }
             }
+        }
+    }
+
+    /// Cruising's pacing gain over the bottleneck for a report `fb`, against the queue
+    /// `target`. Cruising keeps the queue in its band ([`Model::cruise_band`]): over it (an
+    /// overestimate standing in the queue) the queue is let drain, gently, without changing
+    /// the model; under it, a little more than the bottleneck builds the reserve that keeps
+    /// the link busy while the sender is stalled; but not into a receiver that is the
+    /// bottleneck (its socket buffers, not the path, would hold the reserve, and it would fall
+    /// behind).
+    fn cruise_gain(&self, fb: &Feedback, target: Duration) -> f64 {
+        let (fill_under, drain_over) = self.cruise_band(target);
+        if fb.queue_delay > drain_over {
+            CRUISE_DRAIN_GAIN
+        } else if fb.queue_delay < fill_under
+            && fb.socket_drops == 0
+            && fb.queue_fill < super::QUEUE_FILL_LIMIT / 2.0
+        {
+            CRUISE_FILL_GAIN
+        } else {
+            1.0
         }
     }
 }
