@@ -43,8 +43,8 @@
 //! - **A reserve of queue**: cruising keeps a little queue standing ([`stall_reserve`]: a third
 //!   of the target, at most [`STALL_RESERVE`], and up to twice that), so that the bottleneck
 //!   keeps sending from it while the sender's threads are preempted, instead of idling (on a
-//!   busy 2-core machine they stall for 10-35 ms several times a second, and each stall with
-//!   an empty queue is link time lost). Not while the receiver's buffers are over a quarter
+//!   busy 2-core machine they pause for 3-37 ms a few times a second, and each pause with an
+//!   empty queue is link time lost). Not while the receiver's buffers are over a quarter
 //!   full: a receiver that is the bottleneck would hold the reserve, and fall behind.
 //! - **Shallow buffers**: a loss judged congestion while the queueing delay was under what
 //!   cruising keeps standing (twice the reserve) means the bottleneck's buffer overflows
@@ -152,8 +152,8 @@ pub const STALL_RESERVE: Duration = Duration::from_millis(10);
 /// the `target`, at most [`STALL_RESERVE`]. While the sender is stalled (a channel thread
 /// preempted for a few to tens of milliseconds on a busy machine), the bottleneck keeps
 /// sending from it instead of idling: on the 2-core test VM the link idled 3.6% of a transfer
-/// over intercontinental with the queue drained to 1-3 ms, each dip in delivery a stall of
-/// 10-35 ms of one channel thread. Stalls are a matter of the sender's CPU, not of the path,
+/// over intercontinental with the queue at 0.5-6 ms, each dip in delivery a round trip after
+/// a channel thread paused for 3-37 ms (10 or more in three of four). Stalls are a matter of the sender's CPU, not of the path,
 /// so the reserve does not grow with the round trip (a third of the satellite path's target
 /// is 25 ms).
 pub fn stall_reserve(target: Duration) -> Duration {
