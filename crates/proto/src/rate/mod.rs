@@ -1471,24 +1471,27 @@ mod tests {
     /// its reserve: 10 ms of the 15 ms target here) is a buffer too shallow for the pacers'
     /// catch-up after a stall: they repay nothing from then on. A loss through a longer queue
     /// says nothing of the kind.
-    #[test]
-    fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
-        let (mut c, mut t) = cruising_at_300();
-        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
+    /// One report on a 300 Mbit/s path that lost a tenth of its datagrams through a queue of
+    /// `queue_ms`; returns why the rate changed.
+    fn lossy_report(c: &mut RateController, t: &mut Instant, queue_ms: u64) -> Option<Reason> {
+        let path = |rate: f64| (rate.min(300e6), Duration::from_millis(queue_ms));
         let lossy = |f: Feedback| Feedback {
             lost: f.datagrams / 10,
             ..f
         };
+        report(c, t, path, lossy).map(|ch| ch.reason)
+    }
+
+    #[test]
+    fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
+        let (mut c, mut t) = cruising_at_300();
+        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
         // Through a 12 ms queue (the target is 15 ms): congestion, in a deep buffer.
-        let deep = |rate: f64| (rate.min(300e6), Duration::from_millis(12));
-        let ch = report(&mut c, &mut t, deep, lossy);
-        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        assert_eq!(lossy_report(&mut c, &mut t, 12), Some(Reason::Loss));
         assert_eq!(c.catch_up(), crate::send::MAX_OWED);
         drive(&mut c, &mut t, 40, bottleneck(300e6));
         // The same loss with 2 ms of queue: a shallow buffer.
-        let shallow = |rate: f64| (rate.min(300e6), Duration::from_millis(2));
-        let ch = report(&mut c, &mut t, shallow, lossy);
-        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        assert_eq!(lossy_report(&mut c, &mut t, 2), Some(Reason::Loss));
         assert_eq!(c.catch_up(), Duration::ZERO);
         // Other modes have no model of the path: the pacers repay as always.
         let fair = RateController::new(cfg(RateMode::Fair), t);
@@ -1544,13 +1547,7 @@ mod tests {
         let g = gains(&mut c, &mut t, 2, 0.33);
         assert!(near(&g, 1.0), "{g:?}");
         // A loss judged congestion through 2 ms of queue: the buffer is shallow.
-        let lossy = |f: Feedback| Feedback {
-            lost: f.datagrams / 10,
-            ..f
-        };
-        let path = |rate: f64| (rate.min(300e6), Duration::from_millis(2));
-        let ch = report(&mut c, &mut t, path, lossy);
-        assert_eq!(ch.map(|ch| ch.reason), Some(Reason::Loss));
+        assert_eq!(lossy_report(&mut c, &mut t, 2), Some(Reason::Loss));
         drive(&mut c, &mut t, 40, bottleneck(300e6));
         let g = gains(&mut c, &mut t, 2, 0.0);
         assert!(near(&g, 1.0), "{g:?}");
