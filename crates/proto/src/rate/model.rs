@@ -160,6 +160,13 @@ pub fn stall_reserve(target: Duration) -> Duration {
     cruise_queue(target).min(STALL_RESERVE)
 }
 
+/// The queue cruising keeps on a buffer not known to be shallow, `(fill under, drain over)`:
+/// from [`stall_reserve`] to twice it.
+fn reserve_band(target: Duration) -> (Duration, Duration) {
+    let reserve = stall_reserve(target);
+    (reserve, 2 * reserve)
+}
+
 /// Startup's pacing gain over the bottleneck: a report describes data sent about one round
 /// trip plus half a report interval ago, so to double per round trip the rate is set to
 /// `2^(lag / round)` times it; at least 2 (a round is a report interval on short paths) and at
@@ -374,7 +381,7 @@ impl Model {
     /// the queue cruising drains at on a buffer not known to be shallow, the buffer is
     /// shallow ([`Model::shallow`]): it does not hold what cruising keeps standing.
     fn note_congestion_loss(&mut self, queue: Duration, target: Duration) {
-        self.shallow |= queue < 2 * stall_reserve(target);
+        self.shallow |= queue < reserve_band(target).1;
     }
 
     /// The queue cruising keeps, `(fill under, drain over)`, against the `target`: on a buffer
@@ -384,8 +391,7 @@ impl Model {
         if self.shallow {
             (Duration::ZERO, cruise_queue(target))
         } else {
-            let reserve = stall_reserve(target);
-            (reserve, 2 * reserve)
+            reserve_band(target)
         }
     }
 
