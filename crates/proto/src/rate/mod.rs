@@ -1467,10 +1467,6 @@ mod tests {
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
     }
 
-    /// A loss judged congestion while the queue was under what cruising keeps standing (twice
-    /// its reserve: 10 ms of the 15 ms target here) is a buffer too shallow for the pacers'
-    /// catch-up after a stall: they repay nothing from then on. A loss through a longer queue
-    /// says nothing of the kind.
     /// One report on a 300 Mbit/s path that lost a tenth of its datagrams through a queue of
     /// `queue_ms`; returns why the rate changed.
     fn lossy_report(c: &mut RateController, t: &mut Instant, queue_ms: u64) -> Option<Reason> {
@@ -1482,6 +1478,10 @@ mod tests {
         report(c, t, path, lossy).map(|ch| ch.reason)
     }
 
+    /// A loss judged congestion while the queue was under what cruising keeps standing (twice
+    /// its reserve: 10 ms of the 15 ms target here) is a buffer too shallow for the pacers'
+    /// catch-up after a stall: they repay nothing from then on. A loss through a longer queue
+    /// says nothing of the kind.
     #[test]
     fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
         let (mut c, mut t) = cruising_at_300();
@@ -1498,22 +1498,22 @@ mod tests {
         assert_eq!(fair.catch_up(), crate::send::MAX_OWED);
     }
 
-    /// The rates cruising set over `reports` reports through a queue of `queue_ms` (the path
-    /// takes 300 Mbit/s), with the reports changed by `edit`.
-    fn cruise_rates(
-        c: &mut RateController,
-        t: &mut Instant,
-        reports: usize,
-        queue_ms: u64,
-        edit: impl Fn(Feedback) -> Feedback,
-    ) -> Vec<f64> {
+    /// The gains over the model's bottleneck that cruising set (each run of one gain once) over
+    /// 40 reports through a queue of `queue_ms` on a 300 Mbit/s path, the receiver's buffers
+    /// `fill` full.
+    fn cruise_gains(c: &mut RateController, t: &mut Instant, queue_ms: u64, fill: f64) -> Vec<f64> {
         let path = |rate: f64| (rate.min(300e6), Duration::from_millis(queue_ms));
+        let edit = |f: Feedback| Feedback {
+            queue_fill: fill,
+            ..f
+        };
         let mut gains = Vec::new();
-        for _ in 0..reports {
-            if let Some(ch) = report(c, t, path, &edit).filter(|ch| ch.reason == Reason::Cruise) {
+        for _ in 0..40 {
+            if let Some(ch) = report(c, t, path, edit).filter(|ch| ch.reason == Reason::Cruise) {
                 gains.push(ch.rate_bps as f64 / bottleneck_of(c));
             }
         }
+        gains.dedup_by(|a, b| (*a - *b).abs() < 1e-3);
         gains
     }
 
@@ -1525,33 +1525,24 @@ mod tests {
     #[test]
     fn cruising_keeps_a_reserve_of_queue_unless_the_buffer_is_shallow() {
         let (mut c, mut t) = cruising_at_300();
-        let gains = |c: &mut RateController, t: &mut Instant, queue_ms, fill: f64| {
-            let edit = |f: Feedback| Feedback {
-                queue_fill: fill,
-                ..f
-            };
-            let mut g = cruise_rates(c, t, 40, queue_ms, edit);
-            g.dedup_by(|a, b| (*a - *b).abs() < 1e-3);
-            g
-        };
         let near = |gains: &[f64], want: f64| {
             !gains.is_empty() && gains.iter().all(|g| (g - want).abs() < 0.005)
         };
-        let g = gains(&mut c, &mut t, 2, 0.0);
+        let g = cruise_gains(&mut c, &mut t, 2, 0.0);
         assert!(near(&g, model::CRUISE_FILL_GAIN), "{g:?}");
-        let g = gains(&mut c, &mut t, 7, 0.0);
+        let g = cruise_gains(&mut c, &mut t, 7, 0.0);
         assert!(near(&g, 1.0), "{g:?}");
-        let g = gains(&mut c, &mut t, 12, 0.0);
+        let g = cruise_gains(&mut c, &mut t, 12, 0.0);
         assert!(near(&g, 0.95), "{g:?}");
         // A receiver whose buffers are a third full: no reserve.
-        let g = gains(&mut c, &mut t, 2, 0.33);
+        let g = cruise_gains(&mut c, &mut t, 2, 0.33);
         assert!(near(&g, 1.0), "{g:?}");
         // A loss judged congestion through 2 ms of queue: the buffer is shallow.
         assert_eq!(lossy_report(&mut c, &mut t, 2), Some(Reason::Loss));
         drive(&mut c, &mut t, 40, bottleneck(300e6));
-        let g = gains(&mut c, &mut t, 2, 0.0);
+        let g = cruise_gains(&mut c, &mut t, 2, 0.0);
         assert!(near(&g, 1.0), "{g:?}");
-        let g = gains(&mut c, &mut t, 7, 0.0);
+        let g = cruise_gains(&mut c, &mut t, 7, 0.0);
         assert!(near(&g, 0.95), "{g:?}");
     }
 
