@@ -311,6 +311,11 @@ def main():
                     help="raise net.core.rmem_max/wmem_max to this for the run (restored after; 0 = leave)")
     ap.add_argument("--tcp-cc", help="set TCP congestion control in the endpoint namespaces (default: kernel's)")
     ap.add_argument("--rt-priority", type=int, default=20, help="linkem SCHED_FIFO priority (0 = off)")
+    ap.add_argument("--linkem-slack", default=netlab.LINKEM_SLACK,
+                    help="linkem --slack: release packets due this soon after a due one with it "
+                    "(0 = each at its own time, as up to session 30)")
+    ap.add_argument("--linkem-gso", action=argparse.BooleanOptionalAction, default=netlab.LINKEM_GSO,
+                    help="linkem --gso: write packets of one flow released together as one GSO write")
     ap.add_argument("--no-build", action="store_true", help="don't cargo build linkem/hurtle")
     ap.add_argument("--no-install", action="store_true", help="don't apt-get install missing packages")
     ap.add_argument("--measure-ceiling", action="store_true", help="(re)measure linkem's ceiling and exit")
@@ -383,7 +388,8 @@ def main():
                 log(hurtle_build_err)
 
     prefix = f"hb{os.getpid()}"
-    lab = netlab.Lab(prefix, work, linkem_bin, rt_priority=args.rt_priority)
+    lab = netlab.Lab(prefix, work, linkem_bin, rt_priority=args.rt_priority, slack=args.linkem_slack,
+                     gso=args.linkem_gso)
     try:
         if args.tcp_cc:
             # A namespace may only make a congestion control its default if the host allows it
@@ -490,9 +496,11 @@ def main():
                             st = lab.stop_linkem()
                             row["emu_pre_drops"] = pre
                             a = st.get("a2b", {})
-                            notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us stalled={:.0f}ms".format(
+                            notes.append("linkem a2b: in={:.0f} lost={:.0f} qdrop={:.0f} late_avg={:.0f}us stalled={:.0f}ms sleeps={:.0f}".format(
                                 a.get("in", 0), a.get("lost", 0), a.get("queue_drop", 0), a.get("late_avg_us", 0),
-                                a.get("stall_ms", 0)))
+                                a.get("stall_ms", 0), a.get("sleeps", 0)))
+                            notes.append(f"linkem slack={args.linkem_slack} gso={int(args.linkem_gso)} "
+                                         f"writes={a.get('writes', 0):.0f}")
                             if pre > 0:
                                 notes.append(f"EMU-OVERLOAD: {pre} packets dropped before linkem")
                             if res.goodput_mbps and ceil_mbps:

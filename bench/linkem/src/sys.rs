@@ -15,8 +15,10 @@ use anyhow::{bail, Context, Result};
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 
 /// Open `/dev/net/tun` and attach to (or create) the layer-3 TUN device
-/// `name` without packet-information headers, in non-blocking mode.
-pub fn open_tun(name: &str) -> Result<File> {
+/// `name` without packet-information headers, in non-blocking mode. With
+/// `vnet_hdr`, every read and write carries a `virtio_net_hdr` in front of
+/// the packet (`IFF_VNET_HDR`; see [`crate::gso`]).
+pub fn open_tun(name: &str, vnet_hdr: bool) -> Result<File> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         bail!(
             "bad TUN device name {name:?} (1..{} bytes)",
@@ -33,7 +35,8 @@ pub fn open_tun(name: &str) -> Result<File> {
     for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *dst = src as libc::c_char;
     }
-    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    let vnet = if vnet_hdr { libc::IFF_VNET_HDR } else { 0 };
+    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet) as libc::c_short;
     // SAFETY: the fd is open and owned by `file`; `req` is a valid,
     // NUL-terminated ifreq that outlives the call, as TUNSETIFF expects.
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req) };
