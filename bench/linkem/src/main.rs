@@ -453,14 +453,17 @@ impl Forwarder {
         let mut i = 0;
         while i < lump.len() {
             let (n, wrote) = if self.gso {
+                // The longest run from packet i on; its header, then each packet's payload.
                 let mut run = gso::Run::start(&lump[i]);
                 while i + run.len() < lump.len() && run.can_join(&lump[i + run.len()]) {}
                 let n = run.len();
                 let skip = run.header(hdr);
-                let mut iov = Vec::with_capacity(n + 1);
-                iov.push(IoSlice::new(hdr));
-                iov.extend(lump[i..i + n].iter().map(|p| IoSlice::new(&p[skip..])));
-                (n, (&*self.output).write_vectored(&iov))
+                let mut iov = [IoSlice::new(&[]); gso::MAX_RUN + 1];
+                iov[0] = IoSlice::new(hdr);
+                for (slot, p) in iov[1..].iter_mut().zip(&lump[i..i + n]) {
+                    *slot = IoSlice::new(&p[skip..]);
+                }
+                (n, (&*self.output).write_vectored(&iov[..=n]))
             } else {
                 (1, (&*self.output).write(&lump[i]))
             };
