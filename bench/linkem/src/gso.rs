@@ -15,6 +15,9 @@
 //! the kernel segments it where it must (or a receiver with GRO takes it
 //! whole, as it would from a real NIC's coalesced interrupt). Anything else
 //! (IPv6, IP options, fragments, SYN/FIN/RST, pure ACKs) is written alone.
+//! One field may come out changed: the kernel numbers a run's IPv4 IDs up from
+//! the first packet's, where the sender's may have differed (Linux gives an
+//! unconnected socket's DF datagrams ID 0); IDs matter only to fragments.
 //!
 //! Pure functions on byte slices, no I/O: [`Run::can_join`] and
 //! [`Run::header`], tested below by segmenting what they build the way the
@@ -107,8 +110,8 @@ impl<'a> Seg<'a> {
 /// Consecutive packets of one flow that can go out as one GSO write.
 #[derive(Clone, Copy, Debug)]
 pub struct Run<'a> {
-    first: Option<Seg<'a>>,
-    last: Option<Seg<'a>>,
+    /// The run's first and last packet; `None` if its one packet cannot start a run.
+    ends: Option<(Seg<'a>, Seg<'a>)>,
     count: usize,
     bytes: usize,
 }
@@ -118,8 +121,7 @@ impl<'a> Run<'a> {
     pub fn start(pkt: &'a [u8]) -> Run<'a> {
         let seg = Seg::parse(pkt);
         Run {
-            first: seg,
-            last: seg,
+            ends: seg.map(|s| (s, s)),
             count: 1,
             bytes: pkt.len(),
         }
@@ -133,7 +135,7 @@ impl<'a> Run<'a> {
     /// Adds `pkt` to the run if the kernel can segment the run back into
     /// the same packets; `false` (and the run unchanged) if not.
     pub fn can_join(&mut self, pkt: &'a [u8]) -> bool {
-        let (Some(first), Some(last), Some(next)) = (self.first, self.last, Seg::parse(pkt)) else {
+        let (Some((first, last)), Some(next)) = (self.ends, Seg::parse(pkt)) else {
             return false;
         };
         let size = first.payload();
@@ -166,7 +168,7 @@ impl<'a> Run<'a> {
                 }
             };
         if flow {
-            self.last = Some(next);
+            self.ends = Some((first, next));
             self.count += 1;
             self.bytes += next.payload();
         }
@@ -180,7 +182,7 @@ impl<'a> Run<'a> {
     /// each one's payload starts.
     pub fn header(&self, out: &mut Vec<u8>) -> usize {
         out.clear();
-        let (Some(first), Some(last), true) = (self.first, self.last, self.count > 1) else {
+        let (Some((first, last)), true) = (self.ends, self.count > 1) else {
             out.extend_from_slice(&PLAIN_HDR);
             return 0;
         };
