@@ -183,6 +183,15 @@ pub struct Scenario {
     /// ([`hurtle_proto::rate::dispersion`]), as the engine's do; `false` leaves the field 0
     /// (a receiver whose arrival times cannot show the spacing), to compare startup without.
     pub train_estimates: bool,
+    /// The receiving host is handed datagrams in buffers, as behind GRO (a NIC that coalesces
+    /// its interrupts, or linkem's GSO writes): at each multiple of this from time zero, what
+    /// arrived since the one before, every datagram with that moment as its arrival time.
+    /// `None`: each datagram as it arrives.
+    pub receiver_lumps: Option<Duration>,
+    /// While `auto`'s startup lasts, each send is at least the controller's train
+    /// ([`RateController::train_bytes`]), as the engine's are; `false` keeps
+    /// [`Scenario::run_datagrams`] throughout, to compare.
+    pub startup_trains: bool,
     /// The receiving host's limit is its disk, not its CPU: the stage of
     /// [`Scenario::receiver_rate_bps`] stands for the engine's writer queue, and the reports
     /// carry its fill and wait as the writer's (`disk_fill`, `disk_wait_us`) besides the
@@ -224,6 +233,7 @@ impl Scenario {
     pub fn controller(&self, start: Instant) -> Option<RateController> {
         self.rate.clone().map(|cfg| {
             let mut c = RateController::new(cfg, start);
+            c.set_channels(self.channels);
             if let Some((memory, age)) = &self.resume {
                 c.resume(memory, *age);
             }
@@ -252,6 +262,8 @@ impl Default for Scenario {
             receiver_stalls: Vec::new(),
             sender_stalls: Vec::new(),
             train_estimates: true,
+            receiver_lumps: None,
+            startup_trains: true,
             receiver_is_disk: false,
             control_delay: None,
             nack_loss: 0.0,
@@ -1480,6 +1492,18 @@ impl Pair {
         self.first_data.map(|t| t - self.t0)
     }
 
+    /// When a datagram that arrives at `t` reaches the receiver: at once, or behind GRO at the
+    /// end of its buffer ([`Scenario::receiver_lumps`]).
+    fn lump_end(&self, t: Instant) -> Instant {
+        match self.sc.receiver_lumps.filter(|l| !l.is_zero()) {
+            Some(lump) => {
+                let lumps = (t - self.t0).as_nanos().div_ceil(lump.as_nanos());
+                self.t0 + lump * u32::try_from(lumps).unwrap_or(u32::MAX)
+            }
+            None => t,
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         let now = self.now;
         let mut next: Option<Instant> = None;
@@ -1489,7 +1513,7 @@ impl Pair {
             }
         };
         if self.rcv_reading {
-            consider(self.link.next_delivery());
+            consider(self.link.next_delivery().map(|t| self.lump_end(t)));
             consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
             consider(
                 self.rcv
@@ -1550,7 +1574,16 @@ impl Pair {
         while let Some(dg) = self.injected.pop_front() {
             self.on_datagram(now, &dg)?;
         }
-        while let Some(dg) = self.link.poll(now) {
+        // Behind GRO, what arrived up to the latest buffer's moment (taken at that moment:
+        // [`Pair::lump_end`] is when the receiver is woken for it).
+        let upto = match self.sc.receiver_lumps.filter(|l| !l.is_zero()) {
+            Some(lump) => {
+                let lumps = (now - self.t0).as_nanos() / lump.as_nanos();
+                self.t0 + lump * u32::try_from(lumps).unwrap_or(u32::MAX)
+            }
+            None => now,
+        };
+        while let Some(dg) = self.link.poll(upto) {
             match &mut self.rcv.stage {
                 Some(stage) => stage.offer(now, dg),
                 None => self.on_datagram(now, &dg)?,
@@ -1899,8 +1932,13 @@ impl Pair {
             while self.snd.pacers[ch].can_send(now) {
                 // The tail's new data goes in pieces that leave room for a parity descriptor.
                 let piece = self.tail_piece(ch);
-                let max_run =
-                    u64::from(piece.unwrap_or(self.sc.payload)) * u64::from(self.sc.run_datagrams);
+                let payload = u64::from(piece.unwrap_or(self.sc.payload));
+                // While startup lasts, the controller's train at least, as the engine sends.
+                let train = match &self.snd.rate {
+                    Some(c) if self.sc.startup_trains => c.train_bytes() / payload,
+                    _ => 0,
+                };
+                let max_run = payload * u64::from(self.sc.run_datagrams).max(train);
                 // Early data: runs are cut to the budget left, and stop when it is spent.
                 let max_run = match self.snd.early {
                     Some(0) => {

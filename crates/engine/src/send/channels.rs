@@ -1,7 +1,8 @@
 //! The channel threads: each serves one or more channels ([`serve_channels`]), sending what
 //! each channel's pacer allows ([`ChannelWorker::step`]): new data read a block at a time and
 //! hashed the first time ([`ChannelWorker::load_block`]), repairs, held blocks' values and the
-//! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate; between sends the
+//! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate (while startup
+//! lasts, at least the controller's longer train: [`Shared::train_bytes`]); between sends the
 //! thread sleeps until a command wakes it ([`ChannelCmds`]).
 
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
@@ -457,9 +458,12 @@ impl ChannelWorker {
             let max_run = (self.max_datagrams(payload16) * payload) as u64;
             // Each send is at most this much of the session's rate (and at least
             // MIN_SEND_DATAGRAMS where the link allows): a shallow bottleneck queue then sees
-            // short trains, not 64-datagram GSO bursts.
+            // short trains, not 64-datagram GSO bursts. While startup lasts, at least the
+            // controller's train, which a receiver behind GRO can time.
             let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+            let train = shared.train_bytes.load(Ordering::Relaxed);
             let floor = (payload as u64 * MIN_SEND_DATAGRAMS)
+                .max(train / payload as u64 * payload as u64)
                 .min(max_run)
                 .max(payload as u64);
             let run_cap = (bytes / payload as u64 * payload as u64).clamp(floor, max_run);

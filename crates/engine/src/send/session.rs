@@ -143,6 +143,7 @@ pub(super) fn send_once(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
+    controller.set_channels(channels);
     let resumed = resume(&mut controller, opts, to);
 
     // Early data: the provisional outcome (every file whole) goes out now, while the receiver
@@ -177,6 +178,7 @@ pub(super) fn send_once(
         fec: opts.fec,
         loss_ppm: AtomicU32::new(u32::MAX),
         catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
+        train_bytes: AtomicU64::new(controller.train_bytes()),
     });
     progress
         .rate_bps
@@ -357,6 +359,10 @@ pub(super) fn send_once(
         shared
             .rate_bps
             .store(controller.rate_bps(), Ordering::Relaxed);
+        // (TCP connections pace themselves: no startup trains.)
+        shared
+            .train_bytes
+            .store(controller.train_bytes(), Ordering::Relaxed);
         progress
             .rate_bps
             .store(controller.rate_bps(), Ordering::Relaxed);

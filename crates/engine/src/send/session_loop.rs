@@ -318,6 +318,9 @@ pub(super) fn session_loop(
                 shared
                     .catch_up_us
                     .store(controller.catch_up().as_micros() as u64, Ordering::Relaxed);
+                shared
+                    .train_bytes
+                    .store(controller.train_bytes(), Ordering::Relaxed);
                 if change.is_some() {
                     let r = controller.rate_bps();
                     shared.rate_bps.store(r, Ordering::Relaxed);

@@ -79,6 +79,9 @@ pub(super) struct Shared {
     /// The most missed time the channels' pacers repay, microseconds: the controller's
     /// [`hurtle_proto::rate::RateController::catch_up`].
     pub(super) catch_up_us: AtomicU64,
+    /// The bytes each channel sends back to back at least, while the controller wants long
+    /// trains (its [`hurtle_proto::rate::RateController::train_bytes`]; 0: the usual sends).
+    pub(super) train_bytes: AtomicU64,
 }
 
 impl Shared {

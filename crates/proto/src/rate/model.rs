@@ -53,11 +53,19 @@
 //!   sender's missed time (see [`super::RateController::catch_up`]), which such a buffer would
 //!   drop.
 //!
+//! - **Startup's long trains**: while startup lasts, each channel sends trains of up to 64 KiB
+//!   back to back ([`super::RateController::train_bytes`]), so that a receiver behind GRO
+//!   (which timestamps what arrived in each ~100 µs once) can time the bottleneck over trains
+//!   that span several of its buffers ([`super::dispersion`]). A report then counts a train
+//!   more or less than its share, so startup takes a sample for a receiver catching up only
+//!   at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and its queue exit
+//!   allows for the trains' own queue.
+//!
 //! # States
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay (and over the queue the channels' own trains make where they meet, [`Signals::trains_bits`] over the path's rate) in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
@@ -177,6 +185,12 @@ pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
     2f64.powf(lag / round).clamp(2.0, 2.5)
 }
 
+/// A sample this far above what was sent is a receiver catching up after a stall
+/// ([`Model::sample`]).
+pub const CATCHING_UP: f64 = 1.05;
+/// ... in startup, whose long trains make reports lumpy.
+pub const STARTUP_CATCHING_UP: f64 = 1.5;
+
 /// Train estimates startup keeps (the latest reports'); it goes by their median.
 const TRAIN_HINTS: usize = 5;
 /// Train estimates startup needs before it goes by them.
@@ -251,6 +265,9 @@ pub struct Signals {
     pub floor: Option<f64>,
     /// How far the queueing delay moves without any queue (twice the receiver's lateness).
     pub noise: Duration,
+    /// The bits the sender's channels send back to back at once, together, while startup
+    /// lasts (their trains: [`super::RateController::train_bytes`]); 0 past it.
+    pub trains_bits: f64,
 }
 
 /// The `auto` controller's path model and state.
@@ -618,7 +635,17 @@ impl Model {
         // less than its span's share (a quarter of it and more), and is held to what was sent
         // like any other (thrown away, only the low ones counted, and at a low rate the
         // windowed maximum fell sample by sample).
-        let catching_up = passed > sent_then * 1.05 && d.datagrams >= FEW_DATAGRAMS;
+        // In startup its sends are long trains (`RateController::train_bytes`), a few per
+        // report at its first rates, and a report counts a train more or less than its share:
+        // a third and more above what was sent, in netsim's intercontinental behind GRO. Taken
+        // for catching up, those reports were thrown away and startup's first step came
+        // three reports late.
+        let over = if self.phase == Phase::Startup {
+            STARTUP_CATCHING_UP
+        } else {
+            CATCHING_UP
+        };
+        let catching_up = passed > sent_then * over && d.datagrams >= FEW_DATAGRAMS;
         // Past startup, no sample is above what was sent: a receiver counts arrivals in lumps
         // (its threads run late on a busy machine) and a jittery path has lucky intervals, so
         // one report in a few counts more than arrived in its interval; with 2% of slack each
@@ -744,7 +771,12 @@ impl Model {
         // intercontinental's 4 MiB queue, thousands of datagrams dropped).
         if self.phase == Phase::Startup {
             // (Against the receiver's lag itself, not twice it: two reports in a row of it.)
-            let rising = fb.queue_delay > delay_floor + STARTUP_RISE + sig.noise / 2;
+            // (Nor against the queue the channels' own trains make where they meet: their bits
+            // over the path's rate by the trains; untimed, over the pacing rate, since a path
+            // slower than that is one startup has passed, and its queue is a real one.)
+            let path = self.train_rate().unwrap_or(rate);
+            let trains = Duration::from_secs_f64((sig.trains_bits / path.max(1.0)).min(0.01));
+            let rising = fb.queue_delay > delay_floor + STARTUP_RISE + sig.noise / 2 + trains;
             self.startup_rising = if rising { self.startup_rising + 1 } else { 0 };
         }
         let queue_rising = self.startup_rising >= 2;
