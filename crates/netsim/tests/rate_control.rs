@@ -819,6 +819,25 @@ mod wan {
             .map_or(Duration::ZERO, |p| p.at)
     }
 
+    /// The highest rate startup paced at, bits per second.
+    fn startup_top(out: &Outcome) -> f64 {
+        out.rate_timeline
+            .iter()
+            .filter(|p| p.at < startup_end(out))
+            .map(|p| p.rate_bps)
+            .max()
+            .unwrap_or(0) as f64
+    }
+
+    /// The reports' train estimates before `until`, bits per second.
+    fn train_estimates(out: &Outcome, until: Duration) -> Vec<f64> {
+        out.reports
+            .iter()
+            .filter(|r| r.at < until)
+            .filter_map(|r| r.feedback.train_rate)
+            .collect()
+    }
+
     #[test]
     fn a_cold_start_reaches_90_percent_of_the_bottleneck_in_a_few_round_trips() {
         let rtt = ms(100);
@@ -947,12 +966,7 @@ mod wan {
         };
         let with = run("with train estimates", sc(true));
         let without = run("without train estimates", sc(false));
-        let estimates: Vec<f64> = with
-            .reports
-            .iter()
-            .filter(|r| r.at < rtt * 3)
-            .filter_map(|r| r.feedback.train_rate)
-            .collect();
+        let estimates = train_estimates(&with, rtt * 3);
         let mut sorted = estimates.clone();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
@@ -963,14 +977,7 @@ mod wan {
                 .find(|p| p.rate_bps as f64 >= 0.9 * c)
                 .map_or(Duration::MAX, |p| p.at)
         };
-        let top = |out: &Outcome| {
-            out.rate_timeline
-                .iter()
-                .filter(|p| p.at < startup_end(out))
-                .map(|p| p.rate_bps)
-                .max()
-                .unwrap_or(0) as f64
-        };
+        let top = startup_top;
         for (name, out) in [("with", &with), ("without", &without)] {
             eprintln!(
                 "  {name}: paced at 90% after {:.2} RTTs, startup ended after {:.2} RTTs at most \
@@ -1047,21 +1054,8 @@ mod wan {
         };
         let long = run("behind GRO, startup's long trains", sc(true));
         let short = run("behind GRO, the usual sends", sc(false));
-        let estimates = |out: &Outcome| -> Vec<f64> {
-            out.reports
-                .iter()
-                .filter(|r| r.at < rtt * 3)
-                .filter_map(|r| r.feedback.train_rate)
-                .collect()
-        };
-        let top = |out: &Outcome| {
-            out.rate_timeline
-                .iter()
-                .filter(|p| p.at < startup_end(out))
-                .map(|p| p.rate_bps)
-                .max()
-                .unwrap_or(0) as f64
-        };
+        let estimates = |out: &Outcome| train_estimates(out, rtt * 3);
+        let top = startup_top;
         for (name, out) in [("long", &long), ("short", &short)] {
             eprintln!(
                 "  {name}: {} estimates in the first 3 RTTs {:?}, startup ended after {:.2} RTTs \

@@ -185,8 +185,8 @@ pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
     2f64.powf(lag / round).clamp(2.0, 2.5)
 }
 
-/// A sample this far above what was sent is a receiver catching up after a stall
-/// ([`Model::sample`]).
+/// A sample this far above what was sent is a receiver catching up after a stall: neither its
+/// rate nor its delay says anything of the path.
 pub const CATCHING_UP: f64 = 1.05;
 /// ... in startup, whose long trains make reports lumpy.
 pub const STARTUP_CATCHING_UP: f64 = 1.5;
