@@ -467,12 +467,14 @@ impl ChannelWorker {
                 .min(max_run)
                 .max(payload as u64);
             let run_cap = (bytes / payload as u64 * payload as u64).clamp(floor, max_run);
-            // Before the receiver's decisions, within the early data's budget only.
+            // Before the receiver's decisions, within the early data's budget only (a run cut
+            // to what is left of it: startup's trains are up to 64 KiB a channel).
             let early_left = shared.early_left.load(Ordering::Relaxed);
             if early_left == 0 {
                 self.pacer.idle();
                 break;
             }
+            let run_cap = run_cap.min(early_left);
             let Some(run) = self.sender.poll_run(layout, run_cap, now) else {
                 // Nothing to send: the time until there is is not owed.
                 self.pacer.idle();
