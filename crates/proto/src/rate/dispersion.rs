@@ -26,8 +26,9 @@
 //! median of its interval's estimates ([`median_kbps`]), given at least [`MIN_TRAINS`].
 //!
 //! Behind GRO a train must span several buffers to be timed: the sender makes its trains long
-//! while startup lasts ([`crate::rate::RateController::train_bytes`]), 64 KiB, which is ten
-//! 100 µs buffers at 500 Mbit/s and five at 1 Gbit/s.
+//! while startup lasts ([`crate::rate::RateController::train_bytes`]: a sixteenth of the round
+//! trip at the channel's rate, up to 64 KiB, which is ten 100 µs buffers at 500 Mbit/s and
+//! five at 1 Gbit/s; on a short path they stay short and go untimed).
 //!
 //! What makes an estimate wrong:
 //! - another flow's or another channel's datagrams between a train's at the bottleneck stretch
