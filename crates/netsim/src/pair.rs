@@ -115,7 +115,7 @@ use crate::session::Fault;
 use hurtle_proto::admit::{Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
-use hurtle_proto::rate::dispersion::median_kbps;
+use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::rate::{PathMemory, Reason};
 use hurtle_proto::wire::{
     Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
@@ -884,6 +884,8 @@ pub(crate) struct ReceiverSide {
     pub(crate) files: Vec<Vec<u8>>,
     /// The checks of every datagram, and their counts.
     admission: Admission,
+    /// The train estimates for the next report.
+    trains: TrainPool,
     channels: Vec<ChannelReceiver>,
     /// Each channel's parity of groups not yet complete.
     parity: Vec<ParityStore>,
@@ -1065,6 +1067,7 @@ fn receiver_side(
     }
     let mut rcv = ReceiverSide {
         admission,
+        trains: TrainPool::default(),
         files: rcv_files,
         channels: (0..channels)
             .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
@@ -1688,9 +1691,9 @@ impl Pair {
             // It reads each datagram when it arrives: the report's own interval is right.
             arrived_over: None,
             train_kbps: if self.sc.train_estimates {
-                let mut rates = Vec::new();
-                self.rcv.admission.take_train_rates(&mut rates);
-                median_kbps(&mut rates).unwrap_or(0)
+                let pool = &mut self.rcv.trains;
+                self.rcv.admission.take_train_rates(pool.rates_mut());
+                pool.take_kbps()
             } else {
                 self.rcv.admission.forget_train_rates();
                 0

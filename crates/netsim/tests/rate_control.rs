@@ -1091,6 +1091,58 @@ mod wan {
         assert!(long.duration < short.duration);
     }
 
+    /// The benchmarks' `shallow-1g` behind GRO: 1 Gbit/s, 40 ms, a queue of a tenth of the
+    /// bandwidth-delay product (500 KB: 4 ms), two channels, buffers every 100 us, 256 MiB,
+    /// cold. A sixteenth of the round trip at startup's 50 Mbit/s a channel is 15.6 KB, 125 us
+    /// at the bottleneck: one or two buffers, too few to time. The trains double with each
+    /// report that has no estimate (`STARTUP_TRAIN_DOUBLINGS`: to 64 KiB, two or three a
+    /// 10 ms report, which the receiver pools until it has five: `TrainPool`), are timed
+    /// from the second round trip of reports on, and startup goes to the path's rate
+    /// without overflowing its queue.
+    #[test]
+    fn behind_gro_on_a_short_path_startup_s_trains_grow_until_they_are_timed() {
+        let rtt = ms(40);
+        let c = 1e9;
+        let sc = Scenario {
+            channels: 2,
+            receiver_lumps: Some(Duration::from_micros(100)),
+            ..scenario_rtt(
+                RateMode::Auto,
+                LinkConfig::default().with_rate(1_000_000_000, 500_000),
+                256,
+                rtt,
+            )
+        };
+        let out = run("1 Gbit/s, 40 ms, 500 KB queue, behind GRO", sc);
+        let first_report = out
+            .reports
+            .iter()
+            .find(|r| r.feedback.bytes > 0)
+            .map_or(Duration::ZERO, |r| r.at);
+        let estimates = train_estimates(&out, first_report + rtt * 3);
+        eprintln!(
+            "  {} estimates in the first 3 RTTs of reports {:?}, startup ended after {:.2} RTTs \
+             at most {}, {} dropped by the queue, resent {:.2}%, done in {:.3} s",
+            estimates.len(),
+            estimates
+                .iter()
+                .map(|e| (e / 1e6) as u64)
+                .collect::<Vec<_>>(),
+            startup_end(&out).as_secs_f64() / rtt.as_secs_f64(),
+            mbit(startup_top(&out)),
+            out.link.dropped_queue,
+            out.resent_share() * 100.0,
+            out.duration.as_secs_f64()
+        );
+        let mut sorted = estimates.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert!(sorted.len() >= 3, "{estimates:?}");
+        let median = sorted[sorted.len() / 2];
+        assert!((median / c - 1.0).abs() < 0.1, "{estimates:?}");
+        assert!(startup_top(&out) <= 1.1 * c, "{}", startup_top(&out));
+        assert!(out.resent_share() < 0.005, "{}", out.resent_share());
+    }
+
     /// Once the new data is out, the repairs are what a transfer waits for, and a lost one is
     /// asked for again only after the receiver's `nack_retry`, a round trip and more. Its second
     /// copy (`SendConfig::tail_copies`) saves that. 2 MiB over 150 ms at 5% random loss, all

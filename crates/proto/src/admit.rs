@@ -529,9 +529,9 @@ pub struct ReportFacts {
     /// The time the interval's bytes arrived over, by the kernel's arrival times
     /// ([`arrival_interval`]); `None`: the time since the last report.
     pub arrived_over: Option<Duration>,
-    /// The bottleneck's rate by the interval's trains, kbit/s
-    /// ([`crate::rate::dispersion::median_kbps`] of what [`Admission::take_train_rates`]
-    /// gave); 0: not measured.
+    /// The bottleneck's rate by the interval's trains, kbit/s (a
+    /// [`crate::rate::dispersion::TrainPool`]'s median of what [`Admission::take_train_rates`]
+    /// gave, with too few carried over from the reports before); 0: not measured.
     pub train_kbps: u64,
 }
 

@@ -281,8 +281,8 @@ impl ChannelWorker {
             if timed_on_read {
                 self.admission.forget_train_rates();
             } else {
-                let mut rates = (self.shared.train_rates.lock()).unwrap_or_else(|e| e.into_inner());
-                self.admission.take_train_rates(&mut rates);
+                let mut pool = (self.shared.train_rates.lock()).unwrap_or_else(|e| e.into_inner());
+                self.admission.take_train_rates(pool.rates_mut());
             }
             if let Some(at) = last_arrival.filter(|_| !timed_on_read) {
                 self.shared.note_arrivals(self.ch, counted.bytes, at);

@@ -31,6 +31,7 @@ use hurtle_proto::admit::Tally;
 use hurtle_proto::hash::{to_hex, BlockValue};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::probe::SilenceWatch;
+use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::session::{
     first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, SetupError,
 };
@@ -223,7 +224,7 @@ impl Receiver {
             write_fill: AtomicU64::new(0),
             timed_on_read: AtomicBool::new(false),
             arrivals: (0..channels).map(|_| Default::default()).collect(),
-            train_rates: Mutex::new(Vec::new()),
+            train_rates: Mutex::new(TrainPool::default()),
             origin: Instant::now(),
         });
         let (ev_tx, ev_rx) = unbounded();

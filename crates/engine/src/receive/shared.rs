@@ -10,7 +10,7 @@ use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use hurtle_proto::admit::{ArrivalMark, Tally};
-use hurtle_proto::rate::dispersion::median_kbps;
+use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::wire::Control;
 use hurtle_proto::Layout;
 use std::net::IpAddr;
@@ -61,9 +61,10 @@ pub(super) struct Shared {
     pub(super) arrivals: Vec<Mutex<ArrivalMark>>,
     /// The origin of `arrivals`' times.
     pub(super) origin: Instant,
-    /// The bottleneck estimates of the trains that ended since the last report, kbit/s
-    /// ([`hurtle_proto::rate::dispersion`]), added by the channel threads once per batch.
-    pub(super) train_rates: Mutex<Vec<u32>>,
+    /// The bottleneck estimates of the trains that ended since the last report (and of
+    /// earlier ones too few to report), kbit/s ([`hurtle_proto::rate::dispersion`]), added by
+    /// the channel threads once per batch.
+    pub(super) train_rates: Mutex<TrainPool>,
 }
 
 impl Shared {
@@ -85,13 +86,11 @@ impl Shared {
         }
     }
 
-    /// The median of the train estimates since the last call, kbit/s (0: too few), for a
-    /// report; starts the next interval's.
+    /// The median of the train estimates gathered, kbit/s (0: too few, kept for the next
+    /// report: [`TrainPool`]), for a report.
     pub(super) fn take_train_kbps(&self) -> u64 {
-        let mut rates = self.train_rates.lock().unwrap_or_else(|e| e.into_inner());
-        let kbps = median_kbps(&mut rates).unwrap_or(0);
-        rates.clear();
-        kbps
+        let mut pool = self.train_rates.lock().unwrap_or_else(|e| e.into_inner());
+        pool.take_kbps()
     }
 
     /// Sends a report or NACK: on the control connection, and as a datagram.

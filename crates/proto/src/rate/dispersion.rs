@@ -28,7 +28,8 @@
 //! Behind GRO a train must span several buffers to be timed: the sender makes its trains long
 //! while startup lasts ([`crate::rate::RateController::train_bytes`]: a sixteenth of the round
 //! trip at the channel's rate, up to 64 KiB, which is ten 100 µs buffers at 500 Mbit/s and
-//! five at 1 Gbit/s; on a short path they stay short and go untimed).
+//! five at 1 Gbit/s; on a short path, where that share is too short to time, they double with
+//! each report that carried no estimate, to half the round trip at most).
 //!
 //! What makes an estimate wrong:
 //! - another flow's or another channel's datagrams between a train's at the bottleneck stretch
@@ -56,8 +57,11 @@ pub const MIN_PAIRS: u32 = 2;
 /// The shortest arrival span a train is timed over (a few microseconds are the kernel's
 /// noise).
 pub const MIN_SPAN: Duration = Duration::from_micros(10);
-/// Estimates a report interval needs for its median to be reported.
+/// Estimates a report needs for its median to be reported.
 pub const MIN_TRAINS: usize = 5;
+/// Reports an interval's estimates are carried over to while there are fewer than
+/// [`MIN_TRAINS`] ([`TrainPool`]).
+pub const MAX_CARRIED: u32 = 3;
 /// Most estimates kept per interval (the rest are dropped: a median of this many is plenty).
 pub const MAX_TRAINS: usize = 4096;
 
@@ -207,6 +211,45 @@ impl TrainMeter {
     pub fn drain_into(&mut self, out: &mut Vec<u32>) {
         let room = MAX_TRAINS.saturating_sub(out.len());
         out.extend(self.rates.drain(..).take(room));
+    }
+}
+
+/// The train estimates gathered for the receiver's next report.
+///
+/// A report gives their median once there are [`MIN_TRAINS`]; fewer are carried over to the
+/// next report, for [`MAX_CARRIED`] reports at most, and dropped after. On a short path a
+/// report interval holds only a few of startup's trains, which must be long to be timed behind
+/// GRO ([`crate::rate::RateController::train_bytes`]): on a 40 ms path at 100 Mbit/s, two
+/// channels' 64 KiB trains are two or three per 10 ms report, and a report of its own would
+/// never carry an estimate.
+#[derive(Debug, Default)]
+pub struct TrainPool {
+    rates: Vec<u32>,
+    /// Reports the estimates in `rates` were carried over to so far.
+    carried: u32,
+}
+
+impl TrainPool {
+    /// Where a channel adds the estimates of its trains that ended (see
+    /// [`crate::admit::Admission::take_train_rates`]).
+    pub fn rates_mut(&mut self) -> &mut Vec<u32> {
+        &mut self.rates
+    }
+
+    /// For a report: the median of the estimates gathered (kbit/s), or 0 while there are too
+    /// few (carried over, see [`TrainPool`]).
+    pub fn take_kbps(&mut self) -> u64 {
+        if let Some(kbps) = median_kbps(&mut self.rates) {
+            self.rates.clear();
+            self.carried = 0;
+            return kbps;
+        }
+        self.carried += 1;
+        if self.carried > MAX_CARRIED {
+            self.rates.clear();
+            self.carried = 0;
+        }
+        0
     }
 }
 
@@ -418,6 +461,26 @@ mod tests {
             (median / expect - 1.0).abs() < 0.01,
             "{median} against {expect}"
         );
+    }
+
+    #[test]
+    fn a_pool_carries_too_few_estimates_over_to_the_next_reports_and_drops_them_after() {
+        let mut pool = TrainPool::default();
+        // Two trains a report: the third report has five, and gives their median.
+        pool.rates_mut().extend([900_000, 1_000_000]);
+        assert_eq!(pool.take_kbps(), 0);
+        pool.rates_mut().extend([1_010_000, 990_000]);
+        assert_eq!(pool.take_kbps(), 0);
+        pool.rates_mut().extend([1_020_000, 980_000]);
+        assert_eq!(pool.take_kbps(), 1_000_000);
+        // The next starts empty; one train a report is dropped after MAX_CARRIED carries.
+        for _ in 0..=MAX_CARRIED {
+            pool.rates_mut().push(500_000);
+            assert_eq!(pool.take_kbps(), 0);
+        }
+        assert!(pool.rates_mut().is_empty());
+        pool.rates_mut().extend([700_000; MIN_TRAINS]);
+        assert_eq!(pool.take_kbps(), 700_000);
     }
 
     proptest! {

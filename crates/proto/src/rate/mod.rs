@@ -95,6 +95,19 @@ pub const STARTUP_TRAIN_BYTES: u64 = 64 << 10;
 /// 0.5 s.)
 pub const STARTUP_TRAIN_RTT_SHARE: u32 = 16;
 
+/// How many times a channel's startup train doubles past its share of the round trip
+/// ([`STARTUP_TRAIN_RTT_SHARE`]) while the receiver's reports carry no estimate of the
+/// bottleneck ([`Feedback::train_rate`]): once per such report, to half the round trip at the
+/// channel's rate at most (and [`STARTUP_TRAIN_BYTES`]).
+///
+/// A train the receiver cannot time because it arrived in too few GRO buffers took that little
+/// time at the bottleneck, so a longer one costs the bottleneck's queue little: on a 40 ms path
+/// at 1 Gbit/s a sixteenth of the round trip at startup's 50 Mbit/s a channel is 15.6 KB, 125 µs
+/// there, one or two 100 µs buffers; 64 KiB is half a millisecond of queue and five buffers.
+/// The cap keeps a train that jitter, not its length, keeps untimed within half the round
+/// trip's worth at the channel's rate.
+pub const STARTUP_TRAIN_DOUBLINGS: u32 = 3;
+
 /// The bytes a channel pacing at `channel_bps` on a path of round trip `rtt` sends back to back
 /// while startup lasts: [`STARTUP_TRAIN_BYTES`], or what the channel's rate sends in a
 /// sixteenth of the round trip if that is less.
@@ -419,6 +432,9 @@ pub struct RateController {
     model: Option<Model>,
     /// Channels the rate is shared among ([`RateController::set_channels`]).
     channels: u16,
+    /// How many times startup's trains have doubled past their share of the round trip
+    /// ([`STARTUP_TRAIN_DOUBLINGS`] at most).
+    train_doublings: u32,
     timeline: Vec<RateChange>,
     reports: Vec<ReportPoint>,
     changes: u64,
@@ -468,6 +484,7 @@ impl RateController {
             cfg,
             model,
             channels: 1,
+            train_doublings: 0,
             rate: start,
             startup: true,
             hold_until: None,
@@ -526,14 +543,19 @@ impl RateController {
 
     /// The bytes each channel sends back to back now, at least (as far as its link allows):
     /// while `auto`'s startup lasts, [`startup_train_bytes`] at the channel's share of the
-    /// rate, so that the receiver can time the bottleneck by them behind GRO; otherwise 0 (the
-    /// channels' usual sends).
+    /// rate, doubled once for each report so far that carried no estimate of the bottleneck
+    /// ([`STARTUP_TRAIN_DOUBLINGS`] times at most, [`STARTUP_TRAIN_BYTES`] at most), so that
+    /// the receiver can time the bottleneck by them behind GRO; otherwise 0 (the channels'
+    /// usual sends).
     pub fn train_bytes(&self) -> u64 {
         match &self.model {
-            Some(m) if m.phase() == model::Phase::Startup => startup_train_bytes(
-                self.rate_bps() / u64::from(self.channels.max(1)),
-                self.cfg.rtt,
-            ),
+            Some(m) if m.phase() == model::Phase::Startup => {
+                let share = startup_train_bytes(
+                    self.rate_bps() / u64::from(self.channels.max(1)),
+                    self.cfg.rtt,
+                );
+                (share << self.train_doublings).min(STARTUP_TRAIN_BYTES)
+            }
             _ => 0,
         }
     }
@@ -715,6 +737,12 @@ impl RateController {
         // The queue the channels' trains make when they meet at the bottleneck: startup does
         // not take it for the path's.
         let trains_bits = (self.train_bytes() * u64::from(self.channels) * 8) as f64;
+        // Trains the receiver could not time were too short for its buffers, or broken up by
+        // jitter: the next ones are longer.
+        let train = self.train_bytes();
+        if fb.train_rate.is_none() && train > 0 && train < STARTUP_TRAIN_BYTES {
+            self.train_doublings = (self.train_doublings + 1).min(STARTUP_TRAIN_DOUBLINGS);
+        }
         if let Some(model) = self.model.as_mut() {
             let sig = Signals {
                 floor,
@@ -1059,6 +1087,57 @@ mod tests {
             );
             assert_eq!(c.train_bytes(), 0);
         }
+    }
+
+    #[test]
+    fn startup_trains_grow_while_the_receiver_cannot_time_them() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // A 40 ms path from 100 Mbit/s over 16 channels: 2.5 ms of 6.25 Mbit/s, 1,953 bytes.
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: ms(40),
+                start_bps: 100_000_000,
+                ..cfg(RateMode::Auto)
+            },
+            t0,
+        );
+        c.set_channels(16);
+        assert_eq!(c.train_bytes(), 1_953);
+        let share = |c: &RateController| startup_train_bytes(c.rate_bps() / 16, ms(40));
+        // Reports of a growing delivery with no estimate: each doubles the next trains, three
+        // times at most (half the round trip at the channel's rate).
+        let mut t = t0;
+        for doublings in [1, 2, 3, 3] {
+            t += ms(10);
+            c.on_feedback(t, &fb10(c.rate_bps() as f64, 0));
+            assert!(c.in_startup());
+            assert_eq!(c.train_bytes(), share(&c) << doublings, "{doublings}");
+        }
+        // Two channels: the trains reach 64 KiB, and no further.
+        c.set_channels(2);
+        assert_eq!(c.train_bytes(), STARTUP_TRAIN_BYTES);
+
+        // A report with an estimate: the trains keep their length.
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: ms(40),
+                start_bps: 100_000_000,
+                ..cfg(RateMode::Auto)
+            },
+            t0,
+        );
+        c.set_channels(2);
+        let timed = Feedback {
+            train_rate: Some(1e9),
+            ..fb10(100e6, 0)
+        };
+        c.on_feedback(t0 + ms(10), &timed);
+        assert!(c.in_startup());
+        assert_eq!(
+            c.train_bytes(),
+            startup_train_bytes(c.rate_bps() / 2, ms(40))
+        );
     }
 
     #[test]

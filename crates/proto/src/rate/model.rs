@@ -54,9 +54,10 @@
 //!   drop.
 //!
 //! - **Startup's long trains**: while startup lasts, each channel sends trains of up to 64 KiB
-//!   back to back ([`super::RateController::train_bytes`]), so that a receiver behind GRO
-//!   (which timestamps what arrived in each ~100 µs once) can time the bottleneck over trains
-//!   that span several of its buffers ([`super::dispersion`]). A report then counts a train
+//!   back to back ([`super::RateController::train_bytes`]: a sixteenth of the round trip at
+//!   the channel's rate, doubled for each report that had no estimate), so that a receiver
+//!   behind GRO (which timestamps what arrived in each ~100 µs once) can time the bottleneck
+//!   over trains that span several of its buffers ([`super::dispersion`]). A report then counts a train
 //!   more or less than its share, so startup takes a sample for a receiver catching up only
 //!   at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and its queue exit
 //!   allows for the trains' own queue.
