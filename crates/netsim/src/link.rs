@@ -66,8 +66,15 @@ pub struct LinkConfig {
     pub delay: Duration,
     /// Upper bound (exclusive) of a uniform extra delay drawn per packet copy.
     pub jitter: Duration,
-    /// Probability that a packet is lost on the wire (independently per packet).
+    /// Probability that a packet is lost on the wire (independently per packet, or in bursts:
+    /// [`LinkConfig::loss_burst`]).
     pub loss: f64,
+    /// Mean length of a burst of lost packets: 1 (or less) loses packets independently; more
+    /// loses them in bursts (a Gilbert model: a packet is lost while the link is in a burst,
+    /// which starts before a packet with probability `loss / (burst (1 - loss))` and ends after
+    /// each with `1 / burst`), at the same mean rate `loss`, as Wi-Fi does and as `linkem
+    /// --loss-burst` does.
+    pub loss_burst: f64,
     /// Probability that a packet that survived the bottleneck and loss gets one extra copy.
     pub duplicate: f64,
     /// Probability that a packet copy is held back by an extra [`LinkConfig::reorder_delay`].
@@ -97,6 +104,7 @@ impl Default for LinkConfig {
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
             loss: 0.0,
+            loss_burst: 1.0,
             duplicate: 0.0,
             reorder: 0.0,
             reorder_delay: Duration::ZERO,
@@ -128,6 +136,13 @@ impl LinkConfig {
     #[must_use]
     pub fn with_loss(mut self, loss: f64) -> Self {
         self.loss = loss;
+        self
+    }
+
+    /// Sets the mean length of a burst of lost packets ([`LinkConfig::loss_burst`]).
+    #[must_use]
+    pub fn with_loss_burst(mut self, burst: f64) -> Self {
+        self.loss_burst = burst;
         self
     }
 
@@ -225,6 +240,9 @@ pub struct Link {
     in_flight: BinaryHeap<InFlight>,
     /// Sequence number of the next copy put in flight; breaks delivery-time ties in send order.
     next_seq: u64,
+    /// Whether the last packet that passed the bottleneck was lost in a burst
+    /// ([`LinkConfig::loss_burst`]).
+    in_burst: bool,
     stats: LinkStats,
 }
 
@@ -233,6 +251,7 @@ impl Link {
     /// every random decision.
     pub fn new(config: LinkConfig, seed: u64, start: Instant) -> Self {
         Self {
+            in_burst: false,
             config,
             rng: Rng::new(seed),
             start,
@@ -270,7 +289,7 @@ impl Link {
             self.stats.dropped_queue += 1;
             return;
         };
-        if self.rng.chance(Stream::Loss, index, 0, self.config.loss) {
+        if self.lost(index) {
             self.stats.dropped_loss += 1;
             return;
         }
@@ -341,6 +360,22 @@ impl Link {
 
     /// Runs a packet of `len` bytes arriving at `now` through the bottleneck. Returns its
     /// departure time, or `None` if the queue drops it.
+    /// Whether packet `index`, which passed the bottleneck, is lost on the wire: independently,
+    /// or while in a burst ([`LinkConfig::loss_burst`]), one draw of the loss stream either way.
+    fn lost(&mut self, index: u64) -> bool {
+        let (loss, burst) = (self.config.loss, self.config.loss_burst);
+        if !(burst > 1.0 && loss > 0.0 && loss < 1.0) {
+            return self.rng.chance(Stream::Loss, index, 0, loss);
+        }
+        let stay_or_start = if self.in_burst {
+            1.0 - 1.0 / burst
+        } else {
+            loss / (burst * (1.0 - loss))
+        };
+        self.in_burst = self.rng.chance(Stream::Loss, index, 0, stay_or_start);
+        self.in_burst
+    }
+
     fn serialize(&mut self, now: Instant, len: usize) -> Option<Instant> {
         let Some(rate) = self.config.rate_bps else {
             // `busy_until` is past `now` only if a rate was in force before [`Link::set_rate`].
@@ -607,6 +642,36 @@ mod tests {
         assert_eq!(link.poll(far(t0)), Some(vec![1, 2, 3]));
         assert_eq!(link.next_delivery(), None);
         assert_eq!(link.in_flight(), 0);
+    }
+
+    #[test]
+    fn bursty_loss_keeps_its_rate_and_loses_runs_of_its_mean_length() {
+        let t0 = Instant::now();
+        let n = 200_000u64;
+        let mut link = Link::new(
+            LinkConfig::default().with_loss(0.02).with_loss_burst(2.0),
+            42,
+            t0,
+        );
+        for i in 0..n {
+            link.send(t0 + Duration::from_micros(i), numbered(i, 8));
+        }
+        let arrived: std::collections::HashSet<u64> = drain(&mut link, far(t0))
+            .iter()
+            .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
+            .collect();
+        // Runs of consecutive lost packets.
+        let (mut runs, mut in_run) = (0u64, false);
+        for i in 0..n {
+            let lost = !arrived.contains(&i);
+            runs += u64::from(lost && !in_run);
+            in_run = lost;
+        }
+        let lost = link.stats().dropped_loss;
+        let mean_run = lost as f64 / runs as f64;
+        // 4,000 expected; runs of 2 on average (independent 2% loss: 1.02).
+        assert!((3_600..=4_400).contains(&lost), "{lost}");
+        assert!((1.8..=2.2).contains(&mean_run), "{mean_run}");
     }
 
     #[test]
@@ -1004,6 +1069,7 @@ mod tests {
                 proptest::option::of(0usize..1_700),
             ),
             proptest::collection::vec((0u64..2_000, 0u64..500), 0..3),
+            0.0..8.0f64,
         )
             .prop_map(
                 |(
@@ -1011,12 +1077,14 @@ mod tests {
                     (loss, duplicate, reorder, corrupt),
                     rate,
                     bl,
+                    loss_burst,
                 )| {
                     let us = Duration::from_micros;
                     LinkConfig {
                         delay: us(delay),
                         jitter: us(jitter),
                         loss,
+                        loss_burst,
                         duplicate,
                         reorder,
                         reorder_delay: us(reorder_delay),

@@ -1692,6 +1692,47 @@ mod wan {
         );
     }
 
+    /// The benchmarks' `lossy-wifi-reorder` without its jitter and duplicates (which lift the
+    /// model above the path here, see the next test): 200 Mbit/s, 20 ms, 2% random loss in
+    /// bursts of two on average, 2% reordered by 3 ms, a 512 KiB queue, 128 MiB. Loss in bursts
+    /// makes a report's lost count vary about three times as much as independent loss would;
+    /// the loss floor allows for it (`LossFloor::dispersion`) and takes its rate from the
+    /// quieter three quarters of recent reports, not half: random loss is not congestion. Two
+    /// loss corrections in 5.5 s, steady goodput 96.1% of the path; with the floor of the
+    /// quieter half and a Poisson count's noise, 26 (one every 0.2 s) and 93.8%.
+    #[test]
+    fn random_loss_in_bursts_is_not_congestion() {
+        let rtt = ms(20);
+        let c = 200e6;
+        let sc = Scenario {
+            channels: 2,
+            ..scenario_rtt(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(200_000_000, 512 << 10)
+                    .with_loss(0.02)
+                    .with_loss_burst(2.0)
+                    .with_reorder(0.02, ms(3)),
+                128,
+                rtt,
+            )
+        };
+        let out = run("lossy-wifi-reorder: 2% loss in bursts of 2", sc);
+        let from = startup_end(&out) + rtt * 4;
+        let cuts = corrections(&out, from, out.steady_until);
+        let losses = cuts.iter().filter(|&&r| r == Reason::Loss).count();
+        let secs = (out.steady_until - from).as_secs_f64();
+        let steady = goodput(&out, from, out.steady_until);
+        eprintln!(
+            "  {losses} loss corrections in {secs:.1} s after startup ({cuts:?}); steady goodput \
+             {} ({:.1}%)",
+            mbit(steady),
+            steady / c * 100.0
+        );
+        assert!(losses as f64 <= secs, "{losses} loss cuts in {secs:.1} s");
+        assert!(steady > 0.9 * c, "steady goodput {}", mbit(steady));
+    }
+
     #[test]
     fn jitter_reordering_and_duplication_are_not_a_queue() {
         let c = 200e6;

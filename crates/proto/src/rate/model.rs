@@ -261,9 +261,9 @@ pub enum Phase {
 /// What the controller knows beyond the report itself.
 #[derive(Debug, Clone, Copy)]
 pub struct Signals {
-    /// The loss rate random loss explains, from earlier reports (see
-    /// [`super::RateController`]); `None` before any.
-    pub floor: Option<f64>,
+    /// The random loss earlier reports explain (see [`super::RateController`]); `None` before
+    /// any.
+    pub floor: Option<super::LossFloor>,
     /// How far the queueing delay moves without any queue (twice the receiver's lateness).
     pub noise: Duration,
     /// The bits the sender's channels send back to back at once, together, while startup
@@ -625,7 +625,7 @@ impl Model {
         let seen = d.datagrams.saturating_add(d.lost);
         let loss = d.lost as f64 / seen.max(1) as f64;
         let delivered = d.bytes as f64 * 8.0 / d.interval.as_secs_f64();
-        let random = sig.floor.unwrap_or(0.0).min(loss);
+        let random = sig.floor.map_or(0.0, |f| f.rate).min(loss);
         let left_from = now.checked_sub(self.rtt + d.interval).unwrap_or(now);
         let left_until = now.checked_sub(self.rtt).unwrap_or(now);
         let sent_then = self.rate_between(left_from, left_until, rate);
