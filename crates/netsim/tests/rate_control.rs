@@ -1696,9 +1696,12 @@ mod wan {
     /// model above the path here, see the next test): 200 Mbit/s, 20 ms, 2% random loss in
     /// bursts of two on average, 2% reordered by 3 ms, a 512 KiB queue, 128 MiB. Loss in bursts
     /// makes a report's lost count vary about three times as much as independent loss would;
-    /// the loss floor allows for it (`LossFloor::dispersion`) and takes its rate from the
-    /// quieter three quarters of recent reports, not half: random loss is not congestion. Two
-    /// loss corrections in 5.5 s, steady goodput 96.1% of the path; with the floor of the
+    /// the loss floor allows for it (`LossFloor::dispersion`) while cruising and takes its rate
+    /// from the quieter three quarters of recent reports, not half: random loss is not
+    /// congestion. 11 loss corrections in 5.5 s, ten of them within three round trips of a
+    /// probe (whose loss the floor judges without the allowance: it is most likely the
+    /// probe's own), steady goodput
+    /// 95.5% of the path; with the allowance in probes too, 2 and 96.1%; with the floor of the
     /// quieter half and a Poisson count's noise, 26 (one every 0.2 s) and 93.8%.
     #[test]
     fn random_loss_in_bursts_is_not_congestion() {
@@ -1729,8 +1732,11 @@ mod wan {
             mbit(steady),
             steady / c * 100.0
         );
-        assert!(losses as f64 <= secs, "{losses} loss cuts in {secs:.1} s");
-        assert!(steady > 0.9 * c, "steady goodput {}", mbit(steady));
+        assert!(
+            losses as f64 <= 2.5 * secs,
+            "{losses} loss cuts in {secs:.1} s"
+        );
+        assert!(steady > 0.95 * c, "steady goodput {}", mbit(steady));
     }
 
     #[test]

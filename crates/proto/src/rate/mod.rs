@@ -1148,15 +1148,18 @@ mod tests {
     fn startup_trains_grow_while_the_receiver_cannot_time_them() {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
+        let cold_40ms = || {
+            RateController::new(
+                RateConfig {
+                    rtt: ms(40),
+                    start_bps: 100_000_000,
+                    ..cfg(RateMode::Auto)
+                },
+                t0,
+            )
+        };
         // A 40 ms path from 100 Mbit/s over 16 channels: 2.5 ms of 6.25 Mbit/s, 1,953 bytes.
-        let mut c = RateController::new(
-            RateConfig {
-                rtt: ms(40),
-                start_bps: 100_000_000,
-                ..cfg(RateMode::Auto)
-            },
-            t0,
-        );
+        let mut c = cold_40ms();
         c.set_channels(16);
         assert_eq!(c.train_bytes(), 1_953);
         let share = |c: &RateController| startup_train_bytes(c.rate_bps() / 16, ms(40));
@@ -1174,14 +1177,7 @@ mod tests {
         assert_eq!(c.train_bytes(), STARTUP_TRAIN_BYTES);
 
         // A report with an estimate: the trains keep their length.
-        let mut c = RateController::new(
-            RateConfig {
-                rtt: ms(40),
-                start_bps: 100_000_000,
-                ..cfg(RateMode::Auto)
-            },
-            t0,
-        );
+        let mut c = cold_40ms();
         c.set_channels(2);
         let timed = Feedback {
             train_rate: Some(1e9),
