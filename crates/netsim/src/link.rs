@@ -39,7 +39,8 @@
 //! All randomness comes from a seeded, counter-based SplitMix64 written inline below. Each effect
 //! (loss, duplication, corruption, jitter, reordering) has its own stream, and a decision is a pure
 //! function of `(seed, effect, packet index, copy)`, where the packet index counts calls to
-//! [`Link::send`]. So the same seed, configuration and sequence of calls give the same output, and
+//! [`Link::send`] (bursty loss, [`LinkConfig::loss_burst`], also depends on whether the packet
+//! before was lost: the loss stream's earlier decisions). So the same seed, configuration and sequence of calls give the same output, and
 //! changing one effect's setting does not change the others' decisions for any packet (e.g.
 //! turning on corruption leaves the set of lost packets unchanged).
 //!

@@ -410,6 +410,7 @@ impl LossFloor {
         }
     }
 }
+
 /// Loss above what the floor explains that counts as congestion, as a share of the round's
 /// datagrams (on top of the floor's own noise, see [`RateController::on_feedback`]).
 const LOSS_MARGIN: f64 = 0.005;

@@ -57,10 +57,10 @@
 //!   back to back ([`super::RateController::train_bytes`]: a sixteenth of the round trip at
 //!   the channel's rate, doubled for each report that had no estimate), so that a receiver
 //!   behind GRO (which timestamps what arrived in each ~100 µs once) can time the bottleneck
-//!   over trains that span several of its buffers ([`super::dispersion`]). A report then counts a train
-//!   more or less than its share, so startup takes a sample for a receiver catching up only
-//!   at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and its queue exit
-//!   allows for the trains' own queue.
+//!   over trains that span several of its buffers ([`super::dispersion`]). A report then
+//!   counts a train more or less than its share, so startup takes a sample for a receiver
+//!   catching up only at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and
+//!   its queue exit allows for the trains' own queue.
 //!
 //! # States
 //!
@@ -80,7 +80,9 @@
 //! receiver's CPU hiccup, jitter) changes nothing. Reports that describe data sent before the
 //! last correction or drain (one round trip and an interval) are not judged, and their loss
 //! does not count in a later round's. Random loss that the floor explains is never
-//! congestion: it costs only the lost bytes. A correction remembers the bottleneck it cut
+//! congestion: it costs only the lost bytes. While cruising or draining the floor allows for
+//! loss in bursts ([`super::LossFloor::dispersion`]); in startup and a probe, which send above
+//! the path on purpose, loss is judged against independent counts. A correction remembers the bottleneck it cut
 //! from: after a cut of more than a fifth, a path that takes a probe again within
 //! [`BW_WINDOW_ROUNDS`] rounds gets it back at once (a dip of a moment costs a few round trips, not a climb of many probe steps), and a
 //! path that did slow down does not take the probe.
