@@ -411,6 +411,29 @@ impl LossFloor {
     }
 }
 
+/// Datagrams the receiver's kernel dropped (a report's `socket_drops`) that no report's lost
+/// count has taken yet: they show as gaps in the packet numbers, in that report or a later
+/// one, and are the receiver's loss, not the path's.
+#[derive(Debug, Default, Clone)]
+pub struct ReceiverDrops {
+    unexplained: u64,
+}
+
+impl ReceiverDrops {
+    /// Counts the drops a report carried (also a report of no datagrams: a reader that stalled
+    /// while its buffer overflowed).
+    pub fn note(&mut self, drops: u64) {
+        self.unexplained = self.unexplained.saturating_add(drops);
+    }
+
+    /// How many of a report's `lost` datagrams the receiver's drops explain; they are taken.
+    pub fn explain(&mut self, lost: u64) -> u64 {
+        let explained = lost.min(self.unexplained);
+        self.unexplained -= explained;
+        explained
+    }
+}
+
 /// Loss above what the floor explains that counts as congestion, as a share of the round's
 /// datagrams (on top of the floor's own noise, see [`RateController::on_feedback`]).
 const LOSS_MARGIN: f64 = 0.005;
@@ -468,10 +491,9 @@ pub struct RateController {
     /// How many times startup's trains have doubled past their share of the round trip
     /// ([`STARTUP_TRAIN_DOUBLINGS`] at most).
     train_doublings: u32,
-    /// Datagrams the receiver's kernel dropped that no report's lost count has taken yet:
-    /// they show as gaps, in that report or a later one, and are the receiver's, not the
-    /// path's random loss, so the loss floor does not count them.
-    drops_unexplained: u64,
+    /// The receiver's drops, which the loss floor does not count: they are not the path's
+    /// random loss.
+    drops: ReceiverDrops,
     timeline: Vec<RateChange>,
     reports: Vec<ReportPoint>,
     changes: u64,
@@ -523,7 +545,7 @@ impl RateController {
             model,
             channels: 1,
             train_doublings: 0,
-            drops_unexplained: 0,
+            drops: ReceiverDrops::default(),
             rate: start,
             startup: true,
             hold_until: None,
@@ -776,7 +798,7 @@ impl RateController {
             return None;
         }
         if seen == 0 || fb.interval.is_zero() {
-            self.drops_unexplained = self.drops_unexplained.saturating_add(fb.socket_drops);
+            self.drops.note(fb.socket_drops);
             if let Some(model) = self.model.as_mut() {
                 model.note_drops(fb.socket_drops);
             }
@@ -797,9 +819,8 @@ impl RateController {
         let loss_congestion = loss_beyond(floor, fb.lost, seen);
         // The floor is the path's: the receiver's own drops (a receiver short of CPU drops in
         // bursts, which made the floor high and its dispersion the largest) are left out.
-        self.drops_unexplained = self.drops_unexplained.saturating_add(fb.socket_drops);
-        let receivers = fb.lost.min(self.drops_unexplained);
-        self.drops_unexplained -= receivers;
+        self.drops.note(fb.socket_drops);
+        let receivers = self.drops.explain(fb.lost);
         self.note_loss((fb.lost - receivers).min(seen), seen, loss_congestion);
         // The queue the channels' trains make when they meet at the bottleneck: startup does
         // not take it for the path's.

@@ -292,7 +292,7 @@ pub struct Model {
     /// (reordered) is counted as received by the next.
     round_loss: VecDeque<(Instant, u64, u64)>,
     /// Socket drops at the receiver not yet matched by gaps in the packet numbers.
-    drops_unexplained: u64,
+    drops: super::ReceiverDrops,
     /// Startup: the lowest queueing delay reported (jitter, not a queue).
     startup_delay_floor: Option<Duration>,
     /// Startup: reports in a row whose queueing delay was over [`STARTUP_RISE`] above the
@@ -356,7 +356,7 @@ impl Model {
             recent: VecDeque::new(),
             sent: VecDeque::new(),
             round_loss: VecDeque::new(),
-            drops_unexplained: 0,
+            drops: super::ReceiverDrops::default(),
             startup_delay_floor: None,
             startup_rising: 0,
             round: 0,
@@ -516,7 +516,7 @@ impl Model {
     /// that stalled while its buffer overflowed), so that the gaps they leave are not taken
     /// for the path's loss.
     pub fn note_drops(&mut self, drops: u64) {
-        self.drops_unexplained = self.drops_unexplained.saturating_add(drops);
+        self.drops.note(drops);
     }
 
     /// The highest pacing rate in force between `from` and `until` (`now_rate` after the last
@@ -711,8 +711,7 @@ impl Model {
         // Loss over the last round, against the floor. Datagrams the receiver's kernel dropped show as gaps too, in that report or a later
         // one: those are the receiver's, judged as it falling behind, not the path's loss.
         self.note_drops(fb.socket_drops);
-        let explained = fb.lost.min(self.drops_unexplained);
-        self.drops_unexplained -= explained;
+        let explained = self.drops.explain(fb.lost);
         let path_lost = (fb.lost - explained).min(seen);
         // Loss in data sent before the last correction was answered by it: not judged again.
         if now >= self.judge_after {
