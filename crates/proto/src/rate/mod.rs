@@ -824,10 +824,10 @@ impl RateController {
         self.note_loss((fb.lost - receivers).min(seen), seen, loss_congestion);
         // The queue the channels' trains make when they meet at the bottleneck: startup does
         // not take it for the path's.
-        let trains_bits = (self.train_bytes() * u64::from(self.channels) * 8) as f64;
+        let train = self.train_bytes();
+        let trains_bits = (train * u64::from(self.channels) * 8) as f64;
         // Trains the receiver could not time were too short for its buffers, or broken up by
         // jitter: the next ones are longer.
-        let train = self.train_bytes();
         if fb.train_rate.is_none() && train > 0 && train < STARTUP_TRAIN_BYTES {
             self.train_doublings = (self.train_doublings + 1).min(STARTUP_TRAIN_DOUBLINGS);
         }
