@@ -112,7 +112,7 @@
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use crate::session::Fault;
-use hurtle_proto::admit::{Placed, ReportFacts, Tally};
+use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::dispersion::TrainPool;
@@ -766,8 +766,10 @@ struct RecvStage {
     /// Admitted datagrams not yet being read at the last offer: (read start, length).
     waiting: VecDeque<(Instant, usize)>,
     waiting_bytes: usize,
-    /// Admitted datagrams by the time they reach the receiver (nondecreasing: one reader).
-    out: VecDeque<(Instant, Vec<u8>)>,
+    /// Admitted datagrams by the time they reach the receiver (nondecreasing: one reader),
+    /// with when each arrived (the kernel's arrival stamp, which the engine's receiver times
+    /// datagrams by).
+    out: VecDeque<(Instant, Instant, Vec<u8>)>,
     drops: u64,
     max_waiting: usize,
     /// Most bytes waiting since the last report took it.
@@ -818,11 +820,11 @@ impl RecvStage {
         }
         let nanos = (dg.len() as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rate_bps));
         self.busy_until = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        self.out.push_back((self.busy_until, dg));
+        self.out.push_back((self.busy_until, now, dg));
     }
 
     fn next_delivery(&self) -> Option<Instant> {
-        self.out.front().map(|(at, _)| *at)
+        self.out.front().map(|(at, _, _)| *at)
     }
 
     /// The fullest the buffer got since the last call, in thousandths of its capacity (what
@@ -832,11 +834,12 @@ impl RecvStage {
         (peak * 1000 / self.capacity.max(1) as u64).min(1000) as u16
     }
 
-    fn poll(&mut self, now: Instant) -> Option<Vec<u8>> {
+    /// The next datagram the reader is done with by `now`, with when it arrived.
+    fn poll(&mut self, now: Instant) -> Option<(Instant, Vec<u8>)> {
         if self.out.front()?.0 > now {
             return None;
         }
-        self.out.pop_front().map(|(_, dg)| dg)
+        self.out.pop_front().map(|(_, arrived, dg)| (arrived, dg))
     }
 }
 
@@ -903,6 +906,13 @@ pub(crate) struct ReceiverSide {
     nacks_dropped: u64,
     /// With [`Scenario::receiver_rate_bps`].
     stage: Option<RecvStage>,
+    /// Behind the stage, each channel's bytes admitted and when the last of them arrived, as
+    /// the engine's channel threads mark them; and the marks at the last report. A report's
+    /// bytes are timed by when they arrived ([`arrival_interval`]), as the engine's are where
+    /// the kernel stamps arrivals: a reader that falls behind reports the rate its buffer
+    /// filled at, not the rate it read at.
+    arrivals: Vec<ArrivalMark>,
+    arrivals_reported: Vec<ArrivalMark>,
     /// With [`Scenario::rate`].
     reporter: Option<Reporter>,
     reports: Vec<ReportSample>,
@@ -1087,6 +1097,8 @@ fn receiver_side(
         stage: sc
             .receiver_rate_bps
             .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
+        arrivals: vec![ArrivalMark::default(); usize::from(channels)],
+        arrivals_reported: vec![ArrivalMark::default(); usize::from(channels)],
         reporter: sc.rate.as_ref().and(report_every).map(|every| Reporter {
             every,
             builder: ReportBuilder::new(start, Tally::default(), 0),
@@ -1575,7 +1587,7 @@ impl Pair {
     /// The receiver reads every datagram due at `now` (forged ones first).
     pub(crate) fn receiver_datagrams(&mut self, now: Instant) -> Result<(), String> {
         while let Some(dg) = self.injected.pop_front() {
-            self.on_datagram(now, &dg)?;
+            self.on_datagram(now, now, &dg)?;
         }
         // Behind GRO, what arrived up to the latest buffer's moment (taken at that moment:
         // [`Pair::lump_end`] is when the receiver is woken for it).
@@ -1589,11 +1601,11 @@ impl Pair {
         while let Some(dg) = self.link.poll(upto) {
             match &mut self.rcv.stage {
                 Some(stage) => stage.offer(now, dg),
-                None => self.on_datagram(now, &dg)?,
+                None => self.on_datagram(now, now, &dg)?,
             }
         }
-        while let Some(dg) = self.rcv.stage.as_mut().and_then(|s| s.poll(now)) {
-            self.on_datagram(now, &dg)?;
+        while let Some((arrived, dg)) = self.rcv.stage.as_mut().and_then(|s| s.poll(now)) {
+            self.on_datagram(now, arrived, &dg)?;
         }
         Ok(())
     }
@@ -1688,8 +1700,19 @@ impl Pair {
             held_us: disk_wait_us,
             lateness: Duration::ZERO,
             disk_fill_permille: disk_fill,
-            // It reads each datagram when it arrives: the report's own interval is right.
-            arrived_over: None,
+            // Without a stage it reads each datagram when it arrives: the report's own
+            // interval is right. Behind one, by when the bytes arrived, as the engine does.
+            arrived_over: match self.rcv.stage {
+                Some(_) => {
+                    let tick = now.saturating_duration_since(rep.builder.interval_start());
+                    let before = std::mem::replace(
+                        &mut self.rcv.arrivals_reported,
+                        self.rcv.arrivals.clone(),
+                    );
+                    arrival_interval(&before, &self.rcv.arrivals, tick)
+                }
+                None => None,
+            },
             train_kbps: if self.sc.train_estimates {
                 let pool = &mut self.rcv.trains;
                 self.rcv.admission.take_train_rates(pool.rates_mut());
@@ -1713,8 +1736,19 @@ impl Pair {
         self.to_sender.send(now, &report);
     }
 
-    fn on_datagram(&mut self, now: Instant, dg: &[u8]) -> Result<(), String> {
-        let (verdict, payload) = self.rcv.admission.admit_datagram(now, &self.layout, dg);
+    /// Takes one datagram read at `now` that arrived at `arrived` (its queueing delay is
+    /// measured there, as the engine's receiver measures it at the kernel's arrival stamp).
+    fn on_datagram(&mut self, now: Instant, arrived: Instant, dg: &[u8]) -> Result<(), String> {
+        let (verdict, payload) = self.rcv.admission.admit_datagram(arrived, &self.layout, dg);
+        let counted = match &verdict {
+            Admit::Final { channel, .. } => Some(*channel),
+            Admit::Data(p) | Admit::Parity { place: p, .. } => Some(p.place.channel),
+            Admit::Probe { .. } | Admit::Reject(_) => None,
+        };
+        if let Some(m) = counted.and_then(|ch| self.rcv.arrivals.get_mut(usize::from(ch))) {
+            m.bytes += dg.len() as u64;
+            m.at_us = m.at_us.max((arrived - self.t0).as_micros() as u64).max(1);
+        }
         let queued = self.rcv.admission.take_peak_queue_delay();
         // With rate control, as the engine's channel threads do: repairs wait behind the
         // queue the datagram met. (Without it this runner has never done so.)
@@ -2476,7 +2510,7 @@ mod tests {
         assert_eq!((stage.drops, stage.max_waiting), (2, 2000));
         let mut got = Vec::new();
         while let Some(at) = stage.next_delivery() {
-            got.push((at - t0, stage.poll(at).unwrap()[0]));
+            got.push((at - t0, stage.poll(at).unwrap().1[0]));
         }
         assert_eq!(got, vec![(ms(1), 0), (ms(2), 1), (ms(3), 2)]);
         // Drained: the next one is read at once.
@@ -2513,7 +2547,7 @@ mod tests {
         for (i, &f) in FORGERIES.iter().enumerate() {
             let before = pair.rcv.admission.rejected().total();
             let dg = pair.forge(f, pair.now);
-            pair.on_datagram(pair.now, &dg).unwrap();
+            pair.on_datagram(pair.now, pair.now, &dg).unwrap();
             assert_eq!(
                 pair.rcv.admission.rejected().total(),
                 before + 1,

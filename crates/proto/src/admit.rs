@@ -578,6 +578,12 @@ pub fn arrival_interval(
     (bytes > 0 && per_us > 0.0).then(|| Duration::from_micros((bytes as f64 / per_us) as u64))
 }
 
+/// How full a receiver's buffers got (thousandths) for its report to time its bytes by when it
+/// read them, if that is the lower rate, rather than by when they arrived
+/// ([`ReportBuilder::build`]): a quarter, where the rate controller stops adding to the rate
+/// ([`crate::rate::QUEUE_FILL_LIMIT`] is half).
+pub const READING_BEHIND_PERMILLE: u64 = 250;
+
 /// Builds the receiver's `Control::Report` for each interval from running totals, and
 /// remembers where the interval started. The lost count runs on the totals since the session
 /// began ([`LostCount`]); everything else is the interval's difference.
@@ -609,10 +615,20 @@ impl ReportBuilder {
     }
 
     /// The report for the interval ending at `now`; the next interval starts there.
+    ///
+    /// Its interval is the time its bytes arrived over where the driver has that, else the
+    /// time since the last report; but where the receiver's buffers filled to
+    /// [`READING_BEHIND_PERMILLE`] or more, the time since the last report: such a receiver
+    /// read behind its arrivals, and the rate they arrived at is only what was sent (its
+    /// buffers took the rest). The rate it read at is what it takes: lower than what was sent
+    /// if it falls behind, higher if it is catching up after a stall, which the sender then
+    /// sees as such.
     pub fn build(&mut self, now: Instant, facts: &ReportFacts) -> Control {
-        let interval = facts
-            .arrived_over
-            .unwrap_or_else(|| now.saturating_duration_since(self.start));
+        let tick = now.saturating_duration_since(self.start);
+        let interval = match facts.arrived_over {
+            Some(arrived) if facts.queue_fill_permille < READING_BEHIND_PERMILLE => arrived,
+            _ => tick,
+        };
         let d = facts.totals.since(&self.prev);
         let drops = facts.socket_drops.saturating_sub(self.prev_drops);
         self.start = now;
@@ -1124,5 +1140,45 @@ mod tests {
         };
         assert_eq!(interval_us, 38_000);
         assert_eq!(b.interval_start(), t0 + Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_receiver_reading_behind_reports_the_rate_it_read_at() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = ReportBuilder::new(t0, Tally::default(), 0);
+        let facts = |bytes: u64, fill: u64, arrived: u64| ReportFacts {
+            totals: Tally {
+                datagrams: bytes / 1000,
+                bytes,
+                ..Tally::default()
+            },
+            queue_fill_permille: fill,
+            arrived_over: Some(ms(arrived)),
+            ..ReportFacts::default()
+        };
+        let interval = |c: Control| match c {
+            Control::Report { interval_us, .. } => interval_us,
+            _ => panic!("not a report"),
+        };
+        // Buffers under a quarter full: the bytes are timed by when they arrived.
+        assert_eq!(
+            interval(b.build(t0 + ms(10), &facts(10_000, 249, 8))),
+            8_000
+        );
+        // Filling (a reader slower than the arrivals): by the report's own time, however
+        // short or long a span they arrived over.
+        assert_eq!(
+            interval(b.build(t0 + ms(20), &facts(20_000, 250, 6))),
+            10_000
+        );
+        assert_eq!(
+            interval(b.build(t0 + ms(30), &facts(30_000, 900, 25))),
+            10_000
+        );
+        // Without arrival times, always the report's own time.
+        let mut none = facts(40_000, 0, 0);
+        none.arrived_over = None;
+        assert_eq!(interval(b.build(t0 + ms(45), &none)), 15_000);
     }
 }

@@ -1754,6 +1754,65 @@ mod tests {
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
     }
 
+    #[test]
+    fn a_receiver_that_is_the_bottleneck_bounds_the_model_and_its_probes() {
+        // The path takes anything; the receiver reads 320 Mbit/s, and what is sent beyond
+        // that fills its socket buffers. Its reports time the bytes by when they arrived, or,
+        // once its buffers are a quarter full, by when it read them (`ReportBuilder::build`).
+        // A probe's reports show the probe's rate until then; the buffers' fill says that the
+        // receiver did not keep up, and the model stays near what the receiver reads.
+        let (mut c, mut t) = cruising_at_300();
+        let base = bottleneck_of(&c);
+        let reads = 320e6;
+        // The bytes in its buffers (256 KiB), which drop what does not fit.
+        let (held, room) = (std::cell::Cell::new(0f64), 262_144.0);
+        let receiver = |f: Feedback| {
+            let secs = f.interval.as_secs_f64();
+            let got = f.bytes as f64;
+            let level = held.get() + got - reads / 8.0 * secs;
+            held.set(level.clamp(0.0, room));
+            let fill = held.get() / room;
+            if fill < 0.25 {
+                return Feedback {
+                    queue_fill: fill,
+                    ..f
+                };
+            }
+            // Behind, it reads all the time.
+            let read = reads / 8.0 * secs;
+            Feedback {
+                queue_fill: fill,
+                bytes: read as u64,
+                datagrams: read as u64 / 1400,
+                socket_drops: ((level - room).max(0.0) / 1400.0) as u64,
+                ..f
+            }
+        };
+        let (mut probes, mut doubled) = (0, 0);
+        for _ in 0..400 {
+            let model = bottleneck_of(&c);
+            let change = report(&mut c, &mut t, |r| (r, Duration::from_millis(1)), receiver);
+            if let Some(ch) = change.filter(|ch| ch.reason == Reason::Probe) {
+                probes += 1;
+                let step = ch.rate_bps as f64 / model;
+                doubled += usize::from(step > 1.0 + 1.5 * model::PROBE_STEP);
+            }
+            assert!(
+                bottleneck_of(&c) <= reads * 1.15,
+                "the model took the receiver's buffers for capacity: {:?}",
+                c.timeline().iter().rev().take(12).collect::<Vec<_>>()
+            );
+        }
+        // It kept probing (the receiver might get faster), from the receiver's rate: one probe
+        // at a doubled step, after the first, which the buffers took unseen.
+        assert!(probes >= 10, "{probes} probes");
+        assert!(
+            doubled <= 1,
+            "{doubled} of {probes} probes at a doubled step"
+        );
+        assert!(bottleneck_of(&c) >= base, "{}", bottleneck_of(&c));
+    }
+
     /// One report on a 300 Mbit/s path that lost a tenth of its datagrams through a queue of
     /// `queue_ms`; returns why the rate changed.
     fn lossy_report(c: &mut RateController, t: &mut Instant, queue_ms: u64) -> Option<Reason> {

@@ -6,7 +6,9 @@
 //! - **Bottleneck rate**: the windowed maximum, over the last [`BW_WINDOW_ROUNDS`] rounds, of
 //!   each report's *delivery sample*: what the receiver got over the report's interval (the
 //!   time its bytes arrived over, by the kernel's times where the receiver has them: see
-//!   [`crate::admit::arrival_interval`]), with the share of datagrams that random loss
+//!   [`crate::admit::arrival_interval`]; while the receiver's buffers are over a quarter
+//!   full, the time it read them over: [`crate::admit::ReportBuilder::build`]), with the
+//!   share of datagrams that random loss
 //!   explains added back (the loss floor, see
 //!   [`super::RateController`]), since the sender has to send those too. A round is one
 //!   round-trip time (or one report interval, where that is longer). A report that delivered
@@ -68,10 +70,10 @@
 //! |---|---|---|---|
 //! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay (and over the queue the channels' own trains make where they meet, [`Signals::trains_bits`] over the path's rate) in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
-//! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed | `ProbeUp` |
+//! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed, and the receiver has room (its buffers under a quarter full, no drops) | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
 //! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
-//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more: `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more, and the receiver kept up (its buffers stayed under a quarter full, without drops, from the probe's start; else the probe's samples are taken back: they time the bytes by when they arrived, which a receiver's buffers take faster than it reads): `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
 //! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
@@ -312,6 +314,10 @@ pub struct Model {
     probe_len: Duration,
     probe_start: Instant,
     probe_doublings: u32,
+    /// The fullest the receiver's buffers got since the current probe began (1 if they
+    /// dropped): a probe the receiver took into its buffers without keeping up with it shows
+    /// the rate it arrived at, not a path or a receiver that takes more.
+    probe_fill: f64,
     /// When the current state began.
     phase_start: Instant,
     /// The pacing gain of the current drain.
@@ -370,6 +376,7 @@ impl Model {
             probe_len: Duration::ZERO,
             probe_start: now,
             probe_doublings: 0,
+            probe_fill: 0.0,
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
             judge_after: now,
@@ -502,6 +509,7 @@ impl Model {
     fn start_probe(&mut self, bw: f64, now: Instant, interval: Duration) -> f64 {
         self.probe_base = bw;
         self.probe_start = now;
+        self.probe_fill = 0.0;
         self.probe = self.probe_gain();
         self.probe_len = if self.visible_step() > self.probe_step() {
             self.sample_span.max(interval) * 2
@@ -560,6 +568,18 @@ impl Model {
         self.bw_rounds.clear();
         self.bw_rounds
             .push_back((self.round, recent.clamp(bw / 2.0, bw)));
+    }
+
+    /// Takes back what a probe the receiver did not keep up with added to the bottleneck: no
+    /// more than it was before the probe.
+    fn forget_probe(&mut self) {
+        let Some(bw) = self.bottleneck_bps() else {
+            return;
+        };
+        if bw > self.probe_base && self.probe_base > 0.0 {
+            self.bw_rounds.clear();
+            self.bw_rounds.push_back((self.round, self.probe_base));
+        }
     }
 
     /// What the bottleneck was before the latest corrections, if they were lately and cut it
@@ -815,6 +835,28 @@ impl Model {
         };
 
         let judged = now >= self.judge_after;
+        if matches!(
+            self.phase,
+            Phase::ProbeUp | Phase::ProbeDown | Phase::ProbeWait
+        ) {
+            let fill = if fb.socket_drops > 0 {
+                1.0
+            } else {
+                fb.queue_fill
+            };
+            self.probe_fill = self.probe_fill.max(fill);
+        }
+        // A probe the receiver did not keep up with (its buffers filled past a quarter, or
+        // dropped) is not taken, and what its samples added to the model is taken back when
+        // it ends: they time the bytes by when they arrived, and the receiver's buffers took
+        // them faster than it reads.
+        let probe_buffered = matches!(
+            self.phase,
+            Phase::ProbeUp | Phase::ProbeDown | Phase::ProbeWait
+        ) && self.probe_fill >= super::QUEUE_FILL_LIMIT / 2.0;
+        // The receiver has room for a probe: its buffers under a quarter full, no drops. (Into
+        // a receiver that is the bottleneck a probe only fills its buffers.)
+        let receiver_room = fb.socket_drops == 0 && fb.queue_fill < super::QUEUE_FILL_LIMIT / 2.0;
         // Data sent from now on is reported about a round trip and an interval later.
         let settle = self.rtt + fb.interval;
         match self.phase {
@@ -936,7 +978,9 @@ impl Model {
                             Some((bw * self.drain_gain, Reason::Drain))
                         }
                     }
-                    Phase::Cruise if judged && self.rounds_in_phase() >= CRUISE_ROUNDS => {
+                    Phase::Cruise
+                        if judged && self.rounds_in_phase() >= CRUISE_ROUNDS && receiver_room =>
+                    {
                         Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                     }
                     Phase::ProbeUp if now >= self.phase_start + self.probe_len => {
@@ -956,7 +1000,10 @@ impl Model {
                                 + self.probe_len
                                 + self.sample_span.max(fb.interval) =>
                     {
-                        let took = bw >= self.probe_base * (1.0 + (self.probe - 1.0) / 2.0);
+                        // A probe the receiver did not keep up with was not taken, whatever
+                        // its samples say (`probe_buffered`).
+                        let took = !probe_buffered
+                            && bw >= self.probe_base * (1.0 + (self.probe - 1.0) / 2.0);
                         // The path takes more again soon after a correction: it was a
                         // moment's dip (an emulator or a router short of CPU, a burst of
                         // cross traffic), and the model returns to what it had before at
@@ -979,6 +1026,10 @@ impl Model {
                             Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                         } else {
                             self.probe_doublings = 0;
+                            if probe_buffered {
+                                self.forget_probe();
+                            }
+                            let bw = self.bottleneck_bps().unwrap_or(bw);
                             self.enter(Phase::Cruise, now);
                             Some((bw * self.cruise_gain(fb, target), Reason::Cruise))
                         }
