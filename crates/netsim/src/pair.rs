@@ -1943,17 +1943,7 @@ impl Pair {
                 for p in &mut self.snd.pacers {
                     p.set_max_owed(catch_up);
                 }
-                if let Some(change) = change {
-                    let per_channel = (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
-                    for p in &mut self.snd.pacers {
-                        p.set_rate(per_channel, now);
-                    }
-                    self.snd.rate_timeline.push(RatePoint {
-                        at: now - self.t0,
-                        rate_bps: change.rate_bps,
-                        reason: change.reason,
-                    });
-                }
+                self.set_pacers(now, change);
             }
             other => return Ok(Some(other)),
         }
@@ -1961,7 +1951,27 @@ impl Pair {
     }
 
     /// The sender's channels send what their pacers allow at `now`, and the block values read.
+    /// Sets every pacer to the controller's new rate, if it changed, and notes the change.
+    fn set_pacers(&mut self, now: Instant, change: Option<hurtle_proto::rate::RateChange>) {
+        let Some(change) = change else {
+            return;
+        };
+        let per_channel = (change.rate_bps / self.snd.pacers.len() as u64).max(100_000);
+        for p in &mut self.snd.pacers {
+            p.set_rate(per_channel, now);
+        }
+        self.snd.rate_timeline.push(RatePoint {
+            at: now - self.t0,
+            rate_bps: change.rate_bps,
+            reason: change.reason,
+        });
+    }
+
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
+        // Between reports the controller checks for their silence, as the engine's sender
+        // does every report interval.
+        let silence = self.snd.rate.as_mut().and_then(|c| c.on_silence(now));
+        self.set_pacers(now, silence);
         if self.sender_stall_end(now).is_some() {
             return Ok(());
         }

@@ -16,6 +16,7 @@ use crate::walk;
 use crossbeam_channel::{select, Receiver, Sender};
 use hurtle_proto::feedback::Dedup;
 use hurtle_proto::hash::to_hex;
+use hurtle_proto::rate::{report_interval, RateMode};
 use hurtle_proto::wire::{Control, HEADER_LEN};
 use hurtle_proto::{BlockTable, Feedback, RateController};
 use std::sync::atomic::Ordering;
@@ -206,6 +207,11 @@ pub(super) fn session_loop(
         e => Err(e),
     };
     let tick = crossbeam_channel::tick(Duration::from_millis(200));
+    // Between reports, `auto` checks for their silence once per report interval.
+    let silence = match controller.config().mode {
+        RateMode::Auto => crossbeam_channel::tick(report_interval(controller.config().rtt)),
+        _ => crossbeam_channel::never(),
+    };
     let mut feedback = feedback;
     let never = crossbeam_channel::never();
     while *left > 0 {
@@ -231,6 +237,17 @@ pub(super) fn session_loop(
                     }
                     Ok(ChanEvent::Failed(e)) => return Err(e),
                     Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
+                }
+                continue;
+            }
+            recv(silence) -> _ => {
+                if let Some(change) = controller.on_silence(Instant::now()) {
+                    let r = change.rate_bps;
+                    rate_log.line(|| {
+                        format!("no report for a while -> rate {:.1} Mbit/s (silence)", r as f64 / 1e6)
+                    });
+                    shared.rate_bps.store(r, Ordering::Relaxed);
+                    shared.progress.rate_bps.store(r, Ordering::Relaxed);
                 }
                 continue;
             }

@@ -325,6 +325,9 @@ pub enum Reason {
     SocketDrops,
     /// The receiver is falling behind: its socket buffers are filling.
     Backlog,
+    /// No report came for a while: no faster than the model's bottleneck until one does
+    /// ([`RateController::on_silence`]).
+    Silence,
 }
 
 impl Reason {
@@ -340,6 +343,7 @@ impl Reason {
             Reason::Delay => "delay",
             Reason::SocketDrops => "socket-drops",
             Reason::Backlog => "backlog",
+            Reason::Silence => "silence",
         }
     }
 }
@@ -497,7 +501,15 @@ pub struct RateController {
     timeline: Vec<RateChange>,
     reports: Vec<ReportPoint>,
     changes: u64,
+    /// When the latest report came, and whether the rate was lowered since for the reports'
+    /// silence ([`RateController::on_silence`]).
+    last_report: Option<Instant>,
+    silenced: bool,
 }
+
+/// Report intervals without a report after which `auto` paces no faster than its model's
+/// bottleneck ([`RateController::on_silence`]); at least a round trip and two intervals.
+pub const SILENCE_REPORTS: u32 = 4;
 
 /// Whether `lost` of `seen` datagrams is congestion rather than the random loss the `floor`
 /// explains: over half of them, or more than the floor's share by more than that count's noise
@@ -558,6 +570,8 @@ impl RateController {
             timeline: Vec::new(),
             reports: Vec::new(),
             changes: 0,
+            last_report: None,
+            silenced: false,
         };
         c.record(now, Reason::Start);
         c
@@ -787,6 +801,8 @@ impl RateController {
     /// by a smaller step near the delivered rate of the last congestion, the step doubling over
     /// rounds in which the queue stays empty.
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
+        self.last_report = Some(now);
+        self.silenced = false;
         let seen = fb.datagrams.saturating_add(fb.lost);
         if self.cfg.mode == RateMode::Fixed {
             // The rate stays; the loss is kept all the same, for what random loss the path
@@ -1019,6 +1035,32 @@ impl RateController {
 
     /// Moves to `new` (within the configured floor and ceiling) and records why; `None` if that
     /// changes the rate by less than 0.1%.
+    /// For `auto`, called now and then between reports (every report interval or so): once no
+    /// report has come for [`SILENCE_REPORTS`] report intervals (and at least a round trip and
+    /// two intervals) since the last, the rate goes down to the model's bottleneck if it was
+    /// above it (startup, a probe, cruising's reserve), until the next report. A receiver
+    /// starved of CPU reports late and in lumps, and a second of startup's doubled rate, sent
+    /// while it said nothing, overflowed its buffers by thousands of datagrams; a path that
+    /// lost its reports says nothing either. Not below the bottleneck: after an outage the
+    /// rate is where deliveries resume ([`model`]). Returns the change, if any.
+    pub fn on_silence(&mut self, now: Instant) -> Option<RateChange> {
+        if self.silenced || self.cfg.mode != RateMode::Auto {
+            return None;
+        }
+        let last = self.last_report?;
+        let every = report_interval(self.cfg.rtt);
+        let limit = (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2);
+        if now.saturating_duration_since(last) < limit {
+            return None;
+        }
+        let bw = self.model.as_ref()?.bottleneck_bps()?;
+        if self.rate <= bw {
+            return None;
+        }
+        self.silenced = true;
+        self.set_rate(now, bw, Reason::Silence)
+    }
+
     fn set_rate(&mut self, now: Instant, new: f64, why: Reason) -> Option<RateChange> {
         let ceiling = self.cfg.ceiling_bps.max(1) as f64;
         let floor = self.cfg.min_bps.max(1) as f64;
@@ -1752,6 +1794,45 @@ mod tests {
             assert!(reports <= 80, "{:?}", c.timeline());
         }
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
+    }
+
+    #[test]
+    fn reports_that_stop_coming_bring_the_rate_down_to_the_model_once() {
+        let mut t = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        // Nothing before the first report: the set-up's silence is not the receiver's.
+        assert!(c.on_silence(t + Duration::from_secs(5)).is_none());
+        // Startup, a few reports in: its rate is above what was delivered.
+        drive(&mut c, &mut t, 6, bottleneck(1e9));
+        assert!(c.in_startup());
+        let (rate, model) = (c.rate_bps(), bottleneck_of(&c));
+        assert!(rate as f64 > model * 1.5, "{rate} against {model}");
+        // 50 ms RTT, 12.5 ms reports: silent for 4 intervals (50 ms) is not yet enough, a
+        // round trip and two intervals (75 ms) is.
+        assert!(c.on_silence(t + Duration::from_millis(74)).is_none());
+        let cut = c.on_silence(t + Duration::from_millis(75)).expect("a cut");
+        assert_eq!(cut.reason, Reason::Silence);
+        assert_eq!(cut.rate_bps, model as u64);
+        // Once per silence.
+        assert!(c.on_silence(t + Duration::from_millis(500)).is_none());
+        // A report ends it; the model goes on from there (still in startup).
+        t += Duration::from_millis(500);
+        report(&mut c, &mut t, bottleneck(1e9), |f| f);
+        assert!(
+            c.in_startup() && c.rate_bps() > cut.rate_bps,
+            "{:?}",
+            c.timeline()
+        );
+        // Other modes are left alone.
+        for mode in [RateMode::Fixed, RateMode::Fair] {
+            let mut t = Instant::now();
+            let mut c = RateController::new(cfg(mode), t);
+            drive(&mut c, &mut t, 6, bottleneck(1e9));
+            assert!(
+                c.on_silence(t + Duration::from_secs(5)).is_none(),
+                "{mode:?}"
+            );
+        }
     }
 
     #[test]
