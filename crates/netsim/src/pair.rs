@@ -50,13 +50,19 @@
 //!   as in the engine. The sender feeds each report
 //!   to `on_feedback` when it arrives and sets every pacer to the new rate divided by the channel
 //!   count (at least 100 kbit/s), and their catch-up to the controller's
-//!   (`RateController::catch_up`). Every change lands in [`Outcome::rate_timeline`], every report
+//!   (`RateController::catch_up`); between reports it asks `on_silence` at every step, as the
+//!   engine's sender does every report interval. Every change lands in [`Outcome::rate_timeline`], every report
 //!   in [`Outcome::reports`].
 //! - **Receiver capacity** ([`Scenario::receiver_rate_bps`]): a second rate-limited drop-tail
 //!   stage between the data link and the receiver, like a socket buffer of
 //!   [`Scenario::receiver_queue_bytes`] drained by a reader that can take only so many bits per
 //!   second. Its drops are what the kernel's `SO_RXQ_OVFL` counter would say: they reach the
-//!   sender as socket drops, and also show as lost packet numbers, as on a real host.
+//!   sender as socket drops, and also show as lost packet numbers, as on a real host. As the
+//!   engine's receiver does with the kernel's arrival stamps, the receiver behind it measures
+//!   each datagram's queueing delay at its arrival in the stage, not when it is read, and its
+//!   reports time their bytes by when they arrived ([`hurtle_proto::admit::arrival_interval`]),
+//!   or, once the stage is a quarter full, by when they were read
+//!   ([`ReportBuilder::build`]).
 //! - **Path changes** ([`Scenario::rate_changes`]): at given virtual times the data link's
 //!   bottleneck rate becomes a new value ([`Link::set_rate`]).
 //! - **Resume** ([`Scenario::held`]): the receiver starts with some blocks already in its copy
