@@ -51,8 +51,8 @@
 //!   to `on_feedback` when it arrives and sets every pacer to the new rate divided by the channel
 //!   count (at least 100 kbit/s), and their catch-up to the controller's
 //!   (`RateController::catch_up`); between reports it asks `on_silence` at every step, as the
-//!   engine's sender does every report interval. Every change lands in [`Outcome::rate_timeline`], every report
-//!   in [`Outcome::reports`].
+//!   engine's sender does every report interval. Every change lands in
+//!   [`Outcome::rate_timeline`], every report in [`Outcome::reports`].
 //! - **Receiver capacity** ([`Scenario::receiver_rate_bps`]): a second rate-limited drop-tail
 //!   stage between the data link and the receiver, like a socket buffer of
 //!   [`Scenario::receiver_queue_bytes`] drained by a reader that can take only so many bits per
@@ -915,8 +915,8 @@ pub(crate) struct ReceiverSide {
     /// Behind the stage, each channel's bytes admitted and when the last of them arrived, as
     /// the engine's channel threads mark them; and the marks at the last report. A report's
     /// bytes are timed by when they arrived ([`arrival_interval`]), as the engine's are where
-    /// the kernel stamps arrivals: a reader that falls behind reports the rate its buffer
-    /// filled at, not the rate it read at.
+    /// the kernel stamps arrivals (by when they were read once the stage is a quarter full:
+    /// [`ReportBuilder::build`]).
     arrivals: Vec<ArrivalMark>,
     arrivals_reported: Vec<ArrivalMark>,
     /// With [`Scenario::rate`].
@@ -1956,7 +1956,6 @@ impl Pair {
         Ok(None)
     }
 
-    /// The sender's channels send what their pacers allow at `now`, and the block values read.
     /// Sets every pacer to the controller's new rate, if it changed, and notes the change.
     fn set_pacers(&mut self, now: Instant, change: Option<hurtle_proto::rate::RateChange>) {
         let Some(change) = change else {
@@ -1973,6 +1972,7 @@ impl Pair {
         });
     }
 
+    /// The sender's channels send what their pacers allow at `now`, and the block values read.
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
         // Between reports the controller checks for their silence, as the engine's sender
         // does every report interval.

@@ -579,9 +579,8 @@ pub fn arrival_interval(
 }
 
 /// How full a receiver's buffers got (thousandths) for its report to time its bytes by when it
-/// read them, if that is the lower rate, rather than by when they arrived
-/// ([`ReportBuilder::build`]): a quarter, where the rate controller stops adding to the rate
-/// ([`crate::rate::QUEUE_FILL_LIMIT`] is half).
+/// read them rather than by when they arrived ([`ReportBuilder::build`]): a quarter, where the
+/// rate controller stops adding to the rate ([`crate::rate::QUEUE_FILL_LIMIT`] is half).
 pub const READING_BEHIND_PERMILLE: u64 = 250;
 
 /// Builds the receiver's `Control::Report` for each interval from running totals, and

@@ -20,6 +20,10 @@
 //! it costs only the lost bytes, which is the point against TCP. Loss clearly beyond it is
 //! congestion.
 //!
+//! **Silence**: where reports stop coming (a receiver starved of CPU, a path that lost them),
+//! `auto` paces no faster than its model's bottleneck until the next one
+//! ([`RateController::on_silence`], which the driver calls between reports).
+//!
 //! At the end, [`bottleneck`] names what limited the transfer from the controller's view.
 //!
 //! **A path seen before** ([`PathMemory`], after the careful-resume idea of QUIC and TCP): a

@@ -314,10 +314,10 @@ pub struct Model {
     probe_len: Duration,
     probe_start: Instant,
     probe_doublings: u32,
-    /// The fullest the receiver's buffers got since the current probe began (1 if they
-    /// dropped): a probe the receiver took into its buffers without keeping up with it shows
-    /// the rate it arrived at, not a path or a receiver that takes more.
-    probe_fill: f64,
+    /// The receiver's buffers filled past a quarter (or dropped) since the current probe
+    /// began: a probe the receiver took into its buffers without keeping up with it shows the
+    /// rate it arrived at, not a path or a receiver that takes more.
+    probe_buffered: bool,
     /// When the current state began.
     phase_start: Instant,
     /// The pacing gain of the current drain.
@@ -376,7 +376,7 @@ impl Model {
             probe_len: Duration::ZERO,
             probe_start: now,
             probe_doublings: 0,
-            probe_fill: 0.0,
+            probe_buffered: false,
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
             judge_after: now,
@@ -509,7 +509,7 @@ impl Model {
     fn start_probe(&mut self, bw: f64, now: Instant, interval: Duration) -> f64 {
         self.probe_base = bw;
         self.probe_start = now;
-        self.probe_fill = 0.0;
+        self.probe_buffered = false;
         self.probe = self.probe_gain();
         self.probe_len = if self.visible_step() > self.probe_step() {
             self.sample_span.max(interval) * 2
@@ -835,28 +835,18 @@ impl Model {
         };
 
         let judged = now >= self.judge_after;
+        // The receiver has room for a probe: its buffers under a quarter full, no drops. (Into
+        // a receiver that is the bottleneck a probe only fills its buffers.) A probe during
+        // which it had none is not taken, and what its samples added to the model is taken
+        // back when it ends: they time the bytes by when they arrived, and the receiver's
+        // buffers took them faster than it reads.
+        let receiver_room = fb.socket_drops == 0 && fb.queue_fill < super::QUEUE_FILL_LIMIT / 2.0;
         if matches!(
             self.phase,
             Phase::ProbeUp | Phase::ProbeDown | Phase::ProbeWait
         ) {
-            let fill = if fb.socket_drops > 0 {
-                1.0
-            } else {
-                fb.queue_fill
-            };
-            self.probe_fill = self.probe_fill.max(fill);
+            self.probe_buffered |= !receiver_room;
         }
-        // A probe the receiver did not keep up with (its buffers filled past a quarter, or
-        // dropped) is not taken, and what its samples added to the model is taken back when
-        // it ends: they time the bytes by when they arrived, and the receiver's buffers took
-        // them faster than it reads.
-        let probe_buffered = matches!(
-            self.phase,
-            Phase::ProbeUp | Phase::ProbeDown | Phase::ProbeWait
-        ) && self.probe_fill >= super::QUEUE_FILL_LIMIT / 2.0;
-        // The receiver has room for a probe: its buffers under a quarter full, no drops. (Into
-        // a receiver that is the bottleneck a probe only fills its buffers.)
-        let receiver_room = fb.socket_drops == 0 && fb.queue_fill < super::QUEUE_FILL_LIMIT / 2.0;
         // Data sent from now on is reported about a round trip and an interval later.
         let settle = self.rtt + fb.interval;
         match self.phase {
@@ -1001,8 +991,8 @@ impl Model {
                                 + self.sample_span.max(fb.interval) =>
                     {
                         // A probe the receiver did not keep up with was not taken, whatever
-                        // its samples say (`probe_buffered`).
-                        let took = !probe_buffered
+                        // its samples say (`receiver_room`).
+                        let took = !self.probe_buffered
                             && bw >= self.probe_base * (1.0 + (self.probe - 1.0) / 2.0);
                         // The path takes more again soon after a correction: it was a
                         // moment's dip (an emulator or a router short of CPU, a burst of
@@ -1026,7 +1016,7 @@ impl Model {
                             Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                         } else {
                             self.probe_doublings = 0;
-                            if probe_buffered {
+                            if self.probe_buffered {
                                 self.forget_probe();
                             }
                             let bw = self.bottleneck_bps().unwrap_or(bw);
