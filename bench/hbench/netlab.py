@@ -128,6 +128,11 @@ PROFILES: dict[str, Profile] = {
         Profile("shallow-1g", "emu", "1 Gbit/s, shallow queue", rtt_ms=40, rate_mbps=1000, loss=0.0,
                 queue="500k"),
         Profile("lossy-5pct", "emu", "heavy random loss", rtt_ms=100, rate_mbps=300, loss=0.05, queue="2M"),
+        # intercontinental with the link down both ways for 3 s once 128 MiB went in from the
+        # sender's side (a route flap, a handover): what recovery costs beyond the 3 s.
+        Profile("intercontinental-outage", "emu", "intercontinental, down 3 s after 128 MiB",
+                rtt_ms=150, rate_mbps=500, loss=0.01, queue="4M",
+                extra=["--outage-at", "128M", "--outage-for", "3s"]),
         # intercontinental without random loss: the set-up's round trips alone (1 MiB in 4 RTT).
         Profile("intercontinental-clean", "emu", "intercontinental, no loss", rtt_ms=150,
                 rate_mbps=500, loss=0.0, queue="4M"),

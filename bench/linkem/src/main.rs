@@ -20,6 +20,8 @@
 //! consecutive packets of one flow in such a lump go out as one GSO write
 //! ([`gso`]): one system call and one trip through the kernel's forwarding
 //! path instead of one per packet, the most expensive part of forwarding.
+//! With `--outage-at`, the link goes down in both directions for
+//! `--outage-for` once that many bytes have entered it from A ([`model::Outage`]).
 //! The main thread handles SIGINT/SIGTERM/SIGHUP synchronously, prints
 //! periodic statistics if asked and final statistics on exit.
 //!
@@ -42,7 +44,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use model::{DelayLine, DirConfig, Impairer, Outcome};
+use model::{DelayLine, DirConfig, Impairer, Outage, OutageFate, Outcome};
 
 /// One impairment parameter: its flag name, help text, default and parser.
 struct Param {
@@ -168,6 +170,21 @@ fn cli() -> Command {
                 .help("SCHED_FIFO priority for the forwarding threads (0 = normal scheduling)"),
         )
         .arg(
+            Arg::new("outage-at")
+                .long("outage-at")
+                .default_value("0")
+                .help(
+                    "take the link down, both ways, once this many bytes have entered it \
+                     from A (e.g. 256M); 0 = never",
+                ),
+        )
+        .arg(
+            Arg::new("outage-for")
+                .long("outage-for")
+                .default_value("3s")
+                .help("how long the link stays down (--outage-at)"),
+        )
+        .arg(
             Arg::new("label")
                 .long("label")
                 .default_value("linkem")
@@ -255,6 +272,7 @@ struct DirStats {
     dup: AtomicU64,
     reordered: AtomicU64,
     malformed: AtomicU64,
+    outage: AtomicU64,
     read_err: AtomicU64,
     write_err: AtomicU64,
     held: AtomicU64,
@@ -282,7 +300,7 @@ impl DirStats {
         };
         format!(
             "{label}: {dir} t={secs:.1}s in={} out={} bytes_in={} bytes_out={} lost={} \
-             queue_drop={} overflow={} dup={} reordered={} malformed={} read_err={} \
+             queue_drop={} overflow={} dup={} reordered={} malformed={} outage={} read_err={} \
              write_err={} held={} late_avg_us={late_avg_us:.1} late_max_us={:.1} \
              out_mbps={:.1} stalls={} stall_ms={:.1} sleeps={} writes={}",
             g(&self.pkts_in),
@@ -295,6 +313,7 @@ impl DirStats {
             g(&self.dup),
             g(&self.reordered),
             g(&self.malformed),
+            g(&self.outage),
             g(&self.read_err),
             g(&self.write_err),
             g(&self.held),
@@ -336,6 +355,9 @@ struct Forwarder {
     input: Arc<File>,
     output: Arc<File>,
     model: Impairer,
+    outage: Arc<Outage>,
+    /// This thread forwards from A (whose bytes begin the outage).
+    from_a: bool,
     stats: Arc<DirStats>,
     stop: Arc<AtomicBool>,
     epoch: Instant,
@@ -489,12 +511,26 @@ impl Forwarder {
             return;
         }
         st.pkts_in.fetch_add(1, Relaxed);
-        st.bytes_in.fetch_add(pkt.len() as u64, Relaxed);
+        let bytes_in = st.bytes_in.fetch_add(pkt.len() as u64, Relaxed) + pkt.len() as u64;
+        let now = self.now();
+        match self.outage.offer(now, self.from_a.then_some(bytes_in)) {
+            OutageFate::Up => {}
+            fate => {
+                if fate == OutageFate::Begun {
+                    eprintln!(
+                        "{}: outage: link down at t={:.3}s",
+                        self.label,
+                        now as f64 / 1e9
+                    );
+                }
+                st.outage.fetch_add(1, Relaxed);
+                return;
+            }
+        }
         if line.bytes() + pkt.len() > self.max_held {
             st.overflow.fetch_add(1, Relaxed);
             return;
         }
-        let now = self.now();
         let (first, second) = self.model.admit(now, pkt.len());
         if second.is_some() {
             st.dup.fetch_add(1, Relaxed);
@@ -555,6 +591,11 @@ fn main() -> Result<()> {
     let max_held =
         units::parse_bytes(m.get_one::<String>("max-held").unwrap()).context("--max-held")?;
     let batch = *m.get_one::<u32>("batch").unwrap();
+    let outage = Arc::new(Outage::new(
+        units::parse_bytes(m.get_one::<String>("outage-at").unwrap()).context("--outage-at")?,
+        units::parse_duration_ns(m.get_one::<String>("outage-for").unwrap())
+            .context("--outage-for")?,
+    ));
     let gso = m.get_flag("gso");
     let rt_priority = *m.get_one::<i32>("rt-priority").unwrap();
 
@@ -570,24 +611,29 @@ fn main() -> Result<()> {
     let epoch = Instant::now();
     let stats_a2b = Arc::new(DirStats::default());
     let stats_b2a = Arc::new(DirStats::default());
-    let mk =
-        |input: &Arc<File>, output: &Arc<File>, cfg: DirConfig, stats: &Arc<DirStats>| Forwarder {
-            input: Arc::clone(input),
-            output: Arc::clone(output),
-            model: Impairer::new(cfg),
-            stats: Arc::clone(stats),
-            stop: Arc::clone(&stop),
-            epoch,
-            spin_ns,
-            slack_ns,
-            gso,
-            batch,
-            max_held: max_held as usize,
-            rt_priority,
-            label: label.clone(),
-        };
-    let fa = mk(&tun_a, &tun_b, a2b, &stats_a2b);
-    let fb = mk(&tun_b, &tun_a, b2a, &stats_b2a);
+    let mk = |input: &Arc<File>,
+              output: &Arc<File>,
+              cfg: DirConfig,
+              from_a: bool,
+              stats: &Arc<DirStats>| Forwarder {
+        input: Arc::clone(input),
+        output: Arc::clone(output),
+        model: Impairer::new(cfg),
+        outage: Arc::clone(&outage),
+        from_a,
+        stats: Arc::clone(stats),
+        stop: Arc::clone(&stop),
+        epoch,
+        spin_ns,
+        slack_ns,
+        gso,
+        batch,
+        max_held: max_held as usize,
+        rt_priority,
+        label: label.clone(),
+    };
+    let fa = mk(&tun_a, &tun_b, a2b, true, &stats_a2b);
+    let fb = mk(&tun_b, &tun_a, b2a, false, &stats_b2a);
     let ha = thread::Builder::new()
         .name("a2b".into())
         .spawn(move || fa.run())?;

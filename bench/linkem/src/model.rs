@@ -26,9 +26,15 @@
 //! All randomness comes from one seeded xoshiro256** generator per
 //! direction, so a run with the same seed and the same arrival sequence makes
 //! the same decisions.
+//!
+//! Besides, an **outage** ([`Outage`]) takes the whole link down, both
+//! directions, for a while once a given number of bytes has entered it from
+//! A: a route flap or a Wi-Fi handover in the middle of a transfer, at the
+//! same point of every tool's transfer whatever its speed.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Impairment settings of one direction.
 #[derive(Clone, Debug, PartialEq)]
@@ -249,6 +255,63 @@ impl Impairer {
     }
 }
 
+/// A link that goes down for `for_ns` once `at_bytes` have entered it from A
+/// (counted before any impairment), shared by both directions' threads:
+/// every packet offered in either direction while it is down is dropped.
+/// Once only.
+#[derive(Debug)]
+pub struct Outage {
+    at_bytes: u64,
+    for_ns: u64,
+    /// When it ends, ns on the caller's clock; 0 until it begins.
+    until_ns: AtomicU64,
+}
+
+impl Outage {
+    /// An outage of `for_ns` after `at_bytes` from A; `at_bytes` 0 = never.
+    pub fn new(at_bytes: u64, for_ns: u64) -> Self {
+        Outage {
+            at_bytes,
+            for_ns,
+            until_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a packet offered at `now` is dropped by the outage.
+    /// `a_bytes_in` is what has entered from A so far, this packet included,
+    /// if it comes from A (`None` from B). Returns `Begun` for the packet that
+    /// takes the link down.
+    pub fn offer(&self, now: u64, a_bytes_in: Option<u64>) -> OutageFate {
+        let until = self.until_ns.load(Relaxed);
+        if until == 0 {
+            let due = self.at_bytes > 0 && a_bytes_in.is_some_and(|b| b >= self.at_bytes);
+            // (Only the A side's thread begins it, so no other can race it.)
+            if due && self.for_ns > 0 {
+                self.until_ns
+                    .store(now.saturating_add(self.for_ns).max(1), Relaxed);
+                return OutageFate::Begun;
+            }
+            return OutageFate::Up;
+        }
+        if now < until {
+            OutageFate::Down
+        } else {
+            OutageFate::Up
+        }
+    }
+}
+
+/// What an [`Outage`] does to one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutageFate {
+    /// The link is up: the packet goes on to the impairments.
+    Up,
+    /// This packet took the link down; it is dropped.
+    Begun,
+    /// The link is down: dropped.
+    Down,
+}
+
 struct HeapEntry<T> {
     at: u64,
     seq: u64,
@@ -368,6 +431,22 @@ impl<T> DelayLine<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_begins_at_its_byte_count_and_ends_after_its_time() {
+        let o = Outage::new(1000, 3_000);
+        assert_eq!(o.offer(10, Some(999)), OutageFate::Up);
+        // B's packets never begin it.
+        assert_eq!(o.offer(20, None), OutageFate::Up);
+        assert_eq!(o.offer(30, Some(1500)), OutageFate::Begun);
+        assert_eq!(o.offer(40, None), OutageFate::Down);
+        assert_eq!(o.offer(3_029, Some(1600)), OutageFate::Down);
+        assert_eq!(o.offer(3_030, Some(1700)), OutageFate::Up);
+        // Once only.
+        assert_eq!(o.offer(9_000, Some(5000)), OutageFate::Up);
+        let never = Outage::new(0, 3_000);
+        assert_eq!(never.offer(5, Some(u64::MAX)), OutageFate::Up);
+    }
 
     fn deliver_at(o: Outcome) -> u64 {
         match o {
