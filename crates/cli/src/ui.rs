@@ -370,6 +370,21 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
     if let Some(b) = &s.bottleneck {
         say(out, &format!("limited by {}", b.detail));
     }
+    let o = &s.rate.outages;
+    if o.count > 0 {
+        say(
+            out,
+            &format!(
+                "the path went out {} ({:.1} s in all without deliveries; what was sent meanwhile was sent again)",
+                match o.count {
+                    1 => "once".to_string(),
+                    2 => "twice".to_string(),
+                    n => format!("{n} times"),
+                },
+                o.seconds
+            ),
+        );
+    }
     if out.verbose {
         say(
             out,

@@ -122,7 +122,7 @@ use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Ta
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::dispersion::TrainPool;
-use hurtle_proto::rate::{PathMemory, Reason};
+use hurtle_proto::rate::{Outages, PathMemory, Reason};
 use hurtle_proto::wire::{
     Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
 };
@@ -399,6 +399,8 @@ pub struct Outcome {
     pub rate_timeline: Vec<RatePoint>,
     /// The total pacing rate at the end, bits per second.
     pub final_rate_bps: u64,
+    /// The outages the sender's rate controller counted (none without [`Scenario::rate`]).
+    pub outages: Outages,
     /// Every report the receiver sent, in order (none without [`Scenario::rate`]).
     pub reports: Vec<ReportSample>,
     /// Datagrams the receiver stage dropped because its buffer was full (the socket drops).
@@ -2352,6 +2354,11 @@ impl Pair {
             link: *self.link.stats(),
             rate_timeline: self.snd.rate_timeline.clone(),
             final_rate_bps: self.snd.rate_timeline.last().map_or(0, |p| p.rate_bps),
+            outages: self
+                .snd
+                .rate
+                .as_ref()
+                .map_or_else(Outages::default, |c| c.outages()),
             reports: self.rcv.reports.clone(),
             socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
             receiver_queue_max: self.rcv.stage.as_ref().map_or(0, |s| s.max_waiting),

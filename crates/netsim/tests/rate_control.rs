@@ -356,6 +356,8 @@ mod receiver {
             out.socket_drops > 0 && reported == out.socket_drops,
             "{out}"
         );
+        // Nor are they taken for the path going out.
+        assert_eq!(out.outages.count, 0, "{:?}", out.outages);
         // The sender reacted to the receiver: to its filling socket buffer, or to its drops.
         assert!(out
             .rate_timeline
@@ -1444,6 +1446,8 @@ mod wan {
                 "rate down to {}",
                 mbit(low as f64)
             );
+            // A receiver that stalls is not the path going out, even where it drops.
+            assert_eq!(out.outages.count, 0, "{:?}", out.outages);
         }
     }
 
@@ -1681,14 +1685,26 @@ mod wan {
         let back = first_delivering(&out, end, 0.9, BOTTLENECK as f64).expect("never back");
         let rate_at_end = rates(&out, start, end + RTT).into_iter().min().unwrap_or(0);
         eprintln!(
-            "  90% delivered {:.1} RTTs after the blackout; lowest rate across it {}",
+            "  90% delivered {:.1} RTTs after the blackout; lowest rate across it {}; outages \
+             {} ({:.3} s)",
             rtts(back - end),
-            mbit(rate_at_end as f64)
+            mbit(rate_at_end as f64),
+            out.outages.count,
+            out.outages.total.as_secs_f64()
         );
         assert!(
             back <= end + RTT * 5,
             "back after {:.1} RTTs",
             rtts(back - end)
+        );
+        // The sender says so: one outage, as long as the blackout give or take a round trip
+        // (the reports in flight when it began, and those of the data sent as it ended).
+        assert_eq!(out.outages.count, 1, "{:?}", out.outages);
+        let seconds = out.outages.total.as_secs_f64();
+        assert!(
+            (seconds - 3.0).abs() <= RTT.as_secs_f64(),
+            "{:?}",
+            out.outages
         );
     }
 

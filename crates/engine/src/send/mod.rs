@@ -39,7 +39,7 @@ mod summary;
 
 pub use memory::PathMemories;
 pub use options::{default_channels, SendOptions, Transport};
-pub use summary::{BottleneckSummary, RateSummary, ResumedSummary, SendSummary};
+pub use summary::{BottleneckSummary, OutageSummary, RateSummary, ResumedSummary, SendSummary};
 
 use crate::error::SessionError;
 use crate::progress::Progress;

@@ -189,6 +189,18 @@ pub struct RateSummary {
     /// The start from the last transfer to this receiver, if there was one (see
     /// [`PathMemories`](super::PathMemories)).
     pub resumed: Option<ResumedSummary>,
+    /// Times the path delivered nothing while data was sent, and lost what was
+    /// ([`hurtle_proto::rate::Outages`]).
+    pub outages: OutageSummary,
+}
+
+/// The path's outages during a send.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct OutageSummary {
+    /// How many.
+    pub count: u32,
+    /// Their lengths added up, seconds.
+    pub seconds: f64,
 }
 
 /// A start from what the last transfer to the same receiver learnt of the path.
@@ -259,6 +271,13 @@ impl RateSummary {
                 .map(|b| b as u64),
             random_loss: ctl.loss_share(),
             resumed: None,
+            outages: {
+                let o = ctl.outages();
+                OutageSummary {
+                    count: o.count,
+                    seconds: o.total.as_secs_f64(),
+                }
+            },
         }
     }
 }

@@ -24,7 +24,8 @@
 //! `auto` paces no faster than its model's bottleneck until the next one
 //! ([`RateController::on_silence`], which the driver calls between reports).
 //!
-//! At the end, [`bottleneck`] names what limited the transfer from the controller's view.
+//! At the end, [`bottleneck`] names what limited the transfer from the controller's view, and
+//! [`RateController::outages`] says whether the path went out meanwhile ([`Outages`]).
 //!
 //! **A path seen before** ([`PathMemory`], after the careful-resume idea of QUIC and TCP): a
 //! transfer that ends past startup leaves its model's bottleneck and the RTT it measured; the
@@ -509,6 +510,44 @@ pub struct RateController {
     /// silence ([`RateController::on_silence`]).
     last_report: Option<Instant>,
     silenced: bool,
+    /// When the latest report that counted delivered datagrams came.
+    last_delivery: Option<Instant>,
+    outages: Outages,
+    /// A silence being judged for an outage.
+    outage_check: Option<OutageCheck>,
+}
+
+/// A silence being judged for an outage ([`RateController::outages`]).
+#[derive(Debug, Clone, Copy)]
+struct OutageCheck {
+    /// The time between the delivering reports around it.
+    gap: Duration,
+    /// Until when reports' path losses count for it.
+    until: Instant,
+    /// The path losses counted so far.
+    lost: u64,
+    /// The path losses that make it an outage: a quarter of what the rate sends in `gap`.
+    need: f64,
+}
+
+/// Fewest path losses that make a silence an outage, however low the rate.
+const OUTAGE_LEAST_LOST: f64 = 8.0;
+
+/// Times the path delivered nothing while data was being sent ([`RateController::outages`]):
+/// no report counted a datagram for longer than the silence limit (four report intervals, and
+/// at least a round trip and two), and the reports from the first that did again to a silence
+/// limit later counted at least a quarter of what the rate sends in that time lost on the
+/// path: what was sent meanwhile never came (a route flap, a Wi-Fi handover, a cable pulled and put
+/// back). A receiver starved of CPU is silent too, but what it did not read its kernel dropped
+/// (its socket drops) or it reads late: no outage. Nor is a sender with little to send (a
+/// transfer's tail of repairs), whose few losses are not what its rate would have sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outages {
+    /// How many.
+    pub count: u32,
+    /// Their lengths added up: each, the time between the reports that delivered around it,
+    /// less one report interval (the reports' own spacing).
+    pub total: Duration,
 }
 
 /// Report intervals without a report after which `auto` paces no faster than its model's
@@ -576,6 +615,9 @@ impl RateController {
             changes: 0,
             last_report: None,
             silenced: false,
+            last_delivery: None,
+            outages: Outages::default(),
+            outage_check: None,
         };
         c.record(now, Reason::Start);
         c
@@ -807,6 +849,7 @@ impl RateController {
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         self.last_report = Some(now);
         self.silenced = false;
+        self.note_outage(now, fb);
         let seen = fb.datagrams.saturating_add(fb.lost);
         if self.cfg.mode == RateMode::Fixed {
             // The rate stays; the loss is kept all the same, for what random loss the path
@@ -1052,9 +1095,7 @@ impl RateController {
             return None;
         }
         let last = self.last_report?;
-        let every = report_interval(self.cfg.rtt);
-        let limit = (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2);
-        if now.saturating_duration_since(last) < limit {
+        if now.saturating_duration_since(last) < self.silence_limit() {
             return None;
         }
         let bw = self.model.as_ref()?.bottleneck_bps()?;
@@ -1063,6 +1104,59 @@ impl RateController {
         }
         self.silenced = true;
         self.set_rate(now, bw, Reason::Silence)
+    }
+
+    /// How long without a report is silence ([`SILENCE_REPORTS`] intervals, and at least a
+    /// round trip and two).
+    fn silence_limit(&self) -> Duration {
+        let every = report_interval(self.cfg.rtt);
+        (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2)
+    }
+
+    /// The outages so far (see [`Outages`]), in every mode.
+    pub fn outages(&self) -> Outages {
+        self.outages
+    }
+
+    /// Judges report `fb`, at `now`, for an outage ([`Outages`]): the first report to deliver
+    /// after the silence limit begins the judgment; the path losses it and the reports within
+    /// the silence limit after it count decide (a receiver counts a gap once later datagrams
+    /// show it, and its reports can come out of order).
+    fn note_outage(&mut self, now: Instant, fb: &Feedback) {
+        let limit = self.silence_limit();
+        let gap = if fb.datagrams > 0 {
+            self.last_delivery
+                .replace(now)
+                .map(|before| now.saturating_duration_since(before))
+        } else {
+            None
+        };
+        if let Some(gap) = gap.filter(|g| *g >= limit) {
+            let size = (fb.bytes as f64 / fb.datagrams as f64).max(1.0);
+            let would_send = self.rate * gap.as_secs_f64() / 8.0 / size;
+            self.outage_check = Some(OutageCheck {
+                gap,
+                until: now + limit,
+                lost: 0,
+                need: (would_send / 4.0).max(OUTAGE_LEAST_LOST),
+            });
+        }
+        let Some(check) = self.outage_check.as_mut() else {
+            return;
+        };
+        if now > check.until {
+            self.outage_check = None;
+            return;
+        }
+        check.lost = check
+            .lost
+            .saturating_add(fb.lost.saturating_sub(fb.socket_drops));
+        if check.lost as f64 >= check.need {
+            let length = check.gap.saturating_sub(report_interval(self.cfg.rtt));
+            self.outages.count = self.outages.count.saturating_add(1);
+            self.outages.total = self.outages.total.saturating_add(length);
+            self.outage_check = None;
+        }
     }
 
     fn set_rate(&mut self, now: Instant, new: f64, why: Reason) -> Option<RateChange> {
@@ -1837,6 +1931,102 @@ mod tests {
                 "{mode:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_path_that_delivers_nothing_for_a_while_and_loses_what_was_sent_is_an_outage() {
+        // 50 ms RTT, 12.5 ms reports: silence is 75 ms without a delivering report.
+        for mode in [RateMode::Auto, RateMode::Fair, RateMode::Fixed] {
+            let (mut c, mut t) = {
+                let mut t = Instant::now();
+                let mut c = RateController::new(cfg(mode), t);
+                drive(&mut c, &mut t, 200, bottleneck(300e6));
+                (c, t)
+            };
+            assert_eq!(c.outages(), Outages::default(), "{mode:?}");
+            // What the rate sent in those 3 s, less a tenth.
+            let lost = (c.rate_bps() as f64 * 3.0 / 8.0 / 1400.0 * 0.9) as u64;
+            // Reports that count nothing (the receiver's, while only the data is lost) are
+            // part of the silence; the first delivering one after 3 s lost what was sent.
+            t += Duration::from_secs(1);
+            report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+                bytes: 0,
+                datagrams: 0,
+                ..f
+            });
+            t += Duration::from_secs(2);
+            report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+                lost,
+                ..f
+            });
+            let o = c.outages();
+            assert_eq!(o.count, 1, "{mode:?}");
+            // From the last delivering report to this one (3 s and two intervals), less an
+            // interval.
+            assert_eq!(o.total, Duration::from_micros(3_012_500), "{mode:?}");
+            // Deliveries go on: no more.
+            drive(&mut c, &mut t, 20, bottleneck(300e6));
+            assert_eq!(c.outages().count, 1, "{mode:?}");
+            // Again, the gap counted a few reports after the first delivering one (the
+            // receiver sees it once later datagrams come; reports can be reordered).
+            t += Duration::from_secs(3);
+            drive(&mut c, &mut t, 2, bottleneck(300e6));
+            assert_eq!(c.outages().count, 1, "{mode:?}");
+            report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+                lost,
+                ..f
+            });
+            assert_eq!(c.outages().count, 2, "{mode:?}");
+            // (This silence: 3 s and an interval, less an interval.)
+            assert_eq!(
+                c.outages().total,
+                Duration::from_micros(3_012_500 + 3_000_000),
+                "{mode:?}"
+            );
+        }
+        // Silent as long, but what was sent came (a sender that stalled), or its receiver's
+        // kernel dropped it (a receiver starved of CPU), or little was lost, or more than was
+        // delivered but a handful (a tail's repairs): no outage.
+        let (mut c, mut t) = cruising_at_300();
+        let edits: [fn(Feedback) -> Feedback; 4] = [
+            |f| f,
+            |f| Feedback {
+                lost: 80_000,
+                socket_drops: 80_000,
+                ..f
+            },
+            |f| Feedback {
+                lost: f.datagrams,
+                ..f
+            },
+            |f| Feedback {
+                bytes: 2800,
+                datagrams: 2,
+                lost: 5,
+                ..f
+            },
+        ];
+        for edit in edits {
+            t += Duration::from_secs(3);
+            report(&mut c, &mut t, bottleneck(300e6), edit);
+            drive(&mut c, &mut t, 20, bottleneck(300e6));
+        }
+        assert_eq!(c.outages(), Outages::default());
+        // The losses of a silence count for it only until a silence limit after it ended.
+        t += Duration::from_secs(3);
+        drive(&mut c, &mut t, 7, bottleneck(300e6));
+        report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+            lost: 80_000,
+            ..f
+        });
+        assert_eq!(c.outages(), Outages::default());
+        // A gap just under the silence limit is no outage either.
+        t += Duration::from_millis(60);
+        report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+            lost: 80_000,
+            ..f
+        });
+        assert_eq!(c.outages(), Outages::default());
     }
 
     #[test]
