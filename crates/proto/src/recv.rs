@@ -9,7 +9,9 @@
 //! ([`ChannelReceiver::note_queue_delay`]): a repair joins the back of the same queue, so behind
 //! a full socket buffer it takes that much longer, and asking again sooner only duplicates it.
 //! The channel's final marker moves the frontier to the end of the stripe, which catches tail
-//! loss; the sender repeats the marker until the receiver answers `ChannelDone`.
+//! loss; the sender repeats the marker until the receiver answers `ChannelDone`. A NACK holds
+//! no more ranges than fit one feedback datagram ([`crate::feedback::NACK_RANGES_BUDGET`]); the
+//! rest follow in the next poll.
 //!
 //! Call order per driver turn: `on_data` / `on_final` for each datagram; `reject` when a block
 //! failed verification; then `poll_nack(now)` and `poll_done()`; sleep until `next_timeout`.
@@ -32,7 +34,8 @@ pub struct RecvConfig {
     pub reorder_wait: Duration,
     /// How long to wait for a repair before asking for it again.
     pub nack_retry: Duration,
-    /// Most ranges in one NACK message; the rest follow in the next.
+    /// Most ranges in one NACK message; the rest follow in the next. (Fewer where they would
+    /// not fit one feedback datagram: [`crate::feedback::NACK_RANGES_BUDGET`].)
     pub max_nack_ranges: usize,
 }
 
@@ -303,10 +306,22 @@ impl ChannelReceiver {
                 return None;
             }
         }
+        // No more than fit one feedback datagram: a NACK on the control connection alone comes
+        // late while TCP recovers (see `crate::feedback`). The rest follow in the next.
+        let mut budget = crate::feedback::NACK_RANGES_BUDGET;
         let ranges: Vec<(u64, u64)> = wanted
             .iter()
             .take(self.cfg.max_nack_ranges)
             .map(|r| (r.start, r.end))
+            .take_while(
+                |&(s, e)| match budget.checked_sub(crate::feedback::nack_range_len(s, e)) {
+                    Some(left) => {
+                        budget = left;
+                        true
+                    }
+                    None => false,
+                },
+            )
             .collect();
         // Generations open at most every eighth of `nack_retry`: a range is asked for again at
         // most that much later than its own wait.
@@ -366,6 +381,41 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_nack_holds_what_fits_a_feedback_datagram_and_the_rest_follow() {
+        // 1,000 lost datagrams at stripe positions past 4 GB (varints of five bytes): every
+        // other one of 2,000 arrived.
+        let t0 = Instant::now();
+        let (base, size) = (5u64 << 30, 1428u64);
+        let len = base + 2000 * size;
+        let mut r = ChannelReceiver::new(0, len, RecvConfig::default());
+        for i in (0..2000).step_by(2) {
+            let pos = base + i * size;
+            r.on_data(t0, pos, size, false, pos..pos + size);
+        }
+        let pos = base + 2000 * size - size;
+        r.on_data(t0, pos, size, false, pos..pos + size);
+        let mut asked = Vec::new();
+        while let Some(ranges) = r.poll_nack(t0 + ms(6)) {
+            let nack = crate::wire::Control::Nack {
+                channel: 0,
+                seq: u64::MAX,
+                ranges: ranges.clone(),
+            };
+            assert!(
+                crate::feedback::encode(&nack, 1, 1).is_some(),
+                "{} ranges do not fit a datagram",
+                ranges.len()
+            );
+            asked.extend(ranges);
+            assert!(asked.len() <= 1000, "asked twice");
+        }
+        // All of them (999, and the stripe's first 5 GiB, which nothing here sent), in a few
+        // NACKs.
+        assert_eq!(asked.len(), 1000);
+        assert!(r.stats().nacks >= 8, "{} NACKs", r.stats().nacks);
     }
 
     #[test]
