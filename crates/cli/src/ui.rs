@@ -2,6 +2,7 @@
 
 use crate::OutputArgs;
 use hurtle_engine::progress::Phase;
+use hurtle_engine::send::OutageSummary;
 use hurtle_engine::{Progress, ReceiveSummary, SendSummary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::VecDeque;
@@ -370,20 +371,8 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
     if let Some(b) = &s.bottleneck {
         say(out, &format!("limited by {}", b.detail));
     }
-    let o = &s.rate.outages;
-    if o.count > 0 {
-        say(
-            out,
-            &format!(
-                "the path went out {} ({:.1} s in all without deliveries; what was sent meanwhile was sent again)",
-                match o.count {
-                    1 => "once".to_string(),
-                    2 => "twice".to_string(),
-                    n => format!("{n} times"),
-                },
-                o.seconds
-            ),
-        );
+    if let Some(line) = outage_line(&s.rate.outages) {
+        say(out, &line);
     }
     if out.verbose {
         say(
@@ -549,9 +538,43 @@ pub fn warning(line: &str) {
     eprintln!("hurtle: {tag} {line}");
 }
 
+/// The summary's line on the path's outages during a send, if there were any.
+fn outage_line(o: &OutageSummary) -> Option<String> {
+    let times = match o.count {
+        0 => return None,
+        1 => "once".to_string(),
+        2 => "twice".to_string(),
+        n => format!("{n} times"),
+    };
+    Some(format!(
+        "the path went out {times} ({:.1} s in all without deliveries; what was sent meanwhile \
+         was sent again)",
+        o.seconds
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_says_the_path_s_outages_if_there_were_any() {
+        let o = |count, seconds| OutageSummary { count, seconds };
+        assert_eq!(outage_line(&o(0, 0.0)), None);
+        assert_eq!(
+            outage_line(&o(1, 3.06)).as_deref(),
+            Some(
+                "the path went out once (3.1 s in all without deliveries; what was sent \
+                 meanwhile was sent again)"
+            )
+        );
+        assert!(outage_line(&o(2, 5.0))
+            .unwrap()
+            .starts_with("the path went out twice (5.0 s"));
+        assert!(outage_line(&o(7, 9.0))
+            .unwrap()
+            .starts_with("the path went out 7 times"));
+    }
 
     fn waiting(p: &Progress, side: &Side) -> String {
         match describe(p, side, &mut Meter::default(), Instant::now()) {
