@@ -515,6 +515,8 @@ pub struct RateController {
     outages: Outages,
     /// A silence being judged for an outage.
     outage_check: Option<OutageCheck>,
+    /// The receiver's kernel drops reported since the latest report that delivered.
+    silent_drops: u64,
 }
 
 /// A silence being judged for an outage ([`RateController::outages`]).
@@ -524,8 +526,10 @@ struct OutageCheck {
     gap: Duration,
     /// Until when reports' path losses count for it.
     until: Instant,
-    /// The path losses counted so far.
+    /// The losses counted so far ...
     lost: u64,
+    /// ... and the receiver's kernel drops, the silence's included (not the path's).
+    drops: u64,
     /// The path losses that make it an outage: a quarter of what the rate sends in `gap`.
     need: f64,
 }
@@ -618,6 +622,7 @@ impl RateController {
             last_delivery: None,
             outages: Outages::default(),
             outage_check: None,
+            silent_drops: 0,
         };
         c.record(now, Reason::Start);
         c
@@ -1131,6 +1136,14 @@ impl RateController {
         } else {
             None
         };
+        // The receiver's kernel drops show as gaps in the report that counts them or a later
+        // one: those counted during the silence are set against its losses too.
+        let silent_drops = if fb.datagrams > 0 {
+            std::mem::take(&mut self.silent_drops)
+        } else {
+            self.silent_drops = self.silent_drops.saturating_add(fb.socket_drops);
+            0
+        };
         if let Some(gap) = gap.filter(|g| *g >= limit) {
             let size = (fb.bytes as f64 / fb.datagrams as f64).max(1.0);
             let would_send = self.rate * gap.as_secs_f64() / 8.0 / size;
@@ -1138,6 +1151,7 @@ impl RateController {
                 gap,
                 until: now + limit,
                 lost: 0,
+                drops: silent_drops,
                 need: (would_send / 4.0).max(OUTAGE_LEAST_LOST),
             });
         }
@@ -1148,10 +1162,9 @@ impl RateController {
             self.outage_check = None;
             return;
         }
-        check.lost = check
-            .lost
-            .saturating_add(fb.lost.saturating_sub(fb.socket_drops));
-        if check.lost as f64 >= check.need {
+        check.lost = check.lost.saturating_add(fb.lost);
+        check.drops = check.drops.saturating_add(fb.socket_drops);
+        if check.lost.saturating_sub(check.drops) as f64 >= check.need {
             let length = check.gap.saturating_sub(report_interval(self.cfg.rtt));
             self.outages.count = self.outages.count.saturating_add(1);
             self.outages.total = self.outages.total.saturating_add(length);
@@ -2011,6 +2024,21 @@ mod tests {
             report(&mut c, &mut t, bottleneck(300e6), edit);
             drive(&mut c, &mut t, 20, bottleneck(300e6));
         }
+        assert_eq!(c.outages(), Outages::default());
+        // The receiver's kernel dropped what was sent, and said so during the silence (its
+        // gaps show once later datagrams come): no outage.
+        t += Duration::from_secs(3);
+        report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+            bytes: 0,
+            datagrams: 0,
+            socket_drops: 80_000,
+            ..f
+        });
+        report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+            lost: 80_000,
+            ..f
+        });
+        drive(&mut c, &mut t, 20, bottleneck(300e6));
         assert_eq!(c.outages(), Outages::default());
         // The losses of a silence count for it only until a silence limit after it ended.
         t += Duration::from_secs(3);
