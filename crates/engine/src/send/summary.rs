@@ -172,14 +172,15 @@ pub struct RateSummary {
     pub max_bps: u64,
     /// Number of changes.
     pub changes: u64,
-    /// Changes by reason (startup, probe, loss, delay, socket-drops, backlog).
+    /// Changes by reason (startup, probe, loss, delay, socket-drops, backlog), all of them.
     pub reasons: std::collections::BTreeMap<&'static str, u64>,
-    /// The changes, `(milliseconds since start, bits per second, reason)`, thinned to a few hundred.
+    /// The changes, `(milliseconds since start, bits per second, reason)`: at most a few
+    /// hundred, the latest whole and the older spread evenly over the run.
     pub timeline: Vec<(u64, u64, &'static str)>,
     /// The receiver's reports, `(milliseconds since start, delivered bits per second, queueing
     /// delay in microseconds, datagrams lost, datagrams counted, rate after it, the
-    /// bottleneck's rate by the receiver's trains in bits per second or 0)`, thinned to a few
-    /// hundred (`bench/timeline.py` draws them).
+    /// bottleneck's rate by the receiver's trains in bits per second or 0)`, kept as the
+    /// changes are (`bench/timeline.py` draws them).
     pub reports: Vec<(u64, u64, u64, u64, u64, u64, u64)>,
     /// `auto`'s model of the path at the end: its bottleneck rate, bits per second.
     pub path_bps: Option<u64>,
@@ -222,10 +223,12 @@ impl RateSummary {
         cap_bps: u64,
     ) -> Self {
         let tl = ctl.timeline();
-        let mut reasons = std::collections::BTreeMap::new();
-        for c in tl.iter().skip(1) {
-            *reasons.entry(c.reason.as_str()).or_insert(0) += 1;
-        }
+        let reasons = ctl
+            .reasons()
+            .iter()
+            .map(|&(r, n)| (r.as_str(), n))
+            .collect();
+        let (min_bps, max_bps) = ctl.rate_range();
         RateSummary {
             mode: match ctl.config().mode {
                 RateMode::Auto => "auto",
@@ -236,8 +239,8 @@ impl RateSummary {
             receiver_ceiling_bps,
             start_bps: tl.first().map_or(0, |c| c.rate_bps),
             final_bps: ctl.rate_bps(),
-            min_bps: tl.iter().map(|c| c.rate_bps).min().unwrap_or(0),
-            max_bps: tl.iter().map(|c| c.rate_bps).max().unwrap_or(0),
+            min_bps,
+            max_bps,
             changes: ctl.changes().saturating_sub(1),
             reasons,
             timeline: tl

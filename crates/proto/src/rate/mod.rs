@@ -503,9 +503,12 @@ pub struct RateController {
     /// The receiver's drops, which the loss floor does not count: they are not the path's
     /// random loss.
     drops: ReceiverDrops,
-    timeline: Vec<RateChange>,
-    reports: Vec<ReportPoint>,
+    timeline: Record<RateChange>,
+    reports: Record<ReportPoint>,
     changes: u64,
+    /// Changes by reason (the first rate not counted), and the lowest and highest rate set.
+    reasons: Vec<(Reason, u64)>,
+    rate_range: (u64, u64),
     /// When the latest report came, and whether the rate was lowered since for the reports'
     /// silence ([`RateController::on_silence`]).
     last_report: Option<Instant>,
@@ -574,18 +577,77 @@ pub fn loss_beyond(floor: Option<LossFloor>, lost: u64, seen: u64) -> bool {
         })
 }
 
-/// Most timeline entries kept (older ones are thinned out).
+/// Most entries a [`Record`] keeps.
 const TIMELINE_CAP: usize = 256;
+/// Of them, the latest, kept whole.
+const RECORD_RECENT: usize = 64;
 
-/// Before a push onto a full timeline: keeps the first entry and every other later one, a
-/// coarser but complete picture.
-fn thin<T>(v: &mut Vec<T>) {
-    if v.len() >= TIMELINE_CAP {
-        let mut i = 0;
-        v.retain(|_| {
-            i += 1;
-            i == 1 || i % 2 == 0
-        });
+/// A run's rate changes or reports, small however long the run: the latest [`RECORD_RECENT`]
+/// whole, and the older ones spread evenly over the run before them (every `stride`-th kept;
+/// when that part is full, every other one of it goes and the stride doubles). Until session
+/// 35 a full record dropped every other entry of the whole: a long run's early part was
+/// thinned once per filling and its late part never (a 47 s run's first 37 s showed a handful
+/// of points).
+#[derive(Debug, Clone)]
+struct Record<T> {
+    older: Vec<T>,
+    recent: VecDeque<T>,
+    stride: u64,
+    /// Entries moved from `recent` to the older part (kept or not) so far.
+    aged: u64,
+}
+
+impl<T: Clone> Record<T> {
+    fn new() -> Self {
+        Record {
+            older: Vec::new(),
+            recent: VecDeque::new(),
+            stride: 1,
+            aged: 0,
+        }
+    }
+
+    fn push(&mut self, item: T) {
+        self.recent.push_back(item);
+        if self.recent.len() <= RECORD_RECENT {
+            return;
+        }
+        let Some(old) = self.recent.pop_front() else {
+            return;
+        };
+        let n = self.aged;
+        self.aged += 1;
+        if !n.is_multiple_of(self.stride) {
+            return;
+        }
+        if self.older.len() >= TIMELINE_CAP - RECORD_RECENT {
+            let mut i = 0;
+            self.older.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.stride *= 2;
+            if !n.is_multiple_of(self.stride) {
+                return;
+            }
+        }
+        self.older.push(old);
+    }
+
+    /// Everything kept, oldest first.
+    fn to_vec(&self) -> Vec<T> {
+        self.older.iter().chain(&self.recent).cloned().collect()
+    }
+
+    fn first_mut(&mut self) -> Option<&mut T> {
+        match self.older.first_mut() {
+            Some(first) => Some(first),
+            None => self.recent.front_mut(),
+        }
+    }
+
+    fn last(&self) -> Option<&T> {
+        self.recent.back()
     }
 }
 
@@ -614,9 +676,11 @@ impl RateController {
             quiet_above: 0,
             last_change: None,
             prev_delay: Duration::ZERO,
-            timeline: Vec::new(),
-            reports: Vec::new(),
+            timeline: Record::new(),
+            reports: Record::new(),
             changes: 0,
+            reasons: Vec::new(),
+            rate_range: (u64::MAX, 0),
             last_report: None,
             silenced: false,
             last_delivery: None,
@@ -646,6 +710,8 @@ impl RateController {
             if let Some(start) = self.timeline.first_mut() {
                 start.rate_bps = half as u64;
             }
+            // The first rate is the only one so far.
+            self.rate_range = (half as u64, half as u64);
         }
         Some(self.rate as u64)
     }
@@ -699,9 +765,21 @@ impl RateController {
         self.model.as_ref()
     }
 
-    /// Rate changes so far (thinned to at most a few hundred entries).
-    pub fn timeline(&self) -> &[RateChange] {
-        &self.timeline
+    /// Rate changes so far, oldest first: at most a few hundred, the latest whole and the
+    /// older spread evenly over the run.
+    pub fn timeline(&self) -> Vec<RateChange> {
+        self.timeline.to_vec()
+    }
+
+    /// Rate changes by reason, all of them (the first rate not counted), in the order the
+    /// reasons first came.
+    pub fn reasons(&self) -> &[(Reason, u64)] {
+        &self.reasons
+    }
+
+    /// The lowest and the highest rate set, bits per second.
+    pub fn rate_range(&self) -> (u64, u64) {
+        self.rate_range
     }
 
     /// Number of rate changes made.
@@ -709,9 +787,9 @@ impl RateController {
         self.changes
     }
 
-    /// The reports taken so far (thinned to at most a few hundred entries).
-    pub fn reports(&self) -> &[ReportPoint] {
-        &self.reports
+    /// The reports taken so far, oldest first, kept as the timeline is.
+    pub fn reports(&self) -> Vec<ReportPoint> {
+        self.reports.to_vec()
     }
 
     /// Keeps one report's loss for the loss floor (the last [`FLOOR_ROUNDS`] reports) and,
@@ -762,7 +840,6 @@ impl RateController {
     pub fn on_report(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         let change = self.on_feedback(now, fb);
         let secs = fb.interval.as_secs_f64();
-        thin(&mut self.reports);
         self.reports.push(ReportPoint {
             at: now,
             delivered_bps: if secs > 0.0 {
@@ -783,12 +860,22 @@ impl RateController {
 
     fn record(&mut self, now: Instant, reason: Reason) {
         self.changes += 1;
-        thin(&mut self.timeline);
+        let rate_bps = self.rate as u64;
         self.timeline.push(RateChange {
             at: now,
-            rate_bps: self.rate as u64,
+            rate_bps,
             reason,
         });
+        self.rate_range = (
+            self.rate_range.0.min(rate_bps),
+            self.rate_range.1.max(rate_bps),
+        );
+        if reason != Reason::Start {
+            match self.reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => self.reasons.push((reason, 1)),
+            }
+        }
     }
 
     /// The loss floor of recent rounds (`None` before the first round). Its rate is what random
@@ -1944,6 +2031,48 @@ mod tests {
                 "{mode:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_record_keeps_the_latest_whole_and_the_older_evenly_spread() {
+        for n in [10u64, 64, 65, 256, 300, 1_000, 10_000, 123_457] {
+            let mut r = Record::new();
+            for i in 0..n {
+                r.push(i);
+            }
+            let kept = r.to_vec();
+            assert!(kept.len() <= TIMELINE_CAP, "{n}: {}", kept.len());
+            assert_eq!(kept[0], 0, "{n}: the first is kept");
+            // The latest whole.
+            let recent = (n as usize).min(RECORD_RECENT);
+            let tail: Vec<u64> = (n - recent as u64..n).collect();
+            assert_eq!(kept[kept.len() - recent..], tail[..], "{n}");
+            // Before them, one stride apart throughout, and no more than twice as sparse as
+            // the cap allows.
+            let older = &kept[..kept.len() - recent];
+            let steps: Vec<u64> = older.windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(steps.windows(2).all(|w| w[0] == w[1]), "{n}: {steps:?}");
+            if let Some(&step) = steps.first() {
+                let span = n - RECORD_RECENT as u64;
+                let even = span.div_ceil((TIMELINE_CAP - RECORD_RECENT) as u64);
+                assert!(step <= 2 * even.max(1), "{n}: step {step}, span {span}");
+            }
+        }
+    }
+
+    #[test]
+    fn reasons_and_the_rate_range_count_every_change_however_long_the_run() {
+        let (mut c, mut t) = cruising_at_300();
+        drive(&mut c, &mut t, 2000, bottleneck(300e6));
+        assert!(c.changes() > 2 * TIMELINE_CAP as u64, "{}", c.changes());
+        assert!(c.timeline().len() <= TIMELINE_CAP);
+        let counted: u64 = c.reasons().iter().map(|&(_, n)| n).sum();
+        assert_eq!(counted, c.changes() - 1);
+        let (lo, hi) = c.rate_range();
+        let all = c.timeline();
+        assert!(all.iter().all(|ch| (lo..=hi).contains(&ch.rate_bps)));
+        assert_eq!(lo, cfg(RateMode::Auto).start_bps);
+        assert!(hi as f64 > 300e6, "{hi}");
     }
 
     #[test]
