@@ -8,7 +8,8 @@
 It reads the `rate` object of hurtle's `--json` summary (the sender's): `timeline` (each rate
 change with its reason) and `reports` (each receiver report: delivered bits per second,
 queueing delay, datagrams lost and counted, the rate after it, the bottleneck's rate by the
-receiver's trains), both thinned to a few hundred entries on long runs. The top panel shows the
+receiver's trains), both kept to a few hundred entries on long runs (the latest whole, the
+older spread evenly over the run). The top panel shows the
 pacing rate as steps, the delivered rate as points, the trains' estimates as crosses, and the
 model's bottleneck estimate at the end (`path_bps`) as a line; the middle one
 the queueing delay; the bottom one the share of datagrams lost per report beside the random
