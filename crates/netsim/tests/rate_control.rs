@@ -1816,13 +1816,15 @@ mod bottleneck_named {
         let bits = out.datagrams_sent as f64
             * (payload as usize + hurtle_proto::wire::HEADER_LEN) as f64
             * 8.0;
+        let changes: Vec<_> = out
+            .rate_timeline
+            .iter()
+            .map(|p| (p.at, p.rate_bps, p.reason))
+            .collect();
         Bottleneck::classify(&Evidence {
             mode: RateMode::Auto,
-            changes: out
-                .rate_timeline
-                .iter()
-                .map(|p| (p.at, p.rate_bps, p.reason))
-                .collect(),
+            reasons: Evidence::reasons_of(&changes),
+            changes,
             paced_for: out.duration,
             cap_bps: 0,
             receiver_ceiling_bps,

@@ -138,6 +138,7 @@ impl BottleneckSummary {
                 .iter()
                 .map(|c| (c.at.saturating_duration_since(first), c.rate_bps, c.reason))
                 .collect(),
+            reasons: ctl.reasons().to_vec(),
             paced_for,
             cap_bps: limits.cap_bps,
             receiver_ceiling_bps: limits.receiver_ceiling_bps,

@@ -84,8 +84,12 @@ pub struct Evidence {
     /// The rate mode.
     pub mode: RateMode,
     /// The rate changes: (time since the first, bits per second, why), the first being the
-    /// start.
+    /// start. Of a long run, a sample spread over it (the controller's timeline): enough for
+    /// the time-weighted rates, not for counting.
     pub changes: Vec<(Duration, u64, Reason)>,
+    /// Every rate change by reason, the first rate not counted
+    /// ([`super::RateController::reasons`]; [`Evidence::reasons_of`] counts a whole list).
+    pub reasons: Vec<(Reason, u64)>,
     /// How long the rate was in force, from the first change to the end.
     pub paced_for: Duration,
     /// The user's `--rate`, bits per second (0: none).
@@ -188,11 +192,26 @@ impl Evidence {
         sum
     }
 
+    /// Counts a complete list of changes by reason, the first not counted, as the controller
+    /// counts them.
+    pub fn reasons_of(changes: &[(Duration, u64, Reason)]) -> Vec<(Reason, u64)> {
+        let mut counts: Vec<(Reason, u64)> = Vec::new();
+        for &(_, _, reason) in changes.iter().skip(1) {
+            match counts.iter_mut().find(|c| c.0 == reason) {
+                Some(c) => c.1 += 1,
+                None => counts.push((reason, 1)),
+            }
+        }
+        counts
+    }
+
+    /// Changes made for any of `reasons`.
     fn count(&self, reasons: &[Reason]) -> u64 {
-        self.changes
+        self.reasons
             .iter()
-            .filter(|c| reasons.contains(&c.2))
-            .count() as u64
+            .filter(|c| reasons.contains(&c.0))
+            .map(|c| c.1)
+            .sum()
     }
 }
 
@@ -210,9 +229,9 @@ impl Bottleneck {
         // first rate moves in a second had little to send (a tiny file whose confirmation
         // was slow on a busy machine), however long it paced: not the sender.
         let in_startup = e
-            .changes
+            .reasons
             .iter()
-            .all(|c| matches!(c.2, Reason::Start | Reason::Startup));
+            .all(|c| matches!(c.0, Reason::Start | Reason::Startup));
         let start_bps = e.changes.first().map_or(0.0, |c| c.1 as f64);
         let little =
             e.sent_bps * e.paced_for.as_secs_f64() < start_bps * SENDER_JUDGED_AFTER.as_secs_f64();
@@ -409,12 +428,14 @@ mod tests {
     use super::*;
 
     fn evidence(changes: &[(u64, u64, Reason)], secs: u64) -> Evidence {
+        let changes: Vec<_> = changes
+            .iter()
+            .map(|&(ms, bps, r)| (Duration::from_millis(ms), bps, r))
+            .collect();
         Evidence {
             mode: RateMode::Auto,
-            changes: changes
-                .iter()
-                .map(|&(ms, bps, r)| (Duration::from_millis(ms), bps, r))
-                .collect(),
+            reasons: Evidence::reasons_of(&changes),
+            changes,
             paced_for: Duration::from_secs(secs),
             cap_bps: 0,
             receiver_ceiling_bps: 0,
@@ -481,6 +502,7 @@ mod tests {
             .push((Duration::from_secs(4), 150 * M, Reason::SocketDrops));
         e.changes
             .push((Duration::from_secs(5), 140 * M, Reason::Backlog));
+        e.reasons = Evidence::reasons_of(&e.changes);
         assert_eq!(Bottleneck::classify(&e).name(), "receiver-cpu");
     }
 
@@ -501,7 +523,36 @@ mod tests {
         // Once the rate settled, what held it is named.
         e.changes
             .push((Duration::from_millis(400), 480 * M, Reason::Cruise));
+        e.reasons = Evidence::reasons_of(&e.changes);
         assert_eq!(Bottleneck::classify(&e).name(), "path");
+    }
+
+    #[test]
+    fn corrections_are_counted_from_every_change_not_from_the_sample_of_a_long_run() {
+        // The timeline of a long run keeps a sample; the corrections it skipped still count.
+        let mut e = evidence(
+            &[
+                (0, 100 * M, Reason::Start),
+                (500, 500 * M, Reason::Startup),
+                (900, 400 * M, Reason::Delay),
+                (3000, 420 * M, Reason::Cruise),
+            ],
+            10,
+        );
+        assert_eq!(Bottleneck::classify(&e).name(), "path");
+        e.reasons.push((Reason::Backlog, 2));
+        assert_eq!(
+            Bottleneck::classify(&e),
+            Bottleneck::Receiver { corrections: 2 }
+        );
+        // Nor is a run in startup that corrected its rate where the sample does not show it.
+        let mut grew = evidence(
+            &[(0, 100 * M, Reason::Start), (200, 218 * M, Reason::Startup)],
+            1,
+        );
+        assert_eq!(Bottleneck::classify(&grew).name(), "startup");
+        grew.reasons.push((Reason::Loss, 1));
+        assert_eq!(Bottleneck::classify(&grew).name(), "path");
     }
 
     #[test]

@@ -2061,6 +2061,19 @@ mod tests {
     }
 
     #[test]
+    fn the_bottlenecks_count_of_a_whole_timeline_is_the_controllers() {
+        let (c, _) = cruising_at_300();
+        let tl = c.timeline();
+        assert!((tl.len() as u64) == c.changes(), "not thinned yet");
+        let first = tl[0].at;
+        let changes: Vec<_> = tl
+            .iter()
+            .map(|ch| (ch.at - first, ch.rate_bps, ch.reason))
+            .collect();
+        assert_eq!(bottleneck::Evidence::reasons_of(&changes), c.reasons());
+    }
+
+    #[test]
     fn reasons_and_the_rate_range_count_every_change_however_long_the_run() {
         let (mut c, mut t) = cruising_at_300();
         drive(&mut c, &mut t, 2000, bottleneck(300e6));
