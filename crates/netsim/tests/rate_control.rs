@@ -1708,6 +1708,59 @@ mod wan {
         );
     }
 
+    /// A path out for 12 s: the sender stays at the model's rate for the first seconds (a
+    /// short outage costs no link time when it ends) and then halves it every 2 s, instead of
+    /// pacing into the void at full rate; deliveries resume at the rate the path had.
+    #[test]
+    fn through_a_12_s_blackout_the_rate_backs_off_and_is_back_within_5_round_trips_after() {
+        let (start, end) = (ms(1000), ms(13_000));
+        let out = run(
+            "300 Mbit/s, 40 ms, 12 s blackout",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(BOTTLENECK, 1 << 20)
+                    .with_blackout(start, end),
+                512,
+            ),
+        );
+        let back = first_delivering(&out, end, 0.9, BOTTLENECK as f64).expect("never back");
+        let lowest = rates(&out, start, end + RTT).into_iter().min().unwrap_or(0);
+        let datagram =
+            (hurtle_proto::wire::DEFAULT_PAYLOAD as usize + hurtle_proto::wire::HEADER_LEN) as f64;
+        let full = BOTTLENECK as f64 * (end - start).as_secs_f64() / 8.0 / datagram;
+        let into_void = out.link.dropped_blackout as f64 / full;
+        eprintln!(
+            "  90% delivered {:.1} RTTs after the blackout; lowest rate across it {}; sent \
+             into it {:.1}% of what the bottleneck's rate would; outages {} ({:.3} s)",
+            rtts(back - end),
+            mbit(lowest as f64),
+            into_void * 100.0,
+            out.outages.count,
+            out.outages.total.as_secs_f64()
+        );
+        assert!(
+            back <= end + RTT * 5,
+            "back after {:.1} RTTs",
+            rtts(back - end)
+        );
+        // Five halvings in the 12 s (the first after 2 s past the silence limit): about 4.2 s
+        // of the path's rate in all, a third of it.
+        assert!(into_void <= 0.4, "{into_void:.3}");
+        assert!(
+            lowest as f64 <= BOTTLENECK as f64 / 16.0,
+            "{}",
+            mbit(lowest as f64)
+        );
+        assert_eq!(out.outages.count, 1, "{:?}", out.outages);
+        let seconds = out.outages.total.as_secs_f64();
+        assert!(
+            (seconds - 12.0).abs() <= RTT.as_secs_f64(),
+            "{:?}",
+            out.outages
+        );
+    }
+
     /// The benchmarks' `lossy-wifi-reorder` without its jitter and duplicates (which lift the
     /// model above the path here, see the next test): 200 Mbit/s, 20 ms, 2% random loss in
     /// bursts of two on average, 2% reordered by 3 ms, a 512 KiB queue, 128 MiB. Loss in bursts

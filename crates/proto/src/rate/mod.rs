@@ -21,8 +21,10 @@
 //! congestion.
 //!
 //! **Silence**: where reports stop coming (a receiver starved of CPU, a path that lost them),
-//! `auto` paces no faster than its model's bottleneck until the next one
-//! ([`RateController::on_silence`], which the driver calls between reports).
+//! `auto` paces no faster than its model's bottleneck until the next one, and past a few
+//! seconds of silence halves that every few seconds (an outage: not into the void at full
+//! rate); the next report brings it back ([`RateController::on_silence`], which the driver
+//! calls between reports).
 //!
 //! At the end, [`bottleneck`] names what limited the transfer from the controller's view, and
 //! [`RateController::outages`] says whether the path went out meanwhile ([`Outages`]).
@@ -330,8 +332,8 @@ pub enum Reason {
     SocketDrops,
     /// The receiver is falling behind: its socket buffers are filling.
     Backlog,
-    /// No report came for a while: no faster than the model's bottleneck until one does
-    /// ([`RateController::on_silence`]).
+    /// No report came for a while: no faster than the model's bottleneck until one does, and
+    /// halved over a long silence ([`RateController::on_silence`]).
     Silence,
 }
 
@@ -509,12 +511,15 @@ pub struct RateController {
     /// Changes by reason (the first rate not counted), and the lowest and highest rate set.
     reasons: Vec<(Reason, u64)>,
     rate_range: (u64, u64),
-    /// When the latest report came, and whether the rate was lowered since for the reports'
-    /// silence ([`RateController::on_silence`]).
+    /// When the latest report came, and, once the reports fell silent, the rate the silence
+    /// began from: the model's bottleneck, or the rate if it was lower
+    /// ([`RateController::on_silence`]).
     last_report: Option<Instant>,
-    silenced: bool,
-    /// When the latest report that counted delivered datagrams came.
-    last_delivery: Option<Instant>,
+    silenced: Option<f64>,
+    /// The bits the rate paced until `paced.1` (what a silence sent into the path).
+    paced: (f64, Instant),
+    /// When the latest report that counted delivered datagrams came, and the bits paced then.
+    last_delivery: Option<(Instant, f64)>,
     outages: Outages,
     /// A silence being judged for an outage.
     outage_check: Option<OutageCheck>,
@@ -533,7 +538,7 @@ struct OutageCheck {
     lost: u64,
     /// ... and the receiver's kernel drops, the silence's included (not the path's).
     drops: u64,
-    /// The path losses that make it an outage: a quarter of what the rate sends in `gap`.
+    /// The path losses that make it an outage: a quarter of what the rate paced in `gap`.
     need: f64,
 }
 
@@ -543,7 +548,7 @@ const OUTAGE_LEAST_LOST: f64 = 8.0;
 /// Times the path delivered nothing while data was being sent ([`RateController::outages`]):
 /// no report counted a datagram for longer than the silence limit (four report intervals, and
 /// at least a round trip and two), and the reports from the first that did again to a silence
-/// limit later counted at least a quarter of what the rate sends in that time lost on the
+/// limit later counted at least a quarter of what the rate paced in that time lost on the
 /// path: what was sent meanwhile never came (a route flap, a Wi-Fi handover, a cable pulled and put
 /// back). A receiver starved of CPU is silent too, but what it did not read its kernel dropped
 /// (its socket drops) or it reads late: no outage. Nor is a sender with little to send (a
@@ -560,6 +565,11 @@ pub struct Outages {
 /// Report intervals without a report after which `auto` paces no faster than its model's
 /// bottleneck ([`RateController::on_silence`]); at least a round trip and two intervals.
 pub const SILENCE_REPORTS: u32 = 4;
+/// A silence this much longer than that (or four round trips, if longer) halves the rate, and
+/// each such span after it halves it again ([`RateController::on_silence`]).
+pub const SILENCE_BACKOFF: Duration = Duration::from_secs(2);
+/// Most halvings of a silence: 1/64 of the rate it began from (at 500 Mbit/s, 7.8).
+pub const SILENCE_HALVINGS: u32 = 6;
 
 /// Whether `lost` of `seen` datagrams is congestion rather than the random loss the `floor`
 /// explains: over half of them, or more than the floor's share by more than that count's noise
@@ -682,7 +692,8 @@ impl RateController {
             reasons: Vec::new(),
             rate_range: (u64::MAX, 0),
             last_report: None,
-            silenced: false,
+            silenced: None,
+            paced: (0.0, now),
             last_delivery: None,
             outages: Outages::default(),
             outage_check: None,
@@ -938,10 +949,21 @@ impl RateController {
     /// delivered; after it, the rate climbs in proportion to the room under the delay target,
     /// by a smaller step near the delivered rate of the last congestion, the step doubling over
     /// rounds in which the queue stays empty.
+    ///
+    /// The first report after a silence brings the rate back to where the silence began from
+    /// (if it was halved meanwhile), before it is judged.
     pub fn on_feedback(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         self.last_report = Some(now);
-        self.silenced = false;
+        let resumed = match self.silenced.take() {
+            Some(rate) if rate > self.rate => self.set_rate(now, rate, Reason::Cruise),
+            _ => None,
+        };
         self.note_outage(now, fb);
+        self.judge(now, fb).or(resumed)
+    }
+
+    /// [`RateController::on_feedback`]'s judgment of a report.
+    fn judge(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
         let seen = fb.datagrams.saturating_add(fb.lost);
         if self.cfg.mode == RateMode::Fixed {
             // The rate stays; the loss is kept all the same, for what random loss the path
@@ -1180,22 +1202,42 @@ impl RateController {
     /// above it (startup, a probe, cruising's reserve), until the next report. A receiver
     /// starved of CPU reports late and in lumps, and a second of startup's doubled rate, sent
     /// while it said nothing, overflowed its buffers by thousands of datagrams; a path that
-    /// lost its reports says nothing either. Not below the bottleneck: after an outage the
-    /// rate is where deliveries resume ([`model`]). Returns the change, if any.
+    /// lost its reports says nothing either. Not below the bottleneck for the first
+    /// [`silence_backoff`](RateController::silence_backoff) (at least [`SILENCE_BACKOFF`]):
+    /// after an outage of a few seconds deliveries resume at the rate the path had
+    /// ([`model`]), with no link time lost to a rate that has to come back. A silence longer
+    /// than that is a path that is out (or a receiver that is gone; the reports come on the
+    /// control connection too): the rate halves, and again with each such span, down to
+    /// 2^-[`SILENCE_HALVINGS`] of where the silence began, as TCP's retransmission timer and
+    /// TFRC's no-feedback timer back off, instead of pacing into the void until the transfer
+    /// gives up. The next report brings it back ([`RateController::on_feedback`]). Returns the
+    /// change, if any.
     pub fn on_silence(&mut self, now: Instant) -> Option<RateChange> {
-        if self.silenced || self.cfg.mode != RateMode::Auto {
+        if self.cfg.mode != RateMode::Auto {
             return None;
         }
         let last = self.last_report?;
-        if now.saturating_duration_since(last) < self.silence_limit() {
+        let silent = now.saturating_duration_since(last);
+        let limit = self.silence_limit();
+        if silent < limit {
             return None;
         }
         let bw = self.model.as_ref()?.bottleneck_bps()?;
-        if self.rate <= bw {
+        let from = *self.silenced.get_or_insert(self.rate.min(bw));
+        let spans = (silent - limit).as_secs_f64() / self.silence_backoff().as_secs_f64();
+        let halvings = (spans.floor() as u32).min(SILENCE_HALVINGS);
+        let to = from / f64::from(1u32 << halvings);
+        if to >= self.rate {
             return None;
         }
-        self.silenced = true;
-        self.set_rate(now, bw, Reason::Silence)
+        self.set_rate(now, to, Reason::Silence)
+    }
+
+    /// How long past the silence limit the rate stays at the model's bottleneck before it
+    /// halves, and how long each halving lasts: [`SILENCE_BACKOFF`], or four round trips if
+    /// longer.
+    pub fn silence_backoff(&self) -> Duration {
+        SILENCE_BACKOFF.max(self.cfg.rtt * 4)
     }
 
     /// How long without a report is silence ([`SILENCE_REPORTS`] intervals, and at least a
@@ -1216,10 +1258,11 @@ impl RateController {
     /// show it, and its reports can come out of order).
     fn note_outage(&mut self, now: Instant, fb: &Feedback) {
         let limit = self.silence_limit();
+        let paced = self.paced_until(now);
         let gap = if fb.datagrams > 0 {
             self.last_delivery
-                .replace(now)
-                .map(|before| now.saturating_duration_since(before))
+                .replace((now, paced))
+                .map(|(at, then)| (now.saturating_duration_since(at), paced - then))
         } else {
             None
         };
@@ -1231,9 +1274,9 @@ impl RateController {
             self.silent_drops = self.silent_drops.saturating_add(fb.socket_drops);
             0
         };
-        if let Some(gap) = gap.filter(|g| *g >= limit) {
+        if let Some((gap, bits)) = gap.filter(|g| g.0 >= limit) {
             let size = (fb.bytes as f64 / fb.datagrams as f64).max(1.0);
-            let would_send = self.rate * gap.as_secs_f64() / 8.0 / size;
+            let would_send = bits / 8.0 / size;
             self.outage_check = Some(OutageCheck {
                 gap,
                 until: now + limit,
@@ -1259,6 +1302,12 @@ impl RateController {
         }
     }
 
+    /// The bits the rate paced from the start until `now`.
+    fn paced_until(&self, now: Instant) -> f64 {
+        let (bits, at) = self.paced;
+        bits + self.rate * now.saturating_duration_since(at).as_secs_f64()
+    }
+
     fn set_rate(&mut self, now: Instant, new: f64, why: Reason) -> Option<RateChange> {
         let ceiling = self.cfg.ceiling_bps.max(1) as f64;
         let floor = self.cfg.min_bps.max(1) as f64;
@@ -1271,6 +1320,7 @@ impl RateController {
             return None;
         }
         self.last_change = Some(new / self.rate);
+        self.paced = (self.paced_until(now), now.max(self.paced.1));
         self.rate = new;
         self.record(now, why);
         self.timeline.last().copied()
@@ -2031,6 +2081,89 @@ mod tests {
                 "{mode:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_long_silence_halves_the_rate_every_backoff_and_the_next_report_brings_it_back() {
+        let (mut c, mut t) = cruising_at_300();
+        let bw = bottleneck_of(&c);
+        let limit = c.silence_limit();
+        let backoff = c.silence_backoff();
+        assert_eq!(backoff, SILENCE_BACKOFF, "50 ms round trips");
+        // The driver asks every 12.5 ms; 20 s of silence (a path that is out).
+        let mut at = t;
+        let mut seen = Vec::new();
+        while at < t + Duration::from_secs(20) {
+            at += Duration::from_micros(12_500);
+            c.on_silence(at);
+            seen.push((at - t, c.rate_bps() as f64));
+        }
+        let rate_at = |d: Duration| {
+            seen.iter()
+                .rev()
+                .find(|s| s.0 <= d)
+                .map_or(f64::NAN, |s| s.1)
+        };
+        // Down to the model at the silence limit, no lower for a backoff ...
+        assert_eq!(rate_at(limit) as u64, bw as u64);
+        let ms = Duration::from_millis;
+        assert_eq!(rate_at(limit + backoff - ms(13)) as u64, bw as u64);
+        // ... then halved once per backoff, to 1/64 at most.
+        for k in 1..=SILENCE_HALVINGS {
+            let at = limit + backoff * k + ms(13);
+            let want = bw / f64::from(1u32 << k);
+            assert!(
+                (rate_at(at) - want).abs() <= 1.0,
+                "{k}: {} {want}",
+                rate_at(at)
+            );
+        }
+        assert!((rate_at(ms(19_990)) - bw / 64.0).abs() <= 1.0);
+        let halved = c
+            .reasons()
+            .iter()
+            .find(|r| r.0 == Reason::Silence)
+            .map(|r| r.1);
+        assert_eq!(
+            halved,
+            Some(u64::from(SILENCE_HALVINGS) + 1),
+            "{:?}",
+            c.reasons()
+        );
+        // The path is back: the first report (the outage's gaps in it) restores the model's
+        // bottleneck at once, ...
+        let paced = c.paced_until(at) - c.last_delivery.unwrap().1;
+        let sent = paced / 8.0 / 1400.0;
+        assert!(
+            sent < bw * 5.0 / 8.0 / 1400.0,
+            "{sent}: a quarter of 20 s at the rate"
+        );
+        t = at;
+        let back = report(&mut c, &mut t, bottleneck(300e6), |f| Feedback {
+            lost: sent as u64,
+            datagrams: 10,
+            bytes: 14_000,
+            ..f
+        })
+        .expect("restored");
+        assert_eq!(back.rate_bps, bw as u64);
+        assert_eq!(back.reason, Reason::Cruise);
+        // ... and the sender counts one outage of the silence's length, by what it paced (at
+        // the rate it had when the reports stopped, those losses are not a quarter of 20 s).
+        drive(&mut c, &mut t, 8, bottleneck(300e6));
+        assert_eq!(c.outages().count, 1, "{:?}", c.outages());
+        assert!(
+            c.outages().total >= Duration::from_secs(19),
+            "{:?}",
+            c.outages()
+        );
+        assert!(c.rate_bps() as f64 >= bw * 0.9, "{}", c.rate_bps());
+        // A silence shorter than a backoff past the limit leaves the rate at the model's.
+        let (mut c, t) = cruising_at_300();
+        let bw = bottleneck_of(&c);
+        c.on_silence(t + c.silence_limit());
+        c.on_silence(t + c.silence_limit() + SILENCE_BACKOFF - ms(1));
+        assert_eq!(c.rate_bps(), bw as u64);
     }
 
     #[test]
