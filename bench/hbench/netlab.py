@@ -133,6 +133,10 @@ PROFILES: dict[str, Profile] = {
         Profile("intercontinental-outage", "emu", "intercontinental, down 3 s after 128 MiB",
                 rtt_ms=150, rate_mbps=500, loss=0.01, queue="4M",
                 extra=["--outage-at", "128M", "--outage-for", "3s"]),
+        # The same down for 10 s: what a sender sends into an outage that lasts.
+        Profile("intercontinental-outage-10s", "emu", "intercontinental, down 10 s after 128 MiB",
+                rtt_ms=150, rate_mbps=500, loss=0.01, queue="4M",
+                extra=["--outage-at", "128M", "--outage-for", "10s"]),
         # intercontinental without random loss: the set-up's round trips alone (1 MiB in 4 RTT).
         Profile("intercontinental-clean", "emu", "intercontinental, no loss", rtt_ms=150,
                 rate_mbps=500, loss=0.0, queue="4M"),
