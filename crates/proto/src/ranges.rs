@@ -130,6 +130,18 @@ impl RangeSet {
             .is_some_and(|(_, &e)| e >= range.end)
     }
 
+    /// The covered parts of `within`, in ascending order.
+    pub fn overlapping(&self, within: Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
+        let head = self
+            .map
+            .range(..within.start)
+            .next_back()
+            .filter(|(_, &e)| e > within.start && within.end > within.start);
+        head.into_iter()
+            .chain(self.map.range(within.start..within.end.max(within.start)))
+            .map(move |(&s, &e)| s.max(within.start)..e.min(within.end))
+    }
+
     /// The parts of `within` that are *not* covered, in ascending order.
     pub fn gaps(&self, within: Range<u64>) -> Vec<Range<u64>> {
         let mut out = Vec::new();
@@ -259,6 +271,9 @@ mod tests {
                     let model_gaps: Vec<u64> = within.clone().filter(|&i| !bits[i as usize]).collect();
                     let gaps: Vec<u64> = set.gaps(within.clone()).into_iter().flatten().collect();
                     prop_assert_eq!(&gaps, &model_gaps);
+                    let model_held: Vec<u64> = within.clone().filter(|&i| bits[i as usize]).collect();
+                    let held: Vec<u64> = set.overlapping(within.clone()).flatten().collect();
+                    prop_assert_eq!(&held, &model_held);
                     prop_assert_eq!(set.covers(within), model_gaps.is_empty());
                 }
             }
