@@ -342,23 +342,7 @@ impl ChannelReceiver {
             self.scanned = self.scanned.max(horizon);
             return None;
         }
-        // No more than fit one feedback datagram: a NACK on the control connection alone comes
-        // late while TCP recovers (see `crate::feedback`). The rest follow in the next.
-        let mut budget = crate::feedback::NACK_RANGES_BUDGET;
-        let ranges: Vec<(u64, u64)> = wanted
-            .iter()
-            .take(self.cfg.max_nack_ranges)
-            .map(|r| (r.start, r.end))
-            .take_while(
-                |&(s, e)| match budget.checked_sub(crate::feedback::nack_range_len(s, e)) {
-                    Some(left) => {
-                        budget = left;
-                        true
-                    }
-                    None => false,
-                },
-            )
-            .collect();
+        let ranges = first_that_fit(&wanted, self.cfg.max_nack_ranges);
         // Generations open at most every eighth of `nack_retry`: a range is asked for again at
         // most that much later than its own wait.
         let generation_span = self.cfg.nack_retry / 8;
@@ -421,6 +405,27 @@ impl ChannelReceiver {
         let reorder = now + self.cfg.reorder_wait / 2;
         Some(soonest_retry.map_or(reorder, |r| r.min(reorder)))
     }
+}
+
+/// The lowest ranges of `wanted`, at most `most`, and no more than fit one feedback datagram: a
+/// NACK on the control connection alone comes late while TCP recovers (see
+/// [`crate::feedback`]). The rest follow in the next.
+fn first_that_fit(wanted: &RangeSet, most: usize) -> Vec<(u64, u64)> {
+    let mut budget = crate::feedback::NACK_RANGES_BUDGET;
+    wanted
+        .iter()
+        .take(most)
+        .map(|r| (r.start, r.end))
+        .take_while(
+            |&(s, e)| match budget.checked_sub(crate::feedback::nack_range_len(s, e)) {
+                Some(left) => {
+                    budget = left;
+                    true
+                }
+                None => false,
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]
@@ -630,23 +635,7 @@ mod tests {
         if wanted.is_empty() {
             return None;
         }
-        let mut budget = crate::feedback::NACK_RANGES_BUDGET;
-        Some(
-            wanted
-                .iter()
-                .take(r.cfg.max_nack_ranges)
-                .map(|w| (w.start, w.end))
-                .take_while(|&(s, e)| {
-                    match budget.checked_sub(crate::feedback::nack_range_len(s, e)) {
-                        Some(left) => {
-                            budget = left;
-                            true
-                        }
-                        None => false,
-                    }
-                })
-                .collect(),
-        )
+        Some(first_that_fit(&wanted, r.cfg.max_nack_ranges))
     }
 
     #[derive(Debug, Clone)]
