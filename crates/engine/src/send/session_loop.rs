@@ -62,7 +62,13 @@ pub(super) struct LoopState {
 
 impl LoopState {
     /// Nothing sent yet; the `skipped` files (with the receiver's hash) are confirmed already.
-    pub(super) fn new(shared: &Shared, skipped: &[Option<[u8; 32]>]) -> LoopState {
+    /// A NACK is stale once a newer one was taken `stale_after` ago (the channels'
+    /// `repair_echo`: [`Dedup::new`]).
+    pub(super) fn new(
+        shared: &Shared,
+        skipped: &[Option<[u8; 32]>],
+        stale_after: Duration,
+    ) -> LoopState {
         let confirmed = skipped.to_vec();
         LoopState {
             table: BlockTable::new(&shared.layout),
@@ -73,7 +79,7 @@ impl LoopState {
             last_received: 0,
             last_progress: Instant::now(),
             judged_at: Instant::now(),
-            dedup: Dedup::new(),
+            dedup: Dedup::new(stale_after),
         }
     }
 
@@ -272,8 +278,13 @@ pub(super) fn session_loop(
             }
         };
         // A report or NACK came both as a datagram and on the control connection: the first
-        // copy counts.
-        if !dedup.admit(&msg) {
+        // copy counts (and a late NACK's copy, once a newer one was taken a repair echo ago,
+        // none).
+        let stale = dedup.stale;
+        if !dedup.admit(&msg, Instant::now()) {
+            if let (Control::Nack { channel, seq, .. }, true) = (&msg, dedup.stale > stale) {
+                rate_log.line(|| format!("stale NACK dropped: channel {channel}, count {seq}"));
+            }
             continue;
         }
         match msg {
