@@ -14,15 +14,14 @@
 //! `Report` carries the session's count of reports, and one no newer than the newest taken is
 //! dropped (its twin came first, or a newer report did: a late report only misleads); a `Nack`
 //! carries its channel's count, and each count is acted on once (a NACK twice would send the
-//! repairs twice). A NACK's copy is [late](Verdict::Late) (its datagram lost, the control
-//! connection slow) once a NACK of its channel newer than it was taken longer than
-//! [`Dedup::new`]'s `stale_after` ago (the sender's `repair_echo`): it is older than that, and
-//! the sender can no longer tell which of its ranges were repaired since it was made, so it
-//! queues only what it never repaired (`ChannelSender::on_late_nack`); the receiver asks again
-//! for the rest if it is still missing. (Session 36: after a 3 s outage on intercontinental,
-//! TCP, recovering, brought NACKs up to three seconds old, and their asks for the outage's
-//! ranges, repaired since, had up to 30 MB sent twice. Dropping late NACKs whole cost lossy
-//! Wi-Fi's transfers 0.06 s: there TCP's copies of first asks come late all the time.)
+//! repairs twice). A NACK's late copy (its datagram lost, the control connection slow) is
+//! dropped, not acted on, once a NACK of its channel newer than it was taken longer than
+//! [`Dedup::new`]'s `stale_after` ago (the sender's `repair_echo`): it is older than that, the
+//! sender can no longer tell which of its ranges were repaired since it was made, and it would
+//! have them sent again. The receiver asks for what is still missing after its retry time.
+//! (Session 36: after a 3 s outage on intercontinental, TCP, recovering, brought NACKs up to
+//! three seconds old, and their asks for the outage's ranges, repaired since, had up to 30 MB
+//! sent twice.)
 //!
 //! A feedback datagram is a 28-byte header ([`crate::wire`]; kind 5, channel 0, the session id,
 //! a packet number of its own space, file, offset and timestamp 0), the message's postcard encoding, and
@@ -141,20 +140,8 @@ pub struct Dedup {
     stale_after: Duration,
     /// Copies dropped so far.
     pub dropped: u64,
-    /// NACKs taken late so far.
-    pub late: u64,
-}
-
-/// What to do with a copy of a feedback message ([`Dedup::admit`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Act on it: the first copy (or not feedback).
-    Take,
-    /// A NACK made longer ago than the repair echo: act only on what was never repaired.
-    Late,
-    /// Drop it: its twin came first, or (a report) a newer one did, or (a NACK) it is too
-    /// far behind its channel's count to tell.
-    Drop,
+    /// Of those, NACKs dropped as stale.
+    pub stale: u64,
 }
 
 /// One channel's NACK counts taken: one past the highest, which of the [`NACK_WINDOW`] below it
@@ -175,25 +162,23 @@ impl Dedup {
             nacks: Vec::new(),
             stale_after,
             dropped: 0,
-            late: 0,
+            stale: 0,
         }
     }
 
-    /// What to do with `msg`, arrived at `now`: take anything but feedback, the first copy of
-    /// a report newer than any taken, and the first copy of a NACK (late if a newer one of its
-    /// channel was taken `stale_after` ago). Counts 0 (no count) are always taken.
-    pub fn admit(&mut self, msg: &Control, now: Instant) -> Verdict {
-        let verdict = match *msg {
-            Control::Report { seq, .. } if !self.report(seq) => Verdict::Drop,
+    /// Whether to act on `msg`, arrived at `now`: true for anything but feedback, and for the
+    /// first copy of a report newer than any taken or of a NACK not yet taken and not stale.
+    /// Counts 0 (no count) always pass.
+    pub fn admit(&mut self, msg: &Control, now: Instant) -> bool {
+        let fresh = match *msg {
+            Control::Report { seq, .. } => self.report(seq),
             Control::Nack { channel, seq, .. } => self.nack(channel, seq, now),
-            _ => Verdict::Take,
+            _ => true,
         };
-        match verdict {
-            Verdict::Drop => self.dropped += 1,
-            Verdict::Late => self.late += 1,
-            Verdict::Take => {}
+        if !fresh {
+            self.dropped += 1;
         }
-        verdict
+        fresh
     }
 
     fn report(&mut self, seq: u64) -> bool {
@@ -205,9 +190,9 @@ impl Dedup {
         fresh
     }
 
-    fn nack(&mut self, channel: u16, seq: u64, now: Instant) -> Verdict {
+    fn nack(&mut self, channel: u16, seq: u64, now: Instant) -> bool {
         if seq == 0 {
-            return Verdict::Take;
+            return true;
         }
         let ch = usize::from(channel);
         if self.nacks.len() <= ch {
@@ -229,28 +214,28 @@ impl Dedup {
             w.bits |= 1;
             w.top = seq + 1;
             w.at[slot] = Some(now);
-            return Verdict::Take;
+            return true;
         }
         let back = w.top - 1 - seq;
         if back >= NACK_WINDOW {
-            return Verdict::Drop;
+            return false;
         }
         let bit = 1u128 << back;
         if w.bits & bit != 0 {
-            return Verdict::Drop;
+            return false;
         }
         // The earliest a newer NACK of the channel was taken: this one is older than that.
         let newer_taken = (seq + 1..w.top)
             .filter(|s| w.bits & (1u128 << (w.top - 1 - s)) != 0)
             .filter_map(|s| w.at[(s % NACK_WINDOW) as usize])
             .min();
+        if newer_taken.is_some_and(|t| now.saturating_duration_since(t) > self.stale_after) {
+            self.stale += 1;
+            return false;
+        }
         w.bits |= bit;
         w.at[slot] = Some(now);
-        if newer_taken.is_some_and(|t| now.saturating_duration_since(t) > self.stale_after) {
-            Verdict::Late
-        } else {
-            Verdict::Take
-        }
+        true
     }
 }
 
@@ -376,19 +361,15 @@ mod tests {
     fn each_report_passes_once_and_never_after_a_newer_one() {
         let mut d = Dedup::new(Duration::from_secs(1));
         let t = Instant::now();
-        assert_eq!(Verdict::Take, d.admit(&report(1), t));
+        assert!(d.admit(&report(1), t));
         assert!(
-            Verdict::Drop == d.admit(&report(1), t),
+            !d.admit(&report(1), t),
             "the TCP twin of a report taken over UDP"
         );
-        assert_eq!(Verdict::Take, d.admit(&report(3), t));
-        assert_eq!(
-            Verdict::Drop,
-            d.admit(&report(2), t),
-            "older than one taken: stale"
-        );
-        assert_eq!(Verdict::Take, d.admit(&report(4), t));
-        assert_eq!(Verdict::Take, d.admit(&Control::KeepAlive, t));
+        assert!(d.admit(&report(3), t));
+        assert!(!d.admit(&report(2), t), "older than one taken: stale");
+        assert!(d.admit(&report(4), t));
+        assert!(d.admit(&Control::KeepAlive, t));
         assert_eq!(d.dropped, 2);
     }
 
@@ -396,64 +377,46 @@ mod tests {
     fn each_nack_passes_once_per_channel_in_any_order() {
         let mut d = Dedup::new(Duration::from_secs(1));
         let t = Instant::now();
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 2), t));
-        assert_eq!(
-            Verdict::Take,
+        assert!(d.admit(&nack(0, 2), t));
+        assert!(
             d.admit(&nack(0, 1), t),
             "its UDP copy was lost; the TCP copy is late"
         );
-        assert_eq!(Verdict::Drop, d.admit(&nack(0, 2), t));
-        assert_eq!(Verdict::Drop, d.admit(&nack(0, 1), t));
-        assert_eq!(
-            Verdict::Take,
-            d.admit(&nack(1, 1), t),
-            "channels count apart"
-        );
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 200), t));
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 100), t));
-        assert_eq!(
-            Verdict::Drop,
-            d.admit(&nack(0, 60), t),
-            "too old to tell: dropped"
-        );
-        assert_eq!(Verdict::Drop, d.admit(&nack(0, 200), t));
-        assert_eq!(Verdict::Take, d.admit(&nack(300, 1), t));
+        assert!(!d.admit(&nack(0, 2), t));
+        assert!(!d.admit(&nack(0, 1), t));
+        assert!(d.admit(&nack(1, 1), t), "channels count apart");
+        assert!(d.admit(&nack(0, 200), t));
+        assert!(d.admit(&nack(0, 100), t));
+        assert!(!d.admit(&nack(0, 60), t), "too old to tell: dropped");
+        assert!(!d.admit(&nack(0, 200), t));
+        assert!(d.admit(&nack(300, 1), t));
     }
 
     #[test]
-    fn a_nack_older_than_one_taken_longer_ago_than_the_repair_echo_is_late() {
+    fn a_nack_older_than_one_taken_longer_ago_than_the_repair_echo_is_stale() {
         let echo = Duration::from_millis(200);
         let ms = Duration::from_millis;
         let mut d = Dedup::new(echo);
         let t = Instant::now();
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 1), t));
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 3), t + ms(10)));
+        assert!(d.admit(&nack(0, 1), t));
+        assert!(d.admit(&nack(0, 3), t + ms(10)));
         // Count 2's datagram was lost; its TCP copy comes 150 ms after count 3 was taken:
-        // still within the echo, taken as any.
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 2), t + ms(160)));
+        // still within the echo, taken.
+        assert!(d.admit(&nack(0, 2), t + ms(160)));
         // Counts 5 and 6 came over UDP; 4's TCP copy comes 3 s later (TCP recovering from an
-        // outage): late, however recent the newest NACK is.
-        assert_eq!(Verdict::Take, d.admit(&nack(0, 5), t + ms(300)));
+        // outage): stale, dropped, however recent the newest NACK is.
+        assert!(d.admit(&nack(0, 5), t + ms(300)));
         for i in 0..30 {
-            assert_eq!(
-                Verdict::Take,
-                d.admit(&nack(0, 6 + i), t + ms(3000 + 100 * i))
-            );
+            assert!(d.admit(&nack(0, 6 + i), t + ms(3000 + 100 * i)));
         }
-        assert_eq!(Verdict::Late, d.admit(&nack(0, 4), t + ms(3300)));
-        assert_eq!((d.dropped, d.late), (0, 1));
+        assert!(!d.admit(&nack(0, 4), t + ms(3300)));
+        assert_eq!((d.dropped, d.stale), (1, 1));
         // Another channel's NACKs say nothing of this one's.
-        assert_eq!(Verdict::Take, d.admit(&nack(1, 2), t + ms(3300)));
-        assert_eq!(
-            Verdict::Take,
-            d.admit(&nack(1, 1), t + ms(3400)),
-            "within the echo of 2"
-        );
+        assert!(d.admit(&nack(1, 2), t + ms(3300)));
+        assert!(d.admit(&nack(1, 1), t + ms(3400)), "within the echo of 2");
         // Its twin taken over UDP, the late TCP copy is a duplicate, not stale.
-        assert_eq!(Verdict::Drop, d.admit(&nack(0, 5), t + ms(3500)));
-        assert_eq!((d.dropped, d.late), (1, 1));
-        // Taken once, late or not.
-        assert_eq!(Verdict::Drop, d.admit(&nack(0, 4), t + ms(3600)));
+        assert!(!d.admit(&nack(0, 5), t + ms(3500)));
+        assert_eq!((d.dropped, d.stale), (2, 1));
     }
 
     proptest! {
@@ -467,7 +430,7 @@ mod tests {
         let t = Instant::now();
             let mut passed = std::collections::HashSet::new();
             for (seq, ch) in order {
-                if d.admit(&nack(u16::from(ch), seq), t) != Verdict::Drop {
+                if d.admit(&nack(u16::from(ch), seq), t) {
                     prop_assert!(passed.insert((ch, seq)), "{seq} on {ch} passed twice");
                 }
             }

@@ -141,8 +141,6 @@ pub struct ChannelSender {
     stats: SendStats,
     /// Repairs sent within the last `cfg.repair_echo`: (when, stripe range), oldest first.
     recent_repairs: VecDeque<(Instant, u64, u64)>,
-    /// Every range ever repaired ([`ChannelSender::on_late_nack`]).
-    repaired: RangeSet,
     /// Tail repairs to send a second time, after the first copies.
     copies: RangeSet,
     /// Since when second copies are counted against `cfg.tail_copies`, and their bytes
@@ -171,7 +169,6 @@ impl ChannelSender {
             cfg,
             stats: SendStats::default(),
             recent_repairs: VecDeque::new(),
-            repaired: RangeSet::new(),
             copies: RangeSet::new(),
             copy_window: None,
             held_all: RangeSet::new(),
@@ -265,7 +262,6 @@ impl ChannelSender {
                 self.credit -= len as f64;
             }
             self.stats.repair_bytes += len;
-            self.repaired.insert(first.start..first.start + len);
             if !self.cfg.repair_echo.is_zero() {
                 if self.recent_repairs.len() >= RECENT_REPAIRS {
                     self.recent_repairs.pop_front();
@@ -370,20 +366,6 @@ impl ChannelSender {
             self.fin = Final::NotSent;
         }
         queued
-    }
-
-    /// A NACK made longer ago than the repair echo (its datagram lost, its copy on the control
-    /// connection late: [`crate::feedback::Verdict::Late`]): only what was never repaired is
-    /// queued, the first ask for a loss. What was repaired may have arrived since the NACK was
-    /// made, which the repair echo no longer tells; the receiver asks again for what did not.
-    /// Returns the bytes newly queued.
-    pub fn on_late_nack(&mut self, ranges: &[(u64, u64)], now: Instant) -> u64 {
-        let first_asks: Vec<(u64, u64)> = ranges
-            .iter()
-            .flat_map(|&(s, e)| self.repaired.gaps(s..e.max(s)))
-            .map(|r| (r.start, r.end))
-            .collect();
-        self.on_nack(&first_asks, now)
     }
 
     /// The receiver holds the whole stripe.
@@ -853,34 +835,6 @@ mod tests {
         // Asked again a round trip after the repair went out: it was lost, send it again.
         let later = t0 + Duration::from_millis(60);
         assert_eq!(s.on_nack(&[(1000, 3000)], later), 2000);
-    }
-
-    #[test]
-    fn a_late_nack_queues_only_what_was_never_repaired() {
-        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
-        let cfg = SendConfig {
-            repair_echo: Duration::from_millis(50),
-            tail_copies: 0,
-            ..SendConfig::default()
-        };
-        let mut s = ChannelSender::new(&l, 0, cfg);
-        let t0 = Instant::now();
-        while s.poll_run(&l, 1 << 20, t0).is_some() {}
-        assert_eq!(s.on_nack(&[(1000, 3000)], t0), 2000);
-        while s.poll_run(&l, 1 << 20, t0).is_some() {}
-        // A NACK made before that repair, its copy seconds late: 1000..3000 may have arrived
-        // since (the receiver asks again if not); 5000..6000 was never asked for.
-        let late = t0 + Duration::from_secs(3);
-        assert_eq!(
-            s.on_late_nack(&[(500, 1500), (2500, 6000)], late),
-            500 + 3000
-        );
-        let runs: Vec<(u64, u64)> = std::iter::from_fn(|| s.poll_run(&l, 1 << 20, late))
-            .map(|r| (r.pos, r.len))
-            .collect();
-        assert_eq!(runs, vec![(500, 500), (3000, 3000)]);
-        // The same NACK on time would have had the lost repair sent again.
-        assert_eq!(s.on_nack(&[(1000, 3000)], late), 2000);
     }
 
     #[test]

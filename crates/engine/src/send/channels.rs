@@ -229,18 +229,13 @@ pub(super) struct ChannelWorker {
 impl ChannelWorker {
     fn on_cmd(&mut self, cmd: ChanCmd) {
         match cmd {
-            ChanCmd::Nack(ranges, late) => {
-                let q = if late {
-                    self.sender.on_late_nack(&ranges, Instant::now())
-                } else {
-                    self.sender.on_nack(&ranges, Instant::now())
-                };
+            ChanCmd::Nack(ranges) => {
+                let q = self.sender.on_nack(&ranges, Instant::now());
                 self.log.line(|| {
                     format!(
-                        "nack ranges={} queued={q} first={:?}{}",
+                        "nack ranges={} queued={q} first={:?}",
                         ranges.len(),
-                        ranges.first(),
-                        if late { " (late)" } else { "" }
+                        ranges.first()
                     )
                 });
             }

@@ -14,7 +14,7 @@ use crate::netlog::NetLog;
 use crate::report::channel_list;
 use crate::walk;
 use crossbeam_channel::{select, Receiver, Sender};
-use hurtle_proto::feedback::{Dedup, Verdict};
+use hurtle_proto::feedback::Dedup;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::rate::{report_interval, RateMode};
 use hurtle_proto::wire::{Control, HEADER_LEN};
@@ -278,18 +278,21 @@ pub(super) fn session_loop(
             }
         };
         // A report or NACK came both as a datagram and on the control connection: the first
-        // copy counts (a NACK's late, once a newer one was taken a repair echo ago).
-        let verdict = dedup.admit(&msg, Instant::now());
-        if verdict == Verdict::Drop {
+        // copy counts (and a late NACK's copy, once a newer one was taken a repair echo ago,
+        // none).
+        let stale = dedup.stale;
+        if !dedup.admit(&msg, Instant::now()) {
+            if let (Control::Nack { channel, seq, .. }, true) = (&msg, dedup.stale > stale) {
+                rate_log.line(|| format!("stale NACK dropped: channel {channel}, count {seq}"));
+            }
             continue;
         }
         match msg {
             Control::Nack {
                 channel, ranges, ..
             } => {
-                let late = verdict == Verdict::Late;
                 if let Some(c) = cmds.get(usize::from(channel)) {
-                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges, late)));
+                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
                 }
             }
             Control::ChannelDone { channel } => {

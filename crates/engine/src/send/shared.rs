@@ -14,9 +14,7 @@ use std::time::Instant;
 
 /// What the session loop tells a channel.
 pub(super) enum ChanCmd {
-    /// The receiver's ranges, and whether the NACK came late
-    /// ([`hurtle_proto::feedback::Verdict::Late`]).
-    Nack(Vec<(u64, u64)>, bool),
+    Nack(Vec<(u64, u64)>),
     Done,
 }
 
