@@ -14,14 +14,7 @@
 //! `Report` carries the session's count of reports, and one no newer than the newest taken is
 //! dropped (its twin came first, or a newer report did: a late report only misleads); a `Nack`
 //! carries its channel's count, and each count is acted on once (a NACK twice would send the
-//! repairs twice). A NACK's late copy (its datagram lost, the control connection slow) is
-//! dropped, not acted on, once a NACK of its channel newer than it was taken longer than
-//! [`Dedup::new`]'s `stale_after` ago (the sender's `repair_echo`): it is older than that, the
-//! sender can no longer tell which of its ranges were repaired since it was made, and it would
-//! have them sent again. The receiver asks for what is still missing after its retry time.
-//! (Session 36: after a 3 s outage on intercontinental, TCP, recovering, brought NACKs up to
-//! three seconds old, and their asks for the outage's ranges, repaired since, had up to 30 MB
-//! sent twice.)
+//! repairs twice).
 //!
 //! A feedback datagram is a 28-byte header ([`crate::wire`]; kind 5, channel 0, the session id,
 //! a packet number of its own space, file, offset and timestamp 0), the message's postcard encoding, and
@@ -38,7 +31,6 @@
 
 use crate::secure::TAG_LEN;
 use crate::wire::{Control, Header, Kind, HEADER_LEN};
-use std::time::{Duration, Instant};
 
 /// Longest message body a feedback datagram carries: with its header and tag it fits a
 /// 1280-byte IPv6 minimum MTU (a NACK of many ranges is longer and goes on TCP only).
@@ -130,49 +122,29 @@ const NACK_WINDOW: u64 = 128;
 
 /// The sender's filter of feedback copies (see the module docs): each `Report` and `Nack` is
 /// let through once, whichever path brought it first.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Dedup {
     /// The newest report taken (0: none).
     report: u64,
-    /// Per channel, the NACK counts taken.
-    nacks: Vec<NackWindow>,
-    /// How long after a newer NACK of its channel was taken a NACK is stale.
-    stale_after: Duration,
+    /// Per channel: one past the highest NACK count taken, and which of the [`NACK_WINDOW`]
+    /// below it were taken (bit `i`: count `top - 1 - i`).
+    nacks: Vec<(u64, u128)>,
     /// Copies dropped so far.
     pub dropped: u64,
-    /// Of those, NACKs dropped as stale.
-    pub stale: u64,
-}
-
-/// One channel's NACK counts taken: one past the highest, which of the [`NACK_WINDOW`] below it
-/// were taken (bit `i`: count `top - 1 - i`), and when (count `c` at `at[c % NACK_WINDOW]`).
-#[derive(Debug, Clone)]
-struct NackWindow {
-    top: u64,
-    bits: u128,
-    at: [Option<Instant>; NACK_WINDOW as usize],
 }
 
 impl Dedup {
-    /// A filter that has let nothing through yet; a NACK is stale once a newer one of its
-    /// channel was taken `stale_after` ago (see the module docs).
-    pub fn new(stale_after: Duration) -> Dedup {
-        Dedup {
-            report: 0,
-            nacks: Vec::new(),
-            stale_after,
-            dropped: 0,
-            stale: 0,
-        }
+    /// A filter that has let nothing through yet.
+    pub fn new() -> Dedup {
+        Dedup::default()
     }
 
-    /// Whether to act on `msg`, arrived at `now`: true for anything but feedback, and for the
-    /// first copy of a report newer than any taken or of a NACK not yet taken and not stale.
-    /// Counts 0 (no count) always pass.
-    pub fn admit(&mut self, msg: &Control, now: Instant) -> bool {
+    /// Whether to act on `msg`: true for anything but feedback, and for the first copy of a
+    /// report newer than any taken or of a NACK not yet taken. Counts 0 (no count) always pass.
+    pub fn admit(&mut self, msg: &Control) -> bool {
         let fresh = match *msg {
             Control::Report { seq, .. } => self.report(seq),
-            Control::Nack { channel, seq, .. } => self.nack(channel, seq, now),
+            Control::Nack { channel, seq, .. } => self.nack(channel, seq),
             _ => true,
         };
         if !fresh {
@@ -190,52 +162,31 @@ impl Dedup {
         fresh
     }
 
-    fn nack(&mut self, channel: u16, seq: u64, now: Instant) -> bool {
+    fn nack(&mut self, channel: u16, seq: u64) -> bool {
         if seq == 0 {
             return true;
         }
         let ch = usize::from(channel);
         if self.nacks.len() <= ch {
-            self.nacks.resize(
-                ch + 1,
-                NackWindow {
-                    top: 0,
-                    bits: 0,
-                    at: [None; NACK_WINDOW as usize],
-                },
-            );
+            self.nacks.resize(ch + 1, (0, 0));
         }
-        let w = &mut self.nacks[ch];
-        let slot = (seq % NACK_WINDOW) as usize;
-        if seq >= w.top {
-            let shift = seq + 1 - w.top;
-            w.bits = if shift >= 128 { 0 } else { w.bits << shift };
+        let (top, bits) = &mut self.nacks[ch];
+        if seq >= *top {
+            let shift = seq + 1 - *top;
+            *bits = if shift >= 128 { 0 } else { *bits << shift };
             // The one just below the new top is the previous top's slot moved: mark `seq`.
-            w.bits |= 1;
-            w.top = seq + 1;
-            w.at[slot] = Some(now);
+            *bits |= 1;
+            *top = seq + 1;
             return true;
         }
-        let back = w.top - 1 - seq;
+        let back = *top - 1 - seq;
         if back >= NACK_WINDOW {
             return false;
         }
         let bit = 1u128 << back;
-        if w.bits & bit != 0 {
-            return false;
-        }
-        // The earliest a newer NACK of the channel was taken: this one is older than that.
-        let newer_taken = (seq + 1..w.top)
-            .filter(|s| w.bits & (1u128 << (w.top - 1 - s)) != 0)
-            .filter_map(|s| w.at[(s % NACK_WINDOW) as usize])
-            .min();
-        if newer_taken.is_some_and(|t| now.saturating_duration_since(t) > self.stale_after) {
-            self.stale += 1;
-            return false;
-        }
-        w.bits |= bit;
-        w.at[slot] = Some(now);
-        true
+        let fresh = *bits & bit == 0;
+        *bits |= bit;
+        fresh
     }
 }
 
@@ -359,64 +310,35 @@ mod tests {
 
     #[test]
     fn each_report_passes_once_and_never_after_a_newer_one() {
-        let mut d = Dedup::new(Duration::from_secs(1));
-        let t = Instant::now();
-        assert!(d.admit(&report(1), t));
+        let mut d = Dedup::new();
+        assert!(d.admit(&report(1)));
         assert!(
-            !d.admit(&report(1), t),
+            !d.admit(&report(1)),
             "the TCP twin of a report taken over UDP"
         );
-        assert!(d.admit(&report(3), t));
-        assert!(!d.admit(&report(2), t), "older than one taken: stale");
-        assert!(d.admit(&report(4), t));
-        assert!(d.admit(&Control::KeepAlive, t));
+        assert!(d.admit(&report(3)));
+        assert!(!d.admit(&report(2)), "older than one taken: stale");
+        assert!(d.admit(&report(4)));
+        assert!(d.admit(&Control::KeepAlive));
         assert_eq!(d.dropped, 2);
     }
 
     #[test]
     fn each_nack_passes_once_per_channel_in_any_order() {
-        let mut d = Dedup::new(Duration::from_secs(1));
-        let t = Instant::now();
-        assert!(d.admit(&nack(0, 2), t));
+        let mut d = Dedup::new();
+        assert!(d.admit(&nack(0, 2)));
         assert!(
-            d.admit(&nack(0, 1), t),
+            d.admit(&nack(0, 1)),
             "its UDP copy was lost; the TCP copy is late"
         );
-        assert!(!d.admit(&nack(0, 2), t));
-        assert!(!d.admit(&nack(0, 1), t));
-        assert!(d.admit(&nack(1, 1), t), "channels count apart");
-        assert!(d.admit(&nack(0, 200), t));
-        assert!(d.admit(&nack(0, 100), t));
-        assert!(!d.admit(&nack(0, 60), t), "too old to tell: dropped");
-        assert!(!d.admit(&nack(0, 200), t));
-        assert!(d.admit(&nack(300, 1), t));
-    }
-
-    #[test]
-    fn a_nack_older_than_one_taken_longer_ago_than_the_repair_echo_is_stale() {
-        let echo = Duration::from_millis(200);
-        let ms = Duration::from_millis;
-        let mut d = Dedup::new(echo);
-        let t = Instant::now();
-        assert!(d.admit(&nack(0, 1), t));
-        assert!(d.admit(&nack(0, 3), t + ms(10)));
-        // Count 2's datagram was lost; its TCP copy comes 150 ms after count 3 was taken:
-        // still within the echo, taken.
-        assert!(d.admit(&nack(0, 2), t + ms(160)));
-        // Counts 5 and 6 came over UDP; 4's TCP copy comes 3 s later (TCP recovering from an
-        // outage): stale, dropped, however recent the newest NACK is.
-        assert!(d.admit(&nack(0, 5), t + ms(300)));
-        for i in 0..30 {
-            assert!(d.admit(&nack(0, 6 + i), t + ms(3000 + 100 * i)));
-        }
-        assert!(!d.admit(&nack(0, 4), t + ms(3300)));
-        assert_eq!((d.dropped, d.stale), (1, 1));
-        // Another channel's NACKs say nothing of this one's.
-        assert!(d.admit(&nack(1, 2), t + ms(3300)));
-        assert!(d.admit(&nack(1, 1), t + ms(3400)), "within the echo of 2");
-        // Its twin taken over UDP, the late TCP copy is a duplicate, not stale.
-        assert!(!d.admit(&nack(0, 5), t + ms(3500)));
-        assert_eq!((d.dropped, d.stale), (2, 1));
+        assert!(!d.admit(&nack(0, 2)));
+        assert!(!d.admit(&nack(0, 1)));
+        assert!(d.admit(&nack(1, 1)), "channels count apart");
+        assert!(d.admit(&nack(0, 200)));
+        assert!(d.admit(&nack(0, 100)));
+        assert!(!d.admit(&nack(0, 60)), "too old to tell: dropped");
+        assert!(!d.admit(&nack(0, 200)));
+        assert!(d.admit(&nack(300, 1)));
     }
 
     proptest! {
@@ -426,11 +348,10 @@ mod tests {
         fn every_nack_count_passes_exactly_once(
             order in proptest::collection::vec((1u64..100, 0u8..2), 1..400),
         ) {
-            let mut d = Dedup::new(Duration::from_secs(1));
-        let t = Instant::now();
+            let mut d = Dedup::new();
             let mut passed = std::collections::HashSet::new();
             for (seq, ch) in order {
-                if d.admit(&nack(u16::from(ch), seq), t) {
+                if d.admit(&nack(u16::from(ch), seq)) {
                     prop_assert!(passed.insert((ch, seq)), "{seq} on {ch} passed twice");
                 }
             }

@@ -199,8 +199,7 @@ pub(super) fn send_once(
     // files it has can take a while too (a big file from a slow disk): the receiver waits for
     // the answer, so keep the connection alive meanwhile. The early data's block values go to
     // the receiver as they are read.
-    let stale_after = SendConfig::for_rtt(rtt).repair_echo;
-    let mut early_state = LoopState::new(&shared, &vec![None; files.len()], stale_after);
+    let mut early_state = LoopState::new(&shared, &vec![None; files.len()]);
     let mut alive = None;
     let agreed = loop {
         let event = setup.next_beside(&channel_threads.events, |ev| {
@@ -282,7 +281,7 @@ pub(super) fn send_once(
         if let Some(prober) = &mut prober {
             prober.session = data_session;
         }
-        let state = LoopState::new(&shared, &skipped, stale_after);
+        let state = LoopState::new(&shared, &skipped);
         (shared, state)
     };
     if let Some(prober) = &mut prober {

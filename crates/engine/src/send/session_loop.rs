@@ -62,13 +62,7 @@ pub(super) struct LoopState {
 
 impl LoopState {
     /// Nothing sent yet; the `skipped` files (with the receiver's hash) are confirmed already.
-    /// A NACK is stale once a newer one was taken `stale_after` ago (the channels'
-    /// `repair_echo`: [`Dedup::new`]).
-    pub(super) fn new(
-        shared: &Shared,
-        skipped: &[Option<[u8; 32]>],
-        stale_after: Duration,
-    ) -> LoopState {
+    pub(super) fn new(shared: &Shared, skipped: &[Option<[u8; 32]>]) -> LoopState {
         let confirmed = skipped.to_vec();
         LoopState {
             table: BlockTable::new(&shared.layout),
@@ -79,7 +73,7 @@ impl LoopState {
             last_received: 0,
             last_progress: Instant::now(),
             judged_at: Instant::now(),
-            dedup: Dedup::new(stale_after),
+            dedup: Dedup::new(),
         }
     }
 
@@ -278,13 +272,8 @@ pub(super) fn session_loop(
             }
         };
         // A report or NACK came both as a datagram and on the control connection: the first
-        // copy counts (and a late NACK's copy, once a newer one was taken a repair echo ago,
-        // none).
-        let stale = dedup.stale;
-        if !dedup.admit(&msg, Instant::now()) {
-            if let (Control::Nack { channel, seq, .. }, true) = (&msg, dedup.stale > stale) {
-                rate_log.line(|| format!("stale NACK dropped: channel {channel}, count {seq}"));
-            }
+        // copy counts.
+        if !dedup.admit(&msg) {
             continue;
         }
         match msg {
