@@ -357,11 +357,9 @@ impl ChannelReceiver {
             *last = now;
             for &(s, e) in &ranges {
                 set.insert(s..e);
+                self.due.remove(s..e);
                 self.stats.nacked_bytes += e - s;
             }
-        }
-        for &(s, e) in &ranges {
-            self.due.remove(s..e);
         }
         // What was not asked for (past the budget) is wanted at the next poll: the gaps above
         // the last range asked for, and what is left due.
