@@ -1,6 +1,6 @@
-//! A hostile receiver's NACKs fed to a channel sender between its sends: never a panic, every
-//! run lies inside the channel's stripe, a repair only covers what was already sent, and the
-//! sender still finishes.
+//! A hostile receiver's NACKs (their ranges and what they claim to know of) fed to a channel
+//! sender between its sends: never a panic, every run lies inside the channel's stripe, a
+//! repair only covers what was already sent, and the sender still finishes.
 #![no_main]
 use hurtle_proto::{ChannelSender, Layout, RunKind, SendConfig};
 use libfuzzer_sys::fuzz_target;
@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
             let b = u64::from_le_bytes(w[9..17].try_into().unwrap());
             match w[0] % 3 {
                 0 => {
-                    s.on_nack(&[(a, b), (a % 4096, b % 8192)], now);
+                    // What the NACK claims to know of: up to 63 ms either side of now.
+                    let knew = std::time::Duration::from_millis(b >> 58);
+                    let seen = if a & 1 == 0 { now.checked_sub(knew).unwrap_or(now) } else { now + knew };
+                    s.on_nack(&[(a, b), (a % 4096, b % 8192)], now, seen);
                 }
                 1 => s.on_channel_done(),
                 _ => {

@@ -1652,12 +1652,14 @@ impl Pair {
                 } else {
                     let channel = ch as u16;
                     let seq = self.rcv.channels[ch].stats().nacks;
+                    let seen_us = self.rcv.admission.newest_sent_us(channel);
                     self.to_sender.send(
                         now,
                         &Control::Nack {
                             channel,
                             seq,
                             ranges,
+                            seen_us,
                         },
                     );
                 }
@@ -1914,13 +1916,17 @@ impl Pair {
     ) -> Result<Option<Control>, String> {
         match msg {
             Control::Nack {
-                channel, ranges, ..
+                channel,
+                ranges,
+                seen_us,
+                ..
             } => {
+                let seen = hurtle_proto::wire::sent_at(self.t0, now, seen_us);
                 self.snd
                     .channels
                     .get_mut(usize::from(channel))
                     .ok_or("NACK for an unknown channel")?
-                    .on_nack(&ranges, now);
+                    .on_nack(&ranges, now, seen);
             }
             Control::ChannelDone { channel } => self
                 .snd

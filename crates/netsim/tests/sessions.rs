@@ -1734,7 +1734,8 @@ mod any_fault {
             Just(Control::Nack {
                 channel: 9,
                 seq: 1,
-                ranges: vec![(0, 10)]
+                ranges: vec![(0, 10)],
+                seen_us: 0
             }),
             Just(Control::Abort {
                 cause: AbortCause::Failed,

@@ -257,6 +257,8 @@ pub struct Admission {
     clock_offset_us: u64,
     /// Highest packet number seen, per channel of `channels`.
     highest_pn: Vec<u64>,
+    /// The `sent_us` of the datagram of each channel's highest packet number counted.
+    newest_sent_us: Vec<u32>,
     owd: OneWayDelay,
     tally: Tally,
     rejected: Rejected,
@@ -274,6 +276,7 @@ impl Admission {
             session,
             superseded: None,
             highest_pn: vec![0; channels.len()],
+            newest_sent_us: vec![0; channels.len()],
             trains: TrainMeter::new(channels.len()),
             channels,
             probes: true,
@@ -462,6 +465,7 @@ impl Admission {
         if h.packet > *highest {
             self.tally.pn_span = self.tally.pn_span.saturating_add(h.packet - *highest);
             *highest = h.packet;
+            self.newest_sent_us[index] = h.sent_us;
         }
         let t = &mut self.tally;
         t.datagrams = t.datagrams.saturating_add(1);
@@ -486,6 +490,17 @@ impl Admission {
     /// arrival times are its own reads, not the path's spacing.
     pub fn forget_train_rates(&mut self) {
         self.trains.forget();
+    }
+
+    /// The `sent_us` of the newest datagram (by packet number) admitted on `channel`, 0 before
+    /// the first or for a channel this admission does not cover: what a NACK of the channel
+    /// knows of (`Control::Nack`'s `seen_us`).
+    pub fn newest_sent_us(&self, channel: u16) -> u32 {
+        channel
+            .checked_sub(self.channels.start)
+            .and_then(|i| self.newest_sent_us.get(usize::from(i)))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Running totals so far.
@@ -915,10 +930,17 @@ mod tests {
         ));
         // Channel 1's numbers are its own: 4 spans one more, whatever channel 0 reached.
         assert!(matches!(
-            a.admit(t0, &l, &data(1, 4, 0, 1034, 10, 0), 10),
+            a.admit(t0, &l, &data(1, 4, 0, 1034, 10, 700), 10),
             Admit::Data(_)
         ));
         assert_eq!(a.tally().pn_span, 5 + 4);
+        // What a NACK knows of is the newest packet number's stamp, not the latest arrival's.
+        assert!(matches!(
+            a.admit(t0, &l, &data(1, 2, 0, 1044, 10, 900), 10),
+            Admit::Data(_)
+        ));
+        assert_eq!((a.newest_sent_us(0), a.newest_sent_us(1)), (0, 700));
+        assert_eq!(a.newest_sent_us(2), 0, "no channel 2");
         assert_eq!(
             a.admit(t0, &l, &data(2, 1, 0, 0, 10, 0), 10),
             Admit::Reject(RejectReason::Channel),

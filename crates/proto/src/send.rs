@@ -47,8 +47,10 @@ pub struct SendConfig {
     pub final_interval: Duration,
     /// How long a repair is on its way: a NACK for bytes repaired less than this ago was sent
     /// before the repair could arrive (the receiver asked again while the repair waited in the
-    /// sender's queue), and is not answered with another copy. About a round trip and the
-    /// path's queueing; zero answers every NACK.
+    /// sender's queue), and is not answered with another copy; nor is one for bytes repaired
+    /// after the newest datagram the NACK knew of (a NACK that came late, see
+    /// [`ChannelSender::on_nack`]). About a round trip and the path's queueing; zero answers
+    /// every NACK.
     pub repair_echo: Duration,
     /// Most bytes of second copies of repairs sent once the stripe is fully sent, per
     /// `repair_echo` (or per 100 ms if that is zero); zero sends no second copies.
@@ -139,7 +141,8 @@ pub struct ChannelSender {
     fin: Final,
     cfg: SendConfig,
     stats: SendStats,
-    /// Repairs sent within the last `cfg.repair_echo`: (when, stripe range), oldest first.
+    /// Repairs sent within the last [`REPAIR_MEMORY`] (and `cfg.repair_echo`): (when, stripe
+    /// range), oldest first.
     recent_repairs: VecDeque<(Instant, u64, u64)>,
     /// Tail repairs to send a second time, after the first copies.
     copies: RangeSet,
@@ -152,8 +155,13 @@ pub struct ChannelSender {
     tail: bool,
 }
 
-/// Most repairs remembered for [`SendConfig::repair_echo`] (older ones are forgotten first).
+/// Most repairs remembered (older ones are forgotten first: a NACK that asks for one is
+/// answered, a repair too many rather than one too few).
 const RECENT_REPAIRS: usize = 8192;
+
+/// How long a repair is remembered, beyond [`SendConfig::repair_echo`], for NACKs that come
+/// late: after an outage TCP brings the copies of NACKs whose datagrams were lost seconds late.
+const REPAIR_MEMORY: Duration = Duration::from_secs(30);
 
 impl ChannelSender {
     /// A sender for `channel` of `layout`.
@@ -329,31 +337,47 @@ impl ChannelSender {
         fits
     }
 
-    /// The receiver asks for these stripe ranges again. Ranges beyond what was sent are ignored
-    /// (that data is on its way); returns the bytes newly queued.
-    /// Bytes repaired less than [`SendConfig::repair_echo`] before `now` are not queued again.
-    pub fn on_nack(&mut self, ranges: &[(u64, u64)], now: Instant) -> u64 {
+    /// The receiver asks for these stripe ranges again, knowing of what was sent up to `seen`
+    /// (when the newest datagram it had taken on the channel was sent: [`crate::wire::sent_at`]
+    /// of the NACK's `seen_us`). Ranges beyond what was sent are ignored (that data is on its
+    /// way); returns the bytes newly queued.
+    ///
+    /// Bytes repaired after `seen`, or less than [`SendConfig::repair_echo`] before `now`, are
+    /// not queued again: that repair had not arrived when the receiver asked. The first rule
+    /// is for a NACK that comes late (after an outage, TCP brings the copies of NACKs whose
+    /// datagrams were lost seconds after they were sent, asking for what has been repaired
+    /// since); the second for a timely one, whose `seen` is a round trip old, so it decides.
+    pub fn on_nack(&mut self, ranges: &[(u64, u64)], now: Instant, seen: Instant) -> u64 {
         self.stats.nacks += 1;
+        let keep = REPAIR_MEMORY.max(self.cfg.repair_echo);
         while self
             .recent_repairs
             .front()
-            .is_some_and(|&(at, _, _)| at + self.cfg.repair_echo <= now)
+            .is_some_and(|&(at, _, _)| at + keep <= now)
         {
             self.recent_repairs.pop_front();
         }
+        // Repairs sent after this had not arrived when the receiver asked.
+        let since = now
+            .checked_sub(self.cfg.repair_echo)
+            .map_or(seen, |echo| echo.min(seen));
+        let unknown = self
+            .recent_repairs
+            .partition_point(|&(at, _, _)| at <= since);
         let mut queued = 0;
         for &(s, e) in ranges {
             let e = e.min(self.next_new);
             if s < e {
                 self.stats.nacked_bytes += e - s;
                 let echoes = |&&(_, rs, re): &&(Instant, u64, u64)| rs < e && s < re;
-                if !self.recent_repairs.iter().any(|r| echoes(&r)) {
+                let in_flight = self.recent_repairs.range(unknown..);
+                if !in_flight.clone().any(|r| echoes(&r)) {
                     queued += self.repair.insert(s..e);
                     continue;
                 }
                 let mut asked = RangeSet::new();
                 asked.insert(s..e);
-                for &(_, rs, re) in self.recent_repairs.iter().filter(echoes) {
+                for &(_, rs, re) in in_flight.filter(echoes) {
                     asked.remove(rs..re);
                 }
                 for r in asked.iter() {
@@ -599,7 +623,7 @@ mod tests {
         for _ in 0..100 {
             s.poll_run(&l, 1000, Instant::now());
         }
-        s.on_nack(&[(0, 100_000)], Instant::now());
+        s.on_nack(&[(0, 100_000)], Instant::now(), Instant::now());
         let (mut new, mut rep) = (0, 0);
         for _ in 0..200 {
             let r = s.poll_run(&l, 1000, Instant::now()).unwrap();
@@ -627,7 +651,7 @@ mod tests {
             s.poll_run(&l, 1000, t0).unwrap();
         }
         s.set_tail(true);
-        s.on_nack(&[(0, 500)], t0);
+        s.on_nack(&[(0, 500)], t0, t0);
         let mut repairs = Vec::new();
         while s.new_remaining() > 0 {
             let r = s.poll_run(&l, 1000, t0).unwrap();
@@ -642,7 +666,7 @@ mod tests {
         for _ in 0..3 {
             s.poll_run(&l, 1000, t0).unwrap();
         }
-        s.on_nack(&[(0, 500)], t0);
+        s.on_nack(&[(0, 500)], t0, t0);
         let mut n = 0;
         while s.new_remaining() > 0 {
             n += usize::from(s.poll_run(&l, 1000, t0).unwrap().kind == RunKind::Repair);
@@ -668,7 +692,7 @@ mod tests {
         };
         // While new data flows, a repair goes once.
         assert_eq!(s.poll_run(&l, 1000, t0).unwrap().len, 1000);
-        s.on_nack(&[(0, 500)], t0);
+        s.on_nack(&[(0, 500)], t0, t0);
         let before_tail = runs(&mut s, t0);
         assert_eq!(
             before_tail
@@ -679,7 +703,7 @@ mod tests {
         );
         // In the tail: each repair again after the first copies, 3000 bytes' worth per
         // window; what does not fit goes once.
-        s.on_nack(&[(1000, 3000), (5000, 7000)], t0);
+        s.on_nack(&[(1000, 3000), (5000, 7000)], t0, t0);
         let tail = runs(&mut s, t0);
         assert_eq!(
             tail,
@@ -696,7 +720,7 @@ mod tests {
         assert!(!s.has_work());
         // The next window has its own budget; a confirmed stripe drops what is left.
         let t1 = t0 + Duration::from_millis(150);
-        s.on_nack(&[(8192, 9192)], t1);
+        s.on_nack(&[(8192, 9192)], t1, t1);
         assert_eq!(s.poll_run(&l, 1000, t1).unwrap().pos, 8192);
         assert!(s.has_work(), "its second copy");
         assert!(s.poll_final(t1));
@@ -713,7 +737,7 @@ mod tests {
             },
         );
         while none.poll_run(&l, 5000, t0).is_some() {}
-        none.on_nack(&[(0, 100)], t0);
+        none.on_nack(&[(0, 100)], t0, t0);
         assert_eq!(runs(&mut none, t0), vec![(0, 100, RunKind::Repair)]);
     }
 
@@ -721,13 +745,17 @@ mod tests {
     fn nacks_for_unsent_data_are_ignored_and_reopen_a_confirmed_channel() {
         let l = layout();
         let mut s = ChannelSender::new(&l, 0, SendConfig::default());
-        assert_eq!(s.on_nack(&[(0, 100)], Instant::now()), 0);
+        assert_eq!(s.on_nack(&[(0, 100)], Instant::now(), Instant::now()), 0);
         while s.poll_run(&l, 5000, Instant::now()).is_some() {}
         s.poll_final(Instant::now());
         s.on_channel_done();
         assert!(s.is_done());
         assert_eq!(
-            s.on_nack(&[(4096, 8192), (9000, 20_000)], Instant::now()),
+            s.on_nack(
+                &[(4096, 8192), (9000, 20_000)],
+                Instant::now(),
+                Instant::now()
+            ),
             4096 + 1000
         );
         assert!(!s.is_done());
@@ -786,7 +814,10 @@ mod tests {
         assert_eq!(s.stats().new_bytes, 8192);
         // The receiver's copy of the held block turned out wrong: it is asked for and resent.
         assert!(s.poll_final(Instant::now()));
-        assert_eq!(s.on_nack(&[(4096, 8192)], Instant::now()), 4096);
+        assert_eq!(
+            s.on_nack(&[(4096, 8192)], Instant::now(), Instant::now()),
+            4096
+        );
         let r = s.poll_run(&l, 5000, Instant::now()).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (4096, 4096, RunKind::Repair));
         // In the tail: its second copy, then nothing.
@@ -823,18 +854,52 @@ mod tests {
         let mut s = ChannelSender::new(&l, 0, cfg);
         let t0 = Instant::now();
         while s.poll_run(&l, 1 << 20, t0).is_some() {}
-        assert_eq!(s.on_nack(&[(1000, 3000)], t0), 2000);
+        assert_eq!(s.on_nack(&[(1000, 3000)], t0, t0), 2000);
         let r = s.poll_run(&l, 1 << 20, t0).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (1000, 2000, RunKind::Repair));
         // The receiver asks again, and more, before the repair could reach it: only the new
         // part is queued.
         let soon = t0 + Duration::from_millis(20);
-        assert_eq!(s.on_nack(&[(1000, 4000)], soon), 1000);
+        assert_eq!(s.on_nack(&[(1000, 4000)], soon, soon), 1000);
         let r = s.poll_run(&l, 1 << 20, soon).unwrap();
         assert_eq!((r.pos, r.len), (3000, 1000));
         // Asked again a round trip after the repair went out: it was lost, send it again.
         let later = t0 + Duration::from_millis(60);
-        assert_eq!(s.on_nack(&[(1000, 3000)], later), 2000);
+        assert_eq!(s.on_nack(&[(1000, 3000)], later, later), 2000);
+    }
+
+    #[test]
+    fn a_late_nack_gets_no_copy_of_a_repair_sent_after_what_it_knew() {
+        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
+        let cfg = SendConfig {
+            repair_echo: Duration::from_millis(50),
+            ..SendConfig::default()
+        };
+        let mut s = ChannelSender::new(&l, 0, cfg);
+        let t0 = Instant::now();
+        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Asked at once (a timely NACK: it knew of everything sent up to 100 ms before).
+        assert_eq!(s.on_nack(&[(1000, 3000)], at(100), t0), 2000);
+        let r = s.poll_run(&l, 1 << 20, at(100)).unwrap();
+        assert_eq!((r.pos, r.len), (1000, 2000));
+        // Two seconds later a NACK sent before that repair could arrive (its datagram was lost,
+        // TCP brought its copy): only what was never repaired is queued.
+        assert_eq!(
+            s.on_nack(&[(1000, 3000), (5000, 6000)], at(2100), at(90)),
+            1000
+        );
+        let r = s.poll_run(&l, 1 << 20, at(2100)).unwrap();
+        assert_eq!((r.pos, r.len), (5000, 1000));
+        // One that knew of the repairs and still asks: they were lost, send again.
+        assert_eq!(s.on_nack(&[(1000, 3000)], at(2200), at(2000)), 2000);
+        // A NACK as old but later than the repairs are remembered is answered in full.
+        let mut s = ChannelSender::new(&l, 0, s.cfg.clone());
+        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        s.on_nack(&[(1000, 3000)], at(100), t0);
+        s.poll_run(&l, 1 << 20, at(100)).unwrap();
+        let late = at(100) + REPAIR_MEMORY;
+        assert_eq!(s.on_nack(&[(1000, 3000)], late, at(90)), 2000);
     }
 
     #[test]

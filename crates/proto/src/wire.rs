@@ -26,6 +26,7 @@
 //! order of a session is described in the crate docs.
 
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 /// Bytes of the datagram header.
 pub const HEADER_LEN: usize = 28;
@@ -52,7 +53,16 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 13;
+pub const VERSION: u16 = 14;
+
+/// When the sender sent a datagram it stamped `sent_us`: the sender stamps microseconds since
+/// `origin` (wrapping at 2^32, about 71 minutes), so this is `now` less the stamp's age. A stamp
+/// older than `origin` (or from the future, which reads as 71 minutes old) gives `origin`.
+pub fn sent_at(origin: Instant, now: Instant, sent_us: u32) -> Instant {
+    let now_us = now.saturating_duration_since(origin).as_micros() as u32;
+    let age = Duration::from_micros(u64::from(now_us.wrapping_sub(sent_us)));
+    now.checked_sub(age).map_or(origin, |at| at.max(origin))
+}
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,6 +379,11 @@ pub enum Control {
         seq: u64,
         /// Half-open stripe ranges `(start, end)`.
         ranges: Vec<(u64, u64)>,
+        /// The `sent_us` of the newest datagram (by packet number) the receiver had taken on
+        /// the channel when it asked: what the NACK knows of. A repair sent after that could
+        /// not have arrived yet, however late the NACK itself comes ([`sent_at`],
+        /// [`crate::send::ChannelSender::on_nack`]). Since protocol version 14.
+        seen_us: u32,
     },
     /// Receiver -> sender: the channel's whole stripe has arrived (acknowledges its final marker).
     ChannelDone {
@@ -606,6 +621,21 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_reads_back_as_when_it_was_sent() {
+        let origin = Instant::now();
+        let at = |us: u64| origin + Duration::from_micros(us);
+        let now = at(5_000_000);
+        assert_eq!(sent_at(origin, now, 4_000_000), at(4_000_000));
+        assert_eq!(sent_at(origin, now, 5_000_000), now);
+        // Across the stamp's wrap (2^32 us after the origin).
+        let wrap = 1u64 << 32;
+        let later = at(wrap + 1_000);
+        assert_eq!(sent_at(origin, later, u32::MAX - 999), at(wrap - 1_000));
+        // A stamp from the future reads as 71 minutes old, which is before the origin here.
+        assert_eq!(sent_at(origin, now, 6_000_000), origin);
+    }
+
+    #[test]
     fn header_test_vector() {
         let h = Header {
             kind: Kind::Data,
@@ -725,6 +755,7 @@ mod tests {
                 channel: 1,
                 seq: 3,
                 ranges: vec![(0, 10), (20, 30)],
+                seen_us: 7_000_000,
             },
             Control::ManifestReply {
                 decisions: vec![
@@ -807,8 +838,8 @@ mod tests {
         }
 
         #[test]
-        fn nack_round_trips(channel in any::<u16>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
-            let m = Control::Nack { channel, seq: 1, ranges };
+        fn nack_round_trips(channel in any::<u16>(), seen_us in any::<u32>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
+            let m = Control::Nack { channel, seq: 1, ranges, seen_us };
             let f = m.to_frame();
             prop_assert_eq!(Control::from_body(&f[4..]).unwrap(), m);
         }

@@ -230,6 +230,7 @@ mod tests {
             channel: 0,
             seq,
             ranges: vec![(0, 1400)],
+            seen_us: 1_000,
         }
     }
 

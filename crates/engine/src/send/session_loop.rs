@@ -278,10 +278,14 @@ pub(super) fn session_loop(
         }
         match msg {
             Control::Nack {
-                channel, ranges, ..
+                channel,
+                ranges,
+                seen_us,
+                ..
             } => {
                 if let Some(c) = cmds.get(usize::from(channel)) {
-                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Nack(ranges)));
+                    let cmd = ChanCmd::Nack(ranges, seen_us);
+                    let _ = c.send(ThreadCmd::Channel(channel, cmd));
                 }
             }
             Control::ChannelDone { channel } => {
