@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         let mut now = std::time::Instant::now();
         let mut sent = 0u64;
         let check = |run: hurtle_proto::Run, sent: &mut u64| {
-            assert!(run.len > 0 && run.pos + run.len <= stripe, "{run:?} outside {stripe}");
+            assert!(
+                run.len > 0 && run.pos + run.len <= stripe,
+                "{run:?} outside {stripe}"
+            );
             match run.kind {
                 RunKind::Repair => assert!(run.pos + run.len <= *sent, "{run:?} not sent yet"),
                 _ => {
@@ -34,9 +37,13 @@ fuzz_target!(|data: &[u8]| {
             match w[0] % 3 {
                 0 => {
                     // What the NACK claims to know of: up to 63 ms either side of now.
-                    let knew = std::time::Duration::from_millis(b >> 58);
-                    let seen = if a & 1 == 0 { now.checked_sub(knew).unwrap_or(now) } else { now + knew };
-                    s.on_nack(&[(a, b), (a % 4096, b % 8192)], now, seen);
+                    let shift = std::time::Duration::from_millis(b >> 58);
+                    let knew = if a & 1 == 0 {
+                        now.checked_sub(shift).unwrap_or(now)
+                    } else {
+                        now + shift
+                    };
+                    s.on_nack(&[(a, b), (a % 4096, b % 8192)], now, knew);
                 }
                 1 => s.on_channel_done(),
                 _ => {

@@ -1652,14 +1652,14 @@ impl Pair {
                 } else {
                     let channel = ch as u16;
                     let seq = self.rcv.channels[ch].stats().nacks;
-                    let seen_us = self.rcv.admission.newest_sent_us(channel);
+                    let knew_us = self.rcv.admission.knew_us(channel, now);
                     self.to_sender.send(
                         now,
                         &Control::Nack {
                             channel,
                             seq,
                             ranges,
-                            seen_us,
+                            knew_us,
                         },
                     );
                 }
@@ -1918,15 +1918,15 @@ impl Pair {
             Control::Nack {
                 channel,
                 ranges,
-                seen_us,
+                knew_us,
                 ..
             } => {
-                let seen = hurtle_proto::wire::sent_at(self.t0, now, seen_us);
+                let knew = hurtle_proto::wire::sent_at(self.t0, now, knew_us);
                 self.snd
                     .channels
                     .get_mut(usize::from(channel))
                     .ok_or("NACK for an unknown channel")?
-                    .on_nack(&ranges, now, seen);
+                    .on_nack(&ranges, now, knew);
             }
             Control::ChannelDone { channel } => self
                 .snd

@@ -1735,7 +1735,7 @@ mod any_fault {
                 channel: 9,
                 seq: 1,
                 ranges: vec![(0, 10)],
-                seen_us: 0
+                knew_us: 0
             }),
             Just(Control::Abort {
                 cause: AbortCause::Failed,

@@ -257,8 +257,9 @@ pub struct Admission {
     clock_offset_us: u64,
     /// Highest packet number seen, per channel of `channels`.
     highest_pn: Vec<u64>,
-    /// The `sent_us` of the datagram of each channel's highest packet number counted.
-    newest_sent_us: Vec<u32>,
+    /// The `sent_us` of the datagram of each channel's highest packet number counted, and
+    /// when it arrived.
+    newest: Vec<Option<(u32, Instant)>>,
     owd: OneWayDelay,
     tally: Tally,
     rejected: Rejected,
@@ -276,7 +277,7 @@ impl Admission {
             session,
             superseded: None,
             highest_pn: vec![0; channels.len()],
-            newest_sent_us: vec![0; channels.len()],
+            newest: vec![None; channels.len()],
             trains: TrainMeter::new(channels.len()),
             channels,
             probes: true,
@@ -465,7 +466,7 @@ impl Admission {
         if h.packet > *highest {
             self.tally.pn_span = self.tally.pn_span.saturating_add(h.packet - *highest);
             *highest = h.packet;
-            self.newest_sent_us[index] = h.sent_us;
+            self.newest[index] = Some((h.sent_us, now));
         }
         let t = &mut self.tally;
         t.datagrams = t.datagrams.saturating_add(1);
@@ -492,15 +493,19 @@ impl Admission {
         self.trains.forget();
     }
 
-    /// The `sent_us` of the newest datagram (by packet number) admitted on `channel`, 0 before
-    /// the first or for a channel this admission does not cover: what a NACK of the channel
-    /// knows of (`Control::Nack`'s `seen_us`).
-    pub fn newest_sent_us(&self, channel: u16) -> u32 {
-        channel
+    /// What a NACK of `channel` sent at `now` knows of, on the sender's clock
+    /// (`Control::Nack`'s `knew_us`): the `sent_us` of the newest datagram (by packet number)
+    /// admitted on the channel, plus the time since it arrived. Anything the sender sent later
+    /// would have had to travel faster than that datagram to have arrived by `now`. 0 before
+    /// the first datagram, or for a channel this admission does not cover.
+    pub fn knew_us(&self, channel: u16, now: Instant) -> u32 {
+        let newest = channel
             .checked_sub(self.channels.start)
-            .and_then(|i| self.newest_sent_us.get(usize::from(i)))
-            .copied()
-            .unwrap_or(0)
+            .and_then(|i| self.newest.get(usize::from(i)).copied().flatten());
+        newest.map_or(0, |(sent_us, at)| {
+            let since = now.saturating_duration_since(at).as_micros() as u32;
+            sent_us.wrapping_add(since)
+        })
     }
 
     /// Running totals so far.
@@ -939,8 +944,12 @@ mod tests {
             a.admit(t0, &l, &data(1, 2, 0, 1044, 10, 900), 10),
             Admit::Data(_)
         ));
-        assert_eq!((a.newest_sent_us(0), a.newest_sent_us(1)), (0, 700));
-        assert_eq!(a.newest_sent_us(2), 0, "no channel 2");
+        let later = t0 + Duration::from_micros(50);
+        assert_eq!((a.knew_us(0, later), a.knew_us(1, later)), (50, 750));
+        assert_eq!(a.knew_us(2, later), 0, "no channel 2");
+        // A channel gone quiet (a tail whose last repair was lost): a NACK a second later
+        // knows that what was sent up to a second after packet 4 has not arrived.
+        assert_eq!(a.knew_us(1, t0 + Duration::from_secs(1)), 1_000_700);
         assert_eq!(
             a.admit(t0, &l, &data(2, 1, 0, 0, 10, 0), 10),
             Admit::Reject(RejectReason::Channel),

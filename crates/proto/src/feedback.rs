@@ -38,7 +38,7 @@ pub const MAX_BODY: usize = 1280 - 48 - HEADER_LEN - TAG_LEN;
 
 /// Most bytes a NACK's ranges may take ([`nack_range_len`] each) for the NACK to fit a
 /// feedback datagram whatever its channel and count: the rest of its body (the message's
-/// variant, its channel, its count, the ranges' number and `seen_us`, varints) takes at most 33.
+/// variant, its channel, its count, the ranges' number and `knew_us`, varints) takes at most 33.
 pub const NACK_RANGES_BUDGET: usize = MAX_BODY - (5 + 3 + 10 + 10 + 5);
 
 /// The bytes the stripe range `(start, end)` takes in a NACK's body: two varints.
@@ -221,7 +221,7 @@ mod tests {
             channel,
             seq,
             ranges: vec![(0, 1400), (14_000, 15_400)],
-            seen_us: 123_456,
+            knew_us: 123_456,
         }
     }
 
@@ -255,7 +255,7 @@ mod tests {
             channel: 0,
             seq: 1,
             ranges: (0..200u64).map(|i| (i << 40, (i << 40) + 1400)).collect(),
-            seen_us: 0,
+            knew_us: 0,
         };
         assert!(encode(&long, 1, 1).is_none());
         assert!(encode(&nack(3, 1), 1, 1).unwrap().len() <= 1280 - 48);
@@ -278,7 +278,7 @@ mod tests {
         fn a_nack_within_the_budget_fits_a_datagram(
             channel in any::<u16>(),
             seq in any::<u64>(),
-            seen_us in any::<u32>(),
+            knew_us in any::<u32>(),
             ends in proptest::collection::vec(any::<u64>(), 1..400),
         ) {
             let mut budget = NACK_RANGES_BUDGET;
@@ -292,10 +292,10 @@ mod tests {
                 budget -= n;
                 ranges.push(r);
             }
-            let body = postcard::to_allocvec(&Control::Nack { channel, seq, ranges: ranges.clone(), seen_us })
+            let body = postcard::to_allocvec(&Control::Nack { channel, seq, ranges: ranges.clone(), knew_us })
                 .unwrap();
             prop_assert!(body.len() <= MAX_BODY, "{} > {MAX_BODY}", body.len());
-            let nack = Control::Nack { channel, seq, ranges, seen_us };
+            let nack = Control::Nack { channel, seq, ranges, knew_us };
             prop_assert!(encode(&nack, 1, 1).is_some());
         }
     }

@@ -454,7 +454,7 @@ mod tests {
                 channel: 0,
                 seq: u64::MAX,
                 ranges: ranges.clone(),
-                seen_us: u32::MAX,
+                knew_us: u32::MAX,
             };
             assert!(
                 crate::feedback::encode(&nack, 1, 1).is_some(),

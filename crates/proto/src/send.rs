@@ -337,17 +337,18 @@ impl ChannelSender {
         fits
     }
 
-    /// The receiver asks for these stripe ranges again, knowing of what was sent up to `seen`
-    /// (when the newest datagram it had taken on the channel was sent: [`crate::wire::sent_at`]
-    /// of the NACK's `seen_us`). Ranges beyond what was sent are ignored (that data is on its
-    /// way); returns the bytes newly queued.
+    /// The receiver asks for these stripe ranges again, knowing of what was sent up to `knew`
+    /// ([`crate::wire::sent_at`] of the NACK's `knew_us`: what was sent later had not arrived
+    /// when it asked). Ranges beyond what was sent are ignored (that data is on its way);
+    /// returns the bytes newly queued.
     ///
-    /// Bytes repaired after `seen`, or less than [`SendConfig::repair_echo`] before `now`, are
+    /// Bytes repaired after `knew`, or less than [`SendConfig::repair_echo`] before `now`, are
     /// not queued again: that repair had not arrived when the receiver asked. The first rule
     /// is for a NACK that comes late (after an outage, TCP brings the copies of NACKs whose
     /// datagrams were lost seconds after they were sent, asking for what has been repaired
-    /// since); the second for a timely one, whose `seen` is a round trip old, so it decides.
-    pub fn on_nack(&mut self, ranges: &[(u64, u64)], now: Instant, seen: Instant) -> u64 {
+    /// since); the second for a timely one, whose `knew` is about a round trip old, so it
+    /// decides.
+    pub fn on_nack(&mut self, ranges: &[(u64, u64)], now: Instant, knew: Instant) -> u64 {
         self.stats.nacks += 1;
         let keep = REPAIR_MEMORY.max(self.cfg.repair_echo);
         while self
@@ -360,7 +361,7 @@ impl ChannelSender {
         // Repairs sent after this had not arrived when the receiver asked.
         let since = now
             .checked_sub(self.cfg.repair_echo)
-            .map_or(seen, |echo| echo.min(seen));
+            .map_or(knew, |echo| echo.min(knew));
         let unknown = self
             .recent_repairs
             .partition_point(|&(at, _, _)| at <= since);

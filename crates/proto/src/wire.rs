@@ -379,11 +379,13 @@ pub enum Control {
         seq: u64,
         /// Half-open stripe ranges `(start, end)`.
         ranges: Vec<(u64, u64)>,
-        /// The `sent_us` of the newest datagram (by packet number) the receiver had taken on
-        /// the channel when it asked: what the NACK knows of. A repair sent after that could
-        /// not have arrived yet, however late the NACK itself comes ([`sent_at`],
-        /// [`crate::send::ChannelSender::on_nack`]). Since protocol version 14.
-        seen_us: u32,
+        /// What the NACK knows of, on the sender's clock: the `sent_us` of the newest datagram
+        /// (by packet number) the receiver had taken on the channel when it asked, plus the
+        /// time since that datagram arrived ([`crate::admit::Admission::knew_us`]). A repair
+        /// sent after that had not arrived when the receiver asked, however late the NACK
+        /// itself comes ([`sent_at`], [`crate::send::ChannelSender::on_nack`]). Since protocol
+        /// version 14.
+        knew_us: u32,
     },
     /// Receiver -> sender: the channel's whole stripe has arrived (acknowledges its final marker).
     ChannelDone {
@@ -755,7 +757,7 @@ mod tests {
                 channel: 1,
                 seq: 3,
                 ranges: vec![(0, 10), (20, 30)],
-                seen_us: 7_000_000,
+                knew_us: 7_000_000,
             },
             Control::ManifestReply {
                 decisions: vec![
@@ -838,8 +840,8 @@ mod tests {
         }
 
         #[test]
-        fn nack_round_trips(channel in any::<u16>(), seen_us in any::<u32>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
-            let m = Control::Nack { channel, seq: 1, ranges, seen_us };
+        fn nack_round_trips(channel in any::<u16>(), knew_us in any::<u32>(), ranges in proptest::collection::vec(any::<(u64, u64)>(), 0..50)) {
+            let m = Control::Nack { channel, seq: 1, ranges, knew_us };
             let f = m.to_frame();
             prop_assert_eq!(Control::from_body(&f[4..]).unwrap(), m);
         }

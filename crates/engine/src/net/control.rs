@@ -205,7 +205,7 @@ mod tests {
                 channel: 2,
                 seq: 1,
                 ranges: vec![(1, 2)],
-                seen_us: 3,
+                knew_us: 3,
             },
         )
         .unwrap();

@@ -230,7 +230,7 @@ mod tests {
             channel: 0,
             seq,
             ranges: vec![(0, 1400)],
-            seen_us: 1_000,
+            knew_us: 1_000,
         }
     }
 

@@ -337,7 +337,7 @@ impl ChannelWorker {
                 channel: self.ch,
                 seq: self.rec.stats().nacks,
                 ranges,
-                seen_us: self.admission.newest_sent_us(self.ch),
+                knew_us: self.admission.knew_us(self.ch, now),
             });
         }
         if self.shared.started.load(Ordering::Relaxed) && self.rec.poll_done() {

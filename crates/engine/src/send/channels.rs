@@ -229,16 +229,16 @@ pub(super) struct ChannelWorker {
 impl ChannelWorker {
     fn on_cmd(&mut self, cmd: ChanCmd) {
         match cmd {
-            ChanCmd::Nack(ranges, seen_us) => {
+            ChanCmd::Nack(ranges, knew_us) => {
                 let now = Instant::now();
-                let seen = wire::sent_at(self.shared.start, now, seen_us);
-                let q = self.sender.on_nack(&ranges, now, seen);
+                let knew = wire::sent_at(self.shared.start, now, knew_us);
+                let q = self.sender.on_nack(&ranges, now, knew);
                 self.log.line(|| {
                     format!(
                         "nack ranges={} queued={q} first={:?} knew_ms={}",
                         ranges.len(),
                         ranges.first(),
-                        now.saturating_duration_since(seen).as_millis()
+                        now.saturating_duration_since(knew).as_millis()
                     )
                 });
             }

@@ -280,11 +280,11 @@ pub(super) fn session_loop(
             Control::Nack {
                 channel,
                 ranges,
-                seen_us,
+                knew_us,
                 ..
             } => {
                 if let Some(c) = cmds.get(usize::from(channel)) {
-                    let cmd = ChanCmd::Nack(ranges, seen_us);
+                    let cmd = ChanCmd::Nack(ranges, knew_us);
                     let _ = c.send(ThreadCmd::Channel(channel, cmd));
                 }
             }

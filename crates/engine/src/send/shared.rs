@@ -14,7 +14,7 @@ use std::time::Instant;
 
 /// What the session loop tells a channel.
 pub(super) enum ChanCmd {
-    /// Ranges to send again, and the NACK's `seen_us` (what it knew of).
+    /// Ranges to send again, and the NACK's `knew_us` (what it knew of).
     Nack(Vec<(u64, u64)>, u32),
     Done,
 }
