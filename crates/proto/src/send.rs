@@ -845,16 +845,22 @@ mod tests {
         assert_eq!(s.poll_run(&l, 1000, Instant::now()), None);
     }
 
-    #[test]
-    fn a_nack_sent_before_a_repair_could_arrive_gets_no_second_copy() {
-        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
+    /// A one-channel sender of 1 MiB, with a 50 ms repair echo, that sent it all at `t0`.
+    fn all_sent(l: &Layout, t0: Instant) -> ChannelSender {
         let cfg = SendConfig {
             repair_echo: Duration::from_millis(50),
             ..SendConfig::default()
         };
-        let mut s = ChannelSender::new(&l, 0, cfg);
+        let mut s = ChannelSender::new(l, 0, cfg);
+        while s.poll_run(l, 1 << 20, t0).is_some() {}
+        s
+    }
+
+    #[test]
+    fn a_nack_sent_before_a_repair_could_arrive_gets_no_second_copy() {
+        let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
         let t0 = Instant::now();
-        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        let mut s = all_sent(&l, t0);
         assert_eq!(s.on_nack(&[(1000, 3000)], t0, t0), 2000);
         let r = s.poll_run(&l, 1 << 20, t0).unwrap();
         assert_eq!((r.pos, r.len, r.kind), (1000, 2000, RunKind::Repair));
@@ -872,13 +878,8 @@ mod tests {
     #[test]
     fn a_late_nack_gets_no_copy_of_a_repair_sent_after_what_it_knew() {
         let l = Layout::new(&[1 << 20], 1 << 20, 1).unwrap();
-        let cfg = SendConfig {
-            repair_echo: Duration::from_millis(50),
-            ..SendConfig::default()
-        };
-        let mut s = ChannelSender::new(&l, 0, cfg);
         let t0 = Instant::now();
-        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        let mut s = all_sent(&l, t0);
         let at = |ms| t0 + Duration::from_millis(ms);
         // Asked at once (a timely NACK: it knew of everything sent up to 100 ms before).
         assert_eq!(s.on_nack(&[(1000, 3000)], at(100), t0), 2000);
@@ -895,8 +896,7 @@ mod tests {
         // One that knew of the repairs and still asks: they were lost, send again.
         assert_eq!(s.on_nack(&[(1000, 3000)], at(2200), at(2000)), 2000);
         // A NACK as old but later than the repairs are remembered is answered in full.
-        let mut s = ChannelSender::new(&l, 0, s.cfg.clone());
-        while s.poll_run(&l, 1 << 20, t0).is_some() {}
+        let mut s = all_sent(&l, t0);
         s.on_nack(&[(1000, 3000)], at(100), t0);
         s.poll_run(&l, 1 << 20, at(100)).unwrap();
         let late = at(100) + REPAIR_MEMORY;
