@@ -48,9 +48,9 @@ pub struct SendConfig {
     /// How long a repair is on its way: a NACK for bytes repaired less than this ago was sent
     /// before the repair could arrive (the receiver asked again while the repair waited in the
     /// sender's queue), and is not answered with another copy; nor is one for bytes repaired
-    /// after the newest datagram the NACK knew of (a NACK that came late, see
-    /// [`ChannelSender::on_nack`]). About a round trip and the path's queueing; zero answers
-    /// every NACK.
+    /// after what the NACK knew of (a NACK that came late, see [`ChannelSender::on_nack`]).
+    /// About a round trip and the path's queueing; zero answers every NACK (and remembers no
+    /// repairs).
     pub repair_echo: Duration,
     /// Most bytes of second copies of repairs sent once the stripe is fully sent, per
     /// `repair_echo` (or per 100 ms if that is zero); zero sends no second copies.
