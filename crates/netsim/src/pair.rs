@@ -120,6 +120,7 @@ use crate::link::{Link, LinkConfig, LinkStats};
 use crate::session::Fault;
 use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
+use hurtle_proto::feedback::Dedup;
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::rate::{Outages, PathMemory, Reason};
@@ -207,6 +208,15 @@ pub struct Scenario {
     pub control_delay: Option<Duration>,
     /// Probability that a NACK message is dropped instead of sent.
     pub nack_loss: f64,
+    /// The receiver's reports and NACKs also go as datagrams, as the engine's do
+    /// ([`hurtle_proto::feedback`]): each copy is lost with this probability, and in a blackout
+    /// of the data link, and arrives after the control connection's delay otherwise; the
+    /// sender acts on the first copy of each ([`Dedup`]). `None`: the control connection only.
+    pub feedback_copies: Option<f64>,
+    /// The control connection's retransmission timer: a message sent into a blackout arrives
+    /// with TCP's first retransmission after the blackout ends, the timer doubling from this
+    /// value from the blackout's start (as TCP's backs off). `None`: as soon as it ends.
+    pub control_rto: Option<Duration>,
     /// Probability that a final-marker datagram is dropped before it reaches the link.
     pub final_loss: f64,
     /// Probability that one bit of a data datagram's 28-byte header is flipped before sending.
@@ -273,6 +283,8 @@ impl Default for Scenario {
             receiver_is_disk: false,
             control_delay: None,
             nack_loss: 0.0,
+            feedback_copies: None,
+            control_rto: None,
             final_loss: 0.0,
             header_corrupt: 0.0,
             hostile_every: 0,
@@ -581,6 +593,7 @@ mod stream {
     pub const FINAL_DROP: u64 = 5;
     pub const HEADER_FLIP: u64 = 6;
     pub const CLOCK: u64 = 7;
+    pub const FEEDBACK_DROP: u64 = 8;
 }
 
 /// The session id a sender seeded with `seed` picks (odd, as the engine's are).
@@ -609,6 +622,9 @@ pub(crate) struct ControlPath {
     t0: Instant,
     delay: Duration,
     blackouts: Vec<(Duration, Duration)>,
+    /// TCP's first retransmission timeout in a blackout, if modelled (see
+    /// [`Scenario::control_rto`]).
+    rto: Option<Duration>,
     queue: VecDeque<(Instant, Vec<u8>)>,
     last: Instant,
     /// Messages handed to [`ControlPath::send`] (the genuine ones), by kind.
@@ -632,6 +648,7 @@ impl ControlPath {
             t0,
             delay,
             blackouts,
+            rto: None,
             queue: VecDeque::new(),
             last: t0,
             by_kind: BTreeMap::new(),
@@ -642,6 +659,13 @@ impl ControlPath {
             closed_at: None,
             close_seen: false,
         }
+    }
+
+    /// Models TCP's retransmission timer in blackouts, starting at `rto` (see
+    /// [`Scenario::control_rto`]).
+    pub(crate) fn with_rto(mut self, rto: Option<Duration>) -> Self {
+        self.rto = rto;
+        self
     }
 
     /// Adds faults: each applies when the genuine message with its number is sent.
@@ -702,13 +726,26 @@ impl ControlPath {
     }
 
     /// When something sent at `now` arrives: after the delay, after any blackout it is sent in
-    /// (TCP keeps retransmitting through it), and not before what was sent earlier.
+    /// (TCP keeps retransmitting through it: with [`ControlPath::with_rto`], at its first
+    /// retransmission after the blackout, the timer doubling from the blackout's start), and
+    /// not before what was sent earlier.
     fn arrival(&self, now: Instant) -> Instant {
         let mut base = now;
         loop {
             let rel = base.saturating_duration_since(self.t0);
             match self.blackouts.iter().find(|(s, e)| *s <= rel && rel < *e) {
-                Some(&(_, end)) => base = self.t0 + end,
+                Some(&(start, end)) => {
+                    let mut resent = end;
+                    if let Some(rto) = self.rto.filter(|r| !r.is_zero()) {
+                        let (mut at, mut wait) = (start, rto);
+                        while at < end {
+                            at += wait;
+                            wait *= 2;
+                        }
+                        resent = at;
+                    }
+                    base = self.t0 + resent;
+                }
                 None => break,
             }
         }
@@ -1162,6 +1199,11 @@ pub struct Pair {
     /// for data, and after it ended: datagrams wait in the link meanwhile).
     pub(crate) rcv_reading: bool,
     nack_rng: SimRng,
+    /// Feedback datagrams on their way to the sender (see [`Scenario::feedback_copies`]).
+    feedback: VecDeque<(Instant, Control)>,
+    feedback_rng: SimRng,
+    /// The sender's filter of the two copies of each report and NACK.
+    dedup: Dedup,
     final_rng: SimRng,
     header_rng: SimRng,
     datagrams_sent: u64,
@@ -1209,8 +1251,8 @@ impl Pair {
         let control_delay = sc.control_delay.unwrap_or(sc.link.delay);
         let blackouts = sc.link.blackouts.clone();
         let paths = (
-            ControlPath::new(t0, control_delay, blackouts.clone()),
-            ControlPath::new(t0, control_delay, blackouts),
+            ControlPath::new(t0, control_delay, blackouts.clone()).with_rto(sc.control_rto),
+            ControlPath::new(t0, control_delay, blackouts).with_rto(sc.control_rto),
         );
         Pair::build(sc, plan, t0, paths, true).map_err(fail)
     }
@@ -1268,6 +1310,9 @@ impl Pair {
             snd_sending: running,
             rcv_reading: running,
             nack_rng: SimRng::new(sc.seed, stream::NACK_DROP),
+            feedback: VecDeque::new(),
+            feedback_rng: SimRng::new(sc.seed, stream::FEEDBACK_DROP),
+            dedup: Dedup::new(),
             final_rng: SimRng::new(sc.seed, stream::FINAL_DROP),
             header_rng: SimRng::new(sc.seed, stream::HEADER_FLIP),
             datagrams_sent: 0,
@@ -1556,6 +1601,7 @@ impl Pair {
         );
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
+        consider(self.feedback.front().map(|&(at, _)| at));
         if let Some(end) = self.sender_stall_end(now).filter(|_| self.snd_sending) {
             consider(Some(end));
         } else if self.snd_sending {
@@ -1653,15 +1699,14 @@ impl Pair {
                     let channel = ch as u16;
                     let seq = self.rcv.channels[ch].stats().nacks;
                     let knew_us = self.rcv.admission.knew_us(channel, now);
-                    self.to_sender.send(
-                        now,
-                        &Control::Nack {
-                            channel,
-                            seq,
-                            ranges,
-                            knew_us,
-                        },
-                    );
+                    let nack = Control::Nack {
+                        channel,
+                        seq,
+                        ranges,
+                        knew_us,
+                    };
+                    self.send_feedback(now, &nack);
+                    self.to_sender.send(now, &nack);
                 }
             }
             if self.rcv.channels[ch].poll_done() {
@@ -1743,7 +1788,28 @@ impl Pair {
                 feedback,
             });
         }
+        self.send_feedback(now, &report);
         self.to_sender.send(now, &report);
+    }
+
+    /// The datagram copy of a report or NACK, with [`Scenario::feedback_copies`].
+    fn send_feedback(&mut self, now: Instant, msg: &Control) {
+        let Some(loss) = self.sc.feedback_copies else {
+            return;
+        };
+        let rel = now - self.t0;
+        let dark = self
+            .sc
+            .link
+            .blackouts
+            .iter()
+            .any(|&(s, e)| s <= rel && rel < e);
+        // A copy longer than a datagram holds goes on the control connection only.
+        let fits = hurtle_proto::feedback::encode(msg, self.session, 1).is_some();
+        if fits && !dark && !self.feedback_rng.chance(loss) {
+            let delay = self.sc.control_delay.unwrap_or(self.sc.link.delay);
+            self.feedback.push_back((now + delay, msg.clone()));
+        }
     }
 
     /// Takes one datagram read at `now` that arrived at `arrived` (its queueing delay is
@@ -1898,8 +1964,18 @@ impl Pair {
     // ----- sender -----
 
     fn sender_turn(&mut self, now: Instant) -> Result<(), String> {
+        while self.feedback.front().is_some_and(|&(at, _)| at <= now) {
+            if let Some((_, msg)) = self.feedback.pop_front() {
+                if self.dedup.admit(&msg) {
+                    self.on_sender_control(now, msg)?;
+                }
+            }
+        }
         while let Some(msg) = self.to_sender.poll(now) {
             let msg = msg.map_err(|e| format!("control frame failed to decode: {e}"))?;
+            if self.sc.feedback_copies.is_some() && !self.dedup.admit(&msg) {
+                continue;
+            }
             if let Some(other) = self.on_sender_control(now, msg)? {
                 return Err(format!("sender got unexpected {}", other.name()));
             }
@@ -2465,6 +2541,20 @@ mod tests {
             Control::ChannelDone { channel: 1 }
         );
         assert_eq!(p.next_delivery(), Some(t0 + ms(70)));
+    }
+
+    #[test]
+    fn a_control_path_with_a_retransmission_timer_delivers_at_its_first_firing_after_a_blackout() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Down from 100 to 1000 ms; the timer fires at 300, 700 and 1500 ms.
+        let mut p = ControlPath::new(t0, ms(10), vec![(ms(100), ms(1000))]).with_rto(Some(ms(200)));
+        p.send(t0 + ms(500), &Control::Done);
+        assert_eq!(p.next_delivery(), Some(t0 + ms(1510)));
+        // What is sent after the blackout waits behind it (TCP is in order).
+        p.send(t0 + ms(1100), &Control::KeepAlive);
+        assert_eq!(p.poll(t0 + ms(1510)).unwrap().unwrap(), Control::Done);
+        assert_eq!(p.next_delivery(), Some(t0 + ms(1510)));
     }
 
     #[test]
