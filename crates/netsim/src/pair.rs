@@ -75,6 +75,11 @@
 //!   exists for), final markers can be dropped ([`Scenario::final_loss`]), one header bit can be
 //!   flipped ([`Scenario::header_corrupt`]), and a hostile injector adds forged datagrams
 //!   straight into the receiver ([`Scenario::hostile_every`]).
+//! - **Feedback as datagrams** ([`Scenario::feedback_copies`]): reports and NACKs also go as
+//!   lossy datagrams, as the engine's do, and the sender acts on the first copy of each; with
+//!   [`Scenario::control_rto`] the control connection delivers what was sent into a blackout
+//!   at TCP's first retransmission after it (its timer backing off), so the copies on TCP of
+//!   lost feedback datagrams come late, as they do after a real outage.
 //! - **Control faults** (whole sessions only, [`crate::session::ControlFault`]): a message
 //!   inserted, replaced, lost or duplicated, garbage, or silence from some message on; and the
 //!   end of the connection when a side closes it.
