@@ -351,7 +351,8 @@ impl Link {
         self.config.rate_bps = rate_bps;
     }
 
-    fn in_blackout(&self, now: Instant) -> bool {
+    /// Whether `now` falls in one of [`LinkConfig::blackouts`].
+    pub(crate) fn in_blackout(&self, now: Instant) -> bool {
         let offset = now.saturating_duration_since(self.start);
         self.config
             .blackouts

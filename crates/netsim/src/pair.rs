@@ -1802,16 +1802,9 @@ impl Pair {
         let Some(loss) = self.sc.feedback_copies else {
             return;
         };
-        let rel = now - self.t0;
-        let dark = self
-            .sc
-            .link
-            .blackouts
-            .iter()
-            .any(|&(s, e)| s <= rel && rel < e);
         // A copy longer than a datagram holds goes on the control connection only.
         let fits = hurtle_proto::feedback::encode(msg, self.session, 1).is_some();
-        if fits && !dark && !self.feedback_rng.chance(loss) {
+        if fits && !self.link.in_blackout(now) && !self.feedback_rng.chance(loss) {
             let delay = self.sc.control_delay.unwrap_or(self.sc.link.delay);
             self.feedback.push_back((now + delay, msg.clone()));
         }
