@@ -39,6 +39,63 @@ fn assert_usage(f: &Finished, what: &str) {
 // Flags: checked before anything starts
 // ---------------------------------------------------------------------------------------------
 
+/// What a directory holds.
+fn left_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+/// The README's first command, `hurtle demo`, small: the transfer is verified, the summary says
+/// what limited it, and the temporary directory it made is gone afterwards.
+#[test]
+fn the_demo_moves_a_verified_file_says_what_limited_it_and_leaves_nothing_behind() {
+    let t = tmp();
+    let tmpdir = t.path().to_str().unwrap();
+    let f = Proc::spawn_env("demo", &["demo", "--size", "8M"], &[("TMPDIR", tmpdir)])
+        .wait(TRANSFER_TIMEOUT);
+    f.assert_success();
+    assert!(f.stdout.contains("BLAKE3 matches"), "{}", f.stdout);
+    assert!(f.stdout.contains("limited by "), "{}", f.stdout);
+    assert!(f.stdout.contains("plain TCP: 8.0 MiB"), "{}", f.stdout);
+    assert_eq!(left_in(t.path()), Vec::<PathBuf>::new(), "left behind");
+
+    let f = Proc::spawn_env(
+        "demo",
+        &["demo", "--size", "8M", "--no-tcp", "--json"],
+        &[("TMPDIR", tmpdir)],
+    )
+    .wait(TRANSFER_TIMEOUT);
+    f.assert_success();
+    let v: serde_json::Value = serde_json::from_str(f.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["hash_match"], true, "{v}");
+    assert_eq!(v["size"], 8 * MIB, "{v}");
+    assert_eq!(v["encrypted"], true, "{v}");
+    assert!(v["goodput_bps"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["first_data_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["tcp_seconds"].is_null(), "{v}");
+    let kind = v["bottleneck"]["kind"].as_str().expect("a bottleneck");
+    assert!(
+        [
+            "path",
+            "startup",
+            "receiver-cpu",
+            "receiver-buffers",
+            "receiver-disk",
+            "receiver-ceiling",
+            "sender",
+        ]
+        .contains(&kind),
+        "{v}"
+    );
+    assert!(
+        !v["bottleneck"]["detail"].as_str().unwrap().is_empty(),
+        "{v}"
+    );
+    assert_eq!(left_in(t.path()), Vec::<PathBuf>::new(), "left behind");
+}
+
 #[test]
 fn out_of_range_and_malformed_values_are_usage_errors() {
     let t = tmp();

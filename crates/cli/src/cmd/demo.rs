@@ -3,7 +3,9 @@
 //! Makes a file of random bytes in a temporary directory, starts a receiver on loopback, sends
 //! the file with the default settings, checks the copy's BLAKE3 against the source's, then moves
 //! the same file through one plain TCP connection (sendfile on one side, write + fsync on the
-//! other) for comparison. The temporary directory is removed at the end, also on failure.
+//! other) for comparison. The summary says what limited hurtle's transfer, as `send`'s does
+//! (on loopback most often the receiver's CPU or the disk). The temporary directory is removed
+//! at the end, also on failure.
 
 use crate::args::{DemoArgs, OutputArgs};
 use crate::exit::{self, Failure, Outcome};
@@ -180,6 +182,9 @@ fn demo(
             "datagrams_sent": sent.datagrams_sent,
             "datagrams_resent": sent.datagrams_resent,
             "nacks": sent.nacks,
+            "encrypted": sent.encrypted,
+            "first_data_ms": sent.first_data_ms,
+            "bottleneck": sent.bottleneck,
             "hash_match": matched,
             "blake3": hurtle_proto::hash::to_hex(&dst_hash),
             "receiver_rejected": received.rejected,
@@ -202,6 +207,9 @@ fn demo(
                 if matched { "matches" } else { "DIFFERS" }
             ),
         );
+        if let Some(b) = &sent.bottleneck {
+            say(out, &format!("           limited by {}", b.detail));
+        }
         if let Some(t) = tcp {
             say(out, &format!("plain TCP: {} in {:.2} s = {} (one connection on loopback, {}, no verification)", bytes(size), t, rate(size as f64 * 8.0 / t), cc.trim()));
         }
