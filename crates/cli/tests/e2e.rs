@@ -110,29 +110,7 @@ fn one_random_file_arrives_byte_exact_and_json_summarizes_it() {
     assert!(v["goodput_bps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["seconds"].as_f64().unwrap() > 0.0, "{v}");
     // What limited it is named, with a line for people, and every receiver report is there.
-    let kind = v["bottleneck"]["kind"].as_str().unwrap_or_default();
-    assert!(
-        [
-            "path",
-            "startup",
-            "receiver-cpu",
-            "receiver-buffers",
-            "receiver-disk",
-            "receiver-ceiling",
-            "rate-cap",
-            "sender",
-            "fixed-rate"
-        ]
-        .contains(&kind),
-        "{v}"
-    );
-    assert!(
-        !v["bottleneck"]["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .is_empty(),
-        "{v}"
-    );
+    support::assert_named_bottleneck(&v);
     assert!(!v["rate"]["reports"].as_array().unwrap().is_empty(), "{v}");
     // When the first data left: after the start, before the end.
     let first = v["first_data_ms"].as_f64().unwrap();

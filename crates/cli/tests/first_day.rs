@@ -75,24 +75,7 @@ fn the_demo_moves_a_verified_file_says_what_limited_it_and_leaves_nothing_behind
     assert!(v["goodput_bps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["first_data_ms"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["tcp_seconds"].is_null(), "{v}");
-    let kind = v["bottleneck"]["kind"].as_str().expect("a bottleneck");
-    assert!(
-        [
-            "path",
-            "startup",
-            "receiver-cpu",
-            "receiver-buffers",
-            "receiver-disk",
-            "receiver-ceiling",
-            "sender",
-        ]
-        .contains(&kind),
-        "{v}"
-    );
-    assert!(
-        !v["bottleneck"]["detail"].as_str().unwrap().is_empty(),
-        "{v}"
-    );
+    support::assert_named_bottleneck(&v);
     assert_eq!(left_in(t.path()), Vec::<PathBuf>::new(), "left behind");
 }
 

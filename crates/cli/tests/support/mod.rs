@@ -83,3 +83,31 @@ pub fn require_root(test: &str) -> bool {
          to skip it (effective uid: {euid:?})"
     );
 }
+
+/// Asserts that a sender's `--json` summary `v` names what limited it: a `bottleneck` of a
+/// known kind, with a line for people.
+pub fn assert_named_bottleneck(v: &serde_json::Value) {
+    let kind = v["bottleneck"]["kind"].as_str().unwrap_or_default();
+    assert!(
+        [
+            "path",
+            "startup",
+            "receiver-cpu",
+            "receiver-buffers",
+            "receiver-disk",
+            "receiver-ceiling",
+            "rate-cap",
+            "sender",
+            "fixed-rate"
+        ]
+        .contains(&kind),
+        "{v}"
+    );
+    assert!(
+        !v["bottleneck"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{v}"
+    );
+}
