@@ -36,7 +36,7 @@ fn assert_usage(f: &Finished, what: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flags: checked before anything starts
+// The README's first command
 // ---------------------------------------------------------------------------------------------
 
 /// What a directory holds.
@@ -78,6 +78,10 @@ fn the_demo_moves_a_verified_file_says_what_limited_it_and_leaves_nothing_behind
     support::assert_named_bottleneck(&v);
     assert_eq!(left_in(t.path()), Vec::<PathBuf>::new(), "left behind");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Flags: checked before anything starts
+// ---------------------------------------------------------------------------------------------
 
 #[test]
 fn out_of_range_and_malformed_values_are_usage_errors() {
