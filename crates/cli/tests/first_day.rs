@@ -1,6 +1,7 @@
-//! What a new user meets first, end to end: the README's `hurtle demo`, exit codes as documented, interrupts that say what
-//! was kept, early checks of flags and `--out`, a default port, shell completions and manual
-//! pages, colors, and a README whose flags and exit codes match the binary.
+//! What a new user meets first, end to end: the README's `hurtle demo`, exit codes as
+//! documented, interrupts that say what was kept, early checks of flags and `--out`, a default
+//! port, shell completions and manual pages, colors, and a README whose flags and exit codes
+//! match the binary.
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
