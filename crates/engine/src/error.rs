@@ -1,6 +1,7 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
 use crate::net::control::ControlError;
+use crate::net::link::LinkError;
 use hurtle_proto::wire::{AbortCause, Control};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -196,6 +197,15 @@ impl From<crate::fs::StoreError> for SessionError {
         match e {
             crate::fs::StoreError::SourceChanged { path } => SessionError::SourceChanged(path),
             other => SessionError::Store(other),
+        }
+    }
+}
+
+impl From<LinkError> for SessionError {
+    fn from(e: LinkError) -> Self {
+        match e {
+            LinkError::Udp(e) => SessionError::Udp(e),
+            LinkError::Tcp(e) => SessionError::io("TCP data connection", e),
         }
     }
 }

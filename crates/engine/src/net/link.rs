@@ -16,8 +16,10 @@
 //! big-endian), the channel index (2 bytes), 6 zero bytes, and a tag over those 16 bytes made
 //! with the data key, so the receiver can tell which channel it is and that it comes from the
 //! peer.
+//!
+//! A link fails with its own [`LinkError`] (its UDP socket, or its TCP data connection); the
+//! session's error wraps it, as it does the other errors of [`crate::net`].
 
-use crate::error::SessionError;
 use crate::net::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
 use hurtle_proto::secure::{DataKey, PacketOpen, PacketSeal, TAG_LEN};
 use hurtle_proto::wire::HEADER_LEN;
@@ -60,6 +62,17 @@ pub fn read_greeting(
     }
     let session = u32::from_be_bytes(g[4..8].try_into().ok()?);
     Some((session, u16::from_be_bytes([g[8], g[9]])))
+}
+
+/// Why a channel's link failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The channel's UDP socket failed.
+    #[error(transparent)]
+    Udp(#[from] UdpError),
+    /// The TCP data connection failed.
+    #[error("TCP data connection: {0}")]
+    Tcp(#[source] std::io::Error),
 }
 
 /// A link's sealing: the sealer and the buffer sealed frames are built in (a frame's payload
@@ -175,7 +188,7 @@ impl LinkOut {
         headers: &[u8],
         data: &[u8],
         payload: usize,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), LinkError> {
         let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
             let (buf, frame_size) = sealer.frames(headers, data, payload, tcp);
@@ -185,21 +198,19 @@ impl LinkOut {
             OutPath::Udp { sock, dest } => {
                 lost_locally(sock.send_framed(*dest, headers, HEADER_LEN, data, payload))
             }
-            OutPath::Tcp(s) => write_frames(s, headers, data, payload)
-                .map_err(|e| SessionError::io("TCP data connection", e)),
+            OutPath::Tcp(s) => write_frames(s, headers, data, payload).map_err(LinkError::Tcp),
         }
     }
 
     /// Sends header-only frames laid back to back in `headers` (final markers).
-    pub fn send_headers(&mut self, headers: &[u8]) -> Result<(), SessionError> {
+    pub fn send_headers(&mut self, headers: &[u8]) -> Result<(), LinkError> {
         let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
             let (buf, frame_size) = sealer.frames(headers, &[], 0, tcp);
             return send_sealed(&mut self.path, buf, frame_size);
         }
         match &mut self.path {
-            OutPath::Tcp(s) => write_frames(s, headers, &[], 0)
-                .map_err(|e| SessionError::io("TCP data connection", e)),
+            OutPath::Tcp(s) => write_frames(s, headers, &[], 0).map_err(LinkError::Tcp),
             OutPath::Udp { .. } => send_sealed(&mut self.path, headers, HEADER_LEN),
         }
     }
@@ -207,12 +218,10 @@ impl LinkOut {
 
 /// Sends frames already built (and sealed, and behind their length prefixes on TCP) back to
 /// back in `buf`, each `frame_size` bytes but the last.
-fn send_sealed(path: &mut OutPath, buf: &[u8], frame_size: usize) -> Result<(), SessionError> {
+fn send_sealed(path: &mut OutPath, buf: &[u8], frame_size: usize) -> Result<(), LinkError> {
     match path {
         OutPath::Udp { sock, dest } => lost_locally(sock.send_batch(*dest, buf, frame_size)),
-        OutPath::Tcp(s) => s
-            .write_all(buf)
-            .map_err(|e| SessionError::io("TCP data connection", e)),
+        OutPath::Tcp(s) => s.write_all(buf).map_err(LinkError::Tcp),
     }
 }
 
@@ -222,7 +231,7 @@ const TCP_FRAMES: usize = 16;
 /// A send a local firewall refused (`EPERM`: a netfilter rule dropped it on the way out) is a
 /// datagram lost, as on the path: repairs and probing deal with it, as they do with loss, and a
 /// path where nothing gets through is found blocked by probing, not failed on the first send.
-fn lost_locally(sent: Result<(), UdpError>) -> Result<(), SessionError> {
+fn lost_locally(sent: Result<(), UdpError>) -> Result<(), LinkError> {
     match sent {
         Err(UdpError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
         other => Ok(other?),
@@ -321,12 +330,13 @@ impl LinkIn {
     /// says it arrived (see [`RecvBatch::for_each_mut`]), using `batch` for UDP;
     /// returns how many came (0 when none was waiting), those that failed to open included.
     /// A sealed frame is opened first; one that fails is dropped and counted
-    /// ([`dropped`](Self::dropped)), and `f` never sees it.
-    pub fn recv(
+    /// ([`dropped`](Self::dropped)), and `f` never sees it. `f`'s error ends the reading and
+    /// is returned; the link's own failure is returned as that error too.
+    pub fn recv<E: From<LinkError>>(
         &mut self,
         batch: &mut RecvBatch,
-        mut f: impl FnMut(&SocketAddr, Option<Instant>, &[u8]) -> Result<(), SessionError>,
-    ) -> Result<usize, SessionError> {
+        mut f: impl FnMut(&SocketAddr, Option<Instant>, &[u8]) -> Result<(), E>,
+    ) -> Result<usize, E> {
         let tag = if self.open.is_some() { TAG_LEN } else { 0 };
         let open = &mut self.open;
         let mut deliver = |src: &SocketAddr, at: Option<Instant>, frame: &mut [u8]| match open {
@@ -338,7 +348,7 @@ impl LinkIn {
         };
         match &mut self.path {
             InPath::Udp(sock) => {
-                let n = sock.recv_batch(batch)?;
+                let n = sock.recv_batch(batch).map_err(LinkError::from)?;
                 if n > 0 {
                     batch.for_each_mut(&mut deliver)?;
                 }
@@ -417,11 +427,11 @@ impl TcpFrames {
 
     /// Reads what is waiting and hands each whole frame (header, payload and `tag` bytes of
     /// tag; its length prefix read and left out) to `f`.
-    fn recv(
+    fn recv<E: From<LinkError>>(
         &mut self,
         tag: usize,
-        mut f: impl FnMut(&SocketAddr, &mut [u8]) -> Result<(), SessionError>,
-    ) -> Result<usize, SessionError> {
+        mut f: impl FnMut(&SocketAddr, &mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, E> {
         if self.closed {
             return Ok(0);
         }
@@ -441,7 +451,7 @@ impl TcpFrames {
                     e.kind(),
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(SessionError::io("TCP data connection", e)),
+            Err(e) => return Err(LinkError::Tcp(e).into()),
         }
         let mut frames = 0;
         while self.end - self.start >= TCP_PREFIX + HEADER_LEN {
@@ -572,7 +582,7 @@ mod tests {
                     };
                     let (h, payload) = Header::decode(plain).expect("decodes");
                     got.push((h, payload.to_vec()));
-                    Ok(())
+                    Ok::<(), LinkError>(())
                 })
                 .unwrap();
             }

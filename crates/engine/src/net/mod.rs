@@ -15,7 +15,9 @@
 //!   connection, sent by the receiver and read by a thread of the sender.
 //!
 //! Imports point down: [`link`] uses [`udp`]; [`udp`] makes its system calls through the
-//! engine's `sys`; none of them uses the sessions above.
+//! engine's `sys`; none of them uses the sessions above, nor their error: each fails with
+//! an error of its own ([`control::ControlError`], [`link::LinkError`], [`udp::UdpError`]),
+//! which the session's error wraps.
 
 pub mod control;
 pub mod dial;

@@ -254,7 +254,7 @@ impl ChannelWorker {
                 timed_on_read |= arrived.is_none();
                 last_arrival = last_arrival.max(arrived);
                 new_bytes += self.on_datagram(now, arrived.unwrap_or(now), src, datagram)?;
-                Ok(())
+                Ok::<(), SessionError>(())
             })?,
             None => 0,
         };
