@@ -36,7 +36,7 @@ pub const SIGINT: u8 = 130;
 /// Interrupted by SIGTERM: 128 + 15.
 pub const SIGTERM: u8 = 143;
 
-/// The table shown at the end of `--help` and in the README (a test keeps them equal).
+/// The table shown at the end of `--help` and in docs/usage.md (a test keeps them equal).
 pub const TABLE: &str = "\
 Exit codes:
   0    success

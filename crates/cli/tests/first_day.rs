@@ -1,7 +1,7 @@
 //! What a new user meets first, end to end: the README's `hurtle demo`, exit codes as
 //! documented, interrupts that say what was kept, early checks of flags and `--out`, a default
-//! port, shell completions and manual pages, colors, and a README whose flags and exit codes
-//! match the binary.
+//! port, shell completions and manual pages, colors, and documentation (README.md, `docs/`)
+//! whose flags and exit codes match the binary.
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
@@ -564,12 +564,38 @@ fn the_receive_out_default_comes_from_the_environment() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The README against the binary
+// The documentation against the binary
 // ---------------------------------------------------------------------------------------------
 
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .expect("README.md at the workspace root")
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A page of the documentation, by its path from the workspace root.
+fn page(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The pages that document the flags (a table row or a sentence each): every flag the binary
+/// has is in one of them.
+const FLAG_PAGES: [&str; 3] = ["docs/usage.md", "docs/cp.md", "docs/relay.md"];
+
+/// The page that holds `--help`'s exit-code table.
+const EXIT_CODE_PAGE: &str = "docs/usage.md";
+
+/// Every page a user reads: README.md and each `docs/*.md`.
+fn every_page() -> Vec<(String, String)> {
+    let mut paths = vec!["README.md".to_string()];
+    let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/ at the workspace root")
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    paths.extend(docs);
+    paths.into_iter().map(|p| (page(&p), p)).collect()
 }
 
 /// Long flags (`--name`) in `text`.
@@ -591,9 +617,11 @@ fn long_flags(text: &str) -> Vec<String> {
     flags
 }
 
+/// Every flag the README or a page of `docs/` names exists in `--help`, and every flag in
+/// `--help` is documented in the flag pages.
 #[test]
-fn every_flag_the_readme_names_exists_and_every_flag_is_documented() {
-    let readme = readme();
+fn every_flag_the_docs_name_exists_and_every_flag_is_documented() {
+    let reference: String = FLAG_PAGES.iter().map(|p| page(p)).collect();
     let mut help = String::new();
     for cmd in [
         "send",
@@ -603,6 +631,7 @@ fn every_flag_the_readme_names_exists_and_every_flag_is_documented() {
         "relay",
         "completions",
         "man",
+        "keygen",
     ] {
         let f = hurtle(&[cmd, "--help"]);
         f.assert_success();
@@ -610,7 +639,7 @@ fn every_flag_the_readme_names_exists_and_every_flag_is_documented() {
     }
     let top = hurtle(&["--help"]);
     help.push_str(&top.stdout);
-    // Flags of the test harness, cargo and other tools the README quotes.
+    // Flags of the test harness, cargo and other tools the pages quote.
     let foreign = [
         "--release",
         "--workspace",
@@ -633,39 +662,40 @@ fn every_flag_the_readme_names_exists_and_every_flag_is_documented() {
         "--bin",
         "--features",
     ];
-    let mut missing: Vec<String> = long_flags(&readme)
-        .into_iter()
-        .filter(|f| !foreign.contains(&f.as_str()) && !help.contains(f.as_str()))
-        .collect();
-    missing.sort();
-    missing.dedup();
-    assert!(
-        missing.is_empty(),
-        "README flags the binary lacks: {missing:?}"
-    );
+    for (text, path) in every_page() {
+        let mut missing: Vec<String> = long_flags(&text)
+            .into_iter()
+            .filter(|f| !foreign.contains(&f.as_str()) && !help.contains(f.as_str()))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        assert!(
+            missing.is_empty(),
+            "{path} names flags the binary lacks: {missing:?}"
+        );
+    }
     let mut undocumented: Vec<String> = long_flags(&help)
         .into_iter()
         .filter(|f| !["--help", "--version"].contains(&f.as_str()))
-        .filter(|f| !readme.contains(&format!("`{f}")))
+        .filter(|f| !reference.contains(&format!("`{f}")))
         .collect();
     undocumented.sort();
     undocumented.dedup();
     assert!(
         undocumented.is_empty(),
-        "flags the README does not document: {undocumented:?}"
+        "flags none of {FLAG_PAGES:?} documents: {undocumented:?}"
     );
 }
 
 #[test]
-fn the_readme_and_help_show_the_same_exit_codes() {
+fn the_docs_and_help_show_the_same_exit_codes() {
     let help = hurtle(&["--help"]).stdout;
     let table = &help[help
         .find("Exit codes:")
         .expect("an exit-code table in --help")..];
-    let readme = readme();
     assert!(
-        readme.contains(table.trim_end()),
-        "the README lacks --help's exit-code table:\n{table}"
+        page(EXIT_CODE_PAGE).contains(table.trim_end()),
+        "{EXIT_CODE_PAGE} lacks --help's exit-code table:\n{table}"
     );
     for cmd in ["send", "receive", "cp"] {
         let f = hurtle(&[cmd, "--help"]);
