@@ -1,0 +1,84 @@
+//! The engine's options of a `hurtle cp` session, on either side, and where the session's
+//! [`Secret`] is handed over: made by whichever side listens and carried over the ssh channel,
+//! [`send_options`] and [`receive_options`] give it to the key agreement as a key.
+
+use crate::args::SendFlags;
+use hurtle_engine::{ReceiveOptions, SendOptions};
+use std::path::{Path, PathBuf};
+
+/// The secret of one `hurtle cp` session: 32 random bytes, written in hex on the wire (the
+/// far side's stdout for a push, its stdin for a pull). The bytes are what a key agreement
+/// takes as a key.
+#[derive(Clone)]
+pub struct Secret(pub [u8; 32]);
+
+impl Secret {
+    pub(super) fn new() -> Secret {
+        Secret(rand::random())
+    }
+
+    pub(super) fn parse(s: &str) -> Option<Secret> {
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(bytes))
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+/// The sender's options from the flags, for either side.
+pub(super) fn send_options(
+    flags: &SendFlags,
+    log_dir: Option<PathBuf>,
+    secret: &Secret,
+) -> SendOptions {
+    // The session's secret came over the authenticated ssh channel: the key agreement uses it
+    // as a key (no code to type, and only the two ends of this ssh session hold it).
+    SendOptions {
+        secret: Some(hurtle_proto::secure::Secret::key(secret.0)),
+        ..flags.options(log_dir)
+    }
+}
+
+/// The receiver's options, for either side.
+pub(super) fn receive_options(
+    out: &Path,
+    overwrite: bool,
+    log_dir: Option<PathBuf>,
+    secret: &Secret,
+) -> ReceiveOptions {
+    // The session's secret, as in `send_options`.
+    let keys = hurtle_engine::Keyring::default();
+    keys.add("ssh", hurtle_proto::secure::Secret::key(secret.0));
+    ReceiveOptions {
+        keys,
+        out_dir: out.to_path_buf(),
+        overwrite,
+        log_dir,
+        ..ReceiveOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_32_bytes_in_hex() {
+        let secret = Secret::new();
+        let s = secret.to_string();
+        assert_eq!(s.len(), 64);
+        assert_eq!(Secret::parse(&s).map(|p| p.0), Some(secret.0));
+        assert!(Secret::parse("abc").is_none());
+        assert!(Secret::parse(&"+f".repeat(32)).is_none());
+    }
+}
