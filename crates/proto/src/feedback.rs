@@ -5,7 +5,7 @@
 //! segment holds back everything behind it until TCP resends it, about a round trip later; with
 //! a NACK per loss that is several stalls a second, and the sender's rate controller spent
 //! 40% of a 150 ms intercontinental transfer waiting for reports held behind a lost one
-//! (BENCHMARKS.md, section 1). So every `Report` and `Nack` also goes as a datagram
+//! (figures in BENCHMARKS.md's git history). So every `Report` and `Nack` also goes as a datagram
 //! ([`Kind::Feedback`]) from one of the receiver's channel sockets to the sender's socket of
 //! that channel. Each copy stands alone: a lost datagram costs only itself, and the TCP copy
 //! still arrives (also where UDP from the receiver does not get back at all).
