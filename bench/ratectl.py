@@ -40,8 +40,8 @@ import os
 # predates codes, as a --hurtle-base binary may, ignores it).
 os.environ.setdefault("HURTLE_CODE", "4242-bench-code-words")
 # Every run starts cold, as on a path never seen: with the default path memory
-# (~/.cache/hurtle/paths) each run resumed from whatever the last transfer to that address
-# left, another scenario's or another session's (until session 27).
+# (~/.cache/hurtle/paths) a run would resume from whatever the last transfer to that address
+# left, another scenario's or another batch's.
 os.environ.setdefault("HURTLE_PATH_MEMORY", "off")
 import shutil
 import statistics

@@ -101,7 +101,7 @@ def source_file(size: int, d: Path) -> Path:
 def cpu_name() -> str:
     """The CPU as /proc/cpuinfo names it, with its family and model and the widest SIMD it has
     (BLAKE3, which both hurtle and tcp-b3 run on every byte, is about twice as fast with AVX-512
-    as with AVX2). A VM's host changes from one session to the next behind the same model name
+    as with AVX2). A VM's host can change from one day to the next behind the same model name
     ("AMD EPYC" has been an AVX2 part and a family-26 AVX-512 one), so rows from different
     machines are told apart here."""
     fields: dict[str, str] = {}
@@ -313,7 +313,7 @@ def main():
     ap.add_argument("--rt-priority", type=int, default=20, help="linkem SCHED_FIFO priority (0 = off)")
     ap.add_argument("--linkem-slack", default=netlab.LINKEM_SLACK,
                     help="linkem --slack: release packets due this soon after a due one with it "
-                    "(0 = each at its own time, as up to session 30)")
+                    "(0 = each at its own time: a wake-up per packet)")
     ap.add_argument("--linkem-gso", action=argparse.BooleanOptionalAction, default=netlab.LINKEM_GSO,
                     help="linkem --gso: write packets of one flow released together as one GSO write")
     ap.add_argument("--no-build", action="store_true", help="don't cargo build linkem/hurtle")

@@ -35,10 +35,11 @@ nft loss applies per wire packet; on the emulated path the TUN devices have
 no offloads, so the kernel segments before linkem.
 
 linkem runs with ``--slack 100us --gso`` (``LINKEM_SLACK``, ``LINKEM_GSO``;
-``run.py --linkem-slack 0 --no-linkem-gso`` gives the emulator of sessions
-up to 30): it releases what falls due within 100 us of a due packet with it
-and writes each flow's packets of such a lump as one GSO super-packet, so it
-wakes and writes several times less often. Every tool gets the same.
+``run.py --linkem-slack 0 --no-linkem-gso`` gives an emulator that wakes
+and writes once per packet): it releases what falls due within 100 us of a
+due packet with it and writes each flow's packets of such a lump as one GSO
+super-packet, so it wakes and writes several times less often. Every tool
+gets the same.
 """
 from __future__ import annotations
 
@@ -152,8 +153,8 @@ class PathEnds:
     recv_addr: str
 
 
-# linkem's release slack and GSO writes (see the module doc). Measured on the
-# 2-core VM over intercontinental (session 31): linkem woke half as often and
+# linkem's release slack and GSO writes (see the module doc). Measured on a
+# 2-core VM over intercontinental: with them linkem woke half as often and
 # wrote 5x less often, the machine's busy share fell from ~72% to ~53% per
 # hurtle run; at 1 Gbit/s (wan-1g) no packet was dropped before linkem any
 # more (thousands per run before, counted as the path's loss).
