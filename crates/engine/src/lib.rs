@@ -7,7 +7,7 @@
 //!   [`receive::accept`] is the receiver's front door, which accepts connections and greets
 //!   each, dropping strangers' (strays) without troubling the session.
 //! - `setup`: drives either side's set-up machine (`hurtle_proto::session`) over the control
-//!   connection.
+//!   connection; `phase`: the data phase's machines' errors in the session's terms.
 //! - [`report`]: one file's outcome, as both sides report it.
 //! - [`agree`]: the key agreement that opens every control connection, and what a receiver
 //!   accepts ([`agree::Keyring`]).
@@ -38,6 +38,7 @@ pub mod fs;
 pub mod iobuf;
 pub mod net;
 pub mod netlog;
+mod phase;
 pub mod progress;
 pub mod receive;
 pub mod report;

@@ -125,17 +125,19 @@ use crate::link::{Link, LinkConfig, LinkStats};
 use crate::session::Fault;
 use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
-use hurtle_proto::feedback::Dedup;
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::rate::{Outages, PathMemory, Reason};
+use hurtle_proto::session::data::{
+    ChannelCmd, DataError, DataPath, ReceiverData, ReceiverDataEvent, SenderData, SenderDataEvent,
+};
 use hurtle_proto::wire::{
     Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
 };
 use hurtle_proto::wire::{FrameError, MAX_FRAME};
 use hurtle_proto::{
     Admission, Admit, ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig,
-    RateController, RecvConfig, ReportBuilder, RunKind, SendConfig, Verdict, Verifier,
+    RateController, RecvConfig, ReportBuilder, RunKind, SendConfig,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -244,6 +246,10 @@ pub struct Scenario {
     pub tick: Option<Duration>,
     /// The run fails if it is not finished after this much virtual time.
     pub max_virtual: Duration,
+    /// The sender gives up when the receiver's reports show no progress for this long, as
+    /// the engine's does (`SendOptions::stall_timeout`, 30 s by default). Without
+    /// [`Scenario::rate`] there are no reports: a data phase longer than this stalls.
+    pub stall: Duration,
     /// The run fails after this many event-loop steps.
     pub max_steps: u64,
 }
@@ -299,6 +305,7 @@ impl Default for Scenario {
             recv: RecvConfig::default(),
             tick: Some(Duration::from_millis(1)),
             max_virtual: Duration::from_secs(600),
+            stall: Duration::from_secs(30),
             max_steps: 3_000_000,
         }
     }
@@ -920,14 +927,13 @@ pub(crate) struct SenderSide {
     fec: Vec<TailGroups>,
     packet_numbers: Vec<u64>,
     hashed: Vec<bool>,
-    pending_hashes: Vec<(u64, BlockValue)>,
     /// `BlockHashes` messages sent, and the block values in them.
     hash_messages: u64,
     values_sent: u64,
-    pub(crate) files_confirmed: Vec<bool>,
     genuine: u64,
-    /// The rate controller, with [`Scenario::rate`].
-    rate: Option<RateController>,
+    /// The data phase's rules, the engine's: block values, confirmations, NACK routing and
+    /// the rate controller (with [`Scenario::rate`]).
+    pub(crate) data: SenderData,
     rate_timeline: Vec<RatePoint>,
 }
 
@@ -942,8 +948,8 @@ pub(crate) struct ReceiverSide {
     channels: Vec<ChannelReceiver>,
     /// Each channel's parity of groups not yet complete.
     parity: Vec<ParityStore>,
-    verifier: Verifier,
-    pub(crate) file_hashes: Vec<Option<[u8; 32]>>,
+    /// The data phase's rules, the engine's: verification, commits, the end.
+    pub(crate) data: ReceiverData,
     /// The session id of superseded early data, whose block values are dropped (`None` for
     /// a plain scenario, and when the data phase's session is the early data's).
     superseded: Option<u32>,
@@ -1075,14 +1081,20 @@ fn sender_side(
         fec: vec![TailGroups::new(); n],
         packet_numbers: vec![0; n],
         hashed: vec![false; layout.total_blocks() as usize],
-        pending_hashes: Vec::new(),
         hash_messages: 0,
         values_sent: 0,
-        files_confirmed: (0..layout.file_count() as u32)
-            .map(|f| layout.file_size(f).unwrap_or(0) == 0)
-            .collect(),
         genuine: 0,
-        rate: controller,
+        data: {
+            let mut data = SenderData::new(
+                &layout,
+                (plan.session, channels),
+                &vec![None; layout.file_count()],
+                (DataPath::Udp, sc.stall),
+                start,
+            );
+            data.begin(start, controller);
+            data
+        },
         rate_timeline: vec![RatePoint {
             at: start - t0,
             rate_bps: first_rate,
@@ -1105,10 +1117,11 @@ fn sender_side(
 /// session id, starting copies and held stripes (the sender's bytes are not read). With
 /// `report_every` (and [`Scenario::rate`]) it reports at that interval from `start`.
 /// Datagrams of session `superseded` (early data its outcome did not keep) are dropped apart.
+/// Its machine takes `early_values` (the early data's, that came during the set-up) first.
 fn receiver_side(
     sc: &Scenario,
     plan: &DataPlan,
-    rcv_files: Vec<Vec<u8>>,
+    (rcv_files, early_values): (Vec<Vec<u8>>, Vec<(u64, BlockValue)>),
     (t0, start): (Instant, Instant),
     report_every: Option<Duration>,
     superseded: Option<u32>,
@@ -1133,11 +1146,12 @@ fn receiver_side(
             .map(|c| ChannelReceiver::new(c, layout.stripe_len(c), sc.recv.clone()))
             .collect(),
         parity: vec![ParityStore::new(); usize::from(channels)],
-        verifier: Verifier::new(layout),
-        // An empty file has no blocks: it is complete from the start.
-        file_hashes: (0..layout.file_count() as u32)
-            .map(|f| (layout.file_size(f).unwrap_or(0) == 0).then(|| *blake3::hash(b"").as_bytes()))
-            .collect(),
+        data: ReceiverData::new(
+            layout,
+            (plan.session, superseded.unwrap_or(plan.session)),
+            &vec![None; layout.file_count()],
+            None,
+        ),
         superseded: superseded.filter(|&s| s != plan.session),
         values_expected: 0,
         early_values: 0,
@@ -1155,27 +1169,30 @@ fn receiver_side(
         }),
         reports: Vec::new(),
     };
+    // The receiver hashes its copy of the held blocks before anything arrives; the verdicts
+    // wait for the sender's values.
+    let mut held = Vec::new();
     for (ch, ranges) in plan.held.iter().enumerate() {
         for stripe in ranges {
             rcv.channels[ch].hold(stripe.clone());
-            // The receiver hashes its copy before anything arrives; the verdict waits for the
-            // sender's value.
             let mut pos = stripe.start;
             while pos < stripe.end {
                 let span = layout.resolve(ch as u16, pos).ok_or_else(|| {
                     format!("held stripe {stripe:?} of channel {ch} is not in the layout")
                 })?;
-                let value = block_value_of(layout, &rcv.files, span.block);
-                if rcv.verifier.on_received(span.block, value) != Verdict::Pending {
-                    return Err(format!(
-                        "held block {} judged before its expected value",
-                        span.block
-                    ));
-                }
+                held.push((span.block, block_value_of(layout, &rcv.files, span.block)));
                 pos += span.to_block_end;
             }
         }
     }
+    let sizes: Vec<u64> = (0..layout.file_count() as u32)
+        .map(|f| layout.file_size(f).unwrap_or(0))
+        .collect();
+    rcv.early_values = early_values.len() as u64;
+    rcv.values_expected = rcv.early_values;
+    rcv.data
+        .start(start, early_values, &held, &sizes)
+        .map_err(|e| format!("the receiver's data phase did not start: {e}"))?;
     Ok(rcv)
 }
 
@@ -1207,8 +1224,6 @@ pub struct Pair {
     /// Feedback datagrams on their way to the sender (see [`Scenario::feedback_copies`]).
     feedback: VecDeque<(Instant, Control)>,
     feedback_rng: SimRng,
-    /// The sender's filter of the two copies of each report and NACK.
-    dedup: Dedup,
     final_rng: SimRng,
     header_rng: SimRng,
     datagrams_sent: u64,
@@ -1229,6 +1244,25 @@ pub struct Pair {
     steady_until: Option<Instant>,
     new_data_sent: Option<Instant>,
     pub(crate) finished: Option<Instant>,
+}
+
+/// Why a side's data phase failed: a rule of its machine (the peer broke it), or a check of
+/// this runner's own.
+#[derive(Debug)]
+pub(crate) enum DataFailure {
+    /// The machine's verdict.
+    Rule(DataError),
+    /// This runner's.
+    Runner(String),
+}
+
+impl fmt::Display for DataFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataFailure::Rule(e) => e.fmt(f),
+            DataFailure::Runner(s) => f.write_str(s),
+        }
+    }
 }
 
 /// The scenario's knobs that every run needs to be positive.
@@ -1284,7 +1318,7 @@ impl Pair {
         let rcv = receiver_side(
             &sc,
             &plan,
-            rcv_files,
+            (rcv_files, Vec::new()),
             (t0, t0),
             every.filter(|_| running),
             None,
@@ -1317,7 +1351,6 @@ impl Pair {
             nack_rng: SimRng::new(sc.seed, stream::NACK_DROP),
             feedback: VecDeque::new(),
             feedback_rng: SimRng::new(sc.seed, stream::FEEDBACK_DROP),
-            dedup: Dedup::new(),
             final_rng: SimRng::new(sc.seed, stream::FINAL_DROP),
             header_rng: SimRng::new(sc.seed, stream::HEADER_FLIP),
             datagrams_sent: 0,
@@ -1359,9 +1392,11 @@ impl Pair {
     }
 
     /// The sender's outcome is the provisional one its early data followed: the data phase
-    /// goes on, with no more budget (the block values sent so far stand).
-    pub(crate) fn early_kept(&mut self) {
+    /// goes on at `now`, with no more budget (the block values sent so far stand).
+    pub(crate) fn early_kept(&mut self, now: Instant) {
         self.snd.early = None;
+        let controller = self.snd.data.take_controller();
+        self.snd.data.begin(now, controller);
     }
 
     /// The sender's outcome is not the provisional one: at `now` it drops its early data and
@@ -1379,7 +1414,8 @@ impl Pair {
         if snd.channels.len() == self.snd.channels.len() {
             snd.pacers = std::mem::take(&mut self.snd.pacers);
             snd.packet_numbers = std::mem::take(&mut self.snd.packet_numbers);
-            snd.rate = self.snd.rate.take();
+            let controller = self.snd.data.take_controller();
+            snd.data.begin(now, controller);
             snd.rate_timeline = std::mem::take(&mut self.snd.rate_timeline);
         }
         snd.genuine = self.snd.genuine;
@@ -1411,19 +1447,21 @@ impl Pair {
     /// `plan` (built from its own `Agreed`; the sender's bytes in it are not read), it reads
     /// its data sockets from now on (datagrams of another session id are dropped: those of
     /// `early`, the provisional outcome's, apart as superseded, when it is not the plan's) and
-    /// reports every `report_every` (with [`Scenario::rate`]).
+    /// reports every `report_every` (with [`Scenario::rate`]). `early_values` are the early
+    /// data's block values that came during the set-up, as its set-up machine gives them at
+    /// its outcome (`ReceiverSetup::early_values`): the data phase takes them first.
     pub(crate) fn receiver_starts(
         &mut self,
         mut plan: DataPlan,
         now: Instant,
-        report_every: Duration,
-        early: u32,
+        (report_every, early): (Duration, u32),
+        early_values: Vec<(u64, BlockValue)>,
     ) -> Result<(), String> {
         let files = std::mem::take(&mut plan.rcv_files);
         self.rcv = receiver_side(
             &self.sc,
             &plan,
-            files,
+            (files, early_values),
             (self.t0, now),
             Some(report_every),
             Some(early),
@@ -1434,31 +1472,43 @@ impl Pair {
         Ok(())
     }
 
-    /// The early data's block values that came during a whole session's set-up, as its
-    /// receiver's set-up machine gives them at its outcome (`ReceiverSetup::early_values`),
-    /// fed at `now` to the verifier of the data phase that `Pair::receiver_starts` just began,
-    /// as if they had come in it.
-    pub(crate) fn receiver_takes_early_values(
-        &mut self,
-        now: Instant,
-        values: Vec<(u64, BlockValue)>,
-    ) -> Result<(), String> {
-        self.rcv.early_values += values.len() as u64;
-        self.receiver_expects(now, values)
-    }
-
-    /// The sender's block values, fed to the verifier.
-    fn receiver_expects(
-        &mut self,
-        now: Instant,
-        values: Vec<(u64, BlockValue)>,
-    ) -> Result<(), String> {
-        for (block, value) in values {
-            self.rcv.values_expected += 1;
-            let verdict = self.rcv.verifier.on_expected(block, value);
-            self.on_verdict(now, verdict)?;
+    /// Carries out what the receiver's machine decided: a verified file is in place at once
+    /// (this runner's disk is its memory), a block that failed goes back to its channel, and
+    /// the machine's messages go to the sender. Returns true when the sender is done and
+    /// every file is in place.
+    fn receiver_acts(&mut self, now: Instant) -> Result<bool, String> {
+        let mut finished = false;
+        while let Some(ev) = self.rcv.data.poll_event() {
+            match ev {
+                ReceiverDataEvent::Verified { .. } => {}
+                ReceiverDataEvent::Commit { file, hash } => {
+                    match self.rcv.data.committed().get(file as usize) {
+                        None => return Err("verifier completed an unknown file".into()),
+                        Some(Some(_)) => return Err(format!("file {file} completed twice")),
+                        Some(None) => self.rcv.data.on_committed(file, hash),
+                    }
+                }
+                ReceiverDataEvent::Reject { channel, block } => {
+                    self.rcv.blocks_rejected += 1;
+                    let (_, stripe) = self
+                        .layout
+                        .block_stripe_range(block)
+                        .ok_or("verifier rejected an unknown block")?;
+                    self.rcv.channels[usize::from(channel)].reject(stripe);
+                }
+                ReceiverDataEvent::MoveToTcp => {
+                    return Err("the channels cannot move to TCP in this runner".into())
+                }
+                ReceiverDataEvent::Finish => {
+                    self.rcv.data.finish().map_err(|e| e.to_string())?;
+                    finished = true;
+                }
+            }
         }
-        Ok(())
+        while let Some(msg) = self.rcv.data.poll_transmit() {
+            self.to_sender.send(now, &msg);
+        }
+        Ok(finished)
     }
 
     /// The receiver's layout (the sender's too, but while a whole session's sender runs ahead
@@ -1556,7 +1606,7 @@ impl Pair {
     }
 
     fn is_complete(&self) -> bool {
-        self.rcv.file_hashes.iter().all(Option::is_some)
+        self.rcv.data.committed().iter().all(Option::is_some)
             && self.snd.channels.iter().all(ChannelSender::is_done)
     }
 
@@ -1618,6 +1668,8 @@ impl Pair {
                 }
                 consider(s.next_timeout());
             }
+            // The machine's timers run in the data phase (the set-up has its own).
+            consider(Some(self.snd.data.poll_timeout()).filter(|_| self.snd.early.is_none()));
         }
         if let Some(tick) = self.sc.tick.filter(|t| !t.is_zero()) {
             let ticks = (now - self.t0).as_nanos() / tick.as_nanos() + 1;
@@ -1635,12 +1687,15 @@ impl Pair {
         self.receiver_datagrams(now)?;
         while let Some(msg) = self.to_receiver.poll(now) {
             let msg = msg.map_err(|e| format!("control frame failed to decode: {e}"))?;
-            if let Some(other) = self.on_receiver_control(now, msg)? {
-                return Err(format!("receiver got unexpected {}", other.name()));
+            match self.on_receiver_control(now, msg) {
+                Ok(_) => {}
+                Err(DataFailure::Rule(DataError::Unexpected(other))) => {
+                    return Err(format!("receiver got unexpected {}", other.name()))
+                }
+                Err(e) => return Err(e.to_string()),
             }
         }
-        self.receiver_outputs(now);
-        Ok(())
+        self.receiver_outputs(now)
     }
 
     /// The receiver reads every datagram due at `now` (forged ones first).
@@ -1669,33 +1724,27 @@ impl Pair {
         Ok(())
     }
 
-    /// A control message of the data phase at the receiver. Returns a message that is not one
-    /// (for the caller to judge); an error for one that breaks the rules.
+    /// A control message of the data phase at the receiver, judged by its machine. Returns
+    /// true when the sender is done and every file is in place.
     pub(crate) fn on_receiver_control(
         &mut self,
         now: Instant,
         msg: Control,
-    ) -> Result<Option<Control>, String> {
-        match msg {
-            Control::BlockHashes { session, blocks } if session == self.session => {
-                self.receiver_expects(now, blocks)?;
-                Ok(None)
-            }
-            // Superseded early data's: its blocks were of another layout.
-            Control::BlockHashes { session, blocks } if Some(session) == self.rcv.superseded => {
+    ) -> Result<bool, DataFailure> {
+        if let Control::BlockHashes { session, blocks } = &msg {
+            if *session == self.session {
+                self.rcv.values_expected += blocks.len() as u64;
+            } else if Some(*session) == self.rcv.superseded {
                 self.rcv.values_superseded += blocks.len() as u64;
-                Ok(None)
             }
-            Control::BlockHashes { session, .. } => Err(format!(
-                "block values of session {session:#x}, not the data phase's {:#x}",
-                self.session
-            )),
-            other => Ok(Some(other)),
         }
+        self.rcv.data.handle(msg).map_err(DataFailure::Rule)?;
+        self.receiver_acts(now).map_err(DataFailure::Runner)
     }
 
-    /// The receiver's NACKs, channel completions and report due at `now`.
-    pub(crate) fn receiver_outputs(&mut self, now: Instant) {
+    /// The receiver's NACKs, channel completions, report and machine's work due at `now`.
+    pub(crate) fn receiver_outputs(&mut self, now: Instant) -> Result<(), String> {
+        self.receiver_acts(now)?;
         for ch in 0..self.rcv.channels.len() {
             if let Some(ranges) = self.rcv.channels[ch].poll_nack(now) {
                 if self.nack_rng.chance(self.sc.nack_loss) {
@@ -1720,6 +1769,7 @@ impl Pair {
             }
         }
         self.maybe_report(now);
+        Ok(())
     }
 
     /// Sends a `Report` if an interval has passed, built as the engine's receiver builds it.
@@ -1883,8 +1933,11 @@ impl Pair {
         }
         if out.completes_block {
             let value = block_value_of(&self.layout, &self.rcv.files, p.place.block);
-            let verdict = self.rcv.verifier.on_received(p.place.block, value);
-            self.on_verdict(now, verdict)?;
+            self.rcv
+                .data
+                .on_block(p.place.block, value)
+                .map_err(|e| e.to_string())?;
+            self.receiver_acts(now)?;
         }
         Ok(())
     }
@@ -1927,115 +1980,97 @@ impl Pair {
         Ok(())
     }
 
-    fn on_verdict(&mut self, now: Instant, verdict: Verdict) -> Result<(), String> {
-        match verdict {
-            Verdict::Pending | Verdict::Verified => {}
-            Verdict::FileComplete { file, hash } => {
-                let slot = self
-                    .rcv
-                    .file_hashes
-                    .get_mut(file as usize)
-                    .ok_or("verifier completed an unknown file")?;
-                if slot.is_some() {
-                    return Err(format!("file {file} completed twice"));
-                }
-                *slot = Some(hash);
-                self.to_sender.send(now, &Control::FileDone { file, hash });
-            }
-            Verdict::Mismatch { block } => {
-                self.rcv.blocks_rejected += 1;
-                let (ch, stripe) = self
-                    .layout
-                    .block_stripe_range(block)
-                    .ok_or("verifier rejected an unknown block")?;
-                self.rcv.channels[usize::from(ch)].reject(stripe);
-            }
-            Verdict::GiveUp { block } => {
-                return Err(format!(
-                    "verifier gave up on block {block} after repeated hash mismatches"
-                ));
-            }
-        }
-        Ok(())
-    }
-
     // ----- sender -----
 
     fn sender_turn(&mut self, now: Instant) -> Result<(), String> {
         while self.feedback.front().is_some_and(|&(at, _)| at <= now) {
             if let Some((_, msg)) = self.feedback.pop_front() {
-                if self.dedup.admit(&msg) {
-                    self.on_sender_control(now, msg)?;
-                }
+                self.on_sender_control(now, msg)
+                    .map_err(|e| e.to_string())?;
             }
         }
         while let Some(msg) = self.to_sender.poll(now) {
             let msg = msg.map_err(|e| format!("control frame failed to decode: {e}"))?;
-            if self.sc.feedback_copies.is_some() && !self.dedup.admit(&msg) {
-                continue;
-            }
-            if let Some(other) = self.on_sender_control(now, msg)? {
-                return Err(format!("sender got unexpected {}", other.name()));
+            match self.on_sender_control(now, msg) {
+                Ok(()) => {}
+                Err(DataFailure::Rule(DataError::Unexpected(other))) => {
+                    return Err(format!("sender got unexpected {}", other.name()))
+                }
+                Err(e) => return Err(e.to_string()),
             }
         }
+        self.sender_timers(now).map_err(|e| e.to_string())?;
         self.sender_data(now)
     }
 
-    /// A control message of the data phase at the sender. Returns a message that is not one
-    /// (for the caller to judge); an error for one that breaks the rules.
+    /// The sender machine's timers due at `now`, in the data phase (the set-up has its own):
+    /// keep-alives, the controller's check for silence between reports every report
+    /// interval, and the stall.
+    pub(crate) fn sender_timers(&mut self, now: Instant) -> Result<(), DataFailure> {
+        if self.snd.early.is_some() || now < self.snd.data.poll_timeout() {
+            return Ok(());
+        }
+        self.snd
+            .data
+            .handle_timeout(now)
+            .map_err(DataFailure::Rule)?;
+        self.sender_acts(now).map_err(DataFailure::Runner)
+    }
+
+    /// A control message of the data phase at the sender (by either path: the machine takes
+    /// the first copy of each report and NACK), judged by its machine.
     pub(crate) fn on_sender_control(
         &mut self,
         now: Instant,
         msg: Control,
-    ) -> Result<Option<Control>, String> {
-        match msg {
-            Control::Nack {
-                channel,
-                ranges,
-                knew_us,
-                ..
-            } => {
-                let knew = hurtle_proto::wire::sent_at(self.t0, now, knew_us);
-                self.snd
-                    .channels
-                    .get_mut(usize::from(channel))
-                    .ok_or("NACK for an unknown channel")?
-                    .on_nack(&ranges, now, knew);
-            }
-            Control::ChannelDone { channel } => self
-                .snd
-                .channels
-                .get_mut(usize::from(channel))
-                .ok_or("ChannelDone for an unknown channel")?
-                .on_channel_done(),
-            Control::FileDone { file, hash } => {
-                let src = self
-                    .snd
-                    .files
-                    .get(file as usize)
-                    .ok_or("FileDone for an unknown file")?;
-                if hash != *blake3::hash(src).as_bytes() {
-                    return Err(format!("FileDone for file {file} carries a wrong hash"));
+    ) -> Result<(), DataFailure> {
+        self.snd.data.handle(now, msg).map_err(DataFailure::Rule)?;
+        self.sender_acts(now).map_err(DataFailure::Runner)
+    }
+
+    /// Carries out what the sender's machine decided: NACKs and completions to the channels,
+    /// new rates to the pacers, its messages to the receiver.
+    fn sender_acts(&mut self, now: Instant) -> Result<(), String> {
+        while let Some(ev) = self.snd.data.poll_event() {
+            match ev {
+                SenderDataEvent::Channel { channel, cmd } => {
+                    let sender = self
+                        .snd
+                        .channels
+                        .get_mut(usize::from(channel))
+                        .ok_or("a command for an unknown channel")?;
+                    match cmd {
+                        ChannelCmd::Nack { ranges, knew_us } => {
+                            let knew = hurtle_proto::wire::sent_at(self.t0, now, knew_us);
+                            sender.on_nack(&ranges, now, knew);
+                        }
+                        ChannelCmd::Done => sender.on_channel_done(),
+                    }
                 }
-                self.snd.files_confirmed[file as usize] = true;
-            }
-            report @ Control::Report { .. } => {
-                let ctl = self
-                    .snd
-                    .rate
-                    .as_mut()
-                    .ok_or("Report without rate control")?;
-                let fb = Feedback::of_report(&report).ok_or("Report is not a report")?;
-                let change = ctl.on_feedback(now, &fb);
-                let catch_up = ctl.catch_up();
-                for p in &mut self.snd.pacers {
-                    p.set_max_owed(catch_up);
+                SenderDataEvent::Report { change, .. } => {
+                    if let Some(catch_up) = self.snd.data.controller().map(|c| c.catch_up()) {
+                        for p in &mut self.snd.pacers {
+                            p.set_max_owed(catch_up);
+                        }
+                    }
+                    self.set_pacers(now, change);
                 }
-                self.set_pacers(now, change);
+                SenderDataEvent::Silence { change } => self.set_pacers(now, Some(change)),
+                // This runner does not probe, and its data path is UDP alone.
+                SenderDataEvent::FileConfirmed { .. } | SenderDataEvent::ProbeAck { .. } => {}
+                SenderDataEvent::MoveToTcp { .. } => {
+                    return Err("the channels cannot move to TCP in this runner".into())
+                }
             }
-            other => return Ok(Some(other)),
         }
-        Ok(None)
+        while let Some(msg) = self.snd.data.poll_transmit() {
+            if let Control::BlockHashes { blocks, .. } = &msg {
+                self.snd.hash_messages += 1;
+                self.snd.values_sent += blocks.len() as u64;
+            }
+            self.to_receiver.send(now, &msg);
+        }
+        Ok(())
     }
 
     /// Sets every pacer to the controller's new rate, if it changed, and notes the change.
@@ -2056,10 +2091,6 @@ impl Pair {
 
     /// The sender's channels send what their pacers allow at `now`, and the block values read.
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
-        // Between reports the controller checks for their silence, as the engine's sender
-        // does every report interval.
-        let silence = self.snd.rate.as_mut().and_then(|c| c.on_silence(now));
-        self.set_pacers(now, silence);
         if self.sender_stall_end(now).is_some() {
             return Ok(());
         }
@@ -2069,7 +2100,7 @@ impl Pair {
                 let piece = self.tail_piece(ch);
                 let payload = u64::from(piece.unwrap_or(self.sc.payload));
                 // While startup lasts, the controller's train at least, as the engine sends.
-                let train = match &self.snd.rate {
+                let train = match self.snd.data.controller() {
                     Some(c) if self.sc.startup_trains => c.train_bytes() / payload,
                     _ => 0,
                 };
@@ -2091,7 +2122,7 @@ impl Pair {
                 };
                 if run.kind == RunKind::Held {
                     // Hashed, not sent: the receiver checks its own copy against the value.
-                    self.hash_block(ch as u16, run.pos, run.len)?;
+                    self.hash_block(now, ch as u16, (run.pos, run.len), true)?;
                     continue;
                 }
                 if let Some(left) = &mut self.snd.early {
@@ -2134,15 +2165,7 @@ impl Pair {
             self.new_data_sent = Some(now);
         }
         // The values of the blocks read for the first time go at once, early data's too.
-        if !self.snd.pending_hashes.is_empty() {
-            let blocks = std::mem::take(&mut self.snd.pending_hashes);
-            self.snd.hash_messages += 1;
-            self.snd.values_sent += blocks.len() as u64;
-            let session = self.snd.session;
-            self.to_receiver
-                .send(now, &Control::BlockHashes { session, blocks });
-        }
-        Ok(())
+        self.sender_acts(now)
     }
 
     /// Tells channel `ch`'s sender whether it is in its tail ([`fec::in_tail`]: its repairs
@@ -2182,8 +2205,8 @@ impl Pair {
         let groups = self.snd.fec[ch].on_sent(pos, len, piece, pos + span.to_block_end, max);
         let loss = self
             .snd
-            .rate
-            .as_ref()
+            .data
+            .controller()
             .and_then(RateController::random_loss)
             .unwrap_or(fec::DEFAULT_LOSS);
         let mut sent = 0;
@@ -2244,7 +2267,7 @@ impl Pair {
             .layout
             .resolve(ch, pos)
             .ok_or_else(|| format!("run at stripe {pos} of channel {ch} does not resolve"))?;
-        self.hash_block(ch, pos, len)?;
+        self.hash_block(now, ch, (pos, len), false)?;
         let payload = u64::from(payload);
         let flags = if kind == RunKind::Repair {
             FLAG_RETRANSMIT
@@ -2299,7 +2322,13 @@ impl Pair {
 
     /// On the first read of the block that run `pos`+`len` of channel `ch` lies in: hashes it
     /// and queues its value for the receiver.
-    fn hash_block(&mut self, ch: u16, pos: u64, len: u64) -> Result<(), String> {
+    fn hash_block(
+        &mut self,
+        now: Instant,
+        ch: u16,
+        (pos, len): (u64, u64),
+        held: bool,
+    ) -> Result<(), String> {
         let span = self
             .snd
             .layout
@@ -2311,7 +2340,8 @@ impl Pair {
         if !self.snd.hashed[span.block as usize] {
             self.snd.hashed[span.block as usize] = true;
             let value = block_value_of(&self.snd.layout, &self.snd.files, span.block);
-            self.snd.pending_hashes.push((span.block, value));
+            // This runner's source cannot change under it: nothing to check at a file's end.
+            let _ = self.snd.data.on_block_value(now, span.block, value, held);
         }
         Ok(())
     }
@@ -2394,7 +2424,7 @@ impl Pair {
                 )));
             }
             let want = *blake3::hash(src).as_bytes();
-            if self.rcv.file_hashes[i] != Some(want) {
+            if self.rcv.data.committed().get(i) != Some(&Some(want)) {
                 return Err(
                     self.failure(format!("file {i}: verified hash is not blake3 of the file"))
                 );
@@ -2436,8 +2466,8 @@ impl Pair {
             final_rate_bps: self.snd.rate_timeline.last().map_or(0, |p| p.rate_bps),
             outages: self
                 .snd
-                .rate
-                .as_ref()
+                .data
+                .controller()
                 .map_or_else(Outages::default, |c| c.outages()),
             reports: self.rcv.reports.clone(),
             socket_drops: self.rcv.stage.as_ref().map_or(0, |s| s.drops),
@@ -2461,11 +2491,16 @@ impl Pair {
             self.link.in_flight(),
             self.to_receiver.in_flight(),
             self.to_sender.in_flight(),
-            self.rcv.verifier.waiting(),
-            self.rcv.file_hashes.iter().filter(|h| h.is_some()).count(),
-            self.rcv.file_hashes.len(),
-            self.snd.files_confirmed.iter().filter(|&&c| c).count(),
-            self.snd.files_confirmed.len(),
+            self.rcv.data.waiting(),
+            self.rcv
+                .data
+                .committed()
+                .iter()
+                .filter(|h| h.is_some())
+                .count(),
+            self.rcv.data.committed().len(),
+            self.snd.data.confirmed(),
+            self.snd.layout.file_count(),
         );
         for (s, r) in self.snd.channels.iter().zip(&self.rcv.channels) {
             let _ = writeln!(

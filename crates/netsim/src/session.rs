@@ -84,10 +84,11 @@
 
 use crate::link::LinkStats;
 use crate::pair::{
-    check_knobs, file_bytes, session_id, ControlPath, DataPlan, EarlySent, Failure, Outcome, Pair,
-    Scenario,
+    check_knobs, file_bytes, session_id, ControlPath, DataFailure, DataPlan, EarlySent, Failure,
+    Outcome, Pair, Scenario,
 };
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
+use hurtle_proto::session::data::DataError;
 use hurtle_proto::session::{
     check_hello, first_look, Accepted, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent,
     ReceiverLimits, ReceiverSetup, SenderEvent, SenderParams, SenderSetup, Setup, SetupError,
@@ -983,7 +984,9 @@ impl Session {
                     .receiver_datagrams(now)
                     .map_err(|r| self.pair.failure(r))?;
             }
-            self.pair.receiver_outputs(now);
+            if let Err(e) = self.pair.receiver_outputs(now) {
+                self.end_receiver(now, End::Failed(SideError::Data(e)));
+            }
         }
         Ok(())
     }
@@ -1018,19 +1021,13 @@ impl Session {
                 None => self.receiver_hello(now, msg),
             },
             Phase::Data => match self.pair.on_receiver_control(now, msg) {
-                Ok(None) | Ok(Some(Control::KeepAlive)) => Ok(()),
-                Ok(Some(Control::Done)) => {
-                    if self.pair.rcv.file_hashes.iter().all(Option::is_some) {
-                        self.end_receiver(now, End::Done);
-                        Ok(())
-                    } else {
-                        Err(SideError::Data(
-                            "Done before every file was verified".into(),
-                        ))
-                    }
+                Ok(false) => Ok(()),
+                // The sender is done and every file is in place.
+                Ok(true) => {
+                    self.end_receiver(now, End::Done);
+                    Ok(())
                 }
-                Ok(Some(other)) => Err(peer_words(other)),
-                Err(reason) => Err(SideError::Data(reason)),
+                Err(e) => Err(data_failure(e)),
             },
             Phase::Ended => Ok(()),
         }
@@ -1100,9 +1097,6 @@ impl Session {
             .map_or(Duration::ZERO, |cfg| cfg.rtt);
         // Early data its outcome did not keep (the hello's session id) is told apart.
         let early = self.hello.map_or(0, |h| h.session);
-        self.pair
-            .receiver_starts(plan, now, hurtle_proto::rate::report_interval(rtt), early)
-            .map_err(SideError::Data)?;
         // The early data's block values that came meanwhile, if its outcome keeps it.
         let values = self
             .rcv
@@ -1111,7 +1105,12 @@ impl Session {
             .map(ReceiverSetup::early_values)
             .unwrap_or_default();
         self.pair
-            .receiver_takes_early_values(now, values)
+            .receiver_starts(
+                plan,
+                now,
+                (hurtle_proto::rate::report_interval(rtt), early),
+                values,
+            )
             .map_err(SideError::Data)?;
         self.rcv.data_started = true;
         self.rcv.phase = Phase::Data;
@@ -1267,6 +1266,11 @@ impl Session {
         if self.snd.end.is_none() {
             self.flush_sender(now);
         }
+        if self.snd.end.is_none() && self.snd.phase == Phase::Data {
+            if let Err(e) = self.pair.sender_timers(now) {
+                self.end_sender(now, End::Failed(data_failure(e)));
+            }
+        }
         let early = self.snd.provisional.is_some();
         if self.snd.end.is_none() && (self.snd.phase == Phase::Data || early) {
             self.pair
@@ -1278,7 +1282,7 @@ impl Session {
         }
         if self.snd.end.is_none() && self.snd.phase == Phase::Data {
             let snd = &self.pair.snd;
-            if snd.channels.iter().all(|c| c.is_done()) && snd.files_confirmed.iter().all(|&c| c) {
+            if snd.channels.iter().all(|c| c.is_done()) && snd.data.is_done() {
                 self.pair.to_receiver.send(now, &Control::Done);
                 self.end_sender(now, End::Done);
             }
@@ -1305,11 +1309,7 @@ impl Session {
                 self.snd.setup.handle(msg, now)?;
                 self.sender_events(now)
             }
-            Phase::Data => match self.pair.on_sender_control(now, msg) {
-                Ok(None) | Ok(Some(Control::KeepAlive | Control::ProbeAck { .. })) => Ok(()),
-                Ok(Some(other)) => Err(peer_words(other)),
-                Err(reason) => Err(SideError::Data(reason)),
-            },
+            Phase::Data => self.pair.on_sender_control(now, msg).map_err(data_failure),
             Phase::Ended => Ok(()),
         }
     }
@@ -1414,7 +1414,7 @@ impl Session {
                         "an early outcome that is not the provisional one".into(),
                     ));
                 }
-                self.pair.early_kept();
+                self.pair.early_kept(now);
             }
             Some(_) => {
                 let plan = self.plan(&agreed);
@@ -1515,7 +1515,8 @@ impl Session {
                 && self
                     .pair
                     .rcv
-                    .file_hashes
+                    .data
+                    .committed()
                     .get(id)
                     .is_some_and(Option::is_some);
             let (state, now_there) = if written {
@@ -1594,6 +1595,14 @@ impl Session {
 
 /// A data-phase message a side does not take: the peer's farewell in its own words, or
 /// unexpected.
+/// A data phase's failure, as a side's error: the peer's words where it sent them.
+fn data_failure(e: DataFailure) -> SideError {
+    match e {
+        DataFailure::Rule(DataError::Unexpected(msg)) => peer_words(*msg),
+        other => SideError::Data(other.to_string()),
+    }
+}
+
 fn peer_words(msg: Control) -> SideError {
     match msg {
         Control::Abort { cause, reason } => SideError::PeerAborted { cause, reason },

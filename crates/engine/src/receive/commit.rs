@@ -1,12 +1,12 @@
 //! Putting verified work on disk for good: the committer thread ([`Commits`], [`commit_loop`],
-//! [`commit_files`]: seal, rename into place, sync each directory once, then `FileDone`), and
+//! [`commit_files`]: seal, rename into place, sync each directory once), and
 //! the journal lines of verified blocks, written in batches ([`JournalQueue`]).
 
 use super::shared::Shared;
 use crate::error::SessionError;
 use crate::fs;
 use crossbeam_channel::{unbounded, Sender};
-use hurtle_proto::wire::{Control, Entry};
+use hurtle_proto::wire::Entry;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -20,18 +20,14 @@ pub(super) struct Commits {
     pub(super) committed: crossbeam_channel::Receiver<Result<Committed, SessionError>>,
     /// Files given to the committer and not reported back yet.
     pub(super) outstanding: usize,
-    /// Each file's hash once it is in place (or the receiver's own copy is kept).
-    pub(super) hashes: Vec<Option<[u8; 32]>>,
 }
 
 impl Commits {
-    /// Starts the committer thread in `scope`. `kept`: per file, the hash of the receiver's own
-    /// copy when it is kept (nothing to commit).
+    /// Starts the committer thread in `scope`.
     pub(super) fn start<'scope, 'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         shared: &'env Shared,
         files: &'env [&'env Entry],
-        kept: &[Option<[u8; 32]>],
     ) -> Result<Commits, SessionError> {
         let (to_commit, queue) = unbounded();
         let (report, committed) = unbounded();
@@ -43,8 +39,6 @@ impl Commits {
             to_commit,
             committed,
             outstanding: 0,
-            // Nothing to commit for a kept copy; empty files are given when the data phase begins.
-            hashes: kept.to_vec(),
         })
     }
 
@@ -55,28 +49,27 @@ impl Commits {
         let _ = self.to_commit.send((file, hash));
     }
 
-    /// Records a batch the committer reports in place; its error ends the session.
+    /// A batch the committer reports in place, counted; its error ends the session.
     pub(super) fn note(
         &mut self,
         batch: Result<Committed, SessionError>,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Committed, SessionError> {
         let batch = batch?;
         self.outstanding = self.outstanding.saturating_sub(batch.len());
-        for (file, hash) in batch {
-            self.hashes[file as usize] = Some(hash);
-        }
-        Ok(())
+        Ok(batch)
     }
 
-    /// Waits until the committer has put in place every file it was given.
-    pub(super) fn finish(&mut self) -> Result<(), SessionError> {
+    /// Waits until the committer has put in place every file it was given; returns the files
+    /// it put in place meanwhile.
+    pub(super) fn finish(&mut self) -> Result<Committed, SessionError> {
+        let mut all = Vec::new();
         while self.outstanding > 0 {
             match self.committed.recv() {
-                Ok(batch) => self.note(batch)?,
+                Ok(batch) => all.extend(self.note(batch)?),
                 Err(_) => break,
             }
         }
-        Ok(())
+        Ok(all)
     }
 }
 
@@ -175,7 +168,7 @@ fn commit_loop(
 
 /// Commits the verified files in `pending` (emptied) together: each is sealed (attributes
 /// set, synced), then each renamed into place, then each directory synced once, and only then
-/// is each reported to the sender (`FileDone`) and added to `done`. One at a time, each file
+/// is each added to `done` (the session loop tells the sender, with `FileDone`). One at a time, each file
 /// would cost a sync of itself and another of its directory; batched, a directory is synced
 /// once for many files (BENCHMARKS.md, section 7, has today's figure for many small files). A
 /// failure stops the session; the files of the batch renamed before it are still synced and
@@ -220,7 +213,6 @@ fn commit_files(
     for (file, hash) in pending.drain(..).take(renamed) {
         done.push((file, hash));
         shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-        let _ = shared.to_wire.send(Control::FileDone { file, hash });
     }
     match failed {
         Some(err) => Err(err.into()),

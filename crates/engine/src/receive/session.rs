@@ -257,7 +257,7 @@ impl Receiver {
         drop(writer);
 
         let result = std::thread::scope(|scope| {
-            let commits = Commits::start(scope, &shared, &files, &kept)?;
+            let commits = Commits::start(scope, &shared, &files)?;
             let wires = Wires {
                 rx,
                 events: &ev_rx,

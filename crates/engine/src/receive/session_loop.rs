@@ -1,7 +1,7 @@
 //! The receiver's session loop, on the caller's thread while data flows ([`session_loop`]):
-//! verifies blocks as their two values meet (the [`Verifier`]), hands verified files to the
-//! committer and verified blocks to their journals, asks a channel for a block again when it
-//! fails, and sends the reports, less often when its own timer runs late ([`Lateness`]).
+//! the driver of the data phase's machine ([`ReceiverData`]), which verifies blocks as their
+//! two values meet and says which file to commit, which block to journal and which to fetch
+//! again; and the reports, sent less often when its own timer runs late ([`Lateness`]).
 
 use super::commit::{Commits, JournalQueue};
 use super::links::{accept_data_connections, DataKeys};
@@ -14,8 +14,9 @@ use crossbeam_channel::{select, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{arrival_interval, ReportFacts};
 use hurtle_proto::hash::BlockValue;
 use hurtle_proto::probe::SilenceWatch;
+use hurtle_proto::session::data::{ReceiverData, ReceiverDataEvent};
 use hurtle_proto::wire::{Control, Entry};
-use hurtle_proto::{ReportBuilder, Verdict, Verifier};
+use hurtle_proto::ReportBuilder;
 use std::net::{IpAddr, TcpListener};
 use std::os::fd::BorrowedFd;
 use std::path::Path;
@@ -82,10 +83,13 @@ pub(super) struct Received {
     pub(super) moved: Option<Vec<u16>>,
 }
 
-/// The receiver's data phase: verifies blocks as their two values meet (hands each file whose
-/// last block is verified to the committer thread, journals the others), sends reports, and
-/// ends on `Done` once the committer has put every file in place. `held` are the blocks
-/// resumed from part files, with the values hashed from them.
+/// The receiver's data phase: the driver of its machine ([`ReceiverData`], whose rules it
+/// carries out): control messages, the channels' block values, the committer's files in place
+/// and the timers in; verified files to the committer, verified blocks to their journals,
+/// blocks that fail back to their channels, messages to the sender out. Beside it, the
+/// reports, built from the channels' counters. Ends at the sender's `Done` once the committer
+/// has put every file in place. `held` are the blocks resumed from part files, with the values
+/// hashed from them.
 pub(super) fn session_loop(
     shared: &Shared,
     files: &[&Entry],
@@ -102,83 +106,30 @@ pub(super) fn session_loop(
         mut commits,
         mut race,
         report_every,
-        sessions: (session, early_session),
+        sessions,
         early_values,
     } = wires;
-    let mut journal = JournalQueue::new(shared);
-    let layout = &shared.layout;
-    let mut verifier = Verifier::new(layout);
-    // A verdict about `block`.
-    let handle = |block: u64,
-                  v: Verdict,
-                  journal: &mut JournalQueue,
-                  commits: &mut Commits|
-     -> Result<(), SessionError> {
-        match v {
-            Verdict::Pending => Ok(()),
-            Verdict::Verified => {
-                // Written and checked: a resume can start from it.
-                if let Some((file, index)) = layout.file_of_block(block) {
-                    journal.push(file, index);
-                }
-                Ok(())
-            }
-            Verdict::FileComplete { file, hash } => {
-                commits.give(file, hash);
-                Ok(())
-            }
-            Verdict::Mismatch { block } => {
-                shared
-                    .counters
-                    .rejected_blocks
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Some((ch, _)) = layout.block_stripe_range(block) {
-                    let _ = cmds[usize::from(ch)].send(ChanCmd::Reject(block));
-                }
-                Ok(())
-            }
-            Verdict::GiveUp { block } => {
-                let path = layout
-                    .file_of_block(block)
-                    .map(|(f, _)| files[f as usize].path.clone())
-                    .unwrap_or_default();
-                Err(SessionError::Verification {
-                    path,
-                    block,
-                    times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
-                })
-            }
-        }
+    let data_error = |e| {
+        crate::phase::session_error(e, Side::Sender, |f| {
+            files
+                .get(f as usize)
+                .map(|e| e.path.clone())
+                .unwrap_or_default()
+        })
     };
-    // The early data's values that came during the set-up.
-    for (block, value) in early_values {
-        handle(
-            block,
-            verifier.on_expected(block, value),
-            &mut journal,
-            &mut commits,
-        )?;
-    }
-    // The held blocks' own values wait for the sender's.
-    for &(block, value) in held {
-        handle(
-            block,
-            verifier.on_received(block, value),
-            &mut journal,
-            &mut commits,
-        )?;
-    }
+    let mut journal = JournalQueue::new(shared);
+    let mut data = ReceiverData::new(
+        &shared.layout,
+        sessions,
+        kept,
+        race.as_ref().map(|r| r.watch.clone()),
+    );
+    let sizes: Vec<u64> = files.iter().map(|e| e.size).collect();
     // The data phase starts now (no message says so: both sides know the set-up's outcome).
-    if let Some(r) = race.as_mut() {
-        r.watch.start(Instant::now());
-    }
+    data.start(Instant::now(), early_values, held, &sizes)
+        .map_err(data_error)?;
     shared.started.store(true, Ordering::Relaxed);
     shared.progress.set_phase(Phase::Moving);
-    for (f, e) in files.iter().enumerate() {
-        if kept[f].is_none() && e.size == 0 {
-            commits.give(f as u32, *blake3::hash(b"").as_bytes());
-        }
-    }
     let tick = crossbeam_channel::tick(TICK);
     let mut reports = ReportBuilder::new(
         Instant::now(),
@@ -190,65 +141,67 @@ pub(super) fn session_loop(
     // The channels silent when the sender moved them to TCP, if it did.
     let mut moved: Option<Vec<u16>> = None;
     loop {
-        select! {
-            recv(rx) -> msg => {
-                let msg = match msg.map_err(|_| ControlError::Closed)? {
-                    Ok(msg) => msg,
-                    // The sender ends as soon as every file is confirmed, and its `Done` can
-                    // be lost to a reset of the connection (a report of ours reaching its
-                    // closed socket): with every file in place, this is the end it said.
-                    Err(ControlError::Closed) if commits.hashes.iter().all(Option::is_some) => Control::Done,
-                    Err(ControlError::Closed) => return Err(SessionError::PeerGone { peer: Side::Sender }),
-                    Err(other) => return Err(other.into()),
-                };
-                match msg {
-                    // The values of superseded early data: its blocks were of another layout.
-                    Control::BlockHashes { session: s, .. } if s != session && s == early_session => {}
-                    Control::BlockHashes { session: s, blocks } if s == session => {
-                        for (block, value) in blocks {
-                            handle(block, verifier.on_expected(block, value), &mut journal, &mut commits)?;
-                        }
+        while let Some(msg) = data.poll_transmit() {
+            let _ = shared.to_wire.send(msg);
+        }
+        while let Some(ev) = data.poll_event() {
+            match ev {
+                ReceiverDataEvent::Verified { file, index } => journal.push(file, index),
+                ReceiverDataEvent::Commit { file, hash } => commits.give(file, hash),
+                ReceiverDataEvent::Reject { channel, block } => {
+                    shared
+                        .counters
+                        .rejected_blocks
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some(cmd) = cmds.get(usize::from(channel)) {
+                        let _ = cmd.send(ChanCmd::Reject(block));
                     }
-                    Control::KeepAlive => {}
-                    // UDP does not get through (we said so, or the sender's probes found it):
-                    // the channels go on over TCP, once.
-                    Control::Fallback if race.is_some() => {
-                        if let Some(r) = race.take() {
-                            moved = Some(
-                                (0..cmds.len() as u16)
-                                    .filter(|&ch| !shared.heard[usize::from(ch)].load(Ordering::Relaxed))
-                                    .collect(),
-                            );
-                            r.move_to_tcp(cmds)?;
-                        }
+                }
+                ReceiverDataEvent::MoveToTcp => {
+                    if let Some(r) = race.take() {
+                        moved = Some(
+                            (0..cmds.len() as u16)
+                                .filter(|&ch| {
+                                    !shared.heard[usize::from(ch)].load(Ordering::Relaxed)
+                                })
+                                .collect(),
+                        );
+                        r.move_to_tcp(cmds)?;
                     }
-                    Control::Done => {
-                        commits.finish()?;
-                        if let Some(f) = commits.hashes.iter().position(|h| h.is_none()) {
-                            return Err(SessionError::FinishedIncomplete(files[f].path.clone()));
-                        }
-                        for d in dirs.iter().rev() {
-                            fs::set_dir_mode(root, &d.path, d.mode)?;
-                            fs::set_dir_times(root, &d.path, d.mtime_ns)?;
-                        }
-                        return Ok(Received {
-                            hashes: commits.hashes.iter().map(|h| h.unwrap_or_default()).collect(),
-                            moved,
-                        });
+                }
+                ReceiverDataEvent::Finish => {
+                    for (file, hash) in commits.finish()? {
+                        data.on_committed(file, hash);
                     }
-                    other => return Err(SessionError::unexpected(Side::Sender, other, "a data-phase message")),
+                    let hashes = data.finish().map_err(data_error)?;
+                    for d in dirs.iter().rev() {
+                        fs::set_dir_mode(root, &d.path, d.mode)?;
+                        fs::set_dir_times(root, &d.path, d.mtime_ns)?;
+                    }
+                    return Ok(Received { hashes, moved });
                 }
             }
+        }
+        select! {
+            recv(rx) -> msg => match msg.map_err(|_| ControlError::Closed)? {
+                Ok(msg) => data.handle(msg).map_err(data_error)?,
+                Err(ControlError::Closed) => data.on_closed().map_err(data_error)?,
+                Err(other) => return Err(other.into()),
+            },
             recv(events) -> ev => match ev {
                 Ok(ChanEvent::Block { block, value }) => {
-                    handle(block, verifier.on_received(block, value), &mut journal, &mut commits)?;
+                    data.on_block(block, value).map_err(data_error)?;
                 }
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
             },
             recv(commits.committed) -> batch => {
                 match batch {
-                    Ok(batch) => commits.note(batch)?,
+                    Ok(batch) => {
+                        for (file, hash) in commits.note(batch)? {
+                            data.on_committed(file, hash);
+                        }
+                    }
                     // It reports an error before it stops; it stops early only by panicking.
                     Err(_) => return Err(SessionError::io(
                         "commit files",
@@ -262,14 +215,10 @@ pub(super) fn session_loop(
                 }
                 let now = Instant::now();
                 journal.tick(now);
-                if let Some(silent) = race.as_mut().and_then(|r| {
-                    r.watch.poll(now, cmds.len() as u16, |ch| {
-                        let ch = usize::from(ch);
-                        (shared.heard[ch].load(Ordering::Relaxed), shared.passes[ch].load(Ordering::Relaxed))
-                    })
-                }) {
-                    let _ = shared.to_wire.send(Control::UdpSilent { channels: silent });
-                }
+                data.handle_timeout(now, cmds.len() as u16, |ch| {
+                    let ch = usize::from(ch);
+                    (shared.heard[ch].load(Ordering::Relaxed), shared.passes[ch].load(Ordering::Relaxed))
+                });
                 let interval = now.saturating_duration_since(reports.interval_start());
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {

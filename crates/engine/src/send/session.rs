@@ -8,7 +8,7 @@
 use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT};
 use super::options::{user_cap, SendOptions, Transport};
 use super::probe::Prober;
-use super::session_loop::{session_loop, Dialing, LoopState, Outcome, UdpPath, Wires};
+use super::session_loop::{on_early_event, session_loop, Dialing, Outcome, UdpPath, Wires};
 use super::shared::{ChanEvent, Shared, ThreadCmd};
 use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, SendSummary};
 use crate::error::{SessionError, Side};
@@ -29,6 +29,7 @@ use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
 use hurtle_proto::rate::{self, PathMemory};
 use hurtle_proto::secure::{self, DataKey, PacketSeal};
+use hurtle_proto::session::data::{self as phase, SenderData};
 use hurtle_proto::session::{
     Accepted, Agreed, SenderEvent, SenderParams, SenderSetup, SetupError, Skipped,
 };
@@ -199,11 +200,24 @@ pub(super) fn send_once(
     // files it has can take a while too (a big file from a slow disk): the receiver waits for
     // the answer, so keep the connection alive meanwhile. The early data's block values go to
     // the receiver as they are read.
-    let mut early_state = LoopState::new(&shared, &vec![None; files.len()]);
+    let data_path = if fallback.is_some() {
+        phase::DataPath::UdpOrTcp
+    } else if transport == Transport::Tcp {
+        phase::DataPath::Tcp
+    } else {
+        phase::DataPath::Udp
+    };
+    let mut early_state = SenderData::new(
+        &shared.layout,
+        (session, channels),
+        &vec![None; files.len()],
+        (data_path, opts.stall_timeout),
+        Instant::now(),
+    );
     let mut alive = None;
     let agreed = loop {
         let event = setup.next_beside(&channel_threads.events, |ev| {
-            early_state.on_early_event(&shared, &tx, ev)
+            on_early_event(&mut early_state, &shared, &tx, ev)
         })?;
         match event {
             SenderEvent::ProbeAck { channel, size } => {
@@ -281,7 +295,13 @@ pub(super) fn send_once(
         if let Some(prober) = &mut prober {
             prober.session = data_session;
         }
-        let state = LoopState::new(&shared, &skipped);
+        let state = SenderData::new(
+            &shared.layout,
+            (data_session, channels),
+            &skipped,
+            (data_path, opts.stall_timeout),
+            Instant::now(),
+        );
         (shared, state)
     };
     if let Some(prober) = &mut prober {
@@ -314,11 +334,8 @@ pub(super) fn send_once(
         )
     });
     let data_started = Instant::now();
-    let mut udp = UdpPath {
-        prober,
-        fallback,
-        moved: false,
-    };
+    state.begin(data_started, Some(controller));
+    let mut udp = UdpPath { prober, fallback };
     let mut fallback_seconds = None;
     let result = loop {
         let wires = Wires {
@@ -328,15 +345,7 @@ pub(super) fn send_once(
             tx: &tx,
             cmds: &channel_threads.by_channel,
         };
-        let outcome = session_loop(
-            &shared,
-            &files,
-            &wires,
-            opts.stall_timeout,
-            (&mut controller, &mut rate_log),
-            &mut state,
-            &mut udp,
-        );
+        let outcome = session_loop(&shared, &files, &wires, &mut rate_log, &mut state, &mut udp);
         let (silent, why) = match outcome {
             Ok(Outcome::Done) => break Ok(()),
             Ok(Outcome::MoveToTcp { silent, why }) => (silent, why),
@@ -354,8 +363,7 @@ pub(super) fn send_once(
             break Err(e);
         }
         udp.prober = None;
-        udp.moved = true;
-        controller = self::controller(opts, Transport::Tcp, receiver_ceiling, payload, rtt);
+        let controller = self::controller(opts, Transport::Tcp, receiver_ceiling, payload, rtt);
         shared
             .rate_bps
             .store(controller.rate_bps(), Ordering::Relaxed);
@@ -366,7 +374,7 @@ pub(super) fn send_once(
         progress
             .rate_bps
             .store(controller.rate_bps(), Ordering::Relaxed);
-        state.moved();
+        state.moved_to_tcp(Instant::now(), Some(controller));
         let lost = data_started.elapsed().as_secs_f64();
         fallback_seconds = Some(lost);
         rate_log.line(|| format!("moved to TCP after {lost:.3} s: {why}"));
@@ -391,6 +399,18 @@ pub(super) fn send_once(
     // ours could reset the connection.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     result?;
+    let moved = state.path() == phase::DataPath::Tcp && transport != Transport::Tcp;
+    let (
+        phase::SenderFinish {
+            hashes,
+            rejected,
+            drops,
+        },
+        controller,
+    ) = state.finish();
+    let controller = controller.ok_or(SessionError::Internal(
+        "a data phase without its controller",
+    ))?;
     // What this transfer learnt of the path, for the next one to this receiver (a transfer
     // never fails for it: the log says why it could not be kept).
     if let (Some(memories), Some(memory)) = (&opts.path_memory, PathMemory::of(&controller)) {
@@ -403,8 +423,7 @@ pub(super) fn send_once(
             });
         }
     }
-    let (hashes, rejected, drops) = state.finish();
-    let transport = if udp.moved { Transport::Tcp } else { transport };
+    let transport = if moved { Transport::Tcp } else { transport };
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
         bytes: sent_bytes,
@@ -447,7 +466,7 @@ pub(super) fn send_once(
             resumed,
             ..RateSummary::new(&controller, start, receiver_ceiling, opts.rate_bps)
         },
-        bottleneck: shared.limits.filter(|_| !udp.moved).map(|limits| {
+        bottleneck: shared.limits.filter(|_| !moved).map(|limits| {
             BottleneckSummary::new(
                 &controller,
                 sent as f64

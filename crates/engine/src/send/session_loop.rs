@@ -1,8 +1,9 @@
-//! The sender's session loop, on the caller's thread while data flows ([`session_loop`]):
-//! routes the receiver's NACKs and confirmations to the channel threads, owns the
-//! [`BlockTable`] of the blocks' values, feeds the receiver's reports to the
-//! [`RateController`] (logging each in `send-rate.log`, [`rate_line`]), applies probing's
-//! decisions, and judges the live bottleneck for the progress line ([`judge_live`]).
+//! The sender's session loop, on the caller's thread while data flows ([`session_loop`]): the
+//! driver of the data phase's machine ([`SenderData`], whose rules it carries out): messages,
+//! the channel threads' block values and the machine's timers in; the machine's commands to
+//! the channel threads, its messages to the receiver and its rates out, each report logged in
+//! `send-rate.log` ([`rate_line`]). Beside it, probing's decisions, and the live bottleneck
+//! for the progress line ([`judge_live`]).
 
 use super::channels::ChannelCmds;
 use super::probe::{probe_step, Prober};
@@ -11,14 +12,12 @@ use super::summary::BottleneckSummary;
 use crate::error::{SessionError, Side};
 use crate::net::control::{ControlError, Incoming};
 use crate::netlog::NetLog;
-use crate::report::channel_list;
 use crate::walk;
 use crossbeam_channel::{select, Receiver, Sender};
-use hurtle_proto::feedback::Dedup;
-use hurtle_proto::hash::to_hex;
-use hurtle_proto::rate::{report_interval, RateMode};
+use hurtle_proto::rate::model::queue_target;
+use hurtle_proto::session::data::{ChannelCmd, SenderData, SenderDataEvent};
 use hurtle_proto::wire::{Control, HEADER_LEN};
-use hurtle_proto::{BlockTable, Feedback, RateController};
+use hurtle_proto::{Feedback, RateController};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -45,79 +44,12 @@ fn rate_line(fb: &Feedback, rate_bps: u64, changed: Option<&str>) -> String {
     )
 }
 
-/// What the session loop keeps across a move of the channels to TCP: the blocks' values,
-/// the files confirmed, and the receiver's counts and progress.
-pub(super) struct LoopState {
-    table: BlockTable,
-    confirmed: Vec<Option<[u8; 32]>>,
-    left: usize,
-    rejected: u64,
-    drops: u64,
-    last_received: u64,
-    last_progress: Instant,
-    judged_at: Instant,
-    /// The first copy of each report and NACK (datagram or control connection) is taken.
-    dedup: Dedup,
-}
-
-impl LoopState {
-    /// Nothing sent yet; the `skipped` files (with the receiver's hash) are confirmed already.
-    pub(super) fn new(shared: &Shared, skipped: &[Option<[u8; 32]>]) -> LoopState {
-        let confirmed = skipped.to_vec();
-        LoopState {
-            table: BlockTable::new(&shared.layout),
-            left: confirmed.iter().filter(|c| c.is_none()).count(),
-            confirmed,
-            rejected: 0,
-            drops: 0,
-            last_received: 0,
-            last_progress: Instant::now(),
-            judged_at: Instant::now(),
-            dedup: Dedup::new(),
-        }
-    }
-
-    /// What a channel thread says while the set-up still runs (the early data): block values
-    /// go to the receiver at once, failures end the session.
-    pub(super) fn on_early_event(
-        &mut self,
-        shared: &Shared,
-        tx: &Sender<Control>,
-        ev: ChanEvent,
-    ) -> Result<(), SessionError> {
-        match ev {
-            ChanEvent::Block { block, value, .. } => {
-                pass_value(&mut self.table, shared, tx, block, value)
-            }
-            ChanEvent::Failed(e) => Err(e),
-        }
-    }
-
-    /// The channels moved to other links just now: the wait for progress starts again.
-    pub(super) fn moved(&mut self) {
-        self.last_progress = Instant::now();
-    }
-
-    /// Every file's confirmed hash, the receiver's rejected datagrams and its socket drops.
-    pub(super) fn finish(self) -> (Vec<[u8; 32]>, u64, u64) {
-        (
-            self.confirmed
-                .into_iter()
-                .map(|h| h.unwrap_or_default())
-                .collect(),
-            self.rejected,
-            self.drops,
-        )
-    }
-}
-
 /// The UDP side of the session loop: the probing, if still going, and the TCP data connections
 /// dialled beside it, if the channels may move there.
 pub(super) struct UdpPath {
     pub(super) prober: Option<Prober>,
     /// The dials, until the channels move (taken then).
     pub(super) fallback: Option<Vec<Dialing>>,
-    pub(super) moved: bool,
 }
 
 /// A TCP data connection being dialled.
@@ -132,25 +64,43 @@ pub(super) enum Outcome {
     MoveToTcp { silent: Vec<u16>, why: String },
 }
 
-/// Passes a block's value, read for the first time, to the receiver (in the set-up too, for
-/// the early data: [`LoopState::on_early_event`]), and records it in `table`. The last value
-/// of a file waits until the file is found unchanged since its first block was read: with it
-/// the receiver can finish the file.
-fn pass_value(
-    table: &mut BlockTable,
+/// A channel thread's word while the set-up still runs (the early data): block values go to
+/// the receiver at once, failures end the session.
+pub(super) fn on_early_event(
+    state: &mut SenderData,
     shared: &Shared,
     tx: &Sender<Control>,
-    block: u64,
-    value: [u8; 32],
+    ev: ChanEvent,
 ) -> Result<(), SessionError> {
-    if let Some((file, _)) = table.set(block, value) {
+    match ev {
+        ChanEvent::Block { block, value, held } => {
+            pass_value(state, shared, tx, (block, value, held))
+        }
+        ChanEvent::Failed(e) => Err(e),
+    }
+}
+
+/// Passes a block's value, read for the first time, to the receiver through the machine. The
+/// last value of a file goes only once the file is found unchanged since its first block was
+/// read: with it the receiver can finish the file.
+fn pass_value(
+    state: &mut SenderData,
+    shared: &Shared,
+    tx: &Sender<Control>,
+    (block, value, held): (u64, [u8; 32], bool),
+) -> Result<(), SessionError> {
+    if let Some(file) = state.on_block_value(Instant::now(), block, value, held) {
         shared.sources[file as usize].check_unchanged()?;
     }
-    let _ = tx.send(Control::BlockHashes {
-        session: shared.session,
-        blocks: vec![(block, value)],
-    });
+    transmit(state, tx);
     Ok(())
+}
+
+/// Sends what the machine has to send.
+fn transmit(state: &mut SenderData, tx: &Sender<Control>) {
+    while let Some(msg) = state.poll_transmit() {
+        let _ = tx.send(msg);
+    }
 }
 
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
@@ -166,14 +116,15 @@ pub(super) struct Wires<'a> {
 
 /// The data phase until every file is confirmed ([`Outcome::Done`]), or until UDP is found not
 /// to get through in a session that may move to TCP ([`Outcome::MoveToTcp`]; the caller moves
-/// the channels and calls again with the same `state`).
+/// the channels, tells `state` and calls again). The rules are `state`'s
+/// ([`hurtle_proto::session::data`]); this loop waits for messages, channel events and timers,
+/// and carries out what the machine decides.
 pub(super) fn session_loop(
     shared: &Shared,
     files: &[&walk::SourceEntry],
     wires: &Wires,
-    stall: Duration,
-    (controller, rate_log): (&mut RateController, &mut NetLog),
-    state: &mut LoopState,
+    rate_log: &mut NetLog,
+    state: &mut SenderData,
     udp: &mut UdpPath,
 ) -> Result<Outcome, SessionError> {
     let Wires {
@@ -183,212 +134,147 @@ pub(super) fn session_loop(
         tx,
         cmds,
     } = *wires;
-    let LoopState {
-        table,
-        confirmed,
-        left,
-        rejected,
-        drops,
-        last_received,
-        last_progress,
-        judged_at,
-        dedup,
-    } = state;
-    // Probing found UDP blocked: the channels move to TCP if they may.
-    let blocked = |e: SessionError, udp: &UdpPath| match e {
-        // Every channel sends again what it sent: on a path this blocked, little or nothing
-        // of it arrived (the receiver drops what it has twice).
-        SessionError::UdpBlocked { channel, secs } if udp.fallback.is_some() => {
-            Ok(Outcome::MoveToTcp {
-                silent: (0..shared.channels).collect(),
-                why: format!("no probe was answered on channel {channel} within {secs} s"),
-            })
-        }
-        e => Err(e),
+    let data_error = |e| {
+        crate::phase::session_error(e, Side::Receiver, |f| {
+            files
+                .get(f as usize)
+                .map(|e| e.rel_path.clone())
+                .unwrap_or_default()
+        })
     };
-    let tick = crossbeam_channel::tick(Duration::from_millis(200));
-    // Between reports, `auto` checks for their silence once per report interval.
-    let silence = match controller.config().mode {
-        RateMode::Auto => crossbeam_channel::tick(report_interval(controller.config().rtt)),
-        _ => crossbeam_channel::never(),
-    };
+    let tick = crossbeam_channel::tick(PROBE_TICK);
+    let mut judged_at = Instant::now();
     let mut feedback = feedback;
     let never = crossbeam_channel::never();
-    while *left > 0 {
-        let msg = select! {
-            recv(rx) -> msg => msg.map_err(|_| ControlError::Closed)??,
+    while !state.is_done() {
+        let timer = crossbeam_channel::at(state.poll_timeout());
+        select! {
+            recv(rx) -> msg => {
+                let msg = msg.map_err(|_| ControlError::Closed)??;
+                state.handle(Instant::now(), msg).map_err(data_error)?;
+            }
             recv(feedback) -> msg => match msg {
-                Ok(msg) => msg,
+                Ok(msg) => state.handle(Instant::now(), msg).map_err(data_error)?,
                 // The reader ended: the control connection still brings every message.
-                Err(_) => {
-                    feedback = &never;
-                    continue;
-                }
+                Err(_) => feedback = &never,
             },
-            recv(events) -> ev => {
-                match ev {
-                    Ok(ChanEvent::Block { block, value, held }) => {
-                        // Hashing what the receiver already holds is progress too: a resume
-                        // of a big, nearly finished file sends nothing for a while.
-                        if held {
-                            *last_progress = Instant::now();
-                        }
-                        pass_value(table, shared, tx, block, value)?;
-                    }
-                    Ok(ChanEvent::Failed(e)) => return Err(e),
-                    Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
+            recv(events) -> ev => match ev {
+                Ok(ChanEvent::Block { block, value, held }) => {
+                    pass_value(state, shared, tx, (block, value, held))?;
                 }
-                continue;
-            }
-            recv(silence) -> _ => {
-                if let Some(change) = controller.on_silence(Instant::now()) {
-                    let r = change.rate_bps;
-                    rate_log.line(|| {
-                        format!("no report for a while -> rate {:.1} Mbit/s (silence)", r as f64 / 1e6)
-                    });
-                    shared.rate_bps.store(r, Ordering::Relaxed);
-                    shared.progress.rate_bps.store(r, Ordering::Relaxed);
-                }
-                continue;
-            }
+                Ok(ChanEvent::Failed(e)) => return Err(e),
+                Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
+            },
+            recv(timer) -> _ => state.handle_timeout(Instant::now()).map_err(data_error)?,
             recv(tick) -> _ => {
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
                 }
                 if let Some(p) = udp.prober.as_mut() {
                     p.send_due(Instant::now());
-                    if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
-                        return blocked(e, udp);
-                    }
+                    let step = probe_step(p, shared, state.received() > 0, rate_log);
                     if p.probe.is_done() {
                         udp.prober = None;
                     }
+                    blocked(step, state).map_err(data_error)?;
                 }
-                let _ = tx.send(Control::KeepAlive);
-                if last_progress.elapsed() > stall {
-                    return Err(SessionError::Stalled(stall.as_secs()));
-                }
-                continue;
             }
-        };
-        // A report or NACK came both as a datagram and on the control connection: the first
-        // copy counts.
-        if !dedup.admit(&msg) {
-            continue;
         }
-        match msg {
-            Control::Nack {
-                channel,
-                ranges,
-                knew_us,
-                ..
-            } => {
-                if let Some(c) = cmds.get(usize::from(channel)) {
-                    let cmd = ChanCmd::Nack(ranges, knew_us);
-                    let _ = c.send(ThreadCmd::Channel(channel, cmd));
-                }
-            }
-            Control::ChannelDone { channel } => {
-                if let Some(c) = cmds.get(usize::from(channel)) {
-                    let _ = c.send(ThreadCmd::Channel(channel, ChanCmd::Done));
-                }
-            }
-            Control::FileDone { file, hash } => {
-                let f = file as usize;
-                let Some(want) = table.file_root(file).filter(|_| f < files.len()) else {
-                    return Err(SessionError::EarlyConfirmation(file));
-                };
-                if want != hash {
-                    return Err(SessionError::HashMismatch {
-                        path: files[f].rel_path.clone(),
-                        got: to_hex(&hash),
-                        want: to_hex(&want),
-                    });
-                }
-                if confirmed[f].replace(hash).is_none() {
-                    *left -= 1;
-                    shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            report @ Control::Report {
-                received,
-                rejected: r,
-                socket_drops,
-                ..
-            } => {
-                *rejected = r;
-                *drops = socket_drops;
-                let Some(fb) = Feedback::of_report(&report) else {
-                    unreachable!("a report")
-                };
-                shared
-                    .receiver_signs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .note(
-                        &fb,
-                        hurtle_proto::rate::model::queue_target(controller.config().rtt),
-                    );
-                let change = controller.on_report(Instant::now(), &fb);
-                let why = change.as_ref().map(|c| c.reason.as_str());
-                rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
-                if let Some(loss) = controller.random_loss() {
-                    let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
-                    shared.loss_ppm.store(ppm, Ordering::Relaxed);
-                }
-                shared
-                    .catch_up_us
-                    .store(controller.catch_up().as_micros() as u64, Ordering::Relaxed);
-                shared
-                    .train_bytes
-                    .store(controller.train_bytes(), Ordering::Relaxed);
-                if change.is_some() {
-                    let r = controller.rate_bps();
-                    shared.rate_bps.store(r, Ordering::Relaxed);
-                    shared.progress.rate_bps.store(r, Ordering::Relaxed);
-                }
-                shared.progress.confirmed.store(received, Ordering::Relaxed);
-                if judged_at.elapsed() >= LIMIT_EVERY {
-                    *judged_at = Instant::now();
-                    judge_live(shared, controller, udp.moved);
-                }
-                if received > *last_received {
-                    *last_received = received;
-                    *last_progress = Instant::now();
-                }
-            }
-            Control::ProbeAck { channel, size } => {
-                if let Some(p) = udp.prober.as_mut() {
-                    p.probe.on_ack(channel, usize::from(size), Instant::now());
-                    if let Err(e) = probe_step(p, shared, *last_received > 0, rate_log) {
-                        return blocked(e, udp);
+        transmit(state, tx);
+        while let Some(ev) = state.poll_event() {
+            match ev {
+                SenderDataEvent::Channel { channel, cmd } => {
+                    let cmd = match cmd {
+                        ChannelCmd::Nack { ranges, knew_us } => ChanCmd::Nack(ranges, knew_us),
+                        ChannelCmd::Done => ChanCmd::Done,
+                    };
+                    if let Some(c) = cmds.get(usize::from(channel)) {
+                        let _ = c.send(ThreadCmd::Channel(channel, cmd));
                     }
                 }
-            }
-            // Nothing reached the receiver on these channels since its data phase began.
-            Control::UdpSilent { channels } if udp.fallback.is_some() => {
-                return Ok(Outcome::MoveToTcp {
-                    why: format!(
-                        "nothing reached the receiver on {}",
-                        channel_list(&channels)
-                    ),
-                    silent: channels,
-                });
-            }
-            // Moved already, on the sender's own finding.
-            Control::UdpSilent { .. } if udp.moved => {}
-            Control::KeepAlive => {}
-            other => {
-                return Err(SessionError::unexpected(
-                    Side::Receiver,
-                    other,
-                    "a data-phase message",
-                ))
+                SenderDataEvent::FileConfirmed { .. } => {
+                    shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                }
+                SenderDataEvent::Report {
+                    feedback: fb,
+                    received,
+                    change,
+                } => {
+                    let Some(controller) = state.controller() else {
+                        continue;
+                    };
+                    shared
+                        .receiver_signs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .note(&fb, queue_target(controller.config().rtt));
+                    let why = change.as_ref().map(|c| c.reason.as_str());
+                    rate_log.line(|| rate_line(&fb, controller.rate_bps(), why));
+                    if let Some(loss) = controller.random_loss() {
+                        let ppm = (loss.clamp(0.0, 1.0) * 1e6) as u32;
+                        shared.loss_ppm.store(ppm, Ordering::Relaxed);
+                    }
+                    shared
+                        .catch_up_us
+                        .store(controller.catch_up().as_micros() as u64, Ordering::Relaxed);
+                    shared
+                        .train_bytes
+                        .store(controller.train_bytes(), Ordering::Relaxed);
+                    if change.is_some() {
+                        set_rate(shared, controller.rate_bps());
+                    }
+                    shared.progress.confirmed.store(received, Ordering::Relaxed);
+                    if judged_at.elapsed() >= LIMIT_EVERY {
+                        judged_at = Instant::now();
+                        judge_live(shared, controller, !state.path().is_udp());
+                    }
+                }
+                SenderDataEvent::Silence { change } => {
+                    let r = change.rate_bps;
+                    rate_log.line(|| {
+                        format!(
+                            "no report for a while -> rate {:.1} Mbit/s (silence)",
+                            r as f64 / 1e6
+                        )
+                    });
+                    set_rate(shared, r);
+                }
+                SenderDataEvent::ProbeAck { channel, size } => {
+                    if let Some(p) = udp.prober.as_mut() {
+                        p.probe.on_ack(channel, usize::from(size), Instant::now());
+                        let step = probe_step(p, shared, state.received() > 0, rate_log);
+                        blocked(step, state).map_err(data_error)?;
+                    }
+                }
+                SenderDataEvent::MoveToTcp { silent, why } => {
+                    return Ok(Outcome::MoveToTcp { silent, why })
+                }
             }
         }
     }
     Ok(Outcome::Done)
 }
+
+/// Probing found UDP blocked: the machine moves the channels to TCP if the session may.
+fn blocked(
+    step: Result<(), SessionError>,
+    state: &mut SenderData,
+) -> Result<(), hurtle_proto::session::data::DataError> {
+    match step {
+        Err(SessionError::UdpBlocked { channel, secs }) => state.udp_blocked(channel, secs),
+        // `probe_step` fails for no other reason.
+        _ => Ok(()),
+    }
+}
+
+/// Paces the channels, and shows on the progress line, `rate_bps`.
+fn set_rate(shared: &Shared, rate_bps: u64) {
+    shared.rate_bps.store(rate_bps, Ordering::Relaxed);
+    shared.progress.rate_bps.store(rate_bps, Ordering::Relaxed);
+}
+
+/// How often the loop looks for an interrupt and sends the probes that are due.
+const PROBE_TICK: Duration = Duration::from_millis(200);
 
 /// How often the progress line's bottleneck is judged again.
 const LIMIT_EVERY: Duration = Duration::from_secs(1);

@@ -57,6 +57,7 @@
 //! [`poll_timeout`]: SenderSetup::poll_timeout
 //! [`handle_timeout`]: SenderSetup::handle_timeout
 
+pub mod data;
 pub mod decide;
 mod receiver;
 mod sender;
