@@ -456,10 +456,10 @@ mod path_change {
 
     #[test]
     fn a_path_down_to_a_trickle_is_filled_again_once_it_recovers() {
-        // What a competitor that keeps the queue full does to `auto` (session 27, beside TCP
-        // bbr): the rate follows it down to where a report holds a datagram or two. Such
-        // reports are pooled into samples; before, none was a sample and the rate stayed there
-        // for good after the path was free again.
+        // What a competitor that keeps the queue full (TCP bbr) does to `auto`: the rate
+        // follows it down to where a report holds a datagram or two. Such reports must be
+        // pooled into samples: where none is a sample, the rate stays there for good after the
+        // path is free again.
         let (trickle, up) = (ms(1000), ms(3000));
         let out = run(
             "300 -> 2 Mbit/s at 1 s -> 300 at 3 s, 128 KiB drop-tail",
@@ -730,9 +730,9 @@ mod short_path {
             window.resent_share() * 100.0,
             floor.resent_share() * 100.0,
         );
-        // Three report intervals saved at least: five doublings, but since session 28 the
-        // pacer applies each raised rate at once, and the start from 100 Mbit/s reaches 90% in
-        // 60 ms where it took 80.
+        // Three report intervals saved at least: five doublings, fewer than five intervals
+        // because the pacer applies each raised rate at once (the start from 100 Mbit/s
+        // reaches 90% in about 60 ms).
         assert!(w + ms(30) <= f, "{w:?} vs {f:?}");
         assert!(window.duration < floor.duration);
         assert!(window.resent_share() < 0.02, "{window}");
@@ -1012,11 +1012,10 @@ mod wan {
         // Paced at the path from the third report with estimates (a round trip and three
         // report intervals), where doubling takes two and a half round trips; delivering 90%
         // no later, resent within a quarter point of the path's 1%, and done sooner, by half a
-        // round trip at least. (Until session 32 this compared when all new data was sent,
-        // sooner by an eighth of a round trip at least; since startup sends long trains
-        // (`RateController::train_bytes`) and takes lumpy reports for what they are, the
-        // overshoot without estimates, which queues 4 MiB of new data early and drops 6,400
-        // datagrams to resend later, sends its new data 74 ms sooner and ends 153 ms later.)
+        // round trip at least. (When all new data was sent is no measure here: startup sends
+        // long trains (`RateController::train_bytes`) and takes lumpy reports for what they
+        // are, so the overshoot without estimates, which queues 4 MiB of new data early and
+        // drops 6,400 datagrams to resend later, sends its new data sooner and ends later.)
         assert!(paced_at(&with) <= rtt * 2, "{:?}", paced_at(&with));
         assert!(paced_at(&without) >= rtt * 2, "{:?}", paced_at(&without));
         assert!(
@@ -1186,10 +1185,9 @@ mod wan {
             mean(&without)
         );
         // Nearly every transfer without second copies loses a repair; with them, few do.
-        // (Since session 28 a lost repair is asked for again when its own wait is over, not up
-        // to a quarter of it early, where the sender took the ask for an echo of the first and
-        // waited for a third: without copies the mean fell from 4.25 round trips to 3.38, with
-        // them from 2.37 to 2.23.)
+        // (A lost repair is asked for again when its own wait is over, never early: an ask
+        // that came up to a quarter of the wait early was taken by the sender for an echo of
+        // the first and not answered, and the transfer waited for a third ask.)
         let extra = |v: &[f64]| v.iter().filter(|&&t| t > 2.5).count();
         assert!(mean(&with) + 1.0 < mean(&without));
         // Without copies the channel is quiet once its repairs are out, and the ask for a
@@ -1628,9 +1626,9 @@ mod wan {
     /// of CPU for a moment, did that to a 1 Gbit/s path) slows the rate for as long as it
     /// lasts, and then costs nothing more: the rate is back where it was within a few round
     /// trips (a probe that the path takes restores the bottleneck from before the cuts),
-    /// instead of climbing back a probe step at a time. On wan-1g in session 18 that climb
-    /// took 3 s, a tenth of the transfer, after cuts to 30% of the path: a correction to one
-    /// report's dip, then another for the loss of data sent before the first.
+    /// instead of climbing back a probe step at a time. On an emulated 1 Gbit/s path such a
+    /// climb can take a tenth of the transfer after cuts to 30% of the path: a correction to
+    /// one report's dip, then another for the loss of data sent before the first.
     #[test]
     fn after_a_100_ms_dip_of_the_bottleneck_the_rate_is_back_within_8_round_trips() {
         let (dip, end) = (ms(2000), ms(2100));

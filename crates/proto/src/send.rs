@@ -449,10 +449,10 @@ impl ChannelSender {
 /// owed.
 ///
 /// Repaying a debt puts up to that much time of data into the bottleneck's queue (the link
-/// idled while the sender did not send); the rate controller sees it as any queue. (Allowing
-/// for it as the sender's own lump, like the receiver's lag, let a queue of 40-60 ms stand on
-/// the busy test VM, where the sender was late most of the time, and doubled the datagrams
-/// its 4 MiB queue dropped: tried in session 25, not kept.)
+/// idled while the sender did not send); the rate controller sees it as any queue, and must
+/// not allow for it as the sender's own lump, as it does for the receiver's lag: where the
+/// sender is late most of the time (a busy VM), that lets a queue of tens of milliseconds
+/// stand and overflows the bottleneck's buffer.
 #[derive(Debug, Clone)]
 pub struct Pacer {
     bytes_per_sec: f64,
@@ -469,10 +469,9 @@ pub struct Pacer {
 }
 
 /// Most missed time a [`Pacer`] repays; beyond it, missed time is lost ([`Pacer::lost`]).
-/// (Session 25 tried 40 ms, 100 ms and half the round trip: on the busy test VM the unrepaid
-/// time, summed over two channels, fell from 0.8-3.7 s to 0.05-1.8 s of a 20 s transfer, but
-/// goodput did not move beyond the VM's noise and the 4 MiB queue dropped more: where the
-/// rate is the path's, the link time a stall idled is gone, and repaying it only queues.)
+/// (Not more: where the rate is the path's, the link time a stall idled is gone, and repaying
+/// it only queues. A cap of 40 ms, 100 ms or half the round trip repays more of a busy VM's
+/// missed time but gains no goodput beyond its noise, and the bottleneck's queue drops more.)
 pub const MAX_OWED: Duration = Duration::from_millis(10);
 /// The rate, as a multiple of the pacer's, while missed time is repaid.
 pub const CATCH_UP_GAIN: f64 = 1.25;

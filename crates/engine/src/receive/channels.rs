@@ -66,9 +66,10 @@ pub(super) struct ChannelWorker {
 /// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
 /// each one paid a wake-up, a `poll` and a `recvmmsg` per datagram; a pause of a fraction of a
 /// millisecond about halved the receiver's CPU time per GiB, and 1 ms gained a little more.
-/// Since datagrams are timed by the kernel's arrival stamps, a pause no longer moves their
-/// queueing delays or the reports' intervals, so it may be longer: 2 ms (session 25). A pause
-/// holds back feedback by no more than it lasts (2 ms against round trips of tens of
+/// Datagrams are timed by the kernel's arrival stamps, so a pause does not move their
+/// queueing delays or the reports' intervals, and it may be longer: 2 ms, which takes a
+/// little more off the receiver's CPU time per GiB at a few hundred Mbit/s. A pause holds
+/// back feedback by no more than it lasts (2 ms against round trips of tens of
 /// milliseconds), and what gathers meanwhile is kept small against the socket buffer
 /// ([`gather_time`]).
 const GATHER_MAX: Duration = Duration::from_millis(2);

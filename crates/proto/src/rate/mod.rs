@@ -221,9 +221,8 @@ pub struct Feedback {
     /// its lumps are not in `queue_delay`, but the margin stays: on a busy machine the
     /// sender's own late wake-ups, repaid in bursts, move the delay by as much, and a
     /// standing queue of that size keeps the bottleneck busy through them. (Without the
-    /// margin, intercontinental on the busy 2-core VM of session 24 was 1.6% and 4.8% slower
-    /// in two batches and 0.5% slower in a third; that VM's noise does not tell them apart,
-    /// so the margin the controller was tuned with stays.)
+    /// margin a long path on a busy machine is no faster, slightly slower if anything, so the
+    /// margin the controller was tuned with stays.)
     pub receiver_lag: Duration,
     /// The longest a complete block waited for the receiver's writer (its disk); also in
     /// `queue_delay`.
@@ -2009,7 +2008,7 @@ mod tests {
     /// the lowest delay it saw (the bottleneck is reached, and each report later its queue has
     /// grown by a fifth of a round trip at twice the path's rate), not on one such report.
     /// (Beyond the queue its own trains make: one channel's 64 KiB at the pacing rate, 1-2 ms
-    /// here; until session 32 1.8 ms was a queue rising.)
+    /// here, which is not a queue rising.)
     #[test]
     fn startup_ends_on_two_reports_of_a_queue_starting() {
         let mut t = Instant::now();
