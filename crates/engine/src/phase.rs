@@ -2,6 +2,7 @@
 //! breaks its rules, in the session's terms ([`session_error`]).
 
 use crate::error::{SessionError, Side};
+use crate::net::control::ControlError;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::session::data::DataError;
 
@@ -28,6 +29,7 @@ pub(crate) fn session_error(
         },
         DataError::FinishedIncomplete { file } => SessionError::FinishedIncomplete(path_of(file)),
         DataError::PeerGone => SessionError::PeerGone { peer },
+        DataError::PeerSilent { after } => ControlError::Timeout(after).into(),
         DataError::WrongSession { .. } => SessionError::Unexpected {
             wanted: WANTED,
             got: "BlockHashes",

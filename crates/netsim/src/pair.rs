@@ -247,8 +247,9 @@ pub struct Scenario {
     /// The run fails if it is not finished after this much virtual time.
     pub max_virtual: Duration,
     /// The sender gives up when the receiver's reports show no progress for this long, as
-    /// the engine's does (`SendOptions::stall_timeout`, 30 s by default). Without
-    /// [`Scenario::rate`] there are no reports: a data phase longer than this stalls.
+    /// the engine's does (`SendOptions::stall_timeout`, 30 s by default), and the receiver
+    /// when the sender says nothing at all for this long (the engine's `idle_timeout`, 30 s).
+    /// Without [`Scenario::rate`] there are no reports: a data phase longer than this stalls.
     pub stall: Duration,
     /// The run fails after this many event-loop steps.
     pub max_steps: u64,
@@ -1150,7 +1151,8 @@ fn receiver_side(
             layout,
             (plan.session, superseded.unwrap_or(plan.session)),
             &vec![None; layout.file_count()],
-            None,
+            (None, sc.stall),
+            start,
         ),
         superseded: superseded.filter(|&s| s != plan.session),
         values_expected: 0,
@@ -1648,6 +1650,7 @@ impl Pair {
             for r in &self.rcv.channels {
                 consider(r.next_timeout(now));
             }
+            consider(Some(self.rcv.data.poll_timeout()));
         }
         consider(
             self.rate_changes
@@ -1695,7 +1698,21 @@ impl Pair {
                 Err(e) => return Err(e.to_string()),
             }
         }
+        self.receiver_timers(now).map_err(|e| e.to_string())?;
         self.receiver_outputs(now)
+    }
+
+    /// The receiver machine's timers due at `now`: the sender's silence ends its data phase.
+    pub(crate) fn receiver_timers(&mut self, now: Instant) -> Result<(), DataFailure> {
+        if now < self.rcv.data.poll_timeout() {
+            return Ok(());
+        }
+        let channels = self.rcv.channels.len() as u16;
+        // This runner has no silent-UDP watch: every channel counts as heard.
+        self.rcv
+            .data
+            .handle_timeout(now, channels, |_| (true, 0))
+            .map_err(DataFailure::Rule)
     }
 
     /// The receiver reads every datagram due at `now` (forged ones first).
@@ -1738,7 +1755,7 @@ impl Pair {
                 self.rcv.values_superseded += blocks.len() as u64;
             }
         }
-        self.rcv.data.handle(msg).map_err(DataFailure::Rule)?;
+        self.rcv.data.handle(now, msg).map_err(DataFailure::Rule)?;
         self.receiver_acts(now).map_err(DataFailure::Runner)
     }
 

@@ -984,7 +984,9 @@ impl Session {
                     .receiver_datagrams(now)
                     .map_err(|r| self.pair.failure(r))?;
             }
-            if let Err(e) = self.pair.receiver_outputs(now) {
+            if let Err(e) = self.pair.receiver_timers(now) {
+                self.end_receiver(now, End::Failed(data_failure(e)));
+            } else if let Err(e) = self.pair.receiver_outputs(now) {
                 self.end_receiver(now, End::Failed(SideError::Data(e)));
             }
         }

@@ -1837,3 +1837,162 @@ mod any_fault {
         assert_eq!(out.payload_bytes(1), 2 * BLOCK);
     }
 }
+
+mod any_data_fault {
+    use super::*;
+    use hurtle_netsim::LinkConfig;
+    use proptest::prelude::*;
+
+    /// Messages a confused or hostile peer might send at any point of the data phase: each
+    /// a real message of it, with values that are wrong for this session.
+    fn any_message() -> impl Strategy<Value = Control> {
+        prop_oneof![
+            Just(Control::KeepAlive),
+            Just(Control::Done),
+            Just(Control::Fallback),
+            Just(Control::UdpSilent { channels: vec![0] }),
+            (0u16..6, 0u64..1_000_000).prop_map(|(channel, end)| Control::Nack {
+                channel,
+                seq: 1,
+                ranges: vec![(0, end)],
+                knew_us: 0,
+            }),
+            (0u16..6).prop_map(|channel| Control::ChannelDone { channel }),
+            (0u32..4, any::<u8>()).prop_map(|(file, b)| Control::FileDone {
+                file,
+                hash: [b; 32]
+            }),
+            (any::<u32>(), 0u64..40, any::<u8>()).prop_map(|(session, block, b)| {
+                Control::BlockHashes {
+                    session,
+                    blocks: vec![(block, [b; 32])],
+                }
+            }),
+            (1u64..1_000, any::<u64>()).prop_map(|(seq, received)| Control::Report {
+                seq,
+                received,
+                rejected: 0,
+                socket_drops: 0,
+                interval_us: 1,
+                bytes: u64::MAX,
+                datagrams: 1,
+                lost: 1,
+                drops: 0,
+                queue_delay_us: u64::MAX,
+                queue_fill: 1000,
+                lateness_us: 0,
+                disk_wait_us: 0,
+                disk_fill: 0,
+                train_kbps: 0,
+            }),
+            Just(Control::Abort {
+                cause: AbortCause::Failed,
+                reason: "x".into()
+            }),
+        ]
+    }
+
+    fn any_fault() -> impl Strategy<Value = Fault> {
+        prop_oneof![
+            any_message().prop_map(Fault::Insert),
+            any_message().prop_map(Fault::Replace),
+            Just(Fault::Drop),
+            Just(Fault::Duplicate),
+            proptest::collection::vec(any::<u8>(), 0..12).prop_map(Fault::Garbage),
+            Just(Fault::Oversized),
+            Just(Fault::Silence),
+        ]
+    }
+
+    /// Three files, one of them empty, over a path that loses 3% of datagrams: the data phase
+    /// has block values, NACKs, channel ends, file confirmations and `Done` to hit.
+    fn base() -> SessionScenario {
+        let mut sc = session(vec![
+            SimEntry::file("f0", 10 * BLOCK + 5),
+            SimEntry::file("empty", 0),
+            SimEntry::file("f2", 3 * BLOCK),
+        ]);
+        sc.data.link = LinkConfig::default().with_delay(D).with_loss(0.03);
+        sc.data.max_virtual = Duration::from_secs(90);
+        sc
+    }
+
+    #[test]
+    fn the_base_is_done_with_messages_of_every_kind_in_its_data_phase() {
+        let out = run_done("the data-fault base", &base());
+        for kind in ["BlockHashes", "Done"] {
+            assert!(out.to_receiver.contains_key(kind), "{kind}: {out}");
+        }
+        for kind in ["Nack", "ChannelDone", "FileDone"] {
+            assert!(out.to_sender.contains_key(kind), "{kind}: {out}");
+        }
+        // The set-up's messages are the first 2 (toward the receiver: hello, manifest) and 2
+        // (toward the sender: ack, reply); the faults below fall on the data phase's.
+        assert!(out.to_receiver.values().sum::<u64>() > 6, "{out}");
+        assert!(out.to_sender.values().sum::<u64>() > 8, "{out}");
+    }
+
+    /// A confirmation with a hash other than the root of the values the sender read ends the
+    /// sender, wherever it comes: the receiver has other bytes (or is not the receiver).
+    #[test]
+    fn a_file_confirmed_with_another_hash_ends_the_sender() {
+        for nth in 2..10 {
+            let mut sc = base();
+            sc.faults = vec![ControlFault {
+                toward: Side::Sender,
+                nth,
+                fault: Fault::Insert(Control::FileDone {
+                    file: 0,
+                    hash: [9; 32],
+                }),
+            }];
+            let out = run(&format!("a wrong FileDone at {nth}"), &sc);
+            assert!(
+                matches!(&out.sender.end, End::Failed(SideError::Data(why))
+                    if why.contains("hash other than") || why.contains("before all of it")),
+                "{nth}: {out}"
+            );
+            assert!(!matches!(out.receiver.end, End::Done), "{nth}: {out}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// Whatever goes wrong at one message of the data phase, either way, the session ends
+        /// on both sides (done, or with a typed error), never panics, never lands a wrong
+        /// byte (the runner checks), and the receiver is done only after the sender is.
+        #[test]
+        fn any_fault_in_the_data_phase_ends_both_sides_cleanly(
+            receiver in any::<bool>(),
+            nth in 2usize..12,
+            fault in any_fault(),
+        ) {
+            let mut sc = base();
+            let f = ControlFault {
+                toward: if receiver { Side::Receiver } else { Side::Sender },
+                nth,
+                fault,
+            };
+            sc.faults = vec![f.clone()];
+            let out = sc.run().unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            prop_assert!(
+                out.files.iter().all(|f| f.state != FileState::Written || f.equals_source),
+                "{out}"
+            );
+            if matches!(out.receiver.end, End::Done) {
+                prop_assert!(matches!(out.sender.end, End::Done), "{f:?}: {out}");
+            }
+            // The sender is done only when the receiver has every file, right.
+            if matches!(out.sender.end, End::Done) {
+                prop_assert!(
+                    out.files.iter().all(|f| f.state == FileState::Written && f.equals_source),
+                    "{f:?}: {out}"
+                );
+            }
+            if out.is_done() {
+                prop_assert!(out.files.iter().all(|f| f.equals_source), "{out}");
+            }
+        }
+    }
+}

@@ -265,6 +265,7 @@ impl Receiver {
                 commits,
                 race,
                 report_every: hurtle_proto::rate::report_interval(rtt),
+                idle: self.opts.idle_timeout,
                 sessions: (data_session, session),
                 early_values,
             };

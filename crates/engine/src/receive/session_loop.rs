@@ -38,6 +38,8 @@ pub(super) struct Wires<'a> {
     /// How often to report to the sender (four times per round trip of the receiver's
     /// measure, as the sender's controller expects).
     pub(super) report_every: Duration,
+    /// How long the sender may be silent on the control connection.
+    pub(super) idle: Duration,
     /// The data phase's session id, and the early data's (the hello's) if the data phase
     /// superseded it: the block values of each, and what to do with them.
     pub(super) sessions: (u32, u32),
@@ -106,6 +108,7 @@ pub(super) fn session_loop(
         mut commits,
         mut race,
         report_every,
+        idle,
         sessions,
         early_values,
     } = wires;
@@ -122,7 +125,8 @@ pub(super) fn session_loop(
         &shared.layout,
         sessions,
         kept,
-        race.as_ref().map(|r| r.watch.clone()),
+        (race.as_ref().map(|r| r.watch.clone()), idle),
+        Instant::now(),
     );
     let sizes: Vec<u64> = files.iter().map(|e| e.size).collect();
     // The data phase starts now (no message says so: both sides know the set-up's outcome).
@@ -184,7 +188,7 @@ pub(super) fn session_loop(
         }
         select! {
             recv(rx) -> msg => match msg.map_err(|_| ControlError::Closed)? {
-                Ok(msg) => data.handle(msg).map_err(data_error)?,
+                Ok(msg) => data.handle(Instant::now(), msg).map_err(data_error)?,
                 Err(ControlError::Closed) => data.on_closed().map_err(data_error)?,
                 Err(other) => return Err(other.into()),
             },
@@ -218,7 +222,8 @@ pub(super) fn session_loop(
                 data.handle_timeout(now, cmds.len() as u16, |ch| {
                     let ch = usize::from(ch);
                     (shared.heard[ch].load(Ordering::Relaxed), shared.passes[ch].load(Ordering::Relaxed))
-                });
+                })
+                .map_err(data_error)?;
                 let interval = now.saturating_duration_since(reports.interval_start());
                 let late = lateness.tick(now);
                 if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {

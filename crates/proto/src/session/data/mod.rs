@@ -27,7 +27,8 @@
 //!   when the receiver has confirmed nothing new for the stall time; the session is done when
 //!   every file is confirmed. The receiver ends at `Done` once every file is in place, and
 //!   takes a closed connection as that `Done` when every file already is (the sender ends as
-//!   soon as every file is confirmed, and its `Done` can be lost to a reset).
+//!   soon as every file is confirmed, and its `Done` can be lost to a reset); a sender silent
+//!   for the idle time (no keep-alive either) ends it.
 //!
 //! What they leave to the driver: sockets, threads and files; the per-channel machines
 //! ([`crate::ChannelSender`], [`crate::ChannelReceiver`]), which stay on their channels'
@@ -134,6 +135,12 @@ pub enum DataError {
     FinishedIncomplete {
         /// The first such file.
         file: u32,
+    },
+    /// The sender said nothing, not even a keep-alive, for this long.
+    #[error("the sender was silent for {} s", .after.as_secs())]
+    PeerSilent {
+        /// How long the receiver waited.
+        after: Duration,
     },
     /// The sender closed the control connection before it said `Done`, with files not in place.
     #[error("the sender closed the connection before the end")]

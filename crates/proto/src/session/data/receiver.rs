@@ -9,7 +9,7 @@ use crate::probe::SilenceWatch;
 use crate::verify::{Verdict, Verifier};
 use crate::wire::Control;
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the receiver's driver must act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +58,9 @@ pub struct ReceiverData {
     moved: bool,
     /// Blocks rejected so far.
     rejected_blocks: u64,
+    /// The sender may be silent this long (its keep-alives come every 200 ms).
+    idle: Duration,
+    last_heard: Instant,
     transmits: VecDeque<Control>,
     events: VecDeque<ReceiverDataEvent>,
 }
@@ -66,12 +69,14 @@ impl ReceiverData {
     /// The data phase of `layout` under `session` (`early_session`: the hello's, whose block
     /// values are dropped when the data phase superseded the early data; equal to `session`
     /// when it did not). `kept` has the hash of each file the receiver keeps its own copy of.
-    /// `race`: the watch for silent UDP, in a session that may move to TCP.
+    /// `race`: the watch for silent UDP, in a session that may move to TCP. The sender may be
+    /// silent on the control connection for `idle`, from `now` on.
     pub fn new(
         layout: &Layout,
         (session, early_session): (u32, u32),
         kept: &[Option<[u8; 32]>],
-        race: Option<SilenceWatch>,
+        (race, idle): (Option<SilenceWatch>, Duration),
+        now: Instant,
     ) -> ReceiverData {
         ReceiverData {
             layout: layout.clone(),
@@ -82,6 +87,8 @@ impl ReceiverData {
             race,
             moved: false,
             rejected_blocks: 0,
+            idle,
+            last_heard: now,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -126,8 +133,9 @@ impl ReceiverData {
         self.judge(block, v)
     }
 
-    /// A control message from the sender.
-    pub fn handle(&mut self, msg: Control) -> Result<(), DataError> {
+    /// A control message from the sender, at `now`.
+    pub fn handle(&mut self, now: Instant, msg: Control) -> Result<(), DataError> {
+        self.last_heard = now;
         match msg {
             Control::BlockHashes { session, blocks } if session == self.session => {
                 for (block, value) in blocks {
@@ -175,17 +183,28 @@ impl ReceiverData {
     }
 
     /// Timers due at `now`: the silent-UDP watch, which needs `seen(ch)`: whether anything
-    /// arrived on channel `ch`, and how many passes its thread has made over its socket.
+    /// arrived on channel `ch`, and how many passes its thread has made over its socket; and
+    /// the sender's silence on the control connection, which ends the session.
     pub fn handle_timeout(
         &mut self,
         now: Instant,
         channels: u16,
         seen: impl Fn(u16) -> (bool, u64),
-    ) {
+    ) -> Result<(), DataError> {
         if let Some(silent) = self.race.as_mut().and_then(|w| w.poll(now, channels, seen)) {
             self.transmits
                 .push_back(Control::UdpSilent { channels: silent });
         }
+        if now.saturating_duration_since(self.last_heard) > self.idle {
+            return Err(DataError::PeerSilent { after: self.idle });
+        }
+        Ok(())
+    }
+
+    /// When [`ReceiverData::handle_timeout`] must be called at the latest (the silent-UDP
+    /// watch wants calls as often as the driver's tick, while it waits).
+    pub fn poll_timeout(&self) -> Instant {
+        self.last_heard + self.idle
     }
 
     /// The next control message to send.

@@ -410,11 +410,14 @@ fn a_message_of_another_phase_ends_the_sender() {
 fn receiver(race: bool) -> (ReceiverData, Layout, Vec<Vec<u8>>) {
     let (l, files) = layout();
     let watch = race.then(|| SilenceWatch::new(Duration::from_millis(100)));
-    (
-        ReceiverData::new(&l, (7, 6), &[None, None, None], watch),
-        l,
-        files,
-    )
+    let r = ReceiverData::new(
+        &l,
+        (7, 6),
+        &[None, None, None],
+        (watch, STALL),
+        Instant::now(),
+    );
+    (r, l, files)
 }
 
 fn revents(r: &mut ReceiverData) -> Vec<ReceiverDataEvent> {
@@ -440,7 +443,7 @@ fn verified_files_are_committed_then_confirmed_and_done_ends_it() {
         r.on_block(b, value(&l, &files, b)).unwrap();
     }
     let blocks = (0..4).map(|b| (b, value(&l, &files, b))).collect();
-    r.handle(Control::BlockHashes { session: 7, blocks })
+    r.handle(t0, Control::BlockHashes { session: 7, blocks })
         .unwrap();
     let root0 = *blake3::hash(&files[0]).as_bytes();
     let root2 = *blake3::hash(&files[2]).as_bytes();
@@ -461,7 +464,7 @@ fn verified_files_are_committed_then_confirmed_and_done_ends_it() {
     );
     // `Done` while a file is still with the committer: it is waited for.
     r.on_committed(0, root0);
-    r.handle(Control::Done).unwrap();
+    r.handle(t0, Control::Done).unwrap();
     assert_eq!(revents(&mut r), [ReceiverDataEvent::Finish]);
     assert_eq!(r.finish(), Err(DataError::FinishedIncomplete { file: 2 }));
     r.on_committed(2, root2);
@@ -480,7 +483,7 @@ fn verified_files_are_committed_then_confirmed_and_done_ends_it() {
 fn kept_files_are_not_committed_and_held_values_wait_for_the_senders() {
     let t0 = Instant::now();
     let l = Layout::new(&[0, 0], BLOCK, 1).unwrap();
-    let mut r = ReceiverData::new(&l, (1, 1), &[Some([3; 32]), None], None);
+    let mut r = ReceiverData::new(&l, (1, 1), &[Some([3; 32]), None], (None, STALL), t0);
     r.start(t0, [], &[], &[0, 0]).unwrap();
     let empty = *blake3::hash(b"").as_bytes();
     assert_eq!(
@@ -499,10 +502,13 @@ fn kept_files_are_not_committed_and_held_values_wait_for_the_senders() {
     let ev = revents(&mut r);
     assert_eq!(ev[0], ReceiverDataEvent::Verified { file: 0, index: 0 });
     // A held copy that was wrong is fetched again, on its channel.
-    r.handle(Control::BlockHashes {
-        session: 7,
-        blocks: vec![(1, value(&l, &files, 1))],
-    })
+    r.handle(
+        t0,
+        Control::BlockHashes {
+            session: 7,
+            blocks: vec![(1, value(&l, &files, 1))],
+        },
+    )
     .unwrap();
     let (ch, _) = l.block_stripe_range(1).unwrap();
     assert_eq!(
@@ -520,10 +526,13 @@ fn a_block_that_keeps_failing_ends_the_session() {
     let t0 = Instant::now();
     let (mut r, l, files) = receiver(false);
     r.start(t0, [], &[], &[3000, 0, 100]).unwrap();
-    r.handle(Control::BlockHashes {
-        session: 7,
-        blocks: vec![(3, value(&l, &files, 3))],
-    })
+    r.handle(
+        t0,
+        Control::BlockHashes {
+            session: 7,
+            blocks: vec![(3, value(&l, &files, 3))],
+        },
+    )
     .unwrap();
     let mut result = Ok(());
     for i in 0..crate::verify::MAX_BLOCK_FAILURES {
@@ -547,18 +556,24 @@ fn block_values_of_superseded_early_data_are_dropped_and_others_refused() {
     let (mut r, ..) = receiver(false);
     r.start(t0, [], &[], &[3000, 0, 100]).unwrap();
     revents(&mut r);
-    r.handle(Control::BlockHashes {
-        session: 6,
-        blocks: vec![(0, [1; 32])],
-    })
+    r.handle(
+        t0,
+        Control::BlockHashes {
+            session: 6,
+            blocks: vec![(0, [1; 32])],
+        },
+    )
     .unwrap();
     assert!(revents(&mut r).is_empty());
     assert_eq!(r.waiting(), 0);
     assert_eq!(
-        r.handle(Control::BlockHashes {
-            session: 8,
-            blocks: vec![]
-        }),
+        r.handle(
+            t0,
+            Control::BlockHashes {
+                session: 8,
+                blocks: vec![]
+            }
+        ),
         Err(DataError::WrongSession { session: 8 })
     );
 }
@@ -569,16 +584,16 @@ fn fallback_moves_the_channels_once_and_only_where_the_session_may() {
     let (mut r, ..) = receiver(true);
     r.start(t0, [], &[], &[3000, 0, 100]).unwrap();
     revents(&mut r);
-    r.handle(Control::Fallback).unwrap();
+    r.handle(t0, Control::Fallback).unwrap();
     assert_eq!(revents(&mut r), [ReceiverDataEvent::MoveToTcp]);
     assert!(r.moved());
     assert!(matches!(
-        r.handle(Control::Fallback),
+        r.handle(t0, Control::Fallback),
         Err(DataError::Unexpected(_))
     ));
     let (mut r, ..) = receiver(false);
     assert!(matches!(
-        r.handle(Control::Fallback),
+        r.handle(t0, Control::Fallback),
         Err(DataError::Unexpected(_))
     ));
 }
@@ -590,18 +605,20 @@ fn silent_channels_are_named_once_after_the_wait() {
     r.start(t0, [], &[], &[3000, 0, 100]).unwrap();
     let seen = |passes: u64| move |ch: u16| (ch == 0, passes);
     // Before the wait is over (the round trip, at least `SILENT_AFTER`): nothing.
-    r.handle_timeout(t0 + Duration::from_millis(100), 2, seen(0));
+    r.handle_timeout(t0 + Duration::from_millis(100), 2, seen(0))
+        .unwrap();
     assert_eq!(r.poll_transmit(), None);
     // The wait is over: the threads' passes are noted; two passes later, channel 1 is silent.
     let t = t0 + Duration::from_millis(400);
-    r.handle_timeout(t, 2, seen(0));
+    r.handle_timeout(t, 2, seen(0)).unwrap();
     assert_eq!(r.poll_transmit(), None);
-    r.handle_timeout(t, 2, seen(2));
+    r.handle_timeout(t, 2, seen(2)).unwrap();
     assert_eq!(
         r.poll_transmit(),
         Some(Control::UdpSilent { channels: vec![1] })
     );
-    r.handle_timeout(t + Duration::from_secs(1), 2, seen(9));
+    r.handle_timeout(t + Duration::from_secs(1), 2, seen(9))
+        .unwrap();
     assert_eq!(r.poll_transmit(), None);
 }
 
@@ -612,8 +629,26 @@ fn a_closed_connection_is_the_end_only_with_every_file_in_place() {
     r.start(t0, [], &[], &[3000, 0, 100]).unwrap();
     assert_eq!(r.on_closed(), Err(DataError::PeerGone));
     let l = Layout::new(&[0], BLOCK, 1).unwrap();
-    let mut r = ReceiverData::new(&l, (1, 1), &[Some([3; 32])], None);
+    let mut r = ReceiverData::new(&l, (1, 1), &[Some([3; 32])], (None, STALL), t0);
     r.start(t0, [], &[], &[0]).unwrap();
     r.on_closed().unwrap();
     assert_eq!(revents(&mut r), [ReceiverDataEvent::Finish]);
+}
+
+#[test]
+fn a_sender_silent_for_the_idle_time_ends_the_receiver() {
+    let t0 = Instant::now();
+    let l = Layout::new(&[100], BLOCK, 1).unwrap();
+    let mut r = ReceiverData::new(&l, (1, 1), &[None], (None, STALL), t0);
+    r.start(t0, [], &[], &[100]).unwrap();
+    assert_eq!(r.poll_timeout(), t0 + STALL);
+    // A keep-alive is enough.
+    let t1 = t0 + Duration::from_secs(20);
+    r.handle(t1, Control::KeepAlive).unwrap();
+    r.handle_timeout(t0 + STALL + Duration::from_secs(1), 1, |_| (true, 0))
+        .unwrap();
+    assert_eq!(
+        r.handle_timeout(t1 + STALL + Duration::from_millis(1), 1, |_| (true, 0)),
+        Err(DataError::PeerSilent { after: STALL })
+    );
 }
