@@ -9,31 +9,41 @@
 //! A [`Scenario`] describes files (sizes; the bytes come from the seed), the layout parameters,
 //! the path and a few fault knobs; a [`Pair`] runs it:
 //!
-//! - **Sender side**: one [`ChannelSender`] and one [`Pacer`] (the total rate split evenly) per
-//!   channel. Each turn it applies control messages (`Nack` -> `on_nack`, `ChannelDone` ->
-//!   `on_channel_done`), sends runs while the pacer allows (cut into datagrams of `payload`
-//!   bytes with a [`Header`]: kind `Data`, `FLAG_RETRANSMIT` for repairs, per-channel packet
-//!   numbers from 1, file id and offset from [`Layout::resolve`]), sends a `Final` datagram when
-//!   `poll_final` says so, and sends `BlockHashes` (tagged with its session id) for every
-//!   block it read for the first time, at once.
-//! - **Receiver side**: one [`Admission`] for all channels (they share one link, as they would
-//!   share one socket), one [`ChannelReceiver`] per channel, a [`Verifier`] and an in-memory
-//!   copy of every file. It takes `BlockHashes` of its session id; those of superseded early
-//!   data (a whole session's, see below) it drops, any other is an error. Admission is the
-//!   engine's, from `hurtle-proto`: datagrams that fail [`Header::decode`], carry another session id, a probe
-//!   (this runner has no probing phase), a channel that is not the one the layout assigns, a
-//!   wrong stripe length in a final marker, or a `(file, offset, len)` that [`Layout::place`]
-//!   refuses are dropped and counted ([`Rejected`]). Good data is
-//!   recorded with `on_data` and copied into the file when it brought new bytes; a completed
-//!   block is hashed over the received bytes and judged; a mismatch `reject`s the block on its
-//!   channel, `GiveUp` fails the run. Each turn it sends `poll_nack` results as `Nack` and
+//! The data phase's rules are the engine's own machines, [`SenderData`] and [`ReceiverData`]
+//! (`hurtle_proto::session::data`): this runner only carries out what they decide, as the
+//! engine's session loops do, so its tests test what ships.
+//!
+//! - **Sender side**: its [`SenderData`], and one [`ChannelSender`] and one [`Pacer`] (the
+//!   total rate split evenly) per channel. Each turn it hands control messages to the machine
+//!   and carries out its commands (a NACK to `on_nack`, a channel's end to
+//!   `on_channel_done`, a new rate to the pacers, a move to [`Scenario::fallback`]), sends runs
+//!   while the pacer allows (cut into datagrams of `payload` bytes with a [`Header`]: kind
+//!   `Data`, `FLAG_RETRANSMIT` for repairs, per-channel packet numbers from 1, file id and
+//!   offset from [`Layout::resolve`]), sends a `Final` datagram when `poll_final` says so,
+//!   gives the machine the value of every block it read for the first time and sends its
+//!   `BlockHashes` at once, and runs its timers (keep-alives, the silence check, the stall).
+//! - **Receiver side**: its [`ReceiverData`], one [`Admission`] for all channels (they share
+//!   one link, as they would share one socket), one [`ChannelReceiver`] per channel and an
+//!   in-memory copy of every file. Admission is the engine's, from `hurtle-proto`: datagrams
+//!   that fail [`Header::decode`], carry another session id, a probe (this runner has no
+//!   probing phase), a channel that is not the one the layout assigns, a wrong stripe length
+//!   in a final marker, or a `(file, offset, len)` that [`Layout::place`] refuses are dropped
+//!   and counted ([`Rejected`]). Good data is recorded with `on_data` and copied into the file
+//!   when it brought new bytes; a completed block's value, hashed over the received bytes,
+//!   goes to the machine, which judges it against the sender's: a file it completes is in
+//!   place at once (this runner's disk is its memory) and confirmed, a block that failed goes
+//!   back to its channel (`reject`). Each turn it sends `poll_nack` results as `Nack` and
 //!   `poll_done` as `ChannelDone`.
 //! - **Paths**: all channels share one data [`Link`] (sender -> receiver), so a rate-limited
 //!   bottleneck is shared as it would be on a real path. The control connection is modelled as
 //!   TCP: reliable and in order, with the data link's one-way delay (or
 //!   [`Scenario::control_delay`]); during a blackout of the data link it stalls and delivers what
 //!   was sent once the blackout ends. Messages really are framed and parsed with
-//!   [`Control::to_frame`] / [`Control::from_body`].
+//!   [`Control::to_frame`] / [`Control::from_body`]. With [`Scenario::fallback`] a second data
+//!   path stands for the TCP data connections of `--transport auto`: the receiver's machine
+//!   names the channels on which nothing arrived, the sender's moves every channel there
+//!   (what the silent ones sent queued again, no second copies of repairs, no parity), and
+//!   the receiver reads it from the `Fallback` on.
 //! - **Rate control** ([`Scenario::rate`]): without it every pacer runs at a fixed share of
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
@@ -88,8 +98,8 @@
 //!   `next_timeout`, the next report, the next path change, and an optional periodic tick
 //!   ([`Scenario::tick`]).
 //!
-//! The run ends when every file is verified (an empty file trivially) and every channel sender
-//! `is_done()`. Then the receiver's bytes must equal the sender's exactly and every file hash
+//! The run ends when every file is in place at the receiver (an empty file at once) and every
+//! channel sender `is_done()`. Then the receiver's bytes must equal the sender's exactly and every file hash
 //! must equal `blake3::hash(file)`; otherwise, or when the virtual time or step cap is hit, the
 //! run fails with a [`Failure`] that describes the state of every channel.
 //!
@@ -107,10 +117,9 @@
 //! (`Pair::sender_restarts`, the block values of the blocks it reads again tagged with that
 //! one); its receiver builds its data state from its own outcome and reads its datagrams
 //! from then on (`Pair::receiver_starts`: they wait in the link until then, and those of
-//! another session id are dropped), checks its blocks against the early data's values that
-//! came during its set-up when its outcome keeps the early data
-//! (`Pair::receiver_takes_early_values`), and drops those of superseded early data in its
-//! data phase; a side that ends stops. The sender's layout and the receiver's are kept apart, as they may
+//! another session id are dropped), its machine taking first the early data's values that
+//! came during its set-up when its outcome keeps the early data, and dropping those of
+//! superseded early data in its data phase; a side that ends stops. The sender's layout and the receiver's are kept apart, as they may
 //! differ for a while. Probing of payload sizes runs in neither: data uses
 //! [`Scenario::payload`] and the receiver rejects probes.
 //!
@@ -126,6 +135,7 @@ use crate::session::Fault;
 use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
+use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::rate::{Outages, PathMemory, Reason};
 use hurtle_proto::session::data::{
@@ -218,7 +228,8 @@ pub struct Scenario {
     /// The receiver's reports and NACKs also go as datagrams, as the engine's do
     /// ([`hurtle_proto::feedback`]): each copy is lost with this probability, and in a blackout
     /// of the data link, and arrives after the control connection's delay otherwise; the
-    /// sender acts on the first copy of each ([`Dedup`]). `None`: the control connection only.
+    /// sender's machine acts on the first copy of each ([`hurtle_proto::feedback::Dedup`]).
+    /// `None`: the control connection only.
     pub feedback_copies: Option<f64>,
     /// The control connection's retransmission timer: a message sent into a blackout arrives
     /// with TCP's first retransmission after the blackout ends, the timer doubling from this
@@ -251,6 +262,12 @@ pub struct Scenario {
     /// when the sender says nothing at all for this long (the engine's `idle_timeout`, 30 s).
     /// Without [`Scenario::rate`] there are no reports: a data phase longer than this stalls.
     pub stall: Duration,
+    /// The TCP data connections of `--transport auto`, dialled beside UDP: with it the data
+    /// phase may move every channel to this second path, once, when the receiver finds UDP
+    /// silent at the start of its data phase ([`hurtle_proto::probe::SilenceWatch`]). TCP
+    /// delivers every byte in order: give it no loss, and a queue that holds what the pacers
+    /// send at its rate (they pace at that rate after the move, standing in for TCP's own).
+    pub fallback: Option<LinkConfig>,
     /// The run fails after this many event-loop steps.
     pub max_steps: u64,
 }
@@ -307,6 +324,7 @@ impl Default for Scenario {
             tick: Some(Duration::from_millis(1)),
             max_virtual: Duration::from_secs(600),
             stall: Duration::from_secs(30),
+            fallback: None,
             max_steps: 3_000_000,
         }
     }
@@ -361,6 +379,8 @@ pub use hurtle_proto::admit::Rejected;
 /// What a finished run did. Byte counts are payload bytes unless noted.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// When the sender moved its channels to [`Scenario::fallback`], if it did.
+    pub moved_to_tcp: Option<Duration>,
     /// Virtual time from time zero until the run was complete (for a plain scenario time zero
     /// is the first send; for a whole session, the sender's hello, and the end is both sides'
     /// end).
@@ -607,6 +627,7 @@ mod stream {
     pub const HEADER_FLIP: u64 = 6;
     pub const CLOCK: u64 = 7;
     pub const FEEDBACK_DROP: u64 = 8;
+    pub const TCP: u64 = 9;
 }
 
 /// The session id a sender seeded with `seed` picks (odd, as the engine's are).
@@ -951,6 +972,9 @@ pub(crate) struct ReceiverSide {
     parity: Vec<ParityStore>,
     /// The data phase's rules, the engine's: verification, commits, the end.
     pub(crate) data: ReceiverData,
+    /// Turns the receiver has taken: its channels' passes over their sockets, for the
+    /// silent-UDP watch.
+    passes: u64,
     /// The session id of superseded early data, whose block values are dropped (`None` for
     /// a plain scenario, and when the data phase's session is the early data's).
     superseded: Option<u32>,
@@ -1090,7 +1114,14 @@ fn sender_side(
                 &layout,
                 (plan.session, channels),
                 &vec![None; layout.file_count()],
-                (DataPath::Udp, sc.stall),
+                (
+                    if sc.fallback.is_some() {
+                        DataPath::UdpOrTcp
+                    } else {
+                        DataPath::Udp
+                    },
+                    sc.stall,
+                ),
                 start,
             );
             data.begin(start, controller);
@@ -1151,9 +1182,16 @@ fn receiver_side(
             layout,
             (plan.session, superseded.unwrap_or(plan.session)),
             &vec![None; layout.file_count()],
-            (None, sc.stall),
+            (
+                sc.fallback.as_ref().map(|_| {
+                    let rtt = sc.rate.as_ref().map_or(sc.link.delay * 2, |r| r.rtt);
+                    SilenceWatch::new(rtt)
+                }),
+                sc.stall,
+            ),
             start,
         ),
+        passes: 0,
         superseded: superseded.filter(|&s| s != plan.session),
         values_expected: 0,
         early_values: 0,
@@ -1210,6 +1248,12 @@ pub struct Pair {
     pub(crate) now: Instant,
     pub(crate) steps: u64,
     pub(crate) link: Link,
+    /// [`Scenario::fallback`]'s path, and whether each side moved to it (the sender when its
+    /// machine says so, the receiver at `Fallback`), and when the sender did.
+    tcp: Option<Link>,
+    snd_on_tcp: bool,
+    rcv_on_tcp: bool,
+    moved_to_tcp: Option<Instant>,
     /// Forged datagrams waiting to be handed to the receiver (at once).
     injected: VecDeque<Vec<u8>>,
     pub(crate) to_receiver: ControlPath,
@@ -1343,6 +1387,13 @@ impl Pair {
                 SimRng::new(sc.seed, stream::LINK).next_u64(),
                 t0,
             ),
+            tcp: sc
+                .fallback
+                .clone()
+                .map(|cfg| Link::new(cfg, SimRng::new(sc.seed, stream::TCP).next_u64(), t0)),
+            snd_on_tcp: false,
+            rcv_on_tcp: false,
+            moved_to_tcp: None,
             injected: VecDeque::new(),
             to_receiver: paths.0,
             to_sender: paths.1,
@@ -1498,8 +1549,9 @@ impl Pair {
                         .ok_or("verifier rejected an unknown block")?;
                     self.rcv.channels[usize::from(channel)].reject(stripe);
                 }
+                ReceiverDataEvent::MoveToTcp if self.tcp.is_some() => self.rcv_on_tcp = true,
                 ReceiverDataEvent::MoveToTcp => {
-                    return Err("the channels cannot move to TCP in this runner".into())
+                    return Err("Fallback in a scenario without a TCP path".into())
                 }
                 ReceiverDataEvent::Finish => {
                     self.rcv.data.finish().map_err(|e| e.to_string())?;
@@ -1597,6 +1649,22 @@ impl Pair {
         Ok(())
     }
 
+    /// The path the sender's channels send on.
+    fn data_out(&mut self) -> &mut Link {
+        match self.tcp.as_mut() {
+            Some(tcp) if self.snd_on_tcp => tcp,
+            _ => &mut self.link,
+        }
+    }
+
+    /// The path the receiver's channels read.
+    fn data_in(&mut self) -> &mut Link {
+        match self.tcp.as_mut() {
+            Some(tcp) if self.rcv_on_tcp => tcp,
+            _ => &mut self.link,
+        }
+    }
+
     /// When the sender's stall at `now` ends, if it is in one ([`Scenario::sender_stalls`]).
     fn sender_stall_end(&self, now: Instant) -> Option<Instant> {
         self.sc
@@ -1638,7 +1706,16 @@ impl Pair {
             }
         };
         if self.rcv_reading {
-            consider(self.link.next_delivery().map(|t| self.lump_end(t)));
+            let data_in = if self.rcv_on_tcp {
+                self.tcp.as_ref()
+            } else {
+                Some(&self.link)
+            };
+            consider(
+                data_in
+                    .and_then(Link::next_delivery)
+                    .map(|t| self.lump_end(t)),
+            );
             consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
             consider(
                 self.rcv
@@ -1704,15 +1781,21 @@ impl Pair {
 
     /// The receiver machine's timers due at `now`: the sender's silence ends its data phase.
     pub(crate) fn receiver_timers(&mut self, now: Instant) -> Result<(), DataFailure> {
-        if now < self.rcv.data.poll_timeout() {
-            return Ok(());
-        }
         let channels = self.rcv.channels.len() as u16;
-        // This runner has no silent-UDP watch: every channel counts as heard.
+        self.rcv.passes += 1;
+        let (arrivals, passes) = (&self.rcv.arrivals, self.rcv.passes);
+        let seen = |ch: u16| {
+            let heard = arrivals.get(usize::from(ch)).is_some_and(|m| m.bytes > 0);
+            (heard, passes)
+        };
         self.rcv
             .data
-            .handle_timeout(now, channels, |_| (true, 0))
-            .map_err(DataFailure::Rule)
+            .handle_timeout(now, channels, seen)
+            .map_err(DataFailure::Rule)?;
+        // `UdpSilent`, if the watch named channels.
+        self.receiver_acts(now)
+            .map(|_| ())
+            .map_err(DataFailure::Runner)
     }
 
     /// The receiver reads every datagram due at `now` (forged ones first).
@@ -1729,7 +1812,7 @@ impl Pair {
             }
             None => now,
         };
-        while let Some(dg) = self.link.poll(upto) {
+        while let Some(dg) = self.data_in().poll(upto) {
             match &mut self.rcv.stage {
                 Some(stage) => stage.offer(now, dg),
                 None => self.on_datagram(now, now, &dg)?,
@@ -2075,8 +2158,8 @@ impl Pair {
                 SenderDataEvent::Silence { change } => self.set_pacers(now, Some(change)),
                 // This runner does not probe, and its data path is UDP alone.
                 SenderDataEvent::FileConfirmed { .. } | SenderDataEvent::ProbeAck { .. } => {}
-                SenderDataEvent::MoveToTcp { .. } => {
-                    return Err("the channels cannot move to TCP in this runner".into())
+                SenderDataEvent::MoveToTcp { silent, .. } => {
+                    self.sender_moves_to_tcp(now, &silent)?
                 }
             }
         }
@@ -2087,6 +2170,35 @@ impl Pair {
             }
             self.to_receiver.send(now, &msg);
         }
+        Ok(())
+    }
+
+    /// The sender moves every channel to [`Scenario::fallback`]'s path at `now`, as the
+    /// engine's does: `Fallback` to the receiver, what the silent channels sent queued again
+    /// (nothing of it arrived), the pacers at the path's rate from now on.
+    fn sender_moves_to_tcp(&mut self, now: Instant, silent: &[u16]) -> Result<(), String> {
+        let rate = match &self.tcp {
+            Some(tcp) => tcp.config().rate_bps,
+            None => return Err("a move to TCP in a scenario without a TCP path".into()),
+        };
+        self.to_receiver.send(now, &Control::Fallback);
+        for &ch in silent {
+            if let Some(c) = self.snd.channels.get_mut(usize::from(ch)) {
+                c.on_link_lost();
+            }
+        }
+        for c in &mut self.snd.channels {
+            c.set_lossless();
+        }
+        self.snd_on_tcp = true;
+        self.moved_to_tcp = Some(now);
+        if let Some(bps) = rate {
+            let per_channel = (bps / self.snd.pacers.len().max(1) as u64).max(100_000);
+            for p in &mut self.snd.pacers {
+                p.set_rate(per_channel, now);
+            }
+        }
+        self.snd.data.moved_to_tcp(now, None);
         Ok(())
     }
 
@@ -2170,7 +2282,7 @@ impl Pair {
                 if self.final_rng.chance(self.sc.final_loss) {
                     self.finals_dropped += 1;
                 } else {
-                    self.link.send(now, dg);
+                    self.data_out().send(now, dg);
                 }
             }
         }
@@ -2197,7 +2309,8 @@ impl Pair {
         let left = self.snd.channels[ch].new_remaining();
         let tail = fec::in_tail(left, self.snd.pacers[ch].rate(), rtt);
         self.snd.channels[ch].set_tail(tail);
-        (self.sc.fec && tail)
+        // No parity over TCP, which loses nothing (as the engine's).
+        (self.sc.fec && tail && !self.snd_on_tcp)
             .then(|| fec::piece_size(self.sc.payload))
             .filter(|&p| p >= 2)
     }
@@ -2261,7 +2374,7 @@ impl Pair {
                 desc.encode(&mut dg[HEADER_LEN..]);
                 dg[HEADER_LEN + fec::DESC_LEN..].copy_from_slice(shard);
                 sent += dg.len() as u64;
-                self.link.send(now, dg);
+                self.data_out().send(now, dg);
                 self.parity_sent += 1;
             }
         }
@@ -2317,7 +2430,7 @@ impl Pair {
                 self.header_corrupted += 1;
             }
             sent += dg.len() as u64;
-            self.link.send(now, dg);
+            self.data_out().send(now, dg);
             self.datagrams_sent += 1;
             self.first_data.get_or_insert(now);
             self.datagrams_by_channel[usize::from(ch)] += 1;
@@ -2455,6 +2568,7 @@ impl Pair {
         let s = self.snd.channels.iter().map(ChannelSender::stats);
         let r = self.rcv.channels.iter().map(ChannelReceiver::stats);
         Outcome {
+            moved_to_tcp: self.moved_to_tcp.map(|t| t - self.t0),
             duration: end - self.t0,
             steady_until: self.steady_until.unwrap_or(end) - self.t0,
             new_data_sent: self.new_data_sent.unwrap_or(end) - self.t0,

@@ -658,3 +658,59 @@ mod resume {
         assert_eq!(out.datagrams_sent, 0, "{out}");
     }
 }
+
+// ----- the move to TCP -----
+
+mod move_to_tcp {
+    use super::*;
+
+    /// A 4 MiB file over a path that drops every UDP datagram, with TCP data connections
+    /// beside it (`--transport auto`): 50 Mbit/s, 20 ms one way, lossless.
+    fn blocked_udp() -> Scenario {
+        Scenario {
+            files: vec![4 * MIB],
+            link: LinkConfig::default().with_delay(ms(20)).with_loss(1.0),
+            fallback: Some(LinkConfig {
+                rate_bps: Some(50_000_000),
+                queue_bytes: 64 << 20,
+                ..LinkConfig::default().with_delay(ms(20))
+            }),
+            ..Scenario::default()
+        }
+    }
+
+    #[test]
+    fn blocked_udp_moves_every_channel_to_tcp_once_and_nothing_arrives_twice() {
+        let out = run("UDP blocked, TCP beside it", blocked_udp(), ms(1500));
+        // The receiver's watch waits SILENT_AFTER (300 ms, more than the 40 ms round trip)
+        // and two passes of its channels; its `UdpSilent` takes 20 ms to the sender.
+        let moved = out.moved_to_tcp.expect("moved");
+        assert!(moved >= ms(320) && moved <= ms(330), "{moved:?}");
+        // Nothing of the UDP datagrams arrived, so nothing arrives twice: the file crossed
+        // the TCP path once, as repairs of what UDP lost.
+        assert_eq!(out.duplicate_bytes, 0, "{out}");
+        // 4 MiB at 50 Mbit/s is 0.67 s; the move and a round trip on top.
+        assert!(out.duration < moved + ms(67 * 10 + 100), "{out}");
+    }
+
+    #[test]
+    fn udp_that_gets_through_stays_on_udp() {
+        let sc = Scenario {
+            link: LinkConfig::default().with_delay(ms(20)).with_loss(0.01),
+            ..blocked_udp()
+        };
+        let out = run("UDP through, TCP beside it", sc, ms(800));
+        assert_eq!(out.moved_to_tcp, None);
+    }
+
+    #[test]
+    fn without_tcp_beside_it_blocked_udp_ends_the_transfer() {
+        let sc = Scenario {
+            fallback: None,
+            max_virtual: Duration::from_secs(40),
+            ..blocked_udp()
+        };
+        let failure = sc.run().expect_err("no way through");
+        assert!(failure.to_string().contains("no progress"), "{failure}");
+    }
+}

@@ -535,8 +535,8 @@ mod early_data {
     /// transmission time after time zero (342.0 ms at 200 Mbit/s; a little less than the
     /// transmission time, as the pacers' catch-up lets the first bursts go at once), not at
     /// its outcome (two round trips) plus one. The same with rate control (starting at
-    /// 100 Mbit/s: 380.3 ms, where the receiver reports at its own interval from its start;
-    /// 383.9 ms before session 32, when startup's sends were not yet trains of up to 64 KiB).
+    /// 100 Mbit/s: 380.3 ms, where the receiver reports at its own interval from its start,
+    /// startup's sends going in trains of up to 64 KiB).
     #[test]
     fn a_mebibyte_over_150_ms_is_done_one_round_trip_after_its_last_datagram() {
         let mut sc = path150(vec![SimEntry::file("a", 1 << 20)]);
@@ -1994,5 +1994,37 @@ mod any_data_fault {
                 prop_assert!(out.files.iter().all(|f| f.equals_source), "{out}");
             }
         }
+    }
+}
+
+mod move_to_tcp {
+    use super::*;
+    use hurtle_netsim::LinkConfig;
+
+    /// A whole session whose UDP gets nowhere, with TCP data connections beside it: the
+    /// receiver names the silent channels, the sender moves them, the receiver follows at
+    /// `Fallback`, and the files arrive whole with nothing twice.
+    #[test]
+    fn a_session_whose_udp_is_blocked_moves_to_tcp_and_is_done() {
+        let mut sc = session(vec![
+            SimEntry::file("a", 40 * BLOCK),
+            SimEntry::file("b", 0),
+        ]);
+        sc.data.link = LinkConfig::default().with_delay(D).with_loss(1.0);
+        sc.data.fallback = Some(LinkConfig {
+            rate_bps: Some(100_000_000),
+            queue_bytes: 64 << 20,
+            ..LinkConfig::default().with_delay(D)
+        });
+        let out = run_done("UDP blocked in a session", &sc);
+        assert_eq!(out.to_sender.get("UdpSilent"), Some(&1));
+        assert_eq!(out.to_receiver.get("Fallback"), Some(&1));
+        let data = out.data.as_ref().unwrap();
+        // The receiver starts its data phase at 60 ms and names the channels 300 ms later
+        // (two passes of its channels on); the sender has it 20 ms after that.
+        let moved = data.moved_to_tcp.expect("moved");
+        assert!(moved >= ms(380) && moved <= ms(390), "{moved:?}");
+        assert_eq!(data.duplicate_bytes, 0, "{out}");
+        assert!(out.files.iter().all(|f| f.equals_source));
     }
 }

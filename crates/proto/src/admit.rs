@@ -32,9 +32,7 @@
 //! is not known to be the sender's: its packet number and timestamp are whatever a forger or a
 //! flipped bit made them, and one forged packet number near the top of its 48 bits would make
 //! every later genuine datagram of its channel look old, so that no loss was ever seen again.
-//! (An earlier copy of this logic in `hurtle-netsim` counted final markers and data as soon as
-//! the session id matched; the engine always counted after the checks, and this module keeps
-//! the engine's order.) Probes never count: they are not paced with the data and have their
+//! Probes never count: they are not paced with the data and have their
 //! own packet numbers. Every rejection counts once, in [`Tally::rejected`] and under its reason.
 //!
 //! # Packet numbers

@@ -25,11 +25,11 @@
 //! ([`NACK_RANGES_BUDGET`], [`nack_range_len`]; the rest follow in the next NACK): a NACK on
 //! TCP alone comes late whenever TCP is recovering (after an outage, behind a lost segment),
 //! and the sender, which takes a NACK for ranges it repaired more than a round trip ago for a
-//! lost repair, sends again what its repairs had delivered meanwhile (session 35: after a 3 s
-//! outage on intercontinental, the receiver's asks for the outage's 180 MB went in NACKs of
-//! 150-240 ranges, TCP only, and 42 MB of repairs arrived twice). A NACK's copy on TCP can
-//! still come seconds late after an outage when its datagram was lost: since protocol 14 it
-//! says what it knew of (`knew_us`), and the sender does not repeat a repair sent after that.
+//! lost repair, sends again what its repairs had delivered meanwhile (after a 3 s outage
+//! on a long path the asks for the outage's data, in NACKs of hundreds of ranges on TCP
+//! alone, had tens of megabytes repaired twice). A NACK's copy on TCP can still come seconds
+//! late after an outage when its datagram was lost: so it says what it knew of (`knew_us`),
+//! and the sender does not repeat a repair sent after that.
 
 use crate::secure::TAG_LEN;
 use crate::wire::{Control, Header, Kind, HEADER_LEN};

@@ -14,7 +14,7 @@
 //! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
 //! | [`feedback`] | the receiver's reports and NACKs as datagrams beside the control connection, and the sender's filter of their copies |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
-//! | [`session`] | the set-up of a session (hello, manifest, decisions, skips), a state machine per side |
+//! | [`session`] | a session's set-up (hello, manifest, decisions, skips) and its data phase and finish ([`session::data`]), a state machine per side for each |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
 //! | [`hash`] | BLAKE3 of blocks, and each file's real BLAKE3 from its blocks |
@@ -23,7 +23,9 @@
 //! # A session, in order
 //!
 //! Steps 1 and 2 are the [`session`] machines ([`session::SenderSetup`],
-//! [`session::ReceiverSetup`]); the data phase is the per-channel machines below.
+//! [`session::ReceiverSetup`]); the data phase and the finish are
+//! [`session::data::SenderData`] and [`session::data::ReceiverData`], with the per-channel
+//! machines below on the channels' threads.
 //!
 //! 1. Sender -> `Agree` and, in the clear behind it, `Hello` (magic, version, channels offered,
 //!    payload, block size, session id); receiver -> `Agree` and, sealed behind it, `HelloAck`

@@ -74,6 +74,14 @@ impl SilenceWatch {
         self.started.get_or_insert(now);
     }
 
+    /// When the wait is over, while the watch has not named its channels yet (after it, the
+    /// verdict needs each channel's thread to have been round twice: poll at the driver's tick).
+    pub fn next_check(&self) -> Option<Instant> {
+        self.started
+            .filter(|_| !self.done)
+            .map(|started| started + self.after)
+    }
+
     /// The silent channels of `channels`, once, when they are due. `seen(ch)` says whether
     /// anything arrived on channel `ch`, and how many passes its thread has made over its
     /// socket. Once every channel was heard by then, it names none.

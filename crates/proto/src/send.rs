@@ -153,6 +153,8 @@ pub struct ChannelSender {
     held_all: RangeSet,
     /// The driver says the channel is in its tail ([`ChannelSender::set_tail`]).
     tail: bool,
+    /// The channel's link loses nothing ([`ChannelSender::set_lossless`]).
+    lossless: bool,
 }
 
 /// Most repairs remembered (older ones are forgotten first: a NACK that asks for one is
@@ -181,6 +183,7 @@ impl ChannelSender {
             copy_window: None,
             held_all: RangeSet::new(),
             tail: false,
+            lossless: false,
         }
     }
 
@@ -223,6 +226,13 @@ impl ChannelSender {
         }
     }
 
+    /// The channel moved to a link that loses nothing (a TCP connection): a repair goes once,
+    /// in the tail too (a second copy would only arrive twice).
+    pub fn set_lossless(&mut self) {
+        self.lossless = true;
+        self.copies = RangeSet::new();
+    }
+
     /// Nothing sent so far reached the receiver (the channel's datagrams went nowhere, and it
     /// moves to another link): everything sent is queued to be sent again, held ranges
     /// excepted, and the final marker is sent again once it is due. Returns the bytes queued.
@@ -244,7 +254,7 @@ impl ChannelSender {
         let max_len = max_len.max(1);
         let new_left = self.next_new < self.stripe_len;
         let repair_allowed = !self.repair.is_empty() && (!new_left || self.credit >= 0.0);
-        let in_tail = !new_left || self.tail;
+        let in_tail = !self.lossless && (!new_left || self.tail);
         let copy_due = !self.copies.is_empty() && (!new_left || (self.tail && self.credit >= 0.0));
         if repair_allowed || copy_due {
             // First copies, then second ones.
@@ -635,6 +645,39 @@ mod tests {
         }
         let share = rep as f64 / (new + rep) as f64;
         assert!(share > 0.2 && share < 0.4, "repair share {share}");
+    }
+
+    #[test]
+    fn on_a_lossless_link_a_repair_goes_once_even_in_the_tail() {
+        let l = layout();
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        let t0 = Instant::now();
+        while s.new_remaining() > 0 {
+            s.poll_run(&l, 1000, t0).unwrap();
+        }
+        // All sent (the tail, whatever the driver says) and lost: it moves to TCP.
+        s.on_link_lost();
+        s.set_lossless();
+        let mut repaired = 0;
+        while let Some(r) = s.poll_run(&l, 1000, t0) {
+            if r.kind == RunKind::Repair {
+                repaired += r.len;
+            }
+        }
+        assert_eq!(repaired, s.stripe_len(), "each byte once");
+        // Without it, the tail's second copies follow.
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        while s.new_remaining() > 0 {
+            s.poll_run(&l, 1000, t0).unwrap();
+        }
+        s.on_link_lost();
+        let mut repaired = 0;
+        while let Some(r) = s.poll_run(&l, 1000, t0) {
+            if r.kind == RunKind::Repair {
+                repaired += r.len;
+            }
+        }
+        assert!(repaired > s.stripe_len(), "{repaired}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What a transfer holds and does not send: part files resumed from an interrupted transfer
 //! ([`Resumed`], their listed blocks hashed again), the holes of sparse files ([`Holes`],
 //! hashed on a thread of their own by [`hash_holes`]), and the manifest's checks of its blocks
-//! and holes before anything is created ([`check_blocks`]).
+//! and holes before anything is created (`check_blocks`, in the receiver's set-up machine).
 
 use super::parallel::in_runs;
 use super::shared::{ChanEvent, Shared};

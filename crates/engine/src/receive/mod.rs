@@ -1,9 +1,10 @@
 //! The receiving side of a session: listen, agree, check the manifest, receive, verify, commit.
 //!
-//! Threads: the session loop (the caller's thread) owns the [`Verifier`] and the files' fates:
-//! it feeds the sender's block values in and hands verified files to a committer thread, which
-//! commits them (fsync + rename, in batches of a few milliseconds' worth) and sends `FileDone`
-//! for each. Channel threads, one per channel but no more than there are cores, each serve one
+//! Threads: the session loop (the caller's thread) drives the data phase's machine
+//! (`hurtle_proto::session::data::ReceiverData`, which holds the [`Verifier`] and the files'
+//! fates): it feeds the sender's block values in and hands verified files to a committer
+//! thread, which commits them (fsync + rename, in batches of a few milliseconds' worth); the
+//! machine sends `FileDone` for each once it is in place. Channel threads, one per channel but no more than there are cores, each serve one
 //! or more channels; a channel's [`ChannelReceiver`] and socket belong to one thread, which
 //! checks every datagram, gathers each block in a buffer (hashing it front to back as its bytes
 //! arrive in order, while they are still in the CPU's cache), and writes it with one positional

@@ -1,6 +1,7 @@
 //! The sending side of a session: handshake, manifest, path probe, channel threads, confirmation.
 //!
-//! Threads: the caller's thread runs the session loop (it owns the [`BlockTable`] and routes
+//! Threads: the caller's thread runs the session loop (the driver of the data phase's machine,
+//! `hurtle_proto::session::data::SenderData`, which keeps the blocks' values and routes
 //! control messages); channel threads, one per channel but no more than there are cores (TCP
 //! connections get one each), each serve one or more channels: a channel's [`ChannelSender`],
 //! pacer, socket and block buffer belong to one thread. The control connection has a reader and
@@ -25,7 +26,6 @@
 //! Imports point one way: `session` uses everything else; `session_loop` uses `probe`,
 //! `channels`' commands and `summary`; `probe` and `channels` use `shared`.
 //!
-//! [`BlockTable`]: hurtle_proto::BlockTable
 //! [`ChannelSender`]: hurtle_proto::ChannelSender
 
 mod channels;

@@ -862,6 +862,7 @@ impl ChannelThreads {
         }
         for (w, link) in workers.iter_mut().zip(links) {
             w.link = link;
+            w.sender.set_lossless();
             if lost.contains(&w.ch) {
                 let queued = w.sender.on_link_lost();
                 w.log

@@ -204,7 +204,11 @@ impl ReceiverData {
     /// When [`ReceiverData::handle_timeout`] must be called at the latest (the silent-UDP
     /// watch wants calls as often as the driver's tick, while it waits).
     pub fn poll_timeout(&self) -> Instant {
-        self.last_heard + self.idle
+        let idle = self.last_heard + self.idle;
+        match self.race.as_ref().and_then(SilenceWatch::next_check) {
+            Some(check) => check.min(idle),
+            None => idle,
+        }
     }
 
     /// The next control message to send.
