@@ -6,9 +6,13 @@
 //! - [`link`]: the network model: one direction of an impaired path ([`Link`]) with delay,
 //!   jitter, loss, duplication, reordering, corruption, a rate-limited drop-tail bottleneck, an
 //!   MTU and blackout windows, plus [`Duplex`] for both directions.
+//! - [`control`]: the modelled control connection: one direction of the TCP control stream,
+//!   reliable and in order, delayed, stalled by blackouts (optionally with TCP's backed-off
+//!   retransmission timer), really framed, and the faults that can be applied to it
+//!   ([`Fault`]). It imports neither of the two modules below, which both run over it.
 //! - [`pair`]: the scenario runner: hurtle's channel senders, channel receivers and verifier
-//!   driven against each other over a [`Link`] and a simulated control connection on a virtual
-//!   clock ([`Scenario`], [`Pair`], [`Outcome`]), at a fixed rate or under hurtle's rate
+//!   driven against each other over a [`Link`] and the simulated control connection on a
+//!   virtual clock ([`Scenario`], [`Pair`], [`Outcome`]), at a fixed rate or under hurtle's rate
 //!   controller fed by the receiver's reports, optionally with a slow receiving host and a path
 //!   whose capacity changes mid-run. The scenario suites in `tests/scenarios.rs` and
 //!   `tests/rate_control.rs` are built on it. A plain [`Scenario`] starts at the data phase:
@@ -25,13 +29,15 @@
 //! (a session's time zero is the sender's `Agree` and hello, one round trip after its
 //! connect), probing of payload sizes, and parallel TCP data.
 
+pub mod control;
 pub mod link;
 pub mod pair;
 pub mod session;
 
+pub use control::Fault;
 pub use link::{Duplex, Link, LinkConfig, LinkStats};
 pub use pair::{EarlySent, Failure, Outcome, Pair, RatePoint, Rejected, ReportSample, Scenario};
 pub use session::{
-    ControlFault, Disk, EarlyData, End, Fault, FileEnd, FileState, OnDisk, PartFile, PhaseTimes,
-    Session, SessionOutcome, SessionScenario, Side, SideEnd, SideError, SimEntry, SimFile,
+    ControlFault, Disk, EarlyData, End, FileEnd, FileState, OnDisk, PartFile, PhaseTimes, Session,
+    SessionOutcome, SessionScenario, Side, SideEnd, SideError, SimEntry, SimFile,
 };

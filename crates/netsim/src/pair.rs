@@ -36,7 +36,7 @@
 //!   `poll_done` as `ChannelDone`.
 //! - **Paths**: all channels share one data [`Link`] (sender -> receiver), so a rate-limited
 //!   bottleneck is shared as it would be on a real path. The control connection is modelled as
-//!   TCP: reliable and in order, with the data link's one-way delay (or
+//!   TCP ([`crate::control`]): reliable and in order, with the data link's one-way delay (or
 //!   [`Scenario::control_delay`]); during a blackout of the data link it stalls and delivers what
 //!   was sent once the blackout ends. Messages really are framed and parsed with
 //!   [`Control::to_frame`] / [`Control::from_body`]. With [`Scenario::fallback`] a second data
@@ -90,9 +90,10 @@
 //!   [`Scenario::control_rto`] the control connection delivers what was sent into a blackout
 //!   at TCP's first retransmission after it (its timer backing off), so the copies on TCP of
 //!   lost feedback datagrams come late, as they do after a real outage.
-//! - **Control faults** (whole sessions only, [`crate::session::ControlFault`]): a message
-//!   inserted, replaced, lost or duplicated, garbage, or silence from some message on; and the
-//!   end of the connection when a side closes it.
+//! - **Control faults** (whole sessions only, [`crate::session::ControlFault`]; the control
+//!   path applies each [`crate::control::Fault`]): a message inserted, replaced, lost or
+//!   duplicated, garbage, or silence from some message on; and the end of the connection when
+//!   a side closes it.
 //! - **The clock** jumps to the next deadline: the next delivery on any path (or out of the
 //!   receiver stage), a pacer's ready time (for channels with work), the senders' and receivers'
 //!   `next_timeout`, the next report, the next path change, and an optional periodic tick
@@ -105,11 +106,13 @@
 //!
 //! # What it does not own
 //!
-//! The network model ([`crate::link`]) and the protocol logic (`hurtle-proto`). A plain
+//! The network model ([`crate::link`]), the control connection's model ([`crate::control`]:
+//! delay, blackouts, retransmission timer, framing, faults) and the protocol logic
+//! (`hurtle-proto`). A plain
 //! [`Scenario`] skips the session's set-up: both sides start with the same [`Layout`] and
 //! session id at time zero. The set-up (hello, manifest, decisions, skips) runs in
-//! [`crate::session`], which drives `hurtle-proto`'s set-up machines over this module's control
-//! path and then this data phase on the same clock, each side from its own start: its sender
+//! [`crate::session`], which drives `hurtle-proto`'s set-up machines over the same control
+//! paths and then this data phase on the same clock, each side from its own start: its sender
 //! starts sending early data at the `HelloAck` under the provisional outcome
 //! (`Pair::sender_begins`: a budget of new bytes; its block values go at once, tagged with
 //! the hello's session id), goes on when its outcome is the provisional one
@@ -130,8 +133,8 @@
 //! bytes, NACK drops, final drops, header flips, the receiver's clock offset) has its own
 //! SplitMix64 stream, so turning one knob does not reshuffle the others.
 
+use crate::control::ControlPath;
 use crate::link::{Link, LinkConfig, LinkStats};
-use crate::session::Fault;
 use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
 use hurtle_proto::hash::{block_value, BlockValue};
@@ -144,12 +147,11 @@ use hurtle_proto::session::data::{
 use hurtle_proto::wire::{
     Control, Header, Kind, DEFAULT_PAYLOAD, FLAG_RETRANSMIT, HEADER_LEN, MAX_PACKET,
 };
-use hurtle_proto::wire::{FrameError, MAX_FRAME};
 use hurtle_proto::{
     Admission, Admit, ChannelReceiver, ChannelSender, Feedback, Layout, Pacer, RateConfig,
     RateController, RecvConfig, ReportBuilder, RunKind, SendConfig,
 };
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -645,191 +647,6 @@ pub fn file_bytes(seed: u64, index: usize, len: u64) -> Vec<u8> {
     let tail = len as usize - out.len();
     out.extend_from_slice(&rng.next_u64().to_le_bytes()[..tail]);
     out
-}
-
-/// The control connection in one direction: reliable, in order, delayed; stalled by blackouts.
-/// Whole sessions ([`crate::session`]) can also make it misbehave
-/// ([`crate::session::ControlFault`]: a message
-/// inserted, replaced, duplicated, garbage, silence from some message on) and close it.
-#[derive(Debug)]
-pub(crate) struct ControlPath {
-    t0: Instant,
-    delay: Duration,
-    blackouts: Vec<(Duration, Duration)>,
-    /// TCP's first retransmission timeout in a blackout, if modelled (see
-    /// [`Scenario::control_rto`]).
-    rto: Option<Duration>,
-    queue: VecDeque<(Instant, Vec<u8>)>,
-    last: Instant,
-    /// Messages handed to [`ControlPath::send`] (the genuine ones), by kind.
-    pub(crate) by_kind: BTreeMap<&'static str, u64>,
-    /// Genuine messages handed to [`ControlPath::send`] so far.
-    genuine: usize,
-    /// What goes wrong, at which genuine message (0 = the first).
-    faults: Vec<(usize, Fault)>,
-    /// From a [`Fault::Silence`] on, nothing gets through, not even the close.
-    silent: bool,
-    /// The writer closed the connection: nothing more is sent; the reader sees the end at
-    /// this time (after everything sent before).
-    closed: bool,
-    closed_at: Option<Instant>,
-    close_seen: bool,
-}
-
-impl ControlPath {
-    pub(crate) fn new(t0: Instant, delay: Duration, blackouts: Vec<(Duration, Duration)>) -> Self {
-        ControlPath {
-            t0,
-            delay,
-            blackouts,
-            rto: None,
-            queue: VecDeque::new(),
-            last: t0,
-            by_kind: BTreeMap::new(),
-            genuine: 0,
-            faults: Vec::new(),
-            silent: false,
-            closed: false,
-            closed_at: None,
-            close_seen: false,
-        }
-    }
-
-    /// Models TCP's retransmission timer in blackouts, starting at `rto` (see
-    /// [`Scenario::control_rto`]).
-    pub(crate) fn with_rto(mut self, rto: Option<Duration>) -> Self {
-        self.rto = rto;
-        self
-    }
-
-    /// Adds faults: each applies when the genuine message with its number is sent.
-    pub(crate) fn with_faults(mut self, faults: Vec<(usize, Fault)>) -> Self {
-        self.faults = faults;
-        self
-    }
-
-    pub(crate) fn send(&mut self, now: Instant, msg: &Control) {
-        if self.closed {
-            return;
-        }
-        let n = self.genuine;
-        self.genuine += 1;
-        *self.by_kind.entry(msg.name()).or_default() += 1;
-        if self.faults.is_empty() {
-            self.enqueue(now, msg.to_frame());
-            return;
-        }
-        let mut frames = Vec::new();
-        let mut frame = Some(msg.to_frame());
-        let mut copies = 1;
-        for (_, fault) in self.faults.iter().filter(|(at, _)| *at == n) {
-            match fault {
-                Fault::Insert(m) => frames.push(m.to_frame()),
-                Fault::Garbage(body) => {
-                    let mut f = (body.len() as u32).to_be_bytes().to_vec();
-                    f.extend_from_slice(body);
-                    frames.push(f);
-                }
-                Fault::Oversized => {
-                    let len = (MAX_FRAME + 1024) as u32;
-                    frames.push(len.to_be_bytes().to_vec());
-                }
-                Fault::Replace(m) => frame = Some(m.to_frame()),
-                Fault::Drop => frame = None,
-                Fault::Duplicate => copies += 1,
-                Fault::Silence => self.silent = true,
-            }
-        }
-        if let Some(f) = frame {
-            for _ in 0..copies {
-                frames.push(f.clone());
-            }
-        }
-        for f in frames {
-            self.enqueue(now, f);
-        }
-    }
-
-    fn enqueue(&mut self, now: Instant, frame: Vec<u8>) {
-        if self.silent {
-            return;
-        }
-        let at = self.arrival(now);
-        self.last = at;
-        self.queue.push_back((at, frame));
-    }
-
-    /// When something sent at `now` arrives: after the delay, after any blackout it is sent in
-    /// (TCP keeps retransmitting through it: with [`ControlPath::with_rto`], at its first
-    /// retransmission after the blackout, the timer doubling from the blackout's start), and
-    /// not before what was sent earlier.
-    fn arrival(&self, now: Instant) -> Instant {
-        let mut base = now;
-        loop {
-            let rel = base.saturating_duration_since(self.t0);
-            match self.blackouts.iter().find(|(s, e)| *s <= rel && rel < *e) {
-                Some(&(start, end)) => {
-                    let mut resent = end;
-                    if let Some(rto) = self.rto.filter(|r| !r.is_zero()) {
-                        let (mut at, mut wait) = (start, rto);
-                        while at < end {
-                            at += wait;
-                            wait *= 2;
-                        }
-                        resent = at;
-                    }
-                    base = self.t0 + resent;
-                }
-                None => break,
-            }
-        }
-        (base + self.delay).max(self.last)
-    }
-
-    /// The writer closes the connection at `now`: the reader sees the end once everything sent
-    /// before has arrived (never, if the path went silent).
-    pub(crate) fn close(&mut self, now: Instant) {
-        if !self.closed {
-            self.closed = true;
-            if !self.silent {
-                self.closed_at = Some(self.arrival(now));
-            }
-        }
-    }
-
-    pub(crate) fn next_delivery(&self) -> Option<Instant> {
-        match self.queue.front() {
-            Some((at, _)) => Some(*at),
-            None if !self.close_seen => self.closed_at,
-            None => None,
-        }
-    }
-
-    pub(crate) fn poll(&mut self, now: Instant) -> Option<Result<Control, FrameError>> {
-        if self.queue.front()?.0 > now {
-            return None;
-        }
-        let (_, frame) = self.queue.pop_front()?;
-        // Every frame here has its 4-byte prefix (see `send`); the body is what follows.
-        let (prefix, body) = frame.split_at(frame.len().min(4));
-        let prefix: [u8; 4] = prefix.try_into().unwrap_or([0xff; 4]);
-        Some(Control::frame_len(prefix).and_then(|_| Control::from_body(body)))
-    }
-
-    /// True once, when the reader reaches the end of a closed connection at `now`.
-    pub(crate) fn poll_closed(&mut self, now: Instant) -> bool {
-        let end =
-            self.queue.is_empty() && !self.close_seen && self.closed_at.is_some_and(|t| t <= now);
-        if end {
-            self.close_seen = true;
-        }
-        end
-    }
-
-    /// Frames sent and not yet read.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.queue.len()
-    }
 }
 
 /// The receiving host between the data link and the receiver: a drop-tail socket buffer of
@@ -2686,99 +2503,6 @@ mod tests {
         assert_ne!(file_bytes(1, 0, 64), file_bytes(1, 1, 64));
         assert_ne!(file_bytes(1, 0, 64), file_bytes(2, 0, 64));
         assert!(file_bytes(1, 0, 0).is_empty());
-    }
-
-    #[test]
-    fn control_path_is_in_order_and_waits_out_blackouts() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut p = ControlPath::new(t0, ms(10), vec![(ms(5), ms(50))]);
-        p.send(t0, &Control::Done);
-        p.send(t0 + ms(6), &Control::ChannelDone { channel: 1 });
-        p.send(t0 + ms(60), &Control::ChannelDone { channel: 2 });
-        assert_eq!(p.next_delivery(), Some(t0 + ms(10)));
-        assert!(p.poll(t0 + ms(9)).is_none());
-        assert_eq!(p.poll(t0 + ms(10)).unwrap().unwrap(), Control::Done);
-        assert_eq!(p.next_delivery(), Some(t0 + ms(60)));
-        assert_eq!(
-            p.poll(t0 + ms(60)).unwrap().unwrap(),
-            Control::ChannelDone { channel: 1 }
-        );
-        assert_eq!(p.next_delivery(), Some(t0 + ms(70)));
-    }
-
-    #[test]
-    fn a_control_path_with_a_retransmission_timer_delivers_at_its_first_firing_after_a_blackout() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        // Down from 100 to 1000 ms; the timer fires at 300, 700 and 1500 ms.
-        let mut p = ControlPath::new(t0, ms(10), vec![(ms(100), ms(1000))]).with_rto(Some(ms(200)));
-        p.send(t0 + ms(500), &Control::Done);
-        assert_eq!(p.next_delivery(), Some(t0 + ms(1510)));
-        // What is sent after the blackout waits behind it (TCP is in order).
-        p.send(t0 + ms(1100), &Control::KeepAlive);
-        assert_eq!(p.poll(t0 + ms(1510)).unwrap().unwrap(), Control::Done);
-        assert_eq!(p.next_delivery(), Some(t0 + ms(1510)));
-    }
-
-    #[test]
-    fn control_path_faults_apply_at_their_message_and_close_ends_the_stream() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let done = |channel| Control::ChannelDone { channel };
-        let mut p = ControlPath::new(t0, ms(10), Vec::new()).with_faults(vec![
-            (0, Fault::Insert(Control::KeepAlive)),
-            (1, Fault::Duplicate),
-            (2, Fault::Replace(Control::Done)),
-            (3, Fault::Garbage(vec![0xff; 3])),
-            (3, Fault::Drop),
-            (4, Fault::Oversized),
-            (5, Fault::Silence),
-        ]);
-        for (i, at) in [0, 1, 2, 3, 4, 5, 6].into_iter().enumerate() {
-            p.send(t0 + ms(at), &done(i as u16));
-        }
-        p.close(t0 + ms(7));
-        let mut got = Vec::new();
-        while let Some(at) = p.next_delivery() {
-            match p.poll(at) {
-                Some(Ok(m)) => got.push(format!("{} {:?}", (at - t0).as_millis(), m)),
-                Some(Err(FrameError::Malformed(_))) => got.push("malformed".into()),
-                Some(Err(FrameError::TooLong(_))) => got.push("too long".into()),
-                Some(Err(e)) => panic!("{e}"),
-                None => panic!("nothing at its delivery time"),
-            }
-        }
-        assert_eq!(
-            got,
-            [
-                "10 KeepAlive",
-                "10 ChannelDone { channel: 0 }",
-                "11 ChannelDone { channel: 1 }",
-                "11 ChannelDone { channel: 1 }",
-                "12 Done",
-                "malformed",
-                "too long",
-                "14 ChannelDone { channel: 4 }",
-            ]
-        );
-        // Silent from message 5 on: not even the close gets through.
-        assert!(!p.poll_closed(t0 + ms(100)));
-        assert_eq!(p.by_kind.get("ChannelDone"), Some(&7));
-        let mut q = ControlPath::new(t0, ms(10), Vec::new());
-        q.send(t0, &Control::Done);
-        q.close(t0 + ms(1));
-        q.send(t0 + ms(2), &Control::Done);
-        assert!(
-            !q.poll_closed(t0 + ms(11)),
-            "the message before the end is read first"
-        );
-        assert!(q.poll(t0 + ms(10)).is_some());
-        assert_eq!(q.next_delivery(), Some(t0 + ms(11)));
-        assert!(!q.poll_closed(t0 + ms(10)));
-        assert!(q.poll_closed(t0 + ms(11)));
-        assert!(!q.poll_closed(t0 + ms(12)), "seen once");
-        assert_eq!(q.next_delivery(), None, "nothing after the end");
     }
 
     #[test]

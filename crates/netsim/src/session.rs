@@ -26,10 +26,10 @@
 //!    [`SessionScenario::sender_hash_bps`] / [`SessionScenario::receiver_hash_bps`] (none by
 //!    default), and the receiver's look at its file system [`SessionScenario::receiver_look`];
 //!    a side busy with either sends a `KeepAlive` every second, as the engine's do.
-//!    Every message goes over the same modelled control connection as the data phase's
-//!    (reliable, in order, one-way delay [`Scenario::control_delay`] or the data link's;
-//!    framed with [`Control::to_frame`] and parsed with [`Control::from_body`]), on the
-//!    virtual clock.
+//!    Every message goes over the same modelled control connection ([`crate::control`]) as
+//!    the data phase's (reliable, in order, one-way delay [`Scenario::control_delay`] or the
+//!    data link's; framed with [`Control::to_frame`] and parsed with [`Control::from_body`]),
+//!    on the virtual clock.
 //! 2. **Early data.** From the `HelloAck` on, the sender does not wait for the decisions: it
 //!    starts the data phase of [`Pair`] from its provisional outcome
 //!    ([`SenderSetup::provisional`]: every file whole, holes held, the hello's session id),
@@ -80,12 +80,16 @@
 //!
 //! The TCP connect and the key agreement and sealing (`Agree`, AES-GCM), probing of payload
 //! sizes (`ProbeAck`s are never sent; data uses [`Scenario::payload`]), parallel TCP and the
-//! fallback to it, and the data phase's own rules (see [`crate::pair`]).
+//! fallback to it, the control connection's model and the [`Fault`]s it applies (see
+//! [`crate::control`]), and the data phase's own rules (see [`crate::pair`]).
 
+use crate::control::ControlPath;
+// `Fault` lives in `control`; this keeps its `session::Fault` path too.
+pub use crate::control::Fault;
 use crate::link::LinkStats;
 use crate::pair::{
-    check_knobs, file_bytes, session_id, ControlPath, DataFailure, DataPlan, EarlySent, Failure,
-    Outcome, Pair, Scenario,
+    check_knobs, file_bytes, session_id, DataFailure, DataPlan, EarlySent, Failure, Outcome, Pair,
+    Scenario,
 };
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
 use hurtle_proto::session::data::DataError;
@@ -203,27 +207,6 @@ pub struct Disk {
     pub parts: BTreeMap<String, PartFile>,
     /// The receiver may replace what is there (`--overwrite`).
     pub overwrite: bool,
-}
-
-/// Something that goes wrong on the control path toward one side.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
-    /// This message arrives just before the genuine one.
-    Insert(Control),
-    /// This message arrives instead of the genuine one.
-    Replace(Control),
-    /// The genuine message is lost (TCP would not lose it: a bug of the peer's driver).
-    Drop,
-    /// The genuine message arrives twice.
-    Duplicate,
-    /// A frame of these bytes (with a correct length prefix) arrives just before the genuine
-    /// message.
-    Garbage(Vec<u8>),
-    /// A length prefix beyond the frame limit arrives just before the genuine message.
-    Oversized,
-    /// Neither the genuine message nor anything after it arrives, not even the end of the
-    /// connection: the peer or the path hung.
-    Silence,
 }
 
 /// A [`Fault`] at one message of one direction of the control path.
