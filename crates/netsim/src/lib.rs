@@ -24,14 +24,23 @@
 //!   each side agreed ([`SessionScenario`], [`Session`], [`SessionOutcome`]), with the virtual
 //!   time of each phase, hostile or out-of-order control messages ([`ControlFault`]) and each
 //!   side's typed end ([`SideError`]). The suite in `tests/sessions.rs` is built on it.
+//! - [`nat`]: NATs of each kind RFC 4787 names (mapping per socket or per destination;
+//!   filtering by nothing, address, or address and port), and [`punch`]: two peers behind
+//!   them finding a direct path with `hurtle-proto`'s hole punching after learning their
+//!   addresses from a relay ([`punch::PunchScenario`]). The suite in `tests/punch.rs` is built
+//!   on them.
 //!
 //! Not simulated: the TCP connect, the key agreement and sealing before and around the set-up
 //! (a session's time zero is the sender's `Agree` and hello, one round trip after its
-//! connect), probing of payload sizes, and parallel TCP data.
+//! connect), probing of payload sizes, and parallel TCP data (a second path that the channels
+//! may move to stands for it: [`Scenario::fallback`]). A session's data phase does not yet run
+//! through NATs: punching is run on its own.
 
 pub mod control;
 pub mod link;
+pub mod nat;
 pub mod pair;
+pub mod punch;
 pub mod session;
 
 pub use control::Fault;

@@ -9,6 +9,7 @@
 //! | [`ranges`] | [`RangeSet`], the set of byte ranges behind all loss bookkeeping |
 //! | [`layout`] | which channel carries which bytes of which file |
 //! | [`probe`] | which payload the path carries, and whether UDP gets through (the sender's probing, the receiver's [`probe::SilenceWatch`]), found beside the data |
+//! | [`punch`] | hole punching: two peers behind NATs finding a direct UDP path from the candidates the relay gave them, authenticated by a session key |
 //! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
 //! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
@@ -64,6 +65,7 @@ pub mod feedback;
 pub mod hash;
 pub mod layout;
 pub mod probe;
+pub mod punch;
 pub mod ranges;
 pub mod rate;
 pub mod recv;
