@@ -490,6 +490,10 @@ pub struct RelayArgs {
     /// Most codes registered at once.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_count)]
     pub max_codes: usize,
+    /// Most UDP allocations held at once (one per channel of a session whose UDP goes through
+    /// the relay; 64 at most per client address).
+    #[arg(long, value_name = "N", default_value_t = 16_384, value_parser = parse_count)]
+    pub max_allocations: usize,
 }
 
 /// `hurtle completions`.

@@ -166,6 +166,14 @@ pub enum AgentEvent {
     /// The code expired: no further sender can find it. The agent keeps serving the senders
     /// that found it before (the relay closes it if there were none: then `Lost` follows).
     Expired,
+    /// The sender asked for UDP through the relay: the receiver's ends of the allocations, one
+    /// per channel, and the relay's UDP port.
+    Udp {
+        /// The relay's UDP port.
+        port: u16,
+        /// The receiver's token of each channel's allocation.
+        tokens: Vec<crate::udp::Token>,
+    },
     /// The connection to the relay ended (not reported after [`Agent::stop`]).
     Lost(String),
 }
@@ -263,6 +271,14 @@ impl Registration {
                             );
                         }
                         Msg::Cancelled { reason } => events(AgentEvent::Cancelled(reason)),
+                        Msg::Udp { port, tokens } => {
+                            let tokens: Option<Vec<_>> =
+                                tokens.iter().map(|t| crate::udp::parse_token(t)).collect();
+                            match tokens {
+                                Some(tokens) => events(AgentEvent::Udp { port, tokens }),
+                                None => break AgentEvent::Lost("a malformed UDP token".into()),
+                            }
+                        }
                         Msg::Expired => events(AgentEvent::Expired),
                         Msg::Error { message, .. } => break AgentEvent::Lost(message),
                         m => break AgentEvent::Lost(format!("unexpected message {m:?}")),
@@ -344,6 +360,33 @@ pub fn lookup(relay: SocketAddr, nameplate: u32) -> Result<Found, RelayError> {
 }
 
 impl Found {
+    /// Asks the relay for UDP allocations for a session of `channels` channels: the sender's
+    /// end of each, in channel order, and the relay's UDP port (the receiver's ends go to its
+    /// agent).
+    pub fn allocate_udp(&self, channels: u16) -> Result<(u16, Vec<crate::udp::Token>), RelayError> {
+        let mut s = connect(self.relay, Duration::from_secs(5))?;
+        wire::write_msg(
+            &mut s,
+            &Msg::Allocate {
+                ticket: self.ticket.clone(),
+                channels,
+            },
+        )?;
+        match answer(&mut s)? {
+            Msg::Allocated { port, tokens } if tokens.len() == usize::from(channels) => {
+                let tokens: Option<Vec<_>> =
+                    tokens.iter().map(|t| crate::udp::parse_token(t)).collect();
+                tokens.map(|t| (port, t)).ok_or_else(|| {
+                    unexpected(&Msg::Allocated {
+                        port,
+                        tokens: vec![],
+                    })
+                })
+            }
+            m => Err(unexpected(&m)),
+        }
+    }
+
     /// The receiver's control port.
     pub fn port(&self) -> u16 {
         self.candidates[0].port()

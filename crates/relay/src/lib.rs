@@ -19,6 +19,8 @@
 //! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
 //!   pending splices and tracked clients, idle timeouts on every read;
 //! - [`splice`]: copying bytes both ways between two TCP connections;
+//! - [`udp`]: the relay's UDP port: the address a socket is seen from (for hole punching), and
+//!   allocations that forward a paired session's datagrams between its peers;
 //! - [`client`]: what `hurtle receive --relay` and `hurtle send --code` use (registration and
 //!   the receiver's agent, lookup, direct attempts, and the relay dialer for the engine).
 
@@ -28,6 +30,7 @@ pub mod limit;
 pub mod registry;
 pub mod server;
 pub mod splice;
+pub mod udp;
 pub mod wire;
 pub mod words;
 

@@ -9,10 +9,11 @@
 use crate::limit::Limiter;
 use crate::registry::{Expired, Lookup, Registry, MAX_LOOKUPS};
 use crate::splice::splice;
-use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES};
+use crate::udp::Forwarder;
+use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES, MAX_UDP_CHANNELS};
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,6 +34,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Most codes registered at once.
     pub max_codes: usize,
+    /// Most UDP allocations held at once (a session holds one per channel).
+    pub max_allocations: usize,
     /// Write log lines (pairings, splice ends) on stderr.
     pub log: bool,
 }
@@ -46,6 +49,7 @@ impl Default for Config {
             lookup_per_sec: 1.0,
             max_connections: 1024,
             max_codes: 1024,
+            max_allocations: 16_384,
             log: true,
         }
     }
@@ -90,6 +94,9 @@ struct State {
     tickets: Mutex<HashMap<String, Ticket>>,
     pending: Mutex<HashMap<u64, Pending>>,
     connections: AtomicUsize,
+    /// The UDP port's allocations, and its number.
+    udp: Arc<Mutex<Forwarder>>,
+    udp_port: u16,
 }
 
 /// Holds one of the relay's connection slots; frees it when dropped.
@@ -108,14 +115,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A bound relay; [`Server::run`] serves until the process ends.
 pub struct Server {
     listener: TcpListener,
+    udp: UdpSocket,
     state: Arc<State>,
 }
 
 impl Server {
-    /// Binds `addr`.
+    /// Binds `addr`, for TCP and, on the same port, UDP.
     pub fn bind(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
+        let udp = UdpSocket::bind(listener.local_addr()?)?;
         let state = Arc::new(State {
+            udp: Arc::new(Mutex::new(Forwarder::new(cfg.max_allocations))),
+            udp_port: udp.local_addr()?.port(),
             codes: Mutex::new(Registry::new(cfg.max_codes, cfg.code_ttl)),
             limiter: Mutex::new(Limiter::new(cfg.lookup_burst, cfg.lookup_per_sec)),
             tickets: Mutex::new(HashMap::new()),
@@ -123,7 +134,11 @@ impl Server {
             connections: AtomicUsize::new(0),
             cfg,
         });
-        Ok(Server { listener, state })
+        Ok(Server {
+            listener,
+            udp,
+            state,
+        })
     }
 
     /// The address bound.
@@ -133,6 +148,10 @@ impl Server {
 
     /// Serves forever (returns only if the listening socket fails).
     pub fn run(self) -> io::Result<()> {
+        let (udp, forwarder) = (self.udp, self.state.udp.clone());
+        std::thread::Builder::new()
+            .name("relay-udp".into())
+            .spawn(move || crate::udp::serve(udp, forwarder))?;
         let janitor = self.state.clone();
         std::thread::Builder::new()
             .name("relay-expiry".into())
@@ -262,6 +281,7 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
         Some(Msg::Lookup { nameplate }) => lookup(&st, s, peer, nameplate),
         Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
         Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
+        Some(Msg::Allocate { ticket, channels }) => allocate(&st, s, peer, &ticket, channels),
         Some(_) => reply(&mut s, "bad_request", "unexpected message"),
         None => {}
     }
@@ -439,6 +459,52 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     });
 }
 
+/// UDP allocations for a paired session: the sender's tokens to it, the receiver's to its agent.
+fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, channels: u16) {
+    if channels == 0 || channels > MAX_UDP_CHANNELS {
+        return reply(&mut s, "bad_request", "bad number of channels");
+    }
+    let agent = match lock(&st.tickets).get(ticket) {
+        Some(t) if t.sender_ip == peer.ip().to_canonical() => t.agent.clone(),
+        _ => {
+            return reply(
+                &mut s,
+                "no_such_ticket",
+                "unknown ticket (the receiver may have left)",
+            )
+        }
+    };
+    let now = Instant::now();
+    let pairs: Option<Vec<_>> = {
+        let mut f = lock(&st.udp);
+        (0..channels).map(|_| f.allocate(now, peer.ip())).collect()
+    };
+    // What was allocated of a refused request is unused, and expires.
+    let Some(pairs) = pairs else {
+        return reply(&mut s, "busy", "the relay holds too many UDP allocations");
+    };
+    let (mine, theirs): (Vec<String>, Vec<String>) =
+        pairs.iter().map(|(a, b)| (hex(a), hex(b))).unzip();
+    let port = st.udp_port;
+    if agent
+        .send(&Msg::Udp {
+            port,
+            tokens: theirs,
+        })
+        .is_err()
+    {
+        return reply(&mut s, "refused", "the receiver left");
+    }
+    log(
+        st,
+        format_args!(
+            "udp allocations={channels} receiver={} sender={peer}",
+            agent.addr
+        ),
+    );
+    let _ = wire::write_msg(&mut s, &Msg::Allocated { port, tokens: mine });
+}
+
 fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, port: u16) {
     let (agent, nameplate) = match lock(&st.tickets).get(ticket) {
         Some(t) if t.sender_ip == peer.ip().to_canonical() => (t.agent.clone(), t.nameplate),
@@ -528,14 +594,14 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     /// A relay on loopback, serving from a background thread for the rest of the test process.
-    fn relay(cfg: Config) -> SocketAddr {
+    pub(super) fn relay(cfg: Config) -> SocketAddr {
         let server = Server::bind("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
         let addr = server.local_addr().unwrap();
         std::thread::spawn(move || server.run());
         addr
     }
 
-    fn cfg() -> Config {
+    pub(super) fn cfg() -> Config {
         Config {
             lookup_burst: 100,
             lookup_per_sec: 100.0,
@@ -545,14 +611,14 @@ mod tests {
     }
 
     /// A real receiver's control listener (so its agent will dial it), and its ports.
-    struct Local {
+    pub(super) struct Local {
         _out: tempfile::TempDir,
         _receiver: Receiver,
-        control: SocketAddr,
-        ports: Arc<OwnPorts>,
+        pub(super) control: SocketAddr,
+        pub(super) ports: Arc<OwnPorts>,
     }
 
-    fn local_receiver() -> Local {
+    pub(super) fn local_receiver() -> Local {
         let out = tempfile::tempdir().unwrap();
         let opts = ReceiveOptions {
             out_dir: out.path().to_path_buf(),
@@ -570,7 +636,7 @@ mod tests {
     }
 
     /// Registers `control` at `relay` and starts its agent.
-    fn register(
+    pub(super) fn register(
         relay: SocketAddr,
         control: SocketAddr,
         ports: Arc<OwnPorts>,
@@ -593,7 +659,7 @@ mod tests {
         }
     }
 
-    fn next_event(rx: &Events<AgentEvent>) -> AgentEvent {
+    pub(super) fn next_event(rx: &Events<AgentEvent>) -> AgentEvent {
         rx.recv_timeout(WAIT).expect("an agent event")
     }
 
@@ -882,5 +948,113 @@ mod tests {
             .map(|_| refused_kind(client::lookup(relay, 1234).unwrap_err()).0)
             .collect();
         assert_eq!(kinds, ["no_such_code", "no_such_code", "rate_limited"]);
+    }
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::tests::{cfg, local_receiver, next_event, register, relay};
+    use crate::client::{self, AgentEvent};
+    use crate::udp::{bind_request, observe_request, parse_seen};
+    use std::net::{SocketAddr, UdpSocket};
+    use std::time::Duration;
+
+    fn socket() -> UdpSocket {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        s
+    }
+
+    /// Sends `req` to `to` until an answer with `nonce` comes (a datagram can be lost even
+    /// on loopback when a buffer is full); the address it names.
+    fn ask(s: &UdpSocket, to: SocketAddr, req: &[u8], nonce: [u8; 8]) -> SocketAddr {
+        let mut buf = [0u8; 64];
+        for _ in 0..10 {
+            s.send_to(req, to).unwrap();
+            if let Ok((n, from)) = s.recv_from(&mut buf) {
+                assert_eq!(from, to);
+                if let Some(seen) = parse_seen(&buf[..n], nonce) {
+                    return seen;
+                }
+            }
+        }
+        panic!("no answer from the relay's UDP port");
+    }
+
+    #[test]
+    fn the_relay_tells_a_socket_its_address_and_forwards_a_paired_sessions_datagrams() {
+        let relay = relay(cfg());
+        let local = local_receiver();
+        let (code, agent, events) = register(relay, local.control, local.ports.clone());
+        let found = client::lookup(relay, code.nameplate).unwrap();
+        let (port, mine) = found.allocate_udp(2).unwrap();
+        assert_eq!(port, relay.port(), "UDP on the TCP port's number");
+        let theirs = loop {
+            match next_event(&events) {
+                AgentEvent::Udp { port: p, tokens } => {
+                    assert_eq!(p, port);
+                    break tokens;
+                }
+                AgentEvent::Paired { .. } => continue,
+                e => panic!("expected the UDP tokens, got {e:?}"),
+            }
+        };
+        assert_eq!((mine.len(), theirs.len()), (2, 2));
+        let udp = SocketAddr::new(relay.ip(), port);
+        // Address discovery: what the relay saw.
+        let probe = socket();
+        let seen = ask(&probe, udp, &observe_request([3; 8]), [3; 8]);
+        assert_eq!(seen, probe.local_addr().unwrap());
+        // Each channel's two sockets bind their ends; then each hears the other, unchanged.
+        for ch in 0..2 {
+            let (s, r) = (socket(), socket());
+            assert_eq!(
+                ask(&s, udp, &bind_request(&mine[ch], [1; 8]), [1; 8]),
+                s.local_addr().unwrap()
+            );
+            assert_eq!(
+                ask(&r, udp, &bind_request(&theirs[ch], [2; 8]), [2; 8]),
+                r.local_addr().unwrap()
+            );
+            let mut buf = [0u8; 2000];
+            let data: Vec<u8> = (0..1400u32).map(|i| (i * 7 + ch as u32) as u8).collect();
+            s.send_to(&data, udp).unwrap();
+            let (n, from) = r.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], from), (&data[..], udp));
+            r.send_to(b"nack", udp).unwrap();
+            let (n, _) = s.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"nack");
+            // A socket that bound nothing reaches no one.
+            probe.send_to(b"hello?", udp).unwrap();
+            assert!(r.recv_from(&mut buf).is_err() && s.recv_from(&mut buf).is_err());
+        }
+        drop(agent);
+    }
+
+    #[test]
+    fn allocations_need_the_senders_ticket_and_a_sane_channel_count() {
+        let relay = relay(cfg());
+        let local = local_receiver();
+        let (code, _agent, _events) = register(relay, local.control, local.ports.clone());
+        let found = client::lookup(relay, code.nameplate).unwrap();
+        assert!(found.allocate_udp(0).is_err());
+        assert!(found
+            .allocate_udp(crate::wire::MAX_UDP_CHANNELS + 1)
+            .is_err());
+        // A ticket nobody was given.
+        let mut s = std::net::TcpStream::connect(relay).unwrap();
+        crate::wire::write_msg(
+            &mut s,
+            &crate::wire::Msg::Allocate {
+                ticket: "00".repeat(16),
+                channels: 1,
+            },
+        )
+        .unwrap();
+        match crate::wire::read_msg(&mut s).unwrap() {
+            crate::wire::Msg::Error { kind, .. } => assert_eq!(kind, "no_such_ticket"),
+            m => panic!("{m:?}"),
+        }
     }
 }

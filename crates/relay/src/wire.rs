@@ -20,6 +20,10 @@
 //!   cancelled); then `path {relayed}` once it knows how it reaches the receiver.
 //! - sender, per relayed TCP connection: `splice {ticket, port}` → `spliced` or `error`.
 //! - agent, per `dial`: `join {id}` → `spliced` or `error`.
+//! - sender, for UDP through the relay: `allocate {ticket, channels}` → `allocated {port,
+//!   tokens}` (one token per channel, the sender's end of each allocation; `port` is the
+//!   relay's UDP port) and the agent gets `udp {tokens}` (the receiver's ends), or `error`.
+//!   Each peer's channel socket then binds its end by a datagram ([`crate::udp`]).
 //!
 //! There is no version field: a client of the earlier protocol (which sent `claim {verifier}`
 //! and `lookup {nameplate, verifier}`) gets a `bad_frame` error naming the unknown field.
@@ -33,6 +37,9 @@ pub const MAX_FRAME: usize = 1024;
 
 /// Most candidate addresses a registration may carry.
 pub const MAX_CANDIDATES: usize = 8;
+
+/// Most UDP allocations one `allocate` asks for (their tokens fill a frame).
+pub const MAX_UDP_CHANNELS: u16 = 16;
 
 /// One relay protocol message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +119,29 @@ pub enum Msg {
     },
     /// Relay: from now on this connection carries the peer's bytes.
     Spliced,
+    /// Sender: UDP allocations through the relay for a session of `channels` channels (at
+    /// most [`MAX_UDP_CHANNELS`]).
+    Allocate {
+        /// The ticket from `found`.
+        ticket: String,
+        /// Allocations wanted, one per channel.
+        channels: u16,
+    },
+    /// Relay to sender: its ends of the allocations, in channel order (hex tokens), and the
+    /// relay's UDP port.
+    Allocated {
+        /// The relay's UDP port (on the address the sender reached it at).
+        port: u16,
+        /// The sender's token of each allocation.
+        tokens: Vec<String>,
+    },
+    /// Relay to agent: the receiver's ends of a session's allocations, in channel order.
+    Udp {
+        /// The relay's UDP port.
+        port: u16,
+        /// The receiver's token of each allocation.
+        tokens: Vec<String>,
+    },
     /// Agent: still here.
     Ping,
     /// Relay to agent: the code was cancelled (looked up too often); tickets already handed

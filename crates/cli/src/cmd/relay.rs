@@ -19,6 +19,7 @@ pub fn run(a: RelayArgs) -> Outcome {
         lookup_per_sec: a.lookup_per_sec,
         max_connections: a.max_connections,
         max_codes: a.max_codes,
+        max_allocations: a.max_allocations,
         log: true,
     };
     let server = Server::bind(addr, cfg).map_err(|source| SessionError::Listen { addr, source })?;

@@ -1,0 +1,505 @@
+//! UDP at the relay: the address a socket is seen from (for hole punching), and the forwarding
+//! of a paired session's datagrams between its peers' sockets when no direct path is found,
+//! so that the session keeps hurtle's pacing and repair instead of TCP's.
+//!
+//! The relay's UDP port has the number of its TCP port. It answers two requests, each at least
+//! [`MIN_REQUEST`] bytes (padding included), with an answer never longer than the request (no
+//! reflection amplification):
+//!
+//! - **observe** `[TAG, b'o', nonce(8), padding]`: the answer `[TAG, b's', nonce(8), family,
+//!   address (4 or 16), port(2), padding]` names the address and port the request came from.
+//!   The nonce binds the answer to the request: an off-path stranger cannot forge it.
+//! - **bind** `[TAG, b'b', token(16), nonce(8), padding]`: the same answer, and the request's
+//!   source becomes the token's end of its allocation (again on every bind: a NAT that moves
+//!   the mapping is followed).
+//!
+//! An **allocation** ([`Forwarder::allocate`]) joins two ends, each named by a random 16-byte
+//! token that the relay gives to one peer only (over that peer's TCP connection to it). Once
+//! both ends are bound, every other datagram from one end's address goes, unchanged, to the
+//! other's: the peers' datagrams are sealed end to end, and the relay holds no key and cannot
+//! read or forge them. Datagrams from any other address are dropped. An allocation unused for
+//! [`ALLOCATION_IDLE`] is forgotten; there are at most [`Forwarder::new`]'s bound of them, and
+//! at most [`ALLOCATIONS_PER_IP`] made for one client address.
+//!
+//! The table ([`Forwarder`]) is pure, with an injected clock; [`serve`] is its thread.
+
+use rand::RngCore;
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// First byte of the relay's own UDP messages (data datagrams' first byte has its kind in the
+/// low nibble, never 1; punching datagrams start with 0xF0).
+pub const TAG: u8 = 0xF1;
+/// Shortest request the relay answers.
+pub const MIN_REQUEST: usize = 32;
+/// An allocation that forwarded nothing for this long is forgotten.
+pub const ALLOCATION_IDLE: Duration = Duration::from_secs(60);
+/// Most allocations made for one client address at once (a session needs one per channel).
+pub const ALLOCATIONS_PER_IP: usize = 64;
+
+/// A token naming one end of an allocation.
+pub type Token = [u8; 16];
+
+/// One end of an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum End {
+    A,
+    B,
+}
+
+#[derive(Debug)]
+struct Allocation {
+    owner: IpAddr,
+    ends: [Option<SocketAddr>; 2],
+    tokens: [Token; 2],
+    used: Instant,
+    forwarded: u64,
+}
+
+/// What to do with a datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send this answer back to where the request came from.
+    Answer(Vec<u8>),
+    /// Send the datagram, unchanged, here.
+    Forward(SocketAddr),
+    /// Nothing; the reason is counted.
+    Drop(Dropped),
+}
+
+/// Why a datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// A request shorter than [`MIN_REQUEST`], or of no known kind.
+    Malformed,
+    /// A bind with a token no allocation has.
+    UnknownToken,
+    /// Data from an address that is no end of an allocation.
+    Stranger,
+    /// Data from an end whose other end is not bound yet.
+    Unpaired,
+}
+
+/// Counts of what the forwarder did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Datagrams forwarded, and their bytes.
+    pub forwarded: u64,
+    /// Bytes forwarded.
+    pub bytes: u64,
+    /// Requests answered.
+    pub answered: u64,
+    /// Dropped: malformed, unknown token, stranger, unpaired.
+    pub dropped: [u64; 4],
+}
+
+/// The allocations and the address table (see the module docs).
+#[derive(Debug)]
+pub struct Forwarder {
+    max: usize,
+    allocations: HashMap<u64, Allocation>,
+    by_token: HashMap<Token, (u64, End)>,
+    by_addr: HashMap<SocketAddr, (u64, End)>,
+    next_id: u64,
+    counts: Counts,
+}
+
+impl Forwarder {
+    /// A forwarder holding at most `max` allocations.
+    pub fn new(max: usize) -> Forwarder {
+        Forwarder {
+            max,
+            allocations: HashMap::new(),
+            by_token: HashMap::new(),
+            by_addr: HashMap::new(),
+            next_id: 1,
+            counts: Counts::default(),
+        }
+    }
+
+    /// A new allocation for a session of a client at `owner`: its two tokens, one for each
+    /// peer. `None` when the relay or that client holds too many.
+    pub fn allocate(&mut self, now: Instant, owner: IpAddr) -> Option<(Token, Token)> {
+        self.expire(now);
+        let owner = owner.to_canonical();
+        let held = self
+            .allocations
+            .values()
+            .filter(|a| a.owner == owner)
+            .count();
+        if self.allocations.len() >= self.max || held >= ALLOCATIONS_PER_IP {
+            return None;
+        }
+        let mut tokens = [[0u8; 16]; 2];
+        for t in &mut tokens {
+            rand::rng().fill_bytes(t);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_token.insert(tokens[0], (id, End::A));
+        self.by_token.insert(tokens[1], (id, End::B));
+        self.allocations.insert(
+            id,
+            Allocation {
+                owner,
+                ends: [None, None],
+                tokens,
+                used: now,
+                forwarded: 0,
+            },
+        );
+        Some((tokens[0], tokens[1]))
+    }
+
+    /// A datagram from `from` at `now`.
+    pub fn on_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) -> Verdict {
+        let verdict = self.judge(now, from, datagram);
+        match &verdict {
+            Verdict::Answer(_) => self.counts.answered += 1,
+            Verdict::Forward(_) => {
+                self.counts.forwarded += 1;
+                self.counts.bytes += datagram.len() as u64;
+            }
+            Verdict::Drop(why) => self.counts.dropped[*why as usize] += 1,
+        }
+        verdict
+    }
+
+    fn judge(&mut self, now: Instant, from: SocketAddr, d: &[u8]) -> Verdict {
+        if d.first() == Some(&TAG) {
+            if d.len() < MIN_REQUEST {
+                return Verdict::Drop(Dropped::Malformed);
+            }
+            return match d[1] {
+                b'o' => Verdict::Answer(seen(&d[2..10], from, d.len())),
+                b'b' => {
+                    let token: Token = d[2..18].try_into().unwrap_or_default();
+                    let Some(&(id, end)) = self.by_token.get(&token) else {
+                        return Verdict::Drop(Dropped::UnknownToken);
+                    };
+                    self.bind(now, id, end, from);
+                    Verdict::Answer(seen(&d[18..26], from, d.len()))
+                }
+                _ => Verdict::Drop(Dropped::Malformed),
+            };
+        }
+        let Some(&(id, end)) = self.by_addr.get(&from) else {
+            return Verdict::Drop(Dropped::Stranger);
+        };
+        let Some(a) = self.allocations.get_mut(&id) else {
+            return Verdict::Drop(Dropped::Stranger);
+        };
+        let other = match end {
+            End::A => a.ends[1],
+            End::B => a.ends[0],
+        };
+        match other {
+            Some(to) => {
+                a.used = now;
+                a.forwarded += 1;
+                Verdict::Forward(to)
+            }
+            None => Verdict::Drop(Dropped::Unpaired),
+        }
+    }
+
+    fn bind(&mut self, now: Instant, id: u64, end: End, from: SocketAddr) {
+        let Some(a) = self.allocations.get_mut(&id) else {
+            return;
+        };
+        let slot = &mut a.ends[end as usize];
+        if let Some(old) = slot.replace(from) {
+            if old != from {
+                self.by_addr.remove(&old);
+            }
+        }
+        a.used = now;
+        // An address is one end of one allocation: the newest bind wins.
+        if let Some((old_id, old_end)) = self.by_addr.insert(from, (id, end)) {
+            if (old_id, old_end) != (id, end) {
+                if let Some(old) = self.allocations.get_mut(&old_id) {
+                    old.ends[old_end as usize] = None;
+                }
+            }
+        }
+    }
+
+    /// Forgets the allocations unused for [`ALLOCATION_IDLE`].
+    pub fn expire(&mut self, now: Instant) {
+        let stale: Vec<u64> = self
+            .allocations
+            .iter()
+            .filter(|(_, a)| now.saturating_duration_since(a.used) >= ALLOCATION_IDLE)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in stale {
+            self.release(id);
+        }
+    }
+
+    fn release(&mut self, id: u64) {
+        if let Some(a) = self.allocations.remove(&id) {
+            for t in &a.tokens {
+                self.by_token.remove(t);
+            }
+            for e in a.ends.into_iter().flatten() {
+                if self.by_addr.get(&e).is_some_and(|&(i, _)| i == id) {
+                    self.by_addr.remove(&e);
+                }
+            }
+        }
+    }
+
+    /// Allocations held now.
+    pub fn len(&self) -> usize {
+        self.allocations.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.allocations.is_empty()
+    }
+
+    /// What it did so far.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+}
+
+/// The answer to a request of `len` bytes with `nonce` from `from`: as long as the request.
+fn seen(nonce: &[u8], from: SocketAddr, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    out.push(TAG);
+    out.push(b's');
+    out.extend_from_slice(nonce);
+    match from.ip().to_canonical() {
+        IpAddr::V4(ip) => {
+            out.push(4);
+            out.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            out.push(6);
+            out.extend_from_slice(&ip.octets());
+        }
+    }
+    out.extend_from_slice(&from.port().to_be_bytes());
+    out.resize(len.max(out.len()), 0);
+    out.truncate(len);
+    out
+}
+
+/// A token from its hex form (as the relay protocol carries it).
+pub fn parse_token(hex: &str) -> Option<Token> {
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut t = [0u8; 16];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(t)
+}
+
+/// An observe request with `nonce`.
+pub fn observe_request(nonce: [u8; 8]) -> [u8; MIN_REQUEST] {
+    let mut out = [0u8; MIN_REQUEST];
+    out[0] = TAG;
+    out[1] = b'o';
+    out[2..10].copy_from_slice(&nonce);
+    out
+}
+
+/// A bind request for `token` with `nonce`.
+pub fn bind_request(token: &Token, nonce: [u8; 8]) -> [u8; MIN_REQUEST] {
+    let mut out = [0u8; MIN_REQUEST];
+    out[0] = TAG;
+    out[1] = b'b';
+    out[2..18].copy_from_slice(token);
+    out[18..26].copy_from_slice(&nonce);
+    out
+}
+
+/// The address an answer to the request with `nonce` names, if `datagram` is that answer.
+pub fn parse_seen(datagram: &[u8], nonce: [u8; 8]) -> Option<SocketAddr> {
+    if datagram.len() < 13 || datagram[0] != TAG || datagram[1] != b's' || datagram[2..10] != nonce
+    {
+        return None;
+    }
+    let (ip, rest): (IpAddr, &[u8]) = match datagram[10] {
+        4 if datagram.len() >= 17 => {
+            let o: [u8; 4] = datagram[11..15].try_into().ok()?;
+            (IpAddr::from(o), &datagram[15..])
+        }
+        6 if datagram.len() >= 29 => {
+            let o: [u8; 16] = datagram[11..27].try_into().ok()?;
+            (IpAddr::from(o), &datagram[27..])
+        }
+        _ => return None,
+    };
+    let port = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Serves `socket` with `forwarder` until the socket fails: one datagram at a time, the
+/// table's verdict carried out.
+pub fn serve(socket: UdpSocket, forwarder: Arc<Mutex<Forwarder>>) -> io::Result<()> {
+    let mut buf = vec![0u8; 65_536];
+    let mut last_expiry = Instant::now();
+    loop {
+        let (n, from) = match socket.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A refused datagram's ICMP error surfaces on the next receive on Linux.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        let verdict = {
+            let mut f = forwarder.lock().unwrap_or_else(|e| e.into_inner());
+            if now.duration_since(last_expiry) >= Duration::from_secs(1) {
+                last_expiry = now;
+                f.expire(now);
+            }
+            f.on_datagram(now, from, &buf[..n])
+        };
+        // A send that fails (the peer's buffer, a route) loses one datagram, as the path would.
+        let _ = match verdict {
+            Verdict::Answer(answer) => socket.send_to(&answer, from),
+            Verdict::Forward(to) => socket.send_to(&buf[..n], to),
+            Verdict::Drop(_) => Ok(0),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn observe_names_the_source_and_is_never_longer_than_the_request() {
+        let mut f = Forwarder::new(8);
+        let t0 = Instant::now();
+        for from in [a("198.51.100.7:40000"), a("[2001:db8::7]:40001")] {
+            let req = observe_request([1, 2, 3, 4, 5, 6, 7, 8]);
+            let Verdict::Answer(ans) = f.on_datagram(t0, from, &req) else {
+                panic!("no answer");
+            };
+            assert!(ans.len() <= req.len());
+            assert_eq!(parse_seen(&ans, [1, 2, 3, 4, 5, 6, 7, 8]), Some(from));
+            // Another request's nonce: not our answer.
+            assert_eq!(parse_seen(&ans, [0; 8]), None);
+        }
+        // Short or unknown requests get nothing.
+        assert_eq!(
+            f.on_datagram(t0, a("198.51.100.7:1"), &observe_request([0; 8])[..20]),
+            Verdict::Drop(Dropped::Malformed)
+        );
+        let mut odd = observe_request([0; 8]);
+        odd[1] = b'x';
+        assert_eq!(
+            f.on_datagram(t0, a("198.51.100.7:1"), &odd),
+            Verdict::Drop(Dropped::Malformed)
+        );
+    }
+
+    #[test]
+    fn bound_ends_forward_to_each_other_and_strangers_are_dropped() {
+        let mut f = Forwarder::new(8);
+        let t0 = Instant::now();
+        let (ta, tb) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        let (pa, pb, evil) = (
+            a("198.51.100.7:40000"),
+            a("203.0.113.9:50000"),
+            a("192.0.2.66:666"),
+        );
+        let data = [0x21u8; 1200];
+        // Before the other end is there.
+        assert!(matches!(
+            f.on_datagram(t0, pa, &bind_request(&ta, [9; 8])),
+            Verdict::Answer(_)
+        ));
+        assert_eq!(
+            f.on_datagram(t0, pa, &data),
+            Verdict::Drop(Dropped::Unpaired)
+        );
+        f.on_datagram(t0, pb, &bind_request(&tb, [8; 8]));
+        assert_eq!(f.on_datagram(t0, pa, &data), Verdict::Forward(pb));
+        assert_eq!(f.on_datagram(t0, pb, &data), Verdict::Forward(pa));
+        assert_eq!(
+            f.on_datagram(t0, evil, &data),
+            Verdict::Drop(Dropped::Stranger)
+        );
+        // A guessed token binds nothing.
+        assert_eq!(
+            f.on_datagram(t0, evil, &bind_request(&[0; 16], [0; 8])),
+            Verdict::Drop(Dropped::UnknownToken)
+        );
+        // An end's NAT moved its mapping: the next bind follows it, the old address is out.
+        let pa2 = a("198.51.100.7:40002");
+        f.on_datagram(t0, pa2, &bind_request(&ta, [7; 8]));
+        assert_eq!(f.on_datagram(t0, pb, &data), Verdict::Forward(pa2));
+        assert_eq!(
+            f.on_datagram(t0, pa, &data),
+            Verdict::Drop(Dropped::Stranger)
+        );
+        let c = f.counts();
+        assert_eq!((c.forwarded, c.bytes), (3, 3 * 1200));
+    }
+
+    #[test]
+    fn allocations_are_bounded_per_client_and_in_all_and_expire_when_unused() {
+        let mut f = Forwarder::new(ALLOCATIONS_PER_IP + 2);
+        let t0 = Instant::now();
+        let greedy: IpAddr = "192.0.2.1".parse().unwrap();
+        let (first, _) = f.allocate(t0, greedy).unwrap();
+        for _ in 1..ALLOCATIONS_PER_IP {
+            assert!(f.allocate(t0, greedy).is_some());
+        }
+        assert!(f.allocate(t0, greedy).is_none(), "one client's share");
+        let other: IpAddr = "192.0.2.2".parse().unwrap();
+        assert!(f.allocate(t0, other).is_some());
+        assert!(f.allocate(t0, other).is_some());
+        assert!(f.allocate(t0, other).is_none(), "the relay's bound");
+        // Unused for the idle time: gone, and their tokens with them.
+        let later = t0 + ALLOCATION_IDLE;
+        f.expire(later);
+        assert!(f.is_empty());
+        let from = a("198.51.100.1:1");
+        assert_eq!(
+            f.on_datagram(later, from, &bind_request(&first, [0; 8])),
+            Verdict::Drop(Dropped::UnknownToken)
+        );
+        let (fresh, _) = f.allocate(later, greedy).unwrap();
+        assert!(matches!(
+            f.on_datagram(later, from, &bind_request(&fresh, [0; 8])),
+            Verdict::Answer(_)
+        ));
+    }
+
+    #[test]
+    fn forwarding_keeps_an_allocation_alive() {
+        let mut f = Forwarder::new(8);
+        let t0 = Instant::now();
+        let (ta, tb) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        let (pa, pb) = (a("198.51.100.7:40000"), a("203.0.113.9:50000"));
+        f.on_datagram(t0, pa, &bind_request(&ta, [0; 8]));
+        f.on_datagram(t0, pb, &bind_request(&tb, [0; 8]));
+        let t1 = t0 + ALLOCATION_IDLE / 2;
+        assert_eq!(f.on_datagram(t1, pa, &[1; 100]), Verdict::Forward(pb));
+        f.expire(t0 + ALLOCATION_IDLE);
+        assert_eq!(f.len(), 1);
+        f.expire(t1 + ALLOCATION_IDLE);
+        assert!(f.is_empty());
+        assert_eq!(
+            f.on_datagram(t1, pa, &[1; 100]),
+            Verdict::Drop(Dropped::Stranger)
+        );
+    }
+}
