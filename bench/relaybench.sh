@@ -1,8 +1,10 @@
 #!/bin/bash
-# Relayed against direct: one 1 GiB file, interleaved pairs, inside a private network namespace
+# Relayed against direct: one 1 GiB file, interleaved rounds, inside a private network namespace
 # (its own loopback; nothing leaves it). For the relayed runs an nft rule in the namespace drops
-# the sender's direct connections to the receiver (the sender runs as `nobody`), so the session
-# falls back to the relay. Prints goodput per run and whether the file arrived intact.
+# everything the sender sends to the receiver's address (the sender runs as `nobody`), so the
+# session goes through the relay: its datagrams through the relay's UDP port (`relayed`), or
+# parallel TCP through its splice (`relayed-tcp`, `--transport tcp`). Prints goodput per run, the
+# relay's CPU seconds per GiB, and whether the file arrived intact.
 #
 #   sudo bash bench/relaybench.sh [PAIRS] [SIZE]      # defaults: 3 pairs, 1G
 #   sudo HURTLE_BIN=/path/to/hurtle bash bench/relaybench.sh   # another build
@@ -27,9 +29,10 @@ chmod 755 "$WORK"; chmod 644 "$WORK/src.bin"
 ip netns add "$NS"
 ip netns exec "$NS" ip link set lo up
 
-run() { # direct|relayed
-  local mode=$1
-  if [ "$mode" = relayed ]; then
+run() { # direct|relayed|relayed-tcp
+  local mode=$1 extra=()
+  [ "$mode" = relayed-tcp ] && extra=(--transport tcp)
+  if [ "$mode" != direct ]; then
     ip netns exec "$NS" nft -f - <<'NFT'
 table inet hrb {
   chain out {
@@ -48,12 +51,18 @@ NFT
   local code
   code=$(grep -o "code: [^ ]*" "$WORK/rcv.err" | cut -d' ' -f2)
   (cd "$WORK" && ip netns exec "$NS" timeout 200 runuser -u nobody -- "$B" send src.bin \
-    --code "$code" --relay 127.0.0.3:7431 --json 2>"$WORK/snd.err") \
+    --code "$code" --relay 127.0.0.3:7431 --json "${extra[@]}" 2>"$WORK/snd.err") \
     | python3 -c "import json,sys; d=json.load(sys.stdin); print('$mode', 'goodput_mbps=%.0f' % (d['goodput_bps']/1e6), 'path=%s' % d.get('path'), 'transport=%s' % d['transport'], 'channels=%d' % d['channels'], end=' ')" \
     || echo "$mode failed: $(tail -1 "$WORK/snd.err")"
   wait "$recv" || true
+  # The relay's CPU (user + system clock ticks of the hurtle process under `timeout`).
+  local rpid ticks
+  rpid=$(pgrep -P "$relay" -f "relay --listen 127.0.0.3:7431" | head -1)
+  ticks=$(awk '{print $14 + $15}' "/proc/$rpid/stat" 2>/dev/null || echo 0)
+  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v g="$GIB" 'BEGIN { printf "relay_cpu_s_per_gib=%.2f ", t / hz / g }'
   kill "$relay" 2>/dev/null; wait "$relay" 2>/dev/null || true
   cmp -s "$WORK/src.bin" "$WORK/out/src.bin" && echo intact || echo "NOT INTACT"
-  if [ "$mode" = relayed ]; then ip netns exec "$NS" nft delete table inet hrb; fi
+  if [ "$mode" != direct ]; then ip netns exec "$NS" nft delete table inet hrb; fi
 }
-for _ in $(seq 1 "$PAIRS"); do run direct; run relayed; done
+GIB=$(awk -v b="$(stat -c %s "$WORK/src.bin")" 'BEGIN { print b / 1073741824 }')
+for _ in $(seq 1 "$PAIRS"); do run direct; run relayed; run relayed-tcp; done

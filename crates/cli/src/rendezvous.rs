@@ -21,7 +21,7 @@ use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
 use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::progress::Phase;
-use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, SessionError};
+use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, RelayedUdp, SessionError};
 use hurtle_proto::secure::Secret;
 use hurtle_relay::client::{self, AgentEvent};
 use hurtle_relay::code::DEFAULT_WORDS;
@@ -40,8 +40,7 @@ pub fn receive(
     out: &OutputArgs,
     relay: &HostPort,
     receiver: Receiver,
-    bound: SocketAddr,
-    own_ports: Arc<OwnPorts>,
+    (bound, own_ports, relayed_udp): (SocketAddr, Arc<OwnPorts>, Option<Arc<RelayedUdp>>),
     keyring: Keyring,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
@@ -105,6 +104,16 @@ pub fn receive(
                     relay: Some(relay.to_string()),
                     code_nameplate: Some(code.nameplate),
                 });
+            }
+            // The sender's datagrams go through the relay: the session's channels bind there.
+            Event::Agent(AgentEvent::Udp { port, tokens }) => {
+                if let Some(r) = &relayed_udp {
+                    let binds = tokens
+                        .iter()
+                        .map(|t| client::udp_bind_request(t).to_vec())
+                        .collect();
+                    r.offer(SocketAddr::new(relay_addr.ip(), port), binds);
+                }
             }
             Event::Agent(AgentEvent::Refused { port, reason }) => {
                 if !out.quiet {

@@ -170,7 +170,7 @@ fn paired_by_code_on_loopback_goes_direct() {
 }
 
 #[test]
-fn forced_relayed_transfer_on_loopback() {
+fn forced_relayed_transfer_on_loopback_goes_as_datagrams_through_the_relay() {
     let t = tmp();
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 7 * MIB + 5, 52);
@@ -186,10 +186,75 @@ fn forced_relayed_transfer_on_loopback() {
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}");
-    assert_eq!(
-        v["transport"], "tcp",
-        "relayed sessions use parallel TCP: {v}"
+    // The relay forwards datagrams: hurtle's UDP channels, paced and repaired, not TCP.
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    assert!(v["fallback_seconds"].is_null(), "{v}");
+    assert_eq!(v["channels"], 3, "{v}");
+    assert!(
+        s.stderr
+            .contains(&format!("path: relayed via {}", relay.addr)),
+        "{}",
+        s.stderr
     );
+    let recv = r.proc.wait(TRANSFER_TIMEOUT);
+    recv.assert_success();
+    assert!(
+        recv.stdout
+            .contains(&format!("path: relayed via {}", relay.addr)),
+        "{}",
+        recv.stdout
+    );
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let mut relay = relay;
+    let log = relay.proc.stderr();
+    assert!(log.contains("udp allocations=3"), "{log}");
+    // The TCP splices carried the control connection and the race's idle data connections,
+    // not the file.
+    let spliced: u64 = splice_bytes(&log).iter().sum();
+    assert!(spliced < MIB, "{spliced} bytes spliced\n{log}");
+    assert!(relay.proc.is_running());
+}
+
+/// The sender-to-receiver bytes of each splice that ended, as the relay logs them.
+fn splice_bytes(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("splice end"))
+        .filter_map(|l| {
+            l.split("sender->receiver=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[test]
+fn forced_relayed_parallel_tcp_on_loopback_is_spliced() {
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 7 * MIB + 5, 52);
+    let out = t.path().join("out");
+    let relay = start_relay(&[]);
+    let r = start_code_receiver(&relay, &out, &[]);
+    let s = send_by_code(
+        &relay,
+        &r.code,
+        &src,
+        &[
+            "--json",
+            "--relay-only",
+            "--channels",
+            "3",
+            "--transport",
+            "tcp",
+        ],
+    );
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}");
+    assert_eq!(v["transport"], "tcp", "{v}");
     assert_eq!(v["channels"], 3, "{v}");
     assert!(
         s.stderr
@@ -210,19 +275,7 @@ fn forced_relayed_transfer_on_loopback() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut relay = relay;
     let ends = loop {
-        let log = relay.proc.stderr();
-        let ends: Vec<u64> = log
-            .lines()
-            .filter(|l| l.contains("splice end"))
-            .filter_map(|l| {
-                l.split("sender->receiver=")
-                    .nth(1)?
-                    .split(' ')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect();
+        let ends = splice_bytes(&relay.proc.stderr());
         if ends.len() >= 4 || Instant::now() > deadline {
             break ends;
         }
@@ -550,6 +603,9 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    // A and B cannot reach each other: the file's datagrams went through the relay's UDP port.
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    assert!(v["fallback_seconds"].is_null(), "{v}");
     assert!(
         s.stderr
             .contains(&format!("path: relayed via {sender_relay}")),
@@ -614,10 +670,12 @@ fn capturing_forwarder(to: SocketAddr) -> (SocketAddr, Arc<std::sync::Mutex<Vec<
     (addr, seen)
 }
 
-/// Everything a relayed session sends through the relay is ciphertext: a file made of a
-/// marker, and its distinctive name, never show in the bytes on the sender's side of the relay.
-/// With `--no-encryption` on both sides the marker does show (the capture sees the data), and
-/// the name still does not (control messages stay sealed).
+/// Everything a relayed session sends through the relay's TCP splice is ciphertext: a file made
+/// of a marker, and its distinctive name, never show in the bytes on the sender's side of the
+/// relay. With `--no-encryption` on both sides the marker does show (the capture sees the data),
+/// and the name still does not (control messages stay sealed). Parallel TCP, so that the file's
+/// bytes cross the captured TCP connections (datagrams through the relay are sealed as on any
+/// path: e2e.rs looks at what the wire shows).
 #[test]
 fn a_relayed_session_crosses_the_relay_encrypted() {
     let marker = b"HURTLE-RELAYED-PLAINTEXT-MARKER-";
@@ -645,6 +703,8 @@ fn a_relayed_session_crosses_the_relay_encrypted() {
                 "--relay",
                 &front.to_string(),
                 "--relay-only",
+                "--transport",
+                "tcp",
                 "--json",
             ]
             .map(String::from),
@@ -674,4 +734,140 @@ fn a_relayed_session_crosses_the_relay_encrypted() {
         );
         assert!(!has(r.code.as_bytes()), "the code crossed the relay");
     }
+}
+
+/// Runs `nft -f -` with `rules` in namespace `ns`.
+fn nft_in(ns: &str, rules: &str) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(rules.as_bytes())
+        .expect("write rules");
+    assert!(
+        child.wait().expect("nft").success(),
+        "nft in {ns}:\n{rules}"
+    );
+}
+
+/// Two peers each behind a NAT of its own that gives every destination a port of its own
+/// ("symmetric": nftables masquerade with random ports, and inbound only for flows the inside
+/// started), the relay on the network between the NATs, which does not route from one to the
+/// other: no direct path of any kind, and a punched one would not work either. The session's
+/// datagrams go through the relay's UDP port: UDP speed where the TCP splice used to be.
+#[test]
+fn two_peers_behind_symmetric_nats_send_datagrams_through_the_relay() {
+    if !support::require_root("two_peers_behind_symmetric_nats_send_datagrams_through_the_relay") {
+        return;
+    }
+    let pid = std::process::id();
+    let name = |s: &str| format!("hurtle-{s}-{pid}");
+    let (a, na, r, nb, b) = (
+        name("na-a"),
+        name("na-n"),
+        name("na-r"),
+        name("nb-n"),
+        name("nb-b"),
+    );
+    let mut ns = Namespaces { names: Vec::new() };
+    for n in [&a, &na, &r, &nb, &b] {
+        ns.add(n);
+    }
+    // A 10.214.1.2 -- (10.214.1.1) NAT-A (10.214.3.2) -- (10.214.3.1) R (10.214.4.1) --
+    // (10.214.4.2) NAT-B (10.214.2.1) -- 10.214.2.2 B
+    for (x, xdev, y, ydev) in [
+        (&a, "v", &na, "in"),
+        (&na, "out", &r, "ra"),
+        (&r, "rb", &nb, "out"),
+        (&nb, "in", &b, "v"),
+    ] {
+        ip(&[
+            "-n", x, "link", "add", xdev, "type", "veth", "peer", "name", ydev, "netns", y,
+        ]);
+    }
+    for (n, dev, addr) in [
+        (&a, "v", "10.214.1.2/24"),
+        (&na, "in", "10.214.1.1/24"),
+        (&na, "out", "10.214.3.2/24"),
+        (&r, "ra", "10.214.3.1/24"),
+        (&r, "rb", "10.214.4.1/24"),
+        (&nb, "out", "10.214.4.2/24"),
+        (&nb, "in", "10.214.2.1/24"),
+        (&b, "v", "10.214.2.2/24"),
+    ] {
+        ip(&["-n", n, "addr", "add", addr, "dev", dev]);
+        ip(&["-n", n, "link", "set", dev, "up"]);
+    }
+    ip(&["-n", &a, "route", "add", "default", "via", "10.214.1.1"]);
+    ip(&["-n", &na, "route", "add", "default", "via", "10.214.3.1"]);
+    ip(&["-n", &b, "route", "add", "default", "via", "10.214.2.1"]);
+    ip(&["-n", &nb, "route", "add", "default", "via", "10.214.4.1"]);
+    for (n, forward) in [(&na, "1"), (&nb, "1"), (&r, "0")] {
+        ip(&[
+            "netns",
+            "exec",
+            n,
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.ip_forward={forward}"),
+        ]);
+    }
+    let nat = r#"
+table ip hurtle_nat {
+  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade random; }
+  chain inbound {
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept;
+    iifname "in" oifname "out" accept;
+  }
+}
+"#;
+    nft_in(&na, nat);
+    nft_in(&nb, nat);
+
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 9 * MIB + 13, 54);
+    let out = t.path().join("out");
+    let relay = start_relay_with(&["ip", "netns", "exec", &r], "0.0.0.0:0", &[]);
+    let port = relay.addr.port();
+    let recv = start_code_receiver_with(
+        &["ip", "netns", "exec", &a],
+        &format!("10.214.3.1:{port}"),
+        &out,
+        &[],
+    );
+    let sender_relay = format!("10.214.4.1:{port}");
+    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
+        .map(String::from)
+        .to_vec();
+    args.push(src.display().to_string());
+    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
+    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    assert!(v["fallback_seconds"].is_null(), "{v}");
+    recv.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let log = relay.proc.kill().stderr;
+    // The relay saw each peer from its NAT's public address, and allocated for the session.
+    assert!(
+        log.lines().any(|l| l.contains("pairing")
+            && l.contains("receiver=10.214.3.2:")
+            && l.contains("sender=10.214.4.2:")),
+        "{log}"
+    );
+    assert!(log.contains("udp allocations="), "{log}");
+    // Nothing but the control connection and the race's idle TCP connections was spliced.
+    let spliced: u64 = splice_bytes(&log).iter().sum();
+    assert!(spliced < MIB, "{spliced} bytes spliced\n{log}");
+    drop(ns);
 }

@@ -51,6 +51,6 @@ pub mod walk;
 pub use agree::Keyring;
 pub use error::SessionError;
 pub use progress::Progress;
-pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, WriteQueue};
+pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, RelayedUdp, WriteQueue};
 pub use report::FileReport;
 pub use send::{send, PathMemories, SendOptions, SendSummary};

@@ -10,7 +10,7 @@
 use crate::code::Code;
 use crate::splice::splice;
 use crate::wire::{self, FrameError, Msg};
-use hurtle_engine::net::dial::{connect_hedged, Dialer};
+use hurtle_engine::net::dial::{connect_hedged, Dialer, UdpRelay};
 use hurtle_engine::OwnPorts;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
@@ -364,27 +364,7 @@ impl Found {
     /// end of each, in channel order, and the relay's UDP port (the receiver's ends go to its
     /// agent).
     pub fn allocate_udp(&self, channels: u16) -> Result<(u16, Vec<crate::udp::Token>), RelayError> {
-        let mut s = connect(self.relay, Duration::from_secs(5))?;
-        wire::write_msg(
-            &mut s,
-            &Msg::Allocate {
-                ticket: self.ticket.clone(),
-                channels,
-            },
-        )?;
-        match answer(&mut s)? {
-            Msg::Allocated { port, tokens } if tokens.len() == usize::from(channels) => {
-                let tokens: Option<Vec<_>> =
-                    tokens.iter().map(|t| crate::udp::parse_token(t)).collect();
-                tokens.map(|t| (port, t)).ok_or_else(|| {
-                    unexpected(&Msg::Allocated {
-                        port,
-                        tokens: vec![],
-                    })
-                })
-            }
-            m => Err(unexpected(&m)),
-        }
+        allocate_udp(self.relay, &self.ticket, channels)
     }
 
     /// The receiver's control port.
@@ -437,6 +417,39 @@ impl Found {
             }),
         }
     }
+}
+
+/// Asks `relay` for UDP allocations for the session of `ticket`, `channels` of them: the
+/// sender's end of each, in channel order, and the relay's UDP port.
+fn allocate_udp(
+    relay: SocketAddr,
+    ticket: &str,
+    channels: u16,
+) -> Result<(u16, Vec<crate::udp::Token>), RelayError> {
+    let mut s = connect(relay, Duration::from_secs(5))?;
+    wire::write_msg(
+        &mut s,
+        &Msg::Allocate {
+            ticket: ticket.to_string(),
+            channels,
+        },
+    )?;
+    match answer(&mut s)? {
+        Msg::Allocated { port, tokens } if tokens.len() == usize::from(channels) => {
+            let parsed: Option<Vec<_>> =
+                tokens.iter().map(|t| crate::udp::parse_token(t)).collect();
+            parsed
+                .map(|t| (port, t))
+                .ok_or_else(|| unexpected(&Msg::Allocated { port, tokens }))
+        }
+        m => Err(unexpected(&m)),
+    }
+}
+
+/// The datagram a socket sends the relay to bind its end of an allocation (its nonce is
+/// random; the answer names the address the relay saw).
+pub fn udp_bind_request(token: &crate::udp::Token) -> [u8; crate::udp::MIN_REQUEST] {
+    crate::udp::bind_request(token, rand::random())
 }
 
 /// A direct path whose first connection is already open.
@@ -492,7 +505,22 @@ impl Dialer for RelayDialer {
         })
     }
 
-    fn tcp_only(&self) -> bool {
-        true
+    /// The relay forwards datagrams too: each channel gets an allocation there (a relay that
+    /// cannot leaves the session to the TCP splice, which the engine falls back to).
+    fn udp_relay(&self, channels: u16) -> Option<io::Result<UdpRelay>> {
+        let relayed = || -> Result<UdpRelay, RelayError> {
+            let (port, tokens) = allocate_udp(self.relay, &self.ticket, channels)?;
+            Ok(UdpRelay {
+                addr: SocketAddr::new(self.relay.ip(), port),
+                binds: tokens
+                    .iter()
+                    .map(|t| udp_bind_request(t).to_vec())
+                    .collect(),
+            })
+        };
+        Some(
+            relayed()
+                .map_err(|e| io::Error::other(format!("via the relay at {}: {e}", self.relay))),
+        )
     }
 }

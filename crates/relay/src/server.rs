@@ -123,7 +123,7 @@ impl Server {
     /// Binds `addr`, for TCP and, on the same port, UDP.
     pub fn bind(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
-        let udp = UdpSocket::bind(listener.local_addr()?)?;
+        let udp = crate::udp::bind(listener.local_addr()?)?;
         let state = Arc::new(State {
             udp: Arc::new(Mutex::new(Forwarder::new(cfg.max_allocations))),
             udp_port: udp.local_addr()?.port(),

@@ -23,6 +23,7 @@
 //!
 //! The table ([`Forwarder`]) is pure, with an injected clock; [`serve`] is its thread.
 
+use hurtle_engine::net::dial::RELAY_TAG;
 use rand::RngCore;
 use std::collections::HashMap;
 use std::io;
@@ -30,9 +31,9 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// First byte of the relay's own UDP messages (data datagrams' first byte has its kind in the
-/// low nibble, never 1; punching datagrams start with 0xF0).
-pub const TAG: u8 = 0xF1;
+/// First byte of the relay's own UDP messages (the engine's [`RELAY_TAG`]: no data or
+/// punching datagram starts with it).
+pub const TAG: u8 = RELAY_TAG;
 /// Shortest request the relay answers.
 pub const MIN_REQUEST: usize = 32;
 /// An allocation that forwarded nothing for this long is forgotten.
@@ -341,6 +342,20 @@ pub fn parse_seen(datagram: &[u8], nonce: [u8; 8]) -> Option<SocketAddr> {
     };
     let port = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
     Some(SocketAddr::new(ip, port))
+}
+
+/// Socket buffers the relay asks for, each way: a session's bursts at line rate wait here, not
+/// in drops (the kernel grants at most `net.core.rmem_max` / `wmem_max`).
+pub const SOCKET_BUFFER: usize = 16 << 20;
+
+/// The relay's UDP socket on `addr`, with [`SOCKET_BUFFER`] asked for.
+pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    s.bind(&addr.into())?;
+    Ok(s.into())
 }
 
 /// Serves `socket` with `forwarder` until the socket fails: one datagram at a time, the

@@ -7,8 +7,9 @@ use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{self, Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
-use hurtle_engine::{ReceiveOptions, Receiver, SessionError};
+use hurtle_engine::{ReceiveOptions, Receiver, RelayedUdp, SessionError};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Runs `hurtle receive`.
 pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
@@ -38,7 +39,13 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     let given = keys::given_code(&a.code).filter(|_| relay.is_none());
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
+    // Paired by code through a relay: the sender's datagrams may come through it.
+    let relayed_udp = match &relay {
+        Some(r) => Some(Arc::new(RelayedUdp::new(resolve(r, "relay")?.ip()))),
+        None => None,
+    };
     let opts = ReceiveOptions {
+        relayed_udp: relayed_udp.clone(),
         keys: keys::keyring(&a.keys, code.as_deref())?,
         no_encryption: a.no_encryption,
         out_dir: out.clone(),
@@ -62,7 +69,13 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         ),
     );
     if let Some(relay) = &relay {
-        return rendezvous::receive(&a.output, relay, receiver, bound, own_ports, keyring);
+        return rendezvous::receive(
+            &a.output,
+            relay,
+            receiver,
+            (bound, own_ports, relayed_udp),
+            keyring,
+        );
     }
     if let Some(code) = code.as_deref().filter(|_| fresh) {
         // Always, even with -q or --json: the sender needs it. One write, so that a reader of

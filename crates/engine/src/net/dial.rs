@@ -50,6 +50,69 @@ pub trait Dialer: Debug + Send + Sync {
     fn tcp_only(&self) -> bool {
         false
     }
+
+    /// Where the datagrams of a session of `channels` channels go when they cannot go straight
+    /// to the receiver (a relay that forwards them): `None` when they go straight.
+    fn udp_relay(&self, _channels: u16) -> Option<io::Result<UdpRelay>> {
+        None
+    }
+}
+
+/// The first byte of a relay's own datagrams (its answers to binds): no data datagram's (the
+/// low nibble of a data datagram's first byte is its kind, 1 to 5; punching uses 0xF0).
+pub const RELAY_TAG: u8 = 0xF1;
+
+/// Datagrams through a forwarder: every channel sends to `addr`, after its socket has sent
+/// `binds[channel]` there (which tells the forwarder which of the receiver's sockets is the
+/// other end; answered by a datagram that starts with [`RELAY_TAG`]).
+#[derive(Debug, Clone)]
+pub struct UdpRelay {
+    /// The forwarder's address.
+    pub addr: SocketAddr,
+    /// Per channel, the datagram that binds its socket.
+    pub binds: Vec<Vec<u8>>,
+}
+
+impl UdpRelay {
+    /// Sends each channel's bind from its socket and waits, within `within`, for each answer
+    /// (sent again every 150 ms). Returns the channels whose bind was not answered.
+    pub fn bind(&self, sockets: &[std::net::UdpSocket], within: Duration) -> Vec<u16> {
+        let deadline = Instant::now() + within;
+        // The channels' sockets are non-blocking (their clones share the flag): blocking, with
+        // a timeout, for the wait, and back after it.
+        for s in sockets {
+            let _ = s.set_nonblocking(false);
+        }
+        let mut left: Vec<usize> = (0..sockets.len().min(self.binds.len())).collect();
+        let mut buf = [0u8; 64];
+        while !left.is_empty() && Instant::now() < deadline {
+            for &ch in &left {
+                let _ = sockets[ch].send_to(&self.binds[ch], self.addr);
+            }
+            let round = Instant::now() + Duration::from_millis(150);
+            left.retain(|&ch| {
+                let s = &sockets[ch];
+                loop {
+                    let wait = round.saturating_duration_since(Instant::now());
+                    if wait.is_zero() || s.set_read_timeout(Some(wait)).is_err() {
+                        return true;
+                    }
+                    match s.recv_from(&mut buf) {
+                        Ok((n, from)) if from == self.addr && n > 0 && buf[0] == RELAY_TAG => {
+                            return false
+                        }
+                        Ok(_) => continue,
+                        Err(_) => return true,
+                    }
+                }
+            });
+        }
+        for s in sockets {
+            let _ = s.set_read_timeout(None);
+            let _ = s.set_nonblocking(true);
+        }
+        left.into_iter().map(|ch| ch as u16).collect()
+    }
 }
 
 /// A direct connection with a timeout, by [`connect_hedged`].

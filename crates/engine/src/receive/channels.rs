@@ -8,6 +8,7 @@ use super::gathering::Gathering;
 use super::shared::{ChanCmd, ChanEvent, Shared};
 use super::writer::{write_block, Writer, Written};
 use crate::error::SessionError;
+use crate::net::dial::RELAY_TAG;
 use crate::net::link::LinkIn;
 use crate::net::udp::{RecvBatch, GRO_BUF_SIZE};
 use crate::netlog::NetLog;
@@ -384,9 +385,19 @@ impl ChannelWorker {
         src: &SocketAddr,
         datagram: &[u8],
     ) -> Result<u64, SessionError> {
-        if src.ip().to_canonical() != self.shared.peer_ip.to_canonical() {
-            self.admission.reject(RejectReason::Source);
-            return Ok(0);
+        let from = src.ip().to_canonical();
+        if from != self.shared.peer_ip.to_canonical() {
+            match self.shared.relay_ip {
+                // The relay's answer to a bind of ours: not data.
+                Some(relay) if from == relay && datagram.first() == Some(&RELAY_TAG) => {
+                    return Ok(0)
+                }
+                Some(relay) if from == relay => {}
+                _ => {
+                    self.admission.reject(RejectReason::Source);
+                    return Ok(0);
+                }
+            }
         }
         let (verdict, payload) =
             self.admission

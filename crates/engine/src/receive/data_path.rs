@@ -25,6 +25,9 @@ pub struct DataDoor {
     pub(super) capacity: Arc<OnceLock<Capacity>>,
     /// What it allows.
     pub(super) limits: ReceiverLimits,
+    /// Bind the channel sockets to every address, not the control connection's: datagrams
+    /// may come through a relay, to an address the relayed control connection does not have.
+    pub(super) any_ip: bool,
 }
 
 /// The receiving ends of a session's data path.
@@ -88,7 +91,12 @@ impl DataDoor {
             let ports = vec![guard.1; usize::from(channels)];
             (DataIn::Tcp(l), ports, None, Some(guard))
         } else {
-            let udps = UdpChannel::bind_channels(local_ip, channels, &mut warnings)?;
+            let udp_ip = match local_ip {
+                IpAddr::V4(_) if self.any_ip => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) if self.any_ip => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                ip => ip,
+            };
+            let udps = UdpChannel::bind_channels(udp_ip, channels, &mut warnings)?;
             let ports = udps.iter().map(|u| u.local_addr().port()).collect();
             let (fallback, guard) = if hello.race {
                 let (l, guard) = tcp_listener()?;
@@ -144,6 +152,7 @@ impl DataDoor {
             own_ports: Arc::default(),
             capacity: Arc::new(OnceLock::from(Capacity::UNKNOWN)),
             limits: ReceiverLimits { max_channels: 8 },
+            any_ip: false,
         }
     }
 }

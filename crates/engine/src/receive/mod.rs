@@ -72,7 +72,7 @@ use crate::error::{SessionError, Side};
 use crate::progress::{Phase, Progress};
 use accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
 use links::DataKeys;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +95,8 @@ pub struct ReceiveOptions {
     /// Filled with the ports this receiver listens on (control, and the current session's TCP
     /// data listener), so a relay agent can refuse to forward connections anywhere else.
     pub own_ports: Arc<OwnPorts>,
+    /// Datagrams may come through this relay (`receive --relay`): its channels bind there.
+    pub relayed_udp: Option<Arc<RelayedUdp>>,
     /// Whether complete blocks go to a writer thread (see [`WriteQueue`]).
     pub write_queue: WriteQueue,
     /// The code and keys a sender may use (authentication is never off: an empty keyring
@@ -119,6 +121,76 @@ pub enum WriteQueue {
     Always,
     /// Always the channel threads.
     Never,
+}
+
+/// Datagrams that may come through a relay (a receiver paired by code): the relay's IP, whose
+/// datagrams the channels take as the sender's, and, once the relay gives them for a session
+/// (its agent hears them), where each channel socket binds its end of the session's
+/// allocation there and the datagram that does it ([`RelayedUdp::offer`]). An authenticated
+/// session's channels send their binds as soon as they are offered.
+#[derive(Debug)]
+pub struct RelayedUdp {
+    relay_ip: IpAddr,
+    offer: std::sync::Mutex<Option<(SocketAddr, Vec<Vec<u8>>)>>,
+    ready: std::sync::Condvar,
+}
+
+impl RelayedUdp {
+    /// Datagrams may come from `relay_ip`.
+    pub fn new(relay_ip: IpAddr) -> RelayedUdp {
+        RelayedUdp {
+            relay_ip: relay_ip.to_canonical(),
+            offer: std::sync::Mutex::new(None),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    /// The relay gave a session's allocations: each channel's socket sends `binds[channel]`
+    /// to `addr`.
+    pub fn offer(&self, addr: SocketAddr, binds: Vec<Vec<u8>>) {
+        *self.offer.lock().unwrap_or_else(|e| e.into_inner()) = Some((addr, binds));
+        self.ready.notify_all();
+    }
+
+    /// The relay's IP.
+    pub fn relay_ip(&self) -> IpAddr {
+        self.relay_ip
+    }
+
+    /// Waits up to `timeout` for an offer, and takes it.
+    fn take(&self, timeout: Duration) -> Option<(SocketAddr, Vec<Vec<u8>>)> {
+        let guard = self.offer.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) = self
+            .ready
+            .wait_timeout_while(guard, timeout, |o| o.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        guard.take()
+    }
+
+    /// Sends each socket's bind, when the relay gives them, a few times (a lost one would
+    /// leave the channel unpaired), on a thread of its own; at most `wait` for the offer.
+    pub(crate) fn bind_when_offered(
+        self: &Arc<Self>,
+        sockets: Vec<std::net::UdpSocket>,
+        wait: Duration,
+    ) {
+        let me = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("relay-bind".into())
+            .spawn(move || {
+                let Some((addr, binds)) = me.take(wait) else {
+                    return;
+                };
+                for round in 0..3 {
+                    if round > 0 {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    for (s, b) in sockets.iter().zip(&binds) {
+                        let _ = s.send_to(b, addr);
+                    }
+                }
+            });
+    }
 }
 
 /// The local TCP ports a receiver is listening on right now.
@@ -157,6 +229,7 @@ impl Default for ReceiveOptions {
             buffer_memory: 256 << 20,
             idle_timeout: Duration::from_secs(30),
             own_ports: Arc::default(),
+            relayed_udp: None,
             write_queue: WriteQueue::Auto,
             keys: Keyring::default(),
             no_encryption: false,
@@ -196,6 +269,7 @@ impl Receiver {
                     plain_data: opts.no_encryption,
                     data: data_path::DataDoor {
                         own_ports: opts.own_ports.clone(),
+                        any_ip: opts.relayed_udp.is_some(),
                         capacity: capacity.clone(),
                         limits: hurtle_proto::session::ReceiverLimits {
                             max_channels: opts.max_channels,

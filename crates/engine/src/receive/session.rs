@@ -172,6 +172,16 @@ impl Receiver {
         let (held, hole_blocks) = held_blocks(&parts, &holes, held_values, &layout, block_size)?;
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
+        // Through a relay, the channels bind their ends of the session's allocations there
+        // once the relay gives them (this session is authenticated).
+        if let (Some(relayed), DataIn::Udp(udps, _)) = (&self.opts.relayed_udp, &data_in) {
+            let socks = udps
+                .iter()
+                .map(UdpChannel::try_clone_socket)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| SessionError::io("UDP socket", e))?;
+            relayed.bind_when_offered(socks, Duration::from_secs(10));
+        }
         // Feedback datagrams leave from the channel sockets (none over TCP data connections).
         let feedback_socks = match &data_in {
             DataIn::Udp(udps, _) => udps
@@ -210,6 +220,7 @@ impl Receiver {
             layout,
             files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
             peer_ip: peer.ip(),
+            relay_ip: self.opts.relayed_udp.as_ref().map(|r| r.relay_ip()),
             to_wire: tx.clone(),
             feedback,
             counters: Counters::default(),

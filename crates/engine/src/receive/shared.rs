@@ -23,6 +23,8 @@ pub(super) struct Shared {
     /// The files being received, by file id (`None`: skipped, the receiver has it).
     pub(super) files: Vec<Option<Arc<PartFile>>>,
     pub(super) peer_ip: IpAddr,
+    /// The relay whose datagrams are the sender's too (a receiver paired by code).
+    pub(super) relay_ip: Option<IpAddr>,
     pub(super) to_wire: Sender<Control>,
     /// Copies of the reports and NACKs as datagrams (see [`crate::net::feedback`]).
     pub(super) feedback: FeedbackOut,

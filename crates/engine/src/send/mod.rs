@@ -57,6 +57,7 @@ pub fn send(
     opts: &SendOptions,
     progress: Arc<Progress>,
 ) -> Result<SendSummary, SessionError> {
+    // A dialer through which only TCP gets (a relay that forwards no datagrams) makes it TCP.
     let tcp_only = opts.dialer.as_ref().is_some_and(|d| d.tcp_only());
     let transport = if opts.transport == Transport::Tcp || tcp_only {
         Transport::Tcp

@@ -139,6 +139,7 @@ pub(super) fn send_once(
         mut prober,
         fallback,
         feedback_socks,
+        feedback_from,
     } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
     let sources = opening
         .join()
@@ -315,7 +316,9 @@ pub(super) fn send_once(
     // The receiver's reports and NACKs, also as datagrams from its data session on (a reader
     // that cannot start leaves them to the control connection).
     let feedback = (!feedback_socks.is_empty())
-        .then(|| FeedbackReader::start(feedback_socks, to.ip(), &keys.feedback, data_session).ok())
+        .then(|| {
+            FeedbackReader::start(feedback_socks, feedback_from, &keys.feedback, data_session).ok()
+        })
         .flatten();
     let no_feedback = crossbeam_channel::never();
 
@@ -522,7 +525,7 @@ fn open_data_path(
     } else {
         Ipv6Addr::UNSPECIFIED.into()
     };
-    let dests: Vec<SocketAddr> = accepted
+    let mut dests: Vec<SocketAddr> = accepted
         .ports
         .iter()
         .take(usize::from(channels))
@@ -537,6 +540,7 @@ fn open_data_path(
             prober: None,
             fallback: None,
             feedback_socks: Vec::new(),
+            feedback_from: to.ip(),
         });
     }
     let udps = UdpChannel::bind_channels(bind_ip, channels, warnings)?;
@@ -547,6 +551,26 @@ fn open_data_path(
             .map_err(|e| SessionError::io("UDP socket", e))
     };
     let (socks, feedback_socks) = (clones()?, clones()?);
+    // Through a relay that forwards datagrams: every channel sends to it, once its socket has
+    // bound its end of the channel's allocation there. A relay that cannot leaves the data to
+    // the TCP splice (with `auto`, when UDP is found silent).
+    let mut feedback_from = to.ip();
+    if let Some(relay) = opts.dialer.as_ref().and_then(|d| d.udp_relay(channels)) {
+        match relay {
+            Ok(relay) => {
+                let unbound = relay.bind(&socks, Duration::from_secs(2));
+                if !unbound.is_empty() {
+                    warnings.push(format!(
+                        "the relay did not confirm UDP for {}",
+                        crate::report::channel_list(&unbound)
+                    ));
+                }
+                dests = vec![relay.addr; usize::from(channels)];
+                feedback_from = relay.addr.ip();
+            }
+            Err(e) => warnings.push(format!("no UDP through the relay: {e}")),
+        }
+    }
     let mut prober = Prober {
         probe: PayloadProbe::new(
             opts.payload.min(accepted.max_payload),
@@ -578,6 +602,7 @@ fn open_data_path(
         prober: Some(prober),
         fallback,
         feedback_socks,
+        feedback_from,
     })
 }
 
@@ -594,6 +619,8 @@ struct DataLinks {
     fallback: Option<Vec<Dialing>>,
     /// Clones of the channel sockets, for the feedback reader (UDP only).
     feedback_socks: Vec<std::net::UdpSocket>,
+    /// Where the receiver's feedback datagrams come from: its IP, or a relay's.
+    feedback_from: IpAddr,
 }
 
 /// The TCP data connections once dialled, one link per channel.
