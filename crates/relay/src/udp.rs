@@ -498,6 +498,51 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Whatever arrives from whom, in any order: no panic, an answer never longer than
+        /// its request, and a datagram forwarded only from one bound end to the other's
+        /// address as last bound.
+        #[test]
+        fn forwarding_follows_the_binds_whatever_arrives(
+            steps in proptest::collection::vec((0usize..4, 0u8..5, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)), 0..60)
+        ) {
+            let mut f = Forwarder::new(4);
+            let t0 = Instant::now();
+            let (ta, tb) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+            let addrs = [a("198.51.100.1:1"), a("198.51.100.2:2"), a("203.0.113.3:3"), a("192.0.2.4:4")];
+            let mut ends: [Option<SocketAddr>; 2] = [None, None];
+            for (i, (who, kind, bytes)) in steps.into_iter().enumerate() {
+                let from = addrs[who];
+                let now = t0 + Duration::from_millis(i as u64);
+                let dgram: Vec<u8> = match kind {
+                    0 => bind_request(&ta, [1; 8]).to_vec(),
+                    1 => bind_request(&tb, [2; 8]).to_vec(),
+                    2 => observe_request([3; 8]).to_vec(),
+                    3 => { let mut d = vec![TAG]; d.extend(&bytes); d }
+                    _ => { let mut d = vec![0x21]; d.extend(&bytes); d }
+                };
+                match f.on_datagram(now, from, &dgram) {
+                    Verdict::Answer(ans) => proptest::prop_assert!(ans.len() <= dgram.len()),
+                    Verdict::Forward(to) => {
+                        let (mine, other) = if ends[0] == Some(from) { (0, 1) } else { (1, 0) };
+                        proptest::prop_assert_eq!(ends[mine], Some(from));
+                        proptest::prop_assert_eq!(ends[other], Some(to));
+                    }
+                    Verdict::Drop(_) => {}
+                }
+                // The model: a bind moves its end to the binder, and takes the binder off the
+                // other end.
+                if kind < 2 {
+                    let e = usize::from(kind);
+                    if ends[1 - e] == Some(from) {
+                        ends[1 - e] = None;
+                    }
+                    ends[e] = Some(from);
+                }
+            }
+        }
+    }
+
     #[test]
     fn forwarding_keeps_an_allocation_alive() {
         let mut f = Forwarder::new(8);
