@@ -13,7 +13,7 @@ use crate::udp::Forwarder;
 use crate::wire::{self, hex, FrameError, Msg, MAX_CANDIDATES, MAX_UDP_CHANNELS};
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,7 +115,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A bound relay; [`Server::run`] serves until the process ends.
 pub struct Server {
     listener: TcpListener,
-    udp: UdpSocket,
+    udp: hurtle_engine::net::udp::UdpChannel,
     state: Arc<State>,
 }
 
@@ -126,7 +126,7 @@ impl Server {
         let udp = crate::udp::bind(listener.local_addr()?)?;
         let state = Arc::new(State {
             udp: Arc::new(Mutex::new(Forwarder::new(cfg.max_allocations))),
-            udp_port: udp.local_addr()?.port(),
+            udp_port: udp.local_addr().port(),
             codes: Mutex::new(Registry::new(cfg.max_codes, cfg.code_ttl)),
             limiter: Mutex::new(Limiter::new(cfg.lookup_burst, cfg.lookup_per_sec)),
             tickets: Mutex::new(HashMap::new()),

@@ -24,10 +24,14 @@
 //! The table ([`Forwarder`]) is pure, with an injected clock; [`serve`] is its thread.
 
 use hurtle_engine::net::dial::RELAY_TAG;
+use hurtle_engine::net::udp::{
+    ChannelOptions, RecvBatch, UdpChannel, UdpError, GRO_BUF_SIZE, MAX_RECV_BUFFERS,
+};
 use rand::RngCore;
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -254,6 +258,16 @@ impl Forwarder {
         }
     }
 
+    /// Where data from `from` goes now: the other end of its allocation, if both are bound.
+    pub fn peer_of(&self, from: SocketAddr) -> Option<SocketAddr> {
+        let &(id, end) = self.by_addr.get(&from)?;
+        let a = self.allocations.get(&id)?;
+        match end {
+            End::A => a.ends[1],
+            End::B => a.ends[0],
+        }
+    }
+
     /// Allocations held now.
     pub fn len(&self) -> usize {
         self.allocations.len()
@@ -348,44 +362,77 @@ pub fn parse_seen(datagram: &[u8], nonce: [u8; 8]) -> Option<SocketAddr> {
 /// in drops (the kernel grants at most `net.core.rmem_max` / `wmem_max`).
 pub const SOCKET_BUFFER: usize = 16 << 20;
 
-/// The relay's UDP socket on `addr`, with [`SOCKET_BUFFER`] asked for.
-pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
-    s.bind(&addr.into())?;
-    Ok(s.into())
+/// The relay's UDP socket on `addr`, with [`SOCKET_BUFFER`] asked for, GRO and GSO where the
+/// kernel has them, and batched receives.
+pub fn bind(addr: SocketAddr) -> io::Result<UdpChannel> {
+    let opts = ChannelOptions {
+        recv_buffer: SOCKET_BUFFER,
+        send_buffer: SOCKET_BUFFER,
+        read_timeout: Some(Duration::from_secs(1)),
+        gso: true,
+    };
+    UdpChannel::bind(addr, &opts).map_err(io::Error::other)
 }
 
-/// Serves `socket` with `forwarder` until the socket fails: one datagram at a time, the
-/// table's verdict carried out.
-pub fn serve(socket: UdpSocket, forwarder: Arc<Mutex<Forwarder>>) -> io::Result<()> {
-    let mut buf = vec![0u8; 65_536];
+/// Serves `socket` with `forwarder` until the socket fails. Datagrams come in batches (one
+/// `recvmmsg`, GRO merging a flow's datagrams of one size into one buffer); each is judged by
+/// the table, and a merged buffer whose datagrams all go to one place leaves whole, in one GSO
+/// send, so that a bulk flow costs a few system calls per batch, not two per datagram.
+pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Result<()> {
+    let mut batch = RecvBatch::new(MAX_RECV_BUFFERS, GRO_BUF_SIZE);
     let mut last_expiry = Instant::now();
+    // What to send: where, which bytes of which buffer (or an answer), per batch.
+    let mut out: Vec<(SocketAddr, Range<usize>, usize, Vec<u8>)> = Vec::new();
+    let mut verdicts: Vec<Verdict> = Vec::new();
     loop {
-        let (n, from) = match socket.recv_from(&mut buf) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // A refused datagram's ICMP error surfaces on the next receive on Linux.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return Err(e),
-        };
+        match socket.recv_batch(&mut batch) {
+            Ok(_) => {}
+            // An ICMP error for an earlier send surfaces on a receive.
+            Err(UdpError::PeerUnreachable(_)) => continue,
+            Err(UdpError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io::Error::other(e)),
+        }
         let now = Instant::now();
-        let verdict = {
+        out.clear();
+        {
             let mut f = forwarder.lock().unwrap_or_else(|e| e.into_inner());
             if now.duration_since(last_expiry) >= Duration::from_secs(1) {
                 last_expiry = now;
                 f.expire(now);
             }
-            f.on_datagram(now, from, &buf[..n])
-        };
-        // A send that fails (the peer's buffer, a route) loses one datagram, as the path would.
-        let _ = match verdict {
-            Verdict::Answer(answer) => socket.send_to(&answer, from),
-            Verdict::Forward(to) => socket.send_to(&buf[..n], to),
-            Verdict::Drop(_) => Ok(0),
-        };
+            for (b, (from, buf, stride)) in batch.merged().enumerate() {
+                verdicts.clear();
+                verdicts.extend(buf.chunks(stride).map(|d| f.on_datagram(now, from, d)));
+                let to = match verdicts.first() {
+                    Some(Verdict::Forward(to)) => Some(*to),
+                    _ => None,
+                };
+                if let Some(to) =
+                    to.filter(|&to| verdicts.iter().all(|v| *v == Verdict::Forward(to)))
+                {
+                    out.push((to, 0..buf.len(), b, Vec::new()));
+                    continue;
+                }
+                for (i, v) in verdicts.drain(..).enumerate() {
+                    let at = i * stride..(i * stride + stride).min(buf.len());
+                    match v {
+                        Verdict::Forward(to) => out.push((to, at, b, Vec::new())),
+                        Verdict::Answer(answer) => out.push((from, 0..0, b, answer)),
+                        Verdict::Drop(_) => {}
+                    }
+                }
+            }
+        }
+        // A send that fails (the peer's buffer, a route) loses datagrams, as the path would.
+        let bufs: Vec<(&[u8], usize)> = batch.merged().map(|(_, buf, s)| (buf, s)).collect();
+        for (to, range, b, answer) in &out {
+            let (buf, stride) = bufs[*b];
+            let _ = if answer.is_empty() {
+                socket.send_batch(*to, &buf[range.clone()], stride)
+            } else {
+                socket.send_batch(*to, answer, answer.len())
+            };
+        }
     }
 }
 

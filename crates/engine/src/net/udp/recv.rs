@@ -195,6 +195,22 @@ impl RecvBatch {
         }
     }
 
+    /// The buffers of the last `recv_batch` as the kernel filled them: each with its source,
+    /// its bytes, and the stride its datagrams are apart (GRO merges only datagrams of one
+    /// flow and one size, the last possibly shorter; a buffer of one datagram has its length
+    /// as stride). For a forwarder that sends a merged buffer on whole.
+    pub fn merged(&self) -> impl Iterator<Item = (SocketAddr, &[u8], usize)> + '_ {
+        self.meta[..self.filled].iter().enumerate().map(|(b, m)| {
+            let base = b * self.buf_size;
+            let stride = if m.stride == 0 {
+                m.len.max(1)
+            } else {
+                m.stride
+            };
+            (m.addr, &self.data[base..base + m.len], stride)
+        })
+    }
+
     /// Hands each datagram to `f` as [`iter`](Self::iter) does, but mutable (sealed datagrams
     /// are opened in place) and with when the kernel says it arrived (`None` when it did not:
     /// see the module docs); stops at the first error.
