@@ -494,6 +494,9 @@ pub struct RelayArgs {
     /// the relay; 64 at most per client address).
     #[arg(long, value_name = "N", default_value_t = 16_384, value_parser = parse_count)]
     pub max_allocations: usize,
+    /// Serve counters in the Prometheus text format at this address (default: nowhere).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub metrics: Option<HostPort>,
 }
 
 /// `hurtle completions`.

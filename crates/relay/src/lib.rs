@@ -19,6 +19,8 @@
 //! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
 //!   pending splices and tracked clients, idle timeouts on every read;
 //! - [`splice`]: copying bytes both ways between two TCP connections;
+//! - [`metrics`]: the server's counters, served in the Prometheus text format where the operator
+//!   asks (`--metrics`);
 //! - [`udp`]: the relay's UDP port: the address a socket is seen from (for hole punching), and
 //!   allocations that forward a paired session's datagrams between its peers;
 //! - [`client`]: what `hurtle receive --relay` and `hurtle send --code` use (registration and
@@ -27,6 +29,7 @@
 pub mod client;
 pub mod code;
 pub mod limit;
+pub mod metrics;
 pub mod registry;
 pub mod server;
 pub mod splice;

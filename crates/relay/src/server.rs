@@ -7,6 +7,7 @@
 //! lookups cannot cut off a real sender that is already connecting.
 
 use crate::limit::Limiter;
+use crate::metrics::{inc, Metrics};
 use crate::registry::{Expired, Lookup, Registry, MAX_LOOKUPS};
 use crate::splice::splice;
 use crate::udp::Forwarder;
@@ -36,6 +37,8 @@ pub struct Config {
     pub max_codes: usize,
     /// Most UDP allocations held at once (a session holds one per channel).
     pub max_allocations: usize,
+    /// Where to serve the counters in the Prometheus text format (`None`: nowhere).
+    pub metrics: Option<SocketAddr>,
     /// Write log lines (pairings, splice ends) on stderr.
     pub log: bool,
 }
@@ -50,6 +53,7 @@ impl Default for Config {
             max_connections: 1024,
             max_codes: 1024,
             max_allocations: 16_384,
+            metrics: None,
             log: true,
         }
     }
@@ -97,6 +101,7 @@ struct State {
     /// The UDP port's allocations, and its number.
     udp: Arc<Mutex<Forwarder>>,
     udp_port: u16,
+    metrics: Metrics,
 }
 
 /// Holds one of the relay's connection slots; frees it when dropped.
@@ -115,6 +120,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A bound relay; [`Server::run`] serves until the process ends.
 pub struct Server {
     listener: TcpListener,
+    metrics: Option<TcpListener>,
     udp: hurtle_engine::net::udp::UdpChannel,
     state: Arc<State>,
 }
@@ -124,9 +130,11 @@ impl Server {
     pub fn bind(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
         let udp = crate::udp::bind(listener.local_addr()?)?;
+        let metrics = cfg.metrics.map(TcpListener::bind).transpose()?;
         let state = Arc::new(State {
             udp: Arc::new(Mutex::new(Forwarder::new(cfg.max_allocations))),
             udp_port: udp.local_addr().port(),
+            metrics: Metrics::default(),
             codes: Mutex::new(Registry::new(cfg.max_codes, cfg.code_ttl)),
             limiter: Mutex::new(Limiter::new(cfg.lookup_burst, cfg.lookup_per_sec)),
             tickets: Mutex::new(HashMap::new()),
@@ -136,6 +144,7 @@ impl Server {
         });
         Ok(Server {
             listener,
+            metrics,
             udp,
             state,
         })
@@ -146,12 +155,23 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The metrics endpoint's address, if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves forever (returns only if the listening socket fails).
     pub fn run(self) -> io::Result<()> {
         let (udp, forwarder) = (self.udp, self.state.udp.clone());
         std::thread::Builder::new()
             .name("relay-udp".into())
             .spawn(move || crate::udp::serve(udp, forwarder))?;
+        if let Some(listener) = self.metrics {
+            let st = self.state.clone();
+            std::thread::Builder::new()
+                .name("relay-metrics".into())
+                .spawn(move || crate::metrics::serve(listener, || render(&st)))?;
+        }
         let janitor = self.state.clone();
         std::thread::Builder::new()
             .name("relay-expiry".into())
@@ -173,6 +193,7 @@ impl Server {
                 st.connections.fetch_sub(1, Ordering::Relaxed);
                 let mut s = stream;
                 let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                inc(&st.metrics.refused_busy);
                 let _ = wire::write_msg(
                     &mut s,
                     &Msg::error("busy", "the relay is busy, try again later"),
@@ -186,6 +207,20 @@ impl Server {
                 .spawn(move || serve(stream, peer, slot));
         }
     }
+}
+
+/// The counters as the metrics endpoint shows them.
+fn render(st: &State) -> String {
+    let (allocations, udp) = {
+        let f = lock(&st.udp);
+        (f.len() as u64, f.counts())
+    };
+    let gauges = (
+        st.connections.load(Ordering::Relaxed) as u64,
+        lock(&st.codes).len() as u64,
+        allocations,
+    );
+    st.metrics.render(gauges, udp)
 }
 
 fn is_transient(e: &io::Error) -> bool {
@@ -265,7 +300,16 @@ fn linger(s: &mut TcpStream) {
     }
 }
 
-fn reply(s: &mut TcpStream, kind: &str, message: &str) {
+fn reply(st: &State, s: &mut TcpStream, kind: &str, message: &str) {
+    let m = &st.metrics;
+    match kind {
+        "rate_limited" => inc(&m.refused_rate_limited),
+        "no_such_code" => inc(&m.refused_no_such_code),
+        "busy" => inc(&m.refused_busy),
+        "bad_request" | "bad_frame" => inc(&m.refused_bad_request),
+        "no_such_ticket" => inc(&m.refused_no_such_ticket),
+        _ => {}
+    }
     let _ = wire::write_msg(s, &Msg::error(kind, message));
 }
 
@@ -282,7 +326,7 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
         Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
         Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
         Some(Msg::Allocate { ticket, channels }) => allocate(&st, s, peer, &ticket, channels),
-        Some(_) => reply(&mut s, "bad_request", "unexpected message"),
+        Some(_) => reply(&st, &mut s, "bad_request", "unexpected message"),
         None => {}
     }
 }
@@ -295,7 +339,7 @@ fn register(
     given: Vec<SocketAddr>,
 ) {
     if port == 0 || given.len() > MAX_CANDIDATES {
-        return reply(&mut s, "bad_request", "bad registration");
+        return reply(st, &mut s, "bad_request", "bad registration");
     }
     let mut candidates = Vec::new();
     for c in given
@@ -323,6 +367,7 @@ fn register(
         let Some(nameplate) = lock(&st.codes).allocate(Instant::now(), agent.clone()) else {
             drop(w);
             return reply(
+                st,
                 &mut s,
                 "busy",
                 "the relay holds too many codes, try again later",
@@ -340,6 +385,7 @@ fn register(
         (nameplate, sent)
     };
     if registered {
+        inc(&st.metrics.registrations);
         // The agent: pings, and refusals of dial requests, until it leaves or is dropped.
         while let Some(msg) = read(&mut s) {
             match msg {
@@ -360,7 +406,12 @@ fn register(
                     }
                 }
                 _ => {
-                    reply(&mut s, "bad_request", "unexpected message from a receiver");
+                    reply(
+                        st,
+                        &mut s,
+                        "bad_request",
+                        "unexpected message from a receiver",
+                    );
                     break;
                 }
             }
@@ -388,13 +439,14 @@ fn register(
 
 fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     if !lock(&st.limiter).allow(peer.ip(), Instant::now()) {
-        return reply(&mut s, "rate_limited", "too many lookups, slow down");
+        return reply(st, &mut s, "rate_limited", "too many lookups, slow down");
     }
     let found = lock(&st.codes).lookup(Instant::now(), nameplate);
     let agent = match found {
         Lookup::Found(a) => a,
         Lookup::Unknown => {
             return reply(
+                st,
                 &mut s,
                 "no_such_code",
                 "no such code (expired, used or mistyped)",
@@ -414,6 +466,7 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
                 ),
             });
             return reply(
+                st,
                 &mut s,
                 "no_such_code",
                 "no such code (it was tried too often and is now cancelled)",
@@ -453,6 +506,11 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
             }
         ),
     );
+    inc(match relayed {
+        Some(true) => &st.metrics.pairings_relayed,
+        Some(false) => &st.metrics.pairings_direct,
+        None => &st.metrics.pairings_unreported,
+    });
     let _ = agent.send(&Msg::Paired {
         sender: peer,
         relayed,
@@ -462,12 +520,13 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
 /// UDP allocations for a paired session: the sender's tokens to it, the receiver's to its agent.
 fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, channels: u16) {
     if channels == 0 || channels > MAX_UDP_CHANNELS {
-        return reply(&mut s, "bad_request", "bad number of channels");
+        return reply(st, &mut s, "bad_request", "bad number of channels");
     }
     let agent = match lock(&st.tickets).get(ticket) {
         Some(t) if t.sender_ip == peer.ip().to_canonical() => t.agent.clone(),
         _ => {
             return reply(
+                st,
                 &mut s,
                 "no_such_ticket",
                 "unknown ticket (the receiver may have left)",
@@ -481,10 +540,18 @@ fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, c
     };
     // What was allocated of a refused request is unused, and expires.
     let Some(pairs) = pairs else {
-        return reply(&mut s, "busy", "the relay holds too many UDP allocations");
+        return reply(
+            st,
+            &mut s,
+            "busy",
+            "the relay holds too many UDP allocations",
+        );
     };
     let (mine, theirs): (Vec<String>, Vec<String>) =
         pairs.iter().map(|(a, b)| (hex(a), hex(b))).unzip();
+    st.metrics
+        .allocations
+        .fetch_add(u64::from(channels), Ordering::Relaxed);
     let port = st.udp_port;
     if agent
         .send(&Msg::Udp {
@@ -493,7 +560,7 @@ fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, c
         })
         .is_err()
     {
-        return reply(&mut s, "refused", "the receiver left");
+        return reply(st, &mut s, "refused", "the receiver left");
     }
     log(
         st,
@@ -510,6 +577,7 @@ fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &st
         Some(t) if t.sender_ip == peer.ip().to_canonical() => (t.agent.clone(), t.nameplate),
         _ => {
             return reply(
+                st,
                 &mut s,
                 "no_such_ticket",
                 "unknown ticket (the receiver may have left)",
@@ -522,7 +590,7 @@ fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &st
         let mut pending = lock(&st.pending);
         if pending.len() >= st.cfg.max_connections {
             drop(pending);
-            return reply(&mut s, "busy", "the relay is busy, try again later");
+            return reply(st, &mut s, "busy", "the relay is busy, try again later");
         }
         pending.insert(
             id,
@@ -534,18 +602,18 @@ fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &st
     }
     if agent.send(&Msg::Dial { id, port }).is_err() {
         lock(&st.pending).remove(&id);
-        return reply(&mut s, "refused", "the receiver is gone");
+        return reply(st, &mut s, "refused", "the receiver is gone");
     }
     let joined = rx.recv_timeout(Duration::from_secs(10).min(st.cfg.idle_timeout));
     lock(&st.pending).remove(&id);
     let (mut other, _slot) = match joined {
         Ok(Ok(j)) => j,
-        Ok(Err(reason)) => return reply(&mut s, "refused", &reason),
+        Ok(Err(reason)) => return reply(st, &mut s, "refused", &reason),
         Err(RecvTimeoutError::Timeout) => {
-            return reply(&mut s, "timeout", "the receiver did not answer")
+            return reply(st, &mut s, "timeout", "the receiver did not answer")
         }
         Err(RecvTimeoutError::Disconnected) => {
-            return reply(&mut s, "refused", "the receiver is gone")
+            return reply(st, &mut s, "refused", "the receiver is gone")
         }
     };
     if wire::write_msg(&mut s, &Msg::Spliced).is_err()
@@ -554,6 +622,11 @@ fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &st
         return;
     }
     let moved = splice(s, other, st.cfg.idle_timeout);
+    inc(&st.metrics.splices);
+    let m = &st.metrics;
+    m.splice_bytes_forward
+        .fetch_add(moved.forward, Ordering::Relaxed);
+    m.splice_bytes_back.fetch_add(moved.back, Ordering::Relaxed);
     log(
         st,
         format_args!(
@@ -570,15 +643,15 @@ fn join(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, id: u64, slot: Slot
             Ok(()) => {}
             Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
                 if let Ok((mut s, _)) = j {
-                    reply(&mut s, "timeout", "the sender is gone");
+                    reply(st, &mut s, "timeout", "the sender is gone");
                 }
             }
         },
         Some(p) => {
             lock(&st.pending).insert(id, p);
-            reply(&mut s, "no_such_splice", "unknown splice");
+            reply(st, &mut s, "no_such_splice", "unknown splice");
         }
-        None => reply(&mut s, "no_such_splice", "unknown splice"),
+        None => reply(st, &mut s, "no_such_splice", "unknown splice"),
     }
 }
 
@@ -954,6 +1027,7 @@ mod tests {
 #[cfg(test)]
 mod udp_tests {
     use super::tests::{cfg, local_receiver, next_event, register, relay};
+    use super::{Config, Server};
     use crate::client::{self, AgentEvent};
     use crate::udp::{bind_request, observe_request, parse_seen};
     use std::net::{SocketAddr, UdpSocket};
@@ -1030,6 +1104,53 @@ mod udp_tests {
             assert!(r.recv_from(&mut buf).is_err() && s.recv_from(&mut buf).is_err());
         }
         drop(agent);
+    }
+
+    #[test]
+    fn the_metrics_endpoint_counts_pairings_allocations_and_forwarded_bytes() {
+        let server = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                metrics: Some("127.0.0.1:0".parse().unwrap()),
+                ..cfg()
+            },
+        )
+        .unwrap();
+        let (relay, metrics) = (server.local_addr().unwrap(), server.metrics_addr().unwrap());
+        std::thread::spawn(move || server.run());
+        let local = local_receiver();
+        let (code, _agent, events) = register(relay, local.control, local.ports.clone());
+        let found = client::lookup(relay, code.nameplate).unwrap();
+        let (port, mine) = found.allocate_udp(1).unwrap();
+        let theirs = loop {
+            if let AgentEvent::Udp { tokens, .. } = next_event(&events) {
+                break tokens;
+            }
+        };
+        let udp = SocketAddr::new(relay.ip(), port);
+        let (s, r) = (socket(), socket());
+        ask(&s, udp, &bind_request(&mine[0], [1; 8]), [1; 8]);
+        ask(&r, udp, &bind_request(&theirs[0], [2; 8]), [2; 8]);
+        let mut buf = [0u8; 2000];
+        s.send_to(&[0x21; 1000], udp).unwrap();
+        r.recv_from(&mut buf).unwrap();
+        // A stranger's datagram is dropped and counted.
+        socket().send_to(&[0x21; 10], udp).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = std::net::TcpStream::connect(metrics).unwrap();
+        std::io::Write::write_all(&mut c, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut c, &mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+        for line in [
+            "hurtle_relay_registrations_total 1",
+            "hurtle_relay_udp_allocations_total 1",
+            "hurtle_relay_udp_allocations 1",
+            "hurtle_relay_udp_forwarded_bytes_total 1000",
+            "hurtle_relay_udp_dropped_total{reason=\"stranger\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
     }
 
     #[test]

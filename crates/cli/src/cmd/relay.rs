@@ -20,6 +20,10 @@ pub fn run(a: RelayArgs) -> Outcome {
         max_connections: a.max_connections,
         max_codes: a.max_codes,
         max_allocations: a.max_allocations,
+        metrics: match &a.metrics {
+            Some(m) => Some(resolve(m, "metrics")?),
+            None => None,
+        },
         log: true,
     };
     let server = Server::bind(addr, cfg).map_err(|source| SessionError::Listen { addr, source })?;
@@ -27,6 +31,9 @@ pub fn run(a: RelayArgs) -> Outcome {
         .local_addr()
         .map_err(|e| SessionError::io("relay socket", e))?;
     eprintln!("hurtle relay: listening on {bound}");
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("hurtle relay: metrics on http://{m}/metrics");
+    }
     server
         .run()
         .map_err(|e| Failure::new(exit::NETWORK, anyhow::anyhow!("relay stopped: {e}")))
