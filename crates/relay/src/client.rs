@@ -448,7 +448,7 @@ fn allocate_udp(
 
 /// The datagram a socket sends the relay to bind its end of an allocation (its nonce is
 /// random; the answer names the address the relay saw).
-pub fn udp_bind_request(token: &crate::udp::Token) -> [u8; crate::udp::MIN_REQUEST] {
+pub fn udp_bind_request(token: &crate::udp::Token) -> [u8; crate::udp::BIND_LEN] {
     crate::udp::bind_request(token, rand::random())
 }
 

@@ -9,9 +9,11 @@
 //! - **observe** `[TAG, b'o', nonce(8), padding]`: the answer `[TAG, b's', nonce(8), family,
 //!   address (4 or 16), port(2), padding]` names the address and port the request came from.
 //!   The nonce binds the answer to the request: an off-path stranger cannot forge it.
-//! - **bind** `[TAG, b'b', token(16), nonce(8), padding]`: the same answer, and the request's
-//!   source becomes the token's end of its allocation (again on every bind: a NAT that moves
-//!   the mapping is followed).
+//! - **bind** `[TAG, b'b', token(16), nonce(8), padding to BIND_LEN]`: the same answer, with the
+//!   other end's address behind the first once that end is bound (where the peers may try a
+//!   direct path: hole punching, `hurtle_proto::punch`), and the request's source becomes the
+//!   token's end of its allocation (again on every bind: a NAT that moves the mapping is
+//!   followed).
 //!
 //! An **allocation** ([`Forwarder::allocate`]) joins two ends, each named by a random 16-byte
 //! token that the relay gives to one peer only (over that peer's TCP connection to it). Once
@@ -40,6 +42,8 @@ use std::time::{Duration, Instant};
 pub const TAG: u8 = RELAY_TAG;
 /// Shortest request the relay answers.
 pub const MIN_REQUEST: usize = 32;
+/// Length of a bind request: room for an answer that names two IPv6 addresses.
+pub const BIND_LEN: usize = 64;
 /// An allocation that forwarded nothing for this long is forgotten.
 pub const ALLOCATION_IDLE: Duration = Duration::from_secs(60);
 /// Most allocations made for one client address at once (a session needs one per channel).
@@ -179,14 +183,15 @@ impl Forwarder {
                 return Verdict::Drop(Dropped::Malformed);
             }
             return match d[1] {
-                b'o' => Verdict::Answer(seen(&d[2..10], from, d.len())),
-                b'b' => {
+                b'o' => Verdict::Answer(seen(&d[2..10], from, None, d.len())),
+                b'b' if d.len() >= BIND_LEN => {
                     let token: Token = d[2..18].try_into().unwrap_or_default();
                     let Some(&(id, end)) = self.by_token.get(&token) else {
                         return Verdict::Drop(Dropped::UnknownToken);
                     };
                     self.bind(now, id, end, from);
-                    Verdict::Answer(seen(&d[18..26], from, d.len()))
+                    let peer = self.peer_of(from);
+                    Verdict::Answer(seen(&d[18..26], from, peer, d.len()))
                 }
                 _ => Verdict::Drop(Dropped::Malformed),
             };
@@ -284,13 +289,28 @@ impl Forwarder {
     }
 }
 
-/// The answer to a request of `len` bytes with `nonce` from `from`: as long as the request.
-fn seen(nonce: &[u8], from: SocketAddr, len: usize) -> Vec<u8> {
+/// The answer to a request of `len` bytes with `nonce` from `from` (and the other end of its
+/// allocation, `peer`, where it fits): as long as the request.
+fn seen(nonce: &[u8], from: SocketAddr, peer: Option<SocketAddr>, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     out.push(TAG);
     out.push(b's');
     out.extend_from_slice(nonce);
-    match from.ip().to_canonical() {
+    put_addr(&mut out, from);
+    if let Some(p) = peer {
+        let mut more = Vec::new();
+        put_addr(&mut more, p);
+        if out.len() + more.len() <= len {
+            out.extend_from_slice(&more);
+        }
+    }
+    out.resize(len.max(out.len()), 0);
+    out.truncate(len);
+    out
+}
+
+fn put_addr(out: &mut Vec<u8>, a: SocketAddr) {
+    match a.ip().to_canonical() {
         IpAddr::V4(ip) => {
             out.push(4);
             out.extend_from_slice(&ip.octets());
@@ -300,10 +320,24 @@ fn seen(nonce: &[u8], from: SocketAddr, len: usize) -> Vec<u8> {
             out.extend_from_slice(&ip.octets());
         }
     }
-    out.extend_from_slice(&from.port().to_be_bytes());
-    out.resize(len.max(out.len()), 0);
-    out.truncate(len);
-    out
+    out.extend_from_slice(&a.port().to_be_bytes());
+}
+
+/// An address at the start of `b` (as `put_addr` writes it), and the bytes after it.
+fn get_addr(b: &[u8]) -> Option<(SocketAddr, &[u8])> {
+    let (ip, rest): (IpAddr, &[u8]) = match *b.first()? {
+        4 => {
+            let o: [u8; 4] = b.get(1..5)?.try_into().ok()?;
+            (IpAddr::from(o), &b[5..])
+        }
+        6 => {
+            let o: [u8; 16] = b.get(1..17)?.try_into().ok()?;
+            (IpAddr::from(o), &b[17..])
+        }
+        _ => return None,
+    };
+    let port = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
+    Some((SocketAddr::new(ip, port), &rest[2..]))
 }
 
 /// A token from its hex form (as the relay protocol carries it).
@@ -328,8 +362,8 @@ pub fn observe_request(nonce: [u8; 8]) -> [u8; MIN_REQUEST] {
 }
 
 /// A bind request for `token` with `nonce`.
-pub fn bind_request(token: &Token, nonce: [u8; 8]) -> [u8; MIN_REQUEST] {
-    let mut out = [0u8; MIN_REQUEST];
+pub fn bind_request(token: &Token, nonce: [u8; 8]) -> [u8; BIND_LEN] {
+    let mut out = [0u8; BIND_LEN];
     out[0] = TAG;
     out[1] = b'b';
     out[2..18].copy_from_slice(token);
@@ -339,23 +373,21 @@ pub fn bind_request(token: &Token, nonce: [u8; 8]) -> [u8; MIN_REQUEST] {
 
 /// The address an answer to the request with `nonce` names, if `datagram` is that answer.
 pub fn parse_seen(datagram: &[u8], nonce: [u8; 8]) -> Option<SocketAddr> {
-    if datagram.len() < 13 || datagram[0] != TAG || datagram[1] != b's' || datagram[2..10] != nonce
-    {
+    parse_answer(datagram).filter(|a| a.0 == nonce).map(|a| a.1)
+}
+
+/// Any answer of the relay's: its nonce, the address the request came from, and the other
+/// end's address if the answer names it (a bind's, once both ends are bound).
+pub fn parse_answer(datagram: &[u8]) -> Option<([u8; 8], SocketAddr, Option<SocketAddr>)> {
+    if datagram.len() < 13 || datagram[0] != TAG || datagram[1] != b's' {
         return None;
     }
-    let (ip, rest): (IpAddr, &[u8]) = match datagram[10] {
-        4 if datagram.len() >= 17 => {
-            let o: [u8; 4] = datagram[11..15].try_into().ok()?;
-            (IpAddr::from(o), &datagram[15..])
-        }
-        6 if datagram.len() >= 29 => {
-            let o: [u8; 16] = datagram[11..27].try_into().ok()?;
-            (IpAddr::from(o), &datagram[27..])
-        }
-        _ => return None,
-    };
-    let port = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
-    Some(SocketAddr::new(ip, port))
+    let nonce: [u8; 8] = datagram[2..10].try_into().ok()?;
+    let (own, rest) = get_addr(&datagram[10..])?;
+    let peer = get_addr(rest)
+        .map(|(p, _)| p)
+        .filter(|p| !p.ip().is_unspecified());
+    Some((nonce, own, peer))
 }
 
 /// Socket buffers the relay asks for, each way: a session's bursts at line rate wait here, not
@@ -483,10 +515,11 @@ mod tests {
         );
         let data = [0x21u8; 1200];
         // Before the other end is there.
-        assert!(matches!(
-            f.on_datagram(t0, pa, &bind_request(&ta, [9; 8])),
-            Verdict::Answer(_)
-        ));
+        let Verdict::Answer(first) = f.on_datagram(t0, pa, &bind_request(&ta, [9; 8])) else {
+            panic!("no answer");
+        };
+        // Alone so far: the answer names no other end.
+        assert_eq!(parse_answer(&first), Some(([9; 8], pa, None)));
         assert_eq!(
             f.on_datagram(t0, pa, &data),
             Verdict::Drop(Dropped::Unpaired)
@@ -498,6 +531,11 @@ mod tests {
             f.on_datagram(t0, evil, &data),
             Verdict::Drop(Dropped::Stranger)
         );
+        // A bind's answer names the other end once it is bound.
+        let Verdict::Answer(ans) = f.on_datagram(t0, pb, &bind_request(&tb, [5; 8])) else {
+            panic!("no answer");
+        };
+        assert_eq!(parse_answer(&ans), Some(([5; 8], pb, Some(pa))));
         // A guessed token binds nothing.
         assert_eq!(
             f.on_datagram(t0, evil, &bind_request(&[0; 16], [0; 8])),

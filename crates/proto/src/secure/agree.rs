@@ -159,6 +159,8 @@ pub struct SessionKeys {
     /// The key of the receiver's feedback datagrams (receiver to sender; see
     /// [`crate::feedback`]), sealed whether or not data is.
     pub feedback: DataKey,
+    /// The key that tags hole-punching datagrams ([`crate::punch`]), the same on both sides.
+    pub punch: [u8; 32],
     /// Whether data frames are sealed: false only when both sides asked for plain data.
     pub encrypt_data: bool,
     /// Which secret was used.
@@ -357,6 +359,7 @@ struct Derived {
     control_r2s: [u8; 32],
     data_s2r: [u8; 32],
     feedback_r2s: [u8; 32],
+    punch: [u8; 32],
     confirm: hmac::Key,
 }
 
@@ -382,6 +385,7 @@ impl Derived {
             control_r2s: expand(b"control receiver to sender"),
             data_s2r: expand(b"data sender to receiver"),
             feedback_r2s: expand(b"feedback receiver to sender"),
+            punch: expand(b"hole punching"),
             confirm: hmac::Key::new(hmac::HMAC_SHA256, &expand(b"receiver confirms")),
         }
     }
@@ -396,6 +400,7 @@ impl Derived {
             frames_in: FrameOpen::new(inn),
             data: DataKey::new(&self.data_s2r),
             feedback: DataKey::new(&self.feedback_r2s),
+            punch: self.punch,
             encrypt_data,
             key_id,
         }
