@@ -112,7 +112,9 @@ pub fn receive(
                         .iter()
                         .map(|t| client::udp_bind_request(t).to_vec())
                         .collect();
-                    r.offer(SocketAddr::new(relay_addr.ip(), port), binds);
+                    r.offer(SocketAddr::new(relay_addr.ip(), port), binds, |d| {
+                        client::parse_relay_answer(d)
+                    });
                 }
             }
             Event::Agent(AgentEvent::Refused { port, reason }) => {

@@ -871,3 +871,145 @@ table ip hurtle_nat {
     assert!(spliced < MIB, "{spliced} bytes spliced\n{log}");
     drop(ns);
 }
+
+/// Two peers each behind a NAT that keeps one public port per socket ("cone": nftables
+/// masquerade, which keeps a socket's port; inbound only for flows the inside started, and
+/// unsolicited datagrams to the NAT itself dropped, as home routers do: a probe that came first
+/// would otherwise leave a conntrack entry that makes the NAT give the inside's own probe
+/// another port),
+/// with a routed network between the NATs and the relay on it. The session starts relayed and
+/// its channels move to direct paths punched through both NATs: the relay forwards only what
+/// went before the move.
+#[test]
+fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
+    if !support::require_root("two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay")
+    {
+        return;
+    }
+    let pid = std::process::id();
+    let name = |s: &str| format!("hurtle-{s}-{pid}");
+    let (a, na, r, nb, b) = (
+        name("ca-a"),
+        name("ca-n"),
+        name("ca-r"),
+        name("cb-n"),
+        name("cb-b"),
+    );
+    let mut ns = Namespaces { names: Vec::new() };
+    for n in [&a, &na, &r, &nb, &b] {
+        ns.add(n);
+    }
+    // A 10.215.1.2 -- NAT-A (10.215.3.2) -- R (10.215.3.1 / 10.215.4.1, routes) -- NAT-B
+    // (10.215.4.2) -- 10.215.2.2 B
+    for (x, xdev, y, ydev) in [
+        (&a, "v", &na, "in"),
+        (&na, "out", &r, "ra"),
+        (&r, "rb", &nb, "out"),
+        (&nb, "in", &b, "v"),
+    ] {
+        ip(&[
+            "-n", x, "link", "add", xdev, "type", "veth", "peer", "name", ydev, "netns", y,
+        ]);
+    }
+    for (n, dev, addr) in [
+        (&a, "v", "10.215.1.2/24"),
+        (&na, "in", "10.215.1.1/24"),
+        (&na, "out", "10.215.3.2/24"),
+        (&r, "ra", "10.215.3.1/24"),
+        (&r, "rb", "10.215.4.1/24"),
+        (&nb, "out", "10.215.4.2/24"),
+        (&nb, "in", "10.215.2.1/24"),
+        (&b, "v", "10.215.2.2/24"),
+    ] {
+        ip(&["-n", n, "addr", "add", addr, "dev", dev]);
+        ip(&["-n", n, "link", "set", dev, "up"]);
+    }
+    ip(&["-n", &a, "route", "add", "default", "via", "10.215.1.1"]);
+    ip(&["-n", &na, "route", "add", "default", "via", "10.215.3.1"]);
+    ip(&["-n", &b, "route", "add", "default", "via", "10.215.2.1"]);
+    ip(&["-n", &nb, "route", "add", "default", "via", "10.215.4.1"]);
+    for n in [&na, &nb, &r] {
+        ip(&["netns", "exec", n, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    }
+    let nat = r#"
+table ip hurtle_nat {
+  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade; }
+  chain inbound {
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept;
+    iifname "in" oifname "out" accept;
+  }
+  chain unsolicited {
+    type filter hook input priority 0; policy accept;
+    iifname "out" ct state new drop;
+  }
+}
+"#;
+    nft_in(&na, nat);
+    nft_in(&nb, nat);
+
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 96 * MIB + 3, 55);
+    let out = t.path().join("out");
+    let relay = start_relay_with(
+        &["ip", "netns", "exec", &r],
+        "0.0.0.0:0",
+        &["--metrics", "127.0.0.1:7499"],
+    );
+    let port = relay.addr.port();
+    let recv = start_code_receiver_with(
+        &["ip", "netns", "exec", &a],
+        &format!("10.215.3.1:{port}"),
+        &out,
+        &[],
+    );
+    let sender_relay = format!("10.215.4.1:{port}");
+    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
+        .map(String::from)
+        .to_vec();
+    args.push(src.display().to_string());
+    args.extend(
+        [
+            "--code",
+            &recv.code,
+            "--relay",
+            &sender_relay,
+            "--json",
+            "--rate",
+            "400M",
+        ]
+        .map(String::from),
+    );
+    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    recv.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    let channels = v["channels"].as_u64().expect("channels");
+    assert_eq!(v["direct_channels"], channels, "{v}\n{}", s.stderr);
+    let after = v["direct_after_seconds"].as_f64().expect("a direct path");
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    // What the relay forwarded: what went before the move, a small share of the file.
+    let metrics = std::process::Command::new("ip")
+        .args(["netns", "exec", &r, "python3", "-c"])
+        .arg("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:7499/metrics').read().decode())")
+        .output()
+        .expect("read the relay's metrics");
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    let forwarded: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("hurtle_relay_udp_forwarded_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no forwarded bytes in\n{text}"));
+    let size = std::fs::metadata(&src).unwrap().len();
+    eprintln!("direct after {after:.3} s; the relay forwarded {forwarded} of {size} bytes");
+    assert!(after < 2.0, "direct after {after} s");
+    assert!(
+        forwarded * 10 < size,
+        "the relay forwarded {forwarded} of {size} bytes"
+    );
+    drop(relay);
+    drop(ns);
+}

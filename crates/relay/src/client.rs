@@ -446,6 +446,12 @@ fn allocate_udp(
     }
 }
 
+/// The relay's answer to a bind: the address it saw the socket come from, and the other end's
+/// once that end is bound.
+pub fn parse_relay_answer(datagram: &[u8]) -> Option<(SocketAddr, Option<SocketAddr>)> {
+    crate::udp::parse_answer(datagram).map(|(_, own, peer)| (own, peer))
+}
+
 /// The datagram a socket sends the relay to bind its end of an allocation (its nonce is
 /// random; the answer names the address the relay saw).
 pub fn udp_bind_request(token: &crate::udp::Token) -> [u8; crate::udp::BIND_LEN] {
@@ -516,6 +522,7 @@ impl Dialer for RelayDialer {
                     .iter()
                     .map(|t| udp_bind_request(t).to_vec())
                     .collect(),
+                parse: parse_relay_answer,
             })
         };
         Some(

@@ -71,6 +71,9 @@ pub struct UdpRelay {
     pub addr: SocketAddr,
     /// Per channel, the datagram that binds its socket.
     pub binds: Vec<Vec<u8>>,
+    /// Reads the forwarder's answer to a bind: the address it saw, and the other end's once
+    /// bound (where a direct path may be punched: [`crate::net::punch`]).
+    pub parse: crate::net::punch::ParseAnswer,
 }
 
 impl UdpRelay {

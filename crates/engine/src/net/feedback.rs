@@ -13,6 +13,7 @@
 //!   datagram on a socket pair of its own) and joins it, so the sender's exit does not wait
 //!   out the thread's 50 ms stop check.
 
+use crate::net::punch::{PunchStep, SocketPunch};
 use crate::net::udp::{wait_readable, MAX_WAIT_FDS};
 use crossbeam_channel::{unbounded, Receiver};
 use hurtle_proto::feedback;
@@ -23,16 +24,27 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A relayed session's try for direct paths, on the sender's feedback reader (which reads the
+/// channel sockets): one [`SocketPunch`] per channel socket, and what to do when one finds a
+/// direct path (the channel moves there; the reader takes feedback from there too).
+pub struct SenderPunch {
+    /// Per channel, in the order of the reader's sockets.
+    pub sockets: Vec<SocketPunch>,
+    /// Called with the channel and the peer's address when a channel's path is punched.
+    pub on_direct: Box<dyn Fn(u16, SocketAddr) + Send>,
+}
 
 /// The receiver's side: sends feedback datagrams once the sender has been heard.
 pub struct FeedbackOut {
     /// Each channel's socket (clones of the channel threads'); empty over TCP data connections.
     socks: Vec<UdpSocket>,
-    /// The channel whose socket sends, and the sender's address on it: the first heard.
-    to: OnceLock<(usize, SocketAddr)>,
+    /// The channel whose socket sends, and the sender's address on it: the first heard (or
+    /// that channel's direct path, once punched).
+    to: Mutex<Option<(usize, SocketAddr)>>,
     seal: PacketSeal,
     packets: Mutex<PacketNumbers>,
     session: u32,
@@ -48,7 +60,7 @@ impl FeedbackOut {
         socks.truncate(MAX_WAIT_FDS);
         FeedbackOut {
             socks,
-            to: OnceLock::new(),
+            to: Mutex::new(None),
             seal: key.sealer(),
             packets: Mutex::new(PacketNumbers::data()),
             session,
@@ -60,15 +72,28 @@ impl FeedbackOut {
     /// channel's socket and address carry the feedback from now on.
     pub fn heard(&self, channel: u16, src: SocketAddr) {
         let ch = usize::from(channel);
-        if ch < self.socks.len() && self.to.get().is_none() {
-            let _ = self.to.set((ch, src));
+        let mut to = self.to.lock().unwrap_or_else(|e| e.into_inner());
+        if ch < self.socks.len() && to.is_none() {
+            *to = Some((ch, src));
+        }
+    }
+
+    /// `channel` has a direct path to the sender at `addr`: feedback on it goes there.
+    pub fn redirect(&self, channel: u16, addr: SocketAddr) {
+        let mut to = self.to.lock().unwrap_or_else(|e| e.into_inner());
+        match *to {
+            Some((ch, _)) if ch == usize::from(channel) => *to = Some((ch, addr)),
+            None if usize::from(channel) < self.socks.len() => {
+                *to = Some((usize::from(channel), addr))
+            }
+            _ => {}
         }
     }
 
     /// Sends a copy of `msg` if it is feedback, the sender has been heard and it fits a
     /// datagram; never blocks (a full socket buffer drops it: the TCP copy goes anyway).
     pub fn send(&self, msg: &Control) {
-        let Some(&(ch, to)) = self.to.get() else {
+        let Some((ch, to)) = *self.to.lock().unwrap_or_else(|e| e.into_inner()) else {
             return;
         };
         let Ok(packet) = self
@@ -125,7 +150,19 @@ impl FeedbackReader {
         key: &DataKey,
         session: u32,
     ) -> std::io::Result<FeedbackReader> {
-        Self::start_checking(socks, from, key, session, STOP_CHECK)
+        Self::start_checking(socks, from, key, session, STOP_CHECK, None)
+    }
+
+    /// [`FeedbackReader::start`] for a relayed session that tries direct paths: `punch` takes
+    /// the relay's answers and the punching datagrams on the channel sockets, and its timers
+    /// run on this thread.
+    pub fn start_punching(
+        socks: Vec<UdpSocket>,
+        from: IpAddr,
+        (key, session): (&DataKey, u32),
+        punch: SenderPunch,
+    ) -> std::io::Result<FeedbackReader> {
+        Self::start_checking(socks, from, key, session, STOP_CHECK, Some(punch))
     }
 
     /// [`FeedbackReader::start`], looking at the stop flag every `stop_check`.
@@ -135,6 +172,7 @@ impl FeedbackReader {
         key: &DataKey,
         session: u32,
         stop_check: Duration,
+        mut punch: Option<SenderPunch>,
     ) -> std::io::Result<FeedbackReader> {
         let (tx, rx) = unbounded();
         let counts = Arc::new(FeedbackCounts::default());
@@ -149,11 +187,28 @@ impl FeedbackReader {
             .spawn(move || {
                 let socks: Vec<UdpSocket> = socks.into_iter().take(MAX_WAIT_FDS - 1).collect();
                 let mut buf = vec![0u8; 2048];
+                // Feedback comes from the receiver (or the relay), and from a channel's direct
+                // path once it has one.
+                let mut from_ips = vec![from];
                 while !s.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    let mut wait = stop_check;
+                    if let Some(p) = punch.as_mut() {
+                        for (ch, (sp, sock)) in p.sockets.iter_mut().zip(&socks).enumerate() {
+                            let st = sp.tick(now, sock);
+                            if let PunchStep::Direct(addr) = st {
+                                from_ips.push(addr.ip().to_canonical());
+                                (p.on_direct)(ch as u16, addr);
+                            }
+                            if let Some(t) = sp.next_timeout() {
+                                wait = wait.min(t.saturating_duration_since(now));
+                            }
+                        }
+                    }
                     // Bit 0: the wake-up socket; bit i + 1: the ith channel socket.
                     let fds = std::iter::once(Some(woken.as_fd()))
                         .chain(socks.iter().map(|u| Some(u.as_fd())));
-                    let ready = match wait_readable(fds, stop_check) {
+                    let ready = match wait_readable(fds, wait.max(Duration::from_millis(1))) {
                         Ok(r) => r,
                         Err(_) => return,
                     };
@@ -171,7 +226,21 @@ impl FeedbackReader {
                                 // WouldBlock, or an error a datagram sent earlier left.
                                 Err(_) => break,
                             };
-                            let msg = (src.ip().to_canonical() == from)
+                            if let Some(p) = punch.as_mut() {
+                                if let Some(sp) = p.sockets.get_mut(i) {
+                                    match sp.on_datagram(Instant::now(), sock, src, &buf[..n]) {
+                                        PunchStep::NotMine => {}
+                                        PunchStep::Taken => continue,
+                                        PunchStep::Direct(addr) => {
+                                            from_ips.push(addr.ip().to_canonical());
+                                            (p.on_direct)(i as u16, addr);
+                                            continue;
+                                        }
+                                    }
+                                }
+                            }
+                            let msg = from_ips
+                                .contains(&src.ip().to_canonical())
                                 .then(|| open.open(&mut buf[..n]).ok())
                                 .flatten()
                                 .and_then(|plain| feedback::decode(plain, session).ok());
@@ -245,6 +314,7 @@ mod tests {
             &got.keys.feedback,
             9,
             Duration::from_secs(3600),
+            None,
         )
         .unwrap();
         let (tx, rx) = crossbeam_channel::bounded(1);

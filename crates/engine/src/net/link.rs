@@ -20,7 +20,9 @@
 //! A link fails with its own [`LinkError`] (its UDP socket, or its TCP data connection); the
 //! session's error wraps it, as it does the other errors of [`crate::net`].
 
+use crate::net::dial::RELAY_TAG;
 use crate::net::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
+use hurtle_proto::punch::TAG_BYTE as PUNCH_TAG;
 use hurtle_proto::secure::{DataKey, PacketOpen, PacketSeal, TAG_LEN};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
@@ -340,6 +342,10 @@ impl LinkIn {
         let tag = if self.open.is_some() { TAG_LEN } else { 0 };
         let open = &mut self.open;
         let mut deliver = |src: &SocketAddr, at: Option<Instant>, frame: &mut [u8]| match open {
+            // A relay's answer or a punching datagram: never sealed, never data.
+            Some(_) if matches!(frame.first(), Some(&RELAY_TAG) | Some(&PUNCH_TAG)) => {
+                f(src, at, frame)
+            }
             Some(o) => match o.open(frame) {
                 Ok(plain) => f(src, at, plain),
                 Err(_) => Ok(()),

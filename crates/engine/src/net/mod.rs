@@ -23,4 +23,5 @@ pub mod control;
 pub mod dial;
 pub mod feedback;
 pub mod link;
+pub mod punch;
 pub mod udp;

@@ -10,12 +10,14 @@ use super::writer::{write_block, Writer, Written};
 use crate::error::SessionError;
 use crate::net::dial::RELAY_TAG;
 use crate::net::link::LinkIn;
+use crate::net::punch::{PunchStep, SocketPunch};
 use crate::net::udp::{RecvBatch, GRO_BUF_SIZE};
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
 use hurtle_proto::fec::{self, ParityStore};
 use hurtle_proto::hash::{block_value, BlockHasher};
+use hurtle_proto::punch::Role;
 use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -60,6 +62,18 @@ pub(super) struct ChannelWorker {
     pub(super) heard: bool,
     /// Parity of the tail's groups not yet complete ([`hurtle_proto::fec`]).
     pub(super) parity: ParityStore,
+    /// Through a relay: the channel's binding there and its try for a direct path.
+    pub(super) punch: Option<ReceiverPunch>,
+}
+
+/// A relayed channel's binding at the relay and its try for a direct path to the sender's
+/// socket ([`SocketPunch`], made once the relay gives the session's allocations).
+pub(super) struct ReceiverPunch {
+    /// A clone of the channel's socket, to send from.
+    pub(super) sock: std::net::UdpSocket,
+    pub(super) state: Option<SocketPunch>,
+    /// The sender's IP on the direct path, once punched: its datagrams are the sender's too.
+    pub(super) direct_ip: Option<std::net::IpAddr>,
 }
 
 /// The longest a channel thread lets datagrams gather after a round of reads that found a few
@@ -239,6 +253,57 @@ impl ChannelWorker {
         (link.kernel_drops().unwrap_or(0), self.rec.stats().nacks)
     }
 
+    /// A relay's answer or a punching datagram from `src`: a direct path found moves the
+    /// feedback there and lets the sender's datagrams in from there.
+    fn on_punching(&mut self, now: Instant, src: SocketAddr, datagram: &[u8]) {
+        let Some(p) = self.punch.as_mut() else {
+            return;
+        };
+        let Some(sp) = p.state.as_mut() else {
+            return;
+        };
+        if let PunchStep::Direct(addr) = sp.on_datagram(now, &p.sock, src, datagram) {
+            self.on_direct(addr);
+        }
+    }
+
+    /// The relay's offer, once it has come, starts the channel's binding; then its timers.
+    fn punch_tick(&mut self, now: Instant) {
+        let Some(p) = self.punch.as_mut() else {
+            return;
+        };
+        if p.state.is_none() {
+            let Some((relay, binds, parse)) = self.shared.relay_offer.get() else {
+                return;
+            };
+            let Some(bind) = binds.get(usize::from(self.ch)) else {
+                return;
+            };
+            p.state = Some(SocketPunch::new(
+                (*relay, bind.clone(), *parse),
+                Role::Receiver,
+                self.shared.punch_key,
+                now,
+            ));
+        }
+        let step = p
+            .state
+            .as_mut()
+            .map_or(PunchStep::Taken, |sp| sp.tick(now, &p.sock));
+        if let PunchStep::Direct(addr) = step {
+            self.on_direct(addr);
+        }
+    }
+
+    fn on_direct(&mut self, addr: SocketAddr) {
+        if let Some(p) = self.punch.as_mut() {
+            p.direct_ip = Some(addr.ip().to_canonical());
+        }
+        self.shared.feedback.redirect(self.ch, addr);
+        self.log
+            .line(|| format!("direct path to the sender at {addr}: the relay is left"));
+    }
+
     /// With a batch, reads what the link has waiting (without waiting for more); then runs
     /// the channel's timers: NACKs, completion. Returns how many datagrams came.
     fn step(
@@ -264,6 +329,7 @@ impl ChannelWorker {
             self.shared.timed_on_read.store(true, Ordering::Relaxed);
         }
         let now = Instant::now();
+        self.punch_tick(now);
         // Counted only while the channel has heard nothing: all a silence watch needs.
         if !self.heard {
             self.shared.passes[usize::from(self.ch)].fetch_add(1, Ordering::Relaxed);
@@ -385,19 +451,22 @@ impl ChannelWorker {
         src: &SocketAddr,
         datagram: &[u8],
     ) -> Result<u64, SessionError> {
+        // The relay's answers and punching datagrams (never data: see `RELAY_TAG`).
+        if matches!(
+            datagram.first(),
+            Some(&RELAY_TAG) | Some(&hurtle_proto::punch::TAG_BYTE)
+        ) {
+            self.on_punching(now, *src, datagram);
+            return Ok(0);
+        }
         let from = src.ip().to_canonical();
-        if from != self.shared.peer_ip.to_canonical() {
-            match self.shared.relay_ip {
-                // The relay's answer to a bind of ours: not data.
-                Some(relay) if from == relay && datagram.first() == Some(&RELAY_TAG) => {
-                    return Ok(0)
-                }
-                Some(relay) if from == relay => {}
-                _ => {
-                    self.admission.reject(RejectReason::Source);
-                    return Ok(0);
-                }
-            }
+        let direct = self.punch.as_ref().and_then(|p| p.direct_ip);
+        if from != self.shared.peer_ip.to_canonical()
+            && Some(from) != self.shared.relay_ip
+            && Some(from) != direct
+        {
+            self.admission.reject(RejectReason::Source);
+            return Ok(0);
         }
         let (verdict, payload) =
             self.admission

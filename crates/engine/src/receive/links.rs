@@ -85,6 +85,8 @@ pub(super) struct DataKeys {
     pub(super) encrypt: bool,
     /// The key of the feedback datagrams ([`crate::net::feedback`]).
     pub(super) feedback: DataKey,
+    /// The key of hole punching ([`crate::net::punch`]).
+    pub(super) punch: [u8; 32],
 }
 
 impl DataKeys {
@@ -107,6 +109,7 @@ mod tests {
             key: got.keys.data,
             encrypt: true,
             feedback: got.keys.feedback,
+            punch: got.keys.punch,
         };
         (data, s, r)
     }

@@ -131,9 +131,13 @@ pub enum WriteQueue {
 #[derive(Debug)]
 pub struct RelayedUdp {
     relay_ip: IpAddr,
-    offer: std::sync::Mutex<Option<(SocketAddr, Vec<Vec<u8>>)>>,
+    offer: std::sync::Mutex<Option<RelayOffer>>,
     ready: std::sync::Condvar,
 }
+
+/// A session's allocations at the relay: its address, each channel socket's bind, and how its
+/// answers read (they name the sender's socket once it is bound, for hole punching).
+pub type RelayOffer = (SocketAddr, Vec<Vec<u8>>, crate::net::punch::ParseAnswer);
 
 impl RelayedUdp {
     /// Datagrams may come from `relay_ip`.
@@ -146,9 +150,14 @@ impl RelayedUdp {
     }
 
     /// The relay gave a session's allocations: each channel's socket sends `binds[channel]`
-    /// to `addr`.
-    pub fn offer(&self, addr: SocketAddr, binds: Vec<Vec<u8>>) {
-        *self.offer.lock().unwrap_or_else(|e| e.into_inner()) = Some((addr, binds));
+    /// to `addr`, and reads the answers with `parse`.
+    pub fn offer(
+        &self,
+        addr: SocketAddr,
+        binds: Vec<Vec<u8>>,
+        parse: crate::net::punch::ParseAnswer,
+    ) {
+        *self.offer.lock().unwrap_or_else(|e| e.into_inner()) = Some((addr, binds, parse));
         self.ready.notify_all();
     }
 
@@ -158,7 +167,7 @@ impl RelayedUdp {
     }
 
     /// Waits up to `timeout` for an offer, and takes it.
-    fn take(&self, timeout: Duration) -> Option<(SocketAddr, Vec<Vec<u8>>)> {
+    fn take(&self, timeout: Duration) -> Option<RelayOffer> {
         let guard = self.offer.lock().unwrap_or_else(|e| e.into_inner());
         let (mut guard, _) = self
             .ready
@@ -167,27 +176,20 @@ impl RelayedUdp {
         guard.take()
     }
 
-    /// Sends each socket's bind, when the relay gives them, a few times (a lost one would
-    /// leave the channel unpaired), on a thread of its own; at most `wait` for the offer.
-    pub(crate) fn bind_when_offered(
+    /// Hands the relay's offer, when it comes (at most `wait` from now), to `publish`, on a
+    /// thread of its own: the session's channel threads then bind their sockets and try for
+    /// direct paths ([`crate::net::punch::SocketPunch`]).
+    pub(crate) fn when_offered(
         self: &Arc<Self>,
-        sockets: Vec<std::net::UdpSocket>,
         wait: Duration,
+        publish: impl FnOnce(RelayOffer) + Send + 'static,
     ) {
         let me = self.clone();
         let _ = std::thread::Builder::new()
-            .name("relay-bind".into())
+            .name("relay-offer".into())
             .spawn(move || {
-                let Some((addr, binds)) = me.take(wait) else {
-                    return;
-                };
-                for round in 0..3 {
-                    if round > 0 {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    for (s, b) in sockets.iter().zip(&binds) {
-                        let _ = s.send_to(b, addr);
-                    }
+                if let Some(offer) = me.take(wait) {
+                    publish(offer);
                 }
             });
     }
@@ -352,6 +354,7 @@ impl Receiver {
             key: keys.data,
             encrypt: keys.encrypt_data,
             feedback: keys.feedback,
+            punch: keys.punch,
         };
         let (rx, tx, writer) = crate::net::control::open(
             &stream,

@@ -172,16 +172,16 @@ impl Receiver {
         let (held, hole_blocks) = held_blocks(&parts, &holes, held_values, &layout, block_size)?;
         progress.total.store(total - held_bytes, Ordering::Relaxed);
         progress.resumed.store(resumed_bytes, Ordering::Relaxed);
-        // Through a relay, the channels bind their ends of the session's allocations there
-        // once the relay gives them (this session is authenticated).
-        if let (Some(relayed), DataIn::Udp(udps, _)) = (&self.opts.relayed_udp, &data_in) {
-            let socks = udps
-                .iter()
-                .map(UdpChannel::try_clone_socket)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| SessionError::io("UDP socket", e))?;
-            relayed.bind_when_offered(socks, Duration::from_secs(10));
-        }
+        // Through a relay, each channel's thread binds its socket's end of the session's
+        // allocation there once the relay gives them (this session is authenticated), and
+        // tries for a direct path to the sender's socket: clones of the sockets for it.
+        let punch_socks: Vec<Option<std::net::UdpSocket>> = match (&self.opts.relayed_udp, &data_in)
+        {
+            (Some(_), DataIn::Udp(udps, _)) => {
+                udps.iter().map(|u| u.try_clone_socket().ok()).collect()
+            }
+            _ => Vec::new(),
+        };
         // Feedback datagrams leave from the channel sockets (none over TCP data connections).
         let feedback_socks = match &data_in {
             DataIn::Udp(udps, _) => udps
@@ -221,6 +221,8 @@ impl Receiver {
             files: parts.into_iter().map(|p| p.map(Arc::new)).collect(),
             peer_ip: peer.ip(),
             relay_ip: self.opts.relayed_udp.as_ref().map(|r| r.relay_ip()),
+            relay_offer: std::sync::OnceLock::new(),
+            punch_key: data.punch,
             to_wire: tx.clone(),
             feedback,
             counters: Counters::default(),
@@ -238,6 +240,15 @@ impl Receiver {
             train_rates: Mutex::new(TrainPool::default()),
             origin: Instant::now(),
         });
+        if let (Some(relayed), false) = (&self.opts.relayed_udp, punch_socks.is_empty()) {
+            // Weak: a session that ends (or was never relayed) does not wait for the offer.
+            let sh = Arc::downgrade(&shared);
+            relayed.when_offered(Duration::from_secs(10), move |offer| {
+                if let Some(sh) = sh.upgrade() {
+                    let _ = sh.relay_offer.set(offer);
+                }
+            });
+        }
         let (ev_tx, ev_rx) = unbounded();
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),
         // and a channel thread blocked in one lets its socket overflow: blocks go to a writer
@@ -253,7 +264,7 @@ impl Receiver {
             .unzip();
         let (cmd_txs, handles) = self.start_channels(
             &shared,
-            links,
+            (links, punch_socks),
             held_stripes,
             RecvConfig::for_rtt(rtt),
             (&ev_tx, writer.as_ref()),
@@ -352,7 +363,7 @@ impl Receiver {
     fn start_channels(
         &self,
         shared: &Arc<Shared>,
-        links: Vec<LinkIn>,
+        (links, mut punch_socks): (Vec<LinkIn>, Vec<Option<std::net::UdpSocket>>),
         mut held_stripes: Vec<Vec<std::ops::Range<u64>>>,
         recv_cfg: RecvConfig,
         to_loop: (&Sender<ChanEvent>, Option<&Writer>),
@@ -402,6 +413,14 @@ impl Receiver {
                 queue_sampled: Instant::now(),
                 moved_file: None,
                 heard: false,
+                punch: punch_socks
+                    .get_mut(usize::from(ch))
+                    .and_then(Option::take)
+                    .map(|sock| super::channels::ReceiverPunch {
+                        sock,
+                        state: None,
+                        direct_ip: None,
+                    }),
             };
             groups[usize::from(ch) % threads].push((worker, link));
             cmd_txs.push(cmd_tx);

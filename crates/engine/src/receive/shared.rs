@@ -25,6 +25,11 @@ pub(super) struct Shared {
     pub(super) peer_ip: IpAddr,
     /// The relay whose datagrams are the sender's too (a receiver paired by code).
     pub(super) relay_ip: Option<IpAddr>,
+    /// The session's allocations at that relay, once it gives them: each channel thread then
+    /// binds its socket and tries for a direct path ([`crate::net::punch::SocketPunch`]).
+    pub(super) relay_offer: std::sync::OnceLock<super::RelayOffer>,
+    /// The session's hole-punching key.
+    pub(super) punch_key: [u8; 32],
     pub(super) to_wire: Sender<Control>,
     /// Copies of the reports and NACKs as datagrams (see [`crate::net::feedback`]).
     pub(super) feedback: FeedbackOut,

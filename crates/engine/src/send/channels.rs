@@ -246,6 +246,13 @@ impl ChannelWorker {
                 self.sender.on_channel_done();
                 self.log.line(|| "channel confirmed".into());
             }
+            ChanCmd::Redirect(to) => {
+                if let crate::net::link::OutPath::Udp { dest, .. } = &mut self.link.path {
+                    *dest = to;
+                    self.log
+                        .line(|| format!("direct path to {to}: the relay is left"));
+                }
+            }
         }
     }
 

@@ -9,14 +9,15 @@ use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, 
 use super::options::{user_cap, SendOptions, Transport};
 use super::probe::Prober;
 use super::session_loop::{on_early_event, session_loop, Dialing, Outcome, UdpPath, Wires};
-use super::shared::{ChanEvent, Shared, ThreadCmd};
+use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, SendSummary};
 use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
 use crate::net::dial::{Dialer, Direct};
-use crate::net::feedback::FeedbackReader;
+use crate::net::feedback::{FeedbackReader, SenderPunch};
 use crate::net::link::{self, LinkOut, OutPath};
+use crate::net::punch::SocketPunch;
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
 use crate::progress::{Phase, Progress};
@@ -27,6 +28,7 @@ use crossbeam_channel::unbounded;
 use hurtle_proto::fec::TailGroups;
 use hurtle_proto::hash::to_hex;
 use hurtle_proto::probe::PayloadProbe;
+use hurtle_proto::punch::Role;
 use hurtle_proto::rate::{self, PathMemory};
 use hurtle_proto::secure::{self, DataKey, PacketSeal};
 use hurtle_proto::session::data::{self as phase, SenderData};
@@ -140,6 +142,7 @@ pub(super) fn send_once(
         fallback,
         feedback_socks,
         feedback_from,
+        relayed,
     } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
     let sources = opening
         .join()
@@ -315,9 +318,52 @@ pub(super) fn send_once(
     progress.set_phase(Phase::Moving);
     // The receiver's reports and NACKs, also as datagrams from its data session on (a reader
     // that cannot start leaves them to the control connection).
+    // Through a relay, each channel tries for a direct path to the receiver's socket (hole
+    // punching) and moves there when it has one; the reader of the channel sockets does it.
+    let direct_at: Arc<std::sync::Mutex<Vec<Option<f64>>>> =
+        Arc::new(std::sync::Mutex::new(vec![None; usize::from(channels)]));
     let feedback = (!feedback_socks.is_empty())
-        .then(|| {
-            FeedbackReader::start(feedback_socks, feedback_from, &keys.feedback, data_session).ok()
+        .then(|| match &relayed {
+            Some(relay) => {
+                let now = Instant::now();
+                let sockets = relay
+                    .binds
+                    .iter()
+                    .map(|b| {
+                        SocketPunch::new(
+                            (relay.addr, b.clone(), relay.parse),
+                            Role::Sender,
+                            keys.punch,
+                            now,
+                        )
+                    })
+                    .collect();
+                let cmds = channel_threads.by_channel.clone();
+                let at = direct_at.clone();
+                let on_direct = Box::new(move |ch: u16, addr: SocketAddr| {
+                    if let Some(c) = cmds.get(usize::from(ch)) {
+                        let _ = c.send(ThreadCmd::Channel(ch, ChanCmd::Redirect(addr)));
+                    }
+                    if let Some(slot) = at
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_mut(usize::from(ch))
+                    {
+                        slot.get_or_insert(start.elapsed().as_secs_f64());
+                    }
+                });
+                FeedbackReader::start_punching(
+                    feedback_socks,
+                    feedback_from,
+                    (&keys.feedback, data_session),
+                    SenderPunch { sockets, on_direct },
+                )
+                .ok()
+            }
+            None => {
+                FeedbackReader::start(feedback_socks, feedback_from, &keys.feedback, data_session)
+                    .ok()
+            }
         })
         .flatten();
     let no_feedback = crossbeam_channel::never();
@@ -427,6 +473,7 @@ pub(super) fn send_once(
         }
     }
     let transport = if moved { Transport::Tcp } else { transport };
+    let direct_moves = direct_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let seconds = start.elapsed().as_secs_f64();
     Ok(SendSummary {
         bytes: sent_bytes,
@@ -456,6 +503,8 @@ pub(super) fn send_once(
         transport: transport.as_str(),
         payload: shared.payload.load(Ordering::Relaxed),
         fallback_seconds,
+        direct_after_seconds: direct_moves.iter().flatten().copied().reduce(f64::min),
+        direct_channels: direct_moves.iter().flatten().count(),
         rtt_ms: rtt.as_secs_f64() * 1e3,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -541,6 +590,7 @@ fn open_data_path(
             fallback: None,
             feedback_socks: Vec::new(),
             feedback_from: to.ip(),
+            relayed: None,
         });
     }
     let udps = UdpChannel::bind_channels(bind_ip, channels, warnings)?;
@@ -555,6 +605,7 @@ fn open_data_path(
     // bound its end of the channel's allocation there. A relay that cannot leaves the data to
     // the TCP splice (with `auto`, when UDP is found silent).
     let mut feedback_from = to.ip();
+    let mut relayed = None;
     if let Some(relay) = opts.dialer.as_ref().and_then(|d| d.udp_relay(channels)) {
         match relay {
             Ok(relay) => {
@@ -567,6 +618,7 @@ fn open_data_path(
                 }
                 dests = vec![relay.addr; usize::from(channels)];
                 feedback_from = relay.addr.ip();
+                relayed = Some(relay);
             }
             Err(e) => warnings.push(format!("no UDP through the relay: {e}")),
         }
@@ -603,6 +655,7 @@ fn open_data_path(
         fallback,
         feedback_socks,
         feedback_from,
+        relayed,
     })
 }
 
@@ -621,6 +674,8 @@ struct DataLinks {
     feedback_socks: Vec<std::net::UdpSocket>,
     /// Where the receiver's feedback datagrams come from: its IP, or a relay's.
     feedback_from: IpAddr,
+    /// The relay the datagrams go through, if they do.
+    relayed: Option<crate::net::dial::UdpRelay>,
 }
 
 /// The TCP data connections once dialled, one link per channel.

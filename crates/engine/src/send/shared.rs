@@ -17,6 +17,8 @@ pub(super) enum ChanCmd {
     /// Ranges to send again, and the NACK's `knew_us` (what it knew of).
     Nack(Vec<(u64, u64)>, u32),
     Done,
+    /// A direct path to the receiver's socket was punched: datagrams go there from now on.
+    Redirect(std::net::SocketAddr),
 }
 
 /// What the session loop tells a channel thread.

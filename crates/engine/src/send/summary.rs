@@ -70,6 +70,11 @@ pub struct SendSummary {
     /// Seconds from the start of data over UDP to the channels' move to parallel TCP, when
     /// UDP did not get through (`None` when they did not move); counted in `seconds`.
     pub fallback_seconds: Option<f64>,
+    /// Seconds from the start to the first channel's move from the relay to a direct path
+    /// punched through both NATs (`None`: not relayed, or no direct path found).
+    pub direct_after_seconds: Option<f64>,
+    /// Channels that moved to a punched direct path.
+    pub direct_channels: usize,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,
     /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
