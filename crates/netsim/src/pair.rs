@@ -270,6 +270,11 @@ pub struct Scenario {
     /// delivers every byte in order: give it no loss, and a queue that holds what the pacers
     /// send at its rate (they pace at that rate after the move, standing in for TCP's own).
     pub fallback: Option<LinkConfig>,
+    /// A direct path that opens at this virtual time (one punched through both NATs while the
+    /// data went through a relay, [`Scenario::link`]): the sender's channels move there at
+    /// once, and the receiver reads both paths (what was on its way through the relay still
+    /// arrives). Nothing is sent again at the move.
+    pub direct: Option<(Duration, LinkConfig)>,
     /// The run fails after this many event-loop steps.
     pub max_steps: u64,
 }
@@ -327,6 +332,7 @@ impl Default for Scenario {
             max_virtual: Duration::from_secs(600),
             stall: Duration::from_secs(30),
             fallback: None,
+            direct: None,
             max_steps: 3_000_000,
         }
     }
@@ -383,6 +389,8 @@ pub use hurtle_proto::admit::Rejected;
 pub struct Outcome {
     /// When the sender moved its channels to [`Scenario::fallback`], if it did.
     pub moved_to_tcp: Option<Duration>,
+    /// When the sender moved its channels to [`Scenario::direct`], if it did.
+    pub moved_direct: Option<Duration>,
     /// Virtual time from time zero until the run was complete (for a plain scenario time zero
     /// is the first send; for a whole session, the sender's hello, and the end is both sides'
     /// end).
@@ -630,6 +638,7 @@ mod stream {
     pub const CLOCK: u64 = 7;
     pub const FEEDBACK_DROP: u64 = 8;
     pub const TCP: u64 = 9;
+    pub const DIRECT: u64 = 10;
 }
 
 /// The session id a sender seeded with `seed` picks (odd, as the engine's are).
@@ -1070,6 +1079,10 @@ pub struct Pair {
     tcp: Option<Link>,
     snd_on_tcp: bool,
     rcv_on_tcp: bool,
+    /// [`Scenario::direct`]'s path, when it opens, and when the sender moved there.
+    direct: Option<Link>,
+    direct_opens: Option<Instant>,
+    moved_direct: Option<Instant>,
     moved_to_tcp: Option<Instant>,
     /// Forged datagrams waiting to be handed to the receiver (at once).
     injected: VecDeque<Vec<u8>>,
@@ -1210,6 +1223,11 @@ impl Pair {
                 .map(|cfg| Link::new(cfg, SimRng::new(sc.seed, stream::TCP).next_u64(), t0)),
             snd_on_tcp: false,
             rcv_on_tcp: false,
+            direct: sc.direct.clone().map(|(_, cfg)| {
+                Link::new(cfg, SimRng::new(sc.seed, stream::DIRECT).next_u64(), t0)
+            }),
+            direct_opens: sc.direct.as_ref().and_then(|&(at, _)| t0.checked_add(at)),
+            moved_direct: None,
             moved_to_tcp: None,
             injected: VecDeque::new(),
             to_receiver: paths.0,
@@ -1468,6 +1486,9 @@ impl Pair {
 
     /// The path the sender's channels send on.
     fn data_out(&mut self) -> &mut Link {
+        if let (Some(direct), Some(_)) = (self.direct.as_mut(), self.moved_direct) {
+            return direct;
+        }
         match self.tcp.as_mut() {
             Some(tcp) if self.snd_on_tcp => tcp,
             _ => &mut self.link,
@@ -1533,6 +1554,12 @@ impl Pair {
                     .and_then(Link::next_delivery)
                     .map(|t| self.lump_end(t)),
             );
+            consider(
+                self.direct
+                    .as_ref()
+                    .and_then(Link::next_delivery)
+                    .map(|t| self.lump_end(t)),
+            );
             consider(self.rcv.stage.as_ref().and_then(RecvStage::next_delivery));
             consider(
                 self.rcv
@@ -1551,6 +1578,7 @@ impl Pair {
                 .get(self.rate_changes_done)
                 .and_then(|&(at, _)| self.t0.checked_add(at)),
         );
+        consider(self.direct_opens.filter(|_| self.moved_direct.is_none()));
         consider(self.to_receiver.next_delivery());
         consider(self.to_sender.next_delivery());
         consider(self.feedback.front().map(|&(at, _)| at));
@@ -1630,6 +1658,13 @@ impl Pair {
             None => now,
         };
         while let Some(dg) = self.data_in().poll(upto) {
+            match &mut self.rcv.stage {
+                Some(stage) => stage.offer(now, dg),
+                None => self.on_datagram(now, now, &dg)?,
+            }
+        }
+        // A direct path, once there, is read beside the relayed one.
+        while let Some(dg) = self.direct.as_mut().and_then(|d| d.poll(upto)) {
             match &mut self.rcv.stage {
                 Some(stage) => stage.offer(now, dg),
                 None => self.on_datagram(now, now, &dg)?,
@@ -2037,6 +2072,10 @@ impl Pair {
 
     /// The sender's channels send what their pacers allow at `now`, and the block values read.
     pub(crate) fn sender_data(&mut self, now: Instant) -> Result<(), String> {
+        if self.moved_direct.is_none() && self.direct_opens.is_some_and(|t| now >= t) {
+            // A punched path: the channels send there from now on, nothing again.
+            self.moved_direct = Some(now);
+        }
         if self.sender_stall_end(now).is_some() {
             return Ok(());
         }
@@ -2386,6 +2425,7 @@ impl Pair {
         let r = self.rcv.channels.iter().map(ChannelReceiver::stats);
         Outcome {
             moved_to_tcp: self.moved_to_tcp.map(|t| t - self.t0),
+            moved_direct: self.moved_direct.map(|t| t - self.t0),
             duration: end - self.t0,
             steady_until: self.steady_until.unwrap_or(end) - self.t0,
             new_data_sent: self.new_data_sent.unwrap_or(end) - self.t0,
