@@ -584,22 +584,14 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 6 * MIB + 77, 53);
     let out = t.path().join("out");
-    let relay = start_relay_with(&["ip", "netns", "exec", &r], "0.0.0.0:0", &[]);
-    let port = relay.addr.port();
-    let recv = start_code_receiver_with(
-        &["ip", "netns", "exec", &a],
-        &format!("10.213.1.1:{port}"),
-        &out,
-        &[],
-    );
-    let sender_relay = format!("10.213.2.1:{port}");
-    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
-        .map(String::from)
-        .to_vec();
-    args.push(src.display().to_string());
-    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
     let t0 = Instant::now();
-    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
+    let (s, r_done, relay) = send_across(
+        (&r, &a, &b),
+        ("10.213.1.1", "10.213.2.1"),
+        (&src, &out),
+        (&[], &[]),
+    );
+    let sender_relay = format!("10.213.2.1:{}", relay.addr.port());
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
@@ -612,7 +604,6 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
         "{}",
         s.stderr
     );
-    let r_done = recv.proc.wait(TRANSFER_TIMEOUT);
     r_done.assert_success();
     assert!(
         r_done.stdout.contains("path: relayed via 10.213.1.1:"),
@@ -756,31 +747,55 @@ fn nft_in(ns: &str, rules: &str) {
     );
 }
 
-/// Two peers each behind a NAT of its own that gives every destination a port of its own
-/// ("symmetric": nftables masquerade with random ports, and inbound only for flows the inside
-/// started), the relay on the network between the NATs, which does not route from one to the
-/// other: no direct path of any kind, and a punched one would not work either. The session's
-/// datagrams go through the relay's UDP port: UDP speed where the TCP splice used to be.
-#[test]
-fn two_peers_behind_symmetric_nats_send_datagrams_through_the_relay() {
-    if !support::require_root("two_peers_behind_symmetric_nats_send_datagrams_through_the_relay") {
-        return;
-    }
-    let pid = std::process::id();
-    let name = |s: &str| format!("hurtle-{s}-{pid}");
-    let (a, na, r, nb, b) = (
-        name("na-a"),
-        name("na-n"),
-        name("na-r"),
-        name("nb-n"),
-        name("nb-b"),
+/// A relay in namespace `r` (started with `relay_extra`), a receiver by code in `a` that
+/// reaches it at `relay_ips.0`, and a sender in `b` that reaches it at `relay_ips.1`, sending
+/// `src` into `out` with `send_extra` and `--json`: the sender's end, the receiver's, the relay.
+fn send_across(
+    (r, a, b): (&str, &str, &str),
+    relay_ips: (&str, &str),
+    (src, out): (&Path, &Path),
+    (relay_extra, send_extra): (&[&str], &[&str]),
+) -> (support::proc::Finished, support::proc::Finished, Relay) {
+    let relay = start_relay_with(&["ip", "netns", "exec", r], "0.0.0.0:0", relay_extra);
+    let port = relay.addr.port();
+    let recv = start_code_receiver_with(
+        &["ip", "netns", "exec", a],
+        &format!("{}:{port}", relay_ips.0),
+        out,
+        &[],
     );
+    let sender_relay = format!("{}:{port}", relay_ips.1);
+    let mut args: Vec<String> = ["netns", "exec", b, support::proc::bin(), "send"]
+        .map(String::from)
+        .to_vec();
+    args.push(src.display().to_string());
+    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
+    args.extend(send_extra.iter().map(|x| x.to_string()));
+    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
+    let r_done = recv.proc.wait(TRANSFER_TIMEOUT);
+    (s, r_done, relay)
+}
+
+/// Two peers each behind its own NAT, with a relay's namespace between the NATs: A (the
+/// receiver's host) 10.N.1.2 -- NAT-A (10.N.1.1 inside, 10.N.3.2 outside) -- R (10.N.3.1 /
+/// 10.N.4.1) -- NAT-B (10.N.4.2 outside, 10.N.2.1 inside) -- 10.N.2.2 B (the sender's). The
+/// NATs forward from inside to outside and apply `nat_rules` (nftables, `in` and `out` their
+/// interfaces); R routes between the NATs only if `routes`. Removed when dropped.
+struct NatPair {
+    _ns: Namespaces,
+    a: String,
+    r: String,
+    b: String,
+}
+
+fn nat_pair(tag: &str, n: u8, nat_rules: &str, routes: bool) -> NatPair {
+    let pid = std::process::id();
+    let name = |s: &str| format!("hurtle-{tag}{s}-{pid}");
+    let (a, na, r, nb, b) = (name("a"), name("na"), name("r"), name("nb"), name("b"));
     let mut ns = Namespaces { names: Vec::new() };
-    for n in [&a, &na, &r, &nb, &b] {
-        ns.add(n);
+    for x in [&a, &na, &r, &nb, &b] {
+        ns.add(x);
     }
-    // A 10.214.1.2 -- (10.214.1.1) NAT-A (10.214.3.2) -- (10.214.3.1) R (10.214.4.1) --
-    // (10.214.4.2) NAT-B (10.214.2.1) -- 10.214.2.2 B
     for (x, xdev, y, ydev) in [
         (&a, "v", &na, "in"),
         (&na, "out", &r, "ra"),
@@ -791,32 +806,49 @@ fn two_peers_behind_symmetric_nats_send_datagrams_through_the_relay() {
             "-n", x, "link", "add", xdev, "type", "veth", "peer", "name", ydev, "netns", y,
         ]);
     }
-    for (n, dev, addr) in [
-        (&a, "v", "10.214.1.2/24"),
-        (&na, "in", "10.214.1.1/24"),
-        (&na, "out", "10.214.3.2/24"),
-        (&r, "ra", "10.214.3.1/24"),
-        (&r, "rb", "10.214.4.1/24"),
-        (&nb, "out", "10.214.4.2/24"),
-        (&nb, "in", "10.214.2.1/24"),
-        (&b, "v", "10.214.2.2/24"),
+    let net = |host: &str| format!("10.{n}.{host}/24");
+    for (x, dev, addr) in [
+        (&a, "v", net("1.2")),
+        (&na, "in", net("1.1")),
+        (&na, "out", net("3.2")),
+        (&r, "ra", net("3.1")),
+        (&r, "rb", net("4.1")),
+        (&nb, "out", net("4.2")),
+        (&nb, "in", net("2.1")),
+        (&b, "v", net("2.2")),
     ] {
-        ip(&["-n", n, "addr", "add", addr, "dev", dev]);
-        ip(&["-n", n, "link", "set", dev, "up"]);
+        ip(&["-n", x, "addr", "add", &addr, "dev", dev]);
+        ip(&["-n", x, "link", "set", dev, "up"]);
     }
-    ip(&["-n", &a, "route", "add", "default", "via", "10.214.1.1"]);
-    ip(&["-n", &na, "route", "add", "default", "via", "10.214.3.1"]);
-    ip(&["-n", &b, "route", "add", "default", "via", "10.214.2.1"]);
-    ip(&["-n", &nb, "route", "add", "default", "via", "10.214.4.1"]);
-    for (n, forward) in [(&na, "1"), (&nb, "1"), (&r, "0")] {
+    for (x, via) in [(&a, "1.1"), (&na, "3.1"), (&b, "2.1"), (&nb, "4.1")] {
         ip(&[
-            "netns",
-            "exec",
-            n,
-            "sysctl",
-            "-qw",
-            &format!("net.ipv4.ip_forward={forward}"),
+            "-n",
+            x,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.{n}.{via}"),
         ]);
+    }
+    for (x, forward) in [(&na, true), (&nb, true), (&r, routes)] {
+        let v = format!("net.ipv4.ip_forward={}", u8::from(forward));
+        ip(&["netns", "exec", x, "sysctl", "-qw", &v]);
+    }
+    nft_in(&na, nat_rules);
+    nft_in(&nb, nat_rules);
+    NatPair { _ns: ns, a, r, b }
+}
+
+/// Two peers each behind a NAT of its own that gives every destination a port of its own
+/// ("symmetric": nftables masquerade with random ports, and inbound only for flows the inside
+/// started), the relay on the network between the NATs, which does not route from one to the
+/// other: no direct path of any kind, and a punched one would not work either. The session's
+/// datagrams go through the relay's UDP port: UDP speed where the TCP splice used to be.
+#[test]
+fn two_peers_behind_symmetric_nats_send_datagrams_through_the_relay() {
+    if !support::require_root("two_peers_behind_symmetric_nats_send_datagrams_through_the_relay") {
+        return;
     }
     let nat = r#"
 table ip hurtle_nat {
@@ -828,34 +860,24 @@ table ip hurtle_nat {
   }
 }
 "#;
-    nft_in(&na, nat);
-    nft_in(&nb, nat);
+    let NatPair { _ns: ns, a, r, b } = nat_pair("s", 214, nat, false);
 
     let t = tmp();
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 9 * MIB + 13, 54);
     let out = t.path().join("out");
-    let relay = start_relay_with(&["ip", "netns", "exec", &r], "0.0.0.0:0", &[]);
-    let port = relay.addr.port();
-    let recv = start_code_receiver_with(
-        &["ip", "netns", "exec", &a],
-        &format!("10.214.3.1:{port}"),
-        &out,
-        &[],
+    let (s, r_done, relay) = send_across(
+        (&r, &a, &b),
+        ("10.214.3.1", "10.214.4.1"),
+        (&src, &out),
+        (&[], &[]),
     );
-    let sender_relay = format!("10.214.4.1:{port}");
-    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
-        .map(String::from)
-        .to_vec();
-    args.push(src.display().to_string());
-    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
-    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
     assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
     assert!(v["fallback_seconds"].is_null(), "{v}");
-    recv.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    r_done.assert_success();
     fsx::assert_same_file(&src, &out.join("data.bin"));
     let log = relay.proc.kill().stderr;
     // The relay saw each peer from its NAT's public address, and allocated for the session.
@@ -886,51 +908,6 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     {
         return;
     }
-    let pid = std::process::id();
-    let name = |s: &str| format!("hurtle-{s}-{pid}");
-    let (a, na, r, nb, b) = (
-        name("ca-a"),
-        name("ca-n"),
-        name("ca-r"),
-        name("cb-n"),
-        name("cb-b"),
-    );
-    let mut ns = Namespaces { names: Vec::new() };
-    for n in [&a, &na, &r, &nb, &b] {
-        ns.add(n);
-    }
-    // A 10.215.1.2 -- NAT-A (10.215.3.2) -- R (10.215.3.1 / 10.215.4.1, routes) -- NAT-B
-    // (10.215.4.2) -- 10.215.2.2 B
-    for (x, xdev, y, ydev) in [
-        (&a, "v", &na, "in"),
-        (&na, "out", &r, "ra"),
-        (&r, "rb", &nb, "out"),
-        (&nb, "in", &b, "v"),
-    ] {
-        ip(&[
-            "-n", x, "link", "add", xdev, "type", "veth", "peer", "name", ydev, "netns", y,
-        ]);
-    }
-    for (n, dev, addr) in [
-        (&a, "v", "10.215.1.2/24"),
-        (&na, "in", "10.215.1.1/24"),
-        (&na, "out", "10.215.3.2/24"),
-        (&r, "ra", "10.215.3.1/24"),
-        (&r, "rb", "10.215.4.1/24"),
-        (&nb, "out", "10.215.4.2/24"),
-        (&nb, "in", "10.215.2.1/24"),
-        (&b, "v", "10.215.2.2/24"),
-    ] {
-        ip(&["-n", n, "addr", "add", addr, "dev", dev]);
-        ip(&["-n", n, "link", "set", dev, "up"]);
-    }
-    ip(&["-n", &a, "route", "add", "default", "via", "10.215.1.1"]);
-    ip(&["-n", &na, "route", "add", "default", "via", "10.215.3.1"]);
-    ip(&["-n", &b, "route", "add", "default", "via", "10.215.2.1"]);
-    ip(&["-n", &nb, "route", "add", "default", "via", "10.215.4.1"]);
-    for n in [&na, &nb, &r] {
-        ip(&["netns", "exec", n, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    }
     let nat = r#"
 table ip hurtle_nat {
   chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade; }
@@ -945,48 +922,23 @@ table ip hurtle_nat {
   }
 }
 "#;
-    nft_in(&na, nat);
-    nft_in(&nb, nat);
+    let NatPair { _ns: ns, a, r, b } = nat_pair("c", 215, nat, true);
 
     let t = tmp();
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 96 * MIB + 3, 55);
     let out = t.path().join("out");
-    let relay = start_relay_with(
-        &["ip", "netns", "exec", &r],
-        "0.0.0.0:0",
-        &["--metrics", "127.0.0.1:7499"],
+    let (s, r_done, relay) = send_across(
+        (&r, &a, &b),
+        ("10.215.3.1", "10.215.4.1"),
+        (&src, &out),
+        (&["--metrics", "127.0.0.1:7499"], &["--rate", "400M"]),
     );
-    let port = relay.addr.port();
-    let recv = start_code_receiver_with(
-        &["ip", "netns", "exec", &a],
-        &format!("10.215.3.1:{port}"),
-        &out,
-        &[],
-    );
-    let sender_relay = format!("10.215.4.1:{port}");
-    let mut args: Vec<String> = ["netns", "exec", &b, support::proc::bin(), "send"]
-        .map(String::from)
-        .to_vec();
-    args.push(src.display().to_string());
-    args.extend(
-        [
-            "--code",
-            &recv.code,
-            "--relay",
-            &sender_relay,
-            "--json",
-            "--rate",
-            "400M",
-        ]
-        .map(String::from),
-    );
-    let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
     assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
-    recv.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    r_done.assert_success();
     let channels = v["channels"].as_u64().expect("channels");
     assert_eq!(v["direct_channels"], channels, "{v}\n{}", s.stderr);
     let after = v["direct_after_seconds"].as_f64().expect("a direct path");

@@ -1745,9 +1745,14 @@ mod any_fault {
     }
 
     fn any_fault() -> impl Strategy<Value = Fault> {
+        fault_with(any_message().boxed())
+    }
+
+    /// Any fault, the inserted and replacing messages drawn from `messages`.
+    pub(super) fn fault_with(messages: BoxedStrategy<Control>) -> impl Strategy<Value = Fault> {
         prop_oneof![
-            any_message().prop_map(Fault::Insert),
-            any_message().prop_map(Fault::Replace),
+            messages.clone().prop_map(Fault::Insert),
+            messages.prop_map(Fault::Replace),
             Just(Fault::Drop),
             Just(Fault::Duplicate),
             proptest::collection::vec(any::<u8>(), 0..12).prop_map(Fault::Garbage),
@@ -1893,15 +1898,7 @@ mod any_data_fault {
     }
 
     fn any_fault() -> impl Strategy<Value = Fault> {
-        prop_oneof![
-            any_message().prop_map(Fault::Insert),
-            any_message().prop_map(Fault::Replace),
-            Just(Fault::Drop),
-            Just(Fault::Duplicate),
-            proptest::collection::vec(any::<u8>(), 0..12).prop_map(Fault::Garbage),
-            Just(Fault::Oversized),
-            Just(Fault::Silence),
-        ]
+        super::any_fault::fault_with(any_message().boxed())
     }
 
     /// Three files, one of them empty, over a path that loses 3% of datagrams: the data phase

@@ -517,21 +517,36 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     });
 }
 
+/// The receiver's agent and nameplate of `ticket`, if `peer` is the sender it was given to;
+/// else the client is told.
+fn ticket_of(
+    st: &State,
+    s: &mut TcpStream,
+    peer: SocketAddr,
+    ticket: &str,
+) -> Option<(Arc<Agent>, u32)> {
+    let found = match lock(&st.tickets).get(ticket) {
+        Some(t) if t.sender_ip == peer.ip().to_canonical() => Some((t.agent.clone(), t.nameplate)),
+        _ => None,
+    };
+    if found.is_none() {
+        reply(
+            st,
+            s,
+            "no_such_ticket",
+            "unknown ticket (the receiver may have left)",
+        );
+    }
+    found
+}
+
 /// UDP allocations for a paired session: the sender's tokens to it, the receiver's to its agent.
 fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, channels: u16) {
     if channels == 0 || channels > MAX_UDP_CHANNELS {
         return reply(st, &mut s, "bad_request", "bad number of channels");
     }
-    let agent = match lock(&st.tickets).get(ticket) {
-        Some(t) if t.sender_ip == peer.ip().to_canonical() => t.agent.clone(),
-        _ => {
-            return reply(
-                st,
-                &mut s,
-                "no_such_ticket",
-                "unknown ticket (the receiver may have left)",
-            )
-        }
+    let Some((agent, _)) = ticket_of(st, &mut s, peer, ticket) else {
+        return;
     };
     let now = Instant::now();
     let pairs: Option<Vec<_>> = {
@@ -573,16 +588,8 @@ fn allocate(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, c
 }
 
 fn relay_splice(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, ticket: &str, port: u16) {
-    let (agent, nameplate) = match lock(&st.tickets).get(ticket) {
-        Some(t) if t.sender_ip == peer.ip().to_canonical() => (t.agent.clone(), t.nameplate),
-        _ => {
-            return reply(
-                st,
-                &mut s,
-                "no_such_ticket",
-                "unknown ticket (the receiver may have left)",
-            )
-        }
+    let Some((agent, nameplate)) = ticket_of(st, &mut s, peer, ticket) else {
+        return;
     };
     let id = rand::random::<u64>();
     let (tx, rx) = sync_channel::<Joined>(1);
