@@ -169,43 +169,37 @@ fn paired_by_code_on_loopback_goes_direct() {
     assert!(!words.iter().any(|w| log.contains(w)), "{log}");
 }
 
-#[test]
-fn forced_relayed_transfer_on_loopback_goes_as_datagrams_through_the_relay() {
+/// A 7 MiB file sent by code with `--relay-only --channels 3` and `extra`, on loopback: both
+/// sides say the session was relayed and the file is the same. The sender's JSON and the relay.
+fn forced_relayed(extra: &[&str]) -> (serde_json::Value, String, Relay) {
     let t = tmp();
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 7 * MIB + 5, 52);
     let out = t.path().join("out");
     let relay = start_relay(&[]);
     let r = start_code_receiver(&relay, &out, &[]);
-    let s = send_by_code(
-        &relay,
-        &r.code,
-        &src,
-        &["--json", "--relay-only", "--channels", "3"],
-    );
+    let mut args = vec!["--json", "--relay-only", "--channels", "3"];
+    args.extend(extra);
+    let s = send_by_code(&relay, &r.code, &src, &args);
     s.assert_success();
     let v = s.json();
     assert_eq!(v["path"], "relayed", "{v}");
-    // The relay forwards datagrams: hurtle's UDP channels, paced and repaired, not TCP.
-    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
-    assert!(v["fallback_seconds"].is_null(), "{v}");
     assert_eq!(v["channels"], 3, "{v}");
-    assert!(
-        s.stderr
-            .contains(&format!("path: relayed via {}", relay.addr)),
-        "{}",
-        s.stderr
-    );
+    let line = format!("path: relayed via {}", relay.addr);
+    assert!(s.stderr.contains(&line), "{}", s.stderr);
     let recv = r.proc.wait(TRANSFER_TIMEOUT);
     recv.assert_success();
-    assert!(
-        recv.stdout
-            .contains(&format!("path: relayed via {}", relay.addr)),
-        "{}",
-        recv.stdout
-    );
+    assert!(recv.stdout.contains(&line), "{}", recv.stdout);
     fsx::assert_same_file(&src, &out.join("data.bin"));
-    let mut relay = relay;
+    (v, s.stderr, relay)
+}
+
+#[test]
+fn forced_relayed_transfer_on_loopback_goes_as_datagrams_through_the_relay() {
+    let (v, stderr, mut relay) = forced_relayed(&[]);
+    // The relay forwards datagrams: hurtle's UDP channels, paced and repaired, not TCP.
+    assert_eq!(v["transport"], "udp", "{v}\n{stderr}");
+    assert!(v["fallback_seconds"].is_null(), "{v}");
     let log = relay.proc.stderr();
     assert!(log.contains("udp allocations=3"), "{log}");
     // The TCP splices carried the control connection and the race's idle data connections,
@@ -232,48 +226,10 @@ fn splice_bytes(log: &str) -> Vec<u64> {
 
 #[test]
 fn forced_relayed_parallel_tcp_on_loopback_is_spliced() {
-    let t = tmp();
-    let src = t.path().join("src/data.bin");
-    fsx::write_random(&src, 7 * MIB + 5, 52);
-    let out = t.path().join("out");
-    let relay = start_relay(&[]);
-    let r = start_code_receiver(&relay, &out, &[]);
-    let s = send_by_code(
-        &relay,
-        &r.code,
-        &src,
-        &[
-            "--json",
-            "--relay-only",
-            "--channels",
-            "3",
-            "--transport",
-            "tcp",
-        ],
-    );
-    s.assert_success();
-    let v = s.json();
-    assert_eq!(v["path"], "relayed", "{v}");
+    let (v, _, mut relay) = forced_relayed(&["--transport", "tcp"]);
     assert_eq!(v["transport"], "tcp", "{v}");
-    assert_eq!(v["channels"], 3, "{v}");
-    assert!(
-        s.stderr
-            .contains(&format!("path: relayed via {}", relay.addr)),
-        "{}",
-        s.stderr
-    );
-    let recv = r.proc.wait(TRANSFER_TIMEOUT);
-    recv.assert_success();
-    assert!(
-        recv.stdout
-            .contains(&format!("path: relayed via {}", relay.addr)),
-        "{}",
-        recv.stdout
-    );
-    fsx::assert_same_file(&src, &out.join("data.bin"));
     // One splice per connection: control and three data connections, the data bytes forwarded.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut relay = relay;
     let ends = loop {
         let ends = splice_bytes(&relay.proc.stderr());
         if ends.len() >= 4 || Instant::now() > deadline {
