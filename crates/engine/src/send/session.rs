@@ -323,46 +323,21 @@ pub(super) fn send_once(
     let direct_at: Arc<std::sync::Mutex<Vec<Option<f64>>>> =
         Arc::new(std::sync::Mutex::new(vec![None; usize::from(channels)]));
     let feedback = (!feedback_socks.is_empty())
-        .then(|| match &relayed {
-            Some(relay) => {
-                let now = Instant::now();
-                let sockets = relay
-                    .binds
-                    .iter()
-                    .map(|b| {
-                        SocketPunch::new(
-                            (relay.addr, b.clone(), relay.parse),
-                            Role::Sender,
-                            keys.punch,
-                            now,
-                        )
-                    })
-                    .collect();
-                let cmds = channel_threads.by_channel.clone();
-                let at = direct_at.clone();
-                let on_direct = Box::new(move |ch: u16, addr: SocketAddr| {
-                    if let Some(c) = cmds.get(usize::from(ch)) {
-                        let _ = c.send(ThreadCmd::Channel(ch, ChanCmd::Redirect(addr)));
-                    }
-                    if let Some(slot) = at
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_mut(usize::from(ch))
-                    {
-                        slot.get_or_insert(start.elapsed().as_secs_f64());
-                    }
-                });
-                FeedbackReader::start_punching(
-                    feedback_socks,
-                    feedback_from,
-                    (&keys.feedback, data_session),
-                    SenderPunch { sockets, on_direct },
+        .then(|| {
+            let punch = relayed.as_ref().map(|relay| {
+                punching(
+                    relay,
+                    keys.punch,
+                    channel_threads.by_channel.clone(),
+                    (direct_at.clone(), start),
                 )
-                .ok()
-            }
-            None => {
-                FeedbackReader::start(feedback_socks, feedback_from, &keys.feedback, data_session)
-                    .ok()
+            });
+            let key = (&keys.feedback, data_session);
+            match punch {
+                Some(p) => {
+                    FeedbackReader::start_punching(feedback_socks, feedback_from, key, p).ok()
+                }
+                None => FeedbackReader::start(feedback_socks, feedback_from, key.0, key.1).ok(),
             }
         })
         .flatten();
@@ -657,6 +632,33 @@ fn open_data_path(
         feedback_from,
         relayed,
     })
+}
+
+/// Each channel socket's try for a direct path past `relay` (hole punching with `key`): a
+/// punched path moves the channel there (`cmds`) and is noted in `direct_at` as seconds from
+/// `start`.
+fn punching(
+    relay: &crate::net::dial::UdpRelay,
+    key: [u8; 32],
+    cmds: Vec<ChannelCmds>,
+    (direct_at, start): (Arc<std::sync::Mutex<Vec<Option<f64>>>>, Instant),
+) -> SenderPunch {
+    let now = Instant::now();
+    let sockets = relay
+        .binds
+        .iter()
+        .map(|b| SocketPunch::new((relay.addr, b.clone(), relay.parse), Role::Sender, key, now))
+        .collect();
+    let on_direct = Box::new(move |ch: u16, addr: SocketAddr| {
+        if let Some(c) = cmds.get(usize::from(ch)) {
+            let _ = c.send(ThreadCmd::Channel(ch, ChanCmd::Redirect(addr)));
+        }
+        let mut at = direct_at.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = at.get_mut(usize::from(ch)) {
+            slot.get_or_insert(start.elapsed().as_secs_f64());
+        }
+    });
+    SenderPunch { sockets, on_direct }
 }
 
 /// The data path to the receiver: what [`open_data_path`] opened.
