@@ -203,7 +203,7 @@ pub struct Scenario {
     /// Moments the sending host's channel threads stop (preempted; on a busy VM, the
     /// hypervisor's steal): from each start to each end (virtual times from time zero) no data
     /// datagram leaves, and the pacers owe the time missed, as the engine's do (each repays
-    /// up to [`hurtle_proto::send::MAX_OWED`], or what the rate controller allows).
+    /// up to [`hurtle_proto::channel_send::MAX_OWED`], or what the rate controller allows).
     pub sender_stalls: Vec<(Duration, Duration)>,
     /// Whether the receiver's reports carry the bottleneck's rate by its trains
     /// ([`hurtle_proto::rate::dispersion`]), as the engine's do; `false` leaves the field 0

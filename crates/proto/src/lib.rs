@@ -10,8 +10,8 @@
 //! | [`layout`] | which channel carries which bytes of which file |
 //! | [`probe`] | which payload the path carries, and whether UDP gets through (the sender's probing, the receiver's [`probe::SilenceWatch`]), found beside the data |
 //! | [`punch`] | hole punching: two peers behind NATs finding a direct UDP path from the candidates the relay gave them, authenticated by a session key |
-//! | [`send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
-//! | [`recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
+//! | [`channel_send`] | one channel's sender: new data, repairs within a bounded share, final marker; pacing |
+//! | [`channel_recv`] | one channel's receiver: what arrived, gaps, NACKs and their retries |
 //! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
 //! | [`feedback`] | the receiver's reports and NACKs as datagrams beside the control connection, and the sender's filter of their copies |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
@@ -60,6 +60,8 @@
 #![warn(missing_docs)]
 
 pub mod admit;
+pub mod channel_recv;
+pub mod channel_send;
 pub mod fec;
 pub mod feedback;
 pub mod hash;
@@ -68,17 +70,15 @@ pub mod probe;
 pub mod punch;
 pub mod ranges;
 pub mod rate;
-pub mod recv;
 pub mod secure;
-pub mod send;
 pub mod session;
 pub mod verify;
 pub mod wire;
 
 pub use admit::{Admission, Admit, ReportBuilder};
+pub use channel_recv::{ChannelReceiver, RecvConfig};
+pub use channel_send::{ChannelSender, Pacer, Run, RunKind, SendConfig};
 pub use layout::Layout;
 pub use ranges::RangeSet;
 pub use rate::{Feedback, RateConfig, RateController, RateMode};
-pub use recv::{ChannelReceiver, RecvConfig};
-pub use send::{ChannelSender, Pacer, Run, RunKind, SendConfig};
 pub use verify::{BlockTable, Verdict, Verifier};

@@ -383,7 +383,7 @@ pub enum Control {
         /// (by packet number) the receiver had taken on the channel when it asked, plus the
         /// time since that datagram arrived ([`crate::admit::Admission::knew_us`]). A repair
         /// sent after that had not arrived when the receiver asked, however late the NACK
-        /// itself comes ([`sent_at`], [`crate::send::ChannelSender::on_nack`]). Since protocol
+        /// itself comes ([`sent_at`], [`crate::channel_send::ChannelSender::on_nack`]). Since protocol
         /// version 14.
         knew_us: u32,
     },

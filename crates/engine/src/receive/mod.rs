@@ -33,7 +33,7 @@
 //! - `links`: the data links' keys and the TCP data connections.
 //! - `session_loop`: the caller's thread while data flows: verification and reports.
 //! - `commit`: the committer thread, and the journals of verified blocks.
-//! - `channels`: the channel threads: reading, checking and gathering datagrams.
+//! - `channel_threads`: the channel threads: reading, checking and gathering datagrams.
 //! - `gathering`: a block gathered in memory and hashed as it fills.
 //! - `writer`: writing complete blocks, and the writer thread.
 //! - `capacity`: what this receiver can absorb ([`Capacity`]).
@@ -42,7 +42,7 @@
 //! - `summary`: what a finished receive did ([`ReceiveSummary`]).
 //!
 //! Imports point one way: `session` uses the files below it; `session_loop` uses `commit`;
-//! `channels` uses `gathering` and `writer`; all of them use `shared`.
+//! `channel_threads` uses `gathering` and `writer`; all of them use `shared`.
 //!
 //! [`Verifier`]: hurtle_proto::Verifier
 //! [`ChannelReceiver`]: hurtle_proto::ChannelReceiver
@@ -51,7 +51,7 @@
 
 pub mod accept;
 mod capacity;
-mod channels;
+mod channel_threads;
 mod commit;
 pub mod data_path;
 mod gathering;

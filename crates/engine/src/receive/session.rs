@@ -6,7 +6,7 @@
 //! threads, and the summary.
 
 use super::capacity::receive_threads;
-use super::channels::{serve_channels, ChannelWorker};
+use super::channel_threads::{serve_channels, ChannelWorker};
 use super::commit::Commits;
 use super::data_path::{DataIn, Opened};
 use super::held::{hash_holes, in_ranges, Holes, Resumed};
@@ -416,7 +416,7 @@ impl Receiver {
                 punch: punch_socks
                     .get_mut(usize::from(ch))
                     .and_then(Option::take)
-                    .map(|sock| super::channels::ReceiverPunch {
+                    .map(|sock| super::channel_threads::ReceiverPunch {
                         sock,
                         state: None,
                         direct_ip: None,

@@ -15,23 +15,23 @@
 //! - `session`: one session from the dial to the summary (`send_once`): set-up while the
 //!   receiver decides, the data path (`open_data_path`, `dial_data`), the early data, threads,
 //!   summary.
-//! - `probe`: probing the path beside the data (`Prober`, `probe_step`).
+//! - `prober`: probing the path beside the data (`Prober`, `probe_step`).
 //! - `session_loop`: the caller's thread while data flows: control messages, block values,
 //!   rate changes, the live bottleneck.
-//! - `channels`: the channel threads (`serve_channels`, `ChannelWorker`) and their pacing.
+//! - `channel_threads`: the channel threads (`serve_channels`, `ChannelWorker`) and their pacing.
 //! - `shared`: the state and the messages the session loop and the channel threads share.
 //! - `summary`: what a finished send did ([`SendSummary`], [`RateSummary`],
 //!   [`BottleneckSummary`]).
 //!
-//! Imports point one way: `session` uses everything else; `session_loop` uses `probe`,
-//! `channels`' commands and `summary`; `probe` and `channels` use `shared`.
+//! Imports point one way: `session` uses everything else; `session_loop` uses `prober`,
+//! `channel_threads`' commands and `summary`; `prober` and `channel_threads` use `shared`.
 //!
 //! [`ChannelSender`]: hurtle_proto::ChannelSender
 
-mod channels;
+mod channel_threads;
 mod memory;
 mod options;
-mod probe;
+mod prober;
 mod session;
 mod session_loop;
 mod shared;

@@ -5,9 +5,11 @@
 //! decisions and the layout (the channels go on, or start again for another outcome:
 //! `ChannelThreads::restart`); the session loop; then the summary.
 
-use super::channels::{send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT};
+use super::channel_threads::{
+    send_threads, serve_channels, ChannelCmds, ChannelWorker, PACER_CREDIT,
+};
 use super::options::{user_cap, SendOptions, Transport};
-use super::probe::Prober;
+use super::prober::Prober;
 use super::session_loop::{on_early_event, session_loop, Dialing, Outcome, UdpPath, Wires};
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, SendSummary};
@@ -797,7 +799,7 @@ impl ChannelThreads {
                 log,
                 packets,
                 rate_seen: rate_bps,
-                catch_up_seen: hurtle_proto::send::MAX_OWED.as_micros() as u64,
+                catch_up_seen: hurtle_proto::channel_send::MAX_OWED.as_micros() as u64,
                 among: shared.channels,
                 sending: false,
                 loaded: None,

@@ -5,8 +5,8 @@
 //! `send-rate.log` ([`rate_line`]). Beside it, probing's decisions, and the live bottleneck
 //! for the progress line ([`judge_live`]).
 
-use super::channels::ChannelCmds;
-use super::probe::{probe_step, Prober};
+use super::channel_threads::ChannelCmds;
+use super::prober::{probe_step, Prober};
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use super::summary::BottleneckSummary;
 use crate::error::{SessionError, Side};

@@ -823,7 +823,7 @@ impl RateController {
     }
 
     /// The most missed time the pacers may repay after their sender stalled:
-    /// [`crate::send::MAX_OWED`], or nothing once `auto`'s model found the path's buffer
+    /// [`crate::channel_send::MAX_OWED`], or nothing once `auto`'s model found the path's buffer
     /// shallow ([`Model::shallow`]). Repaying puts the missed time's data into the
     /// bottleneck's queue at once: on a deep buffer it refills the reserve the link sent from
     /// during the stall ([`model::stall_reserve`]); a shallow buffer, which holds no reserve,
@@ -832,7 +832,7 @@ impl RateController {
         if self.model.as_ref().is_some_and(Model::shallow) {
             Duration::ZERO
         } else {
-            crate::send::MAX_OWED
+            crate::channel_send::MAX_OWED
         }
     }
 
@@ -2408,17 +2408,17 @@ mod tests {
     #[test]
     fn a_buffer_that_drops_before_its_queue_shows_gets_no_catch_up_from_the_pacers() {
         let (mut c, mut t) = cruising_at_300();
-        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
+        assert_eq!(c.catch_up(), crate::channel_send::MAX_OWED);
         // Through a 12 ms queue (the target is 15 ms): congestion, in a deep buffer.
         assert_eq!(lossy_report(&mut c, &mut t, 12), Some(Reason::Loss));
-        assert_eq!(c.catch_up(), crate::send::MAX_OWED);
+        assert_eq!(c.catch_up(), crate::channel_send::MAX_OWED);
         drive(&mut c, &mut t, 40, bottleneck(300e6));
         // The same loss with 2 ms of queue: a shallow buffer.
         assert_eq!(lossy_report(&mut c, &mut t, 2), Some(Reason::Loss));
         assert_eq!(c.catch_up(), Duration::ZERO);
         // Other modes have no model of the path: the pacers repay as always.
         let fair = RateController::new(cfg(RateMode::Fair), t);
-        assert_eq!(fair.catch_up(), crate::send::MAX_OWED);
+        assert_eq!(fair.catch_up(), crate::channel_send::MAX_OWED);
     }
 
     /// The gains over the model's bottleneck that cruising set (each run of one gain once) over

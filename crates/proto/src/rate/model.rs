@@ -397,7 +397,7 @@ impl Model {
     /// Whether the path's buffer has shown itself shallow: a loss beyond the floor, judged
     /// congestion, while the queueing delay was under a third of the target (where cruising
     /// starts to drain a queue). Such a buffer overflows before the delay says anything, and
-    /// a stalled sender's catch-up (up to [`crate::send::MAX_OWED`] of data at once into the
+    /// a stalled sender's catch-up (up to [`crate::channel_send::MAX_OWED`] of data at once into the
     /// queue) is enough: the controller has the pacers repay nothing there
     /// ([`super::RateController::catch_up`]).
     pub fn shallow(&self) -> bool {

@@ -11,9 +11,9 @@
 //!   socket buffer sizing (`SO_RCVBUF`/`SO_SNDBUF`, what the kernel really granted, and a
 //!   one-line hint naming the sysctl to raise when it granted less:
 //!   [`UdpChannel::buffer_warning`]), and the errors ([`UdpError`]).
-//! - `send`: batched sending ([`UdpChannel::send_batch`], [`UdpChannel::send_framed`]) with GSO
+//! - `batch_send`: batched sending ([`UdpChannel::send_batch`], [`UdpChannel::send_framed`]) with GSO
 //!   or `sendmmsg`.
-//! - `recv`: batched receiving ([`UdpChannel::recv_batch`] into a [`RecvBatch`]) with
+//! - `batch_recv`: batched receiving ([`UdpChannel::recv_batch`] into a [`RecvBatch`]) with
 //!   `recvmmsg` and GRO, and waiting on several sockets at once ([`wait_readable`]).
 //! - `queue`: the socket's receive queue and the kernel's drop counter
 //!   ([`UdpChannel::receive_queue`], [`UdpChannel::kernel_drops`]).
@@ -28,15 +28,17 @@
 //! `poll(2)`, `sendmsg(2)` with `UDP_SEGMENT`, `sendmmsg(2)` and `getsockopt(SO_MEMINFO)` are
 //! made through the safe wrappers of the engine's `sys` folder; there is no `unsafe` here.
 
+mod batch_recv;
+mod batch_send;
 mod queue;
-mod recv;
-mod send;
 #[cfg(test)]
 mod testing;
 
+pub use batch_recv::{
+    wait_readable, RecvBatch, RecvIter, GRO_BUF_SIZE, MAX_RECV_BUFFERS, MAX_WAIT_FDS,
+};
+pub use batch_send::{MAX_FRAMED, MAX_GSO_BYTES, SEND_STALL_LIMIT};
 pub use queue::ReceiveQueue;
-pub use recv::{wait_readable, RecvBatch, RecvIter, GRO_BUF_SIZE, MAX_RECV_BUFFERS, MAX_WAIT_FDS};
-pub use send::{MAX_FRAMED, MAX_GSO_BYTES, SEND_STALL_LIMIT};
 
 use std::{
     io,
