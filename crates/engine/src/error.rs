@@ -1,7 +1,7 @@
 //! The errors a session can end with. Each message is one line that names the cause.
 
+use crate::net::channel_link::LinkError;
 use crate::net::control::ControlError;
-use crate::net::link::LinkError;
 use hurtle_proto::wire::{AbortCause, Control};
 use std::net::SocketAddr;
 use std::path::PathBuf;

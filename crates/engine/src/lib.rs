@@ -9,10 +9,10 @@
 //! - `setup`: drives either side's set-up machine (`hurtle_proto::session`) over the control
 //!   connection; `phase`: the data phase's machines' errors in the session's terms.
 //! - [`report`]: one file's outcome, as both sides report it.
-//! - [`agree`]: the key agreement that opens every control connection, and what a receiver
-//!   accepts ([`agree::Keyring`]).
+//! - [`handshake`]: the key agreement that opens every control connection, and what a receiver
+//!   accepts ([`handshake::Keyring`]).
 //! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
-//!   channel's link, UDP datagrams or a TCP connection of frames ([`net::link`]), batched UDP
+//!   channel's link, UDP datagrams or a TCP connection of frames ([`net::channel_link`]), batched UDP
 //!   data channels ([`net::udp`]), and how the sender opens TCP connections ([`net::dial`]).
 //! - [`fs`]: the file system: path checks, the output tree opened so that no symlink can
 //!   redirect it, part files and their journals, sparse holes, hashing, the sender's source
@@ -31,10 +31,10 @@
 
 #![deny(unsafe_code)]
 
-pub mod agree;
 pub mod cpu;
 pub mod error;
 pub mod fs;
+pub mod handshake;
 pub mod iobuf;
 pub mod net;
 pub mod netlog;
@@ -48,8 +48,8 @@ mod setup;
 mod sys;
 pub mod walk;
 
-pub use agree::Keyring;
 pub use error::SessionError;
+pub use handshake::Keyring;
 pub use progress::Progress;
 pub use receive::{OwnPorts, ReceiveOptions, ReceiveSummary, Receiver, RelayedUdp, WriteQueue};
 pub use report::FileReport;

@@ -17,8 +17,8 @@
 //! # What it does not own
 //!
 //! Its users. The data phase ([`crate::pair`]) runs one path each way beside its data link;
-//! whole sessions ([`crate::session`]) run their set-up over the same two and say which faults
-//! hit which direction ([`crate::session::ControlFault`]). This module imports neither: the
+//! whole sessions ([`crate::whole_session`]) run their set-up over the same two and say which faults
+//! hit which direction ([`crate::whole_session::ControlFault`]). This module imports neither: the
 //! delay, blackouts, timer and faults come in as plain values.
 
 use hurtle_proto::wire::{Control, FrameError, MAX_FRAME};
@@ -47,8 +47,8 @@ pub enum Fault {
 }
 
 /// The control connection in one direction: reliable, in order, delayed; stalled by blackouts.
-/// Whole sessions ([`crate::session`]) can also make it misbehave
-/// ([`crate::session::ControlFault`]: a message
+/// Whole sessions ([`crate::whole_session`]) can also make it misbehave
+/// ([`crate::whole_session::ControlFault`]: a message
 /// inserted, replaced, duplicated, garbage, silence from some message on) and close it.
 #[derive(Debug)]
 pub(crate) struct ControlPath {

@@ -17,7 +17,7 @@
 //!   whose capacity changes mid-run. The scenario suites in `tests/scenarios.rs` and
 //!   `tests/rate_control.rs` are built on it. A plain [`Scenario`] starts at the data phase:
 //!   both sides share one layout at time zero.
-//! - [`session`]: whole sessions: `hurtle-proto`'s set-up machines (hello, manifest, the
+//! - [`whole_session`]: whole sessions: `hurtle-proto`'s set-up machines (hello, manifest, the
 //!   receiver's decisions from its file system given as data, the sender's hashes, skips) over
 //!   the simulated control connection on virtual time, the sender's early data under its
 //!   provisional outcome from the `HelloAck` on, then the data phase of a [`Pair`] from what
@@ -41,12 +41,12 @@ pub mod link;
 pub mod nat;
 pub mod pair;
 pub mod punch;
-pub mod session;
+pub mod whole_session;
 
 pub use control::Fault;
 pub use link::{Duplex, Link, LinkConfig, LinkStats};
 pub use pair::{EarlySent, Failure, Outcome, Pair, RatePoint, Rejected, ReportSample, Scenario};
-pub use session::{
+pub use whole_session::{
     ControlFault, Disk, EarlyData, End, FileEnd, FileState, OnDisk, PartFile, PhaseTimes, Session,
     SessionOutcome, SessionScenario, Side, SideEnd, SideError, SimEntry, SimFile,
 };

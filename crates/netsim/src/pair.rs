@@ -90,7 +90,7 @@
 //!   [`Scenario::control_rto`] the control connection delivers what was sent into a blackout
 //!   at TCP's first retransmission after it (its timer backing off), so the copies on TCP of
 //!   lost feedback datagrams come late, as they do after a real outage.
-//! - **Control faults** (whole sessions only, [`crate::session::ControlFault`]; the control
+//! - **Control faults** (whole sessions only, [`crate::whole_session::ControlFault`]; the control
 //!   path applies each [`crate::control::Fault`]): a message inserted, replaced, lost or
 //!   duplicated, garbage, or silence from some message on; and the end of the connection when
 //!   a side closes it.
@@ -111,7 +111,7 @@
 //! (`hurtle-proto`). A plain
 //! [`Scenario`] skips the session's set-up: both sides start with the same [`Layout`] and
 //! session id at time zero. The set-up (hello, manifest, decisions, skips) runs in
-//! [`crate::session`], which drives `hurtle-proto`'s set-up machines over the same control
+//! [`crate::whole_session`], which drives `hurtle-proto`'s set-up machines over the same control
 //! paths and then this data phase on the same clock, each side from its own start: its sender
 //! starts sending early data at the `HelloAck` under the provisional outcome
 //! (`Pair::sender_begins`: a budget of new bytes; its block values go at once, tagged with
@@ -827,7 +827,7 @@ pub(crate) struct ReceiverSide {
 
 /// What a data phase starts from: the layout both sides use, the session id, each side's
 /// bytes, and what both hold. A plain [`Scenario`] makes one from its files and
-/// [`Scenario::held`]; a whole session ([`crate::session`]) from the set-up's `Agreed`.
+/// [`Scenario::held`]; a whole session ([`crate::whole_session`]) from the set-up's `Agreed`.
 #[derive(Debug)]
 pub(crate) struct DataPlan {
     pub(crate) layout: Layout,

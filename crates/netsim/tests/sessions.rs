@@ -1,6 +1,6 @@
 //! Whole sessions: hurtle-proto's set-up machines (`SenderSetup`, `ReceiverSetup`) driven over
 //! the simulated control path on virtual time, then the data phase from what they agreed (see
-//! `hurtle_netsim::session`).
+//! `hurtle_netsim::whole_session`).
 //!
 //! Each case asserts numbers: the virtual time of each phase, what each side hashed, the bytes
 //! of each file that crossed the data link, and for a failed session which side ended with which
@@ -411,7 +411,7 @@ mod early_data {
             corrupt: Vec::new(),
         };
         let same = OnDisk::Copy {
-            mtime_ns: hurtle_netsim::session::MTIME_NS,
+            mtime_ns: hurtle_netsim::whole_session::MTIME_NS,
         };
         type Case = (
             &'static str,
@@ -773,7 +773,7 @@ mod skips {
         sc.disk.files.insert(
             "a".into(),
             OnDisk::Copy {
-                mtime_ns: hurtle_netsim::session::MTIME_NS,
+                mtime_ns: hurtle_netsim::whole_session::MTIME_NS,
             },
         );
         // Same size and time, other bytes: the quick check cannot tell, as with rsync.
@@ -781,7 +781,7 @@ mod skips {
             "b".into(),
             OnDisk::Altered {
                 len: 500_000,
-                mtime_ns: hurtle_netsim::session::MTIME_NS,
+                mtime_ns: hurtle_netsim::whole_session::MTIME_NS,
             },
         );
         // Hashing would take seconds here: nobody hashes.
@@ -828,7 +828,7 @@ mod skips {
 
     #[test]
     fn with_checksums_both_sides_hash_and_the_time_shows() {
-        let mtime = hurtle_netsim::session::MTIME_NS;
+        let mtime = hurtle_netsim::whole_session::MTIME_NS;
         let mut sc = session(vec![
             SimEntry::file("a", 1_000_000),
             SimEntry::file("b", 1_000_000),

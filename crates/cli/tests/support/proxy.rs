@@ -31,7 +31,7 @@
 //! look for what must never be on the wire.
 
 use super::{Rng, TEST_CODE};
-use hurtle_engine::net::link::TCP_PREFIX;
+use hurtle_engine::net::channel_link::TCP_PREFIX;
 use hurtle_proto::secure::{
     self, DataKey, FrameOpen, FrameSeal, Offer, PacketOpen, PacketSeal, Secret, SessionKeys,
     TAG_LEN,

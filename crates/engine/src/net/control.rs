@@ -1,6 +1,6 @@
 //! The TCP control connection: framed [`Control`] messages, one reader and one writer thread.
 //!
-//! Only the key agreement ([`crate::agree`]) reads and writes plain frames ([`read_frame`],
+//! Only the key agreement ([`crate::handshake`]) reads and writes plain frames ([`read_frame`],
 //! [`write_frame`]); every frame after it is sealed: the writer thread seals with this side's
 //! [`FrameSeal`], the reader thread opens with the peer's [`FrameOpen`], and a frame that fails
 //! to open ends the connection ([`FrameError::Unauthentic`]).

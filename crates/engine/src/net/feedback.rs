@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_dropped_reader_wakes_its_thread_instead_of_waiting_out_the_stop_check() {
-        let (got, _, _) = crate::agree::testing::agreed("7-a-b");
+        let (got, _, _) = crate::handshake::testing::agreed("7-a-b");
         let (_, sock) = pair();
         // A stop check of an hour: only the wake-up can end the thread's wait.
         let reader = FeedbackReader::start_checking(
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn feedback_goes_once_the_sender_is_heard_and_only_its_key_opens_it() {
-        let (got, _, _) = crate::agree::testing::agreed("7-a-b");
+        let (got, _, _) = crate::handshake::testing::agreed("7-a-b");
         let key = got.keys.feedback.clone();
         let (recv_sock, send_sock) = pair();
         let send_addr = send_sock.local_addr().unwrap();

@@ -4,7 +4,7 @@
 //!
 //! - [`control`]: the TCP control connection (sealed framed messages, reader and writer
 //!   threads).
-//! - [`link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP),
+//! - [`channel_link`]: a channel's link, UDP datagrams or a TCP connection of frames (parallel TCP),
 //!   sealed on the way out and opened on the way in.
 //! - [`udp`]: batched UDP data channels (GSO sends and `sendmmsg` written here; GRO and
 //!   `recvmmsg` via quinn-udp).
@@ -14,14 +14,14 @@
 //! - [`feedback`]: the receiver's reports and NACKs as datagrams beside the control
 //!   connection, sent by the receiver and read by a thread of the sender.
 //!
-//! Imports point down: [`link`] uses [`udp`]; [`udp`] makes its system calls through the
+//! Imports point down: [`channel_link`] uses [`udp`]; [`udp`] makes its system calls through the
 //! engine's `sys`; none of them uses the sessions above, nor their error: each fails with
-//! an error of its own ([`control::ControlError`], [`link::LinkError`], [`udp::UdpError`]),
+//! an error of its own ([`control::ControlError`], [`channel_link::LinkError`], [`udp::UdpError`]),
 //! which the session's error wraps.
 
+pub mod channel_link;
 pub mod control;
 pub mod dial;
 pub mod feedback;
-pub mod link;
 pub mod punch;
 pub mod udp;

@@ -33,7 +33,7 @@
 //! sender greeted while another's transfer runs waits in the queue for it to end. Greetings go
 //! on meanwhile, so strays are dropped during a transfer too.
 //!
-//! The greeting is the key agreement ([`crate::agree`]): the first frame must be the sender's
+//! The greeting is the key agreement ([`crate::handshake`]): the first frame must be the sender's
 //! `Agree`, and the second its hello (in the clear, bound into the keys); the receiver opens
 //! the data path for the hello ([`super::data_path`]) and answers with a key from its
 //! [`Keyring`] and, sealed right behind, its `HelloAck`; the sender's first sealed frame (the
@@ -49,8 +49,8 @@ mod stray_log;
 pub use stray_log::{LogLine, StrayKind, StrayLog, STRAY_LOG_BURST, STRAY_LOG_WINDOW};
 
 use super::data_path::{DataDoor, Opened};
-use crate::agree::{self, Keyring, CODE_TRIES};
 use crate::error::SessionError;
+use crate::handshake::{self, Keyring, CODE_TRIES};
 use hurtle_proto::secure::FrameSeal;
 use hurtle_proto::session::check_hello;
 use hurtle_proto::wire::{self, Control};
@@ -76,9 +76,9 @@ pub const MAX_HELLO_FRAME: usize = 64 << 10;
 /// How many of a stray's first bytes are kept to show in the log.
 const GLIMPSE: usize = 40;
 
-/// What a successful greeting established: the key agreement's [`Accepted`](agree::Accepted)
+/// What a successful greeting established: the key agreement's [`Accepted`](handshake::Accepted)
 /// (the session's keys, the sender's hello, and the name of the key it used).
-pub use crate::agree::Accepted as Greeted;
+pub use crate::handshake::Accepted as Greeted;
 
 /// What the greeting checks senders against.
 #[derive(Debug, Clone)]
@@ -360,7 +360,7 @@ fn greet_inner(
                 let sealed = seal.seal(&ack);
                 Ok((opened, sealed))
             };
-            agree::answer(
+            handshake::answer(
                 r.stream,
                 &gate.keys,
                 gate.plain_data,
@@ -913,7 +913,7 @@ mod tests {
             let secret = hurtle_proto::secure::Secret::code(code);
             let hello = hello(wire::MAGIC, wire::VERSION);
             let mut keys =
-                agree::offer(&mut client, &secret, false, &hello, Duration::from_secs(5))?;
+                handshake::offer(&mut client, &secret, false, &hello, Duration::from_secs(5))?;
             client.write_all(&keys.frames_out.seal(&then)).unwrap();
             client
                 .write_all(&keys.frames_out.seal(&Control::KeepAlive))
@@ -964,7 +964,7 @@ mod tests {
             *channels = 3;
         }
         let mut keys =
-            agree::offer(&mut client, &secret, false, &hello, Duration::from_secs(5)).unwrap();
+            handshake::offer(&mut client, &secret, false, &hello, Duration::from_secs(5)).unwrap();
         // Before any frame of ours: the receiver's answer to the hello is already here.
         let ack =
             crate::net::control::read_sealed(&mut client, &mut keys.frames_in, GRACE).unwrap();

@@ -2,7 +2,7 @@
 //! sender's TCP data connections, admitted by their greeting ([`accept_data_connections`]).
 
 use crate::error::{SessionError, Side};
-use crate::net::link::{read_greeting, LinkIn, TcpFrames};
+use crate::net::channel_link::{read_greeting, LinkIn, TcpFrames};
 use hurtle_proto::secure::{DataKey, PacketOpen};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::BorrowedFd;
@@ -104,7 +104,7 @@ mod tests {
     /// A session's data keys, from a key agreement on loopback; and its control connection's
     /// two ends (sender's, receiver's).
     fn session() -> (DataKeys, TcpStream, TcpStream) {
-        let (got, s, r) = crate::agree::testing::agreed("7-a-b");
+        let (got, s, r) = crate::handshake::testing::agreed("7-a-b");
         let data = DataKeys {
             key: got.keys.data,
             encrypt: true,
@@ -152,8 +152,11 @@ mod tests {
         let loser = TcpStream::connect(to).unwrap();
         loser.shutdown(std::net::Shutdown::Both).unwrap();
         let mut winner = TcpStream::connect(to).unwrap();
-        std::io::Write::write_all(&mut winner, &crate::net::link::greeting(&data.key, 1, 0))
-            .unwrap();
+        std::io::Write::write_all(
+            &mut winner,
+            &crate::net::channel_link::greeting(&data.key, 1, 0),
+        )
+        .unwrap();
         let t0 = Instant::now();
         let got = accept_data_connections(
             &listener,

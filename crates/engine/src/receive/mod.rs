@@ -67,8 +67,8 @@ mod writer;
 pub use capacity::{measure_capacity, Capacity};
 pub use summary::ReceiveSummary;
 
-use crate::agree::Keyring;
 use crate::error::{SessionError, Side};
+use crate::handshake::Keyring;
 use crate::progress::{Phase, Progress};
 use accept::{Arrival, DoorLimits, FrontDoor, Gatekeeper, Greeted};
 use links::DataKeys;
@@ -309,7 +309,7 @@ impl Receiver {
     /// Connections that are not a hurtle sender's, or fail the key agreement, are dropped
     /// meanwhile and do not end the wait ([`crate::receive::accept`]); the summary counts them
     /// (not those closed before a byte, such as a sender's losing connect attempt). The
-    /// [`CODE_TRIES`](crate::agree::CODE_TRIES)th failed agreement with the code spends it
+    /// [`CODE_TRIES`](crate::handshake::CODE_TRIES)th failed agreement with the code spends it
     /// ([`SessionError::CodeSpent`]).
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
         if self.opts.keys.is_empty() {

@@ -5,8 +5,8 @@
 
 use crate::error::SessionError;
 use crate::fs::PartFile;
+use crate::net::channel_link::LinkIn;
 use crate::net::feedback::FeedbackOut;
-use crate::net::link::LinkIn;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use hurtle_proto::admit::{ArrivalMark, Tally};

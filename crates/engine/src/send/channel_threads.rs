@@ -8,7 +8,7 @@
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use crate::error::SessionError;
 use crate::iobuf::IoBuf;
-use crate::net::link::LinkOut;
+use crate::net::channel_link::LinkOut;
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver, Sender};
 use hurtle_proto::fec::{self, ParityDesc, TailGroups};
@@ -247,7 +247,7 @@ impl ChannelWorker {
                 self.log.line(|| "channel confirmed".into());
             }
             ChanCmd::Redirect(to) => {
-                if let crate::net::link::OutPath::Udp { dest, .. } = &mut self.link.path {
+                if let crate::net::channel_link::OutPath::Udp { dest, .. } = &mut self.link.path {
                     *dest = to;
                     self.log
                         .line(|| format!("direct path to {to}: the relay is left"));
@@ -625,7 +625,7 @@ impl ChannelWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::link::TCP_PAYLOAD;
+    use crate::net::channel_link::TCP_PAYLOAD;
     use crate::net::udp::MAX_FRAMED;
 
     /// The buffers sized by [`send_limits`] hold any send at any payload probing may move to:

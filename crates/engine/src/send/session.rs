@@ -16,9 +16,9 @@ use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, Sen
 use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
+use crate::net::channel_link::{self, LinkOut, OutPath};
 use crate::net::dial::{Dialer, Direct};
 use crate::net::feedback::{FeedbackReader, SenderPunch};
-use crate::net::link::{self, LinkOut, OutPath};
 use crate::net::punch::SocketPunch;
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
@@ -111,7 +111,7 @@ pub(super) fn send_once(
     // The hello goes with the agreement's offer; the receiver's answer brings its `HelloAck`.
     let handshake_timeout = Duration::from_secs(10);
     let agree_at = Instant::now();
-    let keys = crate::agree::offer(
+    let keys = crate::handshake::offer(
         &mut stream,
         secret,
         opts.no_encryption,
@@ -562,7 +562,7 @@ fn open_data_path(
         let max_payload = accepted.max_payload;
         return Ok(DataLinks {
             links,
-            payload: link::TCP_PAYLOAD.min(max_payload.max(link::TCP_PAYLOAD)),
+            payload: channel_link::TCP_PAYLOAD.min(max_payload.max(channel_link::TCP_PAYLOAD)),
             prober: None,
             fallback: None,
             feedback_socks: Vec::new(),
@@ -941,8 +941,10 @@ impl ChannelThreads {
         // seals per byte), and the new threads size their buffers for them.
         shared
             .max_payload
-            .store(link::TCP_PAYLOAD, Ordering::Relaxed);
-        shared.payload.store(link::TCP_PAYLOAD, Ordering::Relaxed);
+            .store(channel_link::TCP_PAYLOAD, Ordering::Relaxed);
+        shared
+            .payload
+            .store(channel_link::TCP_PAYLOAD, Ordering::Relaxed);
         if workers.len() != links.len() {
             return Err(SessionError::Internal("a channel thread ended early"));
         }
@@ -1102,7 +1104,7 @@ fn dial_data(
         .enumerate()
         .map(|(ch, &dest)| {
             let opts = opts.clone();
-            let greeting = link::greeting(key, session, ch as u16);
+            let greeting = channel_link::greeting(key, session, ch as u16);
             std::thread::spawn(move || {
                 let mut s = dial(&opts, dest)?;
                 let _ = s.set_nodelay(true);

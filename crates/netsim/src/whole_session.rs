@@ -84,7 +84,7 @@
 //! [`crate::control`]), and the data phase's own rules (see [`crate::pair`]).
 
 use crate::control::ControlPath;
-// `Fault` lives in `control`; this keeps its `session::Fault` path too.
+// `Fault` lives in `control`; this keeps its `whole_session::Fault` path too.
 pub use crate::control::Fault;
 use crate::link::LinkStats;
 use crate::pair::{
