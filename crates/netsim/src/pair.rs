@@ -1083,6 +1083,8 @@ pub struct Pair {
     direct: Option<Link>,
     direct_opens: Option<Instant>,
     moved_direct: Option<Instant>,
+    /// The receiver's channels that have had a datagram by the direct path.
+    rcv_direct: Vec<usize>,
     moved_to_tcp: Option<Instant>,
     /// Forged datagrams waiting to be handed to the receiver (at once).
     injected: VecDeque<Vec<u8>>,
@@ -1228,6 +1230,7 @@ impl Pair {
             }),
             direct_opens: sc.direct.as_ref().and_then(|&(at, _)| t0.checked_add(at)),
             moved_direct: None,
+            rcv_direct: Vec::new(),
             moved_to_tcp: None,
             injected: VecDeque::new(),
             to_receiver: paths.0,
@@ -1663,8 +1666,16 @@ impl Pair {
                 None => self.on_datagram(now, now, &dg)?,
             }
         }
-        // A direct path, once there, is read beside the relayed one.
+        // A direct path, once there, is read beside the relayed one. A channel's first datagram
+        // that comes this way is its path change, as the engine's channel threads see one in a
+        // new source address.
         while let Some(dg) = self.direct.as_mut().and_then(|d| d.poll(upto)) {
+            if let Some(ch) = dg.get(1).map(|&c| usize::from(c)) {
+                if ch < self.rcv.channels.len() && !self.rcv_direct.contains(&ch) {
+                    self.rcv_direct.push(ch);
+                    self.rcv.channels[ch].on_path_change(now);
+                }
+            }
             match &mut self.rcv.stage {
                 Some(stage) => stage.offer(now, dg),
                 None => self.on_datagram(now, now, &dg)?,

@@ -117,6 +117,9 @@ pub struct ChannelReceiver {
     due: RangeSet,
     /// Recent queueing delay, decayed: (when noted, delay).
     queue_delay: Option<(Instant, Duration)>,
+    /// The channel's datagrams began to come another way (a relayed session moved to a direct
+    /// path): when, and the frontier then ([`ChannelReceiver::on_path_change`]).
+    moved: Option<(Instant, u64)>,
     done_sent: bool,
     cfg: RecvConfig,
     stats: RecvStats,
@@ -137,6 +140,7 @@ impl ChannelReceiver {
             scanned: 0,
             due: RangeSet::new(),
             queue_delay: None,
+            moved: None,
             done_sent: false,
             cfg,
             stats: RecvStats::default(),
@@ -274,8 +278,30 @@ impl ChannelReceiver {
         self.cfg.nack_retry + self.decayed_queue_delay(now).mul_f64(1.5)
     }
 
+    /// The channel's datagrams began to come another way at `now` (the sender moved them from
+    /// a relay to a direct path, or back): for half a repair wait, bytes above the frontier of
+    /// this moment are not taken for lost. What the old path still carries arrives later than
+    /// what the new one brings, and without this allowance it was asked for (and arrived
+    /// twice): about the difference of the two paths' delays, at the full rate.
+    pub fn on_path_change(&mut self, now: Instant) {
+        self.moved = Some((now, self.frontier));
+    }
+
     /// The position below which missing bytes count as lost at `now`.
     fn loss_horizon(&mut self, now: Instant) -> u64 {
+        let horizon = self.plain_loss_horizon(now);
+        match self.moved {
+            Some((at, frontier)) if now < at + self.cfg.nack_retry / 2 => horizon.min(frontier),
+            Some(_) => {
+                self.moved = None;
+                horizon
+            }
+            None => horizon,
+        }
+    }
+
+    /// The loss horizon without a path change's allowance.
+    fn plain_loss_horizon(&mut self, now: Instant) -> u64 {
         if self
             .final_at
             .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.reorder_wait)
@@ -432,6 +458,32 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn after_a_path_change_what_the_old_path_still_carries_is_not_asked_for_at_once() {
+        let cfg = RecvConfig::for_rtt(ms(80)); // nack_retry 130 ms: an allowance of 65 ms
+        let allowance = cfg.nack_retry / 2;
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 100_000, cfg);
+        // 0..10_000 came through the relay; the channel moves; 20_000.. comes direct, while
+        // 10_000..20_000 is still on its way through the relay.
+        r.on_data(t0, 0, 10_000, false, 0..100_000);
+        r.on_path_change(t0);
+        r.on_data(t0 + ms(1), 20_000, 5_000, false, 0..100_000);
+        assert_eq!(r.poll_nack(t0 + ms(20)), None, "within the allowance");
+        // Part of it arrives; what is still missing when the allowance is over is asked for.
+        r.on_data(t0 + ms(30), 10_000, 6_000, false, 0..100_000);
+        assert_eq!(r.poll_nack(t0 + allowance - ms(1)), None);
+        assert_eq!(
+            r.poll_nack(t0 + allowance + ms(6)),
+            Some(vec![(16_000, 20_000)])
+        );
+        // Without the change the same gap is asked for after the reordering wait alone.
+        let mut r = ChannelReceiver::new(0, 100_000, RecvConfig::for_rtt(ms(80)));
+        r.on_data(t0, 0, 10_000, false, 0..100_000);
+        r.on_data(t0 + ms(1), 20_000, 5_000, false, 0..100_000);
+        assert_eq!(r.poll_nack(t0 + ms(20)), Some(vec![(10_000, 20_000)]));
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub(super) struct ChannelWorker {
     pub(super) parity: ParityStore,
     /// Through a relay: the channel's binding there and its try for a direct path.
     pub(super) punch: Option<ReceiverPunch>,
+    /// Where the sender's datagrams came from last, and every address they came from.
+    pub(super) last_src: Option<SocketAddr>,
+    pub(super) sources: Vec<SocketAddr>,
 }
 
 /// A relayed channel's binding at the relay and its try for a direct path to the sender's
@@ -475,6 +478,21 @@ impl ChannelWorker {
             self.heard = true;
             self.shared.heard[usize::from(self.ch)].store(true, Ordering::Relaxed);
             self.shared.feedback.heard(self.ch, *src);
+        }
+        if !matches!(verdict, Admit::Reject(_)) && self.last_src != Some(*src) {
+            // The sender's datagrams come another way now (from a relay to a direct path):
+            // what the old way still carries (it comes from there, between the new way's) is
+            // not taken for lost at once. Once per new address.
+            if !self.sources.contains(src) {
+                if !self.sources.is_empty() {
+                    self.rec.on_path_change(now);
+                    self.log.line(|| format!("datagrams now come from {src}"));
+                }
+                if self.sources.len() < 4 {
+                    self.sources.push(*src);
+                }
+            }
+            self.last_src = Some(*src);
         }
         match verdict {
             Admit::Reject(_) => Ok(0),

@@ -413,6 +413,8 @@ impl Receiver {
                 queue_sampled: Instant::now(),
                 moved_file: None,
                 heard: false,
+                last_src: None,
+                sources: Vec::new(),
                 punch: punch_socks
                     .get_mut(usize::from(ch))
                     .and_then(Option::take)
