@@ -450,10 +450,21 @@ mod tests {
     fn datagrams_are_timed_when_they_arrived_not_when_read() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let (mut a, mut b) = pair(lo, &opts()).unwrap();
+        let mut batch = RecvBatch::new(4, GRO_BUF_SIZE);
+        // Linux turns arrival stamping on a moment after the first socket asks for it (a
+        // deferred switch); a datagram that came before is stamped when it is read. One goes
+        // first, so that the one measured comes after.
+        a.send_batch(b.local_addr(), &[1u8; 10], 10).unwrap();
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 1);
+        std::thread::sleep(Duration::from_millis(20));
         let sent = Instant::now();
         a.send_batch(b.local_addr(), &[7u8; 100], 100).unwrap();
+        // Until it has arrived (on a busy machine loopback's delivery itself can wait for a
+        // while): the kernel stamped it by then. Then the read comes late.
+        let ready = wait_readable(std::iter::once(Some(b.as_fd())), Duration::from_secs(5));
+        assert_eq!(ready.unwrap() & 1, 1, "the datagram arrives");
+        let arrived_by = Instant::now();
         std::thread::sleep(Duration::from_millis(60));
-        let mut batch = RecvBatch::new(4, GRO_BUF_SIZE);
         assert_eq!(b.recv_batch(&mut batch).unwrap(), 1);
         let read = Instant::now();
         let mut times = Vec::new();
@@ -469,8 +480,13 @@ mod tests {
             "timed {:?} before the read",
             read.duration_since(at)
         );
-        // Within the clocks' rounding of the send (the real-time clock has microseconds here).
+        // Within the clocks' rounding of the send and of its arrival (the real-time clock has
+        // microseconds here).
         assert!(at + Duration::from_millis(5) >= sent, "before it was sent");
+        assert!(
+            at <= arrived_by + Duration::from_millis(5),
+            "after it was there"
+        );
     }
 
     #[test]
