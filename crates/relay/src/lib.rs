@@ -19,6 +19,7 @@
 //! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
 //!   pending splices and tracked clients, idle timeouts on every read;
 //! - [`splice`]: copying bytes both ways between two TCP connections;
+//! - [`logq`]: the log's own thread, so that a log nobody reads never blocks a connection;
 //! - [`metrics`]: the server's counters, served in the Prometheus text format where the operator
 //!   asks (`--metrics`);
 //! - [`udp`]: the relay's UDP port: the address a socket is seen from (for hole punching), and
@@ -29,6 +30,7 @@
 pub mod client;
 pub mod code;
 pub mod limit;
+pub mod logq;
 pub mod metrics;
 pub mod registry;
 pub mod server;

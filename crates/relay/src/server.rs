@@ -102,6 +102,8 @@ struct State {
     udp: Arc<Mutex<Forwarder>>,
     udp_port: u16,
     metrics: Metrics,
+    /// Where log lines go (`None`: `Config::log` is off).
+    log: Option<crate::logq::LogQueue>,
 }
 
 /// Holds one of the relay's connection slots; frees it when dropped.
@@ -135,6 +137,10 @@ impl Server {
             udp: Arc::new(Mutex::new(Forwarder::new(cfg.max_allocations))),
             udp_port: udp.local_addr().port(),
             metrics: Metrics::default(),
+            log: cfg
+                .log
+                .then(|| crate::logq::LogQueue::new(4096, std::io::stderr()))
+                .transpose()?,
             codes: Mutex::new(Registry::new(cfg.max_codes, cfg.code_ttl)),
             limiter: Mutex::new(Limiter::new(cfg.lookup_burst, cfg.lookup_per_sec)),
             tickets: Mutex::new(HashMap::new()),
@@ -233,9 +239,10 @@ fn is_transient(e: &io::Error) -> bool {
     ) || matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12)) // ENFILE, EMFILE, ENOBUFS, ENOMEM
 }
 
+/// A log line, handed to the log's own thread (a log nobody reads never blocks a connection).
 fn log(st: &State, line: std::fmt::Arguments<'_>) {
-    if st.cfg.log {
-        eprintln!("hurtle relay: {line}");
+    if let Some(q) = &st.log {
+        q.line(line.to_string());
     }
 }
 
