@@ -17,12 +17,3 @@ pub struct FileReport {
     /// size and modification time).
     pub skipped: bool,
 }
-
-/// Channels named in a message: "channel 1", "channels 0, 1".
-pub(crate) fn channel_list(channels: &[u16]) -> String {
-    let list: Vec<String> = channels.iter().map(u16::to_string).collect();
-    match list.as_slice() {
-        [one] => format!("channel {one}"),
-        _ => format!("channels {}", list.join(", ")),
-    }
-}

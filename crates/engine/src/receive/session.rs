@@ -311,7 +311,7 @@ impl Receiver {
         if let Some(silent) = moved {
             warnings.push(format!(
                 "UDP from the sender did not get through (nothing arrived on {}); the channels moved to TCP connections (a firewall that drops UDP?)",
-                crate::report::channel_list(&silent)
+                hurtle_proto::session::data::channel_list(&silent)
             ));
         }
         let seconds = start.elapsed().as_secs_f64();

@@ -590,7 +590,7 @@ fn open_data_path(
                 if !unbound.is_empty() {
                     warnings.push(format!(
                         "the relay did not confirm UDP for {}",
-                        crate::report::channel_list(&unbound)
+                        hurtle_proto::session::data::channel_list(&unbound)
                     ));
                 }
                 dests = vec![relay.addr; usize::from(channels)];

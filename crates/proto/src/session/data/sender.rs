@@ -303,11 +303,6 @@ impl SenderData {
         self.controller.as_ref()
     }
 
-    /// The rate controller, for a driver that sets it up (a remembered path, say).
-    pub fn controller_mut(&mut self) -> Option<&mut RateController> {
-        self.controller.as_mut()
-    }
-
     /// Takes the rate controller, for the data phase that replaces this one (the early data's,
     /// when the outcome was another).
     pub fn take_controller(&mut self) -> Option<RateController> {
@@ -327,13 +322,6 @@ impl SenderData {
     /// How many files are confirmed.
     pub fn confirmed(&self) -> usize {
         self.confirmed.iter().filter(|c| c.is_some()).count()
-    }
-
-    /// Whether `file` is confirmed.
-    pub fn is_confirmed(&self, file: u32) -> bool {
-        self.confirmed
-            .get(file as usize)
-            .is_some_and(|c| c.is_some())
     }
 
     /// The ends: each file's hash and the receiver's counts; the controller back.
