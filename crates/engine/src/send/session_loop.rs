@@ -147,7 +147,10 @@ pub(super) fn session_loop(
     let mut feedback = feedback;
     let never = crossbeam_channel::never();
     while !state.is_done() {
-        let timer = crossbeam_channel::at(state.poll_timeout());
+        // A deadline as `default`: no timer channel made per pass.
+        let wait = state
+            .poll_timeout()
+            .saturating_duration_since(Instant::now());
         select! {
             recv(rx) -> msg => {
                 let msg = msg.map_err(|_| ControlError::Closed)??;
@@ -165,7 +168,6 @@ pub(super) fn session_loop(
                 Ok(ChanEvent::Failed(e)) => return Err(e),
                 Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
             },
-            recv(timer) -> _ => state.handle_timeout(Instant::now()).map_err(data_error)?,
             recv(tick) -> _ => {
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
@@ -179,6 +181,7 @@ pub(super) fn session_loop(
                     blocked(step, state).map_err(data_error)?;
                 }
             }
+            default(wait) => state.handle_timeout(Instant::now()).map_err(data_error)?,
         }
         transmit(state, tx);
         while let Some(ev) = state.poll_event() {
