@@ -32,7 +32,7 @@ import os
 
 # Every hurtle session is authenticated: both ends of a run get the same code (a build that
 # predates codes, as a --hurtle-base binary may, ignores it).
-os.environ.setdefault("HURTLE_CODE", "4242-bench-code-words")
+os.environ.setdefault("HURTLE_CODE", "4242-banjo-cello-drum")
 # Every run starts cold, as on a path never seen: no memory of the last run's path (and none
 # left in the user's cache).
 os.environ.setdefault("HURTLE_PATH_MEMORY", "off")

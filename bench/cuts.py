@@ -3,7 +3,7 @@
 with no rise between them, how far it went (its last rate as a share of the rate before its
 first cut), and the lowest rate past startup (from the first change that is not startup's).
 
-    for i in $(seq 20); do hurtle send big --to 127.0.0.1:7555 --code C --json > run$i.json; done
+    for i in $(seq 20); do hurtle send big --to 127.0.0.1:7555 --code 4242-banjo-cello-drum --json > run$i.json; done
     python3 bench/cuts.py run*.json
 
 The WAN-fill issue asks for "no cascade of cuts" on loopback: issue 2's note had seen 15.8 ->

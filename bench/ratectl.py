@@ -38,7 +38,7 @@ import os
 
 # Every hurtle session is authenticated: both ends of a run get the same code (a build that
 # predates codes, as a --hurtle-base binary may, ignores it).
-os.environ.setdefault("HURTLE_CODE", "4242-bench-code-words")
+os.environ.setdefault("HURTLE_CODE", "4242-banjo-cello-drum")
 # Every run starts cold, as on a path never seen: with the default path memory
 # (~/.cache/hurtle/paths) a run would resume from whatever the last transfer to that address
 # left, another scenario's or another batch's.

@@ -74,9 +74,9 @@ fn wrong_codes_fail_before_anything_is_sent_and_the_third_spends_the_code() {
     let src = t.path().join("secret.bin");
     fsx::write_random(&src, 300_000, 52);
     let out = t.path().join("out");
-    let mut r = start_receiver(&out, &["--code", "1111-right-words-here"]);
+    let mut r = start_receiver(&out, &["--code", "1111-maple-otter-quilt"]);
     for i in 0..3 {
-        let s = proc::send(r.addr, &[&src], &["--code", "1111-wrong-words-here"]);
+        let s = proc::send(r.addr, &[&src], &["--code", "1111-maple-otter-robin"]);
         let why = s.assert_exit(3);
         assert!(why.contains("does not hold this code"), "{why}");
         assert!(
@@ -298,9 +298,9 @@ fn a_served_receiver_with_only_a_code_ends_when_the_code_is_spent() {
     let src = t.path().join("s.bin");
     fsx::write_random(&src, 100_000, 56);
     let out = t.path().join("out");
-    let r = start_receiver(&out, &["--serve", "--code", "2222-right-words-here"]);
+    let r = start_receiver(&out, &["--serve", "--code", "2222-maple-otter-quilt"]);
     for _ in 0..3 {
-        let s = proc::send(r.addr, &[&src], &["--code", "2222-wrong-words-here"]);
+        let s = proc::send(r.addr, &[&src], &["--code", "2222-maple-otter-robin"]);
         s.assert_exit(3);
     }
     let recv = r.proc.wait(Duration::from_secs(10));
@@ -310,7 +310,7 @@ fn a_served_receiver_with_only_a_code_ends_when_the_code_is_spent() {
         recv.stderr
     );
     // The right code no longer opens anything: the receiver is gone.
-    let s = proc::send(r.addr, &[&src], &["--code", "2222-right-words-here"]);
+    let s = proc::send(r.addr, &[&src], &["--code", "2222-maple-otter-quilt"]);
     assert_ne!(s.status.code(), Some(0));
     assert!(empty(&out));
 }

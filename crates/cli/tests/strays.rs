@@ -267,7 +267,7 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     }
     // Two wrong codes in the flood (a third would spend the code): a line each, always.
     for _ in 0..2 {
-        proc::send(r.addr, &[&src], &["--code", "1234-wrong-code-words"]).assert_exit(3);
+        proc::send(r.addr, &[&src], &["--code", "1234-acorn-bison-daisy"]).assert_exit(3);
     }
     // Nothing else happens: the window's summary comes when the window (10 s from the first
     // stray) ends, not with a next stray or a session.

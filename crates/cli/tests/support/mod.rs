@@ -16,7 +16,7 @@ pub fn tempdir(prefix: &str) -> tempfile::TempDir {
 
 /// The code every `hurtle` the suite starts is given (in `HURTLE_CODE`), unless a test gives
 /// its own.
-pub const TEST_CODE: &str = "1234-test-code-words";
+pub const TEST_CODE: &str = "1234-acorn-bison-cedar";
 
 /// Longest any single transfer in this suite may take before the test fails.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
