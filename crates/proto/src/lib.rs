@@ -44,7 +44,8 @@
 //!    receiver -> `ProbeAck`. They run beside the data ([`probe::PayloadProbe`]): data starts
 //!    at [`wire::DEFAULT_PAYLOAD`] and moves to another size when probing settles. With `--transport auto` the
 //!    receiver also offers a TCP data port and the sender dials it at once; if nothing
-//!    arrives on a channel within [`probe::SILENT_AFTER`] of the receiver's data phase,
+//!    arrives on a channel within [`probe::SILENT_AFTER`] (three round trips on a longer path)
+//!    of the receiver's data phase,
 //!    receiver -> `UdpSilent`, sender -> `Fallback`, and every channel goes on over its TCP
 //!    connection.
 //! 4. Data: each channel's [`ChannelSender`] emits runs; the receiver checks each datagram with

@@ -308,11 +308,15 @@ impl Receiver {
             let _ = h.join();
         }
         let Received { hashes, moved } = result?;
-        if let Some(silent) = moved {
-            warnings.push(format!(
+        match moved {
+            Some(silent) if silent.is_empty() => warnings.push(
+                "UDP from the sender arrived too late (after the sender was told it did not get through); the channels moved to TCP connections".to_string(),
+            ),
+            Some(silent) => warnings.push(format!(
                 "UDP from the sender did not get through (nothing arrived on {}); the channels moved to TCP connections (a firewall that drops UDP?)",
                 hurtle_proto::session::data::channel_list(&silent)
-            ));
+            )),
+            None => {}
         }
         let seconds = start.elapsed().as_secs_f64();
         let c = &shared.counters;
