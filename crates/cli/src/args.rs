@@ -60,6 +60,19 @@ pub enum Command {
     SshServe(SshServeArgs),
 }
 
+impl Command {
+    /// The output flags of a command that has them (`send`, `receive`, `cp`, `demo`).
+    pub fn output(&self) -> Option<&OutputArgs> {
+        match self {
+            Command::Receive(a) => Some(&a.output),
+            Command::Send(a) => Some(&a.output),
+            Command::Cp(a) => Some(&a.output),
+            Command::Demo(a) => Some(&a.output),
+            _ => None,
+        }
+    }
+}
+
 /// `hurtle keygen`.
 #[derive(Args)]
 pub struct KeygenArgs {
@@ -120,11 +133,13 @@ impl From<TransportArg> for Transport {
 /// Rate flags shared by `send` and `demo`.
 #[derive(Args, Clone)]
 pub struct RateArgs {
-    /// Highest rate in bits per second, with k/M/G suffixes (e.g. 800M); automatic rate control
-    /// never exceeds it [env: HURTLE_RATE] [default: only the receiver's measured ceiling]
+    /// Highest rate: bits per second as 800M, 800Mbit/s or 800Mbps, or bytes per second as
+    /// 100MB/s or 100MiB/s (100MB means 100MB/s); automatic rate control never exceeds it
+    /// [env: HURTLE_RATE] [default: only the receiver's measured ceiling]
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
-    /// Pace at exactly this rate and ignore feedback (for benchmarks and links you own)
+    /// Pace at exactly this rate (the forms of --rate) and ignore feedback (for benchmarks and
+    /// links you own)
     #[arg(long, value_parser = parse_rate, conflicts_with_all = ["rate", "fair"])]
     pub rate_fixed: Option<u64>,
     /// Yield to competing traffic on a shared bottleneck (delay-based back-off)
@@ -629,9 +644,67 @@ fn parse_count(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses "800M", "1.5G", "250k" or a plain number as bits per second.
+/// The rate forms [`parse_rate`] accepts, for its errors and `--help`.
+pub const RATE_FORMS: &str = "bits per second: 800M, 800Mbit, 800Mbit/s, 800Mbps, 1.5G, 250k, \
+     1000; bytes per second: 100MB/s, 100MB, 100MiB/s, 100MiB";
+
+/// Parses a rate into bits per second, each unit meaning what it says:
+///
+/// - a plain number or a decimal prefix (`k`, `M`, `G`, `T`; case does not matter) alone, or
+///   followed by `bit`, `bits`, `bit/s`, `bits/s` or `bps`: bits per second (`800M`,
+///   `800Mbit/s`, `800Mbps`);
+/// - a decimal prefix followed by `B` or `B/s`, or a binary one (`Ki`, `Mi`, `Gi`, `Ti`)
+///   followed by `B` or `B/s`: bytes per second (`100MB/s` is 800 Mbit/s, `100MiB/s` is
+///   838.9 Mbit/s; `MB` means the same as `MB/s`).
+///
+/// Anything else is refused with the accepted forms: `Mb` and `Mb/s` (a lowercase `b` is read
+/// as bits by some and bytes by others), `MBps`, a binary prefix without `B`, units of time
+/// other than `/s`.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
-    parse_scaled(s, 1000.0).map_err(|e| format!("{e} (expected bits per second like 800M or 2G)"))
+    let refuse = |why: String| format!("{why} (accepted: {RATE_FORMS})");
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let Ok(v) = num.parse::<f64>() else {
+        return Err(refuse(format!("{s:?}: expected a number and a unit")));
+    };
+    let unit = unit.trim_start();
+    // The prefix's multiple, whether it is binary, and what follows it.
+    let power = |c: char| match c.to_ascii_lowercase() {
+        'k' => Some(1),
+        'm' => Some(2),
+        'g' => Some(3),
+        't' => Some(4),
+        _ => None,
+    };
+    let (multiple, binary, rest) = match unit.chars().next().and_then(power) {
+        None => (1.0, false, unit),
+        Some(p) => match unit[1..].strip_prefix('i') {
+            Some(rest) => (1024f64.powi(p), true, rest),
+            None => (1000f64.powi(p), false, &unit[1..]),
+        },
+    };
+    let bits_per_unit = match rest {
+        "B" | "B/s" => 8.0,
+        "" | "bit" | "bits" | "bit/s" | "bits/s" | "bps" if binary => {
+            return Err(refuse(format!(
+                "{s:?}: a binary prefix (Ki, Mi, Gi, Ti) is for bytes, as in 100MiB/s"
+            )))
+        }
+        "" | "bit" | "bits" | "bit/s" | "bits/s" | "bps" => 1.0,
+        "b" | "b/s" => return Err(refuse(format!("{s:?} is ambiguous: write bit/s or B/s"))),
+        _ => return Err(refuse(format!("{s:?}: unknown unit {unit:?}"))),
+    };
+    let scaled = v * multiple * bits_per_unit;
+    if !scaled.is_finite() || scaled.round() < 1.0 {
+        return Err(refuse(format!("{s:?}: must be at least 1 bit per second")));
+    }
+    if scaled >= u64::MAX as f64 {
+        return Err(refuse(format!("{s:?}: out of range")));
+    }
+    Ok(scaled.round() as u64)
 }
 
 /// Parses "1G", "64M", "4096" as bytes (binary multiples).
@@ -676,17 +749,80 @@ mod tests {
     }
 
     #[test]
-    fn rates_and_sizes_parse() {
-        assert_eq!(parse_rate("800M"), Ok(800_000_000));
-        assert_eq!(parse_rate("1.5G"), Ok(1_500_000_000));
-        assert_eq!(parse_rate("250k"), Ok(250_000));
-        assert_eq!(parse_rate("1000"), Ok(1000));
+    fn rates_mean_bits_or_bytes_as_written() {
+        const MIB: u64 = 1 << 20;
+        for (form, bps) in [
+            ("1000", 1000),
+            ("250k", 250_000),
+            ("250K", 250_000),
+            ("800M", 800_000_000),
+            ("800m", 800_000_000),
+            ("800Mbit", 800_000_000),
+            ("800Mbits", 800_000_000),
+            ("800Mbit/s", 800_000_000),
+            ("800Mbits/s", 800_000_000),
+            ("800Mbps", 800_000_000),
+            ("800 Mbit/s", 800_000_000),
+            (" 800M ", 800_000_000),
+            ("1.5G", 1_500_000_000),
+            ("1.5Gbit", 1_500_000_000),
+            ("1.5gbps", 1_500_000_000),
+            ("2T", 2_000_000_000_000),
+            ("100MB/s", 800_000_000),
+            ("100MB", 800_000_000),
+            ("100MiB/s", 100 * MIB * 8),
+            ("100MiB", 100 * MIB * 8),
+            ("100miB/s", 100 * MIB * 8),
+            ("1.5GB/s", 12_000_000_000),
+            ("512KiB/s", 512 * 1024 * 8),
+            ("125B/s", 1000),
+            ("125B", 1000),
+        ] {
+            assert_eq!(parse_rate(form), Ok(bps), "{form:?}");
+        }
+        assert_eq!(parse_rate("100MiB/s"), Ok(838_860_800));
+        for form in [
+            "",
+            "fast",
+            "M",
+            "-5M",
+            "5X",
+            "1.5.3G",
+            "0.1",
+            "0",
+            "0M",
+            "nanM",
+            "infG",
+            "100Mb",
+            "100mb",
+            "100Mb/s",
+            "100MBps",
+            "100Mi",
+            "100Mibit/s",
+            "100Mib",
+            "100MB/h",
+            "100MB/min",
+            "100Mbit/h",
+            "100Mbyte",
+            "100 megabits",
+            "100MBs",
+            "100M/s",
+            "1e3M",
+            "99999999999T",
+        ] {
+            let e = parse_rate(form).expect_err(form);
+            assert!(
+                e.contains("accepted: bits per second: 800M"),
+                "{form:?}: {e}"
+            );
+        }
+        assert!(parse_rate("100Mb").unwrap_err().contains("ambiguous"));
+    }
+
+    #[test]
+    fn sizes_parse() {
         assert_eq!(parse_size("1G"), Ok(1 << 30));
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert!(parse_rate("fast").is_err());
-        assert!(parse_rate("-5M").is_err());
-        assert!(parse_rate("5X").is_err());
-        assert!(parse_rate("0.1").is_err(), "rounds to nothing");
         assert!(parse_size("99999999T").is_err(), "beyond u64");
     }
 

@@ -11,10 +11,11 @@ pub const OK: u8 = 0;
 /// Any failure not named below (a protocol error, an expired or cancelled code, another
 /// version of hurtle on the far side of `hurtle cp`).
 pub const OTHER: u8 = 1;
-/// Usage: a bad flag, value, address, code or configuration file.
+/// Usage: a bad flag, value, address or configuration file, a malformed code (its shape, or a
+/// word not in the list; checked before anything connects).
 pub const USAGE: u8 = 2;
-/// The receiver refused the transfer (a file exists, its destination is full or not writable,
-/// an unsafe path); the sender's code.
+/// The receiver refused the transfer (a wrong code, a file exists, its destination is full or
+/// not writable, an unsafe path); the sender's code.
 pub const REFUSED: u8 = 3;
 /// Network: a host that cannot be resolved or reached, a stalled transfer, UDP blocked, a peer
 /// that disconnected or was interrupted.
@@ -42,8 +43,10 @@ Exit codes:
   0    success
   1    other failure (a protocol error, an expired or cancelled code, another hurtle version on
        the far side of cp)
-  2    usage: a bad flag, value, address, code or configuration file
-  3    refused by the receiver (a file exists, its destination is full or not writable)
+  2    usage: a bad flag, value, address or configuration file; a malformed code (not a number
+       and 2 or 3 words of the list: checked before anything connects, no try is spent)
+  3    refused by the receiver: a wrong code (one of the receiver's 3 tries), a file exists,
+       its destination is full or not writable
   4    network: unresolvable or unreachable host, stalled, UDP blocked, peer gone or interrupted
   5    verification: a hash mismatch, a source file changed while it was sent
   6    local storage: disk full, --out not a writable directory, unsafe path, unreadable source
@@ -51,6 +54,32 @@ Exit codes:
   8    cp: no hurtle on the far side (install it there, or name it with --remote-hurtle)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM: what was verified is kept, and the same
        command again resumes";
+
+/// The name of an exit code's kind of failure, as the `--json` error object gives it
+/// (`{"error": {"kind": ..., "message": ..., "exit_code": ...}}`).
+pub fn kind(code: u8) -> &'static str {
+    match code {
+        OK => "ok",
+        USAGE => "usage",
+        REFUSED => "refused",
+        NETWORK => "network",
+        VERIFICATION => "verification",
+        STORAGE => "storage",
+        SSH => "ssh",
+        REMOTE_MISSING => "remote_missing",
+        SIGINT | SIGTERM => "interrupted",
+        _ => "other",
+    }
+}
+
+/// The `--json` error object of a failure: `{"error": {"kind", "message", "exit_code"}}`, one
+/// line.
+pub fn json_error(code: u8, message: &str) -> String {
+    serde_json::json!({
+        "error": {"kind": kind(code), "message": message, "exit_code": code}
+    })
+    .to_string()
+}
 
 /// A failed command: its exit code and what to print.
 #[derive(Debug)]
@@ -126,6 +155,28 @@ pub fn session_code(e: &SessionError) -> u8 {
 mod tests {
     use super::*;
     use hurtle_engine::error::Side;
+
+    #[test]
+    fn the_json_error_names_the_kind_of_its_exit_code() {
+        let v: serde_json::Value =
+            serde_json::from_str(&json_error(USAGE, "bad \"x\"\nhere")).unwrap();
+        assert_eq!(v["error"]["kind"], "usage");
+        assert_eq!(v["error"]["message"], "bad \"x\"\nhere");
+        assert_eq!(v["error"]["exit_code"], 2);
+        for (code, name) in [
+            (OTHER, "other"),
+            (REFUSED, "refused"),
+            (NETWORK, "network"),
+            (VERIFICATION, "verification"),
+            (STORAGE, "storage"),
+            (SSH, "ssh"),
+            (REMOTE_MISSING, "remote_missing"),
+            (SIGINT, "interrupted"),
+            (SIGTERM, "interrupted"),
+        ] {
+            assert_eq!(kind(code), name);
+        }
+    }
 
     #[test]
     fn a_peer_abort_exits_as_its_cause() {

@@ -173,10 +173,9 @@ pub struct Paired {
 pub fn pair(
     out: &OutputArgs,
     relay: &HostPort,
-    code: &str,
+    code: &Code,
     relay_only: bool,
 ) -> Result<(SocketAddr, Paired), Failure> {
-    let code = Code::parse(code).map_err(|e| Failure::usage(format!("bad code {code:?}: {e}")))?;
     let relay_addr = resolve(relay, "relay")?;
     let found = client::lookup(relay_addr, code.nameplate)?;
     let port = found.port();

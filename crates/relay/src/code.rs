@@ -5,7 +5,7 @@
 //! neither the relay nor anyone on the path can test guesses of the words offline; a wrong code
 //! is found by the peers' agreement, one online guess per connection.
 
-use crate::words::{index_of, WORDS};
+use crate::words::{index_of, nearest, WORDS};
 use std::fmt;
 
 /// Words the receiver picks for a new code.
@@ -31,9 +31,24 @@ pub enum CodeError {
     /// Too few or too many words.
     #[error("a code has {} to {} words after the number, like 4821-purple-sausage", WORD_RANGE.start(), WORD_RANGE.end())]
     WordCount,
-    /// A word not in the list.
-    #[error("{0:?} is not a code word (mistyped?)")]
-    UnknownWord(String),
+    /// A word not in the list, and the words of the list it is a near miss of, if any.
+    #[error("'{word}' is not in the word list{}", did_you_mean(suggestions))]
+    UnknownWord {
+        /// The word as typed (lowercase, at most 40 characters).
+        word: String,
+        /// The nearest words of the list, when they are near ([`crate::words::nearest`]).
+        suggestions: Vec<&'static str>,
+    },
+}
+
+/// "; did you mean 'a'?", "; did you mean 'a' or 'b'?", or nothing.
+fn did_you_mean(words: &[&str]) -> String {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => format!("; did you mean {last}?"),
+        Some((last, rest)) => format!("; did you mean {} or {last}?", rest.join(", ")),
+    }
 }
 
 impl Code {
@@ -62,8 +77,10 @@ impl Code {
             if words.len() >= *WORD_RANGE.end() {
                 return Err(CodeError::WordCount);
             }
-            let i =
-                index_of(p).ok_or_else(|| CodeError::UnknownWord(p.chars().take(40).collect()))?;
+            let i = index_of(p).ok_or_else(|| CodeError::UnknownWord {
+                word: p.chars().take(40).collect(),
+                suggestions: nearest(p),
+            })?;
             words.push(WORDS[i]);
         }
         if !WORD_RANGE.contains(&words.len()) {
@@ -107,9 +124,25 @@ mod tests {
             Code::parse("12-acid-acid-acid-acid"),
             Err(CodeError::WordCount)
         );
+        let typo = Code::parse("12-acid-purpel").unwrap_err();
         assert_eq!(
-            Code::parse("12-acid-purpel"),
-            Err(CodeError::UnknownWord("purpel".into()))
+            typo,
+            CodeError::UnknownWord {
+                word: "purpel".into(),
+                suggestions: vec!["purple"]
+            }
+        );
+        assert_eq!(
+            typo.to_string(),
+            "'purpel' is not in the word list; did you mean 'purple'?"
+        );
+        assert_eq!(
+            Code::parse("12-acid-Xyzzy").unwrap_err().to_string(),
+            "'xyzzy' is not in the word list"
+        );
+        assert_eq!(
+            Code::parse("12-acid-acron").unwrap_err().to_string(),
+            "'acron' is not in the word list; did you mean 'acorn' or 'apron'?"
         );
     }
 

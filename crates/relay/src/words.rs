@@ -38,9 +38,53 @@ pub fn index_of(word: &str) -> Option<usize> {
     WORDS.iter().position(|w| *w == word)
 }
 
+/// The words of the list nearest to `typed` (a mistyped word), when they are near enough to be
+/// what was meant: at most one edit away for words of up to 4 letters, two for longer ones
+/// (Damerau-Levenshtein: a swap of two neighbouring letters is one edit). All the words at the
+/// nearest distance, in the list's order, at most 3 (more are no help); none when nothing is
+/// near.
+pub fn nearest(typed: &str) -> Vec<&'static str> {
+    let most = if typed.chars().count() <= 4 { 1 } else { 2 };
+    let scored: Vec<(usize, &'static str)> = WORDS
+        .iter()
+        .map(|w| (strsim::damerau_levenshtein(typed, w), *w))
+        .filter(|&(d, _)| d <= most)
+        .collect();
+    let Some(best) = scored.iter().map(|&(d, _)| d).min() else {
+        return Vec::new();
+    };
+    let near: Vec<&'static str> = scored
+        .into_iter()
+        .filter(|&(d, _)| d == best)
+        .map(|(_, w)| w)
+        .collect();
+    if near.len() > 3 {
+        Vec::new()
+    } else {
+        near
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_near_miss_finds_the_word_meant() {
+        assert_eq!(nearest("purpel"), ["purple"], "a swap");
+        assert_eq!(nearest("sausge"), ["sausage"], "a letter left out");
+        assert_eq!(nearest("rivver"), ["river"], "a letter twice");
+        assert_eq!(nearest("tigre"), ["tiger"]);
+        assert_eq!(nearest("purple"), ["purple"]);
+        assert_eq!(
+            nearest("acron"),
+            ["acorn", "apron"],
+            "as near as each other"
+        );
+        assert!(nearest("xyzzy").is_empty(), "nothing near");
+        assert!(nearest("test").is_empty(), "two edits from any short word");
+        assert!(nearest("").is_empty());
+    }
 
     #[test]
     fn words_are_distinct_short_lowercase() {

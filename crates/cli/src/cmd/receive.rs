@@ -36,7 +36,11 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     let addr = resolve(&listen, "listening")?;
     // The code: given, or new and printed (a relay's code comes from the relay); none when only
     // keys are accepted.
-    let given = keys::given_code(&a.code).filter(|_| relay.is_none());
+    // A code given is checked as a sender checks it, so that a sender can give it.
+    let given = match keys::given_code(&a.code).filter(|_| relay.is_none()) {
+        Some(c) => Some(super::send::checked_code(&c)?.to_string()),
+        None => None,
+    };
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
     // Paired by code through a relay: the sender's datagrams may come through it.

@@ -7,6 +7,13 @@ use crate::config::Defaults;
 use crate::exit::{Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
 use hurtle_engine::SendOptions;
+use hurtle_relay::Code;
+
+/// A code as given to `--code` or in `HURTLE_CODE`, checked locally: a number and 2 or 3 words
+/// of the list, with the nearest word for one not in it.
+pub(crate) fn checked_code(code: &str) -> Result<Code, Failure> {
+    Code::parse(code).map_err(|e| Failure::usage(format!("bad code: {e}")))
+}
 
 /// Runs `hurtle send`.
 pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
@@ -14,8 +21,13 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
         no_encryption: a.no_encryption,
         ..a.flags.options(a.output.log_dir.clone())
     };
-    let code = keys::given_code(&a.code);
-    opts.secret = keys::sender_secret(&a.key, code.as_deref())?;
+    // The code is checked here, before it costs one of the receiver's tries: a code of another
+    // shape, or with a word not in the list, is a usage error (exit 2), with the word meant.
+    let code = match keys::given_code(&a.code) {
+        Some(c) if a.key.is_none() => Some(checked_code(&c)?),
+        _ => None,
+    };
+    opts.secret = keys::sender_secret(&a.key, code.as_ref().map(Code::to_string).as_deref())?;
     if a.flags.channels.is_none() {
         if let Some(c) = defaults.get("channels", parse_channels)? {
             opts.channels = c;
@@ -25,7 +37,7 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
         a.flags.rate.rate = defaults.get("rate", parse_rate)?;
         a.flags.rate.apply(&mut opts);
     }
-    let (to, path) = match (&a.to, &a.code) {
+    let (to, path) = match (&a.to, &code) {
         (Some(to), _) => {
             if opts.secret.is_none() {
                 return Err(Failure::usage(
