@@ -500,15 +500,17 @@ pub struct RelayArgs {
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = parse_secs)]
     pub lookup_per_sec: f64,
     /// Most connections served at once.
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_count)]
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = parse_count)]
     pub max_connections: usize,
     /// Most codes registered at once.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_count)]
     pub max_codes: usize,
     /// Most UDP allocations held at once (one per channel of a session whose UDP goes through
-    /// the relay; 64 at most per client address).
+    /// the relay).
     #[arg(long, value_name = "N", default_value_t = 16_384, value_parser = parse_count)]
     pub max_allocations: usize,
+    #[command(flatten)]
+    pub limits: crate::cmd::relay::LimitArgs,
     /// Serve counters in the Prometheus text format at this address (default: nowhere).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub metrics: Option<HostPort>,

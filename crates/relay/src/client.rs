@@ -69,6 +69,17 @@ fn connect(relay: SocketAddr, timeout: Duration) -> Result<TcpStream, RelayError
     Ok(s)
 }
 
+/// A TCP connection to `relay` from the local address `local` (port chosen by the system): for
+/// a host with several addresses that must speak from one of them, and for tests that play
+/// clients at several addresses (the relay's limits are per address).
+pub fn connect_from(local: IpAddr, relay: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let domain = socket2::Domain::for_address(relay);
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.bind(&SocketAddr::new(local, 0).into())?;
+    s.connect_timeout(&relay.into(), timeout)?;
+    Ok(s.into())
+}
+
 fn answer(s: &mut TcpStream) -> Result<Msg, RelayError> {
     match wire::read_msg(s) {
         Ok(Msg::Error { kind, message }) => Err(RelayError::Refused {

@@ -5,8 +5,9 @@
 //! the password of the peers' SPAKE2 agreement (`hurtle_proto::secure`), run over the control
 //! connection, through the relay when it is relayed; nothing derived from them reaches the
 //! relay, so neither the relay nor anyone on the path can test guesses offline. A wrong code is
-//! found by the peers (the receiver counts failed agreements); the relay, which cannot tell, ends
-//! a nameplate after three lookups.
+//! found by the peers (the receiver counts each guess); the relay, which cannot tell, lets a
+//! lookup open one connection to the receiver's control port, and no number of lookups cancels
+//! a code.
 //!
 //! This crate owns:
 //! - [`wire`]: the relay protocol, length-prefixed frames (u16 big-endian, at most
@@ -14,10 +15,12 @@
 //!   bad frame gets the client an error frame and a disconnect;
 //! - [`code`] and [`words`]: codes like `4821-purple-sausage` (a nameplate from the relay and
 //!   words from the receiver);
-//! - [`registry`] (codes: allocation, at most three lookups per nameplate, expiry) and
-//!   [`limit`] (per-IP token buckets for lookups), pure and driven by an injected clock;
+//! - [`registry`] (codes: allocation, per-address bound, lookup, expiry) and [`limit`]
+//!   (per-address token buckets for lookups and bytes, per-address counts of connections and
+//!   codes; an IPv6 client is its /64), pure and driven by an injected clock;
 //! - [`server`]: `hurtle relay`, one thread per connection, bounded connections, codes,
-//!   pending splices and tracked clients, idle timeouts on every read;
+//!   tickets, pending splices and tracked clients, in all and per client address, idle
+//!   timeouts on every read;
 //! - [`splice`]: copying bytes both ways between two TCP connections;
 //! - [`logq`]: the log's own thread, so that a log nobody reads never blocks a connection;
 //! - [`metrics`]: the server's counters, served in the Prometheus text format where the operator

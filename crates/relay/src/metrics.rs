@@ -35,6 +35,22 @@ pub struct Metrics {
     pub refused_bad_request: AtomicU64,
     /// A ticket nobody was given (or whose receiver left).
     pub refused_no_such_ticket: AtomicU64,
+    /// Over a per-address (or per-ticket) limit.
+    pub refused_limited: AtomicU64,
+    /// Limits hit: connections from one address.
+    pub limit_connections_per_address: AtomicU64,
+    /// Codes registered from one address.
+    pub limit_codes_per_address: AtomicU64,
+    /// Lookups from one address (its token bucket).
+    pub limit_lookups_per_address: AtomicU64,
+    /// Connections to the receiver's control port from one ticket.
+    pub limit_control_splices_per_ticket: AtomicU64,
+    /// The relay's own bounds: connections, codes, tickets.
+    pub limit_connections: AtomicU64,
+    /// Codes held by the relay.
+    pub limit_codes: AtomicU64,
+    /// Tickets held by the relay.
+    pub limit_tickets: AtomicU64,
     /// TCP splices that ended, and the bytes they carried each way.
     pub splices: AtomicU64,
     /// Bytes spliced sender to receiver.
@@ -103,6 +119,36 @@ impl Metrics {
                     "{reason=\"no_such_ticket\"}",
                     get(&self.refused_no_such_ticket),
                 ),
+                ("{reason=\"limited\"}", get(&self.refused_limited)),
+            ],
+        );
+        one(
+            "limits_hit_total",
+            "counter",
+            "Requests or datagrams held back by a limit, by limit.",
+            &[
+                (
+                    "{limit=\"connections_per_address\"}",
+                    get(&self.limit_connections_per_address),
+                ),
+                (
+                    "{limit=\"codes_per_address\"}",
+                    get(&self.limit_codes_per_address),
+                ),
+                (
+                    "{limit=\"lookups_per_address\"}",
+                    get(&self.limit_lookups_per_address),
+                ),
+                ("{limit=\"allocations_per_address\"}", udp.refused[1]),
+                ("{limit=\"bytes_per_address\"}", udp.dropped[4]),
+                (
+                    "{limit=\"control_connections_per_lookup\"}",
+                    get(&self.limit_control_splices_per_ticket),
+                ),
+                ("{limit=\"connections\"}", get(&self.limit_connections)),
+                ("{limit=\"codes\"}", get(&self.limit_codes)),
+                ("{limit=\"tickets\"}", get(&self.limit_tickets)),
+                ("{limit=\"allocations\"}", udp.refused[0]),
             ],
         );
         one(
@@ -162,7 +208,14 @@ impl Metrics {
                 ("{reason=\"unknown_token\"}", udp.dropped[1]),
                 ("{reason=\"stranger\"}", udp.dropped[2]),
                 ("{reason=\"unpaired\"}", udp.dropped[3]),
+                ("{reason=\"over_rate\"}", udp.dropped[4]),
             ],
+        );
+        one(
+            "udp_dropped_over_rate_bytes_total",
+            "counter",
+            "Bytes of datagrams dropped over their sender's address's rate.",
+            &[("", udp.over_rate_bytes)],
         );
         out
     }
@@ -213,8 +266,11 @@ mod tests {
             forwarded: 5,
             bytes: 7000,
             answered: 2,
-            dropped: [1, 0, 3, 0],
+            dropped: [1, 0, 3, 0, 2],
+            over_rate_bytes: 2400,
+            refused: [0, 1],
         };
+        inc(&m.limit_connections_per_address);
         let text = m.render((4, 1, 2), udp);
         for line in [
             "hurtle_relay_connections 4",
@@ -223,6 +279,10 @@ mod tests {
             "hurtle_relay_udp_forwarded_bytes_total 7000",
             "hurtle_relay_udp_dropped_total{reason=\"stranger\"} 3",
             "# TYPE hurtle_relay_refusals_total counter",
+            "hurtle_relay_limits_hit_total{limit=\"connections_per_address\"} 1",
+            "hurtle_relay_limits_hit_total{limit=\"allocations_per_address\"} 1",
+            "hurtle_relay_limits_hit_total{limit=\"bytes_per_address\"} 2",
+            "hurtle_relay_udp_dropped_over_rate_bytes_total 2400",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
@@ -230,6 +290,6 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
         assert_eq!(types, helps);
-        assert_eq!(types, 13);
+        assert_eq!(types, 15);
     }
 }

@@ -1,27 +1,38 @@
-//! Registered codes, by nameplate: allocation, lookup (at most [`MAX_LOOKUPS`] per nameplate),
-//! expiry. Pure bookkeeping with the clock passed in; the server holds it behind a lock.
+//! Registered codes, by nameplate: allocation (at most so many at once, and so many for one
+//! client address), lookup, expiry. Pure bookkeeping with the clock passed in; the server holds
+//! it behind a lock.
 //!
 //! The registry knows nameplates only. It cannot tell the real sender's lookup from a stranger's
-//! (the peers' key agreement does that), so a lookup never uses a code up: a stranger who
-//! guesses a nameplate first does not take it from the real sender. What ends a code is its
-//! receiver leaving, its expiry, or one lookup too many.
+//! (the peers' key agreement does that), so a lookup never uses a code up, and no number of
+//! lookups, from however many addresses, cancels one: a try at a code is a guess that reaches
+//! its receiver's key agreement, and the receiver counts those. What ends a code is its
+//! receiver leaving, or its expiry.
 
+use crate::limit::Holdings;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
-
-/// Lookups a nameplate answers; the next one cancels it.
-pub const MAX_LOOKUPS: u8 = 3;
 
 /// What a lookup found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup<A> {
     /// The nameplate is registered: the agent of its receiver. The code stays registered.
     Found(A),
-    /// No registered code has this nameplate (expired, withdrawn, cancelled or mistyped).
+    /// No registered code has this nameplate (expired, withdrawn or mistyped).
     Unknown,
-    /// The nameplate was looked up more than [`MAX_LOOKUPS`] times: the code is removed
-    /// (cancelled), and this is the agent to tell.
-    Exhausted(A),
+}
+
+/// Why a code was not allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Full {
+    /// The relay holds as many codes as it may.
+    #[error("the relay holds too many codes, try again later")]
+    Relay,
+    /// The client address holds as many codes as one address may.
+    #[error(
+        "the relay limits registrations from one address ({0} codes at once), try again later"
+    )]
+    Address(usize),
 }
 
 /// A code removed by [`Registry::expire`].
@@ -32,21 +43,24 @@ pub struct Expired<A> {
     /// Its receiver's agent.
     pub agent: A,
     /// Lookups it answered (tickets may be out).
-    pub lookups: u8,
+    pub lookups: u32,
 }
 
 #[derive(Debug)]
 struct Entry<A> {
     expires: Instant,
-    lookups: u8,
+    lookups: u32,
+    owner: IpAddr,
     agent: A,
 }
 
-/// Codes by nameplate, at most `cap` of them.
+/// Codes by nameplate, at most `cap` of them and `per_address` for one client address.
 #[derive(Debug)]
 pub struct Registry<A> {
     codes: HashMap<u32, Entry<A>>,
+    owners: Holdings,
     cap: usize,
+    per_address: usize,
     ttl: Duration,
 }
 
@@ -54,11 +68,21 @@ pub struct Registry<A> {
 pub const NAMEPLATES: std::ops::Range<u32> = 1000..10_000;
 
 impl<A: Clone> Registry<A> {
-    /// An empty registry for at most `cap` codes that live `ttl` each.
+    /// An empty registry for at most `cap` codes that live `ttl` each, and no per-address
+    /// bound beyond `cap`.
     pub fn new(cap: usize, ttl: Duration) -> Registry<A> {
+        Registry::with_per_address(cap, cap, ttl)
+    }
+
+    /// An empty registry for at most `cap` codes that live `ttl` each, at most `per_address`
+    /// of them registered from one client address ([`crate::limit::client_key`]).
+    pub fn with_per_address(cap: usize, per_address: usize, ttl: Duration) -> Registry<A> {
+        let cap = cap.min(NAMEPLATES.len());
         Registry {
             codes: HashMap::new(),
-            cap: cap.min(NAMEPLATES.len()),
+            owners: Holdings::new(per_address),
+            cap,
+            per_address: per_address.max(1),
             ttl,
         }
     }
@@ -73,11 +97,14 @@ impl<A: Clone> Registry<A> {
         self.codes.is_empty()
     }
 
-    /// Registers a free nameplate for `agent`, valid for lookups until `now + ttl`; `None` when
-    /// full.
-    pub fn allocate(&mut self, now: Instant, agent: A) -> Option<u32> {
+    /// Registers a free nameplate for `agent`, a receiver at `owner`, valid for lookups until
+    /// `now + ttl`.
+    pub fn allocate(&mut self, now: Instant, owner: IpAddr, agent: A) -> Result<u32, Full> {
         if self.codes.len() >= self.cap {
-            return None;
+            return Err(Full::Relay);
+        }
+        if !self.owners.take(owner) {
+            return Err(Full::Address(self.per_address));
         }
         let span = NAMEPLATES.end - NAMEPLATES.start;
         let mut n = NAMEPLATES.start + rand::random::<u32>() % span;
@@ -89,38 +116,34 @@ impl<A: Clone> Registry<A> {
             Entry {
                 expires: now + self.ttl,
                 lookups: 0,
+                owner,
                 agent,
             },
         );
-        Some(n)
+        Ok(n)
     }
 
-    /// Looks a nameplate up at `now`. The first [`MAX_LOOKUPS`] lookups find it; the next one
-    /// removes it.
+    /// Looks a nameplate up at `now`: found until the code expires or its receiver leaves,
+    /// however often it is looked up.
     pub fn lookup(&mut self, now: Instant, nameplate: u32) -> Lookup<A> {
-        let Some(e) = self.codes.get_mut(&nameplate) else {
-            return Lookup::Unknown;
-        };
-        if e.expires <= now {
-            return Lookup::Unknown;
+        match self.codes.get_mut(&nameplate) {
+            Some(e) if e.expires > now => {
+                e.lookups = e.lookups.saturating_add(1);
+                Lookup::Found(e.agent.clone())
+            }
+            _ => Lookup::Unknown,
         }
-        if e.lookups >= MAX_LOOKUPS {
-            return self
-                .codes
-                .remove(&nameplate)
-                .map_or(Lookup::Unknown, |e| Lookup::Exhausted(e.agent));
-        }
-        e.lookups += 1;
-        Lookup::Found(e.agent.clone())
     }
 
     /// Removes the code of `nameplate` (its receiver left).
     pub fn remove(&mut self, nameplate: u32) -> Option<A> {
-        self.codes.remove(&nameplate).map(|e| e.agent)
+        let e = self.codes.remove(&nameplate)?;
+        self.owners.give_back(e.owner);
+        Some(e.agent)
     }
 
-    /// Removes the code of `nameplate` if its agent passes `owned` (a nameplate may have been
-    /// cancelled or expired, and handed to another receiver meanwhile).
+    /// Removes the code of `nameplate` if its agent passes `owned` (a nameplate may have
+    /// expired, and been handed to another receiver meanwhile).
     pub fn remove_if(&mut self, nameplate: u32, owned: impl Fn(&A) -> bool) -> Option<A> {
         match self.codes.get(&nameplate) {
             Some(e) if owned(&e.agent) => self.remove(nameplate),
@@ -138,7 +161,9 @@ impl<A: Clone> Registry<A> {
             .collect();
         gone.into_iter()
             .filter_map(|n| {
-                self.codes.remove(&n).map(|e| Expired {
+                let e = self.codes.remove(&n)?;
+                self.owners.give_back(e.owner);
+                Some(Expired {
                     nameplate: n,
                     agent: e.agent,
                     lookups: e.lookups,
@@ -152,39 +177,30 @@ impl<A: Clone> Registry<A> {
 mod tests {
     use super::*;
 
+    const HOME: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+
     fn reg() -> (Registry<&'static str>, Instant) {
         (Registry::new(100, Duration::from_secs(600)), Instant::now())
     }
 
     #[test]
-    fn a_lookup_does_not_use_the_code_up() {
+    fn lookups_never_use_the_code_up_however_many() {
         let (mut r, t0) = reg();
-        let n = r.allocate(t0, "agent").unwrap();
+        let n = r.allocate(t0, HOME, "agent").unwrap();
         assert!(NAMEPLATES.contains(&n));
-        // A stranger who guessed the nameplate first, then the real sender.
-        assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
-        assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
-        assert_eq!(r.len(), 1, "still registered");
-        assert_eq!(r.lookup(t0, n + 1), Lookup::Unknown);
-    }
-
-    #[test]
-    fn three_lookups_then_the_fourth_cancels() {
-        let (mut r, t0) = reg();
-        let n = r.allocate(t0, "agent").unwrap();
-        for _ in 0..MAX_LOOKUPS {
+        // Strangers sweeping the nameplate, many times, then the real sender.
+        for _ in 0..1000 {
             assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
         }
-        assert_eq!(r.lookup(t0, n), Lookup::Exhausted("agent"));
-        assert!(r.is_empty(), "cancelled");
-        assert_eq!(r.lookup(t0, n), Lookup::Unknown);
-        assert_eq!(r.remove(n), None);
+        assert_eq!(r.len(), 1, "still registered");
+        assert_eq!(r.lookup(t0, n), Lookup::Found("agent"));
+        assert_eq!(r.lookup(t0, n + 1), Lookup::Unknown);
     }
 
     #[test]
     fn withdrawn_codes_are_unknown_and_remove_if_checks_the_owner() {
         let (mut r, t0) = reg();
-        let n = r.allocate(t0, "a").unwrap();
+        let n = r.allocate(t0, HOME, "a").unwrap();
         assert_eq!(r.remove_if(n, |a| *a == "b"), None);
         assert_eq!(r.lookup(t0, n), Lookup::Found("a"));
         assert_eq!(r.remove_if(n, |a| *a == "a"), Some("a"));
@@ -194,9 +210,11 @@ mod tests {
     #[test]
     fn codes_expire_with_an_injected_clock() {
         let (mut r, t0) = reg();
-        let a = r.allocate(t0, "a").unwrap();
-        let b = r.allocate(t0 + Duration::from_secs(300), "b").unwrap();
-        let c = r.allocate(t0 + Duration::from_secs(1), "c").unwrap();
+        let a = r.allocate(t0, HOME, "a").unwrap();
+        let b = r
+            .allocate(t0 + Duration::from_secs(300), HOME, "b")
+            .unwrap();
+        let c = r.allocate(t0 + Duration::from_secs(1), HOME, "c").unwrap();
         assert_eq!(r.lookup(t0 + Duration::from_secs(2), c), Lookup::Found("c"));
         let t1 = t0 + Duration::from_secs(600);
         assert_eq!(r.lookup(t1, a), Lookup::Unknown, "expired at its deadline");
@@ -227,10 +245,40 @@ mod tests {
         let mut r = Registry::new(50, Duration::from_secs(1));
         let mut seen = std::collections::HashSet::new();
         for i in 0..50 {
-            assert!(seen.insert(r.allocate(t0, i).unwrap()));
+            assert!(seen.insert(r.allocate(t0, HOME, i).unwrap()));
         }
-        assert_eq!(r.allocate(t0, 99), None);
+        assert_eq!(r.allocate(t0, HOME, 99), Err(Full::Relay));
         assert!(r.remove(*seen.iter().next().unwrap()).is_some());
-        assert!(r.allocate(t0, 99).is_some());
+        assert!(r.allocate(t0, HOME, 99).is_ok());
+    }
+
+    #[test]
+    fn one_address_holds_its_share_and_others_still_register() {
+        let t0 = Instant::now();
+        let mut r = Registry::with_per_address(100, 3, Duration::from_secs(10));
+        let greedy: IpAddr = "198.51.100.7".parse().unwrap();
+        let mut held: Vec<u32> = (0..3).map(|i| r.allocate(t0, greedy, i).unwrap()).collect();
+        assert_eq!(r.allocate(t0, greedy, 9), Err(Full::Address(3)));
+        assert!(
+            Full::Address(3)
+                .to_string()
+                .contains("limits registrations from one address"),
+            "the refusal says why"
+        );
+        // Another address, and another /64 of IPv6, are not held back; the same /64 is.
+        assert!(r.allocate(t0, "198.51.100.8".parse().unwrap(), 10).is_ok());
+        for ip in ["2001:db8::1", "2001:db8::2", "2001:db8::3"] {
+            assert!(r.allocate(t0, ip.parse().unwrap(), 11).is_ok());
+        }
+        assert_eq!(
+            r.allocate(t0, "2001:db8::ffff".parse().unwrap(), 12),
+            Err(Full::Address(3))
+        );
+        // A code withdrawn or expired gives its place back.
+        r.remove(held.pop().unwrap());
+        assert!(r.allocate(t0, greedy, 13).is_ok());
+        assert_eq!(r.expire(t0 + Duration::from_secs(10)).len(), 7);
+        assert!(r.is_empty());
+        assert!((0..3).all(|i| r.allocate(t0, greedy, 20 + i).is_ok()));
     }
 }

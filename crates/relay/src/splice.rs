@@ -1,5 +1,6 @@
 //! Copying bytes both ways between two TCP connections until both directions end, or neither
-//! has moved a byte for the idle time.
+//! has moved a byte for the idle time; each direction optionally paced (the relay keeps each
+//! client address to its byte rate: [`splice_paced`]).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -20,6 +21,19 @@ pub struct Moved {
 /// ends at end of stream (the other side's write half is shut down), on an error (both
 /// connections are shut down), or when nothing moved either way for `idle`.
 pub fn splice(a: TcpStream, b: TcpStream, idle: Duration) -> Moved {
+    splice_paced(a, b, idle, |_| Duration::ZERO, |_| Duration::ZERO)
+}
+
+/// Like [`splice`], each direction paced: after reading `n` bytes from `a` (from `b`), the copy
+/// waits what `pace_forward(n)` (`pace_back(n)`) says before writing them on. A wait is cut
+/// to the idle time (a pace that asks for more is not honoured beyond it).
+pub fn splice_paced(
+    a: TcpStream,
+    b: TcpStream,
+    idle: Duration,
+    pace_forward: impl Fn(usize) -> Duration,
+    pace_back: impl Fn(usize) -> Duration + Send + 'static,
+) -> Moved {
     let origin = Instant::now();
     let last = Arc::new(AtomicU64::new(0));
     let (a2, b2) = match (a.try_clone(), b.try_clone()) {
@@ -34,8 +48,8 @@ pub fn splice(a: TcpStream, b: TcpStream, idle: Duration) -> Moved {
     let back = std::thread::Builder::new()
         .name("splice".into())
         .stack_size(128 * 1024)
-        .spawn(move || copy(b2, a2, idle, origin, &l2));
-    let forward = copy(a, b, idle, origin, &last);
+        .spawn(move || copy(b2, a2, idle, origin, &l2, &pace_back));
+    let forward = copy(a, b, idle, origin, &last, &pace_forward);
     let back = match back {
         Ok(h) => h.join().unwrap_or(0),
         Err(_) => 0,
@@ -49,6 +63,7 @@ fn copy(
     idle: Duration,
     origin: Instant,
     last: &AtomicU64,
+    pace: &dyn Fn(usize) -> Duration,
 ) -> u64 {
     let tick = idle.clamp(Duration::from_millis(50), Duration::from_secs(1));
     let _ = from.set_read_timeout(Some(tick));
@@ -62,6 +77,10 @@ fn copy(
                 return moved;
             }
             Ok(n) => {
+                let wait = pace(n).min(idle);
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -120,6 +139,35 @@ mod tests {
                 back: 6
             }
         );
+    }
+
+    #[test]
+    fn a_paced_direction_keeps_to_its_pace() {
+        let (mut x, x_relay) = pair();
+        let (y_relay, mut y) = pair();
+        // 100 ms a 10 KiB read, forward; none back.
+        let h = std::thread::spawn(move || {
+            splice_paced(
+                x_relay,
+                y_relay,
+                Duration::from_secs(5),
+                |n| Duration::from_millis(100 * n as u64 / 10_240),
+                |_| Duration::ZERO,
+            )
+        });
+        let t = Instant::now();
+        let w = std::thread::spawn(move || {
+            x.write_all(&[7u8; 50 * 1024]).unwrap();
+            x.shutdown(Shutdown::Write).unwrap();
+            x
+        });
+        let mut got = Vec::new();
+        y.read_to_end(&mut got).unwrap();
+        let took = t.elapsed();
+        assert_eq!(got.len(), 50 * 1024);
+        assert!(took >= Duration::from_millis(480), "{took:?}");
+        drop((w.join().unwrap(), y));
+        assert_eq!(h.join().unwrap().forward, 50 * 1024);
     }
 
     #[test]

@@ -20,11 +20,20 @@
 //! both ends are bound, every other datagram from one end's address goes, unchanged, to the
 //! other's: the peers' datagrams are sealed end to end, and the relay holds no key and cannot
 //! read or forge them. Datagrams from any other address are dropped. An allocation unused for
-//! [`ALLOCATION_IDLE`] is forgotten; there are at most [`Forwarder::new`]'s bound of them, and
-//! at most [`ALLOCATIONS_PER_IP`] made for one client address.
+//! [`ALLOCATION_IDLE`] is forgotten; there are at most [`Limits::allocations`] of them, and at
+//! most [`Limits::per_address`] made for one client address ([`crate::limit::client_key`]: an
+//! IPv4 address or an IPv6 /64).
+//!
+//! **Bytes.** What one client address sends through the relay is limited to a rate
+//! ([`Limits::bytes_per_sec`], a token bucket holding a quarter of a second of it): a datagram
+//! over it is dropped and counted, which the peers' rate control sees as loss and slows for,
+//! as on any path narrower than its sender. A rate and not a budget: a budget would cap the
+//! size of a transfer (hurtle moves big files), where a rate only keeps one address from taking
+//! all of the relay's bandwidth while others wait.
 //!
 //! The table ([`Forwarder`]) is pure, with an injected clock; [`serve`] is its thread.
 
+use crate::limit::{client_key, Limiter, MAX_CLIENTS};
 use hurtle_engine::net::dial::RELAY_TAG;
 use hurtle_engine::net::udp::{
     ChannelOptions, RecvBatch, UdpChannel, UdpError, GRO_BUF_SIZE, MAX_RECV_BUFFERS,
@@ -46,8 +55,33 @@ pub const MIN_REQUEST: usize = 32;
 pub const BIND_LEN: usize = 64;
 /// An allocation that forwarded nothing for this long is forgotten.
 pub const ALLOCATION_IDLE: Duration = Duration::from_secs(60);
-/// Most allocations made for one client address at once (a session needs one per channel).
-pub const ALLOCATIONS_PER_IP: usize = 64;
+/// Most allocations made for one client address at once, by default (a session needs one per
+/// channel, at most [`crate::wire::MAX_UDP_CHANNELS`]: 16 sessions of 16 channels).
+pub const ALLOCATIONS_PER_IP: usize = 256;
+/// Bytes a second one client address may send through the relay, by default (1 Gbit/s).
+pub const BYTES_PER_SEC: u64 = 125_000_000;
+
+/// The forwarder's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most allocations held at once.
+    pub allocations: usize,
+    /// Most allocations made for one client address at once.
+    pub per_address: usize,
+    /// Bytes a second one client address may send through the relay (0: no limit).
+    pub bytes_per_sec: u64,
+}
+
+impl Limits {
+    /// At most `allocations`, and the per-address defaults.
+    pub fn new(allocations: usize) -> Limits {
+        Limits {
+            allocations,
+            per_address: ALLOCATIONS_PER_IP,
+            bytes_per_sec: BYTES_PER_SEC,
+        }
+    }
+}
 
 /// A token naming one end of an allocation.
 pub type Token = [u8; 16];
@@ -90,6 +124,8 @@ pub enum Dropped {
     Stranger,
     /// Data from an end whose other end is not bound yet.
     Unpaired,
+    /// Data over its sender's address's rate ([`Limits::bytes_per_sec`]).
+    OverRate,
 }
 
 /// Counts of what the forwarder did.
@@ -101,14 +137,20 @@ pub struct Counts {
     pub bytes: u64,
     /// Requests answered.
     pub answered: u64,
-    /// Dropped: malformed, unknown token, stranger, unpaired.
-    pub dropped: [u64; 4],
+    /// Dropped: malformed, unknown token, stranger, unpaired, over the rate.
+    pub dropped: [u64; 5],
+    /// Bytes dropped over the rate.
+    pub over_rate_bytes: u64,
+    /// Allocations refused: the relay's bound, one address's.
+    pub refused: [u64; 2],
 }
 
 /// The allocations and the address table (see the module docs).
 #[derive(Debug)]
 pub struct Forwarder {
-    max: usize,
+    limits: Limits,
+    /// Bytes by sending client, when limited.
+    rate: Option<Limiter>,
     allocations: HashMap<u64, Allocation>,
     by_token: HashMap<Token, (u64, End)>,
     by_addr: HashMap<SocketAddr, (u64, End)>,
@@ -117,10 +159,21 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// A forwarder holding at most `max` allocations.
+    /// A forwarder holding at most `max` allocations, with the per-address defaults.
     pub fn new(max: usize) -> Forwarder {
+        Forwarder::with_limits(Limits::new(max))
+    }
+
+    /// A forwarder within `limits`.
+    pub fn with_limits(limits: Limits) -> Forwarder {
+        let rate = (limits.bytes_per_sec > 0).then(|| {
+            let per_sec = limits.bytes_per_sec as f64;
+            // A quarter of a second at the rate, and never less than a GRO buffer's worth.
+            Limiter::with_capacity((per_sec / 4.0).max(65_536.0), per_sec, MAX_CLIENTS)
+        });
         Forwarder {
-            max,
+            limits,
+            rate,
             allocations: HashMap::new(),
             by_token: HashMap::new(),
             by_addr: HashMap::new(),
@@ -133,13 +186,18 @@ impl Forwarder {
     /// peer. `None` when the relay or that client holds too many.
     pub fn allocate(&mut self, now: Instant, owner: IpAddr) -> Option<(Token, Token)> {
         self.expire(now);
-        let owner = owner.to_canonical();
+        let owner = client_key(owner);
         let held = self
             .allocations
             .values()
             .filter(|a| a.owner == owner)
             .count();
-        if self.allocations.len() >= self.max || held >= ALLOCATIONS_PER_IP {
+        if self.allocations.len() >= self.limits.allocations {
+            self.counts.refused[0] += 1;
+            return None;
+        }
+        if held >= self.limits.per_address {
+            self.counts.refused[1] += 1;
             return None;
         }
         let mut tokens = [[0u8; 16]; 2];
@@ -172,7 +230,12 @@ impl Forwarder {
                 self.counts.forwarded += 1;
                 self.counts.bytes += datagram.len() as u64;
             }
-            Verdict::Drop(why) => self.counts.dropped[*why as usize] += 1,
+            Verdict::Drop(why) => {
+                self.counts.dropped[*why as usize] += 1;
+                if *why == Dropped::OverRate {
+                    self.counts.over_rate_bytes += datagram.len() as u64;
+                }
+            }
         }
         verdict
     }
@@ -207,6 +270,14 @@ impl Forwarder {
             End::B => a.ends[0],
         };
         match other {
+            Some(_)
+                if self
+                    .rate
+                    .as_mut()
+                    .is_some_and(|r| !r.allow_n(from.ip(), d.len() as f64, now)) =>
+            {
+                Verdict::Drop(Dropped::OverRate)
+            }
             Some(to) => {
                 a.used = now;
                 a.forwarded += 1;
@@ -626,6 +697,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64_and_its_share_is_configurable() {
+        let mut f = Forwarder::with_limits(Limits {
+            per_address: 2,
+            ..Limits::new(100)
+        });
+        let t0 = Instant::now();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(f.allocate(t0, ip("2001:db8:1:2::1")).is_some());
+        assert!(f.allocate(t0, ip("2001:db8:1:2:ffff::9")).is_some());
+        assert!(f.allocate(t0, ip("2001:db8:1:2::3")).is_none(), "one /64");
+        assert!(f.allocate(t0, ip("2001:db8:1:3::1")).is_some());
+        assert_eq!(f.counts().refused, [0, 1]);
+    }
+
+    #[test]
+    fn an_addresses_bytes_over_its_rate_are_dropped_and_counted() {
+        // 100 kB/s per address: a burst of 65,536 bytes (the floor), then the rate.
+        let mut f = Forwarder::with_limits(Limits {
+            allocations: 8,
+            per_address: 8,
+            bytes_per_sec: 100_000,
+        });
+        let t0 = Instant::now();
+        let (ta, tb) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        let (tc, td) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        let (pa, pb) = (a("198.51.100.7:40000"), a("203.0.113.9:50000"));
+        // A second session from the same address (another port): the same budget.
+        let pc = a("198.51.100.7:40001");
+        let pd = a("203.0.113.10:50000");
+        f.on_datagram(t0, pa, &bind_request(&ta, [0; 8]));
+        f.on_datagram(t0, pb, &bind_request(&tb, [0; 8]));
+        f.on_datagram(t0, pc, &bind_request(&tc, [0; 8]));
+        f.on_datagram(t0, pd, &bind_request(&td, [0; 8]));
+        let d = [0x21u8; 1000];
+        let mut passed = 0u64;
+        // 2 seconds of 10 MB/s from 198.51.100.7, alternating its two sockets.
+        for i in 0..20_000u64 {
+            let now = t0 + Duration::from_micros(100 * i);
+            let from = if i % 2 == 0 { pa } else { pc };
+            match f.on_datagram(now, from, &d) {
+                Verdict::Forward(_) => passed += 1000,
+                v => assert_eq!(v, Verdict::Drop(Dropped::OverRate)),
+            }
+        }
+        assert!(
+            (200_000..=65_536 + 200_000 + 1000).contains(&passed),
+            "{passed} bytes in 2 s"
+        );
+        // The other end, another address, is not held back by it.
+        assert_eq!(f.on_datagram(t0, pb, &d), Verdict::Forward(pa));
+        let c = f.counts();
+        assert_eq!(
+            c.dropped[Dropped::OverRate as usize] * 1000,
+            c.over_rate_bytes
+        );
+        assert_eq!(c.over_rate_bytes, 20_000 * 1000 - passed);
+        // Off: everything passes.
+        let mut free = Forwarder::with_limits(Limits {
+            bytes_per_sec: 0,
+            ..Limits::new(8)
+        });
+        let (ta, tb) = free.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        free.on_datagram(t0, pa, &bind_request(&ta, [0; 8]));
+        free.on_datagram(t0, pb, &bind_request(&tb, [0; 8]));
+        assert!((0..1000).all(|_| free.on_datagram(t0, pa, &d) == Verdict::Forward(pb)));
     }
 
     #[test]

@@ -5,19 +5,21 @@
 //! The relay learns a code's nameplate and nothing derived from its words: the words are the
 //! password of the peers' SPAKE2 agreement, which runs inside the (spliced) control connection,
 //! so neither the relay nor anyone on the path can test guesses offline. The relay cannot tell a
-//! right code from a wrong one; the peers can (the receiver counts failed agreements), and the
-//! relay ends a nameplate after [`MAX_LOOKUPS`](crate::registry::MAX_LOOKUPS) lookups.
+//! right code from a wrong one; the peers can (the receiver counts each guess), and a lookup
+//! opens at most one connection to the receiver's control port through the relay
+//! ([`CONTROL_SPLICES_PER_TICKET`](crate::server::CONTROL_SPLICES_PER_TICKET)).
 //!
 //! Conversations (client → relay, relay → client):
 //!
 //! - receiver: `register {port, candidates}` → `nameplate {nameplate}`, then
 //!   `registered {ttl_secs, idle_secs}`. The connection then stays open as the receiver's
 //!   *agent*: it sends `ping` and `refuse {id, reason}`, and gets `paired {sender, path}` (once
-//!   per lookup, by anyone), `dial {id, port}`, `cancelled {reason}` (looked up too often) or
-//!   `expired`.
-//! - sender: `lookup {nameplate}` → `found {ticket, candidates}` (each of the first three
-//!   lookups of a nameplate) or `error` (`no_such_code` from the fourth on: the code is then
-//!   cancelled); then `path {relayed}` once it knows how it reaches the receiver.
+//!   per lookup, by anyone), `dial {id, port}`, or `expired` (`cancelled {reason}` is
+//!   understood, for relays that cancelled a code looked up too often; this one never sends
+//!   it).
+//! - sender: `lookup {nameplate}` → `found {ticket, candidates}` (however often the
+//!   nameplate is looked up) or `error` (`no_such_code`, `rate_limited`, `busy`, `limited`);
+//!   then `path {relayed}` once it knows how it reaches the receiver.
 //! - sender, per relayed TCP connection: `splice {ticket, port}` → `spliced` or `error`.
 //! - agent, per `dial`: `join {id}` → `spliced` or `error`.
 //! - sender, for UDP through the relay: `allocate {ticket, channels}` → `allocated {port,
@@ -144,7 +146,8 @@ pub enum Msg {
     },
     /// Agent: still here.
     Ping,
-    /// Relay to agent: the code was cancelled (looked up too often); tickets already handed
+    /// Relay to agent: the code was cancelled (by a relay that cancels codes looked up too
+    /// often; this one does not); tickets already handed
     /// out stay valid while the agent stays.
     Cancelled {
         /// Why.
