@@ -1,0 +1,28 @@
+//! The library's parts, one file each:
+//!
+//! - `send`: [`Sender`] and [`SenderBuilder`] (the options of `hurtle send`).
+//! - `receive`: [`Receiver`] and [`ReceiverBuilder`] (the options of `hurtle receive`).
+//! - `transfer`: [`Transfer`], the handle of a running transfer, its [`Event`]s and
+//!   [`Canceller`].
+//! - `error`: [`Error`] and [`ErrorKind`] (the command's exit codes).
+//! - [`values`]: the checks of rates, sizes, counts and addresses, with their messages.
+//! - `keys`: codes and key files.
+//!
+//! The engine (`hurtle-engine`) stays behind these: its options, progress counters, threads
+//! and network types are not part of the API; its summaries are ([`SendSummary`],
+//! [`ReceiveSummary`]), as the `--json` output prints them.
+
+mod error;
+mod keys;
+mod receive;
+mod send;
+mod transfer;
+pub mod values;
+
+pub use error::{Error, ErrorKind};
+pub use hurtle_engine::receive::Capacity;
+pub use hurtle_engine::send::{BottleneckSummary, OutageSummary, RateSummary, ResumedSummary};
+pub use hurtle_engine::{FileReport, ReceiveSummary, SendSummary};
+pub use receive::{Receiver, ReceiverBuilder};
+pub use send::{Sender, SenderBuilder, Transport};
+pub use transfer::{Canceller, Event, Phase, Snapshot, Transfer, DEFAULT_INTERVAL};

@@ -1,0 +1,290 @@
+//! The receiving side: [`ReceiverBuilder`] checks the options as `hurtle receive` checks its
+//! flags; [`ReceiverBuilder::build`] checks the output directory and binds the listening
+//! port, so that a [`Receiver`] knows its address and code before any sender comes; each
+//! [`Receiver::receive`] serves one transfer.
+
+use super::error::Error;
+use super::keys::{checked_code, new_code, read_keys};
+use super::transfer::{Transfer, DEFAULT_INTERVAL};
+use super::values::{self, HostPort, RECEIVER_PORT};
+use hurtle_engine::{Keyring, ReceiveOptions, ReceiveSummary};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options for a [`Receiver`]. Every setter is checked as the command line checks its flag;
+/// the first bad value is the error of [`ReceiverBuilder::build`].
+#[derive(Debug, Clone)]
+pub struct ReceiverBuilder {
+    out: PathBuf,
+    listen: Option<String>,
+    code: Option<String>,
+    keys_file: Option<PathBuf>,
+    opts: ReceiveOptions,
+    interval: Duration,
+    error: Option<String>,
+}
+
+impl Default for ReceiverBuilder {
+    fn default() -> Self {
+        ReceiverBuilder {
+            out: PathBuf::from("."),
+            listen: None,
+            code: None,
+            keys_file: None,
+            opts: ReceiveOptions::default(),
+            interval: DEFAULT_INTERVAL,
+            error: None,
+        }
+    }
+}
+
+impl ReceiverBuilder {
+    /// The directory to receive into (created if missing; default `.`).
+    pub fn out(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out = dir.into();
+        self
+    }
+
+    /// Where to listen for the sender's control connection, `HOST[:PORT]` (default
+    /// `0.0.0.0:7400`; port 0 picks a free one, see [`Receiver::local_addr`]).
+    pub fn listen(mut self, addr: impl ToString) -> Self {
+        self.listen = Some(addr.to_string());
+        self
+    }
+
+    /// The code the sender must give (default: a new one, [`Receiver::code`]; none when only
+    /// a key file is given).
+    pub fn code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// Accept senders holding one of the keys in this file (one `hurtle-key-...` per line,
+    /// optionally followed by a name; `hurtle keygen` makes them).
+    pub fn keys_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.keys_file = Some(path.into());
+        self
+    }
+
+    /// Replace files that already exist (by default a file that exists and differs is
+    /// refused; one with the same size and modification time, or BLAKE3 when the sender
+    /// asks, is skipped; a partial one from an interrupted transfer is resumed).
+    pub fn overwrite(mut self, on: bool) -> Self {
+        self.opts.overwrite = on;
+        self
+    }
+
+    /// Memory for gathering blocks that are still incomplete, across all channels, bytes
+    /// (default 256 MiB).
+    pub fn buffer_memory(mut self, bytes: u64) -> Self {
+        match usize::try_from(bytes) {
+            Ok(b) if b > 0 => self.opts.buffer_memory = b,
+            _ => {
+                self.error
+                    .get_or_insert(format!("buffer_memory: out of range: {bytes}"));
+            }
+        }
+        self
+    }
+
+    /// Most channels to accept, 1 to 32 (default 32).
+    pub fn max_channels(mut self, n: u64) -> Self {
+        match values::check_channels(n) {
+            Ok(c) => self.opts.max_channels = c,
+            Err(e) => {
+                self.error.get_or_insert(format!("max_channels: {e}"));
+            }
+        }
+        self
+    }
+
+    /// Agree to send data unencrypted, if the sender asks too.
+    pub fn no_encryption(mut self, on: bool) -> Self {
+        self.opts.no_encryption = on;
+        self
+    }
+
+    /// Write one network log per channel into this directory.
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.opts.log_dir = Some(dir.into());
+        self
+    }
+
+    /// Give up when the sender is silent this long (default 30 s).
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.opts.idle_timeout = d;
+        self
+    }
+
+    /// How often progress [`Event`](crate::Event)s are made (default 200 ms).
+    pub fn progress_interval(mut self, d: Duration) -> Self {
+        self.interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Checks the options and the output directory (which must be, or be made, a writable
+    /// directory: else an [`ErrorKind::Storage`](crate::ErrorKind::Storage) error), and
+    /// binds the listening port.
+    pub fn build(self) -> Result<Receiver, Error> {
+        if let Some(e) = self.error {
+            return Err(Error::Usage(e));
+        }
+        let listen = match &self.listen {
+            Some(l) => {
+                HostPort::parse(l, RECEIVER_PORT, true).map_err(|e| Error::usage("listen", e))?
+            }
+            None => HostPort {
+                host: "0.0.0.0".into(),
+                port: RECEIVER_PORT,
+            },
+        };
+        let code = match (&self.code, &self.keys_file) {
+            (Some(c), _) => Some(checked_code(c)?.to_string()),
+            (None, Some(_)) => None,
+            (None, None) => Some(new_code()),
+        };
+        let keys = match &code {
+            Some(c) => Keyring::code(c),
+            None => Keyring::default(),
+        };
+        if let Some(path) = &self.keys_file {
+            for (name, secret) in read_keys(path)? {
+                keys.add(name, secret);
+            }
+        }
+        check_out(&self.out)?;
+        let addr = listen.resolve("listening").map_err(Error::Resolve)?;
+        let opts = ReceiveOptions {
+            out_dir: self.out.clone(),
+            keys,
+            ..self.opts
+        };
+        let inner = hurtle_engine::Receiver::bind(addr, opts)?;
+        let local = inner.local_addr()?;
+        Ok(Receiver {
+            inner: Arc::new(inner),
+            local,
+            code,
+            out: self.out,
+            busy: Arc::new(AtomicBool::new(false)),
+            interval: self.interval,
+        })
+    }
+}
+
+/// Checks that `out` is, or can be made, a writable directory, before anything listens.
+fn check_out(out: &Path) -> Result<(), Error> {
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::Storage(format!(
+                "out {}: exists and is not a directory",
+                out.display()
+            )))
+        }
+        Ok(_) => {}
+        Err(_) => std::fs::create_dir_all(out)
+            .map_err(|e| Error::Storage(format!("cannot create out {}: {e}", out.display())))?,
+    }
+    tempfile::Builder::new()
+        .prefix(".hurtle-check-")
+        .tempfile_in(out)
+        .map_err(|e| Error::Storage(format!("cannot write into out {}: {e}", out.display())))?;
+    Ok(())
+}
+
+/// A receiver listening for senders; each [`Receiver::receive`] serves one transfer, one at
+/// a time.
+pub struct Receiver {
+    inner: Arc<hurtle_engine::Receiver>,
+    local: SocketAddr,
+    code: Option<String>,
+    out: PathBuf,
+    busy: Arc<AtomicBool>,
+    interval: Duration,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("local", &self.local)
+            .field("out", &self.out)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Receiver {
+    /// Options to build a receiver from.
+    pub fn builder() -> ReceiverBuilder {
+        ReceiverBuilder::default()
+    }
+
+    /// The address it listens on (with the port picked when port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The code a sender must give (`None` when only keys are accepted).
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The directory it receives into.
+    pub fn out_dir(&self) -> &Path {
+        &self.out
+    }
+
+    /// Starts waiting for one sender, and receiving its transfer, on a thread of its own.
+    /// One transfer at a time: asking for another while one runs is a usage error.
+    pub fn receive(&self) -> Result<Transfer<ReceiveSummary>, Error> {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err(Error::Usage(
+                "this receiver is already receiving a transfer".into(),
+            ));
+        }
+        let (inner, busy) = (self.inner.clone(), self.busy.clone());
+        let started = Transfer::start("receive", true, self.interval, move |progress| {
+            let result = inner.accept_one(progress);
+            busy.store(false, Ordering::Release);
+            Ok(result?)
+        });
+        if started.is_err() {
+            self.busy.store(false, Ordering::Release);
+        }
+        started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_values_and_an_unwritable_out_are_refused_before_anything_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let usage = |b: ReceiverBuilder| match b.build() {
+            Err(Error::Usage(e)) => e,
+            other => panic!("expected a usage error, got {other:?}"),
+        };
+        let ok = || Receiver::builder().out(dir.path()).listen("127.0.0.1:0");
+        assert!(usage(ok().max_channels(0)).starts_with("max_channels: "));
+        assert!(usage(ok().listen("h:x")).contains("is not a port"));
+        assert!(usage(ok().code("12-notaword-acid")).starts_with("bad code: "));
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = Receiver::builder()
+            .out(&file)
+            .listen("127.0.0.1:0")
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Storage, "{e}");
+        let r = ok().build().unwrap();
+        assert_ne!(r.local_addr().port(), 0);
+        assert!(
+            checked_code(r.code().unwrap()).is_ok(),
+            "a new code is a valid one"
+        );
+    }
+}

@@ -1,0 +1,500 @@
+//! The sending side: [`SenderBuilder`] checks the options as `hurtle send` checks its flags,
+//! and a [`Sender`] starts transfers ([`Sender::send`]) to a receiver at an address, or to one
+//! found by its code through a relay.
+
+use super::error::Error;
+use super::keys::{checked_code, read_keys};
+use super::transfer::{Transfer, DEFAULT_INTERVAL};
+use super::values::{self, HostPort, RECEIVER_PORT};
+use hurtle_engine::{PathMemories, SendOptions, SendSummary};
+use hurtle_proto::secure::Secret;
+use hurtle_proto::RateMode;
+use hurtle_relay::client;
+use hurtle_relay::Code;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use hurtle_engine::send::Transport;
+
+/// Where a sender's receiver is.
+#[derive(Debug, Clone)]
+enum Target {
+    /// At this address.
+    Addr(HostPort),
+    /// Found by this code at this relay.
+    Relay {
+        relay: HostPort,
+        code: Code,
+        relay_only: bool,
+    },
+}
+
+/// Options for a [`Sender`]: a receiver (`to`, or `relay` and a code), its code or a key, and
+/// how to send. Every setter is checked as the command line checks its flag; the first bad
+/// value is the error of [`SenderBuilder::build`].
+#[derive(Debug, Clone)]
+pub struct SenderBuilder {
+    to: Option<String>,
+    relay: Option<String>,
+    relay_only: bool,
+    code: Option<String>,
+    key_file: Option<PathBuf>,
+    opts: SendOptions,
+    rate: Option<u64>,
+    rate_fixed: Option<u64>,
+    fair: bool,
+    cold_start: bool,
+    path_memory: Option<PathBuf>,
+    interval: Duration,
+    error: Option<String>,
+}
+
+impl Default for SenderBuilder {
+    fn default() -> Self {
+        SenderBuilder {
+            to: None,
+            relay: None,
+            relay_only: false,
+            code: None,
+            key_file: None,
+            opts: SendOptions::default(),
+            rate: None,
+            rate_fixed: None,
+            fair: false,
+            cold_start: false,
+            path_memory: None,
+            interval: DEFAULT_INTERVAL,
+            error: None,
+        }
+    }
+}
+
+impl SenderBuilder {
+    fn check<T>(&mut self, what: &str, v: Result<T, String>) -> Option<T> {
+        match v {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.error.get_or_insert(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// The receiver's address, `HOST[:PORT]` (port 7400 when not given): a
+    /// [`SocketAddr`] or its text.
+    pub fn to(mut self, addr: impl ToString) -> Self {
+        self.to = Some(addr.to_string());
+        self
+    }
+
+    /// The relay the receiver registered with, `HOST[:PORT]` (port 7401 when not given): the
+    /// receiver is found by its code there, reached directly if it can be and through the
+    /// relay otherwise. Not with [`SenderBuilder::to`].
+    pub fn relay(mut self, relay: impl ToString) -> Self {
+        self.relay = Some(relay.to_string());
+        self
+    }
+
+    /// With a relay: never connect directly, always go through the relay.
+    pub fn relay_only(mut self, on: bool) -> Self {
+        self.relay_only = on;
+        self
+    }
+
+    /// The code the receiver printed (or was given). Not with a key.
+    pub fn code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// A key file the receiver accepts (`hurtle keygen`), instead of a code.
+    pub fn key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.key_file = Some(path.into());
+        self
+    }
+
+    /// Data channels (UDP) or connections (TCP), 1 to 32 (default: one per core, 2 to 8).
+    pub fn channels(mut self, n: u64) -> Self {
+        if let Some(c) = self.check("channels", values::check_channels(n)) {
+            self.opts.channels = c;
+        }
+        self
+    }
+
+    /// How data moves (default [`Transport::Auto`]: UDP, moving to parallel TCP in the same
+    /// session when nothing gets through).
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.opts.transport = t;
+        self
+    }
+
+    /// Highest rate, as the command line writes it: `800M`, `800Mbit/s`, `100MB/s`,
+    /// `100MiB/s` (see [`values::parse_rate`]). Automatic rate control never exceeds it.
+    pub fn rate(mut self, rate: &str) -> Self {
+        self.rate = self.check("rate", values::parse_rate(rate));
+        self
+    }
+
+    /// Highest rate, bits per second.
+    pub fn rate_bps(mut self, bps: u64) -> Self {
+        self.rate = self.check("rate", positive(bps));
+        self
+    }
+
+    /// Pace at exactly this rate and ignore feedback (the forms of [`SenderBuilder::rate`]).
+    /// Not with a highest rate or fair mode.
+    pub fn rate_fixed(mut self, rate: &str) -> Self {
+        self.rate_fixed = self.check("rate_fixed", values::parse_rate(rate));
+        self
+    }
+
+    /// Pace at exactly this many bits per second.
+    pub fn rate_fixed_bps(mut self, bps: u64) -> Self {
+        self.rate_fixed = self.check("rate_fixed", positive(bps));
+        self
+    }
+
+    /// Yield to competing traffic on a shared bottleneck (delay-based back-off).
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// Neither use nor keep what the last transfer to the same receiver learnt of the path
+    /// (by default it is kept where `HURTLE_PATH_MEMORY` says, else in
+    /// `~/.cache/hurtle/paths`).
+    pub fn cold_start(mut self, on: bool) -> Self {
+        self.cold_start = on;
+        self
+    }
+
+    /// Keep what transfers learn of their paths in this file.
+    pub fn path_memory(mut self, file: impl Into<PathBuf>) -> Self {
+        self.path_memory = Some(file.into());
+        self
+    }
+
+    /// The unit of striping, hashing and verification, bytes: a power of two from 1K to 64M
+    /// (default 1M).
+    pub fn chunk_size(mut self, bytes: u64) -> Self {
+        if let Some(v) = self.check("chunk_size", values::check_chunk_size(bytes)) {
+            self.opts.block_size = v;
+        }
+        self
+    }
+
+    /// Largest datagram payload to try, bytes (512 to 8900; the handshake lowers it to what
+    /// the path carries).
+    pub fn payload(mut self, bytes: u64) -> Self {
+        if let Some(v) = self.check("payload", values::check_payload(bytes)) {
+            self.opts.payload = v;
+        }
+        self
+    }
+
+    /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
+    /// by default one of the same size and modification time is skipped unread.
+    pub fn checksum(mut self, on: bool) -> Self {
+        self.opts.checksum = on;
+        self
+    }
+
+    /// Follow symbolic links instead of skipping them.
+    pub fn follow_symlinks(mut self, on: bool) -> Self {
+        self.opts.follow_symlinks = on;
+        self
+    }
+
+    /// Send the holes of sparse files as data.
+    pub fn no_sparse(mut self, on: bool) -> Self {
+        self.opts.no_sparse = on;
+        self
+    }
+
+    /// Send parity for the tail of each channel's data (default on).
+    pub fn fec(mut self, on: bool) -> Self {
+        self.opts.fec = on;
+        self
+    }
+
+    /// Ask to send data unencrypted (done only if the receiver agrees; control messages stay
+    /// encrypted and everything stays authenticated).
+    pub fn no_encryption(mut self, on: bool) -> Self {
+        self.opts.no_encryption = on;
+        self
+    }
+
+    /// Write one network log per channel into this directory.
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.opts.log_dir = Some(dir.into());
+        self
+    }
+
+    /// Give up when nothing progresses for this long (default 30 s).
+    pub fn stall_timeout(mut self, d: Duration) -> Self {
+        self.opts.stall_timeout = d;
+        self
+    }
+
+    /// How long to wait for the receiver's TCP connection (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.opts.connect_timeout = d;
+        self
+    }
+
+    /// How often progress [`Event`](crate::Event)s are made (default 200 ms).
+    pub fn progress_interval(mut self, d: Duration) -> Self {
+        self.interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Checks the options together, as the command line does: a receiver (an address, or a
+    /// relay with a code), a code or a key, no rate beside a fixed one.
+    pub fn build(self) -> Result<Sender, Error> {
+        if let Some(e) = self.error {
+            return Err(Error::Usage(e));
+        }
+        let mut opts = self.opts;
+        if self.code.is_some() && self.key_file.is_some() {
+            return Err(Error::Usage("code: not with key_file (give one)".into()));
+        }
+        if let Some(r) = self.rate_fixed {
+            if self.rate.is_some() || self.fair {
+                return Err(Error::Usage(
+                    "rate_fixed: not with rate or fair (a fixed rate ignores both)".into(),
+                ));
+            }
+            opts.rate_mode = RateMode::Fixed;
+            opts.rate_bps = r;
+        } else {
+            opts.rate_mode = if self.fair {
+                RateMode::Fair
+            } else {
+                RateMode::Auto
+            };
+            if let Some(r) = self.rate {
+                opts.rate_bps = r;
+                opts.start_rate_bps = opts.start_rate_bps.min(r);
+            }
+            if !self.cold_start {
+                opts.path_memory = match self.path_memory {
+                    Some(f) => Some(PathMemories::at(f)),
+                    None => default_path_memory(),
+                };
+            }
+        }
+        let code = match &self.code {
+            Some(c) => Some(checked_code(c)?),
+            None => None,
+        };
+        opts.secret = match (&self.key_file, &code) {
+            (Some(path), _) => read_keys(path)?.into_iter().next().map(|(_, s)| s),
+            (None, Some(c)) => Some(Secret::code(&c.to_string())),
+            (None, None) => None,
+        };
+        let target = match (self.to, self.relay) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Usage("relay: not with to (give one)".into()));
+            }
+            (Some(to), None) => {
+                if opts.secret.is_none() {
+                    return Err(Error::Usage(
+                        "give the code the receiver printed (code), or a key file (key_file)"
+                            .into(),
+                    ));
+                }
+                if self.relay_only {
+                    return Err(Error::Usage("relay_only: needs a relay".into()));
+                }
+                Target::Addr(
+                    HostPort::parse(&to, RECEIVER_PORT, false)
+                        .map_err(|e| Error::usage("to", e))?,
+                )
+            }
+            (None, Some(relay)) => {
+                let Some(code) = code else {
+                    return Err(Error::Usage(
+                        "relay: needs the receiver's code (code)".into(),
+                    ));
+                };
+                Target::Relay {
+                    relay: HostPort::parse(&relay, values::RELAY_PORT, false)
+                        .map_err(|e| Error::usage("relay", e))?,
+                    code,
+                    relay_only: self.relay_only,
+                }
+            }
+            (None, None) => return Err(Error::Usage("give to, or relay and code".into())),
+        };
+        Ok(Sender {
+            opts,
+            target,
+            interval: self.interval,
+        })
+    }
+}
+
+fn positive(bps: u64) -> Result<u64, String> {
+    if bps == 0 {
+        Err("must be at least 1 bit per second".into())
+    } else {
+        Ok(bps)
+    }
+}
+
+/// Where path memories are kept by default: `HURTLE_PATH_MEMORY` (a file, or `off`), else the
+/// cache directory's `hurtle/paths`, as for the command.
+fn default_path_memory() -> Option<PathMemories> {
+    match std::env::var_os("HURTLE_PATH_MEMORY") {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(PathMemories::at(v)),
+        _ => PathMemories::default_file().map(PathMemories::at),
+    }
+}
+
+/// A sender: checked options and a receiver to send to. Each [`Sender::send`] is one
+/// transfer.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    opts: SendOptions,
+    target: Target,
+    interval: Duration,
+}
+
+impl Sender {
+    /// Options to build a sender from.
+    pub fn builder() -> SenderBuilder {
+        SenderBuilder::default()
+    }
+
+    /// Starts sending `paths` (files and directories, recursively) on a thread of its own.
+    /// A name that does not resolve fails here; everything else the [`Transfer`] reports.
+    pub fn send<P: Into<PathBuf>>(
+        &self,
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<Transfer<SendSummary>, Error> {
+        let paths: Vec<PathBuf> = paths.into_iter().map(Into::into).collect();
+        if paths.is_empty() {
+            return Err(Error::Usage(
+                "give at least one file or directory to send".into(),
+            ));
+        }
+        let mut opts = self.opts.clone();
+        let run: Box<dyn FnOnce(_) -> _ + Send> = match &self.target {
+            Target::Addr(hp) => {
+                let to = hp.resolve("receiver").map_err(Error::Resolve)?;
+                Box::new(move |progress| Ok(hurtle_engine::send(&paths, to, &opts, progress)?))
+            }
+            Target::Relay {
+                relay,
+                code,
+                relay_only,
+            } => {
+                let relay_addr = relay.resolve("relay").map_err(Error::Resolve)?;
+                let (code, relay_only) = (code.clone(), *relay_only);
+                Box::new(move |progress| {
+                    let to = pair(relay_addr, &code, relay_only, &mut opts)?;
+                    Ok(hurtle_engine::send(&paths, to, &opts, progress)?)
+                })
+            }
+        };
+        Transfer::start("send", false, self.interval, run)
+    }
+}
+
+/// Finds the receiver of `code` at `relay`: tries its addresses directly for about 2 s (unless
+/// `relay_only`), else goes through the relay. Sets the options' dialer; returns where the
+/// engine connects to.
+fn pair(
+    relay: SocketAddr,
+    code: &Code,
+    relay_only: bool,
+    opts: &mut SendOptions,
+) -> Result<SocketAddr, Error> {
+    let found = client::lookup(relay, code.nameplate)?;
+    let port = found.port();
+    let direct = if relay_only {
+        None
+    } else {
+        found.try_direct(Duration::from_secs(2))
+    };
+    let to = match &direct {
+        Some((addr, _)) => *addr,
+        None => SocketAddr::new(relay.ip(), port),
+    };
+    opts.dialer = Some(found.into_dialer(direct));
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(b: SenderBuilder) -> String {
+        match b.build() {
+            Err(Error::Usage(e)) => e,
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_that_say_what_is_accepted() {
+        let ok = || Sender::builder().to("127.0.0.1:9").code("7-acid-acorn");
+        assert!(ok().build().is_ok());
+        let e = refused(ok().rate("100Mb"));
+        assert!(
+            e.starts_with("rate: \"100Mb\" is ambiguous") && e.contains("accepted:"),
+            "{e}"
+        );
+        assert_eq!(
+            refused(ok().channels(33)),
+            "channels: \"33\": expected a number of channels from 1 to 32"
+        );
+        assert!(refused(ok().chunk_size(3000)).contains("power of two from 1K to 64M"));
+        assert!(refused(ok().payload(100)).starts_with("payload: "));
+        assert!(refused(ok().rate("1G").rate_fixed("1G")).starts_with("rate_fixed: not with"));
+        assert!(refused(Sender::builder().to("h:0").code("7-acid-acorn"))
+            .contains("port 0 cannot be connected to"));
+        assert!(refused(Sender::builder().to("h")).starts_with("give the code"));
+        assert!(refused(Sender::builder().code("7-acid-acorn")).starts_with("give to"));
+        assert!(
+            refused(Sender::builder().relay("r").code("7-acid-acorn").to("h"))
+                .starts_with("relay: not with to")
+        );
+        assert!(refused(Sender::builder().to("h").code("nope")).starts_with("bad code: "));
+        // The first bad value is the one reported.
+        assert!(refused(ok().channels(0).rate("x")).starts_with("channels: "));
+    }
+
+    #[test]
+    fn options_reach_the_engine() {
+        let s = Sender::builder()
+            .to("127.0.0.1")
+            .code("7-acid-acorn")
+            .channels(3)
+            .rate("100MB/s")
+            .fair(true)
+            .cold_start(true)
+            .chunk_size(64 << 10)
+            .transport(Transport::Tcp)
+            .build()
+            .unwrap();
+        assert_eq!(s.opts.channels, 3);
+        assert_eq!(s.opts.rate_bps, 800_000_000);
+        assert_eq!(s.opts.rate_mode, RateMode::Fair);
+        assert_eq!(s.opts.block_size, 64 << 10);
+        assert!(s.opts.path_memory.is_none() && s.opts.secret.is_some());
+        assert!(matches!(&s.target, Target::Addr(hp) if hp.port == RECEIVER_PORT));
+        let fixed = Sender::builder()
+            .to("h")
+            .code("7-acid-acorn")
+            .rate_fixed_bps(5)
+            .build()
+            .unwrap();
+        assert_eq!(
+            (fixed.opts.rate_mode, fixed.opts.rate_bps),
+            (RateMode::Fixed, 5)
+        );
+    }
+}
