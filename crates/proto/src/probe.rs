@@ -61,12 +61,9 @@ pub struct SilenceWatch {
 
 impl SilenceWatch {
     /// A watch for a session whose round trip is about `rtt`: it waits [`SILENT_AFTER`] or three
-    /// round trips, whichever is longer. The sender's first datagram reaches the receiver a
-    /// round trip after the receiver's data phase starts on a direct path (its `HelloAck` one
-    /// way, the datagram the other), and two through a relay (the sender's socket binds at
-    /// the relay first, a round trip on the sender's leg); the third is margin for a lost
-    /// first try. (With one round trip, 300 ms on a 150 ms relayed path, every relayed session
-    /// there moved to TCP: the watch fired as the first datagrams arrived.)
+    /// round trips, whichever is longer (a direct path's first datagram is due about one round
+    /// trip into the receiver's data phase; the rest is margin for lost first tries). Channels
+    /// through a relay wait longer ([`SilenceWatch::through_relay`]).
     pub fn new(rtt: Duration) -> SilenceWatch {
         SilenceWatch {
             after: SILENT_AFTER.max(rtt * 3),
@@ -74,6 +71,16 @@ impl SilenceWatch {
             passes_then: None,
             done: false,
         }
+    }
+
+    /// The same watch for channels that go through a relay: two round trips longer. There the
+    /// receiver's data phase starts before its channel sockets are bound at the relay, and the
+    /// sender's datagrams are forwarded only once both ends are: on a 150 ms path the first
+    /// datagram arrived 460-480 ms into the receiver's data phase, at the end of three round
+    /// trips, where a direct path delivers within a few milliseconds of it.
+    pub fn through_relay(mut self, rtt: Duration) -> SilenceWatch {
+        self.after += rtt * 2;
+        self
     }
 
     /// The data phase started at `now` (a second call changes nothing).
@@ -405,6 +412,10 @@ mod tests {
         );
         // Both read their sockets: what they did not hear is silent.
         assert_eq!(w.poll(t0 + MS * 801, 2, |_| (false, 7)), Some(vec![0, 1]));
+        // Through a relay, two round trips more.
+        let mut w = SilenceWatch::new(MS * 200).through_relay(MS * 200);
+        w.start(t0);
+        assert_eq!(w.next_check(), Some(t0 + MS * 1000));
     }
 
     fn len(payload: u16) -> usize {

@@ -211,7 +211,10 @@ impl Receiver {
                     peer_ip: peer.ip(),
                     data,
                     control,
-                    watch: SilenceWatch::new(rtt),
+                    watch: match self.opts.relayed_udp {
+                        Some(_) => SilenceWatch::new(rtt).through_relay(rtt),
+                        None => SilenceWatch::new(rtt),
+                    },
                 }),
             ),
         };
