@@ -243,6 +243,9 @@ fn describe(p: &Progress, side: &Side, meter: &mut Meter, now: Instant) -> View 
         if let Some(limit) = p.limit() {
             m += &format!("  limited by {limit}");
         }
+        if let Some(tag) = p.route_tag() {
+            m += &format!("  [{tag}]");
+        }
         m
     };
     let resumed = p.resumed.load(Ordering::Relaxed);
@@ -368,6 +371,9 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
             "encrypted: control only (both sides gave --no-encryption); authenticated by the code or key"
         },
     );
+    if let Some(line) = path_line(s) {
+        say(out, &line);
+    }
     if let Some(b) = &s.bottleneck {
         say(out, &format!("limited by {}", b.detail));
     }
@@ -539,6 +545,40 @@ pub fn warning(line: &str) {
 }
 
 /// The summary's line on the path's outages during a send, if there were any.
+/// Which path carried how many bytes of a relayed send, and when it changed: "path: relayed
+/// 3.1 MiB, then direct 92.9 MiB after 0.41 s". `None` when nothing went through a relay.
+fn path_line(s: &SendSummary) -> Option<String> {
+    let b = &s.bytes_by_path;
+    route_line(
+        [b.relay_udp, b.direct, b.relay_tcp],
+        s.direct_after_seconds,
+        s.fallback_seconds,
+    )
+}
+
+/// [`path_line`] of the bytes sent through the relay as datagrams, direct and through the
+/// relay over TCP, the first move to a direct path and the move to TCP, seconds.
+fn route_line(
+    [relay_udp, direct, relay_tcp]: [u64; 3],
+    direct_after: Option<f64>,
+    tcp_after: Option<f64>,
+) -> Option<String> {
+    if relay_udp + relay_tcp == 0 {
+        return None;
+    }
+    let after = |secs: Option<f64>| secs.map_or(String::new(), |t| format!(" after {t:.2} s"));
+    let parts: Vec<String> = [
+        ("relayed", relay_udp, String::new()),
+        ("direct", direct, after(direct_after)),
+        ("relayed over TCP", relay_tcp, after(tcp_after)),
+    ]
+    .into_iter()
+    .filter(|&(_, n, _)| n > 0)
+    .map(|(what, n, when)| format!("{what} {}{when}", bytes(n)))
+    .collect();
+    Some(format!("path: {}", parts.join(", then ")))
+}
+
 fn outage_line(o: &OutageSummary) -> Option<String> {
     let times = match o.count {
         0 => return None,
@@ -556,6 +596,32 @@ fn outage_line(o: &OutageSummary) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_says_which_path_carried_how_many_bytes_when_relayed() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(
+            route_line([0, 96 * MIB, 0], None, None),
+            None,
+            "direct only"
+        );
+        assert_eq!(
+            route_line([3 * MIB + MIB / 10, 93 * MIB, 0], Some(0.412), None).as_deref(),
+            Some("path: relayed 3.1 MiB, then direct 93.0 MiB after 0.41 s")
+        );
+        assert_eq!(
+            route_line([24 * MIB, 0, 0], None, None).as_deref(),
+            Some("path: relayed 24.0 MiB")
+        );
+        assert_eq!(
+            route_line([5000, 0, 12 * MIB], None, Some(2.5)).as_deref(),
+            Some("path: relayed 4.9 KiB, then relayed over TCP 12.0 MiB after 2.50 s")
+        );
+        assert_eq!(
+            route_line([0, 0, 7 * MIB], None, None).as_deref(),
+            Some("path: relayed over TCP 7.0 MiB")
+        );
+    }
 
     #[test]
     fn the_summary_says_the_path_s_outages_if_there_were_any() {

@@ -4,10 +4,12 @@
 //! show an empty transfer as a finished one while it waits), when data started moving (so
 //! that a rate is measured over the transfer, not over the wait), and, per channel, which file
 //! it last moved bytes of (so that a display names the files whose bytes are moving now, not
-//! the one most recently started or finished).
+//! the one most recently started or finished). A sender also says which way each channel's
+//! datagrams go now ([`Route`]: direct, or through a relay as datagrams or over its TCP
+//! splice) and counts the bytes each way carried, per batch sent ([`Progress::count_sent`]).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +26,32 @@ pub enum Phase {
     SettingUp = 2,
     /// Data moves: `total` is known and `sent` counts up to it.
     Moving = 3,
+}
+
+/// Which way a channel's datagrams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Route {
+    /// Straight to the receiver (its address, or a path punched through NATs).
+    Direct = 0,
+    /// As datagrams through a relay's UDP port.
+    RelayUdp = 1,
+    /// Over parallel TCP through a relay's splice.
+    RelayTcp = 2,
+}
+
+impl Route {
+    /// Every route, in the order of [`Progress::route_bytes`].
+    pub const ALL: [Route; 3] = [Route::Direct, Route::RelayUdp, Route::RelayTcp];
+
+    /// `direct`, `relay_udp` or `relay_tcp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Direct => "direct",
+            Route::RelayUdp => "relay_udp",
+            Route::RelayTcp => "relay_tcp",
+        }
+    }
 }
 
 /// Progress of one session. All counters are monotonic within a session.
@@ -56,6 +84,13 @@ pub struct Progress {
     moving: Box<[AtomicU64]>,
     /// What limits the transfer now, in a few words (sender; `None` until it is known).
     limit: Mutex<Option<String>>,
+    /// Per channel, its [`Route`] now (sender).
+    routes: Box<[AtomicU8]>,
+    /// Channels whose routes are kept (0: routes never set, the session is not relayed).
+    routed: AtomicU16,
+    /// Bytes sent each way, by [`Route`] (datagrams with their headers, repairs and parity
+    /// included; over TCP the frames).
+    route_bytes: [AtomicU64; 3],
     origin: Instant,
 }
 
@@ -77,6 +112,11 @@ impl Default for Progress {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             limit: Mutex::new(None),
+            routes: (0..hurtle_proto::layout::MAX_CHANNELS)
+                .map(|_| AtomicU8::new(Route::Direct as u8))
+                .collect(),
+            routed: AtomicU16::new(0),
+            route_bytes: Default::default(),
             origin: Instant::now(),
         }
     }
@@ -162,6 +202,58 @@ impl Progress {
         self.limit.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The session's `channels` channels all go by `route` from now on (a relayed start, or a
+    /// move to TCP).
+    pub fn set_routes(&self, channels: u16, route: Route) {
+        for r in self.routes.iter().take(usize::from(channels)) {
+            r.store(route as u8, Ordering::Relaxed);
+        }
+        let channels = channels.min(self.routes.len() as u16);
+        self.routed.fetch_max(channels, Ordering::Relaxed);
+    }
+
+    /// Channel `channel` goes by `route` from now on (a direct path punched for it).
+    pub fn set_route(&self, channel: u16, route: Route) {
+        if let Some(r) = self.routes.get(usize::from(channel)) {
+            r.store(route as u8, Ordering::Relaxed);
+        }
+    }
+
+    /// Channel `channel` just sent `bytes`: counted for its route now. Cheap (two relaxed
+    /// atomics): once per batch, not per datagram.
+    pub fn count_sent(&self, channel: u16, bytes: u64) {
+        let route = self
+            .routes
+            .get(usize::from(channel))
+            .map_or(0, |r| r.load(Ordering::Relaxed));
+        self.route_bytes[usize::from(route).min(2)].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes sent each way so far, in the order of [`Route::ALL`].
+    pub fn route_bytes(&self) -> [u64; 3] {
+        [0, 1, 2].map(|i| self.route_bytes[i].load(Ordering::Relaxed))
+    }
+
+    /// Which way the data goes now, in a word for a progress line: `None` unless the session
+    /// was relayed (a direct session needs no tag); `relay`, `relay tcp`, `direct`, or
+    /// `relay+direct` while its channels are split.
+    pub fn route_tag(&self) -> Option<&'static str> {
+        let n = usize::from(self.routed.load(Ordering::Relaxed));
+        if n == 0 {
+            return None;
+        }
+        let mut seen = [false; 3];
+        for r in self.routes.iter().take(n) {
+            seen[usize::from(r.load(Ordering::Relaxed)).min(2)] = true;
+        }
+        Some(match seen {
+            [true, false, false] => "direct",
+            [false, true, false] => "relay",
+            [false, false, true] => "relay tcp",
+            _ => "relay+direct",
+        })
+    }
+
     /// The names of the files some channel moved bytes of in the last `within`, by file id
     /// (transfer order), each once.
     pub fn moving_files(&self, within: Duration) -> Vec<String> {
@@ -200,6 +292,32 @@ mod tests {
         assert!(since <= Instant::now());
         p.set_phase(Phase::Connecting);
         assert!(p.moving_since().is_none());
+    }
+
+    #[test]
+    fn bytes_are_counted_by_each_channel_s_route_and_the_tag_says_where_data_goes() {
+        let p = Progress::default();
+        p.count_sent(0, 100);
+        assert_eq!(p.route_bytes(), [100, 0, 0]);
+        assert_eq!(p.route_tag(), None, "not relayed: no tag");
+        p.set_routes(2, Route::RelayUdp);
+        assert_eq!(p.route_tag(), Some("relay"));
+        p.count_sent(0, 10);
+        p.count_sent(1, 20);
+        p.set_route(1, Route::Direct);
+        assert_eq!(p.route_tag(), Some("relay+direct"));
+        p.count_sent(1, 5);
+        p.set_route(0, Route::Direct);
+        assert_eq!(p.route_tag(), Some("direct"));
+        p.count_sent(0, 7);
+        assert_eq!(p.route_bytes(), [112, 30, 0]);
+        p.set_routes(2, Route::RelayTcp);
+        assert_eq!(p.route_tag(), Some("relay tcp"));
+        p.count_sent(1, 1);
+        // Unknown channels count as direct, and set nothing.
+        p.set_route(u16::MAX, Route::RelayUdp);
+        p.count_sent(u16::MAX, 3);
+        assert_eq!(p.route_bytes(), [115, 30, 1]);
     }
 
     #[test]

@@ -51,6 +51,12 @@ pub trait Dialer: Debug + Send + Sync {
         false
     }
 
+    /// True when its connections go through a relay (its TCP splice), not to the receiver:
+    /// what the summary counts TCP data under.
+    fn relayed(&self) -> bool {
+        false
+    }
+
     /// Where the datagrams of a session of `channels` channels go when they cannot go straight
     /// to the receiver (a relay that forwards them): `None` when they go straight.
     fn udp_relay(&self, _channels: u16) -> Option<io::Result<UdpRelay>> {

@@ -577,6 +577,7 @@ impl ChannelWorker {
                 total += self.send_parity(headers, (run.pos, run.len), piece, end)?;
             }
             self.pacer.on_sent(now, total as u64);
+            shared.progress.count_sent(self.ch, total as u64);
             if early_left != u64::MAX {
                 let _ =
                     shared

@@ -12,7 +12,9 @@ use super::options::{user_cap, SendOptions, Transport};
 use super::prober::Prober;
 use super::session_loop::{on_early_event, session_loop, Dialing, Outcome, UdpPath, Wires};
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
-use super::summary::{BottleneckSummary, Limits, RateSummary, ResumedSummary, SendSummary};
+use super::summary::{
+    BottleneckSummary, BytesByPath, Limits, RateSummary, ResumedSummary, SendSummary,
+};
 use crate::error::{SessionError, Side};
 use crate::fs::SourceFile;
 use crate::iobuf::IoBuf;
@@ -22,7 +24,7 @@ use crate::net::feedback::{FeedbackReader, SenderPunch};
 use crate::net::punch::SocketPunch;
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
-use crate::progress::{Phase, Progress};
+use crate::progress::{Phase, Progress, Route};
 use crate::report::FileReport;
 use crate::setup::{out_of_order, Driver};
 use crate::walk::{self, WalkOptions};
@@ -146,6 +148,19 @@ pub(super) fn send_once(
         feedback_from,
         relayed,
     } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
+    // Which way each channel's bytes go, counted as they are sent: through the relay's UDP
+    // port until a channel moves to a punched path; through the relay's splice over TCP.
+    let relayed_tcp = opts.dialer.as_ref().is_some_and(|d| d.relayed());
+    progress.set_routes(
+        channels,
+        if relayed.is_some() {
+            Route::RelayUdp
+        } else if relayed_tcp {
+            Route::RelayTcp
+        } else {
+            Route::Direct
+        },
+    );
     let sources = opening
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
@@ -332,6 +347,7 @@ pub(super) fn send_once(
                     keys.punch,
                     channel_threads.by_channel.clone(),
                     (direct_at.clone(), start),
+                    progress.clone(),
                 )
             });
             let key = (&keys.feedback, data_session);
@@ -403,6 +419,9 @@ pub(super) fn send_once(
         state.moved_to_tcp(Instant::now(), Some(controller));
         let lost = data_started.elapsed().as_secs_f64();
         fallback_seconds = Some(lost);
+        if relayed_tcp {
+            progress.set_routes(channels, Route::RelayTcp);
+        }
         rate_log.line(|| format!("moved to TCP after {lost:.3} s: {why}"));
         warnings.insert(
             0,
@@ -482,6 +501,7 @@ pub(super) fn send_once(
         fallback_seconds,
         direct_after_seconds: direct_moves.iter().flatten().copied().reduce(f64::min),
         direct_channels: direct_moves.iter().flatten().count(),
+        bytes_by_path: BytesByPath::from_routes(progress.route_bytes()),
         rtt_ms: rtt.as_secs_f64() * 1e3,
         first_data_ms: match shared.first_data_us.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -644,6 +664,7 @@ fn punching(
     key: [u8; 32],
     cmds: Vec<ChannelCmds>,
     (direct_at, start): (Arc<std::sync::Mutex<Vec<Option<f64>>>>, Instant),
+    progress: Arc<Progress>,
 ) -> SenderPunch {
     let now = Instant::now();
     let sockets = relay
@@ -652,6 +673,7 @@ fn punching(
         .map(|b| SocketPunch::new((relay.addr, b.clone(), relay.parse), Role::Sender, key, now))
         .collect();
     let on_direct = Box::new(move |ch: u16, addr: SocketAddr| {
+        progress.set_route(ch, Route::Direct);
         if let Some(c) = cmds.get(usize::from(ch)) {
             let _ = c.send(ThreadCmd::Channel(ch, ChanCmd::Redirect(addr)));
         }

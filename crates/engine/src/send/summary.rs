@@ -1,5 +1,6 @@
-//! What a finished send did ([`SendSummary`]): bytes, files, time, datagrams, the pacing
-//! rate's timeline ([`RateSummary`]) and what limited the transfer ([`BottleneckSummary`]).
+//! What a finished send did ([`SendSummary`]): bytes, files, time, datagrams, which path
+//! carried how many bytes ([`BytesByPath`]), the pacing rate's timeline ([`RateSummary`]) and
+//! what limited the transfer ([`BottleneckSummary`]).
 
 use crate::report::FileReport;
 use hurtle_proto::rate::bottleneck::{Bottleneck, BufferCap, Evidence, ReceiverSigns};
@@ -75,6 +76,8 @@ pub struct SendSummary {
     pub direct_after_seconds: Option<f64>,
     /// Channels that moved to a punched direct path.
     pub direct_channels: usize,
+    /// The bytes each path carried.
+    pub bytes_by_path: BytesByPath,
     /// Pacing rate: mode, limits and how it changed.
     pub rate: RateSummary,
     /// What limited the transfer, as the sender sees it (`None` over parallel TCP, where the
@@ -88,6 +91,30 @@ pub struct SendSummary {
     pub warnings: Vec<String>,
     /// Per-file results.
     pub file_hashes: Vec<FileReport>,
+}
+
+/// The bytes a send's channels sent each way: datagrams with their headers (repairs and
+/// parity included), or TCP frames. Counted by the sender, per batch, for the route each
+/// channel had when it sent it ([`crate::progress::Route`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BytesByPath {
+    /// Straight to the receiver: no relay, or a path punched through the NATs.
+    pub direct: u64,
+    /// As datagrams through the relay's UDP port.
+    pub relay_udp: u64,
+    /// Over parallel TCP through the relay's splice.
+    pub relay_tcp: u64,
+}
+
+impl BytesByPath {
+    /// From [`crate::progress::Progress::route_bytes`].
+    pub fn from_routes([direct, relay_udp, relay_tcp]: [u64; 3]) -> BytesByPath {
+        BytesByPath {
+            direct,
+            relay_udp,
+            relay_tcp,
+        }
+    }
 }
 
 /// What a send's bottleneck is judged against besides the rate timeline and the receiver's
