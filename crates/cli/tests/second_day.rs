@@ -294,3 +294,35 @@ fn json_prints_one_error_object_on_each_kind_of_failure() {
     let f = hurtle(&["receive", "--listen", "127.0.0.1:0", "--out", s, "--json"]);
     assert!(assert_json_error(&f, 6, "storage").contains("not a directory"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Manual pages
+// ---------------------------------------------------------------------------------------------
+
+/// The manual pages `hurtle man` writes have EXIT STATUS and EXAMPLES sections (the exit codes
+/// as tagged paragraphs, not a preformatted EXTRA section), and `man` reads them.
+#[test]
+fn manual_pages_have_exit_status_and_examples() {
+    let t = tmp();
+    let dir = t.path().join("man1");
+    hurtle(&["man", "--out", dir.to_str().unwrap()]).assert_success();
+    for page in [
+        "hurtle.1",
+        "hurtle-send.1",
+        "hurtle-receive.1",
+        "hurtle-cp.1",
+    ] {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap();
+        assert!(text.contains(".SH \"EXIT STATUS\""), "{page}");
+        assert!(
+            text.contains(".TP\n.B 3\nrefused by the receiver"),
+            "{page}"
+        );
+        assert!(text.contains(".SH EXAMPLES"), "{page}");
+        assert!(!text.contains(".SH EXTRA"), "{page}");
+    }
+    let top = hurtle(&["man"]);
+    top.assert_success();
+    assert!(top.stdout.contains(".SH EXAMPLES\n"), "{}", top.stdout);
+    assert!(top.stdout.contains("hurtle receive \\-\\-out ./incoming"));
+}
