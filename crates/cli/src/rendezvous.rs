@@ -3,9 +3,10 @@
 //!
 //! The receiver registers with the relay, prints `code: CODE` on stderr (always, even with `-q`
 //! or `--json`), and keeps an agent connected to the relay that forwards relayed connections to
-//! its own listeners. The sender looks the code up, tries the receiver's addresses directly for
-//! about 2 s, and otherwise goes through the relay (parallel TCP). Both say which path was
-//! taken: `path: direct to ADDR` / `path: relayed via RELAY` (sender), `path: direct from ADDR` /
+//! its own listeners. The sender (given a code `send` has already checked: its shape and its
+//! words, so that a typo never reaches the relay) looks the code up, tries the receiver's
+//! addresses directly for about 2 s, and otherwise goes through the relay (parallel TCP). Both
+//! say which path was taken: `path: direct to ADDR` / `path: relayed via RELAY` (sender), `path: direct from ADDR` /
 //! `path: relayed via RELAY` (receiver).
 //!
 //! The relay gets the code's nameplate only; the words are the password of the peers' key
