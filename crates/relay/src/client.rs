@@ -171,7 +171,8 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// The relay cancelled the code (looked up too often): no further sender can find it. The
+    /// The relay cancelled the code (a relay that cancels codes looked up too often; `hurtle
+    /// relay` does not): no further sender can find it. The
     /// agent keeps serving the senders that found it before.
     Cancelled(String),
     /// The code expired: no further sender can find it. The agent keeps serving the senders
@@ -355,7 +356,8 @@ pub struct Found {
 
 /// Looks a code up at the relay by its nameplate (all the relay ever gets of a code). A
 /// lookup does not use the code up, and says nothing about its words: the peers' key agreement
-/// finds a wrong code. The relay answers at most three lookups of a nameplate.
+/// finds a wrong code. The relay answers every lookup (within its address's lookup rate), and
+/// lets each open one connection to the receiver's control port.
 pub fn lookup(relay: SocketAddr, nameplate: u32) -> Result<Found, RelayError> {
     let mut s = connect(relay, Duration::from_secs(5))?;
     wire::write_msg(&mut s, &Msg::Lookup { nameplate })?;
@@ -520,10 +522,6 @@ impl Dialer for RelayDialer {
             RelayError::Io(e) => e,
             other => io::Error::other(format!("via the relay at {}: {other}", self.relay)),
         })
-    }
-
-    fn relayed(&self) -> bool {
-        true
     }
 
     /// The relay forwards datagrams too: each channel gets an allocation there (a relay that
