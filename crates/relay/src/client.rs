@@ -524,6 +524,10 @@ impl Dialer for RelayDialer {
         })
     }
 
+    fn relayed(&self) -> bool {
+        true
+    }
+
     /// The relay forwards datagrams too: each channel gets an allocation there (a relay that
     /// cannot leaves the session to the TCP splice, which the engine falls back to).
     fn udp_relay(&self, channels: u16) -> Option<io::Result<UdpRelay>> {
