@@ -228,6 +228,10 @@ fn splice_bytes(log: &str) -> Vec<u64> {
 fn forced_relayed_parallel_tcp_on_loopback_is_spliced() {
     let (v, _, mut relay) = forced_relayed(&["--transport", "tcp"]);
     assert_eq!(v["transport"], "tcp", "{v}");
+    // The sender counted every byte as sent through the splice.
+    let (share, via_udp, via_tcp) = direct_share(&v);
+    assert_eq!((share, via_udp), (0.0, 0), "{v}");
+    assert!(via_tcp > 7 * MIB, "{v}");
     // One splice per connection: control and three data connections, the data bytes forwarded.
     let deadline = Instant::now() + Duration::from_secs(10);
     let ends = loop {
@@ -262,7 +266,7 @@ fn wrong_code_is_refused_and_the_receiver_keeps_waiting() {
     // A typo that is not a code word never reaches the relay.
     let s = send_by_code(&relay, "1234-purple-sausagex", &src, &[]);
     assert!(
-        s.assert_failure().contains("not a code word"),
+        s.assert_failure().contains("is not in the word list"),
         "{}",
         s.stderr
     );
@@ -545,7 +549,7 @@ fn relayed_between_namespaces_that_cannot_reach_each_other() {
         (&r, &a, &b),
         ("10.213.1.1", "10.213.2.1"),
         (&src, &out),
-        (&[], &[]),
+        (&[], &["--json"]),
     );
     let sender_relay = format!("10.213.2.1:{}", relay.addr.port());
     s.assert_success();
@@ -705,7 +709,7 @@ fn nft_in(ns: &str, rules: &str) {
 
 /// A relay in namespace `r` (started with `relay_extra`), a receiver by code in `a` that
 /// reaches it at `relay_ips.0`, and a sender in `b` that reaches it at `relay_ips.1`, sending
-/// `src` into `out` with `send_extra` and `--json`: the sender's end, the receiver's, the relay.
+/// `src` into `out` with `send_extra`: the sender's end, the receiver's, the relay.
 fn send_across(
     (r, a, b): (&str, &str, &str),
     relay_ips: (&str, &str),
@@ -725,18 +729,103 @@ fn send_across(
         .map(String::from)
         .to_vec();
     args.push(src.display().to_string());
-    args.extend(["--code", &recv.code, "--relay", &sender_relay, "--json"].map(String::from));
+    args.extend(["--code", &recv.code, "--relay", &sender_relay].map(String::from));
     args.extend(send_extra.iter().map(|x| x.to_string()));
     let s = Proc::spawn_program("sender", "ip", &args).wait(TRANSFER_TIMEOUT);
     let r_done = recv.proc.wait(TRANSFER_TIMEOUT);
     (s, r_done, relay)
 }
 
+/// A NAT's nftables rules, given its inside host's address and its public one.
+type Nat = fn(&str, &str) -> String;
+
+/// A NAT that gives every destination a port of its own ("symmetric", endpoint-dependent
+/// mapping: masquerade with random ports), inbound only for flows the inside started.
+fn symmetric(_inside: &str, _public: &str) -> String {
+    r#"
+table ip hurtle_nat {
+  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade random; }
+  chain inbound {
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept;
+    iifname "in" oifname "out" accept;
+  }
+}
+"#
+    .to_string()
+}
+
+/// A NAT that keeps one public port per socket (endpoint-independent mapping: masquerade,
+/// which keeps a socket's port) and lets in only what answers a flow the inside started, to
+/// that flow's address and port ("port-restricted cone"); unsolicited datagrams to the NAT
+/// itself dropped, as home routers do (a probe that came first would otherwise leave a
+/// conntrack entry that makes the NAT give the inside's own probe another port).
+fn port_restricted(_inside: &str, _public: &str) -> String {
+    r#"
+table ip hurtle_nat {
+  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade; }
+  chain inbound {
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept;
+    iifname "in" oifname "out" accept;
+  }
+  chain unsolicited {
+    type filter hook input priority 0; policy accept;
+    iifname "out" ct state new drop;
+  }
+}
+"#
+    .to_string()
+}
+
+/// A NAT with endpoint-independent mapping and filtering ("full cone"): an explicit mapping,
+/// since plain conntrack does not keep ports reliably. The inside host's UDP leaves from the
+/// public address with its port kept, and any UDP datagram to the public address is let in
+/// to the inside host, port kept, whoever sent it. TCP only out (and its answers).
+fn full_cone(inside: &str, public: &str) -> String {
+    format!(
+        r#"
+table ip hurtle_nat {{
+  chain nat_in {{
+    type nat hook prerouting priority -100;
+    iifname "out" ip daddr {public} meta l4proto udp dnat to {inside};
+  }}
+  chain nat_out {{
+    type nat hook postrouting priority 100;
+    oifname "out" ip saddr {inside} snat to {public};
+  }}
+  chain inbound {{
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept;
+    iifname "in" oifname "out" accept;
+    iifname "out" oifname "in" ct status dnat accept;
+  }}
+}}
+"#
+    )
+}
+
+/// A NAT that lets no UDP through either way (a network that blocks UDP); TCP as
+/// [`port_restricted`].
+fn udp_blocked(inside: &str, public: &str) -> String {
+    let mut rules = port_restricted(inside, public);
+    rules.push_str(
+        r#"
+table ip hurtle_block {
+  chain no_udp { type filter hook forward priority -10; policy accept; meta l4proto udp drop; }
+}
+"#,
+    );
+    rules
+}
+
 /// Two peers each behind its own NAT, with a relay's namespace between the NATs: A (the
 /// receiver's host) 10.N.1.2 -- NAT-A (10.N.1.1 inside, 10.N.3.2 outside) -- R (10.N.3.1 /
 /// 10.N.4.1) -- NAT-B (10.N.4.2 outside, 10.N.2.1 inside) -- 10.N.2.2 B (the sender's). The
-/// NATs forward from inside to outside and apply `nat_rules` (nftables, `in` and `out` their
-/// interfaces); R routes between the NATs only if `routes`. Removed when dropped.
+/// NATs forward from inside to outside and apply their rules (nftables, `in` and `out` their
+/// interfaces: NAT-A's from `nats.0`, NAT-B's from `nats.1`, each called with its inside
+/// host's address and its public one); R routes between the NATs only if `routes`. Removed
+/// when dropped.
 struct NatPair {
     _ns: Namespaces,
     a: String,
@@ -744,7 +833,7 @@ struct NatPair {
     b: String,
 }
 
-fn nat_pair(tag: &str, n: u8, nat_rules: &str, routes: bool) -> NatPair {
+fn nat_pair(tag: &str, n: u8, nats: (Nat, Nat), routes: bool) -> NatPair {
     let pid = std::process::id();
     let name = |s: &str| format!("hurtle-{tag}{s}-{pid}");
     let (a, na, r, nb, b) = (name("a"), name("na"), name("r"), name("nb"), name("b"));
@@ -791,8 +880,8 @@ fn nat_pair(tag: &str, n: u8, nat_rules: &str, routes: bool) -> NatPair {
         let v = format!("net.ipv4.ip_forward={}", u8::from(forward));
         ip(&["netns", "exec", x, "sysctl", "-qw", &v]);
     }
-    nft_in(&na, nat_rules);
-    nft_in(&nb, nat_rules);
+    nft_in(&na, &nats.0(&format!("10.{n}.1.2"), &format!("10.{n}.3.2")));
+    nft_in(&nb, &nats.1(&format!("10.{n}.2.2"), &format!("10.{n}.4.2")));
     NatPair { _ns: ns, a, r, b }
 }
 
@@ -806,17 +895,7 @@ fn two_peers_behind_symmetric_nats_send_datagrams_through_the_relay() {
     if !support::require_root("two_peers_behind_symmetric_nats_send_datagrams_through_the_relay") {
         return;
     }
-    let nat = r#"
-table ip hurtle_nat {
-  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade random; }
-  chain inbound {
-    type filter hook forward priority 0; policy drop;
-    ct state established,related accept;
-    iifname "in" oifname "out" accept;
-  }
-}
-"#;
-    let NatPair { _ns: ns, a, r, b } = nat_pair("s", 214, nat, false);
+    let NatPair { _ns: ns, a, r, b } = nat_pair("s", 214, (symmetric, symmetric), false);
 
     let t = tmp();
     let src = t.path().join("src/data.bin");
@@ -826,7 +905,7 @@ table ip hurtle_nat {
         (&r, &a, &b),
         ("10.214.3.1", "10.214.4.1"),
         (&src, &out),
-        (&[], &[]),
+        (&[], &["--json"]),
     );
     s.assert_success();
     let v = s.json();
@@ -864,21 +943,7 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     {
         return;
     }
-    let nat = r#"
-table ip hurtle_nat {
-  chain nat_out { type nat hook postrouting priority 100; oifname "out" masquerade; }
-  chain inbound {
-    type filter hook forward priority 0; policy drop;
-    ct state established,related accept;
-    iifname "in" oifname "out" accept;
-  }
-  chain unsolicited {
-    type filter hook input priority 0; policy accept;
-    iifname "out" ct state new drop;
-  }
-}
-"#;
-    let NatPair { _ns: ns, a, r, b } = nat_pair("c", 215, nat, true);
+    let NatPair { _ns: ns, a, r, b } = nat_pair("c", 215, (port_restricted, port_restricted), true);
 
     let t = tmp();
     let src = t.path().join("src/data.bin");
@@ -888,7 +953,10 @@ table ip hurtle_nat {
         (&r, &a, &b),
         ("10.215.3.1", "10.215.4.1"),
         (&src, &out),
-        (&["--metrics", "127.0.0.1:7499"], &["--rate", "400M"]),
+        (
+            &["--metrics", "127.0.0.1:7499"],
+            &["--json", "--rate", "400M"],
+        ),
     );
     s.assert_success();
     let v = s.json();
@@ -900,24 +968,221 @@ table ip hurtle_nat {
     let after = v["direct_after_seconds"].as_f64().expect("a direct path");
     fsx::assert_same_file(&src, &out.join("data.bin"));
     // What the relay forwarded: what went before the move, a small share of the file.
-    let metrics = std::process::Command::new("ip")
-        .args(["netns", "exec", &r, "python3", "-c"])
-        .arg("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:7499/metrics').read().decode())")
-        .output()
-        .expect("read the relay's metrics");
-    let text = String::from_utf8_lossy(&metrics.stdout);
-    let forwarded: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("hurtle_relay_udp_forwarded_bytes_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no forwarded bytes in\n{text}"));
+    let forwarded = relay_forwarded(&r, 7499);
     let size = std::fs::metadata(&src).unwrap().len();
-    eprintln!("direct after {after:.3} s; the relay forwarded {forwarded} of {size} bytes");
+    let (share, via_relay, via_tcp) = direct_share(&v);
+    eprintln!(
+        "direct after {after:.3} s; the relay forwarded {forwarded} of {size} bytes; \
+         the sender sent {:.1}% direct, {via_relay} bytes through the relay",
+        share * 100.0
+    );
     assert!(after < 2.0, "direct after {after} s");
     assert!(
         forwarded * 10 < size,
         "the relay forwarded {forwarded} of {size} bytes"
     );
+    // The sender's own count says the same: at least 90% went direct, none over TCP.
+    assert!(share >= 0.9, "{share} direct: {v}");
+    assert!(via_relay > 0, "the start was relayed: {v}");
+    assert_eq!(via_tcp, 0, "{v}");
     drop(relay);
     drop(ns);
+}
+
+/// The datagram bytes the relay in namespace `ns`, serving metrics on 127.0.0.1:`port`, has
+/// forwarded (its `hurtle_relay_udp_forwarded_bytes_total`).
+fn relay_forwarded(ns: &str, port: u16) -> u64 {
+    let metrics = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c"])
+        .arg(format!("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"))
+        .output()
+        .expect("read the relay's metrics");
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("hurtle_relay_udp_forwarded_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no forwarded bytes in\n{text}"))
+}
+
+/// The sender behind a NAT that gives every destination a port of its own (symmetric), the
+/// receiver behind one that lets any datagram to its public port in (full cone), on a routed
+/// network with the relay on it. The receiver cannot reach the sender's port toward it (it
+/// knows only the one toward the relay), but the sender's probe reaches the receiver, which
+/// answers it where it came from and probes that port: a direct path both ways. The session
+/// starts relayed and its channels move there.
+#[test]
+fn a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path() {
+    if !support::require_root("a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path") {
+        return;
+    }
+    let NatPair { _ns: ns, a, r, b } = nat_pair("f", 216, (full_cone, symmetric), true);
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 96 * MIB + 7, 56);
+    let out = t.path().join("out");
+    let (s, r_done, relay) = send_across(
+        (&r, &a, &b),
+        ("10.216.3.1", "10.216.4.1"),
+        (&src, &out),
+        (
+            &["--metrics", "127.0.0.1:7498"],
+            &["--json", "--rate", "400M"],
+        ),
+    );
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    r_done.assert_success();
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let channels = v["channels"].as_u64().expect("channels");
+    assert_eq!(v["direct_channels"], channels, "{v}\n{}", s.stderr);
+    let after = v["direct_after_seconds"].as_f64().expect("a direct path");
+    let forwarded = relay_forwarded(&r, 7498);
+    let size = std::fs::metadata(&src).unwrap().len();
+    let (share, via_relay, via_tcp) = direct_share(&v);
+    eprintln!(
+        "direct after {after:.3} s; the relay forwarded {forwarded} of {size} bytes; \
+         the sender sent {:.1}% direct, {via_relay} bytes through the relay",
+        share * 100.0
+    );
+    assert!(after < 2.0, "direct after {after} s");
+    assert!(
+        forwarded * 10 < size,
+        "the relay forwarded {forwarded} of {size} bytes"
+    );
+    // The sender's own count says the same: at least 90% went direct, none over TCP.
+    assert!(share >= 0.9, "{share} direct: {v}");
+    assert!(via_relay > 0, "the start was relayed: {v}");
+    assert_eq!(via_tcp, 0, "{v}");
+    drop(relay);
+    drop(ns);
+}
+
+/// The receiver behind a symmetric NAT, the sender behind a port-restricted cone, on a routed
+/// network: the sender's NAT lets in only answers from where its socket sent, and the port
+/// the receiver's NAT opens toward the sender is one the sender never learns. No direct path:
+/// the punching gives up and the whole file goes as datagrams through the relay.
+#[test]
+fn a_symmetric_receiver_and_a_port_restricted_sender_stay_on_the_udp_relay() {
+    if !support::require_root(
+        "a_symmetric_receiver_and_a_port_restricted_sender_stay_on_the_udp_relay",
+    ) {
+        return;
+    }
+    let NatPair { _ns: ns, a, r, b } = nat_pair("p", 217, (symmetric, port_restricted), true);
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 24 * MIB + 11, 57);
+    let out = t.path().join("out");
+    let (s, r_done, relay) = send_across(
+        (&r, &a, &b),
+        ("10.217.3.1", "10.217.4.1"),
+        (&src, &out),
+        (
+            &["--metrics", "127.0.0.1:7497"],
+            &["--json", "--rate", "200M"],
+        ),
+    );
+    s.assert_success();
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    assert!(v["fallback_seconds"].is_null(), "{v}");
+    r_done.assert_success();
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    assert_eq!(v["direct_channels"], 0, "{v}\n{}", s.stderr);
+    assert!(v["direct_after_seconds"].is_null(), "{v}");
+    let (share, via_relay, via_tcp) = direct_share(&v);
+    assert_eq!((share, via_tcp), (0.0, 0), "{v}");
+    assert!(via_relay > 24 * MIB, "{v}");
+    // Every byte of the file went through the relay's UDP port, none through its splice.
+    let forwarded = relay_forwarded(&r, 7497);
+    let size = std::fs::metadata(&src).unwrap().len();
+    assert!(
+        forwarded > size,
+        "the relay forwarded {forwarded} of {size} bytes"
+    );
+    let log = relay.proc.kill().stderr;
+    let spliced: u64 = splice_bytes(&log).iter().sum();
+    assert!(spliced < MIB, "{spliced} bytes spliced\n{log}");
+    drop(ns);
+}
+
+/// The sender behind a network that lets no UDP through (its NAT drops every datagram), the
+/// receiver behind a port-restricted cone: neither a punched path nor the relay's UDP port
+/// works, and the channels go on over parallel TCP through the relay's splice. The `--json`
+/// says so (and counts the bytes there), and so does the summary for people (a second
+/// transfer, without `--json`).
+#[test]
+fn udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so() {
+    if !support::require_root(
+        "udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so",
+    ) {
+        return;
+    }
+    let NatPair { _ns: ns, a, r, b } = nat_pair("u", 218, (port_restricted, udp_blocked), true);
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    let size = 12 * MIB + 5;
+    fsx::write_random(&src, size, 58);
+    for json in [true, false] {
+        let out = t.path().join(format!("out-{json}"));
+        let extra: &[&str] = if json { &["--json"] } else { &[] };
+        let (s, r_done, relay) = send_across(
+            (&r, &a, &b),
+            ("10.218.3.1", "10.218.4.1"),
+            (&src, &out),
+            (&[], extra),
+        );
+        s.assert_success();
+        r_done.assert_success();
+        fsx::assert_same_file(&src, &out.join("data.bin"));
+        if json {
+            let v = s.json();
+            assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+            assert_eq!(v["transport"], "tcp", "{v}\n{}", s.stderr);
+            assert_eq!(v["direct_channels"], 0, "{v}\n{}", s.stderr);
+            let by_path = &v["bytes_by_path"];
+            assert_eq!(by_path["direct"], 0, "{v}");
+            assert!(
+                by_path["relay_tcp"].as_u64().expect("relay_tcp") > size,
+                "{v}"
+            );
+        } else {
+            // "sent 12.0 MiB ... over 2 tcp connections", and where they went.
+            assert!(s.stdout.contains(" tcp connections"), "{}", s.stdout);
+            let path = s
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("path: ") && l.contains(" MiB"))
+                .unwrap_or_else(|| panic!("no path line in\n{}", s.stdout));
+            assert!(path.contains("relayed over TCP 12."), "{path}");
+            assert!(!path.contains("direct"), "{path}");
+        }
+        // The file's bytes crossed the relay's TCP splices.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let spliced = loop {
+            let spliced: u64 = splice_bytes(&relay.proc.stderr()).iter().sum();
+            if spliced > size || Instant::now() > deadline {
+                break spliced;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            spliced > size,
+            "{spliced} bytes spliced\n{}",
+            relay.proc.stderr()
+        );
+    }
+    drop(ns);
+}
+
+/// The share of the bytes a sender's channels sent that went direct, from its `--json`
+/// (`bytes_by_path`); the bytes that went through the relay as datagrams, and over TCP.
+fn direct_share(v: &serde_json::Value) -> (f64, u64, u64) {
+    let by = &v["bytes_by_path"];
+    let n = |k: &str| by[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    let (direct, udp, tcp) = (n("direct"), n("relay_udp"), n("relay_tcp"));
+    (direct as f64 / (direct + udp + tcp).max(1) as f64, udp, tcp)
 }
