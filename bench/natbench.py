@@ -54,6 +54,9 @@ import run as hrun  # noqa: E402  (source files, quiet waits, memory warming)
 from hbench import netlab  # noqa: E402
 from hbench.sysutil import REG, Proc, cargo_build, install_signal_handlers, log, recover_stale, sh  # noqa: E402
 
+# run.py sets HURTLE_CODE for its direct runs; here only the direct baseline has one (the relay
+# runs take the code their receiver prints).
+DIRECT_CODE = os.environ.pop("HURTLE_CODE", None) or "4242-banjo-cello-drum"
 RELAY_ADDR = "10.203.1.1"
 RELAY_PORT = 7431
 METRICS = "127.0.0.1:7499"
@@ -197,30 +200,33 @@ def splice_total(log_text: str) -> int:
     return n
 
 
-def one_run(lab: NatLab, hb: Path, pairing: str, mode: str, src: Path, rundir: Path, timeout: float) -> dict:
+def one_run(lab: NatLab, hb: Path, pairing: str, mode: str, src: Path, rundir: Path, timeout: float,
+            logs: bool = False) -> dict:
     """mode: ``auto`` (by code through the relay), ``tcp`` (the same with --transport tcp: the
     relay's TCP splice), or ``direct`` (no NAT: receiver on ``a``, sender on ``b``)."""
     out = rundir / "out"
     env = {"HURTLE_PATH_MEMORY": str(rundir / "path-memory")}
     row: dict = {"pairing": pairing if mode != "direct" else "none", "mode": mode}
+    rlog = ["--log-dir", str(rundir / "receiver-logs")] if logs else []
+    slog = ["--log-dir", str(rundir / "sender-logs")] if logs else []
     relay = recv = send = None
     try:
         if mode == "direct":
-            env["HURTLE_CODE"] = "4242-bench-code-words"
+            env["HURTLE_CODE"] = DIRECT_CODE
             recv = Proc([str(hb), "receive", "--listen", f"{netlab.A_ADDR}:47400", "--out", str(out),
-                         "--json", "-q"], "receiver", rundir, ns=lab.ns("a"), env=env)
+                         "--json", "-q"] + rlog, "receiver", rundir, ns=lab.ns("a"), env=env)
             if not recv.wait_listening(47400, "tcp", timeout=15):
                 raise RuntimeError("receiver never listened: " + recv.stderr()[-300:])
-            send = Proc([str(hb), "send", str(src), "--to", f"{netlab.A_ADDR}:47400", "--json", "-q"],
+            send = Proc([str(hb), "send", str(src), "--to", f"{netlab.A_ADDR}:47400", "--json", "-q"] + slog,
                         "sender", rundir, ns=lab.ns("b"), env=env)
         else:
             relay = Proc([str(hb), "relay", "--listen", f"{RELAY_ADDR}:{RELAY_PORT}", "--metrics", METRICS],
-                         "relay", rundir, ns=lab.ns("a"), env={"HURTLE_CODE": ""})
+                         "relay", rundir, ns=lab.ns("a"))
             if not relay.wait_listening(RELAY_PORT, "tcp", timeout=10):
                 raise RuntimeError("relay never listened: " + relay.stderr()[-300:])
-            renv = dict(env, HURTLE_CODE="")
+            renv = env
             recv = Proc([str(hb), "receive", "--relay", f"{RELAY_ADDR}:{RELAY_PORT}", "--out", str(out),
-                         "--json"], "receiver", rundir, ns=lab.ns("ha"), env=renv)
+                         "--json"] + rlog, "receiver", rundir, ns=lab.ns("ha"), env=renv)
             code = None
             end = time.monotonic() + 15
             while time.monotonic() < end and code is None:
@@ -233,7 +239,7 @@ def one_run(lab: NatLab, hb: Path, pairing: str, mode: str, src: Path, rundir: P
                 raise RuntimeError("the receiver printed no code: " + recv.stderr()[-300:])
             extra = ["--transport", "tcp"] if mode == "tcp" else []
             send = Proc([str(hb), "send", str(src), "--code", code, "--relay",
-                         f"{RELAY_ADDR}:{RELAY_PORT}", "--json", "-q"] + extra,
+                         f"{RELAY_ADDR}:{RELAY_PORT}", "--json", "-q"] + extra + slog,
                         "sender", rundir, ns=lab.ns("hb"), env=renv)
         rc = send.wait(timeout)
         rrc = recv.wait(30)
@@ -286,6 +292,7 @@ def main():
                     help="the hurtle binary to run (default: this checkout's release build)")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hnbench"))
     ap.add_argument("--wait-quiet", type=float, default=5.0)
+    ap.add_argument("--logs", action="store_true", help="keep each side's --log-dir logs in the run's directory")
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "nat.csv")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -333,7 +340,7 @@ def main():
                     rundir.mkdir(parents=True)
                     lab.start_linkem(prof, seed=rep + 1, logdir=rundir)
                     try:
-                        row = one_run(lab, hb, pairing, mode, src, rundir, timeout)
+                        row = one_run(lab, hb, pairing, mode, src, rundir, timeout, args.logs)
                     except RuntimeError as e:
                         row = {"pairing": pairing, "mode": mode, "ok": 0, "note": str(e)[:300]}
                     finally:
