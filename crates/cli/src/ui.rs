@@ -598,6 +598,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_progress_line_of_a_relayed_send_says_which_way_its_data_goes() {
+        use hurtle_engine::progress::Route;
+        let p = Progress::default();
+        p.total.store(100_000_000, Ordering::Relaxed);
+        p.set_phase(Phase::Moving);
+        let since = p.moving_since().unwrap();
+        let msg = |p: &Progress| {
+            let mut meter = Meter::default();
+            match describe(p, &Side::Sender, &mut meter, since + Duration::from_secs(1)) {
+                View::Moving { msg, .. } => msg,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(!msg(&p).contains('['), "a direct session has no tag");
+        p.set_routes(2, Route::RelayUdp);
+        assert!(msg(&p).ends_with("  [relay]"), "{}", msg(&p));
+        p.set_route(0, Route::Direct);
+        assert!(msg(&p).ends_with("  [relay+direct]"), "{}", msg(&p));
+        p.set_route(1, Route::Direct);
+        assert!(msg(&p).ends_with("  [direct]"), "{}", msg(&p));
+        p.set_routes(2, Route::RelayTcp);
+        assert!(msg(&p).ends_with("  [relay tcp]"), "{}", msg(&p));
+    }
+
+    #[test]
     fn the_summary_says_which_path_carried_how_many_bytes_when_relayed() {
         const MIB: u64 = 1 << 20;
         assert_eq!(
