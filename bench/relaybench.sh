@@ -43,7 +43,7 @@ table inet hrb {
 NFT
   fi
   rm -rf "$WORK/out"
-  ip netns exec "$NS" timeout 300 "$B" relay --listen 127.0.0.3:7431 2>/dev/null & local relay=$!
+  ip netns exec "$NS" timeout 300 "$B" relay --listen 127.0.0.3:7431 --rate-per-address off 2>/dev/null & local relay=$!
   sleep 0.3
   ip netns exec "$NS" timeout 250 "$B" receive --relay 127.0.0.3:7431 --listen 127.0.0.2:0 \
     --out "$WORK/out" -q 2>"$WORK/rcv.err" & local recv=$!

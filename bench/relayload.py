@@ -129,6 +129,9 @@ def main() -> None:
     relay = subprocess.Popen(
         [args.bin, "relay", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
          "--max-connections", str(args.sessions + 64), "--max-codes", str(args.sessions + 64),
+         # Every receiver registers from 127.0.0.1: one address, above the per-address defaults.
+         "--codes-per-address", str(args.sessions + 64),
+         "--connections-per-address", str(args.sessions + 64),
          "--lookup-burst", str(args.sessions * 4), "--lookup-per-sec", "100000"],
         stderr=subprocess.PIPE, text=True)
     try:
