@@ -1140,6 +1140,10 @@ fn udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so() {
         fsx::assert_same_file(&src, &out.join("data.bin"));
         if json {
             let v = s.json();
+            eprintln!(
+                "UDP blocked: {} s in all, data from {} ms, on TCP after {} s more; {}",
+                v["seconds"], v["first_data_ms"], v["fallback_seconds"], v["bytes_by_path"]
+            );
             assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
             assert_eq!(v["transport"], "tcp", "{v}\n{}", s.stderr);
             assert_eq!(v["direct_channels"], 0, "{v}\n{}", s.stderr);

@@ -606,7 +606,12 @@ fn open_data_path(
     if let Some(relay) = opts.dialer.as_ref().and_then(|d| d.udp_relay(channels)) {
         match relay {
             Ok(relay) => {
-                let unbound = relay.bind(&socks, Duration::from_secs(2));
+                // An answer takes a round trip to the relay, less than the session's through
+                // it: a few of those, at least four rounds of binds, is long enough; a relay
+                // whose UDP port is blocked costs no more before the data starts (a channel
+                // still unbound goes on binding beside the data: `punching`).
+                let wait = (rtt * 4).clamp(BIND_WAIT_MIN, BIND_WAIT_MAX);
+                let unbound = relay.bind(&socks, wait);
                 if !unbound.is_empty() {
                     warnings.push(format!(
                         "the relay did not confirm UDP for {}",
@@ -655,6 +660,11 @@ fn open_data_path(
         relayed,
     })
 }
+
+/// The shortest and the longest the channels wait for the relay to confirm their binds
+/// before the data starts.
+const BIND_WAIT_MIN: Duration = Duration::from_millis(600);
+const BIND_WAIT_MAX: Duration = Duration::from_secs(2);
 
 /// Each channel socket's try for a direct path past `relay` (hole punching with `key`): a
 /// punched path moves the channel there (`cmds`) and is noted in `direct_at` as seconds from
