@@ -66,12 +66,6 @@ impl Limiter {
         }
     }
 
-    fn refill(&self, b: &mut Bucket, now: Instant) {
-        let secs = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + secs * self.per_sec).min(self.burst);
-        b.at = now;
-    }
-
     /// Takes one token for `ip`'s client at `now`; false when over the limit.
     pub fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
         self.allow_n(ip, 1.0, now)
@@ -79,14 +73,13 @@ impl Limiter {
 
     /// Takes `n` tokens for `ip`'s client at `now`; false (and none taken) when it has fewer.
     pub fn allow_n(&mut self, ip: IpAddr, n: f64, now: Instant) -> bool {
-        let Some(mut b) = self.bucket(ip, now) else {
+        let Some(b) = self.bucket(ip, now) else {
             return false;
         };
         let ok = b.tokens >= n;
         if ok {
             b.tokens -= n;
         }
-        self.buckets.insert(client_key(ip), b);
         ok
     }
 
@@ -95,23 +88,23 @@ impl Limiter {
     /// cannot drop, like a TCP splice, is paced rather than refused). `None` when the table of
     /// clients is full.
     pub fn take(&mut self, ip: IpAddr, n: f64, now: Instant) -> Option<Duration> {
-        let mut b = self.bucket(ip, now)?;
+        let per_sec = self.per_sec;
+        let b = self.bucket(ip, now)?;
         b.tokens -= n;
-        let wait = if b.tokens >= 0.0 || self.per_sec <= 0.0 {
+        Some(if b.tokens >= 0.0 || per_sec <= 0.0 {
             Duration::ZERO
         } else {
-            Duration::try_from_secs_f64(-b.tokens / self.per_sec).unwrap_or(Duration::MAX)
-        };
-        self.buckets.insert(client_key(ip), b);
-        Some(wait)
+            Duration::try_from_secs_f64(-b.tokens / per_sec).unwrap_or(Duration::MAX)
+        })
     }
 
-    /// The bucket of `ip`'s client, refilled to `now` (a new one when it has none); `None`
-    /// when the table is full of buckets still in use.
-    fn bucket(&mut self, ip: IpAddr, now: Instant) -> Option<Bucket> {
-        let ip = client_key(ip);
-        if !self.buckets.contains_key(&ip) && self.buckets.len() >= self.max_clients {
-            let (burst, per_sec) = (self.burst, self.per_sec);
+    /// The bucket of `ip`'s client, refilled to `now` (a full one when it has none); `None`
+    /// when the table is full of buckets still in use. One hash lookup when the client is
+    /// known (the forwarder asks once per datagram).
+    fn bucket(&mut self, ip: IpAddr, now: Instant) -> Option<&mut Bucket> {
+        let key = client_key(ip);
+        let (burst, per_sec) = (self.burst, self.per_sec);
+        if self.buckets.len() >= self.max_clients && !self.buckets.contains_key(&key) {
             self.buckets.retain(|_, b| {
                 let secs = now.saturating_duration_since(b.at).as_secs_f64();
                 b.tokens + secs * per_sec < burst
@@ -120,11 +113,13 @@ impl Limiter {
                 return None;
             }
         }
-        let mut b = self.buckets.get(&ip).copied().unwrap_or(Bucket {
-            tokens: self.burst,
+        let b = self.buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
             at: now,
         });
-        self.refill(&mut b, now);
+        let secs = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + secs * per_sec).min(burst);
+        b.at = now;
         Some(b)
     }
 
