@@ -1,0 +1,153 @@
+//! The library API end to end on loopback: the four examples run (the send and receive ones
+//! against each other, the progress and cancel ones on their own), and the API's behaviour a
+//! program relies on: a wrong code's error kind, a cancelled receiver that is still waiting,
+//! the events of a transfer, a resume.
+
+use hurtle::{ErrorKind, Event, Phase, Receiver, Sender};
+use std::time::Duration;
+
+#[allow(dead_code)]
+#[path = "../examples/cancel.rs"]
+mod cancel_example;
+#[allow(dead_code)]
+#[path = "../examples/progress.rs"]
+mod progress_example;
+#[allow(dead_code)]
+#[path = "../examples/receive.rs"]
+mod receive_example;
+#[allow(dead_code)]
+#[path = "../examples/send.rs"]
+mod send_example;
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn the_send_and_receive_examples_move_files_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("a.txt"), b"hello").unwrap();
+    std::fs::write(src.join("sub/b.bin"), vec![9u8; 3 << 20]).unwrap();
+    let out = dir.path().join("out");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let args = strings(&[
+        "--out",
+        out.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--code",
+        "15-acid-acorn-actor",
+    ]);
+    let receiving = std::thread::spawn(move || {
+        receive_example::run(args, |r| tx.send(r.local_addr()).unwrap())
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(10)).expect("listening");
+    let sent = send_example::run(strings(&[
+        "--to",
+        &addr.to_string(),
+        "--code",
+        "15-acid-acorn-actor",
+        src.to_str().unwrap(),
+    ]))
+    .expect("sent");
+    let received = receiving.join().unwrap().expect("received");
+    assert_eq!((sent.files, received.files), (2, 2));
+    assert_eq!(sent.bytes, 5 + (3 << 20));
+    assert_eq!(
+        std::fs::read(out.join("src/sub/b.bin")).unwrap(),
+        vec![9u8; 3 << 20]
+    );
+    assert_eq!(std::fs::read(out.join("src/a.txt")).unwrap(), b"hello");
+}
+
+#[test]
+fn the_progress_example_moves_its_file_and_follows_it() {
+    let summary = progress_example::run(8, false).expect("the progress example");
+    assert_eq!(summary.bytes, 8 << 20);
+}
+
+#[test]
+fn the_cancel_example_keeps_what_was_verified_and_resumes_from_it() {
+    let (kept, resumed) = cancel_example::run(48).expect("the cancel example");
+    assert!(kept > 0, "something was kept at the cancel");
+    // What was confirmed at the cancel is kept, less the blocks still being written then (at
+    // most one 1 MiB block per channel, 8 channels at most).
+    assert!(
+        resumed > 0 && resumed + (8 << 20) >= kept,
+        "the second transfer resumed {resumed} of the {kept} kept"
+    );
+}
+
+#[test]
+fn a_wrong_code_is_refused_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let receiver = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .code("21-acid-acorn-actor")
+        .build()
+        .unwrap();
+    let receiving = receiver.receive().unwrap();
+    let e = Sender::builder()
+        .to(receiver.local_addr())
+        .code("21-acid-acorn-adobe")
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([dir.path().join("f")])
+        .unwrap()
+        .wait()
+        .expect_err("a wrong code");
+    assert_eq!(e.kind(), ErrorKind::Refused, "{e}");
+    assert_eq!(e.exit_code(), 3);
+    // The receiver keeps waiting (one try of three spent); a cancel ends it at once.
+    assert!(!receiving.wait_timeout(Duration::from_millis(300)));
+    receiving.cancel();
+    assert!(
+        receiving.wait_timeout(Duration::from_secs(2)),
+        "a cancel ends a receiver waiting for its sender at once"
+    );
+    let e = receiving.wait().expect_err("cancelled");
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert!(!dir.path().join("out/f").exists());
+}
+
+#[test]
+fn events_say_the_phases_the_files_and_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, size) in [("one", 2 << 20), ("two", 1 << 20)] {
+        std::fs::write(dir.path().join(name), vec![1u8; size]).unwrap();
+    }
+    let receiver = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .build()
+        .unwrap();
+    let receiving = receiver.receive().unwrap();
+    let sending = Sender::builder()
+        .to(receiver.local_addr())
+        .code(receiver.code().unwrap())
+        .cold_start(true)
+        .progress_interval(Duration::from_millis(20))
+        .build()
+        .unwrap()
+        .send([dir.path().join("one"), dir.path().join("two")])
+        .unwrap();
+    let events: Vec<Event> = sending.iter().collect();
+    let summary = sending.wait().unwrap();
+    receiving.wait().unwrap();
+    assert!(events.contains(&Event::Phase(Phase::Moving)), "{events:?}");
+    assert!(events.contains(&Event::FileDone { done: 2 }), "{events:?}");
+    let Some(Event::Progress(last)) = events
+        .iter()
+        .rev()
+        .find(|e| matches!(e, Event::Progress(_)))
+    else {
+        panic!("no progress event: {events:?}");
+    };
+    assert_eq!((last.total, last.confirmed), (summary.bytes, summary.bytes));
+    assert_eq!(last.files_done, 2);
+}

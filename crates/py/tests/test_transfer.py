@@ -1,0 +1,230 @@
+"""hurtle's Python bindings, installed from the built wheel: files moved between two Python
+processes on loopback, a wrong code, a usage error, Ctrl-C, a cancel and a resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import hurtle
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+CODE = "4242-acid-acorn-actor"
+
+
+class Peer:
+    """A peer.py process and the JSON lines it prints."""
+
+    def __init__(self, role, **opts):
+        self.proc = subprocess.Popen(
+            [sys.executable, PEER, role, json.dumps(opts)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def line(self, timeout=30):
+        """The next JSON line (the process is killed if none comes within `timeout`)."""
+        timer = threading.Timer(timeout, self.proc.kill)
+        timer.start()
+        try:
+            text = self.proc.stdout.readline()
+        finally:
+            timer.cancel()
+        assert text, "the peer ended without a line (exit code %s)" % self.proc.poll()
+        return json.loads(text)
+
+    def until(self, pred, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            obj = self.line(timeout=deadline - time.monotonic())
+            if pred(obj):
+                return obj
+        raise AssertionError("no such line within %s s" % timeout)
+
+    def end(self, timeout=30):
+        """The last line and the exit code."""
+        last = None
+        timer = threading.Timer(timeout, self.proc.kill)
+        timer.start()
+        try:
+            for text in self.proc.stdout:
+                last = json.loads(text)
+            code = self.proc.wait()
+        finally:
+            timer.cancel()
+        return last, code
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def peers():
+    started = []
+
+    def start(role, **opts):
+        p = Peer(role, **opts)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+
+
+def receiver(peers, out, code=CODE, **opts):
+    r = peers("receive", out=str(out), listen="127.0.0.1:0", code=code, **opts)
+    ready = r.line()
+    assert ready["code"] == code
+    return r, ready["ready"]
+
+
+def random_file(path, size):
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def test_a_transfer_between_two_processes_is_byte_exact(tmp_path, peers):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    random_file(src / "a.bin", 5 << 20)
+    random_file(src / "sub" / "b.bin", 123457)
+    (src / "empty").write_bytes(b"")
+    r, addr = receiver(peers, tmp_path / "out")
+    s = peers("send", paths=[str(src)], to=addr, code=CODE, cold_start=True, channels=2)
+    sent, code = s.end()
+    assert code == 0, sent
+    received, code = r.end()
+    assert code == 0, received
+    assert sent["summary"]["files"] == received["summary"]["files"] == 3
+    assert sent["summary"]["bytes"] == (5 << 20) + 123457
+    for name in ["a.bin", "sub/b.bin", "empty"]:
+        assert (tmp_path / "out" / "src" / name).read_bytes() == (src / name).read_bytes()
+
+
+def test_the_gil_is_released_and_events_come_while_it_runs(tmp_path, peers):
+    random_file(tmp_path / "f.bin", 16 << 20)
+    r, addr = receiver(peers, tmp_path / "out")
+    count, stop = [0], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    events = []
+    try:
+        summary = hurtle.send(
+            str(tmp_path / "f.bin"),
+            to=addr,
+            code=CODE,
+            cold_start=True,
+            rate_fixed="400M",
+            progress=events.append,
+            progress_interval=0.05,
+        )
+    finally:
+        stop.set()
+        spinner.join()
+    assert r.end()[1] == 0
+    assert summary["bytes"] == 16 << 20
+    assert summary["rate"]["mode"] == "fixed"
+    # A pure-Python loop ran meanwhile: the transfer did not hold the GIL.
+    assert count[0] > 10000, count[0]
+    kinds = {e["event"] for e in events}
+    assert {"phase", "progress", "file_started"} <= kinds, kinds
+    last = [e for e in events if e["event"] == "progress"][-1]
+    assert last["confirmed"] == last["total"] == 16 << 20
+
+
+def test_a_wrong_code_raises_refused(tmp_path, peers):
+    (tmp_path / "f").write_bytes(b"x")
+    r, addr = receiver(peers, tmp_path / "out")
+    with pytest.raises(hurtle.RefusedError) as e:
+        hurtle.send(str(tmp_path / "f"), to=addr, code="4242-acid-acorn-adobe", cold_start=True)
+    assert isinstance(e.value, hurtle.Error)
+    assert (e.value.kind, e.value.exit_code) == ("refused", 3)
+    # The receiver is still waiting; Ctrl-C ends it cleanly.
+    r.proc.send_signal(signal.SIGINT)
+    last, code = r.end()
+    assert (last, code) == ({"interrupted": True}, 130)
+    assert not (tmp_path / "out" / "f").exists()
+
+
+def test_bad_options_raise_usage_errors_before_anything_starts(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(hurtle.UsageError, match="ambiguous") as e:
+        hurtle.send(str(tmp_path / "f"), to="127.0.0.1:9", code=CODE, rate="100Mb")
+    assert e.value.exit_code == 2
+    with pytest.raises(hurtle.UsageError, match="channels"):
+        hurtle.send(str(tmp_path / "f"), to="127.0.0.1:9", code=CODE, channels=0)
+    with pytest.raises(hurtle.UsageError, match="bad code"):
+        hurtle.receive(str(tmp_path / "out"), listen="127.0.0.1:0", code="nope")
+    with pytest.raises(hurtle.StorageError):
+        hurtle.receive(str(tmp_path / "f"), listen="127.0.0.1:0", code=CODE)
+
+
+def test_ctrl_c_cancels_the_sender_and_keeps_what_was_verified(tmp_path, peers):
+    big = random_file(tmp_path / "big.bin", 64 << 20)
+    r, addr = receiver(peers, tmp_path / "out")
+    s = peers(
+        "send",
+        paths=[str(big)],
+        to=addr,
+        code=CODE,
+        cold_start=True,
+        rate_fixed="200M",
+        events=True,
+        progress_interval=0.05,
+    )
+    s.until(lambda o: o.get("event") == "progress" and o["confirmed"] > (4 << 20))
+    s.proc.send_signal(signal.SIGINT)
+    last, code = s.end()
+    assert (last, code) == ({"interrupted": True}, 130)
+    last, code = r.end()
+    # The receiver hears that the sender was interrupted: a network failure on its side.
+    assert (last["error"], last["kind"], code) == ("NetworkError", "network", 4), last
+    assert not (tmp_path / "out" / "big.bin").exists()
+    parts = [p for p in os.listdir(tmp_path / "out") if p.endswith(".hurtle-part")]
+    assert parts, os.listdir(tmp_path / "out")
+
+
+def test_a_cancelled_transfer_resumes(tmp_path, peers):
+    big = random_file(tmp_path / "big.bin", 48 << 20)
+    out = tmp_path / "out"
+    r, addr = receiver(peers, out)
+    kept = []
+
+    def cancel_at_a_quarter(e):
+        if e["event"] == "progress" and e["total"] and e["confirmed"] >= e["total"] // 4:
+            kept.append(e["confirmed"])
+            raise RuntimeError("enough")
+
+    with pytest.raises(RuntimeError, match="enough"):
+        hurtle.send(
+            str(big),
+            to=addr,
+            code=CODE,
+            cold_start=True,
+            rate_fixed="200M",
+            progress=cancel_at_a_quarter,
+            progress_interval=0.05,
+        )
+    assert r.end()[1] == 4
+    r, addr = receiver(peers, out)
+    summary = hurtle.send(str(big), to=addr, code=CODE, cold_start=True)
+    assert r.end()[1] == 0
+    assert summary["bytes"] == 48 << 20
+    # What was confirmed at the cancel is not sent again (less the blocks still being written
+    # then: one 1 MiB block per channel at most).
+    assert summary["resumed_bytes"] > 0
+    assert summary["resumed_bytes"] + (8 << 20) >= kept[0], (summary["resumed_bytes"], kept)
+    assert (out / "big.bin").read_bytes() == big.read_bytes()
