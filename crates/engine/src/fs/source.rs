@@ -5,6 +5,10 @@
 //! size. Like a part file it borrows its descriptor from [`Descriptors`]; reopened by path, it
 //! must still be the same file (device and inode), so a source replaced meanwhile counts as
 //! changed, never read from.
+//!
+//! It also holds the blocks the manifest announced as holes ([`SourceFile::with_holes`]): such
+//! a block, still a hole, is valued without being read or hashed
+//! ([`hurtle_proto::hash::hole_value`]).
 
 use super::error::{map_io, StoreError};
 use super::fds::{is_replaced, Descriptors, Identity, Slot};
@@ -27,6 +31,8 @@ pub struct SourceFile {
     path: PathBuf,
     size: u64,
     mtime_ns: i64,
+    /// Blocks the manifest announced as holes: ascending half-open ranges of block numbers.
+    holes: Vec<(u64, u64)>,
 }
 
 impl SourceFile {
@@ -48,7 +54,26 @@ impl SourceFile {
             path: path.to_path_buf(),
             size: meta.len(),
             mtime_ns: mtime_ns(&meta),
+            holes: Vec::new(),
         })
+    }
+
+    /// The same source, with the blocks the manifest announced as holes (ascending half-open
+    /// ranges of block numbers; see [`hurtle_proto::hash::value_of`]).
+    pub fn with_holes(self, holes: Vec<(u64, u64)>) -> SourceFile {
+        SourceFile { holes, ..self }
+    }
+
+    /// True when the manifest announced holes in this file: its root hash is then of the kind
+    /// [`HashKind::Sparse`](hurtle_proto::hash::HashKind::Sparse).
+    pub fn has_announced_holes(&self) -> bool {
+        !self.holes.is_empty()
+    }
+
+    /// True when block `index` (of the file's own blocks) was announced as a hole.
+    pub fn is_announced_hole(&self, index: u64) -> bool {
+        let i = self.holes.partition_point(|&(_, end)| end <= index);
+        self.holes.get(i).is_some_and(|&(start, _)| start <= index)
     }
 
     /// The source's descriptor, reopened if it was closed to make room for others;
@@ -165,6 +190,19 @@ mod tests {
             src.check_unchanged(),
             Err(StoreError::SourceChanged { .. })
         ));
+    }
+
+    #[test]
+    fn announced_holes_are_known_by_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("src");
+        fs::write(&path, b"0123456789").unwrap();
+        let src = SourceFile::open(&path).unwrap();
+        assert!(!src.has_announced_holes() && !src.is_announced_hole(0));
+        let src = src.with_holes(vec![(1, 3), (5, 6)]);
+        assert!(src.has_announced_holes());
+        let holes: Vec<u64> = (0..8).filter(|&b| src.is_announced_hole(b)).collect();
+        assert_eq!(holes, vec![1, 2, 5]);
     }
 
     #[test]

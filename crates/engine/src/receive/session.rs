@@ -28,7 +28,7 @@ use crate::progress::Progress;
 use crate::setup::{out_of_order, Driver};
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::Tally;
-use hurtle_proto::hash::{to_hex, BlockValue};
+use hurtle_proto::hash::{to_hex, BlockValue, HashKind};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
@@ -357,6 +357,7 @@ impl Receiver {
                     } else {
                         to_hex(&h)
                     },
+                    hash: HashKind::with_holes(k.is_none() && !f.holes.is_empty()).name(),
                     skipped: k.is_some(),
                 })
                 .collect(),

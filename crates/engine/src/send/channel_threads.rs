@@ -12,7 +12,7 @@ use crate::net::channel_link::LinkOut;
 use crate::netlog::NetLog;
 use crossbeam_channel::{Receiver, Sender};
 use hurtle_proto::fec::{self, ParityDesc, TailGroups};
-use hurtle_proto::hash::block_value;
+use hurtle_proto::hash::{hole_value, value_of};
 use hurtle_proto::secure::PacketNumbers;
 use hurtle_proto::wire::{self, Header, Kind, HEADER_LEN};
 use hurtle_proto::{ChannelSender, Pacer, RunKind};
@@ -300,11 +300,13 @@ impl ChannelWorker {
         if need_bytes || need_value {
             let blen = (range.end - range.start) as usize;
             let source = &self.shared.sources[file as usize];
-            // A hole the receiver holds as a hole is hashed, not read: reading one makes the
-            // kernel fill page-cache pages with zeros (a GiB of holes cost a second of it).
+            // A hole the receiver holds as a hole is not read: reading one makes the kernel
+            // fill page-cache pages with zeros (a GiB of holes cost a second of it).
+            let mut in_hole = false;
             let data = if loaded {
                 &self.block_buf.aligned()[..blen]
             } else if held && source.is_hole(range.start, range.end)? {
+                in_hole = true;
                 crate::iobuf::zeros(blen)
             } else {
                 let block_buf = &mut self.block_buf.aligned()[..blen];
@@ -314,12 +316,21 @@ impl ChannelWorker {
             };
             if need_value {
                 let blocks = layout.blocks_of(file);
-                let value = block_value(
-                    data,
-                    block - blocks.start,
-                    layout.block_size(),
-                    blocks.end - blocks.start,
-                );
+                let index = block - blocks.start;
+                let announced = source.is_announced_hole(index);
+                // An announced hole that still is one is not hashed either (see
+                // `hurtle_proto::hash::hole_value`).
+                let value = if in_hole && announced {
+                    hole_value(index, blen as u64)
+                } else {
+                    value_of(
+                        data,
+                        index,
+                        layout.block_size(),
+                        blocks.end - blocks.start,
+                        announced,
+                    )
+                };
                 self.valued = Some(block);
                 let _ = self.events.send(ChanEvent::Block { block, value, held });
             }

@@ -30,7 +30,7 @@ use crate::setup::{out_of_order, Driver};
 use crate::walk::{self, WalkOptions};
 use crossbeam_channel::unbounded;
 use hurtle_proto::fec::TailGroups;
-use hurtle_proto::hash::to_hex;
+use hurtle_proto::hash::{to_hex, HashKind};
 use hurtle_proto::probe::PayloadProbe;
 use hurtle_proto::punch::Role;
 use hurtle_proto::rate::{self, PathMemory};
@@ -80,12 +80,15 @@ pub(super) fn send_once(
     // files, that takes a while); the early data needs them.
     let opening = {
         let paths: Vec<PathBuf> = files.iter().map(|f| f.abs_path.clone()).collect();
+        let holes = entries.iter().filter(|e| e.kind == EntryKind::File);
+        let holes: Vec<Vec<(u64, u64)>> = holes.map(|e| e.holes.clone()).collect();
         std::thread::Builder::new()
             .name("open".into())
             .spawn(move || {
                 paths
                     .iter()
-                    .map(|p| SourceFile::open(p))
+                    .zip(holes)
+                    .map(|(p, h)| SourceFile::open(p).map(|s| s.with_holes(h)))
                     .collect::<Result<Vec<_>, _>>()
             })
             .map_err(|e| SessionError::io("open thread", e))?
@@ -533,10 +536,13 @@ pub(super) fn send_once(
             .zip(hashes)
             .zip(&skipped)
             .zip(&unchecked)
-            .map(|(((f, h), k), &u)| FileReport {
+            .enumerate()
+            .map(|(i, (((f, h), k), &u))| FileReport {
                 path: f.rel_path.clone(),
                 size: f.size,
                 blake3: if u { String::new() } else { to_hex(&h) },
+                hash: HashKind::with_holes(k.is_none() && shared.sources[i].has_announced_holes())
+                    .name(),
                 skipped: k.is_some(),
             })
             .collect(),
