@@ -151,3 +151,53 @@ fn events_say_the_phases_the_files_and_the_bytes() {
     assert_eq!((last.total, last.confirmed), (summary.bytes, summary.bytes));
     assert_eq!(last.files_done, 2);
 }
+
+#[test]
+fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
+    let relay = hurtle_relay::server::Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        hurtle_relay::server::Config::default(),
+    )
+    .unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    std::thread::spawn(move || relay.run());
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("f.bin"), &data).unwrap();
+    let out = dir.path().join("out");
+    for relay_only in [false, true] {
+        let receiver = Receiver::builder()
+            .out(&out)
+            .listen("127.0.0.1:0")
+            .relay(relay_addr)
+            .overwrite(true)
+            .build()
+            .unwrap();
+        let code = receiver.code().expect("the relay's code").to_string();
+        let receiving = receiver.receive().unwrap();
+        let sent = Sender::builder()
+            .relay(relay_addr)
+            .code(&code)
+            .relay_only(relay_only)
+            .checksum(true)
+            .cold_start(true)
+            .build()
+            .unwrap()
+            .send([dir.path().join("f.bin")])
+            .unwrap()
+            .wait()
+            .unwrap_or_else(|e| panic!("relay_only {relay_only}: {e}"));
+        let received = receiving.wait().unwrap();
+        assert_eq!((sent.bytes, received.bytes), (2 << 20, 2 << 20));
+        assert_eq!(std::fs::read(out.join("f.bin")).unwrap(), data);
+        std::fs::remove_file(out.join("f.bin")).unwrap();
+    }
+    // A receiver's relay code is the relay's: a code of one's own is refused with it.
+    let e = Receiver::builder()
+        .out(&out)
+        .relay(relay_addr)
+        .code("7-acid-acorn")
+        .build()
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+}

@@ -310,10 +310,11 @@ fn interval(py: Python<'_>, secs: f64) -> PyResult<Duration> {
 
 /// Receives one transfer into `out` and returns the summary as a dict. Listens on
 /// `listen="HOST[:PORT]"` (default `0.0.0.0:7400`) for a sender holding `code` (default a new
-/// one) or one of the keys in the file `keys`; `ready(address, code)` is called once it
-/// listens.
+/// one) or one of the keys in the file `keys`; with `relay="HOST[:PORT]"` the code is the
+/// relay's, for a sender that finds this receiver there. `ready(address, code)` is called
+/// once it listens.
 #[pyfunction]
-#[pyo3(signature = (out, *, listen=None, code=None, keys=None, overwrite=false,
+#[pyo3(signature = (out, *, listen=None, relay=None, code=None, keys=None, overwrite=false,
     buffer_memory=None, max_channels=None, no_encryption=false, log_dir=None, idle_timeout=None,
     progress=None, ready=None, progress_interval=0.2))]
 #[allow(clippy::too_many_arguments)]
@@ -321,6 +322,7 @@ fn receive(
     py: Python<'_>,
     out: PathBuf,
     listen: Option<String>,
+    relay: Option<String>,
     code: Option<String>,
     keys: Option<PathBuf>,
     overwrite: bool,
@@ -340,6 +342,9 @@ fn receive(
         .progress_interval(interval(py, progress_interval)?);
     if let Some(l) = listen {
         b = b.listen(l);
+    }
+    if let Some(r) = relay {
+        b = b.relay(r);
     }
     if let Some(c) = code {
         b = b.code(c);

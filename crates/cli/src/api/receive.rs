@@ -2,16 +2,25 @@
 //! flags; [`ReceiverBuilder::build`] checks the output directory and binds the listening
 //! port, so that a [`Receiver`] knows its address and code before any sender comes; each
 //! [`Receiver::receive`] serves one transfer.
+//!
+//! With a relay ([`ReceiverBuilder::relay`]) the receiver registers there and gets its code
+//! from it (a number and two words; the relay learns the number only), and keeps an agent
+//! connected that forwards the relayed connections and datagrams of the sender that finds it
+//! by that code. A code is good for one transfer.
 
 use super::error::Error;
 use super::keys::{checked_code, new_code, read_keys};
 use super::transfer::{Transfer, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
+use hurtle_engine::RelayedUdp;
 use hurtle_engine::{Keyring, ReceiveOptions, ReceiveSummary};
+use hurtle_proto::secure::Secret;
+use hurtle_relay::client::{self, Agent, AgentEvent, RelayError};
+use hurtle_relay::code::DEFAULT_WORDS;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Options for a [`Receiver`]. Every setter is checked as the command line checks its flag;
@@ -20,6 +29,7 @@ use std::time::Duration;
 pub struct ReceiverBuilder {
     out: PathBuf,
     listen: Option<String>,
+    relay: Option<String>,
     code: Option<String>,
     keys_file: Option<PathBuf>,
     opts: ReceiveOptions,
@@ -32,6 +42,7 @@ impl Default for ReceiverBuilder {
         ReceiverBuilder {
             out: PathBuf::from("."),
             listen: None,
+            relay: None,
             code: None,
             keys_file: None,
             opts: ReceiveOptions::default(),
@@ -52,6 +63,14 @@ impl ReceiverBuilder {
     /// `0.0.0.0:7400`; port 0 picks a free one, see [`Receiver::local_addr`]).
     pub fn listen(mut self, addr: impl ToString) -> Self {
         self.listen = Some(addr.to_string());
+        self
+    }
+
+    /// Register with this relay, `HOST[:PORT]` (port 7401 when not given), and take the code
+    /// it gives ([`Receiver::code`]); the sender finds this receiver by that code. Not with
+    /// a code or keys of one's own. Listens on `0.0.0.0:0` unless told otherwise.
+    pub fn relay(mut self, relay: impl ToString) -> Self {
+        self.relay = Some(relay.to_string());
         self
     }
 
@@ -132,18 +151,33 @@ impl ReceiverBuilder {
         if let Some(e) = self.error {
             return Err(Error::Usage(e));
         }
+        let relay = match &self.relay {
+            Some(_) if self.code.is_some() || self.keys_file.is_some() => {
+                return Err(Error::Usage(
+                    "relay: not with code or keys_file (the relay's code is made here)".into(),
+                ))
+            }
+            Some(r) => Some(
+                HostPort::parse(r, values::RELAY_PORT, false)
+                    .map_err(|e| Error::usage("relay", e))?
+                    .resolve("relay")
+                    .map_err(Error::Resolve)?,
+            ),
+            None => None,
+        };
         let listen = match &self.listen {
             Some(l) => {
                 HostPort::parse(l, RECEIVER_PORT, true).map_err(|e| Error::usage("listen", e))?
             }
             None => HostPort {
                 host: "0.0.0.0".into(),
-                port: RECEIVER_PORT,
+                port: if relay.is_some() { 0 } else { RECEIVER_PORT },
             },
         };
         let code = match (&self.code, &self.keys_file) {
             (Some(c), _) => Some(checked_code(c)?.to_string()),
             (None, Some(_)) => None,
+            (None, None) if relay.is_some() => None,
             (None, None) => Some(new_code()),
         };
         let keys = match &code {
@@ -157,22 +191,99 @@ impl ReceiverBuilder {
         }
         check_out(&self.out)?;
         let addr = listen.resolve("listening").map_err(Error::Resolve)?;
+        let relayed_udp = relay.map(|r| Arc::new(RelayedUdp::new(r.ip())));
         let opts = ReceiveOptions {
             out_dir: self.out.clone(),
-            keys,
+            keys: keys.clone(),
+            relayed_udp: relayed_udp.clone(),
             ..self.opts
         };
+        let own_ports = opts.own_ports.clone();
         let inner = hurtle_engine::Receiver::bind(addr, opts)?;
         let local = inner.local_addr()?;
+        let (code, relay) = match (relay, relayed_udp) {
+            (Some(r), Some(udp)) => {
+                let link = register(r, local, own_ports, udp)?;
+                keys.add("code", Secret::code(&link.code));
+                (Some(link.code.clone()), Some(link))
+            }
+            _ => (code, None),
+        };
         Ok(Receiver {
             inner: Arc::new(inner),
             local,
+            relay,
             code,
             out: self.out,
             busy: Arc::new(AtomicBool::new(false)),
             interval: self.interval,
         })
     }
+}
+
+/// A receiver's registration at a relay: its code, and the agent that keeps it.
+struct RelayLink {
+    code: String,
+    /// Why the registration ended before a sender came (the relay cancelled the code, it
+    /// expired, the relay was lost), for a transfer still waiting.
+    ended: Arc<Mutex<Option<Error>>>,
+    _agent: Agent,
+}
+
+/// Registers the receiver listening at `local` with `relay`, and starts its agent: relayed
+/// connections go to the receiver's own ports, relayed datagrams to its channels.
+fn register(
+    relay: SocketAddr,
+    local: SocketAddr,
+    own_ports: Arc<hurtle_engine::OwnPorts>,
+    udp: Arc<RelayedUdp>,
+) -> Result<RelayLink, Error> {
+    let reg = client::register(relay, local, DEFAULT_WORDS)?;
+    let code = reg.code.to_string();
+    let ttl = reg.ttl_secs;
+    let ended = Arc::new(Mutex::new(None));
+    let slot = ended.clone();
+    let said = code.clone();
+    let paired = AtomicBool::new(false);
+    let agent = reg
+        .start_agent(local.ip(), own_ports, move |event| {
+            let end = match event {
+                AgentEvent::Udp { port, tokens } => {
+                    let binds = tokens
+                        .iter()
+                        .map(|t| client::udp_bind_request(t).to_vec())
+                        .collect();
+                    udp.offer(SocketAddr::new(relay.ip(), port), binds, |d| {
+                        client::parse_relay_answer(d)
+                    });
+                    return;
+                }
+                AgentEvent::Cancelled(reason) => Error::Code(format!(
+                    "the relay cancelled code {said}: {reason}; build a receiver again for a new code"
+                )),
+                AgentEvent::Expired => Error::Code(format!(
+                    "code {said} expired after {ttl} s; build a receiver again for a new code"
+                )),
+                AgentEvent::Paired { .. } => {
+                    paired.store(true, Ordering::Relaxed);
+                    return;
+                }
+                // Once a sender found the code, the session no longer needs the relay's
+                // registration (a relayed one goes on through the relay's splices).
+                AgentEvent::Lost(_) if paired.load(Ordering::Relaxed) => return,
+                AgentEvent::Lost(reason) => Error::Relay(RelayError::Protocol(format!(
+                    "lost the relay at {relay}: {reason}"
+                ))),
+                _ => return,
+            };
+            slot.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(end);
+        })
+        .map_err(|e| Error::Thread(format!("cannot start the relay agent: {e}")))?;
+    Ok(RelayLink {
+        code,
+        ended,
+        _agent: agent,
+    })
 }
 
 /// Checks that `out` is, or can be made, a writable directory, before anything listens.
@@ -200,6 +311,7 @@ fn check_out(out: &Path) -> Result<(), Error> {
 pub struct Receiver {
     inner: Arc<hurtle_engine::Receiver>,
     local: SocketAddr,
+    relay: Option<RelayLink>,
     code: Option<String>,
     out: PathBuf,
     busy: Arc<AtomicBool>,
@@ -250,10 +362,14 @@ impl Receiver {
             busy.store(false, Ordering::Release);
             Ok(result?)
         });
-        if started.is_err() {
-            self.busy.store(false, Ordering::Release);
+        match (started, &self.relay) {
+            (Ok(t), Some(link)) => Ok(t.abandoned_by(link.ended.clone())),
+            (Ok(t), None) => Ok(t),
+            (Err(e), _) => {
+                self.busy.store(false, Ordering::Release);
+                Err(e)
+            }
         }
-        started
     }
 }
 

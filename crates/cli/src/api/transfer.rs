@@ -122,6 +122,9 @@ pub struct Transfer<S> {
     result: Mutex<Option<Result<S, Error>>>,
     events: Rx<Event>,
     dropped: Arc<AtomicU64>,
+    /// Why a receiver still waiting for its sender gave up (its relay cancelled the code, or
+    /// it expired): set by someone else, taken by [`Transfer::wait_timeout`].
+    abandoned: Option<Arc<Mutex<Option<Error>>>>,
 }
 
 impl<S: Send + 'static> Transfer<S> {
@@ -153,6 +156,13 @@ impl<S: Send + 'static> Transfer<S> {
                         .unwrap_or_else(|_| {
                             Err(Error::Thread("the transfer thread panicked".into()))
                         });
+                if result.is_ok() {
+                    // A finished transfer moved and confirmed everything: the last snapshot says
+                    // so even where the engine's counters stopped at the last report.
+                    let total = p.total.load(Ordering::Relaxed);
+                    p.sent.fetch_max(total, Ordering::Relaxed);
+                    p.confirmed.fetch_max(total, Ordering::Relaxed);
+                }
                 stop.store(true, Ordering::Relaxed);
                 if let Some(w) = watcher {
                     w.thread().unpark();
@@ -169,7 +179,15 @@ impl<S: Send + 'static> Transfer<S> {
             result: Mutex::new(None),
             events,
             dropped,
+            abandoned: None,
         })
+    }
+
+    /// Ends the wait of a receiver still waiting for its sender with the error put in
+    /// `slot` (by its relay agent), as a cancel does.
+    pub(crate) fn abandoned_by(mut self, slot: Arc<Mutex<Option<Error>>>) -> Self {
+        self.abandoned = Some(slot);
+        self
     }
 
     /// Waits for the transfer to end: its summary, or why it failed.
@@ -191,16 +209,24 @@ impl<S: Send + 'static> Transfer<S> {
             // A receiver still waiting for its sender cannot be woken: a cancel ends the
             // transfer here, and leaves its thread to end when a sender comes (and finds the
             // session interrupted).
-            if self.cancelled.load(Ordering::Relaxed)
-                && self.receiver
-                && self.progress.phase() == EnginePhase::Idle
-            {
-                *slot = Some(Err(Error::Interrupted {
-                    receiver: true,
-                    held: 0,
-                    total: 0,
-                }));
-                return true;
+            if self.receiver && self.progress.phase() == EnginePhase::Idle {
+                if self.cancelled.load(Ordering::Relaxed) {
+                    *slot = Some(Err(Error::Interrupted {
+                        receiver: true,
+                        held: 0,
+                        total: 0,
+                    }));
+                    return true;
+                }
+                let given_up = self
+                    .abandoned
+                    .as_ref()
+                    .and_then(|a| a.lock().unwrap_or_else(|e| e.into_inner()).take());
+                if let Some(e) = given_up {
+                    self.progress.interrupt();
+                    *slot = Some(Err(e));
+                    return true;
+                }
             }
             let step = deadline
                 .saturating_duration_since(Instant::now())
