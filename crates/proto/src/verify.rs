@@ -161,6 +161,11 @@ impl Verifier {
         }
     }
 
+    /// The value of `block` once it is verified.
+    pub fn verified_value(&self, block: u64) -> Option<&BlockValue> {
+        self.verified.get(block)
+    }
+
     /// Blocks waiting for their expected value.
     pub fn waiting(&self) -> usize {
         self.waiting.len()

@@ -12,9 +12,9 @@
 //! - [`part`]: a file being received ([`PartFile`]): written positionally into
 //!   `.<name>.hurtle-part`, then fsynced and renamed into place; free space, directory syncs.
 //! - [`journal`]: the names of part files and block journals, and the journal's format, which
-//!   lets an interrupted transfer resume.
+//!   lets an interrupted transfer resume without reading back the blocks its MACs vouch for.
 //! - [`holes`]: sparse files' holes, and preallocation around them.
-//! - [`hash`]: the BLAKE3 of a whole file.
+//! - [`hash`]: the BLAKE3 of a whole file (what `b3sum` prints).
 //! - [`source`]: a file being sent ([`SourceFile`]), noticing when it changes underneath.
 //! - [`meta`]: modification times in nanoseconds, and the permission bits a receiver applies.
 //! - [`fds`]: open descriptors, a bounded number at a time within the process's limit, and the
@@ -51,7 +51,7 @@ pub mod tree;
 pub use error::StoreError;
 pub use hash::{hash_file, hash_open};
 pub use holes::{bytes_in_blocks, hole_blocks, is_hole, may_have_holes};
-pub use journal::{JOURNAL_SUFFIX, PART_SUFFIX};
+pub use journal::{Journaled, JOURNAL_SUFFIX, PART_SUFFIX};
 pub(crate) use meta::mtime_ns;
 pub use part::{free_space, memory_backed_dir, sync_dir, PartFile};
 pub use path::{sanitize_rel_path, PathError, MAX_COMPONENT_LEN, MAX_PATH_LEN};

@@ -18,17 +18,22 @@ use super::beneath::open_at;
 use super::error::{map_io, StoreError};
 use super::fds::{Descriptors, Identity, Slot};
 use super::holes::{block_bytes, preallocate};
-use super::journal::{journal_file_name, journal_header, parse_journal, part_file_name};
+use super::journal::{
+    entry_line, journal_file_name, journal_header, parse_journal, part_file_name, seal_line,
+    JournalKey, JournalScope, Journaled,
+};
 use super::meta::{system_time_from_ns, MODE_MASK};
 use super::path::{sanitize_rel_path, split_parent};
 use super::tree::{DirAt, OutRoot};
 use crate::sys;
+use hurtle_proto::hash::BlockValue;
 use rustix::fs::{AtFlags, OFlags, RenameFlags};
 use rustix::io::Errno;
 use std::fs::{File, Permissions};
 use std::io::{self, ErrorKind};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Bytes an unprivileged writer can still use on the filesystem holding `dir` (`statvfs`), or
@@ -61,6 +66,12 @@ pub struct PartFile {
     /// opened for each line, not kept open: a transfer of many files would otherwise need
     /// two descriptors per file.
     journal: bool,
+    /// The key of its journal's lines (see [`super::journal`]), once there is a journal.
+    journal_key: Option<JournalKey>,
+    /// Its blocks' size, once there is a journal.
+    block_size: u64,
+    /// Still a part file (not renamed into place nor discarded): closing it seals its journal.
+    open: AtomicBool,
     size: u64,
     /// Created by this transfer (not resumed): what was never written reads as zeros.
     new: bool,
@@ -151,6 +162,9 @@ impl PartFile {
             journal_name,
             final_path,
             journal: resumed,
+            journal_key: None,
+            block_size: 0,
+            open: AtomicBool::new(true),
             size,
             new: !resumed,
             overwrite,
@@ -159,9 +173,10 @@ impl PartFile {
 
     /// Picks up where an interrupted transfer of `rel` left off: if `.<name>.hurtle-part`
     /// exists with `size` bytes beside a block journal written for `size` and `block_size`,
-    /// opens the part file (journaling on) and returns it with the blocks the journal lists.
-    /// `Ok(None)` when there is nothing to resume from; then [`PartFile::create`] starts over.
-    /// The listed blocks are only claims: hash them again before trusting them.
+    /// opens the part file (journaling on) and returns it with what the journal says: blocks
+    /// it vouches for with their values, and blocks it only claims, to hash again before
+    /// trusting them (see [`super::journal`]). `Ok(None)` when there is nothing to resume
+    /// from; then [`PartFile::create`] starts over.
     /// Refuses like `create` when the final name exists and `overwrite` is false.
     pub fn resume(
         root: &Path,
@@ -169,7 +184,7 @@ impl PartFile {
         size: u64,
         block_size: u64,
         overwrite: bool,
-    ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
+    ) -> Result<Option<(PartFile, Journaled)>, StoreError> {
         Self::resume_in(&OutRoot::new(root), rel, size, block_size, overwrite)
     }
 
@@ -181,7 +196,7 @@ impl PartFile {
         size: u64,
         block_size: u64,
         overwrite: bool,
-    ) -> Result<Option<(PartFile, Vec<u64>)>, StoreError> {
+    ) -> Result<Option<(PartFile, Journaled)>, StoreError> {
         let target = Self::target(out, rel, overwrite)?;
         let (dir, fd, name) = (&target.dir, &target.fd, target.name);
         let (part_name, journal_name) = (part_file_name(name), journal_file_name(name));
@@ -198,33 +213,50 @@ impl PartFile {
             return Ok(None);
         };
         let regular = |f: &File| f.metadata().ok().filter(|m| m.is_file());
-        let identity = match (regular(&file), regular(&journal)) {
-            (Some(m), Some(j)) if m.len() == size && j.len() <= 64 << 20 => Identity::of(&m),
+        let (identity, inode, ctime) = match (regular(&file), regular(&journal)) {
+            (Some(m), Some(j)) if m.len() == size && j.len() <= 256 << 20 => {
+                (Identity::of(&m), m.ino(), (m.ctime(), m.ctime_nsec()))
+            }
             _ => return Ok(None),
         };
         let mut text = Vec::new();
         if io::Read::read_to_end(&mut journal, &mut text).is_err() {
             return Ok(None);
         }
-        let Some(blocks) = parse_journal(&text, size, block_size) else {
+        let scope = JournalScope {
+            inode,
+            size,
+            block_size,
+        };
+        let Some(journaled) = parse_journal(&text, scope, ctime) else {
             return Ok(None);
         };
-        // Appends go after the last complete line (a torn last line is cut off).
-        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        if journal.set_len(keep as u64).is_err() {
-            return Ok(None);
+        let mut part = PartFile::opened(target, file, identity, size, overwrite, true);
+        part.block_size = block_size;
+        match journaled.key {
+            // Appends go after the last complete line (a torn last line is cut off).
+            Some(key) => {
+                let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                if journal.set_len(keep as u64).is_err() {
+                    return Ok(None);
+                }
+                part.journal_key = Some(key);
+            }
+            // A version 1 journal vouches for nothing: a new one, whose lines will.
+            None => {
+                drop(journal);
+                part.keep_journal(block_size)?;
+            }
         }
-        Ok(Some((
-            PartFile::opened(target, file, identity, size, overwrite, true),
-            blocks,
-        )))
+        Ok(Some((part, journaled)))
     }
 
     /// Starts a block journal for this file (blocks of `block_size` bytes), replacing any
-    /// other: from now on [`PartFile::record_blocks`] lists the blocks that passed
-    /// verification, so that an interrupted transfer can resume. Without it, an interrupted
-    /// transfer starts over.
+    /// other, with a new key: from now on [`PartFile::record_blocks`] lists the blocks that
+    /// passed verification, so that an interrupted transfer can resume. Without it, an
+    /// interrupted transfer starts over.
     pub fn keep_journal(&mut self, block_size: u64) -> Result<(), StoreError> {
+        let key: JournalKey = rand::random();
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC;
         let mut journal = self
             .dir_fd()
@@ -232,28 +264,80 @@ impl PartFile {
             .map_err(|e| map_io(&self.journal_path, "create", 0, e))?;
         io::Write::write_all(
             &mut journal,
-            journal_header(self.size, block_size).as_bytes(),
+            journal_header(self.size, block_size, &key).as_bytes(),
         )
         .map_err(|e| map_io(&self.journal_path, "write", 0, e))?;
         self.journal = true;
+        self.journal_key = Some(key);
+        self.block_size = block_size;
         Ok(())
     }
 
-    /// Notes in the block journal that these blocks (counted within this file) were written
-    /// and passed verification, with one write. Best effort and not synced: a lost line costs
-    /// that block's refetch on resume, nothing more. Does nothing once the file is committed
-    /// (its journal is gone and is not created again).
-    pub fn record_blocks(&self, indices: &[u64]) {
-        if !self.journal || indices.is_empty() {
+    /// Notes in the block journal that these blocks (counted within this file, with their
+    /// verified values) were written and passed verification, with one write. Best effort and
+    /// not synced: a lost line costs that block's refetch on resume, nothing more; the lines
+    /// are trusted only once the journal is sealed ([`PartFile::seal_journal`]). Does nothing
+    /// once the file is committed (its journal is gone and is not created again).
+    pub fn record_blocks(&self, blocks: &[(u64, BlockValue)]) {
+        if blocks.is_empty() {
             return;
         }
+        self.append_journal(|key, scope| {
+            blocks
+                .iter()
+                .map(|(i, v)| entry_line(key, scope, *i, v))
+                .collect()
+        });
+    }
+
+    /// Seals the journal, as closing the part file does (dropping it without putting it in
+    /// place): syncs the part file (data and times: `fsync`), then notes its change time in a
+    /// MACed line. A resume trusts the journal's lines only while the part file's change time
+    /// is still the sealed one: nothing wrote into it since (a crash or a kill -9 leaves no
+    /// seal, and then every block is hashed again). Best effort, like the lines.
+    pub fn seal_journal(&self) {
+        if !self.journal || self.journal_key.is_none() || !self.open.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(file) = self.file() else {
+            return;
+        };
+        if file.sync_all().is_err() {
+            return;
+        }
+        let Ok(meta) = file.metadata() else {
+            return;
+        };
+        let ctime = (meta.ctime(), meta.ctime_nsec());
+        self.append_journal(|key, scope| seal_line(key, scope, ctime));
+    }
+
+    /// Appends what `lines` makes (given the journal's key and scope) to the journal, if this
+    /// file keeps one.
+    fn append_journal(&self, lines: impl FnOnce(&JournalKey, JournalScope) -> String) {
+        let Some(key) = self.journal_key.filter(|_| self.journal) else {
+            return;
+        };
+        if !self.open.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(meta) = self.file().and_then(|f| {
+            f.metadata()
+                .map_err(|e| map_io(&self.part_path, "inspect", 0, e))
+        }) else {
+            return;
+        };
+        let scope = JournalScope {
+            inode: meta.ino(),
+            size: self.size,
+            block_size: self.block_size,
+        };
         let flags = OFlags::WRONLY | OFlags::APPEND;
         let journal = self
             .dir_fd()
             .and_then(|dir| open_at(&*dir, &self.journal_name, flags, 0));
         if let Ok(mut j) = journal {
-            let lines: String = indices.iter().map(|i| format!("{i}\n")).collect();
-            let _ = io::Write::write_all(&mut j, lines.as_bytes());
+            let _ = io::Write::write_all(&mut j, lines(&key, scope).as_bytes());
         }
     }
 
@@ -362,6 +446,7 @@ impl PartFile {
     /// Gives up on the file before anything was written: removes the `.hurtle-part` file and
     /// its block journal.
     pub fn discard(self) -> Result<(), StoreError> {
+        self.open.store(false, Ordering::Relaxed);
         let dir = self.dir_at.open()?;
         let _ = rustix::fs::unlinkat(&dir, self.journal_name.as_str(), AtFlags::empty());
         rustix::fs::unlinkat(&dir, self.part_name.as_str(), AtFlags::empty())
@@ -493,7 +578,7 @@ impl PartFile {
             }
         };
         match renamed {
-            Ok(()) => {}
+            Ok(()) => self.open.store(false, Ordering::Relaxed),
             Err(Errno::EXIST) if !self.overwrite => return Err(exists()),
             Err(e) => return Err(map_io(&self.final_path, "rename into place", 0, e.into())),
         }
@@ -518,6 +603,14 @@ struct Target<'a> {
     fd: Arc<File>,
     name: &'a str,
     final_path: PathBuf,
+}
+
+/// Closing a part file that is still one (an interrupted transfer's) seals its journal
+/// ([`PartFile::seal_journal`]): by then every thread that wrote into it let go of it.
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        self.seal_journal();
+    }
 }
 
 /// True when `dir` is on tmpfs or ramfs (memory, no disk behind it); false if it cannot say.
@@ -791,8 +884,24 @@ mod tests {
     fn journaled(root: &Path, rel: &str, size: u64, blocks: &[u64]) -> PartFile {
         let mut pf = PartFile::create(root, rel, size, false).unwrap();
         pf.keep_journal(4096).unwrap();
-        pf.record_blocks(blocks);
+        pf.record_blocks(&valued(blocks));
         pf
+    }
+
+    /// `blocks` with made-up values (block `b`'s is `[b; 32]`).
+    fn valued(blocks: &[u64]) -> Vec<(u64, BlockValue)> {
+        blocks.iter().map(|&b| (b, [b as u8; 32])).collect()
+    }
+
+    /// The trusted blocks of a resume (checking their values), and the claimed ones.
+    fn said(j: &Journaled) -> (Vec<u64>, Vec<u64>) {
+        for &(b, v) in &j.trusted {
+            assert_eq!(v, [b as u8; 32], "block {b}'s value");
+        }
+        (
+            j.trusted.iter().map(|&(b, _)| b).collect(),
+            j.claims.clone(),
+        )
     }
 
     #[test]
@@ -836,7 +945,7 @@ mod tests {
         let root = tmp.path();
         let pf = journaled(root, "a/f", 10_000, &[0, 2]);
         pf.write_at(0, &[7; 4096]).unwrap();
-        pf.record_blocks(&[0]);
+        pf.record_blocks(&valued(&[0]));
         drop(pf);
         assert_eq!(
             names_in(&root.join("a")),
@@ -853,16 +962,16 @@ mod tests {
         let (pf, blocks) = PartFile::resume(root, "a/f", 10_000, 4096, false)
             .unwrap()
             .unwrap();
-        assert_eq!(blocks, vec![0, 2]);
+        assert_eq!(said(&blocks), (vec![0, 2], vec![]));
         let mut buf = [0u8; 4096];
         pf.read_at(0, &mut buf).unwrap();
         assert_eq!(buf, [7; 4096], "resuming keeps the data");
-        pf.record_blocks(&[1]);
+        pf.record_blocks(&valued(&[1]));
         drop(pf);
         let (pf, blocks) = PartFile::resume(root, "a/f", 10_000, 4096, false)
             .unwrap()
             .unwrap();
-        assert_eq!(blocks, vec![0, 1, 2]);
+        assert_eq!(said(&blocks), (vec![0, 1, 2], vec![]));
         // Finishing removes the journal with the part file.
         pf.commit(0o644, 0).unwrap();
         assert_eq!(names_in(&root.join("a")), vec!["f"]);
@@ -877,15 +986,15 @@ mod tests {
         let resume = |size, block| PartFile::resume(root, "f", size, block, false).unwrap();
         assert!(resume(10_001, 4096).is_none(), "another size");
         assert!(resume(10_000, 8192).is_none(), "another block size");
-        assert_eq!(resume(10_000, 4096).unwrap().1, vec![1]);
-        // Block numbers past the file's end are dropped.
+        assert_eq!(said(&resume(10_000, 4096).unwrap().1), (vec![1], vec![]));
+        // Block numbers past the file's end are dropped; a bare number is a claim.
         fs::OpenOptions::new()
             .append(true)
             .open(root.join(".f.hurtle-blocks"))
             .unwrap()
-            .write_all(b"3\n99\nx\n")
+            .write_all(b"3\n99\nx\n2\n")
             .unwrap();
-        assert_eq!(resume(10_000, 4096).unwrap().1, vec![1]);
+        assert_eq!(said(&resume(10_000, 4096).unwrap().1), (vec![1], vec![2]));
         // A part file without a journal, or a journal without its header, is not resumed.
         fs::write(root.join(".f.hurtle-blocks"), b"1\n").unwrap();
         assert!(resume(10_000, 4096).is_none());
@@ -901,6 +1010,77 @@ mod tests {
         assert!(PartFile::resume(root, "g", 10, 4096, true)
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn torn_stale_and_forged_journal_lines_are_only_claims() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let journal = root.join(".f.hurtle-blocks");
+        let append = |text: &[u8]| {
+            let mut j = fs::OpenOptions::new().append(true).open(&journal).unwrap();
+            j.write_all(text).unwrap();
+        };
+        let resume = || PartFile::resume(root, "f", 5 * 4096, 4096, false).unwrap();
+        drop(journaled(root, "f", 5 * 4096, &[0, 1]));
+        let text = fs::read_to_string(&journal).unwrap();
+        let line1 = text.lines().nth(2).unwrap().to_owned();
+        assert!(line1.starts_with("1 "), "{text}");
+        // Forged: another value under block 1's MAC, and a block with a made-up MAC.
+        let forged = line1.replacen(&"01".repeat(32), &"02".repeat(32), 1);
+        append(format!("{forged}\n2 {} {}\n", "03".repeat(32), "00".repeat(16)).as_bytes());
+        // Torn: a line cut short, then a whole one after it.
+        let torn = &line1[..line1.len() - 3];
+        append(format!("{}\n", torn.replacen('1', "3", 1)).as_bytes());
+        assert_eq!(said(&resume().unwrap().1), (vec![0, 1], vec![2, 3]));
+        // Stale: the lines of an earlier journal (another key) vouch for nothing in a new one.
+        let (mut pf, _) = resume().unwrap();
+        pf.keep_journal(4096).unwrap();
+        pf.record_blocks(&valued(&[4]));
+        drop(pf);
+        append(format!("{line1}\n").as_bytes());
+        assert_eq!(said(&resume().unwrap().1), (vec![4], vec![1]));
+        // Another part file in its place (a copy, another inode): every line is a claim.
+        let part = root.join(".f.hurtle-part");
+        fs::copy(&part, root.join("copy")).unwrap();
+        fs::rename(root.join("copy"), &part).unwrap();
+        assert_eq!(said(&resume().unwrap().1), (vec![], vec![1, 4]));
+        // A version 1 journal (numbers only): claims, and a new journal whose lines count.
+        fs::write(
+            &journal,
+            format!("hurtle-blocks 1 size={} block=4096\n0\n2\n", 5 * 4096),
+        )
+        .unwrap();
+        let (pf, j) = resume().unwrap();
+        assert_eq!(said(&j), (vec![], vec![0, 2]));
+        pf.record_blocks(&valued(&[2]));
+        drop(pf);
+        assert_eq!(said(&resume().unwrap().1), (vec![2], vec![]));
+    }
+
+    #[test]
+    fn a_part_file_written_after_its_journal_was_sealed_is_hashed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let resume = || PartFile::resume(root, "f", 5 * 4096, 4096, false).unwrap();
+        // Not sealed (a kill -9 leaves the journal so): every line is a claim.
+        let pf = journaled(root, "f", 5 * 4096, &[0, 3]);
+        std::mem::forget(pf);
+        assert_eq!(said(&resume().unwrap().1), (vec![], vec![0, 3]));
+        // Sealed (the resumed part file was closed), then written by someone else.
+        let (pf, _) = resume().unwrap();
+        pf.record_blocks(&valued(&[0, 3]));
+        drop(pf);
+        assert_eq!(said(&resume().unwrap().1), (vec![0, 3], vec![]));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let part = fs::OpenOptions::new()
+            .write(true)
+            .open(root.join(".f.hurtle-part"))
+            .unwrap();
+        part.write_all_at(b"damage", 5).unwrap();
+        drop(part);
+        assert_eq!(said(&resume().unwrap().1), (vec![], vec![0, 3]));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::shared::Shared;
 use crate::error::SessionError;
 use crate::fs;
 use crossbeam_channel::{unbounded, Sender};
+use hurtle_proto::hash::BlockValue;
 use hurtle_proto::wire::Entry;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -79,8 +80,8 @@ impl Commits {
 /// calls per MiB on the session's thread).
 pub(super) struct JournalQueue<'a> {
     shared: &'a Shared,
-    /// `(file, block within the file)`, in verification order.
-    pending: Vec<(u32, u64)>,
+    /// `(file, block within the file, its value)`, in verification order.
+    pending: Vec<(u32, u64, BlockValue)>,
     flushed: Instant,
 }
 
@@ -96,8 +97,8 @@ impl<'a> JournalQueue<'a> {
         }
     }
 
-    pub(super) fn push(&mut self, file: u32, index: u64) {
-        self.pending.push((file, index));
+    pub(super) fn push(&mut self, file: u32, index: u64, value: BlockValue) {
+        self.pending.push((file, index, value));
         if self.pending.len() >= Self::BATCH {
             self.flush();
         }
@@ -110,11 +111,11 @@ impl<'a> JournalQueue<'a> {
     }
 
     fn flush(&mut self) {
-        self.pending.sort_unstable();
+        self.pending.sort_unstable_by_key(|&(f, i, _)| (f, i));
         for run in self.pending.chunk_by(|a, b| a.0 == b.0) {
             if let Some(Some(part)) = self.shared.files.get(run[0].0 as usize) {
-                let indices: Vec<u64> = run.iter().map(|&(_, i)| i).collect();
-                part.record_blocks(&indices);
+                let blocks: Vec<(u64, BlockValue)> = run.iter().map(|&(_, i, v)| (i, v)).collect();
+                part.record_blocks(&blocks);
             }
         }
         self.pending.clear();

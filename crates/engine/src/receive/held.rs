@@ -1,5 +1,5 @@
 //! What a transfer holds and does not send: part files resumed from an interrupted transfer
-//! ([`Resumed`], their listed blocks hashed again), the holes of sparse files ([`Holes`],
+//! ([`Resumed`], their journaled blocks held unread or hashed again), the holes of sparse files ([`Holes`],
 //! valued on a thread of their own by [`hash_holes`], without hashing: see
 //! [`hurtle_proto::hash::hole_value`]), and the manifest's checks of its blocks
 //! and holes before anything is created (`check_blocks`, in the receiver's set-up machine).
@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A part file left by an interrupted transfer, with the blocks its journal lists and their
-/// values as hashed again from the part file now.
+/// values: as the journal vouches for them, or hashed again from the part file now where it
+/// cannot (see [`crate::fs::journal`]).
 pub(super) struct Resumed {
     pub(super) part: PartFile,
     /// `(block number within the file, value)`, ascending.
@@ -31,15 +32,19 @@ impl Resumed {
         block_size: u64,
         overwrite: bool,
     ) -> Result<Option<Resumed>, SessionError> {
-        let Some((part, blocks)) =
+        let Some((part, journaled)) =
             PartFile::resume_in(out, &e.path, e.size, block_size, overwrite)?
         else {
             return Ok(None);
         };
-        if blocks.is_empty() {
+        if journaled.is_empty() {
             return Ok(None);
         }
-        let values = hash_blocks(&part, e.size, block_size, &blocks)?;
+        // The journal's MACs vouch for its trusted blocks: held unread. Its other claims are
+        // hashed again from the part file.
+        let mut values = journaled.trusted;
+        values.extend(hash_blocks(&part, e.size, block_size, &journaled.claims)?);
+        values.sort_unstable_by_key(|&(b, _)| b);
         Ok(Some(Resumed { part, values }))
     }
 

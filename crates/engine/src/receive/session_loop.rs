@@ -150,7 +150,9 @@ pub(super) fn session_loop(
         }
         while let Some(ev) = data.poll_event() {
             match ev {
-                ReceiverDataEvent::Verified { file, index } => journal.push(file, index),
+                ReceiverDataEvent::Verified { file, index, value } => {
+                    journal.push(file, index, value)
+                }
                 ReceiverDataEvent::Commit { file, hash } => commits.give(file, hash),
                 ReceiverDataEvent::Reject { channel, block } => {
                     shared

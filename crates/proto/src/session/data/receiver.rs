@@ -20,6 +20,8 @@ pub enum ReceiverDataEvent {
         file: u32,
         /// The block's index within the file.
         index: u64,
+        /// Its value, as verified (what the journal vouches for).
+        value: BlockValue,
     },
     /// Every block of `file` is verified: seal it, put it in place, then
     /// [`ReceiverData::on_committed`].
@@ -258,9 +260,12 @@ impl ReceiverData {
         match v {
             Verdict::Pending => {}
             Verdict::Verified => {
-                if let Some((file, index)) = self.layout.file_of_block(block) {
+                let value = self.verifier.verified_value(block);
+                if let (Some((file, index)), Some(&value)) =
+                    (self.layout.file_of_block(block), value)
+                {
                     self.events
-                        .push_back(ReceiverDataEvent::Verified { file, index });
+                        .push_back(ReceiverDataEvent::Verified { file, index, value });
                 }
             }
             Verdict::FileComplete { file, hash } => {

@@ -450,8 +450,16 @@ fn verified_files_are_committed_then_confirmed_and_done_ends_it() {
     assert_eq!(
         revents(&mut r),
         [
-            ReceiverDataEvent::Verified { file: 0, index: 0 },
-            ReceiverDataEvent::Verified { file: 0, index: 1 },
+            ReceiverDataEvent::Verified {
+                file: 0,
+                index: 0,
+                value: value(&l, &files, 0)
+            },
+            ReceiverDataEvent::Verified {
+                file: 0,
+                index: 1,
+                value: value(&l, &files, 1)
+            },
             ReceiverDataEvent::Commit {
                 file: 0,
                 hash: root0
@@ -500,7 +508,14 @@ fn kept_files_are_not_committed_and_held_values_wait_for_the_senders() {
     r.start(t0, [(0, value(&l, &files, 0))], &held, &[3000, 0, 100])
         .unwrap();
     let ev = revents(&mut r);
-    assert_eq!(ev[0], ReceiverDataEvent::Verified { file: 0, index: 0 });
+    assert_eq!(
+        ev[0],
+        ReceiverDataEvent::Verified {
+            file: 0,
+            index: 0,
+            value: value(&l, &files, 0)
+        }
+    );
     // A held copy that was wrong is fetched again, on its channel.
     r.handle(
         t0,
