@@ -15,6 +15,7 @@
 //! | [`fec`] | Reed-Solomon parity for the tail of a channel's data, and rebuilding from it |
 //! | [`feedback`] | the receiver's reports and NACKs as datagrams beside the control connection, and the sender's filter of their copies |
 //! | [`secure`] | the key agreement from a code or key, and the sealing of every control frame and datagram |
+//! | [`guesses`] | a code's budget of guesses: each charged before it is answered, given back only when proven |
 //! | [`session`] | a session's set-up (hello, manifest, decisions, skips) and its data phase and finish ([`session::data`]), a state machine per side for each |
 //! | [`admit`] | the receiver's checks of each datagram, their verdict and counts, and the rate report built from the counts |
 //! | [`rate`] | the sender's rate controller: receiver feedback in, pacing rate out |
@@ -65,6 +66,7 @@ pub mod channel_recv;
 pub mod channel_send;
 pub mod fec;
 pub mod feedback;
+pub mod guesses;
 pub mod hash;
 pub mod layout;
 pub mod probe;
