@@ -163,6 +163,17 @@ pub fn collect(paths: &[PathBuf], opts: &WalkOptions) -> Result<Walk, WalkError>
     Ok(walk)
 }
 
+/// The name the argument `arg` is sent under, as [`collect`] names it (its last component,
+/// or for `.`, `..` and the like the last component of its canonical path): the top-level
+/// name of everything sent from it.
+pub fn top_name(arg: &Path) -> Result<String, WalkError> {
+    let abs = std::path::absolute(arg).map_err(|source| WalkError::Io {
+        path: arg.to_path_buf(),
+        source,
+    })?;
+    arg_name(arg, &abs)
+}
+
 /// The name an argument is sent under: its last component, or for `.`, `..` and the like the
 /// last component of its canonical path.
 fn arg_name(arg: &Path, abs: &Path) -> Result<String, WalkError> {

@@ -8,7 +8,9 @@
 //! planted before the transfer or swapped in during it, is ever followed. [`resolve_under`]
 //! gives the path of what may already be there, for looking. [`make_dir`], [`set_dir_mode`]
 //! and [`set_dir_times`] create directories and apply their metadata once their contents are
-//! done.
+//! done; a transfer does that with [`OutRoot::finish_dir`], which leaves the mode of a
+//! directory that was there before the transfer as it is (unless the receiver replaces what
+//! exists, `--overwrite`).
 
 use super::beneath::{self, open_at, Access};
 use super::error::{map_io, StoreError};
@@ -72,6 +74,10 @@ pub struct OutRoot {
     /// more than [`MAX_LISTED`]): a name missing there needs no system call to be found
     /// missing again.
     listings: Mutex<HashMap<PathBuf, Option<HashSet<OsString>>>>,
+    /// The directories this transfer created (their modes are the sender's to set).
+    created: Mutex<HashSet<PathBuf>>,
+    /// Whether [`OutRoot::finish_dir`] sets the mode of a directory that was already there.
+    replace_modes: bool,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +149,17 @@ impl OutRoot {
             root: root.to_path_buf(),
             dirs: Mutex::new(Dirs::default()),
             listings: Mutex::new(HashMap::new()),
+            created: Mutex::new(HashSet::new()),
+            replace_modes: false,
+        }
+    }
+
+    /// This root, whose [`OutRoot::finish_dir`] also sets the mode of directories that were
+    /// there before the transfer when `overwrite` (the receiver replaces what exists).
+    pub fn replacing_modes(self, overwrite: bool) -> OutRoot {
+        OutRoot {
+            replace_modes: overwrite,
+            ..self
         }
     }
 
@@ -225,6 +242,10 @@ impl OutRoot {
         match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
             Ok(()) => {
                 self.note_created(path);
+                self.created
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(path.to_path_buf());
                 // Created just now: nothing in it yet.
                 self.listings()
                     .insert(path.to_path_buf(), Some(HashSet::new()));
@@ -392,6 +413,23 @@ impl OutRoot {
         let (path, dir) = self.open_dir(rel)?;
         dir.set_permissions(Permissions::from_mode(mode & MODE_MASK))
             .map_err(|e| map_io(&path, "set permissions of", 0, e))
+    }
+
+    /// Applies a directory entry's metadata once its contents are written: its modification
+    /// time, and its mode if this transfer created it (or [`OutRoot::replacing_modes`] says
+    /// so). A directory that was there before keeps its mode: a sender never loosens (or
+    /// tightens) a directory the receiver already had, such as `~/.ssh`.
+    pub fn finish_dir(&self, rel: &str, mode: u32, mtime_ns: i64) -> Result<(), StoreError> {
+        let path = self.root.join(sanitize_rel_path(rel)?);
+        let created = self
+            .created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&path);
+        if created || self.replace_modes {
+            self.set_dir_mode(rel, mode)?;
+        }
+        self.set_dir_times(rel, mtime_ns)
     }
 
     /// Sets the modification time of existing directory `rel`. Call it after the directory's
@@ -595,6 +633,45 @@ mod tests {
             resolve_under(&root, "../x"),
             Err(PathError::ParentDir { .. })
         ));
+    }
+
+    #[test]
+    fn a_transfer_sets_the_mode_only_of_directories_it_created_unless_replacing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir(root.join("mine")).unwrap();
+        fs::set_permissions(root.join("mine"), Permissions::from_mode(0o700)).unwrap();
+        let out = OutRoot::new(root);
+        out.make_dir("mine", 0o755).unwrap();
+        out.make_dir("mine/new", 0o750).unwrap();
+        out.make_dir("fresh/deeper", 0o751).unwrap();
+        for (rel, mode) in [
+            ("mine/new", 0o750),
+            ("fresh/deeper", 0o751),
+            ("mine", 0o755),
+        ] {
+            out.finish_dir(rel, mode, 1_000_000_000).unwrap();
+        }
+        assert_eq!(mode_of(&root.join("mine")), 0o700, "was there: kept");
+        assert_eq!(mode_of(&root.join("mine/new")), 0o750);
+        assert_eq!(mode_of(&root.join("fresh/deeper")), 0o751);
+        // Its time is the sender's all the same.
+        assert_eq!(
+            mtime_ns(&fs::metadata(root.join("mine")).unwrap()),
+            1_000_000_000
+        );
+        // A parent created on the way was created here too.
+        out.finish_dir("fresh", 0o705, 0).unwrap();
+        assert_eq!(mode_of(&root.join("fresh")), 0o705);
+        // Replacing (--overwrite): the existing directory takes the sender's mode.
+        let out = OutRoot::new(root).replacing_modes(true);
+        out.make_dir("mine", 0o755).unwrap();
+        out.finish_dir("mine", 0o755, 0).unwrap();
+        assert_eq!(mode_of(&root.join("mine")), 0o755);
+        // A symlink is refused as ever.
+        symlink(root.join("mine"), root.join("link")).unwrap();
+        assert!(OutRoot::new(root).finish_dir("link", 0o777, 0).is_err());
+        assert_eq!(mode_of(&root.join("mine")), 0o755);
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //!   answers, the part files, the layout, the threads.
 //! - `held`: what is not sent: resumed part files and sparse files' holes, hashed here.
 //! - `links`: the data links' keys and the TCP data connections.
+//! - `names`: which names a sender may offer, and the one written under another name.
 //! - `session_loop`: the caller's thread while data flows: verification and reports.
 //! - `commit`: the committer thread, and the journals of verified blocks.
 //! - `channel_threads`: the channel threads: reading, checking and gathering datagrams.
@@ -57,6 +58,7 @@ pub mod data_path;
 mod gathering;
 mod held;
 mod links;
+mod names;
 mod parallel;
 mod session;
 mod session_loop;
@@ -65,6 +67,7 @@ mod summary;
 mod writer;
 
 pub use capacity::{measure_capacity, Capacity};
+pub use names::Names;
 pub use summary::ReceiveSummary;
 
 use crate::error::{SessionError, Side};
@@ -108,6 +111,9 @@ pub struct ReceiveOptions {
     /// How new connections are greeted: the grace time for their hello and how many may be
     /// greeted at once (see [`crate::receive::accept`]).
     pub door: DoorLimits,
+    /// Which names a sender may offer, and the one written under another name (see
+    /// [`Names`]; the default takes any name as it is).
+    pub names: Names,
 }
 
 /// Who writes complete blocks to their files.
@@ -236,6 +242,7 @@ impl Default for ReceiveOptions {
             keys: Keyring::default(),
             no_encryption: false,
             door: DoorLimits::default(),
+            names: Names::default(),
         }
     }
 }

@@ -97,7 +97,7 @@ impl Receiver {
         // keep the sender's wait for the manifest reply alive meanwhile.
         let alive = crate::net::control::KeepAlive::start(tx.clone());
         // Each directory of the output tree is checked (or created) once for all its files.
-        let out = fs::OutRoot::new(&self.opts.out_dir);
+        let out = fs::OutRoot::new(&self.opts.out_dir).replacing_modes(self.opts.overwrite);
         let (decisions, (mut parts, held_values)) =
             self.prepare(&out, setup.machine.entries(), block_size, checksum)?;
         drop(alive);
@@ -118,6 +118,11 @@ impl Receiver {
                 .ok_or(SessionError::Setup(SetupError::Driver(
                     "ready without an outcome",
                 )))?;
+        // The paths as they are written here (a renamed top-level name, `Names::rename`).
+        let entries = match self.opts.names.rename {
+            Some(_) => self.opts.names.localize(&entries).into_owned(),
+            None => entries,
+        };
         let files: Vec<&Entry> = entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)
@@ -296,7 +301,7 @@ impl Receiver {
             };
             // Returning drops `commits`: the committer ends once it has committed what it
             // was given, and the scope waits for it.
-            session_loop(&shared, &files, &dirs, root, wires, &kept, &held)
+            session_loop(&shared, &files, &dirs, &out, wires, &kept, &held)
         });
         shared.stop.store(true, Ordering::Relaxed);
         let mut socket_drops = 0;
@@ -458,6 +463,28 @@ impl Receiver {
         block_size: u64,
         checksum: bool,
     ) -> Result<(Vec<Decision>, PreparedParts), SessionError> {
+        // Names the receiver did not ask for are refused before anything here is looked at.
+        let unrequested: HashSet<&str> = self.opts.names.unrequested(entries).into_iter().collect();
+        if !unrequested.is_empty() {
+            let listed: Vec<&str> = entries
+                .iter()
+                .map(|e| e.path.as_str())
+                .filter(|p| unrequested.contains(p))
+                .collect();
+            let why = self.opts.names.refusal(&listed);
+            let decisions = entries
+                .iter()
+                .map(|e| {
+                    if unrequested.contains(e.path.as_str()) {
+                        Decision::Refuse(why.clone())
+                    } else {
+                        Decision::SendAll
+                    }
+                })
+                .collect();
+            return Ok((decisions, (Vec::new(), Vec::new())));
+        }
+        let entries = &self.opts.names.localize(entries)[..];
         let (decisions, resumes) = self.decide(out, entries, block_size, checksum)?;
         if decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
             return Ok((decisions, (Vec::new(), Vec::new())));
@@ -466,8 +493,12 @@ impl Receiver {
             .iter()
             .filter(|e| e.kind == EntryKind::File)
             .collect();
+        // A directory created here has the sender's mode (plus owner write) from the start, so
+        // that one an interrupted transfer left is as the sender's when it is resumed: only
+        // the directories this transfer creates get their exact mode at the end
+        // (`OutRoot::finish_dir`).
         for d in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
-            out.make_dir(&d.path, 0o700)?;
+            out.make_dir(&d.path, d.mode)?;
         }
         // A transfer that cannot fit is refused before anything is sent. Part files are
         // created (and preallocated) before the reply. The sender's probes may arrive

@@ -19,7 +19,6 @@ use hurtle_proto::wire::{Control, Entry};
 use hurtle_proto::ReportBuilder;
 use std::net::{IpAddr, TcpListener};
 use std::os::fd::BorrowedFd;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -96,7 +95,7 @@ pub(super) fn session_loop(
     shared: &Shared,
     files: &[&Entry],
     dirs: &[&Entry],
-    root: &Path,
+    out: &fs::OutRoot,
     wires: Wires<'_>,
     kept: &[Option<[u8; 32]>],
     held: &[(u64, BlockValue)],
@@ -181,8 +180,7 @@ pub(super) fn session_loop(
                     }
                     let hashes = data.finish().map_err(data_error)?;
                     for d in dirs.iter().rev() {
-                        fs::set_dir_mode(root, &d.path, d.mode)?;
-                        fs::set_dir_times(root, &d.path, d.mtime_ns)?;
+                        out.finish_dir(&d.path, d.mode, d.mtime_ns)?;
                     }
                     return Ok(Received { hashes, moved });
                 }
