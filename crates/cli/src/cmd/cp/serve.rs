@@ -4,6 +4,7 @@
 //! receiver for a push ([`serve_receive`]) or a sender for a pull ([`serve_send`]); a thread
 //! reading stdin ([`Watch`]) hangs up at EOF and takes the near side's word on the retry.
 
+use super::dest::{place, Shape};
 use super::options::{receive_options, send_options, Secret};
 use super::route::{accept_for, retry_reason, Prepared};
 use super::sources::expand_sources;
@@ -14,6 +15,7 @@ use crate::cmd::session_failure;
 use crate::exit::{self, Failure, Outcome};
 use crate::interrupt;
 use crate::sshmux::Mux;
+use hurtle_engine::receive::Names;
 use hurtle_engine::{Progress, Receiver, SendOptions};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -199,16 +201,38 @@ fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
-    check_out(out)?;
+    // The near side says first what its sources are, for the destination rules.
+    let mut stdin = BufReader::new(stdio_file(std::io::stdin(), "stdin")?);
+    let mut line = String::new();
+    if matches!(stdin.read_line(&mut line), Ok(0) | Err(_)) {
+        interrupt::hang_up();
+    }
+    let Some(shape) = Shape::parse(&line) else {
+        return Err(Failure::new(
+            exit::OTHER,
+            anyhow::anyhow!("the near side sent {line:?}, not the shape of its sources"),
+        ));
+    };
+    let dest = out.to_str().ok_or_else(|| {
+        Failure::new(
+            exit::STORAGE,
+            anyhow::anyhow!("--out {}: not valid UTF-8", out.display()),
+        )
+    })?;
+    let placed = place(dest, &shape)?;
+    check_out(&placed.out)?;
     let secret = Secret::new();
-    let opts = receive_options(out, overwrite, None, &secret);
+    let names = Names {
+        allowed: None,
+        rename: placed.rename,
+    };
+    let opts = receive_options((&placed.out, names), overwrite, None, &secret);
     let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
     say_line(&format!("{BANNER} {PROTOCOL} {port} {secret}"))?;
     // The near side says how it reaches us: directly, or through the ssh channel.
-    let mut stdin = BufReader::new(stdio_file(std::io::stdin(), "stdin")?);
-    let mut line = String::new();
+    line.clear();
     if matches!(stdin.read_line(&mut line), Ok(0) | Err(_)) {
         // The ssh channel closed before the near side said anything.
         interrupt::hang_up();
