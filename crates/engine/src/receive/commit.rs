@@ -6,7 +6,7 @@ use super::shared::Shared;
 use crate::error::SessionError;
 use crate::fs;
 use crossbeam_channel::{unbounded, Sender};
-use hurtle_proto::hash::BlockValue;
+use hurtle_proto::hash::{is_hole_value, BlockValue};
 use hurtle_proto::wire::Entry;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -97,7 +97,12 @@ impl<'a> JournalQueue<'a> {
         }
     }
 
+    /// Notes a verified block. Holes are not journaled: a resume takes them from the
+    /// manifest again, without reading them.
     pub(super) fn push(&mut self, file: u32, index: u64, value: BlockValue) {
+        if is_hole_value(&value) {
+            return;
+        }
         self.pending.push((file, index, value));
         if self.pending.len() >= Self::BATCH {
             self.flush();
