@@ -243,10 +243,11 @@ fn describe(p: &Progress, side: &Side, meter: &mut Meter, now: Instant) -> View 
         if let Some(limit) = p.limit() {
             m += &format!("  limited by {limit}");
         }
-        if let Some(tag) = p.route_tag() {
-            m += &format!("  [{tag}]");
+        // Which way the data goes, first: the end of a long line is cut at the terminal's.
+        match p.route_tag() {
+            Some(tag) => format!("[{tag}] {m}"),
+            None => m,
         }
-        m
     };
     let resumed = p.resumed.load(Ordering::Relaxed);
     if resumed > 0 {
@@ -613,13 +614,13 @@ mod tests {
         };
         assert!(!msg(&p).contains('['), "a direct session has no tag");
         p.set_routes(2, Route::RelayUdp);
-        assert!(msg(&p).ends_with("  [relay]"), "{}", msg(&p));
+        assert!(msg(&p).starts_with("[relay] "), "{}", msg(&p));
         p.set_route(0, Route::Direct);
-        assert!(msg(&p).ends_with("  [relay+direct]"), "{}", msg(&p));
+        assert!(msg(&p).starts_with("[relay+direct] "), "{}", msg(&p));
         p.set_route(1, Route::Direct);
-        assert!(msg(&p).ends_with("  [direct]"), "{}", msg(&p));
+        assert!(msg(&p).starts_with("[direct] "), "{}", msg(&p));
         p.set_routes(2, Route::RelayTcp);
-        assert!(msg(&p).ends_with("  [relay tcp]"), "{}", msg(&p));
+        assert!(msg(&p).starts_with("[relay tcp] "), "{}", msg(&p));
     }
 
     #[test]

@@ -153,17 +153,13 @@ pub(super) fn send_once(
     } = open_data_path(&path, opts, &accepted, rtt, &mut warnings)?;
     // Which way each channel's bytes go, counted as they are sent: through the relay's UDP
     // port until a channel moves to a punched path; through the relay's splice over TCP.
+    // (Direct, where no relay is, needs no saying: the progress line shows no path.)
     let relayed_tcp = opts.dialer.as_ref().is_some_and(|d| d.relayed());
-    progress.set_routes(
-        channels,
-        if relayed.is_some() {
-            Route::RelayUdp
-        } else if relayed_tcp {
-            Route::RelayTcp
-        } else {
-            Route::Direct
-        },
-    );
+    if relayed.is_some() {
+        progress.set_routes(channels, Route::RelayUdp);
+    } else if relayed_tcp {
+        progress.set_routes(channels, Route::RelayTcp);
+    }
     let sources = opening
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
