@@ -113,7 +113,8 @@ impl Canceller {
     }
 }
 
-/// A transfer running on its own thread.
+/// A transfer running on its own thread. Dropping the handle leaves the transfer running to
+/// its end, as dropping a thread's `JoinHandle` does: cancel it first to stop it.
 pub struct Transfer<S> {
     progress: Arc<Progress>,
     cancelled: Arc<AtomicBool>,
