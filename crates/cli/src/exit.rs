@@ -139,6 +139,7 @@ pub fn session_code(e: &SessionError) -> u8 {
         | SessionError::Listen { .. }
         | SessionError::Control(_)
         | SessionError::PeerGone { .. }
+        | SessionError::Busy(_)
         | SessionError::UdpBlocked { .. }
         | SessionError::Stalled(_)
         | SessionError::Udp(_) => NETWORK,

@@ -21,7 +21,7 @@
 mod support;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use support::proc::{self, start_receiver, ReceiverProc};
 use support::{fsx, Rng, TRANSFER_TIMEOUT};
@@ -90,6 +90,20 @@ fn connect(addr: SocketAddr) -> TcpStream {
         .unwrap_or_else(|e| panic!("connect to the receiver at {addr}: {e}"))
 }
 
+/// A connection to `addr` from `from` (any address of 127/8 is this host's: each is a source
+/// of its own to the receiver's door, which lets one source hold only a share of it).
+fn connect_from(from: IpAddr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(from, 0).into())?;
+    s.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+    Ok(s.into())
+}
+
+/// The `n`th address of the loopback block `127.0.B.0/24`.
+fn loopback(b: u8, n: usize) -> IpAddr {
+    IpAddr::from([127, 0, b, 1 + (n % 250) as u8])
+}
+
 /// Whether the receiver still holds `s` open: nothing to read, and no end of stream.
 fn still_open(s: &TcpStream) -> bool {
     s.set_nonblocking(true).unwrap();
@@ -116,6 +130,12 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
             dropped += spoke.len();
             spoke.drain(..).for_each(wait_dropped);
         }
+        if i % 4 == 3 {
+            // Silent: connects and says nothing, each from an address of its own (one
+            // address holds no more than a share of the door).
+            silent.push(connect_from(loopback(5, i), r.addr).unwrap());
+            continue;
+        }
         let mut s = connect(r.addr);
         // A peer the receiver already closed may see its write fail: that is fine.
         let _ = match i % 4 {
@@ -127,12 +147,7 @@ fn a_one_shot_receiver_outlasts_100_strays_and_receives_the_real_sender() {
                 s.write_all(&junk)
             }
             1 => s.write_all(b"GET / HTTP/1.1\r\nHost: hurtle\r\nAccept: */*\r\n\r\n"),
-            2 => s.write_all(&[0xff; 4]),
-            // Silent: connects and says nothing.
-            _ => {
-                silent.push(s);
-                continue;
-            }
+            _ => s.write_all(&[0xff; 4]),
         };
         spoke.push(s);
     }
@@ -204,7 +219,16 @@ fn silent_connections_do_not_hold_up_a_sender_to_a_serving_receiver() {
     let src = t.path().join("small.bin");
     fsx::write_random(&src, 200_000, 4200);
     let r = start_receiver(&t.path().join("out"), &["--serve"]);
-    let silent: Vec<TcpStream> = (0..20).map(|_| connect(r.addr)).collect();
+    // Each from an address of its own, and each sends a byte (half a length prefix): a
+    // connection that has sent something has the whole grace time (5 s), not the shorter one
+    // of a connection that never spoke.
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|i| {
+            let mut s = connect_from(loopback(6, i), r.addr).unwrap();
+            s.write_all(&[0]).unwrap();
+            s
+        })
+        .collect();
     // Before the front door, each silent connection held the receiver for its 10 s handshake
     // timeout in turn. Now greetings run side by side, so the sender is greeted at once. The
     // bound is the greeting's grace time (5 s): a sender that had to wait for even one silent
@@ -246,7 +270,9 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     for _ in 0..10 {
         let batch: Vec<TcpStream> = (0..20)
             .map(|i| {
-                let mut s = connect(r.addr);
+                // Each from an address of its own: one address holds no more than a share of
+                // the door.
+                let mut s = connect_from(loopback(7, i), r.addr).unwrap();
                 let _ = match i % 5 {
                     0 => {
                         let mut junk = vec![0u8; 64];
@@ -304,7 +330,7 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
     assert_eq!(own.len(), 12, "{log}");
     assert!((1..=3).contains(&summaries.len()), "{log}");
     for l in &summaries {
-        assert!(l.contains("(last from 127.0.0.1:"), "{l}");
+        assert!(l.contains("(last from 127.0.7."), "{l}");
     }
     // The receiver still serves, and its summary counts what the log said.
     proc::send(r.addr, &[&src], &[]).assert_success();
@@ -318,4 +344,152 @@ fn a_flood_of_200_strays_is_a_few_lines_whose_numbers_add_up() {
         "{}",
         done.stderr
     );
+}
+
+/// The `hurtle` whose receiver the door test runs: `HURTLE_UNDER_TEST`, or this build (another
+/// build is how the test was run against the door before its per-address bound, to see it
+/// fail).
+fn under_test() -> String {
+    std::env::var("HURTLE_UNDER_TEST").unwrap_or_else(|_| proc::bin().to_owned())
+}
+
+/// Reads one plain frame within `timeout`.
+fn read_frame(s: &mut TcpStream, timeout: Duration) -> Option<hurtle_proto::wire::Control> {
+    s.set_read_timeout(Some(timeout)).ok()?;
+    let mut prefix = [0u8; 4];
+    s.read_exact(&mut prefix).ok()?;
+    let len = hurtle_proto::wire::Control::frame_len(prefix).ok()?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).ok()?;
+    hurtle_proto::wire::Control::from_body(&body).ok()
+}
+
+#[test]
+fn one_address_renewing_32_silent_connections_does_not_hold_the_door() {
+    let t = support::tempdir("hurtle-strays-");
+    let src = t.path().join("real.bin");
+    fsx::write_random(&src, 200_000, 4400);
+    let out = t.path().join("out");
+    let mut r = {
+        let args = [
+            "receive",
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            out.to_str().unwrap(),
+            "--serve",
+        ];
+        let mut p = proc::Proc::spawn_program("receiver", &under_test(), &args);
+        let addr: SocketAddr = p.wait_for_output("its address", Duration::from_secs(10), |o, e| {
+            o.lines().chain(e.lines()).find_map(|l| {
+                let rest = l.strip_prefix("hurtle: listening on ")?;
+                rest.split(',').next()?.trim().parse().ok()
+            })
+        });
+        (p, addr)
+    };
+    let addr = r.1;
+    // The attacker: 32 connections from 127.0.0.2 that say nothing, each renewed as soon as
+    // the receiver closes it, for as long as the test runs (30 s at most). What a refused one
+    // is told is kept.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let from = IpAddr::from([127, 0, 0, 2]);
+            let mut held: Vec<Option<TcpStream>> = (0..32).map(|_| None).collect();
+            let mut told = Vec::new();
+            let (mut opened, t0) = (0u64, Instant::now());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && t0.elapsed() < Duration::from_secs(30)
+            {
+                for slot in held.iter_mut() {
+                    let closed = match slot {
+                        None => true,
+                        Some(s) => {
+                            s.set_nonblocking(true).unwrap();
+                            let mut b = [0u8; 512];
+                            match (&*s).read(&mut b) {
+                                Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+                                Ok(n) if n > 0 => {
+                                    // The receiver said something: read it as a frame.
+                                    s.set_nonblocking(false).unwrap();
+                                    let mut all = b[..n].to_vec();
+                                    let _ = s.read_to_end(&mut all);
+                                    if all.len() >= 4 {
+                                        let body = &all[4..];
+                                        if let Ok(hurtle_proto::wire::Control::Reject { reason }) =
+                                            hurtle_proto::wire::Control::from_body(body)
+                                        {
+                                            told.push(reason);
+                                        }
+                                    }
+                                    true
+                                }
+                                _ => true,
+                            }
+                        }
+                    };
+                    if closed {
+                        *slot = connect_from(from, addr).ok();
+                        opened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (opened, told)
+        })
+    };
+    // The attack is under way: the door is as full as one address can make it.
+    std::thread::sleep(Duration::from_secs(1));
+    // A refused connection from that address hears why.
+    let mut refused = None;
+    for _ in 0..50 {
+        let mut c = connect_from(IpAddr::from([127, 0, 0, 2]), addr).unwrap();
+        if let Some(hurtle_proto::wire::Control::Reject { reason }) =
+            read_frame(&mut c, Duration::from_millis(200))
+        {
+            refused = Some(reason);
+            break;
+        }
+    }
+    // The real sender from 127.0.0.1 gets in within a few seconds (on loopback the transfer
+    // itself takes well under one).
+    let t0 = Instant::now();
+    let s = proc::send(addr, &[&src], &[]);
+    let took = t0.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (opened, told) = attacker.join().unwrap();
+    eprintln!("the attacker opened {opened} connections; the sender took {took:?}");
+    s.assert_success();
+    assert!(took < Duration::from_secs(5), "the sender took {took:?}");
+    fsx::assert_same_file(&src, &out.join("real.bin"));
+    let refused = refused.expect("no connection from the attacker's address was told anything");
+    assert!(refused.starts_with("busy: "), "{refused}");
+    assert!(refused.contains("your address"), "{refused}");
+    assert!(told.iter().all(|t| t.starts_with("busy: ")), "{told:?}");
+    assert!(r.0.is_running(), "the attack ended the receiver");
+    r.0.kill();
+}
+
+#[test]
+fn a_sender_refused_for_want_of_room_is_told_the_receiver_is_busy() {
+    let t = support::tempdir("hurtle-strays-");
+    let src = t.path().join("x.bin");
+    fsx::write_random(&src, 10_000, 4500);
+    let r = start_receiver(&t.path().join("out"), &["--serve"]);
+    // Eight connections from 127.0.0.1 that say something and then nothing (so the whole
+    // grace time): all the door gives one address.
+    let _held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = connect(r.addr);
+            s.write_all(&[0]).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let s = proc::send(r.addr, &[&src], &[]);
+    let why = s.assert_exit(4);
+    assert!(why.contains("the receiver is busy"), "{why}");
+    assert!(!why.contains("closed the control connection"), "{why}");
 }

@@ -65,6 +65,11 @@ pub enum SessionError {
     /// changed the messages. Nothing was sent or written.
     #[error("{0}")]
     NotAuthenticated(String),
+    /// The receiver turned the connection away for want of room (too many connections from
+    /// this address being greeted, or tries of its code under way); trying again later may
+    /// work. Nothing was sent.
+    #[error("the receiver is busy: {0}")]
+    Busy(String),
     /// A receiver's code was tried too often with the wrong words; it is spent.
     #[error("the code was tried {0} times with the wrong words and is no longer valid; nothing was written (run the receiver again for a new code)")]
     CodeSpent(u32),

@@ -4,33 +4,64 @@
 //!
 //! The sender [`offer`]s, with its hello in the clear behind the `Agree` (bound into the
 //! keys); the receiver [`answer`]s the offer and hello its front door read
-//! ([`crate::receive::accept::greet`]), sends its own first sealed frame (its `HelloAck`,
-//! so that the sender can send data as soon as it has the keys), and reads the sender's first
-//! sealed frame (the manifest's first part), so that everything a stranger can do (hold
-//! another key, guess a code, change a message) is decided before a session exists, and comes
-//! back as a [`Refusal`] the receiver logs and survives. A [`Keyring`] holds what a receiver
-//! accepts: its code, and the keys of a key file.
+//! ([`crate::receive::accept::greet`]) and reads the sender's first sealed frame (the
+//! manifest's first part), which proves the sender holds the secret; only then does it open
+//! anything for the session and send its own first sealed frame (its `HelloAck`). Everything a
+//! stranger can do (hold another key, guess a code, change a message) is decided before a
+//! session exists, and comes back as a [`Refusal`] the receiver logs and survives. A
+//! [`Keyring`] holds what a receiver accepts: its code, and the keys of a key file, and the
+//! code's budget of guesses ([`hurtle_proto::guesses`]): each agreement with the code is
+//! charged to it before the receiver answers (the answer is what lets a guesser test its
+//! guess), and given back only when the sender proves it holds the code, so that at most
+//! [`CODE_TRIES`] wrong guesses are ever answered, however many come at once or are held open.
 
 use crate::error::SessionError;
 use crate::net::control::{read_frame, read_sealed, write_frame, ControlError};
+use hurtle_proto::guesses::{Failed, Guess, GuessBudget, Refused};
 use hurtle_proto::secure::{self, AgreeError, FrameSeal, KeyId, Offer, Secret, SessionKeys};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-/// Failed agreements with the code that spend it. A direct receiver's code has about 37 bits
-/// (three guesses: one chance in 50 billion); a relay's words 16 (one in 22 thousand, as a
-/// magic-wormhole code).
+/// Wrong guesses of the code that are answered before it is spent: the code's budget
+/// ([`hurtle_proto::guesses`]). See docs/security.md for the odds this gives.
 pub const CODE_TRIES: u32 = 3;
 
-/// What a receiver accepts: a code, and named keys (from a key file). Clones share their
-/// contents, so a code known only after the receiver started listening (one a relay gave it)
-/// can still be added ([`Keyring::add`]).
+/// How a receiver's refusal for want of room starts (`Reject` reasons): the sender turns it
+/// into [`SessionError::Busy`] rather than a refusal of its secret.
+pub const BUSY: &str = "busy: ";
+
+/// What a receiver accepts: a code, and named keys (from a key file), and the code's budget of
+/// guesses. Clones share their contents, so a code known only after the receiver started
+/// listening (one a relay gave it) can still be added ([`Keyring::add`]).
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
     entries: Arc<RwLock<Vec<(String, Secret)>>>,
+    guesses: Arc<Guesses>,
+}
+
+/// The code's budget, and the wake-up of agreements waiting for a slot of it.
+#[derive(Debug)]
+struct Guesses {
+    budget: Mutex<GuessBudget>,
+    settled: Condvar,
+}
+
+impl Default for Guesses {
+    fn default() -> Self {
+        Guesses {
+            budget: Mutex::new(GuessBudget::new(CODE_TRIES)),
+            settled: Condvar::new(),
+        }
+    }
+}
+
+impl Guesses {
+    fn lock(&self) -> MutexGuard<'_, GuessBudget> {
+        self.budget.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Keyring {
@@ -60,6 +91,59 @@ impl Keyring {
     /// Whether it holds nothing (a receiver then refuses to start).
     pub fn is_empty(&self) -> bool {
         self.entries.read().map_or(true, |e| e.is_empty())
+    }
+
+    /// Whether the code was spent by [`CODE_TRIES`] failed agreements.
+    pub fn code_spent(&self) -> bool {
+        self.guesses.lock().is_spent()
+    }
+
+    /// Failed agreements with the code so far.
+    pub fn code_failures(&self) -> u32 {
+        self.guesses.lock().failures()
+    }
+
+    /// Charges a guess of the code, before it is answered: waits (until `deadline`) while
+    /// every slot left is held by agreements still under way, one of which may be the right
+    /// code's.
+    fn charge(&self, deadline: Instant) -> Result<Guess, Refused> {
+        let mut budget = self.guesses.lock();
+        loop {
+            match budget.charge() {
+                Err(Refused::Busy(_)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return budget.charge();
+                    }
+                    budget = match self.guesses.settled.wait_timeout(budget, left) {
+                        Ok((b, _)) => b,
+                        Err(e) => e.into_inner().0,
+                    };
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Settles a charged guess: given back if `proven`, else charged for good; the
+    /// [`CODE_TRIES`]th failure removes the code.
+    fn settle(&self, guess: Guess, proven: bool) -> Option<Failed> {
+        let mut budget = self.guesses.lock();
+        let failed = if proven {
+            budget.proven(guess);
+            None
+        } else {
+            let f = budget.failed(guess);
+            if f.spent {
+                // Spent: no later agreement with it can succeed, whoever holds it (keys, if
+                // any, still work).
+                self.remove_code();
+            }
+            Some(f)
+        };
+        drop(budget);
+        self.guesses.settled.notify_all();
+        failed
     }
 
     fn find(&self, id: KeyId) -> Option<(String, Secret)> {
@@ -97,7 +181,10 @@ pub fn offer(
         } else {
             "the receiver does not hold this key (or someone in between changed the key agreement); nothing was sent".into()
         }),
-        AgreeError::Rejected(reason) => SessionError::NotAuthenticated(format!("the receiver refused: {reason}")),
+        AgreeError::Rejected(reason) => match reason.strip_prefix(BUSY) {
+            Some(why) => SessionError::Busy(why.to_string()),
+            None => SessionError::NotAuthenticated(format!("the receiver refused: {reason}")),
+        },
         AgreeError::Version { .. } => SessionError::Incompatible(format!("the receiver: {e}")),
         other => SessionError::Agreement(other),
     })
@@ -126,6 +213,8 @@ pub struct Refusal {
     pub reason: String,
     /// It ran the agreement with the code and failed: one of the code's [`CODE_TRIES`].
     pub code_try: bool,
+    /// This failure spent the code (it was the [`CODE_TRIES`]th).
+    pub spent: bool,
 }
 
 impl Refusal {
@@ -133,16 +222,21 @@ impl Refusal {
         Refusal {
             reason: reason.into(),
             code_try: false,
+            spent: false,
         }
     }
 }
 
 /// The receiver's side: answers the sender's offer (`first`, its first frame, and `hello`,
-/// the second, already read) with a key from `keys`, and with the receiver's first sealed
-/// frame right behind it in the same write (`answered` seals it with the keys' frame sealer,
-/// and returns what it opened for it); then reads the sender's first sealed frame, all before
-/// `deadline`. (One write: with Nagle's algorithm, a second small write would wait a round
-/// trip for the first one's acknowledgement.)
+/// the second, already read) with a key from `keys`, and reads the sender's first sealed
+/// frame, all before `deadline`. Only then, the sender having proven it holds the secret, does
+/// `answered` open what the session needs and seal the receiver's first frame with the keys'
+/// frame sealer (it returns what it opened, and the sealed frame, which is sent).
+///
+/// An agreement with the code is charged to the code's budget before it is answered (waiting
+/// until `deadline` while the budget is held by agreements under way), and given back only
+/// when the sender's first sealed frame opens; a spent code, or a budget still held at the
+/// deadline, is refused with a `Reject` that says so and no answer.
 pub fn answer<T>(
     stream: &mut TcpStream,
     keys: &Keyring,
@@ -152,56 +246,109 @@ pub fn answer<T>(
     answered: impl FnOnce(&mut FrameSeal) -> Result<(T, Vec<u8>), String>,
 ) -> Result<(Accepted, T), Refusal> {
     let id = secure::offered_key(first).map_err(|e| Refusal::stray(e.to_string()))?;
-    let Some((name, secret)) = keys.find(id) else {
-        let _ = write_frame(
-            stream,
-            &Control::Reject {
-                reason: format!("this receiver does not know key {id}"),
-            },
-        );
-        return Err(Refusal::stray(format!(
-            "offered key {id}, which is not authorized here"
-        )));
+    let refuse = |stream: &mut TcpStream, told: String, reason: String| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = stream.set_write_timeout(Some(left.max(Duration::from_millis(10))));
+        let _ = write_frame(stream, &Control::Reject { reason: told });
+        Err(Refusal::stray(reason))
     };
-    let code_try = secret.is_code();
-    let failed = |reason: String| Refusal { reason, code_try };
-    let (mut session, reply) = secure::answer(&secret, first, hello, plain_data)
-        .map_err(|e| failed(format!("key agreement: {e}")))?;
-    let (opened, sealed) = answered(&mut session.frames_out).map_err(Refusal::stray)?;
-    let mut flight = reply.to_frame();
-    flight.extend_from_slice(&sealed);
-    stream
-        .write_all(&flight)
-        .map_err(|e| failed(describe(&ControlError::from(e), "left")))?;
-    let answered = Instant::now();
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(failed("did not finish the key agreement in time".into()));
-    }
-    stream
-        .set_read_timeout(Some(left))
-        .map_err(|e| failed(format!("socket: {e}")))?;
-    let first = read_sealed(stream, &mut session.frames_in, left).map_err(|e| {
-        failed(match e {
-            ControlError::Closed => format!(
-                "left after the key agreement: it does not hold this receiver's {}",
-                if code_try { "code" } else { "key" }
-            ),
-            ControlError::Frame(FrameError::Unauthentic) => {
-                "its first frame failed authentication".into()
+    let Some((name, secret)) = keys.find(id) else {
+        if id == KeyId::CODE && keys.code_spent() {
+            return refuse(
+                stream,
+                spent_reason(),
+                "tried the code, which is spent".into(),
+            );
+        }
+        return refuse(
+            stream,
+            format!("this receiver does not know key {id}"),
+            format!("offered key {id}, which is not authorized here"),
+        );
+    };
+    let guess = if secret.is_code() {
+        match keys.charge(deadline) {
+            Ok(guess) => Some(guess),
+            Err(Refused::Spent(_)) => {
+                return refuse(
+                    stream,
+                    spent_reason(),
+                    "tried the code, which is spent".into(),
+                )
             }
-            other => describe(&other, "sent after the key agreement"),
-        })
+            Err(Refused::Busy(n)) => {
+                return refuse(
+                    stream,
+                    format!("{BUSY}{n} tries of this receiver's code are under way; try again in a few seconds"),
+                    format!("tried the code while {n} tries of it were under way; told the receiver is busy"),
+                )
+            }
+        }
+    } else {
+        None
+    };
+    let agreed = agree(stream, &secret, plain_data, (first, hello), deadline);
+    let failed = guess.and_then(|g| keys.settle(g, agreed.is_ok()));
+    let (mut session, first, rtt) = agreed.map_err(|reason| Refusal {
+        reason,
+        code_try: secret.is_code(),
+        spent: failed.is_some_and(|f| f.spent),
     })?;
+    // Proven: what the session needs is opened now, and its answer sent.
+    let (opened, sealed) = answered(&mut session.frames_out).map_err(Refusal::stray)?;
+    stream
+        .write_all(&sealed)
+        .map_err(|e| Refusal::stray(describe(&ControlError::from(e), "left")))?;
     Ok((
         Accepted {
             keys: session,
             first,
             key_name: name,
-            rtt: answered.elapsed(),
+            rtt,
         },
         opened,
     ))
+}
+
+fn spent_reason() -> String {
+    format!("this receiver's code was tried {CODE_TRIES} times with the wrong words and is spent; ask for a new one")
+}
+
+/// The agreement proper: answers the offer, and reads and opens the sender's first sealed
+/// frame. Returns the keys, that frame, and the round trip between the answer and it.
+fn agree(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    plain_data: bool,
+    (first, hello): (&Control, &Control),
+    deadline: Instant,
+) -> Result<(SessionKeys, Control, Duration), String> {
+    let code_try = secret.is_code();
+    let (mut session, reply) = secure::answer(secret, first, hello, plain_data)
+        .map_err(|e| format!("key agreement: {e}"))?;
+    stream.set_nodelay(true).ok();
+    stream
+        .write_all(&reply.to_frame())
+        .map_err(|e| describe(&ControlError::from(e), "left"))?;
+    let answered = Instant::now();
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err("did not finish the key agreement in time".into());
+    }
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(|e| format!("socket: {e}"))?;
+    let first = read_sealed(stream, &mut session.frames_in, left).map_err(|e| match e {
+        ControlError::Closed => format!(
+            "left after the key agreement: it does not hold this receiver's {}",
+            if code_try { "code" } else { "key" }
+        ),
+        ControlError::Frame(FrameError::Unauthentic) => {
+            "its first frame failed authentication".into()
+        }
+        other => describe(&other, "sent after the key agreement"),
+    })?;
+    Ok((session, first, answered.elapsed()))
 }
 
 fn describe(e: &ControlError, what: &str) -> String {

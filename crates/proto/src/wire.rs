@@ -284,7 +284,7 @@ pub enum Control {
     /// Sender -> receiver, right behind its `Agree` and in the clear (its fields say nothing
     /// the datagrams do not show; the key agreement's transcript covers it, so it cannot be
     /// changed on the way): what the receiver needs to open the data path and answer with
-    /// `HelloAck` in the same flight as its own `Agree`.
+    /// `HelloAck` once the sender has proven its key.
     Hello {
         /// Must be [`MAGIC`].
         magic: [u8; 4],

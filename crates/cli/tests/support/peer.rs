@@ -83,8 +83,11 @@ impl RawPeer {
         }
     }
 
-    /// Reads the receiver's answer to the hello that [`RawPeer::connect`] sent.
+    /// Reads the receiver's answer to the hello that [`RawPeer::connect`] sent. A sealed
+    /// keep-alive goes first: the receiver answers the hello only once a first sealed frame
+    /// proved the key.
     pub fn hello(&mut self) -> Control {
+        self.send(&Control::KeepAlive);
         let ack = self.recv().expect("an answer to the hello");
         assert!(
             matches!(ack, Control::HelloAck { .. }),

@@ -5,8 +5,22 @@
 //! receiver's listener ([`FrontDoor`]), and the *greeting* of each connection ([`greet`]), the
 //! step before the session that tells a hurtle sender from a stranger. Each greeting runs in a
 //! thread of its own under a grace deadline ([`GREETING_GRACE`], like OpenSSH's
-//! `LoginGraceTime`), and at most [`MAX_UNGREETED`] run at once (like `MaxStartups`): a
-//! connection beyond that is closed at once. A connection whose greeting fails is a *stray*
+//! `LoginGraceTime`; [`SILENT_GRACE`] for a connection that has not sent a byte), and at most
+//! [`MAX_UNGREETED`] run at once (like `MaxStartups`), at most [`MAX_PER_SOURCE`] of them from
+//! one source (an IPv4 address, an IPv6 /64). A connection beyond either bound is told the
+//! receiver is busy (a `Reject` starting with [`BUSY`], which a sender reports as
+//! [`SessionError::Busy`]) and closed at once, by the accepting thread, without waiting.
+//!
+//! Why a bound per source rather than OpenSSH's random early drop: with random early drop, one
+//! address that renews its connections as fast as they close keeps most of the slots and turns
+//! most real senders away by chance; with a bound, it holds a quarter of the door and every
+//! other source finds room. Many honest senders behind one NAT share one source's slots, but a
+//! greeting lasts one round trip, so eight serve them unless nine arrive within one round trip,
+//! and the ninth is told to try again. Failing to `accept` (out of descriptors, say) never ends
+//! the receiver: it is logged once per streak and tried again after a pause; the soft limit on
+//! descriptors is raised to the hard one when the door opens.
+//!
+//! A connection whose greeting fails is a *stray*
 //! ([`Stray`]): garbage, an HTTP request, a length prefix no hello has, a frame that does not
 //! decode, a first message other than a hello, a hello without hurtle's magic, silence past
 //! the deadline, or a close. It is closed, counted ([`FrontDoor::take_strays`]) and logged
@@ -34,15 +48,17 @@
 //! on meanwhile, so strays are dropped during a transfer too.
 //!
 //! The greeting is the key agreement ([`crate::handshake`]): the first frame must be the sender's
-//! `Agree`, and the second its hello (in the clear, bound into the keys); the receiver opens
-//! the data path for the hello ([`super::data_path`]) and answers with a key from its
-//! [`Keyring`] and, sealed right behind, its `HelloAck`; the sender's first sealed frame (the
-//! manifest's first part) must open. Whatever fails before the peer is authenticated is a stray and
-//! ignored: a stranger, a peer of another protocol version (answered with a `Reject` saying
-//! so), a sender with a key this receiver does not know, or one with the wrong code. Wrong
-//! codes are counted: the [`CODE_TRIES`]th spends the code, and the receiver ends
-//! ([`SessionError::CodeSpent`]). Whatever fails after the agreement is the session's error.
-//! [`greet`] is the one place that decides.
+//! `Agree`, and the second its hello (in the clear, bound into the keys); the receiver answers
+//! with a key from its [`Keyring`] (a try of the code charged to the code's budget first), and
+//! the sender's first sealed frame (the manifest's first part) must open. Only then is the
+//! data path opened for the hello ([`super::data_path`]) and its `HelloAck` sent, sealed: a
+//! peer that has not proven the key gets no socket, listener or file. Whatever fails before
+//! the peer is authenticated is a stray and ignored: a stranger, a peer of another protocol
+//! version (answered with a `Reject` saying so), a sender with a key this receiver does not
+//! know, or one with the wrong code. At most [`CODE_TRIES`] wrong codes are ever answered
+//! (however many come at once, or are held open after the answer); the [`CODE_TRIES`]th
+//! failure spends the code, and the receiver ends ([`SessionError::CodeSpent`]). Whatever
+//! fails after the agreement is the session's error. [`greet`] is the one place that decides.
 
 mod stray_log;
 
@@ -50,14 +66,15 @@ pub use stray_log::{LogLine, StrayKind, StrayLog, STRAY_LOG_BURST, STRAY_LOG_WIN
 
 use super::data_path::{DataDoor, Opened};
 use crate::error::SessionError;
-use crate::handshake::{self, Keyring, CODE_TRIES};
+use crate::handshake::{self, Keyring, BUSY, CODE_TRIES};
 use hurtle_proto::secure::FrameSeal;
 use hurtle_proto::session::check_hello;
 use hurtle_proto::wire::{self, Control};
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -66,8 +83,18 @@ use std::time::{Duration, Instant};
 /// sender sends it as soon as it has connected).
 pub const GREETING_GRACE: Duration = Duration::from_secs(5);
 
-/// How many connections may be in their greeting at once; one more is closed at once.
+/// How long a new connection may stay without sending a byte before it is dropped: a sender
+/// sends its offer in the same flight as its connect's last packet.
+pub const SILENT_GRACE: Duration = Duration::from_secs(3);
+
+/// How many connections may be in their greeting at once; one more is told the receiver is
+/// busy and closed at once.
 pub const MAX_UNGREETED: usize = 32;
+
+/// How many of the [`MAX_UNGREETED`] greetings one source may hold at once (an IPv4 address,
+/// or an IPv6 /64: what one host or one NAT has); one more from it is told the receiver is busy
+/// and closed at once, so that no single source can hold the door.
+pub const MAX_PER_SOURCE: usize = MAX_UNGREETED / 4;
 
 /// The longest first frame read: a hello is some 30 bytes, and a stranger's length prefix must
 /// not make the receiver hold megabytes for each of [`MAX_UNGREETED`] connections.
@@ -160,16 +187,21 @@ pub enum Stray {
         reason: String,
         /// It used the receiver's code: one of its [`CODE_TRIES`].
         code_try: bool,
+        /// It was the [`CODE_TRIES`]th failure with the code, which spent it.
+        spent: bool,
     },
     /// A hello without hurtle's magic (it was answered with a `Reject` saying so).
     NotHurtle {
         /// The magic it had.
         magic: [u8; 4],
     },
-    /// Closed at once: [`MAX_UNGREETED`] connections were already being greeted.
+    /// Told the receiver is busy and closed at once: [`MAX_UNGREETED`] connections were
+    /// already being greeted, or [`MAX_PER_SOURCE`] from its address (`from_source`).
     Busy {
         /// The limit that was reached.
         limit: usize,
+        /// The limit was its address's.
+        from_source: bool,
     },
     /// The socket failed.
     Io(io::Error),
@@ -244,9 +276,19 @@ impl fmt::Display for Stray {
                 "sent a hello with magic {} (not a hurtle peer)",
                 glimpse(magic)
             ),
-            Stray::Busy { limit } => write!(
+            Stray::Busy {
+                limit,
+                from_source: false,
+            } => write!(
                 f,
-                "closed at once: {limit} connections were already being greeted"
+                "told busy and closed at once: {limit} connections were already being greeted"
+            ),
+            Stray::Busy {
+                limit,
+                from_source: true,
+            } => write!(
+                f,
+                "told busy and closed at once: {limit} connections from its address were already being greeted"
             ),
             Stray::Io(e) => write!(f, "socket error: {e}"),
         }
@@ -290,25 +332,37 @@ pub fn greet(
     deadline: Instant,
     gate: &Gatekeeper,
 ) -> Result<(Greeted, Opened), Stray> {
-    let result = greet_inner(stream, deadline, gate);
+    greet_within(stream, (deadline, deadline), gate)
+}
+
+/// [`greet`], with a deadline of its own for the first byte: `(first_byte_by, deadline)`. A
+/// sender sends its offer as soon as it has connected, so a connection that has said nothing
+/// by `first_byte_by` is dropped then, not at `deadline`.
+pub fn greet_within(
+    stream: &mut TcpStream,
+    (first_byte_by, deadline): (Instant, Instant),
+    gate: &Gatekeeper,
+) -> Result<(Greeted, Opened), Stray> {
+    let started = Instant::now();
+    let r = Reading {
+        stream,
+        deadline,
+        first_byte_by: first_byte_by.min(deadline),
+        started,
+        got: 0,
+        first: Vec::new(),
+    };
+    let result = greet_inner(r, deadline, gate);
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(None);
     result
 }
 
 fn greet_inner(
-    stream: &mut TcpStream,
+    mut r: Reading<'_>,
     deadline: Instant,
     gate: &Gatekeeper,
 ) -> Result<(Greeted, Opened), Stray> {
-    let started = Instant::now();
-    let mut r = Reading {
-        stream,
-        deadline,
-        grace: deadline.saturating_duration_since(started),
-        got: 0,
-        first: Vec::new(),
-    };
     let msg = r.frame()?;
     let told = |stream: &mut TcpStream, reason: String| {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -371,6 +425,7 @@ fn greet_inner(
             .map_err(|refusal| Stray::Agreement {
                 reason: refusal.reason,
                 code_try: refusal.code_try,
+                spent: refusal.spent,
             })
         }
         other => Err(Stray::NotHello { name: other.name() }),
@@ -381,7 +436,9 @@ fn greet_inner(
 struct Reading<'a> {
     stream: &'a mut TcpStream,
     deadline: Instant,
-    grace: Duration,
+    /// The deadline while nothing has arrived.
+    first_byte_by: Instant,
+    started: Instant,
     got: usize,
     first: Vec<u8>,
 }
@@ -414,7 +471,12 @@ impl Reading<'_> {
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), Stray> {
         let mut at = 0;
         while at < buf.len() {
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            let until = if self.got == 0 {
+                self.first_byte_by
+            } else {
+                self.deadline
+            };
+            let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.silent());
             }
@@ -463,8 +525,13 @@ impl Reading<'_> {
     }
 
     fn silent(&self) -> Stray {
+        let until = if self.got == 0 {
+            self.first_byte_by
+        } else {
+            self.deadline
+        };
         Stray::Silent {
-            after: self.grace,
+            after: until.saturating_duration_since(self.started),
             got: self.got,
         }
     }
@@ -475,8 +542,12 @@ impl Reading<'_> {
 pub struct DoorLimits {
     /// How long a connection has to greet ([`GREETING_GRACE`]).
     pub grace: Duration,
+    /// How long a connection may stay silent before it is dropped ([`SILENT_GRACE`]).
+    pub silent_grace: Duration,
     /// How many connections may be greeted at once ([`MAX_UNGREETED`]).
     pub max_ungreeted: usize,
+    /// How many of them one source may hold ([`MAX_PER_SOURCE`]).
+    pub max_per_source: usize,
     /// How many strays of a window of the log get a line each ([`STRAY_LOG_BURST`]).
     pub log_burst: u32,
     /// The log's window: the rest of its strays are one line at its end
@@ -488,7 +559,9 @@ impl Default for DoorLimits {
     fn default() -> Self {
         DoorLimits {
             grace: GREETING_GRACE,
+            silent_grace: SILENT_GRACE,
             max_ungreeted: MAX_UNGREETED,
+            max_per_source: MAX_PER_SOURCE,
             log_burst: STRAY_LOG_BURST,
             log_window: STRAY_LOG_WINDOW,
         }
@@ -544,6 +617,7 @@ impl FrontDoor {
                 .spawn(move || summarise(&log))
                 .ok()
         };
+        raise_descriptor_limit();
         let stop = Arc::new(AtomicBool::new(false));
         let door = Door {
             listener,
@@ -552,9 +626,8 @@ impl FrontDoor {
             strays: strays.clone(),
             log: log.clone(),
             stop: stop.clone(),
-            ungreeted: Arc::new(AtomicUsize::new(0)),
+            ungreeted: Arc::new(Pending::default()),
             gate: Arc::new(gate),
-            code_tries: Arc::new(AtomicU64::new(0)),
         };
         let thread = std::thread::Builder::new()
             .name("accept".into())
@@ -738,47 +811,137 @@ struct Door {
     strays: Arc<AtomicU64>,
     log: Arc<Logbook>,
     stop: Arc<AtomicBool>,
-    ungreeted: Arc<AtomicUsize>,
+    ungreeted: Arc<Pending>,
     gate: Arc<Gatekeeper>,
-    /// Failed agreements with the code.
-    code_tries: Arc<AtomicU64>,
 }
 
-/// One connection in its greeting, counted in [`Door::ungreeted`] until dropped.
-struct Greeting(Arc<AtomicUsize>);
+/// The connections in their greeting: how many, and how many from each source.
+#[derive(Debug, Default)]
+struct Pending {
+    by_source: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
 
-impl Drop for Greeting {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+impl Pending {
+    /// Takes a slot for a connection from `peer`, or says which limit is reached.
+    fn take(self: &Arc<Self>, peer: IpAddr, limits: &DoorLimits) -> Result<Greeting, Stray> {
+        let source = source_of(peer);
+        let mut g = self.by_source.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, by_source) = &mut *g;
+        if *total >= limits.max_ungreeted {
+            return Err(Stray::Busy {
+                limit: limits.max_ungreeted,
+                from_source: false,
+            });
+        }
+        let mine = by_source.entry(source).or_insert(0);
+        if *mine >= limits.max_per_source {
+            return Err(Stray::Busy {
+                limit: limits.max_per_source,
+                from_source: true,
+            });
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(Greeting {
+            pending: self.clone(),
+            source,
+        })
+    }
+
+    fn put_back(&self, source: IpAddr) {
+        let mut g = self.by_source.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, by_source) = &mut *g;
+        *total = total.saturating_sub(1);
+        if let Some(n) = by_source.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_source.remove(&source);
+            }
+        }
     }
 }
 
+/// What counts as one source: an IPv4 address (an IPv4-mapped IPv6 one too), or an IPv6 /64
+/// (the least a site is given: one host can use every address in it).
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(prefix.into())
+            }
+        },
+    }
+}
+
+/// One connection in its greeting, counted in [`Door::ungreeted`] until dropped.
+struct Greeting {
+    pending: Arc<Pending>,
+    source: IpAddr,
+}
+
+impl Drop for Greeting {
+    fn drop(&mut self) {
+        self.pending.put_back(self.source);
+    }
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit (once), before
+/// the first connection: each connection in its greeting holds one, and a session's data path
+/// a few more. Failing to raise it is not an error (the accepting thread survives running out:
+/// see [`Door::run`]).
+fn raise_descriptor_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let now = crate::sys::fs::raise_open_file_limit();
+        tracing::debug!("open descriptors: soft limit {now:?}");
+    });
+}
+
+/// How long the accepting thread pauses after `accept` failed for want of a resource
+/// (descriptors, memory), rather than spinning on the same error.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 impl Door {
     fn run(self) {
+        // Failures in a row, said once per streak (and how long it lasted when it ends).
+        let mut failing: Option<(Instant, u64)> = None;
         loop {
             let accepted = self.listener.accept();
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
             match accepted {
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer)) => {
+                    if let Some((since, n)) = failing.take() {
+                        tracing::info!(
+                            "accepting connections again after {n} failures over {:.1} s",
+                            since.elapsed().as_secs_f64()
+                        );
+                    }
+                    self.admit(stream, peer)
+                }
                 Err(e) => match e.kind() {
                     // The peer gave up between its connect and our accept: nothing to do.
                     io::ErrorKind::ConnectionAborted
                     | io::ErrorKind::ConnectionReset
                     | io::ErrorKind::Interrupted => {}
                     _ => {
-                        // Out of descriptors, say: the receiver is told (a one-shot receiver
-                        // ends with it), and the door tries again after a pause rather than
-                        // spinning on the same error.
-                        if self
-                            .arrivals
-                            .send(Err(SessionError::io("accept", e)))
-                            .is_err()
-                        {
-                            return;
+                        // Out of descriptors, say: never the receiver's end. Said once, and
+                        // tried again after a pause (the connection waits in the backlog).
+                        match &mut failing {
+                            Some((_, n)) => *n += 1,
+                            None => {
+                                tracing::warn!(
+                                    "cannot accept connections: {e}; trying again every {} ms",
+                                    ACCEPT_PAUSE.as_millis()
+                                );
+                                failing = Some((Instant::now(), 1));
+                            }
                         }
-                        std::thread::sleep(Duration::from_millis(100));
+                        std::thread::sleep(ACCEPT_PAUSE);
                     }
                 },
             }
@@ -786,29 +949,28 @@ impl Door {
     }
 
     fn admit(&self, stream: TcpStream, peer: SocketAddr) {
-        if self.ungreeted.fetch_add(1, Ordering::Relaxed) >= self.limits.max_ungreeted {
-            self.ungreeted.fetch_sub(1, Ordering::Relaxed);
-            self.dropped(
-                peer,
-                &Stray::Busy {
-                    limit: self.limits.max_ungreeted,
-                },
-            );
-            return;
-        }
-        let slot = Greeting(self.ungreeted.clone());
-        let deadline = Instant::now() + self.limits.grace;
+        let slot = match self.ungreeted.take(peer.ip(), &self.limits) {
+            Ok(slot) => slot,
+            Err(busy) => {
+                // Counted before it is closed, so whoever sees it closed sees it counted.
+                self.dropped(peer, &busy);
+                turn_away(stream, &busy);
+                return;
+            }
+        };
+        let now = Instant::now();
+        let deadline = now + self.limits.grace;
+        let first_byte_by = now + self.limits.silent_grace;
         let arrivals = self.arrivals.clone();
         let strays = self.strays.clone();
         let log = self.log.clone();
         let gate = self.gate.clone();
-        let code_tries = self.code_tries.clone();
         let spawned = std::thread::Builder::new()
             .name("greet".into())
             .spawn(move || {
                 let _slot = slot;
                 let mut stream = stream;
-                match greet(&mut stream, deadline, &gate) {
+                match greet_within(&mut stream, (first_byte_by, deadline), &gate) {
                     Ok((greeted, opened)) => {
                         let _ = arrivals.send(Ok(Arrival {
                             stream,
@@ -821,14 +983,10 @@ impl Door {
                     // closed, so whoever sees it closed sees it counted.
                     Err(why) => {
                         count_stray(&strays, &log, peer, &why);
-                        if let Stray::Agreement { code_try: true, .. } = why {
-                            let tries = code_tries.fetch_add(1, Ordering::Relaxed) + 1;
-                            if tries == u64::from(CODE_TRIES) {
-                                // Spent: no later agreement with it can succeed, whoever
-                                // holds it (keys, if any, still work).
-                                gate.keys.remove_code();
-                                let _ = arrivals.send(Err(SessionError::CodeSpent(CODE_TRIES)));
-                            }
+                        if let Stray::Agreement { spent: true, .. } = why {
+                            // The keyring removed the code; a receiver with nothing else to
+                            // accept ends.
+                            let _ = arrivals.send(Err(SessionError::CodeSpent(CODE_TRIES)));
                         }
                     }
                 }
@@ -841,6 +999,31 @@ impl Door {
 
     fn dropped(&self, peer: SocketAddr, why: &Stray) {
         count_stray(&self.strays, &self.log, peer, why);
+    }
+}
+
+/// Tells a connection the door has no room for that the receiver is busy (a `Reject` a sender
+/// reads as its agreement's answer), and closes it, without ever waiting: the accepting thread
+/// does it. What the peer had sent is read first, where it is already there, so that the close
+/// is a FIN behind the `Reject`, not a reset that could overtake it.
+fn turn_away(mut stream: TcpStream, why: &Stray) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let reason = match why {
+        Stray::Busy {
+            from_source: true, ..
+        } => format!("{BUSY}the receiver is greeting as many connections from your address as it takes; try again in a few seconds"),
+        _ => format!("{BUSY}the receiver is greeting as many connections as it takes; try again in a few seconds"),
+    };
+    let _ = stream.write_all(&Control::Reject { reason }.to_frame());
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
     }
 }
 
@@ -951,7 +1134,7 @@ mod tests {
     }
 
     #[test]
-    fn the_hello_behind_the_offer_is_answered_sealed_right_behind_the_agreement() {
+    fn the_hello_is_answered_sealed_once_the_sender_proved_the_code() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mut client, mut server) = pair(&listener);
         let door = std::thread::spawn(move || {
@@ -965,7 +1148,19 @@ mod tests {
         }
         let mut keys =
             handshake::offer(&mut client, &secret, false, &hello, Duration::from_secs(5)).unwrap();
-        // Before any frame of ours: the receiver's answer to the hello is already here.
+        // Nothing more comes before the sender proves it holds the code: no data path is open
+        // for it yet.
+        client
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        assert!(
+            matches!(client.read(&mut byte), Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)),
+            "the receiver said more before the sender proved the code"
+        );
+        client
+            .write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
         let ack =
             crate::net::control::read_sealed(&mut client, &mut keys.frames_in, GRACE).unwrap();
         let Control::HelloAck { ports, .. } = ack else {
@@ -973,9 +1168,6 @@ mod tests {
         };
         assert_eq!(ports.len(), 3);
         assert!(ports.iter().all(|&p| p != 0));
-        client
-            .write_all(&keys.frames_out.seal(&Control::KeepAlive))
-            .unwrap();
         let (first, _server) = door.join().unwrap();
         assert_eq!(first.unwrap(), Control::KeepAlive);
     }
@@ -1168,6 +1360,8 @@ mod tests {
             DoorLimits {
                 grace: Duration::from_secs(2),
                 max_ungreeted: 32,
+                // All from one address here.
+                max_per_source: 32,
                 ..DoorLimits::default()
             },
             gate(),
@@ -1259,6 +1453,7 @@ mod tests {
                 max_ungreeted: 32,
                 log_burst: 3,
                 log_window: window,
+                ..DoorLimits::default()
             },
             gate(),
         )
@@ -1391,11 +1586,104 @@ mod tests {
             .set_read_timeout(Some(Duration::from_secs(2)))
             .unwrap();
         let t0 = Instant::now();
+        // Told the receiver is busy, and closed.
+        let told = crate::net::control::read_frame(&mut third, Duration::from_secs(2)).unwrap();
+        assert!(
+            matches!(&told, Control::Reject { reason } if reason.starts_with(BUSY)),
+            "{told:?}"
+        );
         let mut buf = [0u8; 1];
         let n = third.read(&mut buf).unwrap_or(0);
         assert_eq!(n, 0, "closed");
         assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
         assert_eq!(door.strays(), 1);
         drop(door);
+    }
+
+    #[test]
+    fn one_source_holds_no_more_than_its_share_and_a_sender_is_told_busy() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let door = FrontDoor::open(
+            listener,
+            DoorLimits {
+                grace: Duration::from_secs(5),
+                max_ungreeted: 8,
+                max_per_source: 2,
+                ..DoorLimits::default()
+            },
+            gate(),
+        )
+        .unwrap();
+        let _silent: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(100));
+        // A sender from the same address: told the receiver is busy, in its own words.
+        let refused = sender(TcpStream::connect(addr).unwrap(), CODE, Control::KeepAlive);
+        let why = refused.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&why, SessionError::Busy(r) if r.contains("your address")),
+            "{why}"
+        );
+        assert!(why.to_string().starts_with("the receiver is busy"), "{why}");
+        // From another address (127.0.0.2 is loopback too): in at once.
+        let other =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        other
+            .bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+            .unwrap();
+        other.connect(&addr.into()).unwrap();
+        let _real = sender(other.into(), CODE, Control::KeepAlive);
+        let arrival = door.next().unwrap();
+        assert_eq!(arrival.peer.ip(), std::net::IpAddr::from([127, 0, 0, 2]));
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_slash_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(source_of(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(
+            source_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_ne!(
+            source_of(ip("2001:db8:1:2::1")),
+            source_of(ip("2001:db8:1:3::1"))
+        );
+    }
+
+    #[test]
+    fn a_connection_that_says_nothing_is_dropped_at_the_silent_grace() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_grace = Duration::from_millis(200);
+        let door = FrontDoor::open(
+            listener.try_clone().unwrap(),
+            DoorLimits {
+                grace: Duration::from_secs(5),
+                silent_grace,
+                ..DoorLimits::default()
+            },
+            gate(),
+        )
+        .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let t0 = Instant::now();
+        closed_by_door(TcpStream::connect(addr).unwrap());
+        let took = t0.elapsed();
+        assert!(
+            took >= silent_grace && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        // One that said something has the whole grace.
+        let mut spoke = TcpStream::connect(addr).unwrap();
+        spoke.write_all(&[0, 0]).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        spoke.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        assert!(
+            matches!(spoke.read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+            "closed before its grace"
+        );
+        assert_eq!(door.strays(), 1);
     }
 }

@@ -1,11 +1,10 @@
-//! The receiver's data path, opened when the sender's hello arrives, before the key agreement
-//! is answered ([`DataDoor::open`]): one UDP socket per channel (and a TCP listener for the
-//! race), or one TCP listener for parallel TCP; the set-up machine that answers the hello with
-//! their ports (`HelloAck`, sent sealed right behind the agreement's answer, so that the sender
-//! can send data as soon as it has the keys); and what it told the sender it can take in.
+//! The receiver's data path, opened for the sender's hello once the sender has proven its key
+//! (its first sealed frame opened: [`DataDoor::open`]): one UDP socket per channel (and a TCP
+//! listener for the race), or one TCP listener for parallel TCP; the set-up machine that
+//! answers the hello with their ports (`HelloAck`, sealed); and what it told the sender it can
+//! take in.
 //!
-//! The front door opens it for a connection it has not yet authenticated: a stranger costs
-//! some sockets for the few moments its greeting lasts, and they close with it.
+//! Nothing here is opened for a peer that has not proven the key: a stranger costs no socket.
 
 use super::capacity::Capacity;
 use super::OwnPorts;

@@ -9,15 +9,17 @@
 //! sender                                 receiver
 //! 1 RTT: connected
 //!   Agree, Hello (in the clear) ------->   checks version and hello, clamps channels,
-//!                                          opens the data path
-//!                          <------------   Agree, HelloAck (ports, payload, rate ceiling,
+//!                          <------------   Agree (a try of the code charged)
+//! 2 RTT: keys
+//!   Manifest parts (sealed) ----------->   the key proven: opens the data path
+//!                          <------------   HelloAck (ports, payload, rate ceiling,
 //!                                          and a TCP data port if the hello asked)
-//! 2 RTT: keys; early data under provisional()
-//!   Manifest parts  ------------------->   decides each entry from its file system's facts
+//!                                          decides each entry from its file system's facts
+//! 3 RTT: ports; early data under provisional()
 //!                          <------------   ManifestReply (send, refuse, have, unchanged, resume)
 //!                                          every file "send": Agreed, data phase (the early
 //!                                          data in its socket buffers counts)
-//! 3 RTT: no "have": Agreed
+//! 4 RTT: no "have": Agreed
 //!   "have": hashes the files the receiver has
 //!   Skip (identical files) ------------>   checks each skip was offered; Agreed
 //! ```
