@@ -488,13 +488,13 @@ pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Re
     let mut out: Vec<(SocketAddr, Range<usize>, usize, Vec<u8>)> = Vec::new();
     let mut verdicts: Vec<Verdict> = Vec::new();
     loop {
-        match socket.recv_batch(&mut batch) {
-            Ok(_) => {}
+        let got = match socket.recv_batch(&mut batch) {
+            Ok(n) => n,
             // An ICMP error for an earlier send surfaces on a receive.
             Err(UdpError::PeerUnreachable(_)) => continue,
             Err(UdpError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(io::Error::other(e)),
-        }
+        };
         let now = Instant::now();
         out.clear();
         {
@@ -528,16 +528,34 @@ pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Re
         }
         // A send that fails (the peer's buffer, a route) loses datagrams, as the path would.
         let bufs: Vec<(&[u8], usize)> = batch.merged().map(|(_, buf, s)| (buf, s)).collect();
+        let mut forwarded = false;
         for (to, range, b, answer) in &out {
             let (buf, stride) = bufs[*b];
+            forwarded |= answer.is_empty();
             let _ = if answer.is_empty() {
                 socket.send_batch(*to, &buf[range.clone()], stride)
             } else {
                 socket.send_batch(*to, answer, answer.len())
             };
         }
+        if forwarded && got < COALESCE_BELOW {
+            std::thread::sleep(COALESCE);
+        }
     }
 }
+
+/// After a batch that forwarded data but held fewer than [`COALESCE_BELOW`] datagrams, the
+/// relay lets datagrams gather this long before it reads again. A paced session's datagrams
+/// come one by one; read as they come, each wake-up (a `poll` and a `recvmmsg`) carried about
+/// three of them, and the relay spent 2.8-3.0 CPU-s per GiB forwarded at 430 Mbit/s with
+/// 1400-byte datagrams (63,000 context switches in 8 s). Gathered for this long, a read takes
+/// what arrived meanwhile (GRO merges a flow's datagrams into one buffer, sent on in one GSO
+/// send), and a forwarded datagram waits at most this much longer: nothing on a path where
+/// relaying is worth it, and the socket's buffer (up to `net.core.rmem_max`) holds what comes
+/// meanwhile (200 µs at 10 Gbit/s is 250 kB). Full batches (a busy relay) never wait.
+pub const COALESCE: Duration = Duration::from_micros(200);
+/// Batches of fewer datagrams than this are followed by [`COALESCE`].
+pub const COALESCE_BELOW: usize = 64;
 
 #[cfg(test)]
 mod tests {
