@@ -196,3 +196,34 @@ fn forged_torn_and_stale_journal_lines_are_hashed_again_and_fetched() {
     assert_eq!(resumed, (listed.len() as u64 + 3) * MIB, "{sj}");
     assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 3, "{rj}");
 }
+
+#[test]
+fn a_source_changed_since_the_interruption_is_noticed_by_its_values() {
+    let t = support::tempdir("hurtle-resume-");
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 24 * MIB, 0x4e8);
+    let out = t.path().join("out");
+    assert!(
+        interrupt(&src, &out, "40M", Duration::from_secs(20), 8, true),
+        "finished before the kill"
+    );
+    let text = fs::read_to_string(journal(&out, "data.bin")).unwrap();
+    let mut listed: Vec<u64> = entries(&text).iter().map(|e| e.0).collect();
+    listed.sort_unstable();
+    listed.dedup();
+    // Two blocks the receiver holds, trusted by its journal, change at the source (same size):
+    // the sender's values for them (it reads held blocks to value them) differ from the
+    // journal's, and they are fetched again.
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(&src).unwrap();
+    for &b in &listed[..2] {
+        f.write_all_at(b"changed since", b * MIB + 100).unwrap();
+    }
+    drop(f);
+    let (sj, rj) = finish(&src, &out);
+    assert_eq!(
+        sj["resumed_bytes"].as_u64().unwrap(),
+        listed.len() as u64 * MIB
+    );
+    assert_eq!(rj["rejected_blocks"].as_u64().unwrap(), 2, "{rj}");
+}

@@ -224,6 +224,110 @@ pub(super) struct ChannelWorker {
     pub(super) groups: TailGroups,
     /// Parity datagrams sent.
     pub(super) parity_sent: u64,
+    /// Values the blocks resumed from an earlier transfer on a thread of its own, once there
+    /// is one: reading and hashing them does not hold up the new data.
+    pub(super) held_valuer: Option<HeldValuer>,
+}
+
+/// A thread that values a channel's held blocks that were resumed from an earlier transfer
+/// (read and hashed, as [`held_value`] does), so that the channel's new data goes out at once
+/// rather than after gigabytes of them: each value goes to the session loop as the channel's
+/// own would. Dropped, it stops at the next block and is joined.
+pub(super) struct HeldValuer {
+    tx: Option<Sender<u64>>,
+    quit: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeldValuer {
+    fn start(
+        ch: u16,
+        shared: Arc<Shared>,
+        events: Sender<ChanEvent>,
+    ) -> Result<Self, SessionError> {
+        let (tx, rx) = crossbeam_channel::unbounded::<u64>();
+        let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = quit.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("held-{ch}"))
+            .spawn(move || {
+                let mut buf = IoBuf::new(shared.layout.block_size() as usize);
+                for block in rx {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let event = match held_value(&shared, &mut buf, block) {
+                        Ok(value) => ChanEvent::Block {
+                            block,
+                            value,
+                            held: true,
+                        },
+                        Err(e) => ChanEvent::Failed(e),
+                    };
+                    let failed = matches!(event, ChanEvent::Failed(_));
+                    if events.send(event).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| SessionError::io("held block thread", e))?;
+        Ok(HeldValuer {
+            tx: Some(tx),
+            quit,
+            handle: Some(handle),
+        })
+    }
+
+    fn value(&self, block: u64) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(block);
+        }
+    }
+}
+
+impl Drop for HeldValuer {
+    fn drop(&mut self) {
+        self.quit.store(true, Ordering::Relaxed);
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The value of held `block`, read into `buf` (a hole is not read: see
+/// [`ChannelWorker::load_block`]).
+fn held_value(
+    shared: &Shared,
+    buf: &mut IoBuf,
+    block: u64,
+) -> Result<hurtle_proto::hash::BlockValue, SessionError> {
+    let layout = &shared.layout;
+    let (file, range) = layout
+        .block_file_range(block)
+        .ok_or(SessionError::Internal("a block outside the layout"))?;
+    let blen = (range.end - range.start) as usize;
+    let source = &shared.sources[file as usize];
+    let blocks = layout.blocks_of(file);
+    let index = block - blocks.start;
+    let announced = source.is_announced_hole(index);
+    let data = if source.is_hole(range.start, range.end)? {
+        if announced {
+            return Ok(hole_value(index, blen as u64));
+        }
+        crate::iobuf::zeros(blen)
+    } else {
+        let data = &mut buf.aligned()[..blen];
+        source.read_at(range.start, data)?;
+        &*data
+    };
+    Ok(value_of(
+        data,
+        index,
+        layout.block_size(),
+        blocks.end - blocks.start,
+        announced,
+    ))
 }
 
 impl ChannelWorker {
@@ -282,6 +386,15 @@ impl ChannelWorker {
             self.link.frame_overhead(),
             self.link.is_tcp(),
         )
+    }
+
+    /// True when held `block` was resumed from an earlier transfer (not a hole the manifest
+    /// announced).
+    fn is_resumed(&self, block: u64) -> bool {
+        let layout = &self.shared.layout;
+        layout.file_of_block(block).is_some_and(|(file, index)| {
+            !self.shared.sources[file as usize].is_announced_hole(index)
+        })
     }
 
     /// Reads `block` into the block buffer unless it is there already, and the first time
@@ -509,9 +622,27 @@ impl ChannelWorker {
             let data: &[u8] = match run.kind {
                 RunKind::Held => {
                     // The receiver has these bytes: it needs only their value to check them.
-                    self.load_block(span.block, true)?;
-                    self.log
-                        .line(|| format!("held block {} hashed", span.block));
+                    // Announced holes are valued here (without reading: see `load_block`);
+                    // resumed blocks on the held block thread, while new data goes out.
+                    if self.is_resumed(span.block) {
+                        if self.held_valuer.is_none() {
+                            let valuer = HeldValuer::start(
+                                self.ch,
+                                self.shared.clone(),
+                                self.events.clone(),
+                            )?;
+                            self.held_valuer = Some(valuer);
+                        }
+                        if let Some(v) = &self.held_valuer {
+                            v.value(span.block);
+                        }
+                        self.log
+                            .line(|| format!("held block {} to the held block thread", span.block));
+                    } else {
+                        self.load_block(span.block, true)?;
+                        self.log
+                            .line(|| format!("held block {} hashed", span.block));
+                    }
                     continue;
                 }
                 RunKind::New => {

@@ -843,6 +843,7 @@ impl ChannelThreads {
                 resent: 0,
                 groups: TailGroups::new(),
                 parity_sent: 0,
+                held_valuer: None,
             });
         }
         drop(ev_tx);
