@@ -7,7 +7,16 @@
 //! - a `--serve` receiver holding 20 silent connections serves a real sender at once;
 //! - a flood of 200 strays is a few lines on the receiver's stderr (the first 10 of a window,
 //!   then one summary per 10 s), whose numbers add up to the 160 that sent something; wrong
-//!   codes get a line each.
+//!   codes get a line each;
+//! - one address renewing 32 silent connections as fast as they close holds at most its share
+//!   of a `--serve` receiver's door (8 of 32): a real sender from another address gets in at
+//!   once, and a connection refused for want of room hears "busy: ...";
+//! - a sender refused for want of room says "the receiver is busy" (exit 4), not that the
+//!   peer closed the connection;
+//! - running out of descriptors at `accept` is said once and does not end a one-shot receiver.
+//!
+//! Connections that are meant to be held come from addresses of their own (127.0.B.N, all this
+//! host's), so that the bound per address is not what turns them away.
 //!
 //! A connection closed before it sent a byte (what a sender's losing connect attempt looks like)
 //! is taken quietly: dropped, but neither counted nor given a line on stderr.
@@ -492,4 +501,56 @@ fn a_sender_refused_for_want_of_room_is_told_the_receiver_is_busy() {
     let why = s.assert_exit(4);
     assert!(why.contains("the receiver is busy"), "{why}");
     assert!(!why.contains("closed the control connection"), "{why}");
+}
+
+#[test]
+fn running_out_of_descriptors_at_accept_does_not_end_a_receiver() {
+    let t = support::tempdir("hurtle-strays-");
+    let src = t.path().join("late.bin");
+    fsx::write_random(&src, 100_000, 4600);
+    let out = t.path().join("out");
+    // A one-shot receiver under a hard limit of 40 descriptors (so it cannot raise it), and 60
+    // silent connections from addresses of their own: the greetings take what descriptors are
+    // left, and `accept` fails for want of one.
+    let script = "ulimit -n 40 && exec \"$0\" \"$@\"";
+    let bin = under_test();
+    let args = [
+        "-c",
+        script,
+        bin.as_str(),
+        "receive",
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let mut p = proc::Proc::spawn_program("receiver", "sh", &args);
+    let addr: SocketAddr = p.wait_for_output("its address", Duration::from_secs(10), |o, e| {
+        o.lines().chain(e.lines()).find_map(|l| {
+            let rest = l.strip_prefix("hurtle: listening on ")?;
+            rest.split(',').next()?.trim().parse().ok()
+        })
+    });
+    let silent: Vec<TcpStream> = (0..60)
+        .filter_map(|i| connect_from(loopback(8, i), addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        p.is_running(),
+        "the receiver ended when accept failed:\n{}",
+        p.stderr()
+    );
+    // It did run out (so the test tested something), and said so once.
+    let said = p.stderr();
+    assert_eq!(
+        said.matches("cannot accept connections").count(),
+        1,
+        "{said}"
+    );
+    // The silent ones go; the real sender gets in.
+    drop(silent);
+    let s = proc::send(addr, &[&src], &[]);
+    s.assert_success();
+    p.wait(TRANSFER_TIMEOUT).assert_success();
+    fsx::assert_same_file(&src, &out.join("late.bin"));
 }
