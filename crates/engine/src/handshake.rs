@@ -470,6 +470,79 @@ mod tests {
         assert!(refusal.code_try, "{refusal:?}");
     }
 
+    /// Offers `code` on a new connection to a receiver thread answering with `ring` within
+    /// `secs`; returns what the sender's offer got and the connection, held open.
+    fn try_code(
+        ring: &Keyring,
+        code: &str,
+        secs: u64,
+    ) -> (
+        Result<SessionKeys, SessionError>,
+        TcpStream,
+        std::thread::JoinHandle<Result<Accepted, Refusal>>,
+    ) {
+        let (mut s, r) = pair();
+        let ring = ring.clone();
+        let rx = std::thread::spawn(move || receive(r, ring, secs));
+        let got = offer(
+            &mut s,
+            &Secret::code(code),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(10),
+        );
+        (got, s, rx)
+    }
+
+    #[test]
+    fn a_guess_is_charged_before_its_answer_and_given_back_only_when_proven() {
+        let ring = Keyring::code("12-a-b");
+        // Three wrong guesses answered and held open: charged, not yet failed.
+        let held: Vec<_> = (0..3)
+            .map(|i| {
+                let (got, s, rx) = try_code(&ring, &format!("12-a-{i}"), 2);
+                assert!(matches!(got, Err(SessionError::NotAuthenticated(_))));
+                (s, rx)
+            })
+            .collect();
+        assert_eq!(ring.code_failures(), 0);
+        // A fourth, even the right code, is not answered while they are under way: it waits,
+        // and is refused as busy when its own deadline passes first.
+        let (got, _s, rx) = try_code(&ring, "12-a-b", 1);
+        assert!(
+            matches!(&got, Err(SessionError::Busy(r)) if r.contains("under way")),
+            "{got:?}"
+        );
+        assert!(!rx.join().unwrap().unwrap_err().code_try);
+        // The held ones' deadline passes: three failures, the code is spent and removed.
+        for (s, rx) in held {
+            let refusal = rx.join().unwrap().unwrap_err();
+            assert!(refusal.code_try);
+            drop(s);
+        }
+        assert_eq!(ring.code_failures(), 3);
+        assert!(ring.code_spent() && ring.find(KeyId::CODE).is_none());
+        let (got, _s, _rx) = try_code(&ring, "12-a-b", 1);
+        assert!(
+            matches!(&got, Err(SessionError::NotAuthenticated(r)) if r.contains("spent")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_proven_code_gives_its_charge_back() {
+        let ring = Keyring::code("12-a-b");
+        for _ in 0..5 {
+            let (got, mut s, rx) = try_code(&ring, "12-A-B", 5);
+            let mut keys = got.unwrap();
+            s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
+                .unwrap();
+            rx.join().unwrap().unwrap();
+        }
+        assert_eq!(ring.code_failures(), 0);
+        assert!(!ring.code_spent());
+    }
+
     #[test]
     fn a_keyring_holds_one_code_and_a_spent_code_leaves_the_keys() {
         let ring = Keyring::code("1-a-b");
