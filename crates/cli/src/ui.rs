@@ -15,9 +15,29 @@ use std::time::{Duration, Instant};
 /// stderr is not a terminal, with `-q` or with `--json`.
 ///
 /// Until data moves it is a spinner that says what the session waits for ("waiting for a
-/// sender on ADDR…", "connecting to ADDR…", "setting up…"), never a bar. Once data moves it is
-/// a bar with the rate (bit/s, over the last few seconds of the transfer only) and the time
-/// left, and the files whose bytes moved in the last moment.
+/// sender on ADDR…", "connecting to ADDR…", "setting up…"), never a bar, not even an empty
+/// one. Once the first bytes move it is one line, drawn here, that fits the terminal's width
+/// (asked again at each refresh, so a resized terminal is followed):
+///
+/// `sending [=====>    ] 42% 20.1/48.0 MiB  [relay] 200.0 Mbit/s, ETA 3 s  NAME (+2 more)
+/// limited by NOTE  (resumed: X were already there)`
+///
+/// The rate is in bit/s, measured over the last few seconds of the transfer only; the time
+/// left shows as soon as there is a rate. When the line is too wide, it gives up its parts in
+/// this order ([`Line::fit`]):
+///
+/// 1. the file name is shortened in the middle, to no fewer than 16 columns;
+/// 2. the note on bytes resumed from an interrupted transfer goes;
+/// 3. the "limited by" note goes;
+/// 4. the bar narrows from 20 columns to 10;
+/// 5. the file name goes (with its "+N more");
+/// 6. the bar goes;
+/// 7. the byte counts go;
+/// 8. the time left goes;
+/// 9. the verb ("sending") goes;
+/// 10. the path tag ("[relay]") goes.
+///
+/// The percentage and the rate stay; on a terminal too narrow even for them the line is cut.
 pub struct Bar {
     bar: ProgressBar,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -49,20 +69,29 @@ const RATE_WINDOW: Duration = Duration::from_secs(3);
 /// A file is shown as moving while some channel moved bytes of it this recently.
 const MOVING_WITHIN: Duration = Duration::from_millis(500);
 
+/// The columns of the terminal on stderr; 80 when it does not say.
+fn term_width() -> usize {
+    console::Term::stderr()
+        .size_checked()
+        .map_or(80, |(_, cols)| usize::from(cols))
+        .max(1)
+}
+
 /// Creates the session's counters and, when appropriate, a display that shows them. `verb` is
 /// "sending" or "receiving".
 pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar) {
     let progress = Arc::new(Progress::default());
     let visible = !out.quiet && !out.json && std::io::stderr().is_terminal();
     let bar = ProgressBar::with_draw_target(
-        Some(0),
+        None,
         if visible {
             ProgressDrawTarget::stderr()
         } else {
             ProgressDrawTarget::hidden()
         },
     );
-    bar.set_prefix(verb);
+    // Before anything can draw: indicatif's default style is a full-width empty bar.
+    bar.set_style(spinner_style());
     let side = if verb == "receiving" {
         Side::Receiver(None)
     } else {
@@ -74,30 +103,30 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
         let (p, b, s, w) = (progress.clone(), bar.clone(), stop.clone(), waiting.clone());
         std::thread::spawn(move || {
             let mut meter = Meter::default();
-            let mut spinning = None;
+            let mut spinning = true;
             while !s.load(Ordering::Relaxed) {
                 let what = w.lock().map(|w| w.clone()).unwrap_or(None);
                 let shown = match (&side, what) {
                     (Side::Receiver(_), Some(what)) => Side::Receiver(Some(what)),
                     _ => side.clone(),
                 };
+                let width = term_width();
                 match describe(&p, &shown, &mut meter, Instant::now()) {
                     View::Waiting(msg) => {
-                        if spinning != Some(true) {
+                        if !spinning {
                             b.set_style(spinner_style());
-                            spinning = Some(true);
+                            spinning = true;
                         }
-                        b.set_message(msg);
+                        // The spinner and a space come first.
+                        b.set_message(cut(&msg, width.saturating_sub(2)));
                         b.tick();
                     }
-                    View::Moving { total, done, msg } => {
-                        if spinning != Some(false) {
-                            b.set_style(bar_style());
-                            spinning = Some(false);
+                    View::Moving(line) => {
+                        if spinning {
+                            b.set_style(line_style());
+                            spinning = false;
                         }
-                        b.set_length(total);
-                        b.set_position(done);
-                        b.set_message(msg);
+                        b.set_message(line.with_verb(verb).fit(width));
                     }
                 }
                 std::thread::sleep(TICK);
@@ -116,16 +145,60 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
 }
 
 fn spinner_style() -> ProgressStyle {
-    ProgressStyle::with_template("{spinner} {wide_msg}")
+    ProgressStyle::with_template("{spinner} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
-fn bar_style() -> ProgressStyle {
-    // No `{bytes_per_sec}` or `{eta}`: indicatif's count the time before data moved, and speak
-    // bytes per second. The rate and time left are in the message.
-    ProgressStyle::with_template("{prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ")
+/// The moving transfer's line is drawn whole by [`Line::fit`]: no `{bytes_per_sec}` or
+/// `{eta}` (indicatif's count the time before data moved, and speak bytes per second), and no
+/// `{bar}` (its width is not the line's to choose).
+fn line_style() -> ProgressStyle {
+    ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+/// `text` cut at the end to at most `width` columns, with "…" where it was cut.
+fn cut(text: &str, width: usize) -> String {
+    console::truncate_str(text, width, "…").into_owned()
+}
+
+/// `text` shortened in the middle to at most `width` columns ("tty-pro…yload.bin"), so that
+/// both a name's start and its extension show.
+fn middle(text: &str, width: usize) -> String {
+    let w = console::measure_text_width;
+    if w(text) <= width {
+        return text.to_owned();
+    }
+    if width < 3 {
+        return cut(text, width);
+    }
+    let room = width - 1;
+    let (mut head, mut tail) = (String::new(), Vec::new());
+    let (mut head_w, mut tail_w) = (0, 0);
+    let chars: Vec<char> = text.chars().collect();
+    let (mut i, mut j) = (0, chars.len());
+    let mut buf = [0u8; 4];
+    // The end holds half the room (a name's extension), the start the rest.
+    while j > i {
+        let c = w(chars[j - 1].encode_utf8(&mut buf));
+        if tail_w + c > room / 2 {
+            break;
+        }
+        tail_w += c;
+        j -= 1;
+        tail.push(chars[j]);
+    }
+    while i < j {
+        let c = w(chars[i].encode_utf8(&mut buf));
+        if head_w + tail_w + c > room {
+            break;
+        }
+        head_w += c;
+        head.push(chars[i]);
+        i += 1;
+    }
+    head.push('…');
+    head.extend(tail.iter().rev());
+    head
 }
 
 /// Which end of the transfer a display is for.
@@ -141,8 +214,185 @@ enum Side {
 enum View {
     /// No data moves yet: what the session waits for.
     Waiting(String),
-    /// Data moves: `done` of `total` bytes, and the rate, time left and files.
-    Moving { total: u64, done: u64, msg: String },
+    /// Data moves: the progress line's parts.
+    Moving(Line),
+}
+
+/// The parts of a moving transfer's progress line; [`Line::fit`] draws them.
+#[derive(Debug, Clone, PartialEq)]
+struct Line {
+    /// "sending" or "receiving" (empty: none).
+    verb: &'static str,
+    /// Bytes moved so far, of `total` (those resumed not counted in either).
+    done: u64,
+    total: u64,
+    /// Which way the data goes ([`Progress::route_tag`]).
+    tag: Option<&'static str>,
+    /// "200.0 Mbit/s", "measuring the rate", or "200.0 Mbit/s average" once all moved.
+    rate: String,
+    /// Time left.
+    eta: Option<String>,
+    /// The first file moving now, and how many more are.
+    files: Option<(String, usize)>,
+    /// Once every byte moved: what the session waits for, in place of the files.
+    note: Option<String>,
+    /// What limits the transfer now.
+    limit: Option<String>,
+    /// Bytes resumed from an interrupted transfer.
+    resumed: u64,
+}
+
+/// Which of a [`Line`]'s parts are drawn, and how wide.
+#[derive(Debug, Clone, Copy)]
+struct Shown {
+    verb: bool,
+    /// The bar's inside, columns (0: no bar).
+    bar: usize,
+    bytes: bool,
+    tag: bool,
+    eta: bool,
+    /// The file name's (or the note's) most columns; `None`: not shown.
+    name: Option<usize>,
+    limit: bool,
+    resumed: bool,
+}
+
+/// The bar's inside, columns, and the fewest it narrows to.
+const BAR: usize = 20;
+const BAR_NARROW: usize = 10;
+/// A file name is not shortened below this many columns; it goes instead.
+const NAME_SHORT: usize = 16;
+
+impl Line {
+    fn with_verb(mut self, verb: &'static str) -> Line {
+        self.verb = verb;
+        self
+    }
+
+    /// The part after the bar and the byte counts: rate, time left, files and notes.
+    #[cfg(test)]
+    fn message(&self) -> String {
+        self.render(&Shown {
+            verb: false,
+            bar: 0,
+            bytes: false,
+            tag: true,
+            eta: true,
+            name: Some(usize::MAX),
+            limit: true,
+            resumed: true,
+        })
+        .split_once("  ")
+        .map_or(String::new(), |(_, m)| m.to_owned())
+    }
+
+    /// Percent moved, rounded down (100 only when all moved).
+    fn percent(&self) -> u64 {
+        match self.total {
+            0 => 100,
+            t => (u128::from(self.done.min(t)) * 100 / u128::from(t)) as u64,
+        }
+    }
+
+    fn render(&self, s: &Shown) -> String {
+        let mut head = Vec::new();
+        if s.verb && !self.verb.is_empty() {
+            head.push(self.verb.to_owned());
+        }
+        if s.bar > 0 {
+            let full = (u128::from(self.done.min(self.total)) * s.bar as u128
+                / u128::from(self.total.max(1))) as usize;
+            let mut bar = "=".repeat(full);
+            if full < s.bar {
+                bar.push(if self.done > 0 { '>' } else { ' ' });
+                bar.push_str(&" ".repeat(s.bar - full - 1));
+            }
+            head.push(format!("[{bar}]"));
+        }
+        head.push(format!("{}%", self.percent()));
+        if s.bytes {
+            // "20.1/48.0 MiB" when both are in the same unit.
+            let (done, total) = (bytes(self.done), bytes(self.total));
+            head.push(match (done.split_once(' '), total.split_once(' ')) {
+                (Some((d, unit)), Some((t, same))) if unit == same => format!("{d}/{t} {unit}"),
+                _ => format!("{done}/{total}"),
+            });
+        }
+        let mut rate = String::new();
+        if let (true, Some(tag)) = (s.tag, self.tag) {
+            rate += &format!("[{tag}] ");
+        }
+        rate += &self.rate;
+        if let (true, Some(eta)) = (s.eta, &self.eta) {
+            rate += &format!(", ETA {eta}");
+        }
+        let mut parts = vec![head.join(" "), rate];
+        if let Some(width) = s.name {
+            if let Some((first, more)) = &self.files {
+                let mut f = middle(first, width);
+                if *more > 0 {
+                    f += &format!(" (+{more} more)");
+                }
+                parts.push(f);
+            }
+            if let Some(note) = &self.note {
+                parts.push(cut(note, width));
+            }
+        }
+        if let (true, Some(limit)) = (s.limit, &self.limit) {
+            parts.push(format!("limited by {limit}"));
+        }
+        if s.resumed && self.resumed > 0 {
+            parts.push(format!(
+                "(resumed: {} were already there)",
+                bytes(self.resumed)
+            ));
+        }
+        parts.join("  ")
+    }
+
+    /// The line in at most `width` columns, its parts given up in the order [`Bar`] states.
+    fn fit(&self, width: usize) -> String {
+        let mut s = Shown {
+            verb: true,
+            bar: BAR,
+            bytes: true,
+            tag: true,
+            eta: true,
+            name: Some(usize::MAX),
+            limit: true,
+            resumed: true,
+        };
+        let name_w = |line: &Line| {
+            line.files
+                .as_ref()
+                .map(|(f, _)| f.as_str())
+                .or(line.note.as_deref())
+                .map_or(0, console::measure_text_width)
+        };
+        let steps: [fn(&mut Shown, usize, usize); 10] = [
+            |s, over, name| s.name = Some(name.saturating_sub(over).max(NAME_SHORT)),
+            |s, _, _| s.resumed = false,
+            |s, _, _| s.limit = false,
+            |s, over, _| s.bar = BAR.saturating_sub(over).max(BAR_NARROW),
+            |s, _, _| s.name = None,
+            |s, _, _| s.bar = 0,
+            |s, _, _| s.bytes = false,
+            |s, _, _| s.eta = false,
+            |s, _, _| s.verb = false,
+            |s, _, _| s.tag = false,
+        ];
+        let mut line = self.render(&s);
+        for step in steps {
+            let over = console::measure_text_width(&line).saturating_sub(width);
+            if over == 0 {
+                return line;
+            }
+            step(&mut s, over, name_w(self));
+            line = self.render(&s);
+        }
+        cut(&line, width)
+    }
 }
 
 /// The transfer's rate, measured over the last [`RATE_WINDOW`] of it (never over the time
@@ -209,51 +459,45 @@ fn describe(p: &Progress, side: &Side, meter: &mut Meter, now: Instant) -> View 
     }
     let done = p.sent.load(Ordering::Relaxed).min(total);
     let bps = meter.sample(since, now, done);
-    let mut msg = if done >= total {
+    if done == 0 {
+        // No bar before the first bytes: it would be an empty one.
+        return View::Waiting("starting the transfer…".into());
+    }
+    let mut line = Line {
+        verb: "",
+        done,
+        total,
+        tag: p.route_tag(),
+        rate: String::new(),
+        eta: None,
+        files: None,
+        note: None,
+        limit: None,
+        resumed: p.resumed.load(Ordering::Relaxed),
+    };
+    if done >= total {
         let end = *meter.all_moved.get_or_insert(now);
         let secs = end.saturating_duration_since(since).as_secs_f64().max(1e-3);
-        format!(
-            "{} average; {}",
-            rate(total as f64 * 8.0 / secs),
-            if receiver {
-                "all received, finishing…"
-            } else {
-                "all sent, waiting for the receiver to confirm"
-            }
-        )
+        line.rate = format!("{} average", rate(total as f64 * 8.0 / secs));
+        line.note = Some(if receiver {
+            "all received, finishing…".into()
+        } else {
+            "all sent, waiting for the receiver to confirm".into()
+        });
     } else {
-        let mut m = match bps {
+        line.rate = match bps {
             Some(bps) => rate(bps),
             None => "measuring the rate".into(),
         };
-        if let Some(bps) = bps.filter(|&b| b > 0.0) {
-            if now.saturating_duration_since(since) >= Duration::from_secs(1) {
-                let left = (total - done) as f64 * 8.0 / bps;
-                m += &format!(", ETA {}", eta(left));
-            }
-        }
+        // The time left, as soon as there is a rate to reckon it by.
+        line.eta = bps
+            .filter(|&b| b > 0.0)
+            .map(|bps| eta((total - done) as f64 * 8.0 / bps));
         let files = p.moving_files(MOVING_WITHIN);
-        if let Some(first) = files.first() {
-            m += "  ";
-            m += first;
-            if files.len() > 1 {
-                m += &format!(" (+{} more)", files.len() - 1);
-            }
-        }
-        if let Some(limit) = p.limit() {
-            m += &format!("  limited by {limit}");
-        }
-        // Which way the data goes, first: the end of a long line is cut at the terminal's.
-        match p.route_tag() {
-            Some(tag) => format!("[{tag}] {m}"),
-            None => m,
-        }
-    };
-    let resumed = p.resumed.load(Ordering::Relaxed);
-    if resumed > 0 {
-        msg = format!("{msg} (resumed: {} were already there)", bytes(resumed));
+        line.files = files.first().map(|f| (f.clone(), files.len() - 1));
+        line.limit = p.limit();
     }
-    View::Moving { total, done, msg }
+    View::Moving(line)
 }
 
 /// Time left, rounded up: "7 s", "2 min 05 s", "1 h 02 min".
@@ -346,6 +590,46 @@ fn not_sent(resumed: u64, sparse: u64) -> String {
     s
 }
 
+/// How many files `-v` lists with their BLAKE3 value; the rest are counted (`--json` lists
+/// every one).
+const LISTED_FILES: usize = 10;
+
+/// The `-v` lines of the files' BLAKE3 values: the first [`LISTED_FILES`], then how many more.
+fn hash_lines(files: &[hurtle_engine::report::FileReport]) -> Vec<String> {
+    let mut lines: Vec<String> = files
+        .iter()
+        .take(LISTED_FILES)
+        .map(|f| format!("  {}  {}", f.blake3, f.path))
+        .collect();
+    if files.len() > LISTED_FILES {
+        lines.push(format!(
+            "  ... and {} more files (--json lists every file's BLAKE3)",
+            files.len() - LISTED_FILES
+        ));
+    }
+    lines
+}
+
+/// The pacing the sender ended with: "final rate 412.0 Mbit/s (auto)"; over TCP, where the
+/// kernel paces unless `--rate` caps it, what did.
+fn pacing(s: &SendSummary) -> String {
+    /// The rate a TCP session gets when nothing caps it (the engine's "unpaced").
+    const UNPACED: u64 = 100_000_000_000;
+    match (s.transport, s.rate.final_bps) {
+        ("tcp", bps) if bps >= UNPACED => "paced by TCP's congestion control".into(),
+        ("tcp", bps) => format!("capped at {}", rate(bps as f64)),
+        (_, bps) => format!("final rate {} ({})", rate(bps as f64), s.rate.mode),
+    }
+}
+
+/// "every one of the 503 files", "the file".
+fn all_files(n: usize) -> String {
+    match n {
+        1 => "the file".into(),
+        n => format!("all {n} files"),
+    }
+}
+
 /// The sender's closing summary.
 pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {
@@ -356,14 +640,33 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
     if out.json {
         return json(&WithPath { summary: s, path });
     }
-    say(out, &format!(
-        "sent {} in {} files ({} dirs{}{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, final rate {} ({})",
-        bytes(s.bytes), s.files, s.dirs,
-        if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() },
-        not_sent(s.resumed_bytes, s.sparse_bytes), s.seconds, rate(s.goodput_bps), s.channels, s.transport,
-        if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
-        rate(s.rate.final_bps as f64), s.rate.mode
-    ));
+    // Every file skipped: no data moved, so no rate, and nothing limited it.
+    let skipped_all = s.skipped > 0 && s.skipped == s.files;
+    if skipped_all {
+        say(
+            out,
+            &format!(
+                "nothing to send: the receiver already had {} ({}{}) in {:.2} s",
+                all_files(s.files),
+                bytes(s.bytes),
+                if s.dirs > 0 {
+                    format!(", {} dirs", s.dirs)
+                } else {
+                    String::new()
+                },
+                s.seconds
+            ),
+        );
+    } else {
+        say(out, &format!(
+            "sent {} in {} files ({} dirs{}{}) in {:.2} s: {} over {} {} {}, {:.2}% resent, {} NACKs, {}",
+            bytes(s.bytes), s.files, s.dirs,
+            if s.skipped > 0 { format!(", {} skipped: the receiver had them", s.skipped) } else { String::new() },
+            not_sent(s.resumed_bytes, s.sparse_bytes), s.seconds, rate(s.goodput_bps), s.channels, s.transport,
+            if s.transport == "tcp" { "connections" } else { "channels" }, s.resent_share * 100.0, s.nacks,
+            pacing(s)
+        ));
+    }
     say(
         out,
         if s.encrypted {
@@ -374,6 +677,12 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
     );
     if let Some(line) = path_line(s) {
         say(out, &line);
+    }
+    if skipped_all {
+        if out.verbose {
+            hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
+        }
+        return;
     }
     if let Some(b) = &s.bottleneck {
         say(out, &format!("limited by {}", b.detail));
@@ -397,23 +706,23 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
                 ago(m.age_s)
             )
         });
-        say(
-            out,
-            &format!(
-                "rate {}: started {}{resumed}, ended {}, range {} to {}, {} changes {:?}; receiver ceiling {}",
-                r.mode,
-                rate(r.start_bps as f64),
-                rate(r.final_bps as f64),
-                rate(r.min_bps as f64),
-                rate(r.max_bps as f64),
-                r.changes,
-                r.reasons,
-                if r.receiver_ceiling_bps == 0 { "not offered".to_string() } else { rate(r.receiver_ceiling_bps as f64) }
-            ),
-        );
-        for f in &s.file_hashes {
-            say(out, &format!("  {}  {}", f.blake3, f.path));
+        if s.transport != "tcp" {
+            say(
+                out,
+                &format!(
+                    "rate {}: started {}{resumed}, ended {}, range {} to {}, {} changes {:?}; receiver ceiling {}",
+                    r.mode,
+                    rate(r.start_bps as f64),
+                    rate(r.final_bps as f64),
+                    rate(r.min_bps as f64),
+                    rate(r.max_bps as f64),
+                    r.changes,
+                    r.reasons,
+                    if r.receiver_ceiling_bps == 0 { "not offered".to_string() } else { rate(r.receiver_ceiling_bps as f64) }
+                ),
+            );
         }
+        hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
     }
 }
 
@@ -436,13 +745,28 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
     if out.json {
         return json(&WithPath { summary: s, path });
     }
-    say(
-        out,
-        &format!(
-        "received {} in {} files ({} dirs{}) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
-        bytes(s.bytes), s.files, s.dirs, not_sent(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
-    ),
-    );
+    let skipped = s.file_hashes.iter().filter(|f| f.skipped).count();
+    if skipped > 0 && skipped == s.files {
+        // Every file was here already: no data moved, so no rate.
+        say(
+            out,
+            &format!(
+                "nothing to receive: {} from {} ({}) already here, checked in {:.2} s",
+                all_files(s.files),
+                s.peer,
+                bytes(s.bytes),
+                s.seconds
+            ),
+        );
+    } else {
+        say(
+            out,
+            &format!(
+            "received {} in {} files ({} dirs{}) from {} in {:.2} s: {}, {} NACKs, {} datagrams rejected",
+            bytes(s.bytes), s.files, s.dirs, not_sent(s.resumed_bytes, s.sparse_bytes), s.peer, s.seconds, rate(s.goodput_bps), s.nacks, s.rejected
+        ),
+        );
+    }
     let encrypted = if s.encrypted {
         "control and data (AES-256-GCM)"
     } else {
@@ -466,9 +790,7 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
         );
     }
     if out.verbose {
-        for f in &s.file_hashes {
-            say(out, &format!("  {}  {}", f.blake3, f.path));
-        }
+        hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
     }
 }
 
@@ -603,12 +925,13 @@ mod tests {
         use hurtle_engine::progress::Route;
         let p = Progress::default();
         p.total.store(100_000_000, Ordering::Relaxed);
+        p.sent.store(1_000_000, Ordering::Relaxed);
         p.set_phase(Phase::Moving);
         let since = p.moving_since().unwrap();
         let msg = |p: &Progress| {
             let mut meter = Meter::default();
             match describe(p, &Side::Sender, &mut meter, since + Duration::from_secs(1)) {
-                View::Moving { msg, .. } => msg,
+                View::Moving(line) => line.message(),
                 other => panic!("{other:?}"),
             }
         };
@@ -722,14 +1045,11 @@ mod tests {
             &mut meter,
             since + Duration::from_secs(1),
         );
-        assert_eq!(
-            view,
-            View::Moving {
-                total: 100_000_000,
-                done: 25_000_000,
-                msg: "200.0 Mbit/s, ETA 3 s  b.bin (+1 more)".into()
-            }
-        );
+        let View::Moving(line) = view else {
+            panic!("a bar: {view:?}")
+        };
+        assert_eq!((line.done, line.total), (25_000_000, 100_000_000));
+        assert_eq!(line.message(), "200.0 Mbit/s, ETA 3 s  b.bin (+1 more)");
         // Then 10 MB a second for 4 s: the rate is the last 3 s's.
         for s in 2..=5 {
             p.sent
@@ -741,10 +1061,11 @@ mod tests {
                 since + Duration::from_secs(s),
             );
             if s == 5 {
-                let View::Moving { done, msg, .. } = view else {
+                let View::Moving(line) = view else {
                     panic!("a bar")
                 };
-                assert_eq!(done, 65_000_000);
+                assert_eq!(line.done, 65_000_000);
+                let msg = line.message();
                 assert!(msg.starts_with("80.0 Mbit/s, ETA 4 s"), "{msg}");
             }
         }
@@ -757,14 +1078,153 @@ mod tests {
                 &mut meter,
                 since + Duration::from_secs(s),
             );
-            let View::Moving { msg, .. } = view else {
+            let View::Moving(line) = view else {
                 panic!("a bar")
             };
             assert_eq!(
-                msg,
-                "100.0 Mbit/s average; all sent, waiting for the receiver to confirm"
+                line.message(),
+                "100.0 Mbit/s average  all sent, waiting for the receiver to confirm"
             );
         }
+    }
+
+    fn a_line() -> Line {
+        Line {
+            verb: "sending",
+            done: 21_076_377,
+            total: 50_331_648,
+            tag: Some("relay"),
+            rate: "200.0 Mbit/s".into(),
+            eta: Some("2 s".into()),
+            files: Some(("tty-progress-payload-with-a-long-name.bin".into(), 2)),
+            note: None,
+            limit: Some("the path, about 412 Mbit/s, 1.0% random loss".into()),
+            resumed: 12 << 20,
+        }
+    }
+
+    #[test]
+    fn the_progress_line_fits_the_width_and_gives_up_parts_in_the_stated_order() {
+        let line = a_line();
+        let full = line.fit(usize::MAX);
+        assert_eq!(
+            full,
+            "sending [========>           ] 41% 20.1/48.0 MiB  [relay] 200.0 Mbit/s, ETA 2 s  \
+             tty-progress-payload-with-a-long-name.bin (+2 more)  limited by the path, about \
+             412 Mbit/s, 1.0% random loss  (resumed: 12.0 MiB were already there)"
+        );
+        let width = console::measure_text_width;
+        // Every width from the full line's down to 1: never wider, and the parts that show
+        // are those the order leaves.
+        let order = [
+            "(resumed:",
+            "limited by",
+            "(+2 more)",
+            "] 41%",
+            "20.1/48.0 MiB",
+            "ETA 2 s",
+            "sending",
+            "[relay]",
+        ];
+        let mut gone = 0;
+        for w in (1..=width(&full)).rev() {
+            let l = line.fit(w);
+            assert!(width(&l) <= w, "{w}: {l:?} is {} wide", width(&l));
+            // Once a part went, it stays gone at narrower widths, and those before it too.
+            while gone < order.len() && !l.contains(order[gone]) {
+                gone += 1;
+            }
+            for p in &order[gone..] {
+                assert!(
+                    l.contains(p),
+                    "{w}: {l:?} lost {p:?} before {:?}",
+                    order[gone]
+                );
+            }
+            if w >= 17 {
+                assert!(l.contains("41% ") || l.ends_with("41%"), "{w}: {l:?}");
+                assert!(l.contains("200.0 Mbit/s"), "{w}: {l:?}");
+            }
+        }
+        assert_eq!(gone, order.len(), "at 1 column, everything went");
+        // The file name is shortened in the middle first, keeping its end.
+        let l = line.fit(width(&full) - 10);
+        assert!(
+            l.contains("tty-progress-pa…a-long-name.bin (+2 more)"),
+            "{l}"
+        );
+        assert!(l.contains("limited by") && l.contains("(resumed:"), "{l}");
+        // At 80 columns: the bar, narrowed; no notes, no room for the files.
+        assert_eq!(
+            line.fit(80),
+            "sending [====>     ] 41% 20.1/48.0 MiB  [relay] 200.0 Mbit/s, ETA 2 s"
+        );
+        // One file, not relayed, nothing limiting yet: its name fits at 80, shortened.
+        let one = Line {
+            tag: None,
+            files: Some(("tty-progress-payload.bin".into(), 0)),
+            limit: None,
+            resumed: 0,
+            ..line.clone()
+        };
+        assert_eq!(
+            one.fit(80),
+            "sending [====>      ] 41% 20.1/48.0 MiB  200.0 Mbit/s, ETA 2 s  tty-prog…oad.bin"
+        );
+        assert_eq!(
+            one.fit(200),
+            "sending [========>           ] 41% 20.1/48.0 MiB  200.0 Mbit/s, ETA 2 s  \
+             tty-progress-payload.bin"
+        );
+        // At 60: no file, no bar.
+        assert_eq!(
+            line.fit(60),
+            "sending 41% 20.1/48.0 MiB  [relay] 200.0 Mbit/s, ETA 2 s"
+        );
+        assert_eq!(line.fit(25), "41%  [relay] 200.0 Mbit/s");
+        assert_eq!(line.fit(18), "41%  200.0 Mbit/s");
+    }
+
+    #[test]
+    fn names_are_shortened_in_the_middle_by_columns() {
+        assert_eq!(middle("short.bin", 16), "short.bin");
+        assert_eq!(
+            middle("abcdefghijklmnopqrstuvwxyz.bin", 16),
+            "abcdefgh…xyz.bin"
+        );
+        assert_eq!(
+            console::measure_text_width(&middle("日本語のファイル名.txt", 11)),
+            11
+        );
+        assert_eq!(middle("abcdef", 2), "a…");
+    }
+
+    #[test]
+    fn no_bar_before_the_first_bytes_and_an_eta_with_the_first_rate() {
+        let p = Progress::default();
+        p.total.store(100_000_000, Ordering::Relaxed);
+        p.set_phase(Phase::Moving);
+        let since = p.moving_since().unwrap();
+        let mut meter = Meter::default();
+        let view = describe(
+            &p,
+            &Side::Sender,
+            &mut meter,
+            since + Duration::from_millis(50),
+        );
+        assert_eq!(view, View::Waiting("starting the transfer…".into()));
+        // A fifth of a second in, 5 MB moved: a rate, and the time left with it.
+        p.sent.store(5_000_000, Ordering::Relaxed);
+        let view = describe(
+            &p,
+            &Side::Sender,
+            &mut meter,
+            since + Duration::from_millis(200),
+        );
+        let View::Moving(line) = view else {
+            panic!("a bar: {view:?}")
+        };
+        assert_eq!(line.message(), "200.0 Mbit/s, ETA 4 s");
     }
 
     #[test]
