@@ -1,7 +1,9 @@
 //! The relay's clients, as the `hurtle` CLI uses them: a receiver registers and keeps an
-//! [`Agent`] that forwards relayed connections to its own listeners; a sender looks a code up,
-//! tries the receiver's addresses directly, and otherwise dials through the relay
-//! ([`RelayDialer`]).
+//! [`Agent`] that forwards relayed connections to its own listeners; a sender looks a code up
+//! (waiting for it with [`lookup_waiting`]), tries the receiver's addresses directly, and
+//! otherwise dials through the relay ([`RelayDialer`]). A sender that starts first [`offer`]s:
+//! it prints the code, its receiver answers the offer by registering ([`register_answer`]), and
+//! the sender looks that registration up: who listens and who dials stays the same.
 //!
 //! Nothing here sends the relay anything derived from a code's words: registration sends the
 //! receiver's port and addresses, a lookup sends the nameplate. The words stay with the peers,
@@ -117,6 +119,32 @@ pub fn register(
     listen: SocketAddr,
     words: usize,
 ) -> Result<Registration, RelayError> {
+    registration(relay, listen, None, |nameplate| {
+        Code::generate(nameplate, words)
+    })
+}
+
+/// Registers a receiver whose control listener is bound to `listen`, answering the offer of a
+/// sender that printed `code` ([`offer`]): the relay tells that sender where to look this
+/// receiver up. Fails with `no_such_code` when no sender offers the code's nameplate. The
+/// registration's code is `code` (the relay's nameplate for this receiver is never shown: only
+/// the offer's sender looks it up).
+pub fn register_answer(
+    relay: SocketAddr,
+    listen: SocketAddr,
+    code: &Code,
+) -> Result<Registration, RelayError> {
+    registration(relay, listen, Some(code.nameplate), |_| code.clone())
+}
+
+/// `register`, or `answer {offer}` when `offer` is given; `code_of` makes the registration's
+/// code from the nameplate the relay allocated.
+fn registration(
+    relay: SocketAddr,
+    listen: SocketAddr,
+    offer: Option<u32>,
+    code_of: impl FnOnce(u32) -> Code,
+) -> Result<Registration, RelayError> {
     let mut s = connect(relay, Duration::from_secs(5))?;
     let mut candidates = Vec::new();
     if let Ok(local) = s.local_addr() {
@@ -125,13 +153,16 @@ pub fn register(
     if !listen.ip().is_unspecified() && !candidates.contains(&listen) {
         candidates.push(listen);
     }
-    wire::write_msg(
-        &mut s,
-        &Msg::Register {
-            port: listen.port(),
+    let port = listen.port();
+    let msg = match offer {
+        None => Msg::Register { port, candidates },
+        Some(offer) => Msg::Answer {
+            offer,
+            port,
             candidates,
         },
-    )?;
+    };
+    wire::write_msg(&mut s, &msg)?;
     let nameplate = match answer(&mut s)? {
         Msg::Nameplate { nameplate } => nameplate,
         m => return Err(unexpected(&m)),
@@ -141,7 +172,7 @@ pub fn register(
             ttl_secs,
             idle_secs,
         } => Ok(Registration {
-            code: Code::generate(nameplate, words),
+            code: code_of(nameplate),
             ttl_secs,
             relay,
             idle: Duration::from_secs(idle_secs.max(1)),
@@ -369,6 +400,167 @@ pub fn lookup(relay: SocketAddr, nameplate: u32) -> Result<Found, RelayError> {
             stream: s,
         }),
         m => Err(unexpected(&m)),
+    }
+}
+
+/// How often [`lookup_waiting`] asks again for a code not registered yet: the relay's default
+/// lookup rate for one address (bursts of 10, then one a second).
+pub const LOOKUP_POLL: Duration = Duration::from_secs(1);
+
+/// [`lookup`], waiting up to `wait` for a code that is not registered yet (its receiver has
+/// not started): asks again every [`LOOKUP_POLL`] while the relay answers `no_such_code` (or
+/// `rate_limited`), calling `on_wait` once before the first wait. Any other failure, and the
+/// last answer once `wait` has passed, is returned as it is.
+pub fn lookup_waiting(
+    relay: SocketAddr,
+    nameplate: u32,
+    wait: Duration,
+    on_wait: impl FnOnce(),
+) -> Result<Found, RelayError> {
+    let deadline = Instant::now() + wait;
+    let mut on_wait = Some(on_wait);
+    loop {
+        let asked = Instant::now();
+        match lookup(relay, nameplate) {
+            Err(RelayError::Refused { kind, .. })
+                if (kind == "no_such_code" || kind == "rate_limited")
+                    && asked + LOOKUP_POLL < deadline =>
+            {
+                if let Some(f) = on_wait.take() {
+                    f();
+                }
+                std::thread::sleep((asked + LOOKUP_POLL).saturating_duration_since(Instant::now()));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A sender's offer: the code it prints, and the connection that keeps it (see [`offer`]).
+pub struct Offering {
+    /// The code to give the receiver (the relay knows its nameplate only).
+    pub code: Code,
+    /// Seconds during which a receiver can answer the offer.
+    pub ttl_secs: u64,
+    idle: Duration,
+    stream: TcpStream,
+}
+
+/// Asks the relay for a code a sender prints, for a sender that starts before its receiver:
+/// the code gets `words` words, drawn here after the relay named the nameplate, and never
+/// sent. A receiver given the code answers with [`register_answer`]; the sender hears the
+/// receiver's nameplate ([`OfferEvent::Answered`]) and looks it up as for any code.
+pub fn offer(relay: SocketAddr, words: usize) -> Result<Offering, RelayError> {
+    let mut s = connect(relay, Duration::from_secs(5))?;
+    wire::write_msg(&mut s, &Msg::Offer)?;
+    let nameplate = match answer(&mut s)? {
+        Msg::Nameplate { nameplate } => nameplate,
+        m => return Err(unexpected(&m)),
+    };
+    match answer(&mut s)? {
+        Msg::Registered {
+            ttl_secs,
+            idle_secs,
+        } => Ok(Offering {
+            code: Code::generate(nameplate, words),
+            ttl_secs,
+            idle: Duration::from_secs(idle_secs.max(1)),
+            stream: s,
+        }),
+        m => Err(unexpected(&m)),
+    }
+}
+
+/// What an offer hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OfferEvent {
+    /// A receiver answered the offer and registered under this nameplate: look it up. It is
+    /// the real receiver, or a stranger who guessed the nameplate (only the key agreement tells
+    /// them apart).
+    Answered(u32),
+    /// The code expired: no further receiver can answer it.
+    Expired,
+    /// The connection to the relay ended (not reported after [`OfferAgent::stop`]).
+    Lost(String),
+}
+
+/// The sender's side of its offer: keeps it alive (pings) and reports what the relay says.
+pub struct OfferAgent {
+    stop: Arc<AtomicBool>,
+    writer: Arc<Mutex<TcpStream>>,
+}
+
+impl Offering {
+    /// Starts the offer's threads; `events` hears what happens.
+    pub fn start(self, events: impl Fn(OfferEvent) + Send + 'static) -> io::Result<OfferAgent> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = Arc::new(Mutex::new(self.stream.try_clone()?));
+        let (w, st, every) = (
+            writer.clone(),
+            stop.clone(),
+            (self.idle / 3).max(Duration::from_millis(100)),
+        );
+        std::thread::Builder::new()
+            .name("offer-ping".into())
+            .spawn(move || {
+                let mut next = Instant::now() + every;
+                while !st.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50).min(every));
+                    if Instant::now() >= next {
+                        next += every;
+                        let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+                        if wire::write_msg(&mut *w, &Msg::Ping).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })?;
+        let st = stop.clone();
+        let mut s = self.stream;
+        s.set_read_timeout(None)?;
+        std::thread::Builder::new()
+            .name("offer".into())
+            .spawn(move || {
+                let end = loop {
+                    match wire::read_msg(&mut s) {
+                        Ok(Msg::Answered { nameplate }) => events(OfferEvent::Answered(nameplate)),
+                        Ok(Msg::Expired) => events(OfferEvent::Expired),
+                        Ok(Msg::Error { message, .. }) => break OfferEvent::Lost(message),
+                        Ok(m) => break OfferEvent::Lost(format!("unexpected message {m:?}")),
+                        Err(e) => break OfferEvent::Lost(e.to_string()),
+                    }
+                };
+                if !st.swap(true, Ordering::Relaxed) {
+                    events(end);
+                }
+            })?;
+        Ok(OfferAgent { stop, writer })
+    }
+}
+
+impl OfferAgent {
+    /// Tells the relay that the receiver registered under `nameplate` (one that answered this
+    /// offer) holds another code: its registration is withdrawn and it is told why.
+    pub fn mismatch(&self, nameplate: u32) -> io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        wire::write_msg(&mut *w, &Msg::Mismatch { nameplate })
+    }
+
+    /// Withdraws the offer.
+    pub fn stop(&self) {
+        if !self.stop.swap(true, Ordering::Relaxed) {
+            let _ = self
+                .writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for OfferAgent {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -6,7 +6,9 @@
 //! (the peers' key agreement does that), so a lookup never uses a code up, and no number of
 //! lookups, from however many addresses, cancels one: a try at a code is a guess that reaches
 //! its receiver's key agreement, and the receiver counts those. What ends a code is its
-//! receiver leaving, or its expiry.
+//! receiver leaving, or its expiry (or, for a receiver that answered a sender's offer, that
+//! sender saying it holds another code). The entries are opaque here: a sender's offer is held
+//! as a receiver's registration is (the server tells them apart).
 
 use crate::limit::Holdings;
 use std::collections::HashMap;

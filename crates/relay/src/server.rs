@@ -9,6 +9,12 @@
 //! receiver's control port through the relay, so one lookup is one guess at most; a ticket
 //! that has not been used within [`TICKET_UNUSED`] is forgotten.
 //!
+//! A sender that starts first registers an *offer*: a nameplate with no receiver behind it,
+//! never found by a lookup. A receiver given that code registers *answering* it, and the offer
+//! is told the receiver's nameplate, which its sender looks up as any sender does. The offer
+//! may withdraw a registration that answered it (`mismatch`: that receiver holds another code),
+//! and nothing else.
+//!
 //! Per client address, each with its own refusal (kind `limited`, a message that names the
 //! limit) and counter: connections open at once (idle ones included), codes registered at
 //! once, lookups (a token bucket), UDP allocations ([`crate::udp`]), and bytes a second
@@ -81,14 +87,27 @@ impl Default for Config {
     }
 }
 
-/// A receiver's registration connection, as the relay keeps it.
+/// A receiver's registration connection, or a sender's offer, as the relay keeps it.
 #[derive(Debug)]
 struct Agent {
     addr: SocketAddr,
-    /// The receiver's control port (where a guess at the code goes).
+    /// The receiver's control port (where a guess at the code goes); 0 for an offer.
     port: u16,
     candidates: Vec<SocketAddr>,
     writer: Mutex<TcpStream>,
+    /// What registered: a receiver, a sender's offer, or a receiver answering an offer.
+    kind: Kind,
+}
+
+/// What a registration is.
+#[derive(Debug)]
+enum Kind {
+    /// A receiver that printed its code (`register`).
+    Receiver,
+    /// A sender that printed its code (`offer`): answered, never looked up.
+    Offer,
+    /// A receiver that answered this offer (`answer`): looked up by the offer's sender.
+    Answer(Arc<Agent>),
 }
 
 impl Agent {
@@ -425,7 +444,13 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
         return;
     }
     match first {
-        Some(Msg::Register { port, candidates }) => register(&st, s, peer, port, candidates),
+        Some(Msg::Register { port, candidates }) => register(&st, s, peer, port, candidates, None),
+        Some(Msg::Offer) => offer(&st, s, peer),
+        Some(Msg::Answer {
+            offer,
+            port,
+            candidates,
+        }) => answer(&st, s, peer, offer, port, candidates),
         Some(Msg::Lookup { nameplate }) => lookup(&st, s, peer, nameplate),
         Some(Msg::Splice { ticket, port }) => relay_splice(&st, s, peer, &ticket, port),
         Some(Msg::Join { id }) => join(&st, s, peer, id, slot),
@@ -435,21 +460,57 @@ fn serve(mut s: TcpStream, peer: SocketAddr, slot: Slot) {
     }
 }
 
+/// A sender that starts first: registered as a receiver is, with no port and no candidates;
+/// its connection is the offer, which hears `answered` when a receiver answers it.
+fn offer(st: &Arc<State>, s: TcpStream, peer: SocketAddr) {
+    register(st, s, peer, 0, Vec::new(), Some(Kind::Offer));
+}
+
+/// A receiver answering the offer of nameplate `offer`: looked up as a lookup is (and charged
+/// to the lookup rate of its address), then registered; the offer hears its nameplate.
+fn answer(
+    st: &Arc<State>,
+    mut s: TcpStream,
+    peer: SocketAddr,
+    offer: u32,
+    port: u16,
+    given: Vec<SocketAddr>,
+) {
+    if !lock(&st.limiter).allow(peer.ip(), Instant::now()) {
+        inc(&st.metrics.limit_lookups_per_address);
+        return reply(st, &mut s, "rate_limited", "too many lookups, slow down");
+    }
+    let found = lock(&st.codes).lookup(Instant::now(), offer);
+    match found {
+        Lookup::Found(a) if matches!(a.kind, Kind::Offer) => {
+            register(st, s, peer, port, given, Some(Kind::Answer(a)))
+        }
+        _ => reply(
+            st,
+            &mut s,
+            "no_such_code",
+            "no sender is waiting with this code (expired, used or mistyped)",
+        ),
+    }
+}
+
+/// A registration (`kind` `None`: a receiver's): allocates a nameplate, answers it, and serves
+/// the connection as the agent until it leaves.
 fn register(
     st: &Arc<State>,
     mut s: TcpStream,
     peer: SocketAddr,
     port: u16,
     given: Vec<SocketAddr>,
+    kind: Option<Kind>,
 ) {
-    if port == 0 || given.len() > MAX_CANDIDATES {
+    let is_offer = matches!(kind, Some(Kind::Offer));
+    if (port == 0) != is_offer || given.len() > MAX_CANDIDATES {
         return reply(st, &mut s, "bad_request", "bad registration");
     }
     let mut candidates = Vec::new();
-    for c in given
-        .into_iter()
-        .chain([SocketAddr::new(peer.ip().to_canonical(), port)])
-    {
+    let own = (!is_offer).then(|| SocketAddr::new(peer.ip().to_canonical(), port));
+    for c in given.into_iter().chain(own) {
         let usable = !c.ip().is_unspecified() && !c.ip().is_multicast() && c.port() == port;
         if usable && !candidates.contains(&c) {
             candidates.push(c);
@@ -464,6 +525,7 @@ fn register(
         port,
         candidates,
         writer: Mutex::new(writer),
+        kind: kind.unwrap_or(Kind::Receiver),
     });
     // The code can be looked up as soon as it is allocated: hold the agent's writer until the
     // receiver has its answer, so that no `paired` can come before it.
@@ -500,10 +562,21 @@ fn register(
     };
     if registered {
         inc(&st.metrics.registrations);
-        // The agent: pings, and refusals of dial requests, until it leaves or is dropped.
+        if let Kind::Answer(offer) = &agent.kind {
+            log(
+                st,
+                format_args!("code {nameplate} of receiver {peer} answers an offer"),
+            );
+            let _ = offer.send(&Msg::Answered { nameplate });
+        }
+        // The agent: pings, and refusals of dial requests (an offer: mismatches), until it
+        // leaves or is dropped.
         while let Some(msg) = read(&mut s) {
             match msg {
                 Msg::Ping => {}
+                Msg::Mismatch { nameplate: other } if matches!(agent.kind, Kind::Offer) => {
+                    mismatch(st, &agent, other)
+                }
                 Msg::Refuse { id, reason } => {
                     let p = lock(&st.pending).remove(&id);
                     match p {
@@ -540,15 +613,36 @@ fn register(
             && registered
         {
             drop(codes);
+            let who = if is_offer { "sender" } else { "receiver" };
             log(
                 st,
-                format_args!("code {nameplate} withdrawn: its receiver {peer} left"),
+                format_args!("code {nameplate} withdrawn: its {who} {peer} left"),
             );
         }
     }
     lock(&st.tickets).retain(|_, t| !Arc::ptr_eq(&t.agent, &agent));
     lock(&st.pending).retain(|_, p| !Arc::ptr_eq(&p.agent, &agent));
     agent.close();
+}
+
+/// The offer `offer` says the receiver registered under `nameplate` holds another code: if
+/// that receiver answered this offer, its code is withdrawn and it is told so.
+fn mismatch(st: &State, offer: &Arc<Agent>, nameplate: u32) {
+    let answered_this =
+        |a: &Arc<Agent>| matches!(&a.kind, Kind::Answer(o) if Arc::ptr_eq(o, offer));
+    let removed = lock(&st.codes).remove_if(nameplate, answered_this);
+    if let Some(receiver) = removed {
+        log(
+            st,
+            format_args!(
+                "code {nameplate} cancelled: its receiver {} typed another code than the sender's",
+                receiver.addr
+            ),
+        );
+        let _ = receiver.send(&Msg::Cancelled {
+            reason: "the sender holds another code than the one typed here".into(),
+        });
+    }
 }
 
 fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
@@ -558,8 +652,9 @@ fn lookup(st: &Arc<State>, mut s: TcpStream, peer: SocketAddr, nameplate: u32) {
     }
     let found = lock(&st.codes).lookup(Instant::now(), nameplate);
     let agent = match found {
-        Lookup::Found(a) => a,
-        Lookup::Unknown => {
+        // An offer is answered, never looked up: its sender is no receiver.
+        Lookup::Found(a) if !matches!(a.kind, Kind::Offer) => a,
+        _ => {
             return reply(
                 st,
                 &mut s,
@@ -1078,6 +1173,89 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_offer_is_answered_never_looked_up_and_a_mismatch_cancels_only_its_answer() {
+        let relay = relay(cfg());
+        let offering = client::offer(relay, 2).unwrap();
+        let offered = offering.code.clone();
+        let (tx, offer_events) = channel();
+        let offer = offering
+            .start(move |e| {
+                let _ = tx.send(e);
+            })
+            .unwrap();
+        // A sender's lookup never finds an offer: its sender is no receiver.
+        let (kind, _) = refused_kind(client::lookup(relay, offered.nameplate).unwrap_err());
+        assert_eq!(kind, "no_such_code");
+        // An answer never finds a receiver's registration.
+        let control: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (printed, _agent, _events) = register(relay, control, Arc::default());
+        let e = client::register_answer(relay, control, &printed)
+            .err()
+            .unwrap();
+        assert_eq!(refused_kind(e).0, "no_such_code");
+        // A receiver answers the offer: the offer hears where to look it up.
+        let answering: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        let reg = client::register_answer(relay, answering, &offered).unwrap();
+        assert_eq!(reg.code, offered, "the answer's code is the offer's");
+        let (tx, events) = channel();
+        let _answer_agent = reg
+            .start_agent(answering.ip(), Arc::default(), move |e| {
+                let _ = tx.send(e);
+            })
+            .unwrap();
+        let client::OfferEvent::Answered(n) = offer_events.recv_timeout(WAIT).unwrap() else {
+            panic!("expected an answer")
+        };
+        assert_ne!(n, offered.nameplate);
+        let found = client::lookup(relay, n).unwrap();
+        assert_eq!(found.candidates[0], answering);
+        drop(found);
+        assert!(matches!(next_event(&events), AgentEvent::Paired { .. }));
+        // A mismatch naming a registration that did not answer this offer changes nothing.
+        offer.mismatch(printed.nameplate).unwrap();
+        // One naming the answer cancels it, and tells its receiver.
+        offer.mismatch(n).unwrap();
+        assert!(matches!(next_event(&events), AgentEvent::Cancelled(_)));
+        assert_eq!(
+            refused_kind(client::lookup(relay, n).unwrap_err()).0,
+            "no_such_code"
+        );
+        assert!(client::lookup(relay, printed.nameplate).is_ok());
+        // The offer itself stays, for the next receiver.
+        let again = client::register_answer(relay, answering, &offered).unwrap();
+        assert!(matches!(
+            offer_events.recv_timeout(WAIT).unwrap(),
+            client::OfferEvent::Answered(m) if m != n
+        ));
+        drop(again);
+        offer.stop();
+    }
+
+    #[test]
+    fn lookup_waiting_asks_once_a_second_and_gives_up_after_its_wait() {
+        let relay = relay(cfg());
+        let t0 = Instant::now();
+        let mut said = 0;
+        let e = client::lookup_waiting(relay, 1234, Duration::from_millis(2500), || said += 1)
+            .unwrap_err();
+        assert_eq!(refused_kind(e).0, "no_such_code");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert_eq!(said, 1);
+        // A code registered while the sender waits is found.
+        let control: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (code, _agent, _events) = register(relay, control, Arc::default());
+        let found = client::lookup_waiting(relay, code.nameplate, Duration::ZERO, || {
+            panic!("no wait for a registered code")
+        })
+        .unwrap();
+        assert_eq!(found.candidates[0].port(), 9);
     }
 
     #[test]

@@ -14,9 +14,18 @@
 //! - receiver: `register {port, candidates}` → `nameplate {nameplate}`, then
 //!   `registered {ttl_secs, idle_secs}`. The connection then stays open as the receiver's
 //!   *agent*: it sends `ping` and `refuse {id, reason}`, and gets `paired {sender, path}` (once
-//!   per lookup, by anyone), `dial {id, port}`, or `expired` (`cancelled {reason}` is
-//!   understood, for relays that cancelled a code looked up too often; this one never sends
-//!   it).
+//!   per lookup, by anyone), `dial {id, port}`, `expired`, or `cancelled {reason}` (this
+//!   relay sends it to a receiver that answered an offer with another code, when the offer's
+//!   sender says so with `mismatch`).
+//! - a sender that starts first: `offer` → `nameplate {nameplate}`, then `registered
+//!   {ttl_secs, idle_secs}`; the connection stays open as the *offer*: it sends `ping` and
+//!   `mismatch {nameplate}` (that receiver typed another code), and gets `answered
+//!   {nameplate}` (a receiver answered) or `expired`. Its receiver registers with `answer
+//!   {offer, port, candidates}` (`offer`: the offer's nameplate; charged to the lookup rate of
+//!   its address as a lookup is; `no_such_code` when no offer has it), answered as `register`
+//!   is, and the sender then looks the
+//!   receiver's own nameplate up as below: the roles in the session do not change. A lookup
+//!   never finds an offer, and an answer never finds a receiver's registration.
 //! - sender: `lookup {nameplate}` → `found {ticket, candidates}` (however often the
 //!   nameplate is looked up) or `error` (`no_such_code`, `rate_limited`, `busy`, `limited`);
 //!   then `path {relayed}` once it knows how it reaches the receiver.
@@ -54,6 +63,33 @@ pub enum Msg {
         port: u16,
         /// Candidate addresses of the receiver's control listener.
         candidates: Vec<SocketAddr>,
+    },
+    /// Receiver: registers as `register` does, answering the sender's `offer` of `offer` (the
+    /// nameplate of the code the sender printed, typed on the receiver): the offer's sender is
+    /// told this registration's own nameplate, and looks it up as any sender does.
+    Answer {
+        /// The offer's nameplate.
+        offer: u32,
+        /// The receiver's control port.
+        port: u16,
+        /// Candidate addresses of the receiver's control listener.
+        candidates: Vec<SocketAddr>,
+    },
+    /// Sender: asks for a nameplate to print in a code of its own (the sender starts first);
+    /// answered by `nameplate` and `registered` as a registration is. The connection then stays
+    /// open as the offer: the sender pings, and sends `mismatch`; it gets `answered` once per
+    /// receiver that answers the offer, and `expired`.
+    Offer,
+    /// Relay to an offer: a receiver answered it, and registered under `nameplate` (look it up).
+    Answered {
+        /// The answering receiver's own nameplate.
+        nameplate: u32,
+    },
+    /// Offer: the receiver registered under `nameplate` (one that answered this offer) holds
+    /// another code; the relay withdraws its registration and tells it `cancelled`.
+    Mismatch {
+        /// The answering receiver's nameplate.
+        nameplate: u32,
     },
     /// Relay: the nameplate allocated to a registration.
     Nameplate {
@@ -146,9 +182,9 @@ pub enum Msg {
     },
     /// Agent: still here.
     Ping,
-    /// Relay to agent: the code was cancelled (by a relay that cancels codes looked up too
-    /// often; this one does not); tickets already handed
-    /// out stay valid while the agent stays.
+    /// Relay to agent: the code was cancelled (a receiver that answered an offer holds another
+    /// code than its sender: the sender said `mismatch`); tickets already handed out stay
+    /// valid while the agent stays.
     Cancelled {
         /// Why.
         reason: String,
@@ -258,6 +294,14 @@ mod tests {
                 port: 7400,
                 candidates: vec!["10.0.0.1:7400".parse().unwrap(), "[::1]:1".parse().unwrap()],
             },
+            Msg::Answer {
+                offer: 4821,
+                port: 7400,
+                candidates: vec![],
+            },
+            Msg::Offer,
+            Msg::Answered { nameplate: 1234 },
+            Msg::Mismatch { nameplate: 1234 },
             Msg::Nameplate { nameplate: 4821 },
             Msg::Paired {
                 sender: "1.2.3.4:5".parse().unwrap(),

@@ -14,6 +14,10 @@
 //! with its error at once (refused: the port is closed, and a second try would be refused
 //! too); the caller's timeout bounds the whole dial. An attempt after the first that cannot
 //! even start (no socket) is skipped: hedging never fails a dial that one connect would not.
+//!
+//! A sender started before its receiver listens waits for it with [`connect_waiting`]
+//! (refused or unreachable is tried again, with a backoff, for a bounded time; nothing else
+//! is): the first dial of a [`Waiting`] dialer.
 
 use socket2::{Domain, Protocol, Socket, Type};
 use std::fmt::Debug;
@@ -247,6 +251,89 @@ fn hedged(
     }
 }
 
+/// Whether a connect failed because nothing listens there yet (refused, or the host or its
+/// network unreachable): what a sender started before its receiver meets, and waits out with
+/// [`connect_waiting`]. Anything else (a timeout, a reset) is not waited for.
+pub fn not_listening_yet(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ECONNREFUSED)
+        )
+}
+
+/// Most time between two connects of [`connect_waiting`] (the first waits 100 ms, each next
+/// twice as long, up to this).
+pub const WAIT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// [`connect_hedged`] (each attempt within `timeout`), trying again while nothing listens at
+/// `addr` yet ([`not_listening_yet`]) for up to `wait`, with a backoff from 100 ms to
+/// [`WAIT_BACKOFF_MAX`]; `on_wait` is called once, before the first wait. A zero `wait` is one
+/// connect. The last error is returned once `wait` has passed; any other error at once.
+pub fn connect_waiting(
+    addr: SocketAddr,
+    timeout: Duration,
+    wait: Duration,
+    on_wait: impl FnOnce(),
+) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + wait;
+    let mut on_wait = Some(on_wait);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match connect_hedged(addr, timeout) {
+            Err(e) if not_listening_yet(&e) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(e);
+                }
+                if let Some(f) = on_wait.take() {
+                    f();
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(WAIT_BACKOFF_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A direct dialer for a sender that may start before its receiver listens: its first dial
+/// waits for the receiver with [`connect_waiting`] (up to `wait`, calling `on_wait` with the
+/// address once if it waits), every later one is [`connect_hedged`]. The wait happens when the
+/// session dials, after it has read its sources, so a source that cannot be read fails first.
+pub struct Waiting {
+    wait: Duration,
+    first: std::sync::atomic::AtomicBool,
+    on_wait: Box<dyn Fn(SocketAddr) + Send + Sync>,
+}
+
+impl Waiting {
+    /// A dialer whose first dial waits up to `wait`, telling `on_wait` when it starts to.
+    pub fn new(wait: Duration, on_wait: impl Fn(SocketAddr) + Send + Sync + 'static) -> Waiting {
+        Waiting {
+            wait,
+            first: std::sync::atomic::AtomicBool::new(true),
+            on_wait: Box::new(on_wait),
+        }
+    }
+}
+
+impl Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting").field("wait", &self.wait).finish()
+    }
+}
+
+impl Dialer for Waiting {
+    fn dial(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if self.first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            connect_waiting(addr, timeout, self.wait, || (self.on_wait)(addr))
+        } else {
+            connect_hedged(addr, timeout)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,5 +537,95 @@ mod tests {
         let mut buf = [0u8; 2];
         server.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"hi");
+    }
+
+    #[test]
+    fn connect_waiting_waits_for_a_listener_that_comes_late() {
+        let addr = closed_port();
+        let later = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let l = TcpListener::bind(addr).unwrap();
+            l.accept().map(drop)
+        });
+        let waited = AtomicUsize::new(0);
+        let t0 = Instant::now();
+        let s = connect_waiting(
+            addr,
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+            || {
+                waited.fetch_add(1, Ordering::Relaxed);
+            },
+        )
+        .unwrap();
+        assert_eq!(s.peer_addr().unwrap(), addr);
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(waited.load(Ordering::Relaxed), 1, "the wait is said once");
+        later.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn connect_waiting_without_a_wait_fails_at_once_and_gives_up_after_the_wait() {
+        let addr = closed_port();
+        let t0 = Instant::now();
+        let e = connect_waiting(addr, Duration::from_secs(5), Duration::ZERO, || {
+            panic!("no wait with a zero wait")
+        })
+        .unwrap_err();
+        assert!(not_listening_yet(&e), "{e}");
+        assert!(
+            t0.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t0.elapsed()
+        );
+        let t0 = Instant::now();
+        let e = connect_waiting(
+            addr,
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+            || {},
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn waiting_waits_on_its_first_dial_only() {
+        let addr = closed_port();
+        let said = std::sync::Arc::new(AtomicUsize::new(0));
+        let told = said.clone();
+        let d = Waiting::new(Duration::from_millis(300), move |a| {
+            assert_eq!(a, addr);
+            told.fetch_add(1, Ordering::Relaxed);
+        });
+        let t0 = Instant::now();
+        assert!(d.dial(addr, Duration::from_secs(5)).is_err());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(said.load(Ordering::Relaxed), 1);
+        let t0 = Instant::now();
+        assert!(d.dial(addr, Duration::from_secs(5)).is_err());
+        assert!(
+            t0.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(
+            said.load(Ordering::Relaxed),
+            1,
+            "a later dial does not wait"
+        );
     }
 }
