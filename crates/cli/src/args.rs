@@ -213,10 +213,14 @@ pub struct ReceiveArgs {
     /// and the rest of it as it arrives; every channel keeps at least 4 blocks' worth.
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     pub buffer_memory: u64,
-    /// The code the sender must give (default: a new one, printed; not with --keys alone)
-    /// [env: HURTLE_CODE]
+    /// The code the sender must give (default: a new one, printed; not with --keys alone);
+    /// with --relay, the code a sender printed [env: HURTLE_CODE]
     #[arg(long)]
     pub code: Option<String>,
+    /// The code a sender printed (`hurtle send FILES` through a relay): found through the
+    /// relay (--relay, HURTLE_RELAY or the configuration file's), and received from.
+    #[arg(value_name = "CODE", conflicts_with_all = ["code", "serve", "keys"])]
+    pub sender_code: Option<String>,
     /// Accept senders holding one of the keys in this file (one `hurtle-key-...` per line,
     /// optionally followed by a name for the log; made by `hurtle keygen`). For --serve.
     #[arg(long, value_name = "FILE", conflicts_with = "relay")]
@@ -260,14 +264,19 @@ pub struct SendArgs {
     /// Files and directories to send (directories recursively).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// The receiver's address, HOST[:PORT] (port 7400 when not given).
-    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_to,
-          required_unless_present = "code")]
+    /// The receiver's address, HOST[:PORT] (port 7400 when not given). Without --to and
+    /// --code, the code is printed here, through the relay, for the receiver to type.
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_to)]
     pub to: Option<HostPort>,
     /// The code the receiver printed; without --to, the receiver is found through a relay
     /// [env: HURTLE_CODE]
     #[arg(long)]
     pub code: Option<String>,
+    /// Seconds to wait for a receiver that has not started yet: with --to, while nothing
+    /// listens there; with --code and a relay, while the code is not registered (0: fail at
+    /// once) [env: HURTLE_WAIT] [default: 60]
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<u64>,
     /// A key file the receiver accepts (`hurtle keygen`), instead of a code.
     #[arg(long, value_name = "FILE", conflicts_with = "code")]
     pub key: Option<PathBuf>,
@@ -275,13 +284,14 @@ pub struct SendArgs {
     /// --no-encryption (control messages stay encrypted, everything stays authenticated).
     #[arg(long)]
     pub no_encryption: bool,
-    /// The relay the receiver registered with, HOST[:PORT] (with --code) [env: HURTLE_RELAY]
-    /// [default: the configuration file's relay]
-    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_relay_target, requires = "code",
+    /// The relay, HOST[:PORT]: the one the receiver registered with (with --code), or the one
+    /// to print a code through (without --code) [env: HURTLE_RELAY] [default: the
+    /// configuration file's relay]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_relay_target,
           conflicts_with = "to")]
     pub relay: Option<HostPort>,
     /// Never connect directly: go through the relay (for tests).
-    #[arg(long, hide = true, requires = "code")]
+    #[arg(long, hide = true, conflicts_with = "to")]
     pub relay_only: bool,
     #[command(flatten)]
     pub flags: SendFlags,

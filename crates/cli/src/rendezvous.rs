@@ -1,5 +1,7 @@
 //! Pairing by code, on the two ends: `hurtle receive --relay` and `hurtle send --code` (the relay
-//! server itself is `cmd/relay.rs`).
+//! server itself is `cmd/relay.rs`), and the other way round, for a sender that starts first:
+//! `hurtle send FILES` with a relay prints the code ([`send_first`]), `hurtle receive CODE`
+//! answers it (`receive` with a code).
 //!
 //! The receiver registers with the relay, prints `code: CODE` on stderr (always, even with `-q`
 //! or `--json`), and keeps an agent connected to the relay that forwards relayed connections to
@@ -13,18 +15,30 @@
 //! agreement. So a lookup is not proof of the right sender: the agent's `Paired` event means
 //! someone looked the nameplate up, and the relay cancels a code after three lookups (the
 //! fourth fails). A cancelled or expired code ends the receiver only while no sender is
-//! connected to it; a session in progress carries on.
+//! connected to it; a session in progress carries on. A sender given a code not registered yet
+//! looks it up again once a second, for `--wait` seconds.
+//!
+//! A sender that starts first offers: the relay gives it a nameplate, it prints `code: CODE`
+//! and waits. The receiver given that code registers as a receiver does, answering the offer;
+//! the relay tells the sender the receiver's own nameplate, and the sender looks it up and
+//! sends as above: the receiver still listens and the sender still dials. The sender counts
+//! the receivers that answered with another code (the key agreement fails): each is told so
+//! through the relay (its registration is cancelled, and it ends with exit 3), and the
+//! [`CODE_TRIES`]th spends the code (the sender ends with exit 3).
 
 use crate::args::{HostPort, OutputArgs};
 use crate::cmd::{resolve, session_failure};
 use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
+use hurtle_engine::handshake::CODE_TRIES;
 use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::progress::Phase;
-use hurtle_engine::{Keyring, OwnPorts, ReceiveSummary, Receiver, RelayedUdp, SessionError};
+use hurtle_engine::{
+    Keyring, OwnPorts, Progress, ReceiveSummary, Receiver, RelayedUdp, SessionError,
+};
 use hurtle_proto::secure::Secret;
-use hurtle_relay::client::{self, AgentEvent};
+use hurtle_relay::client::{self, AgentEvent, Found, OfferEvent};
 use hurtle_relay::code::DEFAULT_WORDS;
 use hurtle_relay::Code;
 use std::net::SocketAddr;
@@ -36,25 +50,47 @@ enum Event {
     Done(Box<Result<ReceiveSummary, SessionError>>),
 }
 
-/// `hurtle receive --relay`: registers, prints the code, serves one transfer.
+/// `hurtle receive --relay`: registers, prints the code, serves one transfer; with `answer`
+/// (a code a sender printed), registers answering that sender's offer instead.
 pub fn receive(
     out: &OutputArgs,
     relay: &HostPort,
     receiver: Receiver,
     (bound, own_ports, relayed_udp): (SocketAddr, Arc<OwnPorts>, Option<Arc<RelayedUdp>>),
     keyring: Keyring,
+    answer: Option<Code>,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
-    let reg = client::register(relay_addr, bound, DEFAULT_WORDS)?;
+    let reg = match &answer {
+        None => client::register(relay_addr, bound, DEFAULT_WORDS)?,
+        Some(code) => client::register_answer(relay_addr, bound, code).map_err(|e| match e {
+            client::RelayError::Refused { kind, .. } if kind == "no_such_code" => Failure::new(
+                exit::OTHER,
+                anyhow!(
+                    "no sender is waiting with code {code} at the relay {relay} (it expired or \
+                     was used, or its number is mistyped)"
+                ),
+            ),
+            e => Failure::from(e),
+        })?,
+    };
     let code = reg.code.clone();
     keyring.add("code", Secret::code(&code.to_string()));
     let ttl = reg.ttl_secs;
-    // One write, so that a reader of the pipe never sees half the code.
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
-    ui::say(
-        out,
-        &format!("hurtle: on the sending host: hurtle send FILES --code {code} --relay {relay}   (valid {ttl} s, once)"),
-    );
+    if answer.is_none() {
+        // One write, so that a reader of the pipe never sees half the code.
+        let _ =
+            std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
+        ui::say(
+            out,
+            &format!("hurtle: on the sending host: hurtle send FILES --code {code} --relay {relay}   (valid {ttl} s, once)"),
+        );
+    } else {
+        ui::say(
+            out,
+            &format!("hurtle: the sender of code {code} is waiting at the relay {relay}"),
+        );
+    }
     let (tx, rx) = mpsc::channel::<Event>();
     let agent_tx = tx.clone();
     let agent = reg
@@ -123,6 +159,15 @@ pub fn receive(
                     ui::warning(&format!("the relay asked for port {port}: {reason}"));
                 }
             }
+            Event::Agent(AgentEvent::Cancelled(reason))
+                if watched.phase() == Phase::Idle && answer.is_some() =>
+            {
+                return end(
+                    bar,
+                    exit::REFUSED,
+                    anyhow!("code {code} was refused: {reason}; check the code the sender printed and run receive again"),
+                );
+            }
             Event::Agent(AgentEvent::Cancelled(reason)) if watched.phase() == Phase::Idle => {
                 return end(bar, exit::OTHER, anyhow!("the relay cancelled code {code}: {reason}; run receive again for a new code"));
             }
@@ -169,16 +214,39 @@ pub struct Paired {
     pub secret: Secret,
 }
 
-/// `hurtle send --code --relay`: looks the code up, tries a direct path, else relays. Returns
-/// the address the engine should connect to (with the returned dialer).
+/// `hurtle send --code --relay`: looks the code up (waiting up to `wait` for it to be
+/// registered), tries a direct path, else relays. Returns the address the engine should
+/// connect to (with the returned dialer).
 pub fn pair(
     out: &OutputArgs,
     relay: &HostPort,
     code: &Code,
     relay_only: bool,
+    wait: Duration,
 ) -> Result<(SocketAddr, Paired), Failure> {
     let relay_addr = resolve(relay, "relay")?;
-    let found = client::lookup(relay_addr, code.nameplate)?;
+    let found = client::lookup_waiting(relay_addr, code.nameplate, wait, || {
+        ui::say(
+            out,
+            &format!(
+                "hurtle: waiting for the receiver of code {code} to register at the relay {relay} (up to {} s)...",
+                wait.as_secs()
+            ),
+        )
+    })?;
+    Ok(connect_found(out, relay, found, code, relay_only))
+}
+
+/// The path to a receiver the relay found: tries its addresses directly (unless
+/// `relay_only`), else relays; `code` is the session's secret.
+fn connect_found(
+    out: &OutputArgs,
+    relay: &HostPort,
+    found: Found,
+    code: &Code,
+    relay_only: bool,
+) -> (SocketAddr, Paired) {
+    let relay_addr = found.relay;
     let port = found.port();
     let direct = if relay_only {
         None
@@ -195,7 +263,7 @@ pub fn pair(
             (SocketAddr::new(relay_addr.ip(), port), "relayed")
         }
     };
-    Ok((
+    (
         to,
         Paired {
             dialer: found.into_dialer(direct),
@@ -206,5 +274,89 @@ pub fn pair(
                 code_nameplate: Some(code.nameplate),
             },
         },
-    ))
+    )
+}
+
+/// `hurtle send FILES` with a relay and no code: offers, prints the code and the command the
+/// receiving side types (`hurtle receive CODE` when the relay is configured, `typed` false;
+/// with `--code` and `--relay` when it was given on the command line), and waits for a
+/// receiver to answer; then `transfer` sends to it (the address and the path, as [`pair`]
+/// gives them). A receiver with another code is told so and waited past, up to
+/// [`CODE_TRIES`] of them.
+pub fn send_first(
+    out: &OutputArgs,
+    (relay, typed): (&HostPort, bool),
+    relay_only: bool,
+    mut transfer: impl FnMut(SocketAddr, Paired) -> Result<(), (SessionError, Arc<Progress>)>,
+) -> Outcome {
+    let relay_addr = resolve(relay, "relay")?;
+    let offering = client::offer(relay_addr, DEFAULT_WORDS)?;
+    let (code, ttl) = (offering.code.clone(), offering.ttl_secs);
+    // One write, so that a reader of the pipe never sees half the code.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());
+    let other_side = if typed {
+        format!("hurtle receive --code {code} --relay {relay}")
+    } else {
+        format!("hurtle receive {code}")
+    };
+    ui::say(
+        out,
+        &format!("hurtle: on the receiving host: {other_side}   (valid {ttl} s)"),
+    );
+    let (tx, rx) = mpsc::channel::<OfferEvent>();
+    let offer = offering
+        .start(move |e| {
+            let _ = tx.send(e);
+        })
+        .map_err(|e| SessionError::io("relay offer thread", e))?;
+    let mut wrong = 0;
+    loop {
+        let event = rx
+            .recv()
+            .unwrap_or_else(|_| OfferEvent::Lost("the offer thread ended".into()));
+        let nameplate = match event {
+            OfferEvent::Answered(n) => n,
+            OfferEvent::Expired => {
+                return Err(Failure::new(
+                    exit::OTHER,
+                    anyhow!("code {code} expired after {ttl} s without a receiver; run send again for a new code"),
+                ))
+            }
+            OfferEvent::Lost(reason) => {
+                return Err(Failure::new(
+                    exit::NETWORK,
+                    anyhow!("lost the relay at {relay}: {reason}"),
+                ))
+            }
+        };
+        let found = match client::lookup(relay_addr, nameplate) {
+            Ok(f) => f,
+            // That receiver left already: wait for the next.
+            Err(client::RelayError::Refused { kind, .. }) if kind == "no_such_code" => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let (to, paired) = connect_found(out, relay, found, &code, relay_only);
+        match transfer(to, paired) {
+            Ok(()) => {
+                offer.stop();
+                return Ok(());
+            }
+            Err((SessionError::NotAuthenticated(_), _)) => {
+                wrong += 1;
+                let _ = offer.mismatch(nameplate);
+                if wrong >= CODE_TRIES {
+                    return Err(Failure::new(
+                        exit::REFUSED,
+                        anyhow!("code {code} was answered {wrong} times with another code and is no longer valid; nothing was sent (run send again for a new code)"),
+                    ));
+                }
+                if !out.quiet {
+                    ui::warning(&format!(
+                        "a receiver answered with another code ({wrong} of {CODE_TRIES} tries); still waiting for {other_side}"
+                    ));
+                }
+            }
+            Err((e, progress)) => return Err(session_failure(e, false, &progress)),
+        }
+    }
 }

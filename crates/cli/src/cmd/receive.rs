@@ -1,5 +1,6 @@
 //! `hurtle receive`: checks `--out`, listens, and serves one transfer (or, with `--serve`, each
-//! transfer until interrupted; with `--relay`, one transfer paired by code).
+//! transfer until interrupted; with `--relay`, one transfer paired by code; with a code a
+//! sender printed, `hurtle receive CODE`, one transfer from that sender, through the relay).
 
 use crate::args::{parse_relay_target, HostPort, ReceiveArgs, RECEIVER_PORT};
 use crate::cmd::keys;
@@ -19,8 +20,25 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
             .get("out", |s| Ok(PathBuf::from(s)))?
             .unwrap_or_else(|| PathBuf::from(".")),
     };
+    // A code a sender printed (positional, or --code with --relay): answered through the relay.
+    let answer = match a
+        .sender_code
+        .clone()
+        .or(a.code.clone().filter(|_| a.relay.is_some()))
+    {
+        Some(c) => Some(super::send::checked_code(&c)?),
+        None => None,
+    };
     let free = check_out(&out)?;
     let relay = match a.relay.as_deref() {
+        None if answer.is_some() => {
+            Some(defaults.get("relay", parse_relay_target)?.ok_or_else(|| {
+                Failure::usage(
+                    "a code a sender printed is found through its relay: --relay HOST[:PORT], \
+                 HURTLE_RELAY or relay in the configuration file",
+                )
+            })?)
+        }
         None => None,
         Some("") => Some(defaults.get("relay", parse_relay_target)?.ok_or_else(|| {
             Failure::usage(
@@ -43,10 +61,6 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     };
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
-    // After an interrupt, a code printed here is gone: the message says so.
-    if fresh || relay.is_some() {
-        interrupt::restart_by(interrupt::Restart::ReceiverCode);
-    }
     // Paired by code through a relay: the sender's datagrams may come through it.
     let relayed_udp = match &relay {
         Some(r) => Some(Arc::new(RelayedUdp::new(resolve(r, "relay")?.ip()))),
@@ -83,6 +97,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
             receiver,
             (bound, own_ports, relayed_udp),
             keyring,
+            answer,
         );
     }
     if let Some(code) = code.as_deref().filter(|_| fresh) {

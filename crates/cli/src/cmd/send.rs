@@ -1,4 +1,8 @@
-//! `hurtle send`: to an address (`--to`) or to a receiver found by code through a relay.
+//! `hurtle send`: to an address (`--to`), to a receiver found by code through a relay
+//! (`--code`), or, with a relay and no code, to the receiver that types the code printed here
+//! (see [`rendezvous::send_first`]). A receiver that has not started yet is waited for, up to
+//! `--wait` seconds: at `--to`, while nothing listens there; by code, while the code is not
+//! registered.
 
 use crate::args::{parse_channels, parse_rate, parse_relay_target, SendArgs};
 use crate::cmd::keys;
@@ -6,8 +10,12 @@ use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
-use hurtle_engine::SendOptions;
+use hurtle_engine::net::dial::Waiting;
+use hurtle_engine::{Progress, SendOptions, SessionError};
 use hurtle_relay::Code;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A code as given to `--code` or in `HURTLE_CODE`, checked locally: a number and 2 or 3 words
 /// of the list, with the nearest word for one not in it.
@@ -37,37 +45,99 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
         a.flags.rate.rate = defaults.get("rate", parse_rate)?;
         a.flags.rate.apply(&mut opts);
     }
-    let (to, path) = match (&a.to, &code) {
+    let wait = Duration::from_secs(match a.wait {
+        Some(w) => w,
+        None => wait_from_env()?,
+    });
+    let relay = match &a.relay {
+        Some(r) => Some((r.clone(), true)),
+        None if a.to.is_none() => defaults
+            .get("relay", parse_relay_target)?
+            .map(|r| (r, false)),
+        None => None,
+    };
+    match (&a.to, &code) {
         (Some(to), _) => {
             if opts.secret.is_none() {
                 return Err(Failure::usage(
                     "give the code the receiver printed: --code CODE (or HURTLE_CODE), or a key file with --key",
                 ));
             }
-            (resolve(to, "receiver")?, None)
+            let to = resolve(to, "receiver")?;
+            // A receiver not listening yet is waited for, when the session dials it (after
+            // its sources were read).
+            let out = a.output.clone();
+            opts.dialer = Some(Arc::new(Waiting::new(wait, move |addr| {
+                ui::say(
+                    &out,
+                    &format!(
+                        "hurtle: waiting for the receiver at {addr} to listen (up to {} s)...",
+                        wait.as_secs()
+                    ),
+                )
+            })));
+            transfer(&a, &opts, to, None).map_err(|(e, p)| session_failure(e, false, &p))
         }
         (None, Some(code)) => {
-            let relay = match &a.relay {
-                Some(r) => r.clone(),
-                None => defaults.get("relay", parse_relay_target)?.ok_or_else(|| {
-                    Failure::usage(
-                        "--code needs a relay: --relay HOST[:PORT], HURTLE_RELAY or relay in the \
-                         configuration file",
-                    )
-                })?,
-            };
-            let (to, path) = rendezvous::pair(&a.output, &relay, code, a.relay_only)?;
+            let (relay, _) = relay.ok_or_else(|| {
+                Failure::usage(
+                    "--code needs a relay: --relay HOST[:PORT], HURTLE_RELAY or relay in the \
+                     configuration file",
+                )
+            })?;
+            let (to, path) = rendezvous::pair(&a.output, &relay, code, a.relay_only, wait)?;
             opts.dialer = Some(path.dialer.clone());
             opts.secret = Some(path.secret.clone());
-            (to, Some(path))
+            transfer(&a, &opts, to, Some(&path)).map_err(|(e, p)| session_failure(e, false, &p))
         }
-        (None, None) => return Err(Failure::usage("give --to, or --code")),
-    };
+        (None, None) if a.key.is_some() => Err(Failure::usage("--key needs --to")),
+        (None, None) => {
+            let Some((relay, typed)) = relay else {
+                return Err(Failure::usage(
+                    "give --to HOST and --code, --code with a relay, or a relay (--relay \
+                     HOST[:PORT], HURTLE_RELAY or relay in the configuration file) to print a \
+                     code here",
+                ));
+            };
+            rendezvous::send_first(&a.output, (&relay, typed), a.relay_only, |to, path| {
+                let mut opts = opts.clone();
+                opts.dialer = Some(path.dialer.clone());
+                opts.secret = Some(path.secret.clone());
+                transfer(&a, &opts, to, Some(&path))
+            })
+        }
+    }
+}
+
+/// How long a sender waits for its receiver by default (`--wait`).
+pub const DEFAULT_WAIT_SECS: u64 = 60;
+
+/// The environment variable for `--wait`.
+pub const WAIT_ENV: &str = "HURTLE_WAIT";
+
+/// `--wait` from [`WAIT_ENV`], else [`DEFAULT_WAIT_SECS`].
+fn wait_from_env() -> Result<u64, Failure> {
+    match std::env::var(WAIT_ENV) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| Failure::usage(format!("{WAIT_ENV}={v:?}: not a number of seconds"))),
+        _ => Ok(DEFAULT_WAIT_SECS),
+    }
+}
+
+/// One session to `to` with `opts`, its progress shown, and its summary printed.
+fn transfer(
+    a: &SendArgs,
+    opts: &SendOptions,
+    to: SocketAddr,
+    path: Option<&rendezvous::Paired>,
+) -> Result<(), (SessionError, Arc<Progress>)> {
     let (progress, bar) = ui::progress_bar(&a.output, "sending");
     interrupt::watch(&progress);
-    let result = hurtle_engine::send(&a.paths, to, &opts, progress.clone());
+    let result = hurtle_engine::send(&a.paths, to, opts, progress.clone());
     bar.finish();
-    let s = result.map_err(|e| session_failure(e, false, &progress))?;
-    ui::print_send_summary(&a.output, &s, path.as_ref().map(|p| &p.info));
+    let s = result.map_err(|e| (e, progress))?;
+    ui::print_send_summary(&a.output, &s, path.map(|p| &p.info));
     Ok(())
 }

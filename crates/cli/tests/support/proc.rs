@@ -80,6 +80,11 @@ impl Proc {
         if !cmd.get_envs().any(|(k, _)| k == "HURTLE_CODE") {
             cmd.env("HURTLE_CODE", super::TEST_CODE);
         }
+        // A sender does not wait for a receiver that is not there (the default is 60 s),
+        // unless a test says otherwise: a test of a refusal gets it at once.
+        if !cmd.get_envs().any(|(k, _)| k == "HURTLE_WAIT") {
+            cmd.env("HURTLE_WAIT", "0");
+        }
         // Every start is a cold one, and nothing is kept in the user's cache, unless a test
         // names a file for the path memories.
         if !cmd.get_envs().any(|(k, _)| k == "HURTLE_PATH_MEMORY") {
