@@ -61,6 +61,10 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     };
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
+    // After an interrupt, a code printed here is gone: the message says so.
+    if fresh || relay.is_some() {
+        interrupt::restart_by(interrupt::Restart::ReceiverCode);
+    }
     // Paired by code through a relay: the sender's datagrams may come through it.
     let relayed_udp = match &relay {
         Some(r) => Some(Arc::new(RelayedUdp::new(resolve(r, "relay")?.ip()))),
