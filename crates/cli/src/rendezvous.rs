@@ -77,6 +77,10 @@ pub fn receive(
     let code = reg.code.clone();
     keyring.add("code", Secret::code(&code.to_string()));
     let ttl = reg.ttl_secs;
+    if answer.is_some() {
+        // After an interrupt, the sender's code is gone with its session: the message says so.
+        crate::interrupt::restart_by(crate::interrupt::Restart::SenderCode);
+    }
     if answer.is_none() {
         // One write, so that a reader of the pipe never sees half the code.
         let _ =
@@ -291,6 +295,8 @@ pub fn send_first(
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
     let offering = client::offer(relay_addr, DEFAULT_WORDS)?;
+    // After an interrupt, the code printed here is gone: the message says so.
+    crate::interrupt::restart_by(crate::interrupt::Restart::SenderCode);
     let (code, ttl) = (offering.code.clone(), offering.ttl_secs);
     // One write, so that a reader of the pipe never sees half the code.
     let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("code: {code}\n").as_bytes());

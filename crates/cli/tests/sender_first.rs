@@ -7,7 +7,9 @@
 //!   another code is refused (exit 3) and the sender keeps waiting, until the third such
 //!   receiver spends the code; a code whose number no sender offers is refused at once;
 //! - by relay, the receiver printing the code: a sender given a code that is not registered
-//!   looks it up again for `--wait` seconds, then fails as before.
+//!   looks it up again for `--wait` seconds, then fails as before;
+//! - an interrupted transfer whose code the sender printed says so on both sides: the sender
+//!   is run again for a new code.
 //!
 //! Every process here is started with `HURTLE_CODE` empty where the test gives no code (the
 //! suite gives every process one by default), and `HURTLE_WAIT` as the test needs it.
@@ -349,5 +351,77 @@ fn a_sender_by_code_waits_for_the_code_to_be_registered_then_gives_up() {
         ),
         "{}",
         s.stdout
+    );
+}
+
+/// The sender and receiver of a slow transfer by a code the sender printed, moving data.
+fn slow_sender_first(t: &Path, relay: &Relay) -> (Proc, Proc) {
+    let src = t.join("big.bin");
+    fsx::write_random(&src, 32 << 20, 11);
+    let args = [
+        "send".to_string(),
+        src.display().to_string(),
+        "--relay".into(),
+        relay.addr.to_string(),
+        "--rate".into(),
+        "40M".into(),
+        "--channels".into(),
+        "2".into(),
+    ];
+    let mut sender = Proc::spawn_env("sender", &args, &[("HURTLE_CODE", "")]);
+    let code = sender.wait_for_output("its code", Duration::from_secs(10), |_, e| code_of(e));
+    let out = t.join("out");
+    let relay_addr = relay.addr.to_string();
+    let receiver = Proc::spawn_env(
+        "receiver",
+        &["receive", &code, "--out", out.to_str().unwrap()],
+        &[("HURTLE_CODE", ""), ("HURTLE_RELAY", relay_addr.as_str())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while fsx::part_files(&out).is_empty() {
+        assert!(Instant::now() < deadline, "no transfer started within 15 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    (sender, receiver)
+}
+
+fn interrupt(p: &Proc) {
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &p.id().to_string()])
+        .status()
+        .expect("kill(1)")
+        .success();
+    assert!(ok, "kill -INT failed");
+}
+
+#[test]
+fn an_interrupted_transfer_of_a_sender_printed_code_says_to_run_the_send_again() {
+    let relay = start_relay();
+    // The sender interrupted.
+    let t = tmp();
+    let (sender, receiver) = slow_sender_first(t.path(), &relay);
+    interrupt(&sender);
+    let s = sender.wait(TRANSFER_TIMEOUT);
+    receiver.wait(TRANSFER_TIMEOUT).assert_failure();
+    assert_ne!(s.status.code(), Some(0), "{}", s.stderr);
+    assert!(
+        s.stderr
+            .contains("this code ended with the session: run the send again"),
+        "{}",
+        s.stderr
+    );
+    // The receiver interrupted.
+    let t = tmp();
+    let (sender, receiver) = slow_sender_first(t.path(), &relay);
+    interrupt(&receiver);
+    let r = receiver.wait(TRANSFER_TIMEOUT);
+    sender.wait(TRANSFER_TIMEOUT).assert_failure();
+    assert_ne!(r.status.code(), Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("the sender's code ended with the session: run the send again"),
+        "{}",
+        r.stderr
     );
 }
