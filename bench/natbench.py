@@ -122,14 +122,14 @@ PAIRINGS = {
 CSV_FIELDS = ["timestamp", "pairing", "mode", "profile", "file_size", "ok", "goodput_mbps",
               "path", "transport", "direct_channels", "channels", "direct_after_s", "bytes_by_path",
               "relay_udp_bytes", "relay_splice_bytes", "cpu_s_per_gib_sender",
-              "cpu_s_per_gib_receiver", "cpu_s_per_gib_relay", "note", "machine"]
+              "cpu_s_per_gib_receiver", "cpu_s_per_gib_relay", "note", "machine", "tcp_cc"]
 
 
 class NatLab(netlab.Lab):
     """netlab's emulated path with a NAT and a host behind it at each end."""
 
-    def build_nat(self):
-        self.build_emu()
+    def build_nat(self, tcp_cc: str | None = None):
+        self.build_emu(tcp_cc)
         a, em, b = self.ns("a"), self.ns("em"), self.ns("b")
         ha, na, nb, hb = (self._mkns(x) for x in ("ha", "na", "nb", "hb"))
         for side, (h, n, r, rdev) in {"a": (ha, na, a, "wa"), "b": (hb, nb, b, "wb")}.items():
@@ -144,7 +144,7 @@ class NatLab(netlab.Lab):
             sh(["ip", "-n", n, "route", "add", "default", "via", f"10.203.{k}.1"])
             sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=n)
             sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=r)
-            self._endpoint_sysctls(h)
+            self._endpoint_sysctls(h, tcp_cc)
         # The routers reach the far NAT's outside network across the emulated path.
         sh(["ip", "-n", a, "route", "add", "10.203.2.0/24", "via", "10.201.1.1"])
         sh(["ip", "-n", b, "route", "add", "10.203.1.0/24", "via", "10.201.2.1"])
@@ -292,6 +292,9 @@ def main():
                     help="the hurtle binary to run (default: this checkout's release build)")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hnbench"))
     ap.add_argument("--wait-quiet", type=float, default=5.0)
+    ap.add_argument("--tcp-cc", help="TCP congestion control of the peers and the relay (default: the "
+                    "host's, bbr here; the relay's splice and --transport tcp use it)")
+    ap.add_argument("--timeout", type=float, help="per run, seconds (default 60 + 0.4 s per MiB)")
     ap.add_argument("--logs", action="store_true", help="keep each side's --log-dir logs in the run's directory")
     ap.add_argument("--csv", type=Path, default=BENCH / "results" / "nat.csv")
     args = ap.parse_args()
@@ -303,6 +306,7 @@ def main():
             sys.exit(f"unknown pairing {p!r}; known: {', '.join(PAIRINGS)}")
     recover_stale(hrun.STATE_PATH, r"^hn(\d+)-")
     install_signal_handlers()
+    REG.state_file = hrun.STATE_PATH
     if not args.no_build:
         for pkg in ("linkem", "hurtle"):
             if err := cargo_build(pkg):
@@ -313,10 +317,16 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     lab = NatLab(f"hn{os.getpid()}", work, REPO / "target" / "release" / "linkem")
     machine = f"{os.cpu_count()}c {Path('/proc/cpuinfo').read_text().split('model name')[1].split(':')[1].splitlines()[0].strip()[:40]}"
-    timeout = 60 + args.size * 8 / 20e6
+    timeout = args.timeout or 60 + args.size * 8 / 20e6
     rows = []
     try:
-        lab.build_nat()
+        if args.tcp_cc:
+            # A namespace may make a congestion control its default only if the host allows it.
+            key = "net.ipv4.tcp_allowed_congestion_control"
+            allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+            if args.tcp_cc not in allowed:
+                REG.set_sysctl(key, " ".join(allowed + [args.tcp_cc]))
+        lab.build_nat(args.tcp_cc)
         src = hrun.source_file(args.size, args.workdir)
         plan = [] if args.no_direct else [("none", "direct")]
         plan += [(p, "auto") for p in pairings]
@@ -346,7 +356,8 @@ def main():
                     finally:
                         lab.stop_linkem()
                     row.update(timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                               profile=args.profile, file_size=args.size, machine=machine)
+                               profile=args.profile, file_size=args.size, machine=machine,
+                               tcp_cc=args.tcp_cc or Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip())
                     w.writerow({c: row.get(c, "") for c in CSV_FIELDS})
                     f.flush()
                     rows.append(row)
