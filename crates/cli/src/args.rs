@@ -11,6 +11,9 @@ use hurtle_engine::{PathMemories, SendOptions, WriteQueue};
 use hurtle_proto::RateMode;
 use std::path::PathBuf;
 
+mod filters;
+pub use filters::FilterArgs;
+
 /// The receiver's default control port (`--to HOST` means HOST:7400).
 pub const RECEIVER_PORT: u16 = 7400;
 /// The relay's default port (`--relay HOST` means HOST:7401).
@@ -261,9 +264,13 @@ impl From<WriteQueueArg> for WriteQueue {
 /// `hurtle send`.
 #[derive(Args)]
 pub struct SendArgs {
-    /// Files and directories to send (directories recursively).
+    /// Files and directories to send (directories recursively); `-` alone: standard input,
+    /// sent as one file named by --name.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// The name what `send -` reads from standard input is sent under.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// The receiver's address, HOST[:PORT] (port 7400 when not given). Without --to and
     /// --code, the code is printed here, through the relay, for the receiver to type.
     #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_to)]
@@ -354,6 +361,8 @@ pub struct SendFlags {
     /// there is rebuilt by the receiver instead of being sent again a round trip later.
     #[arg(long)]
     pub no_fec: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 impl SendFlags {
@@ -362,6 +371,7 @@ impl SendFlags {
         let mut opts = SendOptions {
             payload: self.payload,
             follow_symlinks: self.follow_symlinks,
+            filter: self.filter.filter.clone(),
             checksum: self.checksum,
             no_sparse: self.no_sparse,
             log_dir,
@@ -407,6 +417,7 @@ impl SendFlags {
                 v.push(flag.into());
             }
         }
+        v.extend(self.filter.to_args());
         v
     }
 }

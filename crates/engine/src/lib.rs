@@ -33,6 +33,7 @@
 
 pub mod cpu;
 pub mod error;
+pub mod filter;
 pub mod fs;
 pub mod handshake;
 pub mod iobuf;

@@ -11,6 +11,8 @@
 //!   [`WalkOptions::follow_symlinks`] is set (then followed, with directory loops skipped with a
 //!   warning); symlinks named as arguments are always followed, like `find -H`;
 //! - fifos, sockets and devices are skipped with a warning;
+//! - paths the [`WalkOptions::filter`] leaves out (`--exclude`, `--include`) are skipped
+//!   silently, a directory with everything below it, arguments included;
 //! - names that are not UTF-8, or that the receiver would refuse (see
 //!   [`sanitize_rel_path`]), two arguments with the same name, and missing arguments are errors.
 //!
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use hurtle_proto::wire;
 
+use crate::filter::Filter;
 use crate::fs::{mtime_ns, sanitize_rel_path, PathError};
 
 /// What an entry is (the manifest's own type).
@@ -64,10 +67,12 @@ impl SourceEntry {
 }
 
 /// How to walk.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WalkOptions {
     /// Follow symlinks found inside directories instead of skipping them.
     pub follow_symlinks: bool,
+    /// Which paths to send (by default all).
+    pub filter: Filter,
 }
 
 /// The result of [`collect`].
@@ -229,12 +234,15 @@ fn walk_tree(
         ancestors.truncate(item.depth);
         let meta = match item.meta {
             Some(m) => m,
-            None => match inspect(&item.abs, opts, &mut walk.warnings)? {
+            None => match inspect(&item.abs, &item.rel, opts, &mut walk.warnings)? {
                 Some(m) => m,
                 None => continue,
             },
         };
         let ft = meta.file_type();
+        if !opts.filter.keeps(&item.rel, ft.is_dir()) {
+            continue;
+        }
         let kind = if ft.is_file() {
             EntryKind::File
         } else if ft.is_dir() {
@@ -305,6 +313,7 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, WalkError> {
 /// (with a warning) when the path is to be skipped.
 fn inspect(
     path: &Path,
+    rel: &str,
     opts: &WalkOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Metadata>, WalkError> {
@@ -325,7 +334,10 @@ fn inspect(
         return Ok(Some(meta));
     }
     if !opts.follow_symlinks {
-        warnings.push(format!("skipping symlink {path:?}"));
+        // One the filter leaves out is not worth a warning.
+        if opts.filter.keeps(rel, false) {
+            warnings.push(format!("skipping symlink {path:?}"));
+        }
         return Ok(None);
     }
     match fs::metadata(path) {
@@ -441,6 +453,7 @@ mod tests {
         symlink("nowhere", p.join("dangling")).unwrap();
         let opts = WalkOptions {
             follow_symlinks: true,
+            ..WalkOptions::default()
         };
         let w = collect(std::slice::from_ref(&p), &opts).unwrap();
         assert_eq!(
@@ -466,6 +479,39 @@ mod tests {
         assert!(w.warnings[0].starts_with(&format!("skipping {:?}: it leads back", p.join("a/up"))));
         assert!(w.warnings[1].starts_with(&format!("skipping symlink {:?}: ", p.join("dangling"))));
         assert!(w.warnings[2].contains("link/up"));
+    }
+
+    #[test]
+    fn the_filter_leaves_out_paths_and_whole_directories() {
+        use crate::filter::RuleKind::{Exclude, Include};
+        let (_tmp, p) = tree();
+        let filter = Filter::new([
+            (Include, "b.jpg"),
+            (Exclude, "*.jpg"),
+            (Exclude, "/photos/a/"),
+            (Exclude, "flink"),
+            (Exclude, "résumé"),
+        ])
+        .unwrap();
+        let opts = WalkOptions {
+            filter,
+            ..WalkOptions::default()
+        };
+        let w = collect(std::slice::from_ref(&p), &opts).unwrap();
+        // `a` goes with everything in it, though b.jpg is included; the excluded symlink is
+        // not worth a warning, the other one is.
+        assert_eq!(rels(&w), ["photos", "photos/empty.txt", "photos/z.txt"]);
+        assert_eq!(
+            w.warnings,
+            [format!("skipping symlink {:?}", p.join("link"))]
+        );
+        // An argument is filtered like anything else.
+        let opts = WalkOptions {
+            filter: Filter::new([(Exclude, "*.txt")]).unwrap(),
+            ..WalkOptions::default()
+        };
+        let w = collect(&[p.join("z.txt"), p.join("a")], &opts).unwrap();
+        assert_eq!(rels(&w), ["a", "a/b.jpg", "a/c"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod receive;
 pub mod relay;
 pub mod send;
+pub mod stdin;
 
 use crate::args::HostPort;
 use crate::exit::{self, Failure};

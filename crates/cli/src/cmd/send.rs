@@ -5,7 +5,7 @@
 //! registered.
 
 use crate::args::{parse_channels, parse_rate, parse_relay_target, SendArgs};
-use crate::cmd::keys;
+use crate::cmd::{keys, stdin};
 use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{Failure, Outcome};
@@ -49,6 +49,16 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
         Some(w) => w,
         None => wait_from_env()?,
     });
+    // `send -`: standard input, copied whole into a file named --name first (see `stdin`).
+    let _spooled = if stdin::wanted(&a.paths) {
+        let s = stdin::spool(&a.paths, a.name.as_deref(), std::io::stdin().lock())?;
+        a.paths = vec![s.path.clone()];
+        Some(s)
+    } else if a.name.is_some() {
+        return Err(stdin::name_without_stdin());
+    } else {
+        None
+    };
     let relay = match &a.relay {
         Some(r) => Some((r.clone(), true)),
         None if a.to.is_none() => defaults

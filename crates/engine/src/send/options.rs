@@ -57,6 +57,8 @@ pub struct SendOptions {
     pub block_size: u64,
     /// Follow symbolic links instead of skipping them.
     pub follow_symlinks: bool,
+    /// Which paths to send (`--exclude`, `--include`; by default all).
+    pub filter: crate::filter::Filter,
     /// Compare files the receiver already has by BLAKE3 (both sides read them), not by size
     /// and modification time.
     pub checksum: bool,
@@ -100,6 +102,7 @@ impl Default for SendOptions {
             payload: wire::MAX_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
+            filter: crate::filter::Filter::default(),
             checksum: false,
             no_sparse: false,
             log_dir: None,

@@ -1069,6 +1069,7 @@ fn plan(paths: &[PathBuf], opts: &SendOptions) -> Result<Plan, SessionError> {
         paths,
         &WalkOptions {
             follow_symlinks: opts.follow_symlinks,
+            filter: opts.filter.clone(),
         },
     )?;
     let mut warnings = walked.warnings.clone();
