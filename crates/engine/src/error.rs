@@ -58,6 +58,10 @@ pub enum SessionError {
     /// A thread of this side's session ended before it should have: a bug, said as one.
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// The data key refused to seal a frame whose nonce was used before (a bug, said as one),
+    /// or more data frames failed authentication than AES-GCM's integrity limit allows.
+    #[error(transparent)]
+    DataKey(LinkError),
     /// Neither a code nor a key was given (authentication is never off).
     #[error("no code or key: give the receiver's code with --code (or HURTLE_CODE), or a key file with --key")]
     NoSecret,
@@ -118,6 +122,17 @@ pub enum SessionError {
     /// A block kept failing verification.
     #[error("block {block} of {path} failed verification repeatedly, {times} attempts at most (did the source change?)")]
     Verification {
+        /// File path.
+        path: String,
+        /// Global block number.
+        block: u64,
+        /// Attempts.
+        times: u8,
+    },
+    /// A block kept failing verification, its data coming in the clear (`--no-encryption`):
+    /// anyone on the path could have changed it.
+    #[error("block {block} of {path} failed verification {times} times; with --no-encryption data datagrams are not authenticated, so they may have been changed on the way (or the source changed); without it they would have been dropped")]
+    VerificationInTheClear {
         /// File path.
         path: String,
         /// Global block number.
@@ -211,6 +226,7 @@ impl From<LinkError> for SessionError {
         match e {
             LinkError::Udp(e) => SessionError::Udp(e),
             LinkError::Tcp(e) => SessionError::io("TCP data connection", e),
+            e @ (LinkError::Seal(_) | LinkError::Integrity(_)) => SessionError::DataKey(e),
         }
     }
 }
@@ -285,6 +301,7 @@ impl SessionError {
             | SessionError::PeerGone { .. }
             | SessionError::Udp(_) => AbortCause::Network,
             SessionError::Verification { .. }
+            | SessionError::VerificationInTheClear { .. }
             | SessionError::HashMismatch { .. }
             | SessionError::SourceChanged(_) => AbortCause::Verification,
             _ => AbortCause::Failed,

@@ -27,6 +27,11 @@ pub(crate) fn session_error(
             block,
             times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
         },
+        DataError::GaveUpInTheClear { block, file } => SessionError::VerificationInTheClear {
+            path: file.map(&path_of).unwrap_or_default(),
+            block,
+            times: hurtle_proto::verify::MAX_BLOCK_FAILURES,
+        },
         DataError::FinishedIncomplete { file } => SessionError::FinishedIncomplete(path_of(file)),
         DataError::PeerGone => SessionError::PeerGone { peer },
         DataError::PeerSilent { after } => ControlError::Timeout(after).into(),

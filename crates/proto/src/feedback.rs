@@ -231,7 +231,7 @@ mod tests {
     fn a_sealed_report_opens_to_itself_and_only_with_the_feedback_key() {
         let (sender, receiver) = testing_keys();
         let mut frame = encode(&report(9), 77, 5).unwrap();
-        receiver.feedback.sealer().seal(&mut frame);
+        receiver.feedback.sealer().seal(&mut frame).unwrap();
         // The data key of the same session does not open it.
         let mut wrong = frame.clone();
         assert!(sender
@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(decode(plain, 77).unwrap(), report(9));
         // Another session's id is not this session's feedback.
         let mut again = encode(&report(9), 77, 6).unwrap();
-        receiver.feedback.sealer().seal(&mut again);
+        receiver.feedback.sealer().seal(&mut again).unwrap();
         let plain = open.open(&mut again).unwrap();
         assert_eq!(decode(plain, 78), Err(FeedbackError::NotFeedback));
     }

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 /// Most times one block may fail verification before the transfer gives up. A block whose wrong
 /// value comes back *the same* twice gives up at once: the sender's bytes really differ from
 /// what it hashed (the source changed), which no refetch can mend. Differing wrong values are
-/// what corruption on the path looks like, and get this many attempts.
+/// what corruption on the path looks like, and get this many attempts. With data in the clear
+/// ([`Verifier::set_unauthenticated`]) a repeated wrong value may be an attacker's repeated
+/// injection, and gets this many attempts too.
 pub const MAX_BLOCK_FAILURES: u8 = 8;
 
 /// Per-block values, and per-file completion.
@@ -106,6 +108,8 @@ pub struct Verifier {
     verified: BlockTable,
     /// Per failing block: attempts so far and the last wrong value.
     failures: HashMap<u64, (u8, BlockValue)>,
+    /// Data comes in the clear, not authenticated ([`Verifier::set_unauthenticated`]).
+    unauthenticated: bool,
 }
 
 impl Verifier {
@@ -116,7 +120,16 @@ impl Verifier {
             waiting: HashMap::new(),
             verified: BlockTable::new(layout),
             failures: HashMap::new(),
+            unauthenticated: false,
         }
+    }
+
+    /// Data comes in the clear (`--no-encryption`): its datagrams carry no tag, so anyone on
+    /// the path can inject a block's bytes, the same ones each time. A wrong value that comes
+    /// back the same is then no proof that the source changed: such a block is fetched again,
+    /// as any other, up to [`MAX_BLOCK_FAILURES`] times.
+    pub fn set_unauthenticated(&mut self) {
+        self.unauthenticated = true;
     }
 
     /// The sender's value for `block` arrived. Unknown blocks are ignored (`Pending`).
@@ -146,7 +159,7 @@ impl Verifier {
     fn judge(&mut self, block: u64, actual: BlockValue) -> Verdict {
         if self.expected[block as usize] != Some(actual) {
             let (n, last) = self.failures.entry(block).or_insert((0, actual));
-            let repeated = *n > 0 && *last == actual;
+            let repeated = !self.unauthenticated && *n > 0 && *last == actual;
             *n += 1;
             *last = actual;
             return if repeated || *n >= MAX_BLOCK_FAILURES {
@@ -247,5 +260,35 @@ mod tests {
             );
         }
         assert_eq!(v.on_received(0, [99; 32]), Verdict::GiveUp { block: 0 });
+    }
+
+    #[test]
+    fn in_the_clear_a_repeated_wrong_value_is_fetched_again_up_to_the_limit() {
+        let l = Layout::new(&[1000], 1024, 1).unwrap();
+        let good = block_value(&[1u8; 1000], 0, 1024, 1);
+        let injected = block_value(&[2u8; 1000], 0, 1024, 1);
+        // Authenticated data: the same wrong value twice is a changed source, at once.
+        let mut v = Verifier::new(&l);
+        assert_eq!(v.on_expected(0, good), Verdict::Pending);
+        assert_eq!(v.on_received(0, injected), Verdict::Mismatch { block: 0 });
+        assert_eq!(v.on_received(0, injected), Verdict::GiveUp { block: 0 });
+        // In the clear: fetched again each time, until the limit.
+        let mut v = Verifier::new(&l);
+        v.set_unauthenticated();
+        assert_eq!(v.on_expected(0, good), Verdict::Pending);
+        for _ in 1..MAX_BLOCK_FAILURES {
+            assert_eq!(v.on_received(0, injected), Verdict::Mismatch { block: 0 });
+        }
+        assert_eq!(v.on_received(0, injected), Verdict::GiveUp { block: 0 });
+        // And the real bytes, coming before the limit, verify.
+        let mut v = Verifier::new(&l);
+        v.set_unauthenticated();
+        assert_eq!(v.on_expected(0, good), Verdict::Pending);
+        assert_eq!(v.on_received(0, injected), Verdict::Mismatch { block: 0 });
+        assert_eq!(v.on_received(0, injected), Verdict::Mismatch { block: 0 });
+        assert!(matches!(
+            v.on_received(0, good),
+            Verdict::FileComplete { file: 0, .. }
+        ));
     }
 }

@@ -9,14 +9,16 @@
 //! | 0 | kind, flags | low 4 bits: kind, 1 = data, 2 = channel final, 3 = path probe, 4 = parity, 5 = feedback (receiver to sender); high 4 bits: flags, bit 0 = retransmit |
 //! | 1 | channel | data channel index (0..=255: [`crate::layout::MAX_CHANNELS`] is 256) |
 //! | 2..6 | session | random session id from the hello; anything else is dropped |
-//! | 6..12 | packet number | 48 bits, per channel, strictly increasing from 1, never wrapping (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce |
+//! | 6..12 | packet number | 48 bits, per channel, strictly increasing from 1, never wrapping (probes from `PROBE_PACKETS`); with the channel, the AEAD nonce; divided by `EPOCH_PACKETS`, the key epoch |
 //! | 12..16 | file | file id (manifest index) |
 //! | 16..24 | offset | byte offset in the file (data; parity: of its group's first byte), stripe length (final), probe size (probe) |
 //! | 24..28 | sent at | sender's clock in microseconds, wrapping; for one-way delay trends |
 //!
 //! The payload follows, encrypted, then a 16-byte tag ([`crate::secure`]; the header is the
-//! associated data). The header carries no length: the payload is what follows the header, up
-//! to the tag (a datagram is one frame; a TCP data connection puts a length before each frame).
+//! associated data; the key is the packet number's epoch's; with `--no-encryption` on both
+//! sides, the payload in the clear and no tag). The header carries no length: the payload is
+//! what follows the header, up to the tag (a datagram is one frame; a TCP data connection puts
+//! a length before each frame).
 //! [`DATAGRAM_OVERHEAD`] counts the header and the tag.
 //!
 //! # Control messages (TCP)
@@ -53,7 +55,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 14;
+pub const VERSION: u16 = 15;
 
 /// When the sender sent a datagram it stamped `sent_us`: the sender stamps microseconds since
 /// `origin` (wrapping at 2^32, about 71 minutes), so this is `now` less the stamp's age. A stamp

@@ -10,7 +10,8 @@
 //! Frames are sealed (see [`hurtle_proto::secure`]): each carries a 16-byte tag after its
 //! payload, made with the session's data key, and the receiving end opens it in place and
 //! drops, and counts, anything that fails, before the channel sees it. With `--no-encryption`
-//! on both sides frames go as they are.
+//! on both sides frames go as they are. A frame the sealer refuses (its nonce used before) and
+//! failures to open past the AEAD's integrity limit fail the link, and the session.
 //!
 //! A TCP data connection opens with a 32-byte greeting: 4 zero bytes, the session id (4 bytes,
 //! big-endian), the channel index (2 bytes), 6 zero bytes, and a tag over those 16 bytes made
@@ -23,7 +24,7 @@
 use crate::net::dial::RELAY_TAG;
 use crate::net::udp::{ReceiveQueue, RecvBatch, UdpChannel, UdpError, MAX_FRAMED};
 use hurtle_proto::punch::TAG_BYTE as PUNCH_TAG;
-use hurtle_proto::secure::{DataKey, PacketOpen, PacketSeal, TAG_LEN};
+use hurtle_proto::secure::{DataKey, OpenError, PacketOpen, PacketSeal, SealError, TAG_LEN};
 use hurtle_proto::wire::HEADER_LEN;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -75,6 +76,12 @@ pub enum LinkError {
     /// The TCP data connection failed.
     #[error("TCP data connection: {0}")]
     Tcp(#[source] std::io::Error),
+    /// A frame was not sealed: its nonce would have been used twice.
+    #[error("data channel: {0}")]
+    Seal(#[from] SealError),
+    /// Too many frames failed authentication under the session's data key.
+    #[error("data channel: {0}")]
+    Integrity(OpenError),
 }
 
 /// A link's sealing: the sealer and the buffer sealed frames are built in (a frame's payload
@@ -95,8 +102,14 @@ impl Sealer {
 
     /// Builds the sealed frames of `headers` and `data` (as [`LinkOut::send_framed`] takes
     /// them) in the buffer, each behind its length prefix when `tcp`; returns the buffer and
-    /// the size of each frame but the last.
-    fn frames(&mut self, headers: &[u8], data: &[u8], payload: usize, tcp: bool) -> (&[u8], usize) {
+    /// the size of each frame but the last, or the sealer's refusal.
+    fn frames(
+        &mut self,
+        headers: &[u8],
+        data: &[u8],
+        payload: usize,
+        tcp: bool,
+    ) -> Result<(&[u8], usize), SealError> {
         self.buf.clear();
         let step = payload.max(1);
         let frames = if data.is_empty() {
@@ -113,10 +126,10 @@ impl Sealer {
             self.buf.extend_from_slice(header);
             self.buf.extend_from_slice(piece);
             self.buf.extend_from_slice(&[0u8; TAG_LEN]);
-            self.seal.seal(&mut self.buf[at..]);
+            self.seal.seal(&mut self.buf[at..])?;
         }
         let prefix = if tcp { TCP_PREFIX } else { 0 };
-        (&self.buf, prefix + HEADER_LEN + payload + TAG_LEN)
+        Ok((&self.buf, prefix + HEADER_LEN + payload + TAG_LEN))
     }
 }
 
@@ -193,7 +206,7 @@ impl LinkOut {
     ) -> Result<(), LinkError> {
         let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
-            let (buf, frame_size) = sealer.frames(headers, data, payload, tcp);
+            let (buf, frame_size) = sealer.frames(headers, data, payload, tcp)?;
             return send_sealed(&mut self.path, buf, frame_size);
         }
         match &mut self.path {
@@ -208,7 +221,7 @@ impl LinkOut {
     pub fn send_headers(&mut self, headers: &[u8]) -> Result<(), LinkError> {
         let tcp = self.is_tcp();
         if let Some(sealer) = &mut self.seal {
-            let (buf, frame_size) = sealer.frames(headers, &[], 0, tcp);
+            let (buf, frame_size) = sealer.frames(headers, &[], 0, tcp)?;
             return send_sealed(&mut self.path, buf, frame_size);
         }
         match &mut self.path {
@@ -348,6 +361,7 @@ impl LinkIn {
             }
             Some(o) => match o.open(frame) {
                 Ok(plain) => f(src, at, plain),
+                Err(e @ OpenError::IntegrityLimit { .. }) => Err(LinkError::Integrity(e).into()),
                 Err(_) => Ok(()),
             },
             None => f(src, at, frame),
@@ -531,7 +545,7 @@ mod tests {
         let data: Vec<u8> = (0..250u8).collect();
         let headers: Vec<u8> = [header(1, 100), header(2, 100), header(3, 50)].concat();
         let mut sealer = Sealer::new(key.sealer());
-        let (buf, size) = sealer.frames(&headers, &data, 100, false);
+        let (buf, size) = sealer.frames(&headers, &data, 100, false).unwrap();
         assert_eq!(size, HEADER_LEN + 100 + TAG_LEN);
         let mut open = key.opener(1);
         let mut buf = buf.to_vec();
@@ -541,7 +555,7 @@ mod tests {
             pieces.extend_from_slice(&plain[HEADER_LEN..]);
         }
         assert_eq!(pieces, data);
-        let (fin, size) = sealer.frames(&header(4, 0), &[], 0, false);
+        let (fin, size) = sealer.frames(&header(4, 0), &[], 0, false).unwrap();
         assert_eq!(
             (fin.len(), size),
             (HEADER_LEN + TAG_LEN, HEADER_LEN + TAG_LEN)
@@ -613,5 +627,71 @@ mod tests {
         let without = udp_link(false);
         assert_eq!(without.max_frames(), MAX_FRAMED);
         assert_eq!(without.frame_limit(), MAX_FRAMED);
+    }
+
+    /// Over a TCP data connection, a frame injected into the stream (a forged tag) is dropped
+    /// and counted, the real frames around it come through; past the key's integrity limit
+    /// the link fails with an error that says so. And a frame whose number the key sealed
+    /// before (by another sealer, as a restarted or renumbered channel would hold) is refused,
+    /// not sent.
+    #[test]
+    fn past_the_integrity_limit_the_link_fails_and_a_number_is_never_sealed_twice() {
+        use std::net::TcpListener;
+        let key = data_key().with_integrity_limit(2);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let out = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let mut inject = out.try_clone().unwrap();
+        let (incoming, _) = listener.accept().unwrap();
+        let mut link = LinkOut::new(OutPath::Tcp(out), Some(key.sealer()));
+        let forged = |pn: u64| -> Vec<u8> {
+            let mut f = tcp_prefix(5).to_vec();
+            f.extend_from_slice(&header(pn, 5));
+            f.extend_from_slice(b"evil!");
+            f.extend_from_slice(&[0u8; TAG_LEN]);
+            f
+        };
+        let data = [7u8; 100];
+        link.send_framed(&header(1, 100), &data, 100).unwrap();
+        inject.write_all(&forged(2)).unwrap();
+        link.send_framed(&header(3, 100), &data, 100).unwrap();
+        // Another sealer of the same key, as a channel restarted or renumbered would hold.
+        let mut again = LinkOut::new(
+            OutPath::Tcp(inject.try_clone().unwrap()),
+            Some(key.sealer()),
+        );
+        let err = again.send_framed(&header(3, 100), &data, 100).unwrap_err();
+        assert!(
+            matches!(err, LinkError::Seal(SealError::Reused { .. })),
+            "{err}"
+        );
+        let mut rx = LinkIn::tcp(TcpFrames::new(incoming).unwrap(), Some(key.opener(1)));
+        let mut got: Vec<u64> = Vec::new();
+        let mut batch = RecvBatch::new(1, 2048);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut read = |rx: &mut LinkIn, got: &mut Vec<u64>| {
+            rx.recv(&mut batch, |_, _, frame| {
+                let (h, payload) = hurtle_proto::wire::Header::decode(frame).expect("decodes");
+                assert_eq!(payload, &data[..]);
+                got.push(h.packet);
+                Ok::<(), LinkError>(())
+            })
+        };
+        while got.len() < 2 || rx.dropped() < 1 {
+            assert!(Instant::now() < deadline, "the frames come");
+            read(&mut rx, &mut got).expect("no failure yet");
+        }
+        assert_eq!((got.clone(), rx.dropped()), (vec![1, 3], 1));
+        // Two more forgeries: the third failure passes the limit of 2.
+        inject.write_all(&forged(4)).unwrap();
+        inject.write_all(&forged(5)).unwrap();
+        let err = loop {
+            assert!(Instant::now() < deadline, "the limit is reached");
+            if let Err(e) = read(&mut rx, &mut got) {
+                break e;
+            }
+        };
+        assert!(matches!(err, LinkError::Integrity(_)), "{err}");
+        assert!(err.to_string().contains("integrity limit"), "{err}");
+        assert_eq!(got, vec![1, 3]);
     }
 }

@@ -45,8 +45,9 @@ pub struct FeedbackOut {
     /// The channel whose socket sends, and the sender's address on it: the first heard (or
     /// that channel's direct path, once punched).
     to: Mutex<Option<(usize, SocketAddr)>>,
-    seal: PacketSeal,
-    packets: Mutex<PacketNumbers>,
+    /// The feedback's packet numbers and their sealer, under one lock: each number is sealed
+    /// as soon as it is taken, so numbers reach the sealer in order.
+    sealing: Mutex<(PacketNumbers, PacketSeal)>,
     session: u32,
     /// Datagrams sent.
     pub sent: AtomicU64,
@@ -61,8 +62,7 @@ impl FeedbackOut {
         FeedbackOut {
             socks,
             to: Mutex::new(None),
-            seal: key.sealer(),
-            packets: Mutex::new(PacketNumbers::data()),
+            sealing: Mutex::new((PacketNumbers::data(), key.sealer())),
             session,
             sent: AtomicU64::new(0),
         }
@@ -96,18 +96,22 @@ impl FeedbackOut {
         let Some((ch, to)) = *self.to.lock().unwrap_or_else(|e| e.into_inner()) else {
             return;
         };
-        let Ok(packet) = self
-            .packets
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_number()
-        else {
-            return;
+        let frame = {
+            let mut sealing = self.sealing.lock().unwrap_or_else(|e| e.into_inner());
+            let (packets, seal) = &mut *sealing;
+            let Ok(packet) = packets.next_number() else {
+                return;
+            };
+            let Some(mut frame) = feedback::encode(msg, self.session, packet) else {
+                return;
+            };
+            // A number refused (never: they are taken and sealed in order under the lock) is
+            // a copy not sent; the control connection carries the message anyway.
+            if seal.seal(&mut frame).is_err() {
+                return;
+            }
+            frame
         };
-        let Some(mut frame) = feedback::encode(msg, self.session, packet) else {
-            return;
-        };
-        self.seal.seal(&mut frame);
         if self.socks[ch].send_to(&frame, to).is_ok() {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }

@@ -298,6 +298,7 @@ impl Receiver {
                 idle: self.opts.idle_timeout,
                 sessions: (data_session, session),
                 early_values,
+                in_the_clear: !data.encrypt,
             };
             // Returning drops `commits`: the committer ends once it has committed what it
             // was given, and the scope waits for it.

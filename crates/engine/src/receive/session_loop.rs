@@ -45,6 +45,8 @@ pub(super) struct Wires<'a> {
     /// The early data's block values that came during the set-up (when the data phase keeps
     /// the early data).
     pub(super) early_values: Vec<(u64, [u8; 32])>,
+    /// Data comes in the clear (`--no-encryption` on both sides): not authenticated.
+    pub(super) in_the_clear: bool,
 }
 
 /// A session whose channels may move from UDP to TCP data connections: the listener they
@@ -110,6 +112,7 @@ pub(super) fn session_loop(
         idle,
         sessions,
         early_values,
+        in_the_clear,
     } = wires;
     let data_error = |e| {
         crate::phase::session_error(e, Side::Sender, |f| {
@@ -127,6 +130,9 @@ pub(super) fn session_loop(
         (race.as_ref().map(|r| r.watch.clone()), idle),
         Instant::now(),
     );
+    if in_the_clear {
+        data.set_in_the_clear();
+    }
     let sizes: Vec<u64> = files.iter().map(|e| e.size).collect();
     // The data phase starts now (no message says so: both sides know the set-up's outcome).
     data.start(Instant::now(), early_values, held, &sizes)

@@ -56,11 +56,12 @@ impl Prober {
                 sent_us: 0,
             }
             .encode(&mut buf[..size]);
-            let size = match &self.seal {
-                Some(seal) => {
-                    seal.seal(&mut buf[..size + TAG_LEN]);
-                    size + TAG_LEN
-                }
+            let size = match &mut self.seal {
+                // A number refused (the probes' numbers only go up) is a probe not sent.
+                Some(seal) => match seal.seal(&mut buf[..size + TAG_LEN]) {
+                    Ok(()) => size + TAG_LEN,
+                    Err(_) => return,
+                },
                 None => size,
             };
             if let Err(e) = sock.send_to(&buf[..size], dest) {

@@ -915,6 +915,11 @@ impl ChannelThreads {
         logs: (Option<&std::path::Path>, Instant),
     ) -> Result<Arc<Shared>, SessionError> {
         let carried = self.take_back();
+        // A thread lost (it panicked) took its channels with it: the rest must not be
+        // renumbered into their places (a channel's packet numbers are its nonces).
+        if carried.len() != usize::from(early.channels) {
+            return Err(SessionError::Internal("a channel thread ended early"));
+        }
         let early = Arc::try_unwrap(early)
             .map_err(|_| SessionError::Internal("a channel thread kept the early data's state"))?;
         let shared = Arc::new(Shared {

@@ -441,7 +441,7 @@ mod tests {
             sent_us: 0,
         }
         .encode(&mut f);
-        key.sealer().seal(&mut f);
+        key.sealer().seal(&mut f).unwrap();
         f
     }
 

@@ -17,10 +17,15 @@
 //! - every data datagram (and every frame on a TCP data connection) is sealed ([`PacketSeal`],
 //!   [`PacketOpen`]): the 28-byte header is associated data, the nonce is the header's channel
 //!   and 48-bit packet number (unique per channel and key: [`PacketNumbers`] counts them up and
-//!   never wraps, data below [`PROBE_PACKETS`] and probes from it, each a space of its own),
-//!   the tag follows the payload, and a [`ReplayWindow`] per channel drops repeats. Anything that fails is dropped before it reaches the receiver's bookkeeping,
-//!   and counted. With `--no-encryption` on both sides, data datagrams go in the clear (control
-//!   frames stay sealed: authentication is never off).
+//!   never wraps, data below [`PROBE_PACKETS`] and probes from it, each a space of its own, and
+//!   every sealer of a key refuses a number not above the highest it sealed:
+//!   [`SealError::Reused`]), the key is that of the packet number's epoch (a new key every
+//!   [`EPOCH_PACKETS`] numbers of a channel, well inside AES-GCM's confidentiality limit), the
+//!   tag follows the payload, and a [`ReplayWindow`] per channel drops repeats. Anything that
+//!   fails is dropped before it reaches the receiver's bookkeeping, and counted; past AES-GCM's
+//!   integrity limit nothing opens and the session ends. With `--no-encryption` on both sides,
+//!   data datagrams go in the clear, without a tag (control frames stay sealed, and every block
+//!   is still checked against the sender's BLAKE3 values, which come sealed).
 //!
 //! The cipher is `ring`'s AES-256-GCM: on CPUs with AES-NI and VAES it seals more than twice
 //! as fast per core as ChaCha20-Poly1305 (BENCHMARKS.md, section 8, has the figures).
@@ -35,8 +40,9 @@ mod seal;
 pub use agree::{answer, offered_key, AgreeError, KeyError, KeyId, Offer, Secret, SessionKeys};
 pub use replay::{ReplayWindow, WINDOW as REPLAY_WINDOW};
 pub use seal::{
-    DataKey, FrameOpen, FrameSeal, OpenError, PacketNumbers, PacketOpen, PacketSeal,
-    PacketsExhausted, PROBE_PACKETS, TAG_LEN,
+    epoch_of, DataKey, FrameOpen, FrameSeal, OpenError, PacketNumbers, PacketOpen, PacketSeal,
+    PacketsExhausted, SealError, CONFIDENTIALITY_LIMIT, EPOCH_PACKETS, INTEGRITY_LIMIT,
+    PROBE_PACKETS, TAG_LEN,
 };
 
 /// The AEAD of every sealed frame and datagram.

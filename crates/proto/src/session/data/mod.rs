@@ -123,6 +123,15 @@ pub enum DataError {
         /// Its file, if the layout has it.
         file: Option<u32>,
     },
+    /// A block failed verification too often, its data coming in the clear
+    /// (`--no-encryption`): changed on the way, as likely as a changed source.
+    #[error("block {block} failed verification too often, its data in the clear")]
+    GaveUpInTheClear {
+        /// The block.
+        block: u64,
+        /// Its file, if the layout has it.
+        file: Option<u32>,
+    },
     /// Block values tagged with a session id that is neither the data phase's nor the
     /// superseded early data's.
     #[error("block values of session {session:#x}, not the data phase's")]

@@ -60,6 +60,8 @@ pub struct ReceiverData {
     moved: bool,
     /// Blocks rejected so far.
     rejected_blocks: u64,
+    /// Data comes in the clear ([`ReceiverData::set_in_the_clear`]).
+    in_the_clear: bool,
     /// The sender may be silent this long (its keep-alives come every 200 ms).
     idle: Duration,
     last_heard: Instant,
@@ -89,11 +91,21 @@ impl ReceiverData {
             race,
             moved: false,
             rejected_blocks: 0,
+            in_the_clear: false,
             idle,
             last_heard: now,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         }
+    }
+
+    /// Data comes in the clear (`--no-encryption` on both sides): datagrams are not
+    /// authenticated, so a block that keeps failing verification may be an attacker's
+    /// injection: it is fetched again up to the limit, and then the error says so
+    /// ([`DataError::GaveUpInTheClear`]), never that the source changed.
+    pub fn set_in_the_clear(&mut self) {
+        self.in_the_clear = true;
+        self.verifier.set_unauthenticated();
     }
 
     /// The data phase starts at `now`: the early data's values that came during the set-up
@@ -281,7 +293,11 @@ impl ReceiverData {
             }
             Verdict::GiveUp { block } => {
                 let file = self.layout.file_of_block(block).map(|(f, _)| f);
-                return Err(DataError::GaveUp { block, file });
+                return Err(if self.in_the_clear {
+                    DataError::GaveUpInTheClear { block, file }
+                } else {
+                    DataError::GaveUp { block, file }
+                });
             }
         }
         Ok(())
