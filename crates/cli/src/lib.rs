@@ -59,11 +59,15 @@
 //! ```
 //!
 //! The parts of the library are described in [`api`]; the command itself (`src/main.rs`) is
-//! built beside it.
+//! built beside it. [`sshmux`] (the multiplexer `hurtle cp` runs over its ssh channel) and
+//! [`cp_lines`] (the text lines of `cp`'s conversation) are the command's, here so that the
+//! fuzz targets reach them.
 
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod cp_lines;
+pub mod sshmux;
 
 pub use api::{
     Canceller, Error, ErrorKind, Event, Phase, ReceiveSummary, Receiver, ReceiverBuilder,

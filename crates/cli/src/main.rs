@@ -6,7 +6,8 @@
 //! engine; `exit` maps each typed failure to its exit code; `ui` draws progress bars (on a
 //! terminal only) and summaries; `interrupt` turns SIGINT and SIGTERM into a clean end of the
 //! session; `rendezvous` pairs the two ends by code through a relay; `sshmux` carries a
-//! session's connections through the ssh channel of `hurtle cp` when nothing else gets through.
+//! session's connections through the ssh channel of `hurtle cp` when nothing else gets through
+//! (it and `cp`'s text lines, `cp_lines`, are in the library, where the fuzz targets reach them).
 
 mod args;
 mod cmd;
@@ -14,8 +15,9 @@ mod config;
 mod exit;
 mod interrupt;
 mod rendezvous;
-mod sshmux;
 mod ui;
+
+use hurtle::{cp_lines, sshmux};
 
 pub use args::{OutputArgs, RateArgs};
 

@@ -11,69 +11,28 @@
 //! - several sources need `DEST` to be a directory (existing, or written `DEST/`).
 //!
 //! What the receiving side needs to know of the sources is their [`Shape`]; a push sends it
-//! to the far side as one line on its stdin ([`Shape::line`], [`Shape::parse`]) before
-//! anything else.
+//! to the far side as one line on its stdin ([`Shape::line`], [`Shape::parse`], in
+//! [`crate::cp_lines`]; [`shape_of`] finds it) before anything else.
 
 use super::sources::{source_kind, Kind};
 use crate::exit::{self, Failure};
 use std::path::{Path, PathBuf};
 
-/// What the destination rules need to know of the sources.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Shape {
-    /// One source sent as itself, under this top-level name.
-    One(String),
-    /// One source's contents (`SRC/`).
-    Contents,
-    /// Several sources.
-    Many,
-}
+pub(super) use crate::cp_lines::Shape;
 
-impl Shape {
-    /// The shape of the sources as given on the command line (before `SRC/` is expanded).
-    /// `name` gives a source's top-level name where [`source_kind`] leaves it to the side that
-    /// reads the source (a push names its local sources as the sender will).
-    pub(super) fn of(
-        sources: &[&str],
-        name: impl Fn(&str) -> Result<String, Failure>,
-    ) -> Result<Shape, Failure> {
-        match sources {
-            [one] => Ok(match source_kind(one) {
-                Kind::Itself(_) => Shape::One(name(one)?),
-                Kind::Contents => Shape::Contents,
-            }),
-            _ => Ok(Shape::Many),
-        }
-    }
-
-    /// The line a push writes to the far side's stdin first (the name in hex: any byte may be
-    /// in a name but a newline must not end the line early).
-    pub(super) fn line(&self) -> String {
-        match self {
-            Shape::One(name) => {
-                let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-                format!("shape one {hex}\n")
-            }
-            Shape::Contents => "shape contents\n".into(),
-            Shape::Many => "shape many\n".into(),
-        }
-    }
-
-    /// Reads [`Shape::line`].
-    pub(super) fn parse(line: &str) -> Option<Shape> {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["shape", "contents"] => Some(Shape::Contents),
-            ["shape", "many"] => Some(Shape::Many),
-            ["shape", "one", hex] if hex.len() % 2 == 0 && !hex.is_empty() => {
-                let bytes = (0..hex.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-                    .collect::<Option<Vec<u8>>>()?;
-                String::from_utf8(bytes).ok().map(Shape::One)
-            }
-            _ => None,
-        }
+/// The shape of the sources as given on the command line (before `SRC/` is expanded). `name`
+/// gives a source's top-level name where [`source_kind`] leaves it to the side that reads the
+/// source (a push names its local sources as the sender will).
+pub(super) fn shape_of(
+    sources: &[&str],
+    name: impl Fn(&str) -> Result<String, Failure>,
+) -> Result<Shape, Failure> {
+    match sources {
+        [one] => Ok(match source_kind(one) {
+            Kind::Itself(_) => Shape::One(name(one)?),
+            Kind::Contents => Shape::Contents,
+        }),
+        _ => Ok(Shape::Many),
     }
 }
 
@@ -147,30 +106,9 @@ mod tests {
     }
 
     #[test]
-    fn the_shape_travels_as_one_line() {
-        for shape in [one("big.bin"), one("a b\nc"), Shape::Contents, Shape::Many] {
-            assert_eq!(
-                Shape::parse(&shape.line()),
-                Some(shape.clone()),
-                "{shape:?}"
-            );
-        }
-        for bad in [
-            "",
-            "shape",
-            "shape one",
-            "shape one 6",
-            "shape one zz",
-            "direct",
-        ] {
-            assert_eq!(Shape::parse(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
     fn shapes_of_the_command_line() {
         let name = |s: &str| Ok(format!("<{s}>"));
-        let shape = |v: &[&str]| Shape::of(v, name).unwrap();
+        let shape = |v: &[&str]| shape_of(v, name).unwrap();
         assert_eq!(shape(&["a/big.bin"]), one("<a/big.bin>"));
         for contents in ["d/", "/", ".", "d/.", "..", "d/.."] {
             assert_eq!(shape(&[contents]), Shape::Contents, "{contents}");

@@ -8,6 +8,7 @@ use super::operands::Remote;
 use super::{BANNER, PROTOCOL};
 use crate::args::OutputArgs;
 use crate::cmd::session_failure;
+use crate::cp_lines::{banner_words, ProtocolMismatch};
 use crate::exit::{self, Failure};
 use crate::sshmux::{Accept, Mux};
 use crate::ui;
@@ -235,13 +236,8 @@ impl Far {
     /// The words after the version of a `HURTLE-SSH` line, its protocol checked; `None` for
     /// another line.
     fn parse_banner(&self, line: &str) -> Result<Option<Vec<String>>, Failure> {
-        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-        if words.first().map(String::as_str) != Some(BANNER) {
-            return Ok(None);
-        }
-        let theirs = words.get(1).map_or("", String::as_str);
-        if theirs.parse::<u32>() != Ok(PROTOCOL) {
-            return Err(Failure::new(
+        banner_words(line).map_err(|ProtocolMismatch { theirs }| {
+            Failure::new(
                 exit::OTHER,
                 anyhow::anyhow!(
                     "the hurtle on {} ({}) speaks ssh protocol {theirs}, this one (hurtle {}) \
@@ -250,9 +246,8 @@ impl Far {
                     self.remote_hurtle,
                     env!("CARGO_PKG_VERSION")
                 ),
-            ));
-        }
-        Ok(Some(words[2..].to_vec()))
+            )
+        })
     }
 
     /// While a pull's direct session runs: the far sender's word that its session could not

@@ -110,18 +110,11 @@ use pull::pull;
 use push::push;
 use std::time::Duration;
 
-/// The version of the conversation over ssh (the banner line, the port/secret line, the path
-/// lines, and the mux's frames). The session itself has its own version, checked in its hello.
-/// 2: the path lines (`direct`, `ssh`) and the mux. 3: after a direct session whose data could
-/// not get through, the retry through the ssh channel (the near side's `ssh` or `end`, the far
-/// side's `ssh` line). 4: a push's first line to the far side, the sources' shape
-/// (`shape one HEX`, `shape contents`, `shape many`), for the destination rules.
-pub const PROTOCOL: u32 = 4;
+/// The conversation's version and first word (with its text lines in [`crate::cp_lines`]).
+pub use crate::cp_lines::{BANNER, PROTOCOL};
 /// How long a direct connection to the other side's port may take (refused at once, or no
 /// answer: a firewall that drops) before the ssh channel carries the session instead.
 pub const DIRECT_TRY: Duration = Duration::from_secs(3);
-/// The first word of the far side's line.
-pub const BANNER: &str = "HURTLE-SSH";
 
 /// Runs `hurtle cp`.
 pub fn run(a: CpArgs, defaults: &Defaults) -> Outcome {

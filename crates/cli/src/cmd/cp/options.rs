@@ -7,34 +7,7 @@ use hurtle_engine::receive::Names;
 use hurtle_engine::{ReceiveOptions, SendOptions};
 use std::path::{Path, PathBuf};
 
-/// The secret of one `hurtle cp` session: 32 random bytes, written in hex on the wire (the
-/// far side's stdout for a push, its stdin for a pull). The bytes are what a key agreement
-/// takes as a key.
-#[derive(Clone)]
-pub struct Secret(pub [u8; 32]);
-
-impl Secret {
-    pub(super) fn new() -> Secret {
-        Secret(rand::random())
-    }
-
-    pub(super) fn parse(s: &str) -> Option<Secret> {
-        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut bytes = [0u8; 32];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(Secret(bytes))
-    }
-}
-
-impl std::fmt::Display for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
+pub use crate::cp_lines::Secret;
 
 /// The sender's options from the flags, for either side.
 pub(super) fn send_options(

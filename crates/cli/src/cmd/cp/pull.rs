@@ -4,7 +4,7 @@
 //! as the receiver's next session. This side places what it receives by the destination
 //! rules, and takes only the names it asked for.
 
-use super::dest::{place, Shape};
+use super::dest::{place, shape_of};
 use super::far::{near_failure, Far, Ssh};
 use super::operands::Remote;
 use super::options::{receive_options, Secret};
@@ -57,7 +57,7 @@ pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], dest: &str
     let ssh = Ssh::new(&a.ssh, a.port, &sources[0])?;
     let paths = far_paths(sources);
     let given: Vec<&str> = paths.iter().map(String::as_str).collect();
-    let shape = Shape::of(&given, |p| match source_kind(p) {
+    let shape = shape_of(&given, |p| match source_kind(p) {
         Kind::Itself(name) => Ok(name),
         Kind::Contents => Err(Failure::new(
             exit::OTHER,

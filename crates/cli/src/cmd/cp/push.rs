@@ -3,7 +3,7 @@
 //! or through the ssh channel, and retries once through the ssh channel when the direct
 //! session's data could not get through.
 
-use super::dest::Shape;
+use super::dest::shape_of;
 use super::far::{near_failure, Far, Ssh};
 use super::operands::Remote;
 use super::options::{send_options, Secret};
@@ -38,7 +38,7 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
     warn_all(&a.output, &warnings);
     // What the far side needs for the destination rules (a single source is named DEST).
     let given: Vec<&str> = sources.iter().map(String::as_str).collect();
-    let shape = Shape::of(&given, |s| {
+    let shape = shape_of(&given, |s| {
         hurtle_engine::walk::top_name(std::path::Path::new(s))
             .map_err(|e| Failure::new(exit::STORAGE, anyhow::anyhow!(e)))
     })?;
