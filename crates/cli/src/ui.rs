@@ -54,11 +54,25 @@ impl Bar {
 
     /// Stops updating and clears the bar.
     pub fn finish(mut self) {
+        SHOWN.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         self.bar.finish_and_clear();
+    }
+}
+
+/// The display on the terminal now, if one shows: lines printed meanwhile go above it.
+static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Runs `print` with the display, if one shows, cleared from the terminal and drawn again
+/// after, so that a line printed (a log event, a warning) does not run into it.
+fn above_bar(print: impl FnOnce()) {
+    let shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match shown {
+        Some(bar) => bar.suspend(print),
+        None => print(),
     }
 }
 
@@ -99,6 +113,9 @@ pub fn progress_bar(out: &OutputArgs, verb: &'static str) -> (Arc<Progress>, Bar
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let waiting = Arc::new(Mutex::new(None));
+    if visible {
+        *SHOWN.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
+    }
     let thread = visible.then(|| {
         let (p, b, s, w) = (progress.clone(), bar.clone(), stop.clone(), waiting.clone());
         std::thread::spawn(move || {
@@ -374,7 +391,8 @@ impl Line {
             |s, over, name| s.name = Some(name.saturating_sub(over).max(NAME_SHORT)),
             |s, _, _| s.resumed = false,
             |s, _, _| s.limit = false,
-            |s, over, _| s.bar = BAR.saturating_sub(over).max(BAR_NARROW),
+            // Straight to narrow: a bar whose width followed the digits would jitter.
+            |s, _, _| s.bar = BAR_NARROW,
             |s, _, _| s.name = None,
             |s, _, _| s.bar = 0,
             |s, _, _| s.bytes = false,
@@ -520,9 +538,9 @@ pub fn say(out: &OutputArgs, line: &str) {
         return;
     }
     if out.json {
-        eprintln!("{line}");
+        above_bar(|| eprintln!("{line}"));
     } else {
-        println!("{line}");
+        above_bar(|| println!("{line}"));
     }
 }
 
@@ -599,7 +617,10 @@ fn hash_lines(files: &[hurtle_engine::report::FileReport]) -> Vec<String> {
     let mut lines: Vec<String> = files
         .iter()
         .take(LISTED_FILES)
-        .map(|f| format!("  {}  {}", f.blake3, f.path))
+        .map(|f| match f.blake3.as_str() {
+            "" => format!("  {:<64}  {}", "(not read: the receiver had it)", f.path),
+            hash => format!("  {hash}  {}", f.path),
+        })
         .collect();
     if files.len() > LISTED_FILES {
         lines.push(format!(
@@ -622,7 +643,12 @@ fn pacing(s: &SendSummary) -> String {
     }
 }
 
-/// "every one of the 503 files", "the file".
+/// The bytes of the files skipped because the receiver had them.
+fn skipped_bytes(files: &[hurtle_engine::report::FileReport]) -> u64 {
+    files.iter().filter(|f| f.skipped).map(|f| f.size).sum()
+}
+
+/// "all 503 files", "the file".
 fn all_files(n: usize) -> String {
     match n {
         1 => "the file".into(),
@@ -648,7 +674,7 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
             &format!(
                 "nothing to send: the receiver already had {} ({}{}) in {:.2} s",
                 all_files(s.files),
-                bytes(s.bytes),
+                bytes(skipped_bytes(&s.file_hashes)),
                 if s.dirs > 0 {
                     format!(", {} dirs", s.dirs)
                 } else {
@@ -754,7 +780,7 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
                 "nothing to receive: {} from {} ({}) already here, checked in {:.2} s",
                 all_files(s.files),
                 s.peer,
-                bytes(s.bytes),
+                bytes(skipped_bytes(&s.file_hashes)),
                 s.seconds
             ),
         );
@@ -834,7 +860,7 @@ impl tracing::Subscriber for StderrLog {
         if *e.metadata().level() <= tracing::Level::WARN {
             warning(&m.0);
         } else {
-            eprintln!("hurtle: {}", m.0);
+            above_bar(|| eprintln!("hurtle: {}", m.0));
         }
     }
 
@@ -858,13 +884,13 @@ pub fn set_color(choice: crate::args::ColorArg, no_color: bool) {
 /// Prints `hurtle: error: LINE` on stderr, in one write.
 pub fn error_line(line: &str) {
     let tag = console::style("error:").red().bold().for_stderr();
-    eprintln!("hurtle: {tag} {line}");
+    above_bar(|| eprintln!("hurtle: {tag} {line}"));
 }
 
 /// Prints `hurtle: warning: LINE` on stderr, in one write.
 pub fn warning(line: &str) {
     let tag = console::style("warning:").yellow().bold().for_stderr();
-    eprintln!("hurtle: {tag} {line}");
+    above_bar(|| eprintln!("hurtle: {tag} {line}"));
 }
 
 /// The summary's line on the path's outages during a send, if there were any.
@@ -1169,7 +1195,7 @@ mod tests {
         };
         assert_eq!(
             one.fit(80),
-            "sending [====>      ] 41% 20.1/48.0 MiB  200.0 Mbit/s, ETA 2 s  tty-prog…oad.bin"
+            "sending [====>     ] 41% 20.1/48.0 MiB  200.0 Mbit/s, ETA 2 s  tty-prog…oad.bin"
         );
         assert_eq!(
             one.fit(200),

@@ -1,6 +1,9 @@
 //! The progress display as a person sees it: `hurtle receive` and `hurtle send` run in
 //! pseudo-terminals (stdout and stderr both on the terminal, as in a shell), and what they
-//! draw is fed to a terminal emulator whose screen the test reads while they run.
+//! draw is fed to a terminal emulator whose screen the test reads while they run. On terminals
+//! of 60, 80 and 200 columns every line the display draws fits the width, keeps the
+//! percentage and the rate, and shows the other parts as the width allows; no empty bar is
+//! ever drawn.
 //!
 //! Both processes run on loopback only, under deadlines, and are killed by their own handles if
 //! they overstay or the test fails.
@@ -28,6 +31,7 @@ const COLS: u16 = 160;
 /// is collected in the background. Dropping it kills the process if it still runs.
 struct Tty {
     name: String,
+    cols: u16,
     child: Child,
     written: Arc<Mutex<Vec<u8>>>,
 }
@@ -38,9 +42,14 @@ fn cloexec(fd: &OwnedFd) {
 
 impl Tty {
     fn spawn<S: AsRef<OsStr>>(name: &str, args: &[S]) -> Tty {
+        Tty::spawn_cols(name, COLS, args)
+    }
+
+    /// [`Tty::spawn`] on a terminal `cols` columns wide.
+    fn spawn_cols<S: AsRef<OsStr>>(name: &str, cols: u16, args: &[S]) -> Tty {
         let size = Winsize {
             ws_row: ROWS,
-            ws_col: COLS,
+            ws_col: cols,
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
@@ -53,7 +62,7 @@ impl Tty {
             let mut cmd = Command::new(bin());
             cmd.args(args)
                 .env("TERM", "xterm-256color")
-                .env("COLUMNS", COLS.to_string())
+                .env("COLUMNS", cols.to_string())
                 .env("HURTLE_CODE", support::TEST_CODE)
                 .env("HURTLE_PATH_MEMORY", "off")
                 .stdin(Stdio::null())
@@ -80,6 +89,7 @@ impl Tty {
         });
         Tty {
             name: name.to_owned(),
+            cols,
             child,
             written,
         }
@@ -94,7 +104,7 @@ impl Tty {
     fn screen(&self) -> String {
         let mut term = vt100::Parser::new(
             ROWS.try_into().expect("rows"),
-            COLS.try_into().expect("cols"),
+            self.cols.try_into().expect("cols"),
             0,
         );
         term.process(&self.written.lock().unwrap_or_else(|e| e.into_inner()));
@@ -125,6 +135,32 @@ impl Tty {
                 Instant::now() < deadline,
                 "{}'s screen did not show {what} within {timeout:?}; screen:\n{screen}",
                 self.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Polls what was written (escape sequences and all) until `pick` finds something in it;
+    /// fails the test after `timeout` or if the process exits first.
+    fn wait_raw<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut pick: impl FnMut(&str) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = pick(&self.raw()) {
+                return v;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited ({status}) before it wrote {what}", self.name);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not write {what} within {timeout:?}: {:?}",
+                self.name,
+                self.raw()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -244,7 +280,7 @@ fn progress_display_waits_then_shows_bit_rate_and_the_moving_file() {
         timeout,
         moving("sending ["),
     );
-    // The time left shows once the transfer has run a second.
+    // The time left shows with the rate.
     let with_eta = sender.wait_screen("a bar with the time left", timeout, |s| {
         line(s, "sending [")
             .filter(|l| l.contains("ETA ") && l.contains("bit/s"))
@@ -275,4 +311,169 @@ fn progress_display_waits_then_shows_bit_rate_and_the_moving_file() {
     // The summaries are still there when the bars are gone.
     assert!(sender.screen().contains("sent 48.0 MiB in 1 files"));
     assert!(receiver.screen().contains("received 48.0 MiB in 1 files"));
+}
+
+/// The lines a progress display drew on a terminal, in order: what was written, without
+/// escape sequences, cut at each carriage return and line feed, keeping those that are part of
+/// the display (a spinner's wait, or a moving transfer's line with its rate), not the
+/// summaries and notes printed as lines of their own.
+fn drawn_lines(raw: &str) -> Vec<String> {
+    let plain = console::strip_ansi_codes(raw);
+    plain
+        .split(['\r', '\n'])
+        .map(str::trim_end)
+        .filter(|l| {
+            let summary = [
+                "sent ",
+                "received ",
+                "nothing to ",
+                "hurtle",
+                "encrypted",
+                "code",
+                "limited by",
+                "path: ",
+                "the path went out",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p));
+            let spinner = [
+                "waiting for",
+                "setting up",
+                "connecting",
+                "starting the",
+                "a sender",
+            ]
+            .iter()
+            .any(|w| l.contains(w));
+            !summary && (l.contains("bit/s") || l.contains("measuring the rate") || spinner)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A 24 MiB file with a long name sent at 100 Mbit/s between two terminals `cols` wide: every
+/// line either display drew fits in `cols` columns, and no empty bar was ever drawn. Returns
+/// the lines the sender's display drew while data moved.
+fn progress_fits(cols: u16) -> Vec<String> {
+    let dir = tempfile::Builder::new()
+        .prefix("hurtle-tty-width-")
+        .tempdir()
+        .expect("temp dir");
+    let src = dir.path().join(LONG_NAME);
+    let mut data = vec![0u8; 24 << 20];
+    Rng::new(u64::from(cols)).fill(&mut data);
+    std::fs::write(&src, &data).expect("write the source");
+    let out = dir.path().join("out");
+    let out_arg = out.display().to_string();
+    let mut receiver = Tty::spawn_cols(
+        "receiver",
+        cols,
+        &["receive", "--listen", "127.0.0.1:0", "--out", &out_arg],
+    );
+    // A narrow screen wraps the address's line: it is read from what was written.
+    let addr: SocketAddr = receiver.wait_raw("its address", Duration::from_secs(10), |raw| {
+        let plain = console::strip_ansi_codes(raw).into_owned();
+        let rest = plain.split("hurtle: listening on ").nth(1)?;
+        rest.split(", receiving into").next()?.parse().ok()
+    });
+    let mut sender = Tty::spawn_cols(
+        "sender",
+        cols,
+        &send_args(addr, &[&src], &["--rate-fixed", "100M"]),
+    );
+    let s = sender.wait(TRANSFER_TIMEOUT);
+    let r = receiver.wait(TRANSFER_TIMEOUT);
+    assert!(s.success(), "sender failed ({s}):\n{}", sender.screen());
+    assert!(r.success(), "receiver failed ({r}):\n{}", receiver.screen());
+    assert_eq!(
+        std::fs::read(out.join(LONG_NAME)).expect("the received file"),
+        data,
+        "the received file differs"
+    );
+    let mut moving = Vec::new();
+    for (who, tty) in [("sender", &sender), ("receiver", &receiver)] {
+        let raw = tty.raw();
+        let lines = drawn_lines(&raw);
+        // indicatif's default style, drawn before the display is set up, is a full-width empty
+        // bar of these.
+        assert!(
+            !raw.contains('░'),
+            "the {who}'s terminal showed an empty default bar:\n{raw:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("bit/s")),
+            "the {who}'s display drew no moving line at {cols} columns:\n{raw:?}"
+        );
+        for l in &lines {
+            let w = console::measure_text_width(l);
+            assert!(
+                w <= usize::from(cols),
+                "the {who}'s display drew a line of {w} columns on a terminal of {cols}:\n{l}"
+            );
+            // No empty bar before the first bytes moved.
+            assert!(
+                !l.contains("[  "),
+                "the {who}'s display drew an empty bar:\n{l}"
+            );
+        }
+        // The percentage and the rate are never given up.
+        for l in lines.iter().filter(|l| l.contains("bit/s")) {
+            let pct = l.split_whitespace().any(|w| {
+                w.strip_suffix('%')
+                    .is_some_and(|n| n.parse::<u8>().is_ok_and(|n| n <= 100))
+            });
+            assert!(pct, "the {who}'s line has no percentage:\n{l}");
+        }
+        assert_no_byte_rates(who, &raw);
+        if who == "sender" {
+            moving = lines.into_iter().filter(|l| l.contains("bit/s")).collect();
+        }
+    }
+    eprintln!("{cols} columns, the sender's lines:");
+    for l in &moving {
+        eprintln!("{l}");
+    }
+    moving
+}
+
+/// A name longer than a narrow terminal leaves room for.
+const LONG_NAME: &str = "a-rather-long-file-name-for-the-progress-line.bin";
+
+/// Whether some line of `lines` has every one of `parts`.
+fn some_line_has(lines: &[String], parts: &[&str]) -> bool {
+    lines.iter().any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
+#[test]
+fn progress_fits_60_columns_with_the_percentage_rate_and_time_left() {
+    let lines = progress_fits(60);
+    assert!(
+        some_line_has(&lines, &["sending ", "% ", "bit/s, ETA "]),
+        "no line with the verb, the rate and the time left:\n{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("a-rather")),
+        "no room for the file name at 60 columns, yet it shows:\n{lines:#?}"
+    );
+}
+
+#[test]
+fn progress_fits_80_columns_with_a_bar_and_the_name_shortened_in_the_middle() {
+    let lines = progress_fits(80);
+    assert!(
+        some_line_has(
+            &lines,
+            &["sending [", "MiB  ", "bit/s, ETA ", "a-ra", "…", "ine.bin"]
+        ),
+        "no line with the bar, the rate, the time left and the name shortened:\n{lines:#?}"
+    );
+}
+
+#[test]
+fn progress_fits_200_columns_with_every_part() {
+    let lines = progress_fits(200);
+    assert!(
+        some_line_has(&lines, &["sending [", "MiB  ", "bit/s, ETA ", LONG_NAME]),
+        "no line with the bar, the rate, the time left and the whole name:\n{lines:#?}"
+    );
 }
