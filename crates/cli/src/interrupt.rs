@@ -31,7 +31,7 @@ static RESTART: AtomicU8 = AtomicU8::new(Restart::Same as u8);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Restart {
-    /// The same commands again: the code or keys were given, not printed (or `hurtle cp`,
+    /// The same command again: the code or keys were given, not printed (or `hurtle cp`,
     /// which makes its own).
     Same = 0,
     /// The receiver printed its code (directly or through a relay), which is gone with it: the
@@ -40,6 +40,9 @@ pub enum Restart {
     /// The sender printed the code, which ended with the session: the sender is started again
     /// and the receiver given the new code.
     SenderCode = 2,
+    /// A sender to a receiver's address or code: whether the receiver and its code are still
+    /// there is the receiver's to say, so both cases are told.
+    ReceiverDecides = 3,
 }
 
 /// Says how this process's transfer is started again after an interrupt (default:
@@ -52,6 +55,7 @@ fn restart() -> Restart {
     match RESTART.load(Ordering::Relaxed) {
         1 => Restart::ReceiverCode,
         2 => Restart::SenderCode,
+        3 => Restart::ReceiverDecides,
         _ => Restart::Same,
     }
 }
@@ -181,7 +185,7 @@ fn kept_line(signal: &str, receiver: bool, restart: Restart, progress: &Progress
         String::new()
     };
     let again = match (receiver, restart) {
-        (true, Restart::Same) => "running the same commands again resumes from them",
+        (_, Restart::Same) => "running the same command again resumes from them",
         (true, Restart::ReceiverCode) => {
             "this receiver's code is gone with it: start the receiver again (the same --out) \
              and give the sender the new code it prints; the transfer resumes from them"
@@ -194,7 +198,7 @@ fn kept_line(signal: &str, receiver: bool, restart: Restart, progress: &Progress
             "this code ended with the session: run the send again and give the receiver the \
              new code it prints; the transfer resumes from them"
         }
-        (false, _) => {
+        (false, Restart::ReceiverCode) | (_, Restart::ReceiverDecides) => {
             "sending the same files into the same --out again resumes from them (a receiver \
              that printed its code has ended: start it again and send with its new code)"
         }
@@ -250,9 +254,9 @@ mod tests {
     fn a_printed_code_is_not_promised_to_work_again() {
         let p = resumed_transfer(10 * MIB, 4 * MIB, 0);
         let same = kept_line("SIGINT", true, Restart::Same, &p);
-        assert!(same.ends_with("running the same commands again resumes from them"));
+        assert!(same.ends_with("running the same command again resumes from them"));
         let fresh = kept_line("SIGINT", true, Restart::ReceiverCode, &p);
-        assert!(!fresh.contains("same commands"), "{fresh}");
+        assert!(!fresh.contains("same command"), "{fresh}");
         assert!(
             fresh.contains("start the receiver again")
                 && fresh.contains("give the sender the new code")
@@ -262,7 +266,7 @@ mod tests {
         );
         let senders = kept_line("SIGINT", true, Restart::SenderCode, &p);
         assert!(senders.contains("run the send again"), "{senders}");
-        let sender = kept_line("SIGINT", false, Restart::Same, &p);
+        let sender = kept_line("SIGINT", false, Restart::ReceiverDecides, &p);
         assert!(
             sender.contains("start it again and send with its new code"),
             "{sender}"

@@ -25,6 +25,9 @@ pub(crate) fn checked_code(code: &str) -> Result<Code, Failure> {
 
 /// Runs `hurtle send`.
 pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
+    // Whether the receiver, and its code, outlive an interrupt is the receiver's to say (a code
+    // printed here says otherwise, in `rendezvous::send_first`).
+    interrupt::restart_by(interrupt::Restart::ReceiverDecides);
     let mut opts = SendOptions {
         no_encryption: a.no_encryption,
         ..a.flags.options(a.output.log_dir.clone())
