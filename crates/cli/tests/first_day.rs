@@ -661,6 +661,9 @@ fn every_flag_the_docs_name_exists_and_every_flag_is_documented() {
         "--no-fail-fast",
         "--bin",
         "--features",
+        // cargo's, in docs/library.md: `cargo run --example`, `cargo doc --open`.
+        "--example",
+        "--open",
     ];
     for (text, path) in every_page() {
         let mut missing: Vec<String> = long_flags(&text)
