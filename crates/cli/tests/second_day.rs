@@ -67,7 +67,10 @@ fn a_rate_in_bytes_per_second_is_eight_times_as_many_bits() {
     s.assert_success();
     let v = s.json();
     assert_eq!(v["rate"]["cap_bps"], 838_860_800u64, "{v}");
-    let s = proc::send(r.addr, &[&src], &["--rate-fixed", "100MiB/s"]);
+    // Another file: one the receiver has already is skipped, and a skip-only run names no rate.
+    let other = t.path().join("b.bin");
+    fsx::write_random(&other, 1 << 20, 2);
+    let s = proc::send(r.addr, &[&other], &["--rate-fixed", "100MiB/s"]);
     s.assert_success();
     assert!(s.stdout.contains("final rate 838.9 Mbit/s"), "{}", s.stdout);
     let s = proc::send(r.addr, &[&src], &["--rate", "100MB/s", "--json"]);
