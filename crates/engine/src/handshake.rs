@@ -5,8 +5,10 @@
 //! The sender [`offer`]s, with its hello in the clear behind the `Agree` (bound into the
 //! keys); the receiver [`answer`]s the offer and hello its front door read
 //! ([`crate::receive::accept::greet`]) and reads the sender's first sealed frame (the
-//! manifest's first part), which proves the sender holds the secret; only then does it open
-//! anything for the session and send its own first sealed frame (its `HelloAck`). Everything a
+//! manifest's first part), which proves the sender holds the secret. Its own first sealed
+//! frame (its `HelloAck`) goes in the answer's flight when what it answers was opened ahead
+//! of any connection (lent, and given back if the agreement fails), else only once the sender
+//! proved the secret, when what the session needs is opened for it. Everything a
 //! stranger can do (hold another key, guess a code, change a message) is decided before a
 //! session exists, and comes back as a [`Refusal`] the receiver logs and survives. A
 //! [`Keyring`] holds what a receiver accepts: its code, and the keys of a key file, and the
@@ -229,9 +231,13 @@ impl Refusal {
 
 /// The receiver's side: answers the sender's offer (`first`, its first frame, and `hello`,
 /// the second, already read) with a key from `keys`, and reads the sender's first sealed
-/// frame, all before `deadline`. Only then, the sender having proven it holds the secret, does
-/// `answered` open what the session needs and seal the receiver's first frame with the keys'
-/// frame sealer (it returns what it opened, and the sealed frame, which is sent).
+/// frame, all before `deadline`. The receiver's first frame is sealed with the keys' frame
+/// sealer by `ahead` (given the sealer once the keys exist, before the answer is sent) and
+/// sent in the answer's flight, if `ahead` gives one: what it returns was opened before any
+/// connection, and is dropped (given back) if the agreement then fails. Else, only once the
+/// sender has proven it holds the secret, `answered` opens what the session needs and seals
+/// the receiver's first frame (it returns what it opened, and the sealed frame, which is
+/// sent then, a round trip later).
 ///
 /// An agreement with the code is charged to the code's budget before it is answered (waiting
 /// until `deadline` while the budget is held by agreements under way), and given back only
@@ -243,7 +249,10 @@ pub fn answer<T>(
     plain_data: bool,
     (first, hello): (&Control, &Control),
     deadline: Instant,
-    answered: impl FnOnce(&mut FrameSeal) -> Result<(T, Vec<u8>), String>,
+    (ahead, answered): (
+        impl FnOnce(&mut FrameSeal) -> Option<(T, Vec<u8>)>,
+        impl FnOnce(&mut FrameSeal) -> Result<(T, Vec<u8>), String>,
+    ),
 ) -> Result<(Accepted, T), Refusal> {
     let id = secure::offered_key(first).map_err(|e| Refusal::stray(e.to_string()))?;
     let refuse = |stream: &mut TcpStream, told: String, reason: String| {
@@ -287,18 +296,24 @@ pub fn answer<T>(
     } else {
         None
     };
-    let agreed = agree(stream, &secret, plain_data, (first, hello), deadline);
+    let agreed = agree(stream, &secret, plain_data, (first, hello), deadline, ahead);
     let failed = guess.and_then(|g| keys.settle(g, agreed.is_ok()));
-    let (mut session, first, rtt) = agreed.map_err(|reason| Refusal {
+    let (mut session, first, rtt, ahead) = agreed.map_err(|reason| Refusal {
         reason,
         code_try: secret.is_code(),
         spent: failed.is_some_and(|f| f.spent),
     })?;
-    // Proven: what the session needs is opened now, and its answer sent.
-    let (opened, sealed) = answered(&mut session.frames_out).map_err(Refusal::stray)?;
-    stream
-        .write_all(&sealed)
-        .map_err(|e| Refusal::stray(describe(&ControlError::from(e), "left")))?;
+    let opened = match ahead {
+        Some(opened) => opened,
+        None => {
+            // Proven: what the session needs is opened now, and its answer sent.
+            let (opened, sealed) = answered(&mut session.frames_out).map_err(Refusal::stray)?;
+            stream
+                .write_all(&sealed)
+                .map_err(|e| Refusal::stray(describe(&ControlError::from(e), "left")))?;
+            opened
+        }
+    };
     Ok((
         Accepted {
             keys: session,
@@ -314,21 +329,29 @@ fn spent_reason() -> String {
     format!("this receiver's code was tried {CODE_TRIES} times with the wrong words and is spent; ask for a new one")
 }
 
-/// The agreement proper: answers the offer, and reads and opens the sender's first sealed
-/// frame. Returns the keys, that frame, and the round trip between the answer and it.
-fn agree(
+/// The agreement proper: answers the offer (with the receiver's first sealed frame behind, in
+/// one write, if `ahead` gives one), and reads and opens the sender's first sealed frame.
+/// Returns the keys, that frame, the round trip between the answer and it, and what `ahead`
+/// gave (dropped if the agreement fails).
+fn agree<T>(
     stream: &mut TcpStream,
     secret: &Secret,
     plain_data: bool,
     (first, hello): (&Control, &Control),
     deadline: Instant,
-) -> Result<(SessionKeys, Control, Duration), String> {
+    ahead: impl FnOnce(&mut FrameSeal) -> Option<(T, Vec<u8>)>,
+) -> Result<(SessionKeys, Control, Duration, Option<T>), String> {
     let code_try = secret.is_code();
     let (mut session, reply) = secure::answer(secret, first, hello, plain_data)
         .map_err(|e| format!("key agreement: {e}"))?;
+    let mut flight = reply.to_frame();
+    let ahead = ahead(&mut session.frames_out).map(|(t, sealed)| {
+        flight.extend_from_slice(&sealed);
+        t
+    });
     stream.set_nodelay(true).ok();
     stream
-        .write_all(&reply.to_frame())
+        .write_all(&flight)
         .map_err(|e| describe(&ControlError::from(e), "left"))?;
     let answered = Instant::now();
     let left = deadline.saturating_duration_since(Instant::now());
@@ -348,7 +371,7 @@ fn agree(
         }
         other => describe(&other, "sent after the key agreement"),
     })?;
-    Ok((session, first, answered.elapsed()))
+    Ok((session, first, answered.elapsed(), ahead))
 }
 
 fn describe(e: &ControlError, what: &str) -> String {
@@ -393,7 +416,16 @@ pub(crate) mod testing {
         let first = read_frame(r, Duration::from_secs(5)).unwrap();
         let hello = read_frame(r, Duration::from_secs(5)).unwrap();
         let answered = |seal: &mut FrameSeal| Ok(((), seal.seal(&Control::KeepAlive)));
-        answer(r, keys, false, (&first, &hello), deadline, answered).map(|(a, ())| a)
+        let ahead = |_: &mut FrameSeal| None;
+        answer(
+            r,
+            keys,
+            false,
+            (&first, &hello),
+            deadline,
+            (ahead, answered),
+        )
+        .map(|(a, ())| a)
     }
 
     /// A key agreement with `code` on loopback, the sender's first sealed frame a keep-alive:

@@ -49,10 +49,14 @@
 //!
 //! The greeting is the key agreement ([`crate::handshake`]): the first frame must be the sender's
 //! `Agree`, and the second its hello (in the clear, bound into the keys); the receiver answers
-//! with a key from its [`Keyring`] (a try of the code charged to the code's budget first), and
-//! the sender's first sealed frame (the manifest's first part) must open. Only then is the
-//! data path opened for the hello ([`super::data_path`]) and its `HelloAck` sent, sealed: a
-//! peer that has not proven the key gets no socket, listener or file. Whatever fails before
+//! with a key from its [`Keyring`] (a try of the code charged to the code's budget first) and,
+//! sealed in the same flight, the hello's `HelloAck`, with the ports of the data path the
+//! receiver opened ahead of any connection, lent to this greeting ([`super::data_path`]); the
+//! sender's first sealed frame (the manifest's first part) must then open, and the session
+//! keeps what was lent. A greeting that fails gives it back: a peer that has not proven the key
+//! gets no socket, listener or file of its own. A greeting that finds that set taken (by an
+//! overlapping greeting, or a session) answers the hello only once the sender's first sealed
+//! frame opened, with a data path opened then. Whatever fails before
 //! the peer is authenticated is a stray and ignored: a stranger, a peer of another protocol
 //! version (answered with a `Reject` saying so), a sender with a key this receiver does not
 //! know, or one with the wrong code. At most [`CODE_TRIES`] wrong codes are ever answered
@@ -64,7 +68,7 @@ mod stray_log;
 
 pub use stray_log::{LogLine, StrayKind, StrayLog, STRAY_LOG_BURST, STRAY_LOG_WINDOW};
 
-use super::data_path::{DataDoor, Opened};
+use super::data_path::{DataDoor, Lent, Opened};
 use crate::error::SessionError;
 use crate::handshake::{self, Keyring, BUSY, CODE_TRIES};
 use hurtle_proto::secure::FrameSeal;
@@ -114,7 +118,8 @@ pub struct Gatekeeper {
     pub keys: Keyring,
     /// This receiver asks for data in the clear (`--no-encryption`).
     pub plain_data: bool,
-    /// Opens the data path for a hello, to answer it in the agreement's flight.
+    /// The data path opened ahead, lent to a greeting to answer its hello in the agreement's
+    /// flight (or opened for a proven sender when that set is taken).
     pub data: DataDoor,
 }
 
@@ -389,8 +394,10 @@ fn greet_inner(
             Err(Stray::OtherVersion { version: *version })
         }
         Control::Agree { .. } => {
-            // The hello comes in the clear right behind the offer; the data path is opened
-            // for it, and its answer goes sealed right behind the agreement's.
+            // The hello comes in the clear right behind the offer. Its answer goes sealed right
+            // behind the agreement's if the data path opened ahead can serve it (lent to this
+            // greeting, given back if it fails); else a data path is opened for it, and the
+            // hello answered, once the sender proved its key.
             let hello = r.frame()?;
             let params = check_hello(hello.clone(), &gate.data.limits).map_err(|e| {
                 told(
@@ -402,6 +409,12 @@ fn greet_inner(
                 }
             })?;
             let local_ip = r.stream.local_addr().map_err(Stray::Io)?.ip();
+            let ahead = |seal: &mut FrameSeal| {
+                let mut lent = gate.data.lend(local_ip, params)?;
+                let ack = lent.answer()?;
+                let sealed = seal.seal(&ack);
+                Some((lent, sealed))
+            };
             let answered = |seal: &mut FrameSeal| {
                 let mut opened = gate
                     .data
@@ -412,7 +425,7 @@ fn greet_inner(
                     .poll_transmit()
                     .ok_or("the set-up gave no answer to the hello")?;
                 let sealed = seal.seal(&ack);
-                Ok((opened, sealed))
+                Ok((Lent::own(opened), sealed))
             };
             handshake::answer(
                 r.stream,
@@ -420,8 +433,9 @@ fn greet_inner(
                 gate.plain_data,
                 (&msg, &hello),
                 deadline,
-                answered,
+                (ahead, answered),
             )
+            .map(|(greeted, lent)| (greeted, lent.keep()))
             .map_err(|refusal| Stray::Agreement {
                 reason: refusal.reason,
                 code_try: refusal.code_try,
@@ -1133,8 +1147,173 @@ mod tests {
         s.join().unwrap().unwrap();
     }
 
+    /// A gate whose receiver opened its data path ahead, on 127.0.0.1 (8 UDP sockets and a
+    /// TCP listener).
+    fn gate_ahead() -> Gatekeeper {
+        let g = gate();
+        g.data.open_ahead("127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(g.data.ahead_ports().0.len(), 8);
+        g
+    }
+
+    /// A hello offering `n` channels.
+    fn hello_of(n: u16) -> Control {
+        let mut h = hello(wire::MAGIC, wire::VERSION);
+        if let Control::Hello { channels, .. } = &mut h {
+            *channels = n;
+        }
+        h
+    }
+
+    /// Reads the next frame on `c`, or none within `wait`.
+    fn nothing_within(c: &mut TcpStream, wait: Duration) -> bool {
+        c.set_read_timeout(Some(wait)).unwrap();
+        let mut byte = [0u8; 1];
+        let quiet = matches!(c.read(&mut byte), Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut));
+        c.set_read_timeout(None).unwrap();
+        quiet
+    }
+
     #[test]
-    fn the_hello_is_answered_sealed_once_the_sender_proved_the_code() {
+    fn with_a_data_path_opened_ahead_the_hello_is_answered_in_the_agreements_flight() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut client, mut server) = pair(&listener);
+        let gate = gate_ahead();
+        let (before, listening) = gate.data.ahead_ports();
+        let g = gate.clone();
+        let door = std::thread::spawn(move || {
+            let got = greet(&mut server, Instant::now() + GRACE, &g);
+            (got.map(|(g, o)| (g.first, o)), server)
+        });
+        let secret = hurtle_proto::secure::Secret::code(CODE);
+        let mut keys = handshake::offer(&mut client, &secret, false, &hello_of(3), GRACE).unwrap();
+        // One round trip after the connect: keys and ports. The sender has sent nothing since
+        // its offer, and the sealed HelloAck is there already.
+        let ack =
+            crate::net::control::read_sealed(&mut client, &mut keys.frames_in, GRACE).unwrap();
+        let Control::HelloAck { ports, .. } = ack else {
+            panic!("{ack:?}")
+        };
+        assert_eq!(ports.len(), 3);
+        assert!(
+            ports.iter().all(|p| before.contains(p)),
+            "{ports:?} are not among the ports opened ahead {before:?}"
+        );
+        client
+            .write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let (got, _server) = door.join().unwrap();
+        let (first, opened) = got.unwrap();
+        assert_eq!(first, Control::KeepAlive);
+        assert!(
+            matches!(opened.data_in, super::super::data_path::DataIn::Udp(ref u, None) if u.len() == 3)
+        );
+        // The proven sender keeps its three; the rest stay for the next one.
+        let (left, still) = gate.data.ahead_ports();
+        assert_eq!(left.len(), 5);
+        assert!(left.iter().all(|p| !ports.contains(p)));
+        assert_eq!(
+            still, listening,
+            "a hello without the race takes no listener"
+        );
+    }
+
+    #[test]
+    fn a_wrong_code_gives_the_data_path_opened_ahead_back_and_opens_nothing() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (client, mut server) = pair(&listener);
+        let gate = gate_ahead();
+        let before = gate.data.ahead_ports();
+        let s = sender(client, "1-purple-sausages", Control::Done);
+        let why = greet(&mut server, Instant::now() + GRACE, &gate).unwrap_err();
+        assert!(
+            matches!(why, Stray::Agreement { code_try: true, .. }),
+            "{why:?}"
+        );
+        assert!(s.join().unwrap().is_err());
+        assert_eq!(gate.data.ahead_ports(), before);
+    }
+
+    #[test]
+    fn what_reached_a_socket_opened_ahead_before_it_was_lent_is_dropped_unread() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (client, mut server) = pair(&listener);
+        let gate = gate_ahead();
+        let (ports, _) = gate.data.ahead_ports();
+        let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for p in &ports {
+            for _ in 0..3 {
+                stranger.send_to(b"not yours", ("127.0.0.1", *p)).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let s = sender(client, CODE, Control::Done);
+        let (_, opened) = greet(&mut server, Instant::now() + GRACE, &gate).unwrap();
+        let super::super::data_path::DataIn::Udp(udps, _) = &opened.data_in else {
+            panic!("a UDP data path")
+        };
+        for u in udps {
+            let sock = u.try_clone_socket().unwrap();
+            sock.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 64];
+            let got = sock.recv(&mut buf);
+            assert!(
+                matches!(&got, Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+                "{got:?} waited on port {}",
+                u.local_addr().port()
+            );
+        }
+        s.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_greeting_that_overlaps_one_holding_the_set_opened_ahead_is_answered_once_proven() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let gate = gate_ahead();
+        let before = gate.data.ahead_ports();
+        // The first greeting takes all eight and holds them: it never proves the code.
+        let (mut holder, mut server) = pair(&listener);
+        let g = gate.clone();
+        let held = std::thread::spawn(move || greet(&mut server, Instant::now() + GRACE, &g));
+        let secret = hurtle_proto::secure::Secret::code(CODE);
+        let mut held_keys =
+            handshake::offer(&mut holder, &secret, false, &hello_of(8), GRACE).unwrap();
+        let ack =
+            crate::net::control::read_sealed(&mut holder, &mut held_keys.frames_in, GRACE).unwrap();
+        assert!(matches!(ack, Control::HelloAck { .. }), "{ack:?}");
+        assert!(gate.data.ahead_ports().0.is_empty());
+        // The second finds none: nothing is opened for it until it proves the code.
+        let (mut client, mut server) = pair(&listener);
+        let g = gate.clone();
+        let door = std::thread::spawn(move || {
+            let got = greet(&mut server, Instant::now() + GRACE, &g);
+            (got.map(|(g, o)| (g.first, o)), server)
+        });
+        let mut keys = handshake::offer(&mut client, &secret, false, &hello_of(2), GRACE).unwrap();
+        assert!(
+            nothing_within(&mut client, Duration::from_millis(300)),
+            "the receiver said more before the sender proved the code"
+        );
+        client
+            .write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let ack =
+            crate::net::control::read_sealed(&mut client, &mut keys.frames_in, GRACE).unwrap();
+        let Control::HelloAck { ports, .. } = ack else {
+            panic!("{ack:?}")
+        };
+        assert_eq!(ports.len(), 2);
+        assert!(ports.iter().all(|p| !before.0.contains(p)));
+        let (got, _server) = door.join().unwrap();
+        assert_eq!(got.unwrap().0, Control::KeepAlive);
+        // The holder leaves without proving the code: the eight go back.
+        drop(holder);
+        assert!(held.join().unwrap().is_err());
+        assert_eq!(gate.data.ahead_ports(), before);
+    }
+
+    #[test]
+    fn without_a_data_path_opened_ahead_the_hello_is_answered_once_the_sender_proved_the_code() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mut client, mut server) = pair(&listener);
         let door = std::thread::spawn(move || {

@@ -26,7 +26,8 @@
 //! thing per file:
 //!
 //! - [`accept`]: the front door: accepting connections and greeting them.
-//! - [`data_path`]: the data path, opened at the hello while the front door answers it.
+//! - [`data_path`]: the data path, opened ahead of the sender (or, when that set is taken,
+//!   once the sender proved its key) and lent to the greeting that answers its hello.
 //! - `session`: one session from the hello to the summary (`Receiver::run`): the manifest's
 //!   answers, the part files, the layout, the threads.
 //! - `held`: what is not sent: resumed part files and sparse files' holes, hashed here.
@@ -253,6 +254,10 @@ pub struct Receiver {
     door: FrontDoor,
     listener: TcpListener,
     opts: ReceiveOptions,
+    /// The data paths: the set opened ahead for the next sender, refilled before each wait.
+    data: data_path::DataDoor,
+    /// The control listener's address, which the set opened ahead serves.
+    receiver_ip: IpAddr,
 }
 
 impl Receiver {
@@ -270,20 +275,30 @@ impl Receiver {
             opts.own_ports.add(a.port());
         }
         let capacity = Arc::new(std::sync::OnceLock::new());
+        let data = data_path::DataDoor {
+            own_ports: opts.own_ports.clone(),
+            any_ip: opts.relayed_udp.is_some(),
+            capacity: capacity.clone(),
+            limits: hurtle_proto::session::ReceiverLimits {
+                max_channels: opts.max_channels,
+            },
+            ahead: Arc::default(),
+        };
+        // The first sender's data path, opened before anyone connects.
+        let receiver_ip = listener
+            .local_addr()
+            .map_err(|e| SessionError::io("listening socket", e))?
+            .ip();
+        if let Err(e) = data.open_ahead(receiver_ip) {
+            tracing::warn!("could not open the first sender's data path ahead: {e}");
+        }
         let door = listener
             .try_clone()
             .and_then(|l| {
                 let keys = Gatekeeper {
                     keys: opts.keys.clone(),
                     plain_data: opts.no_encryption,
-                    data: data_path::DataDoor {
-                        own_ports: opts.own_ports.clone(),
-                        any_ip: opts.relayed_udp.is_some(),
-                        capacity: capacity.clone(),
-                        limits: hurtle_proto::session::ReceiverLimits {
-                            max_channels: opts.max_channels,
-                        },
-                    },
+                    data: data.clone(),
                 };
                 FrontDoor::open(l, opts.door, keys)
             })
@@ -299,6 +314,8 @@ impl Receiver {
             door,
             listener,
             opts,
+            data,
+            receiver_ip,
         })
     }
 
@@ -324,6 +341,11 @@ impl Receiver {
         }
         if let Ok(addr) = self.listener.local_addr() {
             progress.set_address(addr);
+        }
+        // What the last session took of the set opened ahead is opened again, for the next
+        // sender (a receiver that cannot is still served, a round trip later).
+        if let Err(e) = self.data.open_ahead(self.receiver_ip) {
+            tracing::warn!("could not open the next sender's data path ahead: {e}");
         }
         let arrival = self.door.next()?;
         progress.set_phase(Phase::SettingUp);
