@@ -104,9 +104,9 @@ pub struct OutputArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Print more detail (warnings, counters).
-    #[arg(short, long)]
-    pub verbose: bool,
+    /// Print more detail (warnings, counters, the first 10 files' BLAKE3); -vv: every file's.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// Write one network log per channel into this directory.
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,

@@ -608,24 +608,30 @@ fn not_sent(resumed: u64, sparse: u64) -> String {
     s
 }
 
-/// How many files `-v` lists with their BLAKE3 value; the rest are counted (`--json` lists
-/// every one).
+/// How many files `-v` lists with their BLAKE3 value; the rest are counted (`-vv` and `--json`
+/// list every one).
 const LISTED_FILES: usize = 10;
 
-/// The `-v` lines of the files' BLAKE3 values: the first [`LISTED_FILES`], then how many more.
-fn hash_lines(files: &[hurtle_engine::report::FileReport]) -> Vec<String> {
+/// The `-v` lines of the files' BLAKE3 values: the first [`LISTED_FILES`], then how many more;
+/// at `-vv` (`verbose` 2 or more) every file.
+fn hash_lines(files: &[hurtle_engine::report::FileReport], verbose: u8) -> Vec<String> {
+    let listed = if verbose >= 2 {
+        files.len()
+    } else {
+        LISTED_FILES
+    };
     let mut lines: Vec<String> = files
         .iter()
-        .take(LISTED_FILES)
+        .take(listed)
         .map(|f| match f.blake3.as_str() {
             "" => format!("  {:<64}  {}", "(not read: the receiver had it)", f.path),
             hash => format!("  {hash}  {}", f.path),
         })
         .collect();
-    if files.len() > LISTED_FILES {
+    if files.len() > listed {
         lines.push(format!(
-            "  ... and {} more files (--json lists every file's BLAKE3)",
-            files.len() - LISTED_FILES
+            "  ... and {} more files (-vv or --json lists every file's BLAKE3)",
+            files.len() - listed
         ));
     }
     lines
@@ -705,8 +711,10 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
         say(out, &line);
     }
     if skipped_all {
-        if out.verbose {
-            hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
+        if out.verbose > 0 {
+            hash_lines(&s.file_hashes, out.verbose)
+                .iter()
+                .for_each(|l| say(out, l));
         }
         return;
     }
@@ -716,7 +724,7 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
     if let Some(line) = outage_line(&s.rate.outages) {
         say(out, &line);
     }
-    if out.verbose {
+    if out.verbose > 0 {
         say(
             out,
             &format!(
@@ -748,7 +756,9 @@ pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathI
                 ),
             );
         }
-        hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
+        hash_lines(&s.file_hashes, out.verbose)
+            .iter()
+            .for_each(|l| say(out, l));
     }
 }
 
@@ -815,8 +825,10 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
             ),
         );
     }
-    if out.verbose {
-        hash_lines(&s.file_hashes).iter().for_each(|l| say(out, l));
+    if out.verbose > 0 {
+        hash_lines(&s.file_hashes, out.verbose)
+            .iter()
+            .for_each(|l| say(out, l));
     }
 }
 

@@ -53,16 +53,19 @@ fn verbose_lists_ten_files_and_counts_the_rest_and_a_skip_only_run_says_so() {
             "{who}: {stdout}"
         );
         assert!(
-            stdout.contains("  ... and 15 more files (--json lists every file's BLAKE3)"),
+            stdout.contains("  ... and 15 more files (-vv or --json lists every file's BLAKE3)"),
             "{who}: {stdout}"
         );
     }
-    // --json still lists every file.
-    let r = start_receiver(&t.path().join("out2"), &[]);
+    // -vv and --json list every file.
+    let r = start_receiver(&t.path().join("out2"), &["-vv"]);
     let s = proc::send(r.addr, &[&src], &["--json"]);
-    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    let rf = r.proc.wait(TRANSFER_TIMEOUT);
+    rf.assert_success();
     let listed = s.json()["file_hashes"].as_array().map_or(0, Vec::len);
     assert_eq!(listed, 25, "{}", s.stdout);
+    assert_eq!(file_lines(&rf.stdout).len(), 25, "{}", rf.stdout);
+    assert!(!rf.stdout.contains("more files"), "{}", rf.stdout);
 
     // Again into the first: every file is there already.
     let r = start_receiver(&out, &[]);

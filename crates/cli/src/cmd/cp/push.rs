@@ -93,7 +93,7 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
             route
         }
     };
-    if a.output.verbose {
+    if a.output.verbose > 0 {
         ui::say(
             &a.output,
             &format!(
