@@ -144,6 +144,7 @@ pub fn session_code(e: &SessionError) -> u8 {
         | SessionError::Stalled(_)
         | SessionError::Udp(_) => NETWORK,
         SessionError::Verification { .. }
+        | SessionError::VerificationInTheClear { .. }
         | SessionError::HashMismatch { .. }
         | SessionError::SourceChanged(_) => VERIFICATION,
         SessionError::Store(_) | SessionError::Path(_) | SessionError::Walk(_) => STORAGE,

@@ -177,6 +177,7 @@ fn session_kind(e: &SessionError) -> ErrorKind {
         | SessionError::Stalled(_)
         | SessionError::Udp(_) => ErrorKind::Network,
         SessionError::Verification { .. }
+        | SessionError::VerificationInTheClear { .. }
         | SessionError::HashMismatch { .. }
         | SessionError::SourceChanged(_) => ErrorKind::Verification,
         SessionError::Store(_) | SessionError::Path(_) | SessionError::Walk(_) => {
