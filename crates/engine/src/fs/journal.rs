@@ -9,9 +9,9 @@
 //! Its first line names the file's size and block size and holds a random 32-byte key, made
 //! when the journal is; each further line is one block: its number, its value (BLAKE3, as
 //! verified) and a MAC, the keyed BLAKE3 of the key over the part file's inode, the size, the
-//! block size, the block's number and value ([`entry_line`]). When the part file is closed
+//! block size, the block's number and value (`entry_line`). When the part file is closed
 //! without being put in place (the transfer was interrupted, but this process lived to see it
-//! end), it is synced and a seal line notes its change time ([`seal_line`],
+//! end), it is synced and a seal line notes its change time (`seal_line`,
 //! [`PartFile::seal_journal`](super::PartFile::seal_journal)).
 //!
 //! On resume, a line whose MAC checks, in a journal sealed at the part file's change time now
@@ -157,7 +157,7 @@ fn entry_mac(key: &JournalKey, scope: JournalScope, index: u64, value: &BlockVal
     mac
 }
 
-/// What a journal says, once read ([`parse_journal`]).
+/// What a journal says, once read (`parse_journal`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Journaled {
     /// Blocks whose lines' MACs check, with their values: held unread. Ascending, no repeats.
