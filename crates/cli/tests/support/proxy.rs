@@ -100,6 +100,11 @@ pub struct ProxyConfig {
     /// Channels whose datagrams (probes too) are all dropped: a path that carries UDP to some
     /// of the receiver's ports and not to others.
     pub silent_channels: Vec<u16>,
+    /// The first this many data datagrams that carry file 0's first bytes (the first sent and
+    /// its repairs) have their payload replaced by the same garbage on the way, sealed again
+    /// with leg B's key when leg B seals data: what an on-path attacker can do to data in the
+    /// clear (`--no-encryption`), or a peer to sealed data.
+    pub change_first: u64,
 }
 
 impl Default for ProxyConfig {
@@ -117,6 +122,7 @@ impl Default for ProxyConfig {
             alien: 0.0,
             capture: false,
             silent_channels: Vec::new(),
+            change_first: 0,
         }
     }
 }
@@ -148,6 +154,8 @@ pub struct Stats {
     pub alien: AtomicU64,
     /// Frames forwarded on TCP data connections (after a move from UDP).
     pub tcp_frames: AtomicU64,
+    /// Datagrams whose payload was changed on the way ([`ProxyConfig::change_first`]).
+    pub changed: AtomicU64,
 }
 
 impl Stats {
@@ -637,10 +645,21 @@ impl Legs {
     /// The sender's datagram `d` opened (header and payload in the clear), and as it goes on
     /// to the receiver; `None` if it does not open.
     fn reseal(&mut self, d: &mut [u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-        let plain = match &mut self.open {
+        self.reseal_changed(d, |_| {})
+    }
+
+    /// [`reseal`](Self::reseal), the opened datagram changed by `change` before it is sealed
+    /// again (the first of the pair is then the changed datagram).
+    fn reseal_changed(
+        &mut self,
+        d: &mut [u8],
+        change: impl FnOnce(&mut Vec<u8>),
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        let mut plain = match &mut self.open {
             Some(open) => open.open(d).ok()?.to_vec(),
             None => d.to_vec(),
         };
+        change(&mut plain);
         let out = match &mut self.seal {
             Some(seal) => {
                 let mut out = plain.clone();
@@ -752,7 +771,8 @@ fn forward(
                 continue;
             }
             ctx.record(|c| c.from_sender.push(buf[..n].to_vec()));
-            let Some((plain, d)) = legs.reseal(&mut buf[..n]) else {
+            let change = |plain: &mut Vec<u8>| change_first(ctx, plain);
+            let Some((plain, d)) = legs.reseal_changed(&mut buf[..n], change) else {
                 st.unopened.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
@@ -806,6 +826,30 @@ fn forward(
             }
         });
     }
+}
+
+/// With [`ProxyConfig::change_first`]: replaces the payload of the opened datagram `plain` by
+/// garbage (the same each time) if it is one of the first so many to carry file 0's first
+/// bytes.
+fn change_first(ctx: &Ctx, plain: &mut [u8]) {
+    let Ok((h, _)) = Header::decode(plain) else {
+        return;
+    };
+    if h.kind != Kind::Data || h.file != 0 || h.offset != 0 || h.len == 0 {
+        return;
+    }
+    let changed = &ctx.stats.changed;
+    let mut n = Stats::get(changed);
+    loop {
+        if n >= ctx.cfg.change_first {
+            return;
+        }
+        match changed.compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(now) => n = now,
+        }
+    }
+    plain[HEADER_LEN..].fill(0x5a);
 }
 
 /// Builds one data datagram with `payload_len` bytes of `fill` after the header, sealed with
