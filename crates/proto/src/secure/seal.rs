@@ -821,6 +821,27 @@ mod tests {
     }
 
     #[test]
+    fn sealers_on_two_threads_never_seal_one_number_twice() {
+        let key = DataKey::new(&[3; 32]);
+        let run = |key: DataKey| {
+            std::thread::spawn(move || {
+                let mut seal = key.sealer();
+                (1..=2000u64)
+                    .filter(|&pn| seal.seal(&mut frame(0, pn, b"t")).is_ok())
+                    .collect::<Vec<u64>>()
+            })
+        };
+        let (a, b) = (run(key.clone()), run(key.clone()));
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        let mut all: Vec<u64> = a.iter().chain(&b).copied().collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "a number sealed by both threads");
+        assert_eq!(all.last(), Some(&2000));
+    }
+
+    #[test]
     fn past_the_integrity_limit_nothing_opens() {
         let key = DataKey::new(&[3; 32]).with_integrity_limit(3);
         let mut open = key.opener(0);
