@@ -229,7 +229,7 @@ pub struct ReceiveArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "relay")]
     pub keys: Option<PathBuf>,
     /// Agree to send data unencrypted, if the sender asks too (control messages stay
-    /// encrypted and everything stays authenticated). For links you own.
+    /// encrypted and authenticated; data datagrams carry no tag). For links you own.
     #[arg(long)]
     pub no_encryption: bool,
     /// Who writes complete blocks: `auto` (a writer thread on a disk, the channel threads on
@@ -288,7 +288,8 @@ pub struct SendArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "code")]
     pub key: Option<PathBuf>,
     /// Ask to send data unencrypted; done only if the receiver agrees with its own
-    /// --no-encryption (control messages stay encrypted, everything stays authenticated).
+    /// --no-encryption (control messages stay encrypted and authenticated; data datagrams
+    /// carry no tag, every block is still checked by BLAKE3).
     #[arg(long)]
     pub no_encryption: bool,
     /// The relay, HOST[:PORT]: the one the receiver registered with (with --code), or the one
