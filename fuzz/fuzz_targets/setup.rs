@@ -37,7 +37,7 @@ fn decision(pick: u8, i: usize) -> Decision {
         0 => Decision::SendAll,
         1 => Decision::Have {
             hash: [pick; 32],
-            replace_ok: pick % 2 == 0,
+            replace_ok: pick.is_multiple_of(2),
         },
         2 => Decision::Unchanged,
         _ => Decision::Resume {
