@@ -20,7 +20,7 @@
 //! greeting. The set serves connections to the control listener's address, or, for a listener
 //! on every address (`0.0.0.0`, `::`), to any address of its family: its sockets are bound
 //! there too (a relayed receiver's UDP sockets always are). A receiver whose limit on open
-//! descriptors is low opens nothing ahead ([`DESCRIPTORS_KEPT`]).
+//! descriptors is low opens nothing ahead (`DESCRIPTORS_KEPT`).
 
 use super::capacity::Capacity;
 use super::OwnPorts;
@@ -78,7 +78,7 @@ impl std::fmt::Debug for Ahead {
 }
 
 /// A data path opened for a greeting: borrowed from the set opened ahead (given back when
-/// dropped, unless [`Lent::keep`] took it for a proven sender), or opened for it.
+/// dropped, unless `Lent::keep` took it for a proven sender), or opened for it.
 pub struct Lent {
     opened: Option<Opened>,
     /// Where it goes back to, and the address that set serves; none if opened for this hello.
@@ -235,7 +235,7 @@ impl DataDoor {
     /// Opens, for a listener on `ip`, what the set opened ahead lacks: a UDP socket for each
     /// channel this receiver allows, and a TCP listener. Nothing is opened for a connection:
     /// this runs when the receiver starts waiting. Nothing is opened either when the limit on
-    /// open descriptors would leave fewer than [`DESCRIPTORS_KEPT`] for the rest.
+    /// open descriptors would leave fewer than `DESCRIPTORS_KEPT` for the rest.
     pub fn open_ahead(&self, ip: IpAddr) -> Result<(), SessionError> {
         let (udps, listener) = {
             let mut a = lock(&self.ahead);
