@@ -9,7 +9,9 @@
 //!   delivers nothing;
 //! - two wrong guesses held open do not keep the right code out: it takes the third slot;
 //! - a guess held open after the answer finds no data socket, listener or part file opened
-//!   for it: the receiver opens its data path only for a sender that proved the code.
+//!   for it: the receiver's sockets are those it had before (the data path it opened ahead of
+//!   any sender, lent to the guess and given back), and more are opened only for a sender that
+//!   proved the code.
 //!
 //! Guessers run the real key agreement (`hurtle_proto::secure::Offer`) over the real
 //! receiver's control port, so that "answered" means what an attacker gets: the receiver's
@@ -278,6 +280,12 @@ fn a_guess_held_after_the_answer_finds_no_data_socket_listener_or_part_file() {
     // Settled: whatever the receiver opens at its start is open.
     std::thread::sleep(Duration::from_millis(500));
     let before = udp_and_listening(pid);
+    // The data path opened ahead of any sender is there already (not opened for anyone):
+    // UDP sockets, and a TCP listener beside the control port's.
+    assert!(
+        before.0 > 0 && before.1 > 1,
+        "(UDP sockets, TCP listeners) {before:?}: no data path opened ahead"
+    );
     let (heard, held) = guess(addr, "9-wrong-guess-9");
     assert_eq!(heard, Heard::Answered);
     // The answer is out; the guess is held where the old receiver had its data path open.

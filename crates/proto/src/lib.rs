@@ -31,12 +31,13 @@
 //!
 //! 1. Sender -> `Agree` and, in the clear behind it, `Hello` (magic, version, channels offered,
 //!    payload, block size, session id); receiver -> `Agree` (a try of its code charged first:
-//!    [`guesses`]). One round trip after the connect the sender has the keys and sends the
-//!    `Manifest` parts, whose first, sealed, proves it holds them; receiver -> `HelloAck`
-//!    (its UDP ports; their count is the channel count), opened only then. With the ports the
-//!    sender sends data at once under the provisional outcome (every file whole:
-//!    [`session::Agreed::provisional`]), within a budget. Data leaves three round trips after
-//!    the sender's connect.
+//!    [`guesses`]) and, sealed behind it, `HelloAck` (the UDP ports of sockets it opened ahead
+//!    of any connection; their count is the channel count). One round trip after the connect
+//!    the sender has the keys and the ports: it sends the `Manifest` parts, whose first, sealed,
+//!    proves it holds the keys, and data at once under the provisional outcome (every file
+//!    whole: [`session::Agreed::provisional`]), within a budget. Data leaves two round trips
+//!    after the sender's connect (three when the receiver's sockets opened ahead are taken:
+//!    it then sends `HelloAck`, with sockets opened for the sender, once the key is proven).
 //! 2. Receiver -> `ManifestReply` parts (per entry: send, refuse, already
 //!    have it, or resume: these blocks are here from an interrupted transfer); sender -> `Skip`
 //!    (the files it will not send) if the receiver offered any hashes. Both build the same

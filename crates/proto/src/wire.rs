@@ -285,8 +285,9 @@ pub enum Decision {
 pub enum Control {
     /// Sender -> receiver, right behind its `Agree` and in the clear (its fields say nothing
     /// the datagrams do not show; the key agreement's transcript covers it, so it cannot be
-    /// changed on the way): what the receiver needs to open the data path and answer with
-    /// `HelloAck` once the sender has proven its key.
+    /// changed on the way): what the receiver needs to answer with `HelloAck`, sealed in the
+    /// flight of its own `Agree` (the data path opened ahead), or once the sender has proven
+    /// its key (a data path opened for it then).
     Hello {
         /// Must be [`MAGIC`].
         magic: [u8; 4],

@@ -9,20 +9,24 @@
 //! sender                                 receiver
 //! 1 RTT: connected
 //!   Agree, Hello (in the clear) ------->   checks version and hello, clamps channels,
-//!                          <------------   Agree (a try of the code charged)
-//! 2 RTT: keys
-//!   Manifest parts (sealed) ----------->   the key proven: opens the data path
-//!                          <------------   HelloAck (ports, payload, rate ceiling,
-//!                                          and a TCP data port if the hello asked)
+//!                                          charges a try of the code, lends the data path
+//!                                          it opened ahead
+//!                          <------------   Agree, HelloAck (sealed: ports, payload, rate
+//!                                          ceiling, and a TCP data port if the hello asked)
+//! 2 RTT: keys and ports; early data under provisional()
+//!   Manifest parts (sealed) ----------->   the key proven: keeps the data path;
 //!                                          decides each entry from its file system's facts
-//! 3 RTT: ports; early data under provisional()
 //!                          <------------   ManifestReply (send, refuse, have, unchanged, resume)
 //!                                          every file "send": Agreed, data phase (the early
 //!                                          data in its socket buffers counts)
-//! 4 RTT: no "have": Agreed
+//! 3 RTT: no "have": Agreed
 //!   "have": hashes the files the receiver has
 //!   Skip (identical files) ------------>   checks each skip was offered; Agreed
 //! ```
+//!
+//! When the receiver's data path opened ahead is taken (greetings that overlap, a session
+//! holding it), it answers with `Agree` alone and sends `HelloAck` once the first `Manifest`
+//! part proved the key: ports, early data and every step after come a round trip later.
 //!
 //! **Early data.** The sender does not wait for the decisions: from the `HelloAck` on it sends
 //! the data of the provisional outcome ([`Agreed::provisional`]: every file whole, sparse holes
