@@ -210,6 +210,11 @@ pub struct ReceiveArgs {
     /// Replace files that already exist.
     #[arg(long)]
     pub overwrite: bool,
+    /// Let a sender's --delete delete what it does not send, inside the directories it sends
+    /// (never what its --exclude leaves out, never through a symlink); without it such a
+    /// transfer is refused before anything is written (exit 3).
+    #[arg(long)]
+    pub allow_delete: bool,
     /// Memory for gathering blocks that are still incomplete, across all channels (K/M/G,
     /// binary); on a disk, up to a quarter as much again queues complete blocks for the writer
     /// thread. When it runs out, the oldest incomplete block is written to the file as it is
@@ -362,6 +367,15 @@ pub struct SendFlags {
     /// there is rebuilt by the receiver instead of being sent again a round trip later.
     #[arg(long)]
     pub no_fec: bool,
+    /// Show what would be sent, skipped and (with --delete) deleted, and move nothing: the
+    /// receiver decides as for a transfer and creates nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Mirror: the receiver deletes what is not sent inside the directories sent (as rsync -r
+    /// --delete), keeping what --exclude leaves out, once every file is in place; it must
+    /// allow it (receive --allow-delete), or nothing moves (exit 3).
+    #[arg(long)]
+    pub delete: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }
@@ -379,6 +393,8 @@ impl SendFlags {
             block_size: self.chunk_size,
             transport: self.transport.into(),
             fec: !self.no_fec,
+            dry_run: self.dry_run,
+            delete: self.delete,
             ..SendOptions::default()
         };
         if let Some(c) = self.channels {
@@ -413,6 +429,8 @@ impl SendFlags {
             (self.checksum, "--checksum"),
             (self.no_sparse, "--no-sparse"),
             (self.no_fec, "--no-fec"),
+            (self.dry_run, "--dry-run"),
+            (self.delete, "--delete"),
         ] {
             if on {
                 v.push(flag.into());
@@ -474,6 +492,9 @@ pub enum SshServeSide {
         /// Replace files that already exist.
         #[arg(long)]
         overwrite: bool,
+        /// Let the sender's --delete delete what it does not send.
+        #[arg(long)]
+        allow_delete: bool,
     },
     /// Send (a pull): read the port and secret from stdin, dial back, send.
     Send {

@@ -662,6 +662,110 @@ fn all_files(n: usize) -> String {
     }
 }
 
+/// What a dry run (`-n`) found, either side's: the `--json` object and the lines of the list.
+#[derive(Debug, serde::Serialize)]
+pub struct Plan<'a> {
+    /// Always true: nothing moved, nothing was written.
+    pub dry_run: bool,
+    /// The files that would be sent.
+    pub send: Vec<PlanFile<'a>>,
+    /// The files that would be skipped (the receiver has them).
+    pub skip: Vec<PlanFile<'a>>,
+    /// The paths a mirror (`--delete`) would delete on the receiver.
+    pub delete: Vec<&'a str>,
+    /// The bytes that would be sent.
+    pub bytes: u64,
+}
+
+/// One file of a [`Plan`].
+#[derive(Debug, serde::Serialize)]
+pub struct PlanFile<'a> {
+    /// As the manifest names it.
+    pub path: &'a str,
+    /// Bytes.
+    pub size: u64,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan in a dry run's summary: its files (skipped or not) and the warning lines that
+    /// name a path to delete ([`hurtle_engine::mirror::DELETING`]).
+    pub fn of(files: &'a [hurtle_engine::report::FileReport], warnings: &'a [String]) -> Plan<'a> {
+        let file = |f: &'a hurtle_engine::report::FileReport| PlanFile {
+            path: &f.path,
+            size: f.size,
+        };
+        Plan {
+            dry_run: true,
+            send: files.iter().filter(|f| !f.skipped).map(file).collect(),
+            skip: files.iter().filter(|f| f.skipped).map(file).collect(),
+            delete: warnings
+                .iter()
+                .filter_map(|w| w.strip_prefix(hurtle_engine::mirror::DELETING))
+                .collect(),
+            bytes: files.iter().filter(|f| !f.skipped).map(|f| f.size).sum(),
+        }
+    }
+
+    /// The list, one line per path (`send`, `skip`, `delete`), the first [`LISTED_FILES`]
+    /// and then how many more; at `-vv` every one.
+    pub fn lines(&self, verbose: u8) -> Vec<String> {
+        let all = self
+            .send
+            .iter()
+            .map(|f| format!("  send    {}", f.path))
+            .chain(self.skip.iter().map(|f| format!("  skip    {}", f.path)))
+            .chain(self.delete.iter().map(|p| format!("  delete  {p}")));
+        let total = self.send.len() + self.skip.len() + self.delete.len();
+        let listed = if verbose >= 2 { total } else { LISTED_FILES };
+        let mut lines: Vec<String> = all.take(listed).collect();
+        if total > listed {
+            lines.push(format!(
+                "  ... and {} more (-vv or --json lists every one)",
+                total - listed
+            ));
+        }
+        lines
+    }
+
+    /// The closing line: "dry run: would send 3 files (1.2 MiB), skip 2, delete 1; nothing
+    /// moved".
+    pub fn headline(&self) -> String {
+        let mut s = format!(
+            "dry run: would send {} file{} ({})",
+            self.send.len(),
+            if self.send.len() == 1 { "" } else { "s" },
+            bytes(self.bytes)
+        );
+        s += &format!(", skip {}", self.skip.len());
+        if !self.delete.is_empty() {
+            s += &format!(", delete {}", self.delete.len());
+        }
+        s + "; nothing moved, nothing was written"
+    }
+}
+
+/// A dry run's summary (`-n`, either side's files and warnings): the plan's list and its
+/// closing line, or with `--json` the [`Plan`] object.
+pub fn print_plan(
+    out: &OutputArgs,
+    files: &[hurtle_engine::report::FileReport],
+    warnings: &[String],
+) {
+    let plan = Plan::of(files, warnings);
+    for w in warnings {
+        if !out.quiet && !w.starts_with(hurtle_engine::mirror::DELETING) {
+            warning(w);
+        }
+    }
+    if out.json {
+        return json(&plan);
+    }
+    for line in plan.lines(out.verbose) {
+        say(out, &line);
+    }
+    say(out, &format!("hurtle: {}", plan.headline()));
+}
+
 /// The sender's closing summary.
 pub fn print_send_summary(out: &OutputArgs, s: &SendSummary, path: Option<&PathInfo>) {
     for w in &s.warnings {

@@ -158,6 +158,35 @@ impl Filter {
         &self.rules
     }
 
+    /// The rules as a mirror sends them to the receiver ([`hurtle_proto::wire::Control::Mirror`]):
+    /// `"+ PATTERN"` or `"- PATTERN"`, in order.
+    pub fn to_wire(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .map(|r| match r.kind {
+                RuleKind::Include => format!("+ {}", r.pattern),
+                RuleKind::Exclude => format!("- {}", r.pattern),
+            })
+            .collect()
+    }
+
+    /// The rules a sender gave in [`Filter::to_wire`]'s form; a rule without its `+ ` or `- `
+    /// is a [`FilterError::BadPattern`].
+    pub fn from_wire(rules: &[String]) -> Result<Filter, FilterError> {
+        let parsed = rules
+            .iter()
+            .map(|r| match (r.strip_prefix("+ "), r.strip_prefix("- ")) {
+                (Some(p), _) => Ok((RuleKind::Include, p)),
+                (None, Some(p)) => Ok((RuleKind::Exclude, p)),
+                (None, None) => Err(FilterError::BadPattern {
+                    pattern: r.clone(),
+                    why: "a rule must start with \"+ \" or \"- \"".into(),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Filter::new(parsed)
+    }
+
     /// Whether `rel_path` is sent: the first matching rule decides, and a path no rule
     /// matches is sent.
     pub fn keeps(&self, rel_path: &str, is_dir: bool) -> bool {
@@ -239,6 +268,15 @@ mod tests {
         assert!(f.keeps("t/d/x.c", false));
         assert!(!f.keeps("t/d/x.h", false));
         assert!(Filter::default().keeps("anything", false));
+    }
+
+    #[test]
+    fn the_wire_form_gives_the_same_rules_back() {
+        let f = filter(&[(Include, "keep.tmp"), (Exclude, "*.tmp"), (Exclude, "/b/")]);
+        let wire = f.to_wire();
+        assert_eq!(wire, ["+ keep.tmp", "- *.tmp", "- /b/"]);
+        assert_eq!(Filter::from_wire(&wire).unwrap(), f);
+        assert!(Filter::from_wire(&["*.tmp".to_string()]).is_err());
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //!   redirect it, part files and their journals, sparse holes, hashing, the sender's source
 //!   files, and open descriptors a bounded number at a time.
 //! - [`iobuf`]: read buffers placed so the kernel's copy out of the page cache runs at full speed.
+//! - [`mirror`]: what a receiver deletes for `--delete`, inside the directories offered only.
 //! - [`walk`]: turning the user's source arguments into a manifest of files and directories.
 //! - [`cpu`]: CPU clocks and the cgroup CPU quota (what the receiver can absorb).
 //! - [`error`]: [`SessionError`], every way a session can end, each message one line.
@@ -37,6 +38,7 @@ pub mod filter;
 pub mod fs;
 pub mod handshake;
 pub mod iobuf;
+pub mod mirror;
 pub mod net;
 pub mod netlog;
 mod phase;

@@ -95,6 +95,15 @@ pub const CAP_CHECKSUM: u64 = 2;
 /// ([`Control::UdpSilent`], [`Control::Fallback`]); the receiver offers a TCP data port
 /// beside its UDP ones (`HelloAck::tcp_port`).
 pub const CAP_RACE: u64 = 4;
+/// Capability bit of the hello: a dry run (`-n`). The receiver decides on the manifest as
+/// usual but creates nothing (no directory, no part file) and ends the session at the outcome;
+/// the sender moves no data and reports what would have been sent, skipped and deleted.
+pub const CAP_DRY_RUN: u64 = 8;
+/// Capability bit of the hello: mirror (`--delete`). The sender's first sealed message is
+/// [`Control::Mirror`]; a receiver that did not allow deletion refuses the session, and one
+/// that did deletes, once every file is committed, what the sender did not offer inside the
+/// directories it offered (never what the rules leave out).
+pub const CAP_DELETE: u64 = 16;
 
 /// Flag: this datagram repeats data sent before.
 pub const FLAG_RETRANSMIT: u8 = 1;
@@ -497,6 +506,26 @@ pub enum Control {
         /// The silent channels.
         channels: Vec<u16>,
     },
+    /// Sender -> receiver, the first sealed message of a session whose hello asked for
+    /// [`CAP_DELETE`] (before the manifest): the sender's include and exclude rules, in order,
+    /// each `"+ PATTERN"` or `"- PATTERN"`. What they leave out is kept on the receiver.
+    Mirror {
+        /// The rules.
+        rules: Vec<String>,
+        /// The receiver's destination itself holds what is sent (`cp SRC/ DEST`: the
+        /// contents of a directory), so it is mirrored too; otherwise only the directories the
+        /// manifest names are.
+        root: bool,
+    },
+    /// Receiver -> sender, in a dry run ([`CAP_DRY_RUN`]) that asked for [`CAP_DELETE`], at
+    /// the outcome: the paths (as the manifest names them) a mirror would delete; `last`
+    /// closes them.
+    Extraneous {
+        /// Paths, what a directory holds before the directory.
+        paths: Vec<String>,
+        /// True on the final part.
+        last: bool,
+    },
 }
 
 /// Why a side aborted a session, as its peer should report it.
@@ -596,6 +625,8 @@ impl Control {
             Control::Agree { .. } => "Agree",
             Control::Abort { .. } => "Abort",
             Control::UdpSilent { .. } => "UdpSilent",
+            Control::Mirror { .. } => "Mirror",
+            Control::Extraneous { .. } => "Extraneous",
         }
     }
 }

@@ -76,6 +76,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         no_encryption: a.no_encryption,
         out_dir: out.clone(),
         overwrite: a.overwrite,
+        allow_delete: a.allow_delete,
         log_dir: a.output.log_dir.clone(),
         buffer_memory: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
         write_queue: a.write_queue.into(),

@@ -151,6 +151,10 @@ fn transfer(
     let result = hurtle_engine::send(&a.paths, to, opts, progress.clone());
     bar.finish();
     let s = result.map_err(|e| (e, progress))?;
-    ui::print_send_summary(&a.output, &s, path.map(|p| &p.info));
+    if opts.dry_run {
+        ui::print_plan(&a.output, &s.file_hashes, &s.warnings);
+    } else {
+        ui::print_send_summary(&a.output, &s, path.map(|p| &p.info));
+    }
     Ok(())
 }

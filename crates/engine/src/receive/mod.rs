@@ -115,6 +115,10 @@ pub struct ReceiveOptions {
     /// Which names a sender may offer, and the one written under another name (see
     /// [`Names`]; the default takes any name as it is).
     pub names: Names,
+    /// A sender may ask for a mirror (`--delete`, `receive --allow-delete`): what it did not
+    /// offer inside the directories it offered is deleted once every file is committed
+    /// ([`crate::mirror`]). Without it such a session is refused before anything is written.
+    pub allow_delete: bool,
 }
 
 /// Who writes complete blocks to their files.
@@ -244,6 +248,7 @@ impl Default for ReceiveOptions {
             no_encryption: false,
             door: DoorLimits::default(),
             names: Names::default(),
+            allow_delete: false,
         }
     }
 }

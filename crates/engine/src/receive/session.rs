@@ -33,7 +33,7 @@ use hurtle_proto::layout::union_ranges;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::session::{
-    first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, SetupError,
+    first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverSetup, SetupError,
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
@@ -74,10 +74,26 @@ impl Receiver {
             checksum,
             block_size,
             session,
+            dry_run,
+            delete,
             ..
         } = machine.hello();
+        if delete && !self.opts.allow_delete {
+            return Err(SessionError::Refused {
+                path: "--delete".into(),
+                reason: "this receiver does not allow deleting what the sender does not send (start it with receive --allow-delete); nothing was written".into(),
+            });
+        }
         let mut setup = Driver::new(machine, rx, tx, Side::Sender);
         setup.take(first)?;
+        if dry_run {
+            return self.dry_run(
+                setup,
+                (block_size, checksum, channels, data.encrypt),
+                (tx, peer, start),
+                (warnings, capacity),
+            );
+        }
         let root = &self.opts.out_dir;
         std::fs::create_dir_all(root)
             .map_err(|e| SessionError::io(format!("create {}", root.display()), e))?;
@@ -99,7 +115,7 @@ impl Receiver {
         // Each directory of the output tree is checked (or created) once for all its files.
         let out = fs::OutRoot::new(&self.opts.out_dir).replacing_modes(self.opts.overwrite);
         let (decisions, (mut parts, held_values)) =
-            self.prepare(&out, setup.machine.entries(), block_size, checksum)?;
+            self.prepare(&out, setup.machine.entries(), block_size, checksum, false)?;
         drop(alive);
         // A refusal is sent with the reply, and ends the session here.
         setup.act(|m| m.reply(decisions, Instant::now()))?;
@@ -111,6 +127,7 @@ impl Receiver {
             other => return Err(out_of_order(other, "before the outcome")),
         }
         let early_values = setup.machine.early_values();
+        let rules = setup.machine.mirror().map(|(r, root)| (r.to_vec(), root));
         let (entries, decisions, agreed) =
             setup
                 .machine
@@ -118,6 +135,8 @@ impl Receiver {
                 .ok_or(SessionError::Setup(SetupError::Driver(
                     "ready without an outcome",
                 )))?;
+        // A mirror looks at the manifest as the sender named it, once every file is committed.
+        let mirror = rules.map(|rules| (rules, entries.clone()));
         // The paths as they are written here (a renamed top-level name, `Names::rename`).
         let entries = match self.opts.names.rename {
             Some(_) => self.opts.names.localize(&entries).into_owned(),
@@ -317,6 +336,18 @@ impl Receiver {
             let _ = h.join();
         }
         let Received { hashes, moved } = result?;
+        // Every file is committed: a mirror deletes what was not offered.
+        if let Some((rules, offered)) = mirror {
+            let strays = self.extraneous(&out, &offered, rules)?;
+            let deleted = crate::mirror::delete(&strays)
+                .map_err(|e| SessionError::io("mirror", std::io::Error::other(e)))?;
+            if deleted > 0 {
+                warnings.push(format!(
+                    "deleted {deleted} path{} the sender did not offer (--delete)",
+                    if deleted == 1 { "" } else { "s" }
+                ));
+            }
+        }
         match moved {
             Some(silent) if silent.is_empty() => warnings.push(
                 "UDP from the sender arrived too late (after the sender was told it did not get through); the channels moved to TCP connections".to_string(),
@@ -369,6 +400,119 @@ impl Receiver {
                 .collect(),
             strays: 0,
         })
+    }
+
+    /// A dry run (`-n`, [`HelloParams::dry_run`]): the decisions a transfer would get, with
+    /// nothing created (no directory, no part file); the session ends at the outcome, once the
+    /// paths a mirror would delete went to the sender ([`Control::Extraneous`]).
+    fn dry_run(
+        &self,
+        mut setup: Driver<'_, ReceiverSetup>,
+        (block_size, checksum, channels, encrypted): (u64, bool, u16, bool),
+        (tx, peer, start): (&Sender<Control>, SocketAddr, Instant),
+        (mut warnings, capacity): (Vec<String>, super::capacity::Capacity),
+    ) -> Result<ReceiveSummary, SessionError> {
+        match setup.next()? {
+            ReceiverEvent::Manifest => {}
+            other => return Err(out_of_order(other, "before the manifest")),
+        }
+        let alive = crate::net::control::KeepAlive::start(tx.clone());
+        let out = fs::OutRoot::new(&self.opts.out_dir);
+        let (decisions, _) =
+            self.prepare(&out, setup.machine.entries(), block_size, checksum, true)?;
+        drop(alive);
+        setup.act(|m| m.reply(decisions, Instant::now()))?;
+        match setup.next()? {
+            ReceiverEvent::Ready => {}
+            other => return Err(out_of_order(other, "before the outcome")),
+        }
+        let rules = setup.machine.mirror().map(|(r, root)| (r.to_vec(), root));
+        let (entries, _, agreed) =
+            setup
+                .machine
+                .finish()
+                .ok_or(SessionError::Setup(SetupError::Driver(
+                    "ready without an outcome",
+                )))?;
+        let strays = match rules {
+            Some(rules) => {
+                let strays = self.extraneous(&out, &entries, rules)?;
+                send_extraneous(&strays, tx);
+                strays
+            }
+            None => Vec::new(),
+        };
+        let files: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .collect();
+        let sent = agreed.skips.iter().filter(|s| !s.is_skipped()).count();
+        warnings.extend(
+            strays
+                .iter()
+                .map(|s| format!("{}{}", crate::mirror::DELETING, s.rel_path)),
+        );
+        warnings.push(format!(
+            "dry run: nothing was written; {sent} of {} files would be received{}",
+            files.len(),
+            if strays.is_empty() {
+                String::new()
+            } else {
+                format!(", {} paths deleted", strays.len())
+            }
+        ));
+        Ok(ReceiveSummary {
+            peer: peer.to_string(),
+            bytes: 0,
+            resumed_bytes: 0,
+            sparse_bytes: 0,
+            files: files.len(),
+            dirs: entries.len() - files.len(),
+            seconds: start.elapsed().as_secs_f64(),
+            goodput_bps: 0.0,
+            channels,
+            duplicate_bytes: 0,
+            nacks: 0,
+            rejected: 0,
+            unauthentic: 0,
+            encrypted,
+            rejected_blocks: 0,
+            spilled_blocks: 0,
+            recovered: 0,
+            socket_drops: 0,
+            warnings,
+            capacity,
+            file_hashes: files
+                .iter()
+                .zip(&agreed.skips)
+                .map(|(f, s)| crate::report::FileReport {
+                    path: f.path.clone(),
+                    size: f.size,
+                    blake3: s.kept_hash().map(|h| to_hex(&h)).unwrap_or_default(),
+                    hash: HashKind::with_holes(false).name(),
+                    skipped: s.is_skipped(),
+                })
+                .collect(),
+            strays: 0,
+        })
+    }
+
+    /// What a mirror deletes ([`crate::mirror::extraneous`]) under the sender's `rules`.
+    fn extraneous(
+        &self,
+        out: &fs::OutRoot,
+        entries: &[Entry],
+        (rules, root): (Vec<String>, bool),
+    ) -> Result<Vec<crate::mirror::Stray>, SessionError> {
+        let bad = |e: String| {
+            SessionError::io(
+                "mirror",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            )
+        };
+        let filter = crate::filter::Filter::from_wire(&rules).map_err(|e| bad(e.to_string()))?;
+        crate::mirror::extraneous(out, entries, &self.opts.names, &filter, root)
+            .map_err(|e| bad(e.to_string()))
     }
 
     /// Starts the channel threads over `links`: each channel's receiver holds its `held`
@@ -463,6 +607,7 @@ impl Receiver {
         entries: &[Entry],
         block_size: u64,
         checksum: bool,
+        dry_run: bool,
     ) -> Result<(Vec<Decision>, PreparedParts), SessionError> {
         // Names the receiver did not ask for are refused before anything here is looked at.
         let unrequested: HashSet<&str> = self.opts.names.unrequested(entries).into_iter().collect();
@@ -486,8 +631,8 @@ impl Receiver {
             return Ok((decisions, (Vec::new(), Vec::new())));
         }
         let entries = &self.opts.names.localize(entries)[..];
-        let (decisions, resumes) = self.decide(out, entries, block_size, checksum)?;
-        if decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
+        let (decisions, resumes) = self.decide(out, entries, block_size, checksum, dry_run)?;
+        if dry_run || decisions.iter().any(|d| matches!(d, Decision::Refuse(_))) {
             return Ok((decisions, (Vec::new(), Vec::new())));
         }
         let files: Vec<&Entry> = entries
@@ -517,13 +662,15 @@ impl Receiver {
 
     /// The answer to each manifest entry (the core's [`first_look`] at what is at its path,
     /// then the existing file's hash or the part file's journal where it asks for them); for
-    /// each file entry, the part file to resume and what it holds.
+    /// each file entry, the part file to resume and what it holds. A dry run opens no part
+    /// file: a file that would resume is sent whole.
     fn decide(
         &self,
         out: &fs::OutRoot,
         entries: &[Entry],
         block_size: u64,
         checksum: bool,
+        dry_run: bool,
     ) -> Result<(Vec<Decision>, Vec<Option<Resumed>>), SessionError> {
         let mut decisions = Vec::with_capacity(entries.len());
         // Per file entry: a part file left by an interrupted transfer, and the values of the
@@ -553,6 +700,7 @@ impl Receiver {
                     })?;
                     Look::with_hash(replace_ok, hash)
                 }
+                Look::LookForPart if dry_run => Look::with_part(None),
                 Look::LookForPart => {
                     resumed = Resumed::open(out, e, block_size, self.opts.overwrite)?;
                     Look::with_part(resumed.as_ref().map(Resumed::block_ranges))
@@ -664,6 +812,28 @@ impl Receiver {
         Ok(p)
     }
 }
+
+/// Sends the paths a mirror would delete to the sender, in parts of [`PATHS_PER_PART`] (a
+/// dry run's last messages; at least one part, the last).
+fn send_extraneous(strays: &[crate::mirror::Stray], tx: &Sender<Control>) {
+    let paths: Vec<String> = strays.iter().map(|s| s.rel_path.clone()).collect();
+    let parts: Vec<&[String]> = if paths.is_empty() {
+        vec![&[]]
+    } else {
+        paths.chunks(PATHS_PER_PART).collect()
+    };
+    let n = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        // A closed writer shows as the session's end: nothing more to say.
+        let _ = tx.send(Control::Extraneous {
+            paths: part.to_vec(),
+            last: i + 1 == n,
+        });
+    }
+}
+
+/// Paths per `Extraneous` part: at most 4 KiB each, well within a control frame.
+const PATHS_PER_PART: usize = 512;
 
 /// Fewest new part files worth a thread of their own.
 const PARTS_PER_THREAD: usize = 256;

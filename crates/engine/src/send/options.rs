@@ -89,6 +89,15 @@ pub struct SendOptions {
     /// the last round trip of new data is rebuilt by the receiver instead of repaired a round
     /// trip later. On by default; `--no-fec` turns it off.
     pub fec: bool,
+    /// A dry run (`-n`): the receiver decides on the manifest and creates nothing; no data
+    /// moves, and the summary's files say which would be sent and which skipped.
+    pub dry_run: bool,
+    /// Mirror (`--delete`): the receiver, if it allows it, deletes what was not offered
+    /// inside the directories offered, keeping what [`SendOptions::filter`] leaves out.
+    pub delete: bool,
+    /// With [`SendOptions::delete`]: the receiver's destination itself holds what is sent
+    /// (`cp SRC/`, a directory's contents), and is mirrored too.
+    pub mirror_root: bool,
 }
 
 impl Default for SendOptions {
@@ -113,6 +122,9 @@ impl Default for SendOptions {
             no_encryption: false,
             path_memory: None,
             fec: true,
+            dry_run: false,
+            delete: false,
+            mirror_root: false,
         }
     }
 }

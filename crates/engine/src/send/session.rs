@@ -99,7 +99,7 @@ pub(super) fn send_once(
     let mut stream = dial(opts, to)?;
     progress.set_phase(Phase::SettingUp);
     let session: u32 = rand::random::<u32>() | 1;
-    let machine = SenderSetup::new(
+    let mut machine = SenderSetup::new(
         SenderParams {
             channels: opts.channels.max(1),
             payload: opts.payload,
@@ -113,6 +113,12 @@ pub(super) fn send_once(
         entries,
         Instant::now(),
     );
+    if opts.dry_run {
+        machine = machine.dry_run();
+    }
+    if opts.delete {
+        machine = machine.mirror(opts.filter.to_wire(), opts.mirror_root);
+    }
     // The hello goes with the agreement's offer; the receiver's answer brings its `HelloAck`.
     let handshake_timeout = Duration::from_secs(10);
     let agree_at = Instant::now();
@@ -140,6 +146,65 @@ pub(super) fn send_once(
         SenderEvent::Accepted(a) => a,
         other => return Err(out_of_order(other, "before the receiver's answer")),
     };
+    if opts.dry_run {
+        let ceiling = accepted.rate_ceiling;
+        let ctl = controller(opts, transport, ceiling, accepted.max_payload, rtt);
+        let plan = dry_run(setup, &files, opts, (&rx, &tx))?;
+        drop(tx);
+        let _ = writer.join();
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        warnings.extend(
+            plan.deleted
+                .iter()
+                .map(|p| format!("{}{p}", crate::mirror::DELETING)),
+        );
+        let seconds = start.elapsed().as_secs_f64();
+        return Ok(SendSummary {
+            bytes: 0,
+            resumed_bytes: 0,
+            sparse_bytes: 0,
+            files: files.len(),
+            skipped: plan.skipped.iter().filter(|s| s.is_skipped()).count(),
+            encrypted: path.seal.is_some(),
+            dirs,
+            seconds,
+            goodput_bps: 0.0,
+            datagrams_sent: 0,
+            datagrams_resent: 0,
+            parity_sent: 0,
+            resent_share: 0.0,
+            nacks: 0,
+            sender_late_ms: 0.0,
+            sender_lost_ms: 0.0,
+            feedback_datagrams: 0,
+            channels: accepted.channels(),
+            transport: transport.as_str(),
+            payload: accepted.max_payload,
+            fallback_seconds: None,
+            direct_after_seconds: None,
+            direct_channels: 0,
+            bytes_by_path: BytesByPath::default(),
+            rtt_ms: rtt.as_secs_f64() * 1e3,
+            first_data_ms: None,
+            new_data_sent_ms: None,
+            rate: RateSummary::new(&ctl, start, ceiling, opts.rate_bps),
+            bottleneck: None,
+            receiver_rejected: 0,
+            receiver_socket_drops: 0,
+            warnings,
+            file_hashes: files
+                .iter()
+                .zip(&plan.skipped)
+                .map(|(f, s)| FileReport {
+                    path: f.rel_path.clone(),
+                    size: f.size,
+                    blake3: s.kept_hash().map(|h| to_hex(&h)).unwrap_or_default(),
+                    hash: HashKind::with_holes(false).name(),
+                    skipped: s.is_skipped(),
+                })
+                .collect(),
+        });
+    }
     let receiver_ceiling = accepted.rate_ceiling;
     let channels = accepted.channels();
     let DataLinks {
@@ -174,7 +239,13 @@ pub(super) fn send_once(
         .provisional()
         .unwrap_or(Err(SetupError::Driver("no outcome after the answer")))
         .map_err(SessionError::Setup)?;
-    let budget = early_budget(controller.rate_bps(), rtt, channels, &accepted);
+    // A mirror sends nothing before the receiver's decisions: a receiver that does not allow
+    // deletion refuses the session before any data moves.
+    let budget = if opts.delete {
+        0
+    } else {
+        early_budget(controller.rate_bps(), rtt, channels, &accepted)
+    };
     let shared = Arc::new(Shared {
         layout: provisional.layout,
         sources,
@@ -542,6 +613,83 @@ pub(super) fn send_once(
                 skipped: k.is_some(),
             })
             .collect(),
+    })
+}
+
+/// What a dry run found: per file, whether it would be skipped; the paths a mirror would
+/// delete.
+struct DryRun {
+    skipped: Vec<Skipped>,
+    deleted: Vec<String>,
+}
+
+/// The rest of a dry run's set-up (`-n`): the receiver's decisions, the hashes it asks for,
+/// and with a mirror the paths it would delete ([`Control::Extraneous`]), no data.
+fn dry_run(
+    mut setup: Driver<'_, SenderSetup>,
+    files: &[&walk::SourceEntry],
+    opts: &SendOptions,
+    (rx, tx): (
+        &crate::net::control::Incoming,
+        &crossbeam_channel::Sender<Control>,
+    ),
+) -> Result<DryRun, SessionError> {
+    let mut alive = None;
+    let agreed = loop {
+        match setup.next()? {
+            SenderEvent::HashWanted { file } => {
+                alive.get_or_insert_with(|| crate::net::control::KeepAlive::start(tx.clone()));
+                let path = &files[file as usize].abs_path;
+                let mine = crate::fs::hash_file(path)
+                    .map_err(|e| SessionError::io(format!("read {}", path.display()), e))?;
+                if let Err(e) = setup.act(|m| m.hashed(file, mine)) {
+                    let _ = tx.send(e.to_abort(Side::Sender));
+                    return Err(e);
+                }
+            }
+            SenderEvent::Ready => break setup.machine.agreed(),
+            SenderEvent::Accepted(_) | SenderEvent::ProbeAck { .. } => {}
+        }
+    };
+    drop(alive);
+    let agreed = agreed.ok_or(SessionError::Setup(SetupError::Driver(
+        "ready without an outcome",
+    )))?;
+    let mut deleted = Vec::new();
+    let mut done = false;
+    while opts.delete && !done {
+        let msg = match rx.recv_timeout(opts.stall_timeout) {
+            Ok(msg) => msg?,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                return Err(crate::net::control::ControlError::Timeout(opts.stall_timeout).into())
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err(crate::net::control::ControlError::Closed.into())
+            }
+        };
+        match msg {
+            Control::KeepAlive => {}
+            Control::Extraneous { paths, last } => {
+                if deleted.len() + paths.len() > crate::mirror::MAX_EXTRANEOUS {
+                    return Err(SessionError::Setup(SetupError::Driver(
+                        "more paths to delete than a mirror lists",
+                    )));
+                }
+                deleted.extend(paths);
+                done = last;
+            }
+            other => {
+                return Err(SessionError::unexpected(
+                    Side::Receiver,
+                    other,
+                    "Extraneous",
+                ))
+            }
+        }
+    }
+    Ok(DryRun {
+        skipped: agreed.skips,
+        deleted,
     })
 }
 

@@ -11,8 +11,8 @@ use crate::layout::{
     MIN_BLOCK_SIZE,
 };
 use crate::wire::{
-    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, MAGIC, MAX_PAYLOAD,
-    VERSION,
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_DELETE, CAP_DRY_RUN, CAP_RACE,
+    CAP_TCP_DATA, MAGIC, MAX_PAYLOAD, VERSION,
 };
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -42,6 +42,11 @@ pub struct HelloParams {
     pub block_size: u64,
     /// Session id.
     pub session: u32,
+    /// A dry run: decide, create nothing, end at the outcome ([`CAP_DRY_RUN`]).
+    pub dry_run: bool,
+    /// A mirror: the rules come first ([`Control::Mirror`]), and what the sender did not
+    /// offer is deleted at the end ([`CAP_DELETE`]).
+    pub delete: bool,
 }
 
 /// What a receiver can take in, as it tells the sender in its `HelloAck`.
@@ -95,6 +100,9 @@ pub struct ReceiverSetup {
     /// The early data's block values that came during the set-up (at most
     /// [`MAX_EARLY_VALUES`]).
     early_values: Vec<(u64, [u8; 32])>,
+    /// A mirror's rules and whether the root is mirrored ([`Control::Mirror`]), once they
+    /// came.
+    mirror: Option<(Vec<String>, bool)>,
 }
 
 /// The most block values a sender may send before the outcome of the set-up: its early data is
@@ -117,6 +125,7 @@ impl ReceiverSetup {
             deadline: now + SETUP_TIMEOUT,
             agreed: None,
             early_values: Vec::new(),
+            mirror: None,
         }
     }
 
@@ -180,6 +189,14 @@ impl ReceiverSetup {
         self.hello
     }
 
+    /// A mirror's include and exclude rules, and whether the destination itself is mirrored
+    /// ([`Control::Mirror`]); `None` without [`HelloParams::delete`].
+    pub fn mirror(&self) -> Option<(&[String], bool)> {
+        self.mirror
+            .as_ref()
+            .map(|(rules, root)| (&rules[..], *root))
+    }
+
     /// A message from the sender arrived at `now`.
     pub fn handle(&mut self, msg: Control, now: Instant) -> Result<(), SetupError> {
         if matches!(self.state, State::Failed) {
@@ -203,6 +220,17 @@ impl ReceiverSetup {
                 State::Opening | State::AwaitManifest | State::Deciding,
                 Control::BlockHashes { session, blocks },
             ) if session == self.hello.session => self.on_early_values(blocks),
+            (State::Opening | State::AwaitManifest, Control::Mirror { rules, root })
+                if self.hello.delete && self.mirror.is_none() && self.entries.is_empty() =>
+            {
+                self.mirror = Some((rules, root));
+                Ok(())
+            }
+            (State::Opening | State::AwaitManifest, other @ Control::Manifest { .. })
+                if self.hello.delete && self.mirror.is_none() =>
+            {
+                Err(SetupError::unexpected(other, "Mirror"))
+            }
             (State::Opening | State::AwaitManifest, Control::Manifest { entries, last })
                 if !self.manifest_done =>
             {
@@ -449,6 +477,8 @@ pub fn check_hello(msg: Control, limits: &ReceiverLimits) -> Result<HelloParams,
         payload,
         block_size,
         session,
+        dry_run: caps & CAP_DRY_RUN != 0,
+        delete: caps & CAP_DELETE != 0,
     };
     Ok(hello)
 }

@@ -7,7 +7,8 @@ use super::{entry_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped,
 use crate::layout::MAX_CHANNELS;
 use crate::rate::bottleneck::BufferCap;
 use crate::wire::{
-    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_RACE, CAP_TCP_DATA, VERSION,
+    Control, Decision, Entry, EntryKind, CAP_CHECKSUM, CAP_DELETE, CAP_DRY_RUN, CAP_RACE,
+    CAP_TCP_DATA, VERSION,
 };
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -114,6 +115,10 @@ pub struct SenderSetup {
     decisions: Vec<Decision>,
     /// Every file is sent whole: the early data counts ([`Agreed::early`]).
     early: bool,
+    /// A dry run ([`SenderSetup::dry_run`]).
+    dry_run: bool,
+    /// A mirror ([`SenderSetup::mirror`]).
+    mirror: bool,
 }
 
 impl SenderSetup {
@@ -144,6 +149,28 @@ impl SenderSetup {
             agreed: None,
             decisions: Vec::new(),
             early: false,
+            dry_run: false,
+            mirror: false,
+        }
+    }
+
+    /// Asks for a dry run ([`CAP_DRY_RUN`]): the receiver decides but creates nothing and
+    /// ends the session at the outcome. The driver moves no data.
+    pub fn dry_run(self) -> SenderSetup {
+        SenderSetup {
+            dry_run: true,
+            ..self
+        }
+    }
+
+    /// Asks for a mirror ([`CAP_DELETE`]): `rules` (`"+ PATTERN"`, `"- PATTERN"`, in order)
+    /// go first, in [`Control::Mirror`], so that the receiver keeps what they leave out;
+    /// `root`: the destination itself is mirrored (the manifest is a directory's contents).
+    pub fn mirror(mut self, rules: Vec<String>, root: bool) -> SenderSetup {
+        self.transmits.push_front(Control::Mirror { rules, root });
+        SenderSetup {
+            mirror: true,
+            ..self
         }
     }
 
@@ -153,7 +180,9 @@ impl SenderSetup {
         let p = &self.params;
         let caps = if p.tcp { CAP_TCP_DATA } else { 0 }
             | if p.checksum { CAP_CHECKSUM } else { 0 }
-            | if p.race && !p.tcp { CAP_RACE } else { 0 };
+            | if p.race && !p.tcp { CAP_RACE } else { 0 }
+            | if self.dry_run { CAP_DRY_RUN } else { 0 }
+            | if self.mirror { CAP_DELETE } else { 0 };
         Control::hello(caps, p.channels.max(1), p.payload, p.block_size, p.session)
     }
 

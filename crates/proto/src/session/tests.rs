@@ -1136,3 +1136,58 @@ fn early_block_values_are_kept_for_an_outcome_that_keeps_the_early_data_and_drop
     };
     assert!(matches!(r.handle(flood, now), Err(SetupError::Driver(_))));
 }
+
+#[test]
+fn a_mirror_and_a_dry_run_are_asked_in_the_hello_and_the_rules_come_first() {
+    let now = Instant::now();
+    let entries = vec![dir("t"), file("t/a", 10)];
+    let rules = vec!["- *.tmp".to_string()];
+    let mut s = SenderSetup::new(params(2), entries.clone(), now)
+        .dry_run()
+        .mirror(rules.clone(), true);
+    let h = check_hello(s.hello(), &LIMITS).unwrap();
+    assert!(h.dry_run && h.delete);
+    let plain = check_hello(SenderSetup::new(params(2), entries, now).hello(), &LIMITS).unwrap();
+    assert!(!plain.dry_run && !plain.delete);
+    let mut r = ReceiverSetup::new(h, now);
+    r.accept(vec![1, 2], None, Intake::default(), now).unwrap();
+    let first = s.poll_transmit().unwrap();
+    assert_eq!(
+        first,
+        Control::Mirror {
+            rules: rules.clone(),
+            root: true
+        }
+    );
+    r.handle(first, now).unwrap();
+    while let Some(m) = s.poll_transmit() {
+        r.handle(m, now).unwrap();
+    }
+    assert_eq!(r.poll_event(), Some(ReceiverEvent::Manifest));
+    assert_eq!(r.mirror(), Some((&rules[..], true)));
+}
+
+#[test]
+fn a_mirror_whose_rules_do_not_come_first_fails_the_set_up() {
+    let now = Instant::now();
+    let mut s = SenderSetup::new(params(2), vec![file("a", 1)], now).mirror(Vec::new(), false);
+    let h = check_hello(s.hello(), &LIMITS).unwrap();
+    let mut r = ReceiverSetup::new(h, now);
+    r.accept(vec![1, 2], None, Intake::default(), now).unwrap();
+    let _rules = s.poll_transmit().unwrap();
+    let manifest = s.poll_transmit().unwrap();
+    let err = r.handle(manifest, now).unwrap_err();
+    assert!(matches!(err, SetupError::Unexpected { .. }), "{err:?}");
+    // Rules where no mirror was asked are not taken either.
+    let mut r = opened();
+    let err = r
+        .handle(
+            Control::Mirror {
+                rules: Vec::new(),
+                root: false,
+            },
+            now,
+        )
+        .unwrap_err();
+    assert!(matches!(err, SetupError::Unexpected { .. }), "{err:?}");
+}

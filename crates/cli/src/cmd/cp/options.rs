@@ -23,11 +23,19 @@ pub(super) fn send_options(
     }
 }
 
+/// Whether a mirror (`--delete`) of `sources` mirrors the destination itself: one of them
+/// stands for a directory's contents (`SRC/`), as rsync's `--delete` does for the same
+/// arguments.
+pub(super) fn mirror_root<'a>(mut sources: impl Iterator<Item = &'a str>) -> bool {
+    sources.any(|s| super::sources::source_kind(s) == super::sources::Kind::Contents)
+}
+
 /// The receiver's options, for either side: `names`, the names it takes and the one it
-/// renames (see [`super::dest`] and [`Names`]).
+/// renames (see [`super::dest`] and [`Names`]); `allow_delete` for a mirror (`cp --delete`,
+/// whose user is both sides).
 pub(super) fn receive_options(
     (out, names): (&Path, Names),
-    overwrite: bool,
+    (overwrite, allow_delete): (bool, bool),
     log_dir: Option<PathBuf>,
     secret: &Secret,
 ) -> ReceiveOptions {
@@ -39,6 +47,7 @@ pub(super) fn receive_options(
         out_dir: out.to_path_buf(),
         names,
         overwrite,
+        allow_delete,
         log_dir,
         ..ReceiveOptions::default()
     }

@@ -83,7 +83,12 @@ pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], dest: &str
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     };
     let secret = Secret::new();
-    let opts = receive_options((out, names), a.overwrite, a.output.log_dir.clone(), &secret);
+    let opts = receive_options(
+        (out, names),
+        (a.overwrite, a.send.delete),
+        a.output.log_dir.clone(),
+        &secret,
+    );
     let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
@@ -214,7 +219,11 @@ pub(super) fn pull(a: &CpArgs, flags: &SendFlags, sources: &[Remote], dest: &str
         Some(Ok(mut s)) => {
             far.finish(&a.output);
             retry_in_summary(&a.output, &mut s.warnings, retried);
-            ui::print_receive_summary(&a.output, &s, Some(&route.info()));
+            if a.send.dry_run {
+                ui::print_plan(&a.output, &s.file_hashes, &s.warnings);
+            } else {
+                ui::print_receive_summary(&a.output, &s, Some(&route.info()));
+            }
             if let Route::Direct(_) = route {
                 ui::say(&a.output, &format!("path: direct from {}", s.peer));
             } else {

@@ -46,6 +46,10 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
     let mut words: Vec<String> = ["ssh-serve", "receive", "--out", &dest.path]
         .map(String::from)
         .to_vec();
+    if a.send.delete {
+        // The local user asked for the mirror, and is the far side's user too.
+        words.push("--allow-delete".into());
+    }
     if a.overwrite {
         words.push("--overwrite".into());
     }
@@ -80,6 +84,7 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
         })
     };
     let mut opts = send_options(flags, a.output.log_dir.clone(), &secret);
+    opts.mirror_root = super::options::mirror_root(sources.iter().map(String::as_str));
     let mut route = match direct {
         Ok(first) => {
             far.tell("direct\n")?;
@@ -146,7 +151,11 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
         Ok(mut s) => {
             far.finish(&a.output);
             retry_in_summary(&a.output, &mut s.warnings, retry_warning);
-            ui::print_send_summary(&a.output, &s, Some(&route.info()));
+            if a.send.dry_run {
+                ui::print_plan(&a.output, &s.file_hashes, &s.warnings);
+            } else {
+                ui::print_send_summary(&a.output, &s, Some(&route.info()));
+            }
             ui::say(&a.output, &format!("path: {}", route.describe()));
             Ok(())
         }

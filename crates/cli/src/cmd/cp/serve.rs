@@ -38,7 +38,11 @@ const MUX_DRAIN: Duration = Duration::from_secs(5);
 /// the user, marked as the far side's.
 pub fn serve(a: SshServeArgs) -> ExitCode {
     let outcome = match a.side {
-        SshServeSide::Receive { out, overwrite } => serve_receive(&out, overwrite),
+        SshServeSide::Receive {
+            out,
+            overwrite,
+            allow_delete,
+        } => serve_receive(&out, (overwrite, allow_delete)),
         SshServeSide::Send { paths, flags } => serve_send(&paths, &flags),
     };
     match outcome {
@@ -195,7 +199,7 @@ fn stdio_file(fd: impl AsFd, what: &str) -> Result<File, Failure> {
         .map_err(|e| Failure::new(exit::OTHER, anyhow::anyhow!("cannot use {what}: {e}")))
 }
 
-fn serve_receive(out: &Path, overwrite: bool) -> Outcome {
+fn serve_receive(out: &Path, overwrite: (bool, bool)) -> Outcome {
     let (_, server) = ssh_connection()?;
     let any = match server {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -308,12 +312,14 @@ fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
     };
     let (client, _) = ssh_connection()?;
     let mut warnings = Vec::new();
+    let root = super::options::mirror_root(paths.iter().filter_map(|p| p.to_str()));
     let paths = expand_sources(paths, flags.follow_symlinks, &mut warnings)?;
     for w in warnings {
         let _ = writeln!(std::io::stderr(), "hurtle (far side): warning: {w}");
     }
     let to = SocketAddr::new(client, port);
     let mut opts = send_options(flags, None, &secret);
+    opts.mirror_root = root;
     let stdout = stdio_file(std::io::stdout(), "stdout")?;
     // Dial back directly, or else through the ssh channel; say which.
     let direct = match mode {
