@@ -237,3 +237,97 @@ fn a_failed_transfer_deletes_nothing() {
     let _ = r.proc.wait(TRANSFER_TIMEOUT);
     assert!(dest.join("tree/stale.txt").exists());
 }
+
+/// An ssh stand-in: drops the destination and runs the far side's command here, with the
+/// `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
+fn fake_ssh(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("fake-ssh");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nshift\nSSH_CONNECTION=\"127.0.0.1 40000 127.0.0.1 22\" exec sh -c \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn cp(ssh: &Path, args: &[&str]) -> proc::Finished {
+    let mut all = vec![
+        "cp",
+        "-e",
+        ssh.to_str().unwrap(),
+        "--remote-hurtle",
+        proc::bin(),
+        "--channels",
+        "2",
+    ];
+    all.extend_from_slice(args);
+    proc::Proc::spawn("cp", &all).wait(TRANSFER_TIMEOUT)
+}
+
+/// A destination holding an older copy of `tree`'s contents, and what the source no longer
+/// has, at its top too (a `cp tree/ DEST` mirrors DEST itself).
+fn make_contents_dest(dest: &Path, tree: &Path, outside: &Path) {
+    std::fs::create_dir_all(dest).unwrap();
+    rsync(&["-rt"], &format!("{}/", tree.display()), dest);
+    std::fs::create_dir_all(dest.join("old")).unwrap();
+    for f in ["stale.txt", "old/o.txt", "sub/gone.txt", "sub/gone.tmp"] {
+        std::fs::write(dest.join(f), "stale").unwrap();
+    }
+    std::fs::create_dir_all(outside).unwrap();
+    std::fs::write(outside.join("precious"), "keep me").unwrap();
+    std::os::unix::fs::symlink(outside, dest.join("link")).unwrap();
+}
+
+#[test]
+fn cp_push_and_pull_mirror_a_directory_s_contents_as_rsync_does() {
+    let t = support::tempdir("hurtle-mirror-");
+    let tree = make_tree(&t.path().join("src"));
+    let ssh = fake_ssh(t.path());
+    let src = format!("{}/", tree.display());
+    let dests: Vec<PathBuf> = ["want", "push", "pull"]
+        .iter()
+        .map(|n| {
+            let d = t.path().join(n);
+            make_contents_dest(&d, &tree, &t.path().join(format!("outside-{n}")));
+            d
+        })
+        .collect();
+    std::fs::write(tree.join("new.txt"), "new").unwrap();
+    rsync(&["-r", "--delete", "--exclude", "*.tmp"], &src, &dests[0]);
+
+    let push = format!("localhost:{}/", dests[1].display());
+    let pull_from = format!("localhost:{src}");
+    let pull = format!("{}/", dests[2].display());
+    for (from, to, dest) in [
+        (src.as_str(), push.as_str(), &dests[1]),
+        (pull_from.as_str(), pull.as_str(), &dests[2]),
+    ] {
+        // A dry run first: the list, and nothing changed.
+        let before = fsx::tree(dest);
+        let flags = ["--delete", "--exclude", "*.tmp", "--overwrite"];
+        let mut args = vec!["-n"];
+        args.extend(flags);
+        args.extend([from, to]);
+        let done = cp(&ssh, &args);
+        done.assert_success();
+        assert!(
+            done.stdout.contains("  delete  stale.txt"),
+            "{}",
+            done.stdout
+        );
+        assert!(done.stdout.contains("  send    new.txt"), "{}", done.stdout);
+        assert_eq!(fsx::tree(dest), before, "{from} -> {to}");
+
+        let mut args = flags.to_vec();
+        args.extend([from, to]);
+        cp(&ssh, &args).assert_success();
+        assert_eq!(contents(dest), contents(&dests[0]), "{from} -> {to}");
+        assert!(!dest.join("stale.txt").exists());
+    }
+    for n in ["push", "pull"] {
+        let precious = t.path().join(format!("outside-{n}/precious"));
+        assert_eq!(std::fs::read_to_string(precious).unwrap(), "keep me");
+    }
+}
