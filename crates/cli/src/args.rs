@@ -495,6 +495,9 @@ pub enum SshServeSide {
         /// Let the sender's --delete delete what it does not send.
         #[arg(long)]
         allow_delete: bool,
+        /// The near side asks for a dry run: the destination is not created.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Send (a pull): read the port and secret from stdin, dial back, send.
     Send {

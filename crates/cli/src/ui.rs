@@ -753,7 +753,9 @@ pub fn print_plan(
 ) {
     let plan = Plan::of(files, warnings);
     for w in warnings {
-        if !out.quiet && !w.starts_with(hurtle_engine::mirror::DELETING) {
+        let listed = w.starts_with(hurtle_engine::mirror::DELETING)
+            || w.starts_with(hurtle_engine::mirror::DRY_RUN);
+        if !out.quiet && !listed {
             warning(w);
         }
     }

@@ -152,7 +152,17 @@ fn a_dry_run_lists_what_rsync_would_do_and_writes_nothing() {
     let r = start_receiver(&dest, &["--allow-delete", "--overwrite"]);
     let done = proc::send(r.addr, &[&tree], &["--dry-run", "--delete"]);
     done.assert_success();
-    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    // The receiver shows the same plan.
+    let received = r.proc.wait(TRANSFER_TIMEOUT);
+    received.assert_success();
+    assert!(
+        received.stdout.contains("  delete  tree/stale.txt")
+            && received
+                .stdout
+                .contains("hurtle: dry run: would send 2 files"),
+        "{}",
+        received.stdout
+    );
     assert!(
         done.stdout.contains("  send    tree/new.txt"),
         "{}",
@@ -326,6 +336,11 @@ fn cp_push_and_pull_mirror_a_directory_s_contents_as_rsync_does() {
         assert_eq!(contents(dest), contents(&dests[0]), "{from} -> {to}");
         assert!(!dest.join("stale.txt").exists());
     }
+    // A push's dry run to a destination not there yet does not create it.
+    let absent = t.path().join("absent");
+    let to = format!("localhost:{}/", absent.display());
+    cp(&ssh, &["-n", &src, &to]).assert_success();
+    assert!(!absent.exists());
     for n in ["push", "pull"] {
         let precious = t.path().join(format!("outside-{n}/precious"));
         assert_eq!(std::fs::read_to_string(precious).unwrap(), "keep me");

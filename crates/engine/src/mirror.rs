@@ -30,6 +30,10 @@ use std::path::{Path, PathBuf};
 /// with this prefix, which `hurtle` shows in the plan's list.
 pub const DELETING: &str = "would delete: ";
 
+/// The note a receiver's dry-run summary starts its warnings' last line with: `hurtle` shows
+/// that summary as the plan's list.
+pub const DRY_RUN: &str = "dry run: nothing was written";
+
 /// The most paths one mirror lists or deletes (a bound on the walk, not a policy).
 pub const MAX_EXTRANEOUS: usize = 1 << 20;
 

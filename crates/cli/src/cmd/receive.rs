@@ -8,6 +8,7 @@ use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{self, Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
+use hurtle_engine::mirror::DRY_RUN;
 use hurtle_engine::{ReceiveOptions, Receiver, RelayedUdp, SessionError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -124,6 +125,10 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         let result = receiver.accept_one(progress.clone());
         bar.finish();
         match result {
+            // A sender's dry run: what it would change here, as the plan's list.
+            Ok(s) if s.warnings.iter().any(|w| w.starts_with(DRY_RUN)) => {
+                ui::print_plan(&a.output, &s.file_hashes, &s.warnings)
+            }
             Ok(s) => ui::print_receive_summary(&a.output, &s, None),
             // A spent code ends a served receiver that has nothing else to accept.
             Err(e @ SessionError::CodeSpent(_)) if keyring.is_empty() => {

@@ -453,7 +453,8 @@ impl Receiver {
                 .map(|s| format!("{}{}", crate::mirror::DELETING, s.rel_path)),
         );
         warnings.push(format!(
-            "dry run: nothing was written; {sent} of {} files would be received{}",
+            "{}; {sent} of {} files would be received{}",
+            crate::mirror::DRY_RUN,
             files.len(),
             if strays.is_empty() {
                 String::new()

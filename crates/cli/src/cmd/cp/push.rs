@@ -50,6 +50,9 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
         // The local user asked for the mirror, and is the far side's user too.
         words.push("--allow-delete".into());
     }
+    if a.send.dry_run {
+        words.push("--dry-run".into());
+    }
     if a.overwrite {
         words.push("--overwrite".into());
     }

@@ -42,7 +42,8 @@ pub fn serve(a: SshServeArgs) -> ExitCode {
             out,
             overwrite,
             allow_delete,
-        } => serve_receive(&out, (overwrite, allow_delete)),
+            dry_run,
+        } => serve_receive(&out, (overwrite, allow_delete), dry_run),
         SshServeSide::Send { paths, flags } => serve_send(&paths, &flags),
     };
     match outcome {
@@ -199,7 +200,7 @@ fn stdio_file(fd: impl AsFd, what: &str) -> Result<File, Failure> {
         .map_err(|e| Failure::new(exit::OTHER, anyhow::anyhow!("cannot use {what}: {e}")))
 }
 
-fn serve_receive(out: &Path, overwrite: (bool, bool)) -> Outcome {
+fn serve_receive(out: &Path, overwrite: (bool, bool), dry_run: bool) -> Outcome {
     let (_, server) = ssh_connection()?;
     let any = match server {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -224,13 +225,28 @@ fn serve_receive(out: &Path, overwrite: (bool, bool)) -> Outcome {
         )
     })?;
     let placed = place(dest, &shape)?;
-    check_out(&placed.out)?;
+    // A dry run creates nothing, the destination included (its session writes nothing).
+    if !dry_run {
+        check_out(&placed.out)?;
+    }
     let secret = Secret::new();
     let names = Names {
         allowed: None,
         rename: placed.rename,
     };
-    let opts = receive_options((&placed.out, names), overwrite, None, &secret);
+    // A dry run into a destination not there yet decides as into an empty one: a private empty
+    // directory stands for it (a receiver creates its directory when it binds), removed after.
+    let stand_in = match dry_run && std::fs::symlink_metadata(&placed.out).is_err() {
+        true => Some(tempfile::tempdir().map_err(|e| {
+            Failure::new(
+                exit::STORAGE,
+                anyhow::anyhow!("cannot make a temporary directory: {e}"),
+            )
+        })?),
+        false => None,
+    };
+    let out = stand_in.as_ref().map_or(placed.out.as_path(), |d| d.path());
+    let opts = receive_options((out, names), overwrite, None, &secret);
     let own_ports = opts.own_ports.clone();
     let receiver = Receiver::bind(SocketAddr::new(any, 0), opts)?;
     let port = receiver.local_addr()?.port();
