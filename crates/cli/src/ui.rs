@@ -1065,6 +1065,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_plan_lists_ten_paths_then_counts_the_rest_and_every_one_at_vv() {
+        let files: Vec<hurtle_engine::report::FileReport> = (0..12)
+            .map(|i| hurtle_engine::report::FileReport {
+                path: format!("t/f{i:02}"),
+                size: 10,
+                blake3: String::new(),
+                hash: "blake3",
+                skipped: i % 3 == 0,
+            })
+            .collect();
+        let warnings = vec![
+            format!("{}t/old", hurtle_engine::mirror::DELETING),
+            "something else".to_string(),
+        ];
+        let plan = Plan::of(&files, &warnings);
+        assert_eq!((plan.send.len(), plan.skip.len()), (8, 4));
+        assert_eq!(plan.delete, ["t/old"]);
+        assert_eq!(plan.bytes, 80);
+        let lines = plan.lines(0);
+        assert_eq!(lines.len(), 11);
+        assert_eq!(lines[0], "  send    t/f01");
+        assert_eq!(
+            lines[10],
+            "  ... and 3 more (-vv or --json lists every one)"
+        );
+        let all = plan.lines(2);
+        assert_eq!(all.len(), 13);
+        assert_eq!(all[12], "  delete  t/old");
+        assert_eq!(
+            plan.headline(),
+            "dry run: would send 8 files (80 B), skip 4, delete 1; nothing moved, nothing was written"
+        );
+    }
+
+    #[test]
     fn the_progress_line_of_a_relayed_send_says_which_way_its_data_goes() {
         use hurtle_engine::progress::Route;
         let p = Progress::default();
