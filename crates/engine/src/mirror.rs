@@ -157,26 +157,52 @@ fn walk(
     Ok(all)
 }
 
-/// Deletes `strays` in order ([`extraneous`]'s: a directory after what it held), links as
-/// links. Returns how many were deleted; the first failure stops it.
-pub fn delete(strays: &[Stray]) -> Result<usize, MirrorError> {
+/// Deletes `strays` under `root` in order ([`extraneous`]'s: a directory after what it held),
+/// links as links. Each is reached from the root's descriptor one directory at a time, none
+/// opened through a symlink (`O_NOFOLLOW`), and unlinked from its parent's descriptor: a
+/// directory swapped for a link since the listing is not followed. Returns how many were
+/// deleted; the first failure stops it.
+pub fn delete(root: &Path, strays: &[Stray]) -> Result<usize, MirrorError> {
+    use rustix::fs::{openat, unlinkat, AtFlags, Mode, OFlags};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root_fd = rustix::fs::open(root, dir_flags, Mode::empty())
+        .map_err(|e| io_err("open directory", root)(e.into()))?;
     for s in strays {
-        let done = if s.is_dir {
-            std::fs::remove_dir(&s.path)
-        } else {
-            std::fs::remove_file(&s.path)
+        let fail = |what: &'static str, e: rustix::io::Errno| MirrorError::Io {
+            what,
+            path: s.path.clone(),
+            source: e.into(),
         };
-        match done {
-            Ok(()) => {}
+        let rel = s.path.strip_prefix(root).map_err(|_| {
+            fail(
+                "delete (not below the destination)",
+                rustix::io::Errno::INVAL,
+            )
+        })?;
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(fail("delete", rustix::io::Errno::INVAL));
+        };
+        let mut dir = None;
+        for comp in parent.components() {
+            let at = dir.as_ref().unwrap_or(&root_fd);
+            let next = openat(
+                at,
+                comp.as_os_str(),
+                dir_flags | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+            .map_err(|e| fail("open the directory of", e))?;
+            dir = Some(next);
+        }
+        let at = dir.as_ref().unwrap_or(&root_fd);
+        let flags = match s.is_dir {
+            true => AtFlags::REMOVEDIR,
+            false => AtFlags::empty(),
+        };
+        match unlinkat(at, name, flags) {
             // Gone meanwhile: what was wanted.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(MirrorError::Io {
-                    what: "delete",
-                    path: s.path.clone(),
-                    source: e,
-                })
-            }
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(fail("delete", e)),
         }
     }
     Ok(strays.len())
@@ -223,7 +249,7 @@ mod tests {
         let strays = extraneous(&out, &entries, &Names::default(), &filter, false).unwrap();
         let rels: Vec<&str> = strays.iter().map(|s| s.rel_path.as_str()).collect();
         assert_eq!(rels, ["t/gone.txt", "t/link", "t/sub/old/a", "t/sub/old"]);
-        assert_eq!(delete(&strays).unwrap(), 4);
+        assert_eq!(delete(&root, &strays).unwrap(), 4);
         assert!(root.join("t/keep.txt").exists());
         assert!(root.join("t/x.tmp").exists());
         assert!(root.join("unrelated").exists());
@@ -254,6 +280,32 @@ mod tests {
         .unwrap();
         let rels: Vec<&str> = strays.iter().map(|s| s.rel_path.as_str()).collect();
         assert_eq!(rels, ["t/old/y"]);
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_after_the_listing_is_not_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("out");
+        let outside = t.path().join("outside");
+        fs::create_dir_all(root.join("t/d")).unwrap();
+        fs::write(root.join("t/d/victim"), b"x").unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("victim"), b"keep").unwrap();
+        let entries = [entry("t", EntryKind::Dir)];
+        let strays = extraneous(
+            &OutRoot::new(&root),
+            &entries,
+            &Names::default(),
+            &Filter::default(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(strays[0].rel_path, "t/d/victim");
+        // Between the listing and the deletion, t/d becomes a link out of the tree.
+        fs::remove_dir_all(root.join("t/d")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("t/d")).unwrap();
+        assert!(delete(&root, &strays).is_err());
+        assert_eq!(fs::read(outside.join("victim")).unwrap(), b"keep");
     }
 
     #[test]

@@ -339,7 +339,7 @@ impl Receiver {
         // Every file is committed: a mirror deletes what was not offered.
         if let Some((rules, offered)) = mirror {
             let strays = self.extraneous(&out, &offered, rules)?;
-            let deleted = crate::mirror::delete(&strays)
+            let deleted = crate::mirror::delete(out.path(), &strays)
                 .map_err(|e| SessionError::io("mirror", std::io::Error::other(e)))?;
             if deleted > 0 {
                 warnings.push(format!(
