@@ -61,6 +61,12 @@ pub fn receive(
     answer: Option<Code>,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
+    if let Some(code) = &answer {
+        // Before the relay hears the answer: the waiting sender looks the answer up at once and
+        // may connect before `register_answer` returns here; without the code by then, its
+        // greeting would be refused and counted as a wrong try.
+        keyring.add("code", Secret::code(&code.to_string()));
+    }
     let reg = match &answer {
         None => client::register(relay_addr, bound, DEFAULT_WORDS)?,
         Some(code) => client::register_answer(relay_addr, bound, code).map_err(|e| match e {
@@ -75,7 +81,9 @@ pub fn receive(
         })?,
     };
     let code = reg.code.clone();
-    keyring.add("code", Secret::code(&code.to_string()));
+    if answer.is_none() {
+        keyring.add("code", Secret::code(&code.to_string()));
+    }
     let ttl = reg.ttl_secs;
     if answer.is_some() {
         // After an interrupt, the sender's code is gone with its session: the message says so.
