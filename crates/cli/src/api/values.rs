@@ -15,14 +15,23 @@ pub const RELAY_PORT: u16 = 7401;
 /// The most channels a receiver serves.
 pub const MAX_CHANNELS: u16 = 32;
 
-/// The rate forms [`parse_rate`] accepts, for its errors.
+/// The rate forms [`parse_rate`] accepts, for its errors and the command's `--help`.
 pub const RATE_FORMS: &str = "bits per second: 800M, 800Mbit, 800Mbit/s, 800Mbps, 1.5G, 250k, \
      1000; bytes per second: 100MB/s, 100MB, 100MiB/s, 100MiB";
 
-/// Parses a rate into bits per second: a plain number or a decimal prefix (`k`, `M`, `G`, `T`)
-/// alone or followed by `bit`, `bits`, `bit/s`, `bits/s` or `bps` is bits per second; a prefix
-/// followed by `B` or `B/s` (decimal, or binary `Ki`, `Mi`, `Gi`, `Ti`) is bytes per second.
-/// `Mb` and `Mb/s` are refused as ambiguous, as is anything else not listed in [`RATE_FORMS`].
+/// Parses a rate into bits per second, each unit meaning what it says (the command's flags
+/// use it too):
+///
+/// - a plain number or a decimal prefix (`k`, `M`, `G`, `T`; case does not matter) alone, or
+///   followed by `bit`, `bits`, `bit/s`, `bits/s` or `bps`: bits per second (`800M`,
+///   `800Mbit/s`, `800Mbps`);
+/// - a decimal prefix followed by `B` or `B/s`, or a binary one (`Ki`, `Mi`, `Gi`, `Ti`)
+///   followed by `B` or `B/s`: bytes per second (`100MB/s` is 800 Mbit/s, `100MiB/s` is
+///   838.9 Mbit/s; `MB` means the same as `MB/s`).
+///
+/// Anything else is refused with the accepted forms: `Mb` and `Mb/s` (a lowercase `b` is read
+/// as bits by some and bytes by others), `MBps`, a binary prefix without `B`, units of time
+/// other than `/s`.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
     let refuse = |why: String| format!("{why} (accepted: {RATE_FORMS})");
     let t = s.trim();
