@@ -339,13 +339,17 @@ impl Agent {
     /// Leaves the relay (the code, if still registered, is withdrawn; relayed connections in
     /// progress continue).
     pub fn stop(&self) {
-        if !self.stop.swap(true, Ordering::Relaxed) {
-            let _ = self
-                .writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .shutdown(Shutdown::Both);
-        }
+        leave(&self.stop, &self.writer);
+    }
+}
+
+/// Ends an agent's connection to the relay once (the relay withdraws what it held for it).
+fn leave(stop: &AtomicBool, writer: &Mutex<TcpStream>) {
+    if !stop.swap(true, Ordering::Relaxed) {
+        let _ = writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shutdown(Shutdown::Both);
     }
 }
 
@@ -548,13 +552,7 @@ impl OfferAgent {
 
     /// Withdraws the offer.
     pub fn stop(&self) {
-        if !self.stop.swap(true, Ordering::Relaxed) {
-            let _ = self
-                .writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .shutdown(Shutdown::Both);
-        }
+        leave(&self.stop, &self.writer);
     }
 }
 
