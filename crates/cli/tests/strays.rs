@@ -509,10 +509,10 @@ fn running_out_of_descriptors_at_accept_does_not_end_a_receiver() {
     let src = t.path().join("late.bin");
     fsx::write_random(&src, 100_000, 4600);
     let out = t.path().join("out");
-    // A one-shot receiver under a hard limit of 40 descriptors (so it cannot raise it), and 60
+    // A one-shot receiver under a hard limit of 30 descriptors (so it cannot raise it), and 60
     // silent connections from addresses of their own: the greetings take what descriptors are
     // left, and `accept` fails for want of one.
-    let script = "ulimit -n 40 && exec \"$0\" \"$@\"";
+    let script = "ulimit -n 30 && exec \"$0\" \"$@\"";
     let bin = under_test();
     let args = [
         "-c",
