@@ -14,6 +14,13 @@
 //!   probes), and refuses, with [`SealError::Reused`], a number that is not above it. A channel
 //!   restarted, renumbered, moved to TCP, or given to another thread can thus never seal a
 //!   `(key, nonce)` pair twice: the session ends instead.
+//! - **Keys derived for strangers.** An opener keeps the keys of the epochs around the newest
+//!   it opened ([`NEAR_EPOCHS`] of them, from the oldest its replay window still takes to a few
+//!   ahead), each derived once. A frame naming an epoch further ahead (a sender that ran far
+//!   ahead while its frames were lost, or a forgery by anyone who saw the session id) has its
+//!   key derived only if no other such key was derived in the last [`FAR_EVERY`] frames; else
+//!   it is dropped unread ([`OpenError::Ahead`]). So forged frames make an opener derive at
+//!   most one key per [`FAR_EVERY`] frames, whatever epochs they name.
 //! - **Failed openings.** Every frame that fails authentication under any epoch's key is
 //!   counted; past [`INTEGRITY_LIMIT`] (RFC 9001's 2^52 for AES-GCM) no frame opens any more
 //!   ([`OpenError::IntegrityLimit`]) and the session must end.
@@ -44,6 +51,16 @@ pub const CONFIDENTIALITY_LIMIT: u64 = 1 << 23;
 /// Frames that may fail authentication under a session's data key, all epochs together: RFC
 /// 9001, section 6.6 ("the integrity limit is 2^52 invalid packets" for AES-GCM).
 pub const INTEGRITY_LIMIT: u64 = 1 << 52;
+/// Epochs whose keys an opener keeps per space: from the oldest its replay window still takes
+/// (4 epochs below the newest opened: [`REPLAY_WINDOW`](super::REPLAY_WINDOW) numbers) to 3
+/// above it. Consecutive epochs have slots of their own (epoch modulo this), so frames of
+/// these epochs, in any mix, never make an opener derive a key twice.
+pub const NEAR_EPOCHS: u64 = 8;
+/// Epochs of [`NEAR_EPOCHS`] below the newest opened.
+const NEAR_BELOW: u64 = 4;
+/// Frames an opener takes between two derivations of a key for an epoch beyond its near ones:
+/// frames that name such epochs cost it at most one derivation per this many frames.
+pub const FAR_EVERY: u64 = 64;
 /// Channels a header names (one byte).
 const CHANNELS: usize = 256;
 // One epoch of every channel stays at half the confidentiality limit, and probes never share
@@ -52,6 +69,9 @@ const _: () = assert!(EPOCH_PACKETS * CHANNELS as u64 <= CONFIDENTIALITY_LIMIT /
 const _: () = assert!(PROBE_PACKETS.is_multiple_of(EPOCH_PACKETS));
 // Data below the probes, all within the header's 48 bits.
 const _: () = assert!(PROBE_PACKETS < MAX_PACKET);
+// The near epochs cover every epoch the replay window still takes.
+const _: () = assert!(NEAR_BELOW * EPOCH_PACKETS >= super::replay::WINDOW);
+const _: () = assert!(NEAR_BELOW < NEAR_EPOCHS);
 
 /// The packet numbers of one space, counted up and never used twice: with the channel, a
 /// packet number is the AEAD nonce, and a nonce used twice under one key breaks AES-GCM. A
@@ -311,7 +331,11 @@ impl DataKey {
     pub fn opener(&self, channel: u16) -> PacketOpen {
         PacketOpen {
             ring: self.0.clone(),
-            keys: [None, None],
+            near: Default::default(),
+            newest: [epoch_of(0), epoch_of(PROBE_PACKETS)],
+            far: None,
+            since_far: FAR_EVERY,
+            derived: 0,
             channel,
             data: ReplayWindow::new(),
             probes: ReplayWindow::new(),
@@ -403,6 +427,10 @@ pub enum OpenError {
     /// It failed authentication: changed on the way, or forged.
     #[error("failed authentication")]
     Unauthentic,
+    /// It names a key epoch more than 3 ahead of the newest its opener opened, while another
+    /// such epoch's key was derived less than 64 frames ago: dropped unread.
+    #[error("names a key epoch far ahead of those opened")]
+    Ahead,
     /// More frames failed authentication under this session's key than AES-GCM's integrity
     /// limit allows: none opens any more, and the session must end.
     #[error("{failures} data frames failed authentication under this session's key, past the integrity limit of {limit}: the session ends")]
@@ -417,8 +445,17 @@ pub enum OpenError {
 /// Opens the sealed data frames of one channel.
 pub struct PacketOpen {
     ring: Arc<Keyring>,
-    /// The keys of the last two epochs opened (a switch of epochs brings frames of both).
-    keys: [Option<EpochKey>; 2],
+    /// Per space (data, probes), the keys of the near epochs, epoch modulo [`NEAR_EPOCHS`].
+    /// (Boxed: they are kilobytes, and openers move into their links.)
+    near: Box<[[Option<EpochKey>; NEAR_EPOCHS as usize]; 2]>,
+    /// Per space, the newest epoch a frame opened in (where the space starts while none did).
+    newest: [u64; 2],
+    /// The key of the last epoch beyond the near ones that was derived.
+    far: Option<EpochKey>,
+    /// Frames that reached the key step since `far` was derived.
+    since_far: u64,
+    /// Keys derived so far.
+    derived: u64,
     channel: u16,
     data: ReplayWindow,
     probes: ReplayWindow,
@@ -453,7 +490,8 @@ impl PacketOpen {
         if channel != self.channel {
             return Err(OpenError::Misdirected);
         }
-        let window = if pn >= PROBE_PACKETS {
+        let space = usize::from(pn >= PROBE_PACKETS);
+        let window = if space == 1 {
             &mut self.probes
         } else {
             &mut self.data
@@ -461,10 +499,30 @@ impl PacketOpen {
         if !window.check(pn) {
             return Err(OpenError::Replayed);
         }
-        // The slot of an epoch: even and odd epochs alternate, so the old epoch's key stays
-        // while the new one's frames come.
         let epoch = epoch_of(pn);
-        let key = EpochKey::get(&mut self.keys[(epoch % 2) as usize], &self.ring, epoch);
+        let newest = self.newest[space];
+        self.since_far = self.since_far.saturating_add(1);
+        let key = if epoch + NEAR_BELOW >= newest && epoch < newest + NEAR_EPOCHS - NEAR_BELOW {
+            // A near epoch: its slot holds it, or an epoch that is no longer near.
+            let slot = &mut self.near[space][(epoch % NEAR_EPOCHS) as usize];
+            if slot.as_ref().is_none_or(|k| k.epoch != epoch) {
+                self.derived += 1;
+            }
+            EpochKey::get(slot, &self.ring, epoch)
+        } else if epoch > newest {
+            // Far ahead: derived only now and then, whoever names it.
+            if self.far.as_ref().is_none_or(|k| k.epoch != epoch) {
+                if self.since_far < FAR_EVERY {
+                    return Err(OpenError::Ahead);
+                }
+                self.since_far = 0;
+                self.derived += 1;
+            }
+            EpochKey::get(&mut self.far, &self.ring, epoch)
+        } else {
+            // Older than the replay window takes (it refused the number above).
+            return Err(OpenError::Replayed);
+        };
         let plain_len = frame.len() - TAG_LEN;
         let (head, rest) = frame.split_at_mut(HEADER_LEN);
         let (payload, tag) = rest.split_at_mut(plain_len - HEADER_LEN);
@@ -487,6 +545,13 @@ impl PacketOpen {
             return Err(OpenError::Unauthentic);
         }
         window.accept(pn);
+        if epoch > newest {
+            self.newest[space] = epoch;
+            if self.far.as_ref().is_some_and(|k| k.epoch == epoch) {
+                // Near now: the far key moves to its slot.
+                self.near[space][(epoch % NEAR_EPOCHS) as usize] = self.far.take();
+            }
+        }
         Ok(&mut frame[..plain_len])
     }
 }
@@ -563,6 +628,7 @@ impl FrameOpen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secure::REPLAY_WINDOW;
     use crate::wire::{Header, Kind};
     use proptest::prelude::*;
 
@@ -714,6 +780,34 @@ mod tests {
             }
         }
 
+        /// Whatever numbers forgeries name, in the data and the probes' spaces, and however
+        /// they mix with a real sender's frames: every real frame opens, and the opener
+        /// derives each near epoch's key once plus at most one key per [`FAR_EVERY`] frames.
+        #[test]
+        fn forgeries_cost_at_most_one_derivation_per_far_every_frames(
+            steps in proptest::collection::vec((any::<bool>(), any::<bool>(), 0u64..PROBE_PACKETS, 1u64..EPOCH_PACKETS), 1..400)
+        ) {
+            let key = DataKey::new(&[8; 32]);
+            let mut seal = key.sealer();
+            let mut open = key.opener(0);
+            let mut pn = 0u64;
+            let (mut frames, mut advanced) = (0u64, 0u64);
+            for (real, probe, n, step) in steps {
+                frames += 1;
+                if real {
+                    let before = epoch_of(pn);
+                    pn += step;
+                    advanced += epoch_of(pn) - before;
+                    prop_assert!(open.open(&mut sealed(&mut seal, 0, pn, b"real")).is_ok(), "real {}", pn);
+                } else {
+                    let f = if probe { PROBE_PACKETS + n % (MAX_PACKET - PROBE_PACKETS) } else { n };
+                    prop_assert!(open.open(&mut forged(f)).is_err());
+                }
+            }
+            let bound = NEAR_EPOCHS + advanced + 1 + frames / FAR_EVERY + NEAR_EPOCHS;
+            prop_assert!(open.derived <= bound, "{} derived, bound {}", open.derived, bound);
+        }
+
         /// Nonces never repeat across the numbers a session uses: data from 1, probes from
         /// PROBE_PACKETS, per channel; and the nonce read back from an encoded header is the
         /// one of its channel and number.
@@ -783,6 +877,97 @@ mod tests {
         let n = f.len();
         f[n - TAG_LEN..].copy_from_slice(tag.unwrap().as_ref());
         assert_eq!(key.opener(0).open(&mut f), Err(OpenError::Unauthentic));
+    }
+
+    /// A frame of channel 0 numbered `pn` that no sealer of the key made.
+    fn forged(pn: u64) -> Vec<u8> {
+        frame(0, pn, b"forged")
+    }
+
+    #[test]
+    fn forgeries_naming_near_epochs_in_any_mix_derive_each_key_once() {
+        let key = DataKey::new(&[3; 32]);
+        let mut seal = key.sealer();
+        let mut open = key.opener(0);
+        let newest = 10 * EPOCH_PACKETS;
+        open.open(&mut sealed(&mut seal, 0, newest, b"real"))
+            .unwrap();
+        let derived = open.derived;
+        assert_eq!(derived, 1, "the real frame's epoch is derived once");
+        // Every epoch from the oldest the replay window takes to 3 ahead, over and over.
+        let near: Vec<u64> = (newest - REPLAY_WINDOW + 1..)
+            .step_by(EPOCH_PACKETS as usize)
+            .take(NEAR_EPOCHS as usize)
+            .collect();
+        assert_eq!(epoch_of(near[7]), epoch_of(newest) + 3);
+        for round in 0..50 {
+            for &pn in near.iter().rev() {
+                assert_eq!(
+                    open.open(&mut forged(pn + round)),
+                    Err(OpenError::Unauthentic)
+                );
+            }
+        }
+        assert_eq!(open.derived, NEAR_EPOCHS, "one derivation per near epoch");
+        open.open(&mut sealed(&mut seal, 0, newest + 1, b"real"))
+            .expect("the real sender goes on");
+        assert_eq!(open.derived, NEAR_EPOCHS);
+    }
+
+    #[test]
+    fn a_sender_far_ahead_gets_its_key_while_forgeries_name_other_far_epochs() {
+        let key = DataKey::new(&[3; 32]);
+        let mut seal = key.sealer();
+        let mut open = key.opener(0);
+        open.open(&mut sealed(&mut seal, 0, 5, b"real")).unwrap();
+        // The sender's frames were lost for 100 epochs; ten forgeries come for each of its
+        // frames, each naming another epoch far ahead.
+        let mut pn = 100 * EPOCH_PACKETS;
+        let mut frames = 0u64;
+        let mut far_epoch = 1000u64;
+        let back = loop {
+            assert!(frames < 11 * 20 * FAR_EVERY, "the sender never got its key");
+            for _ in 0..10 {
+                far_epoch += 1;
+                let r = open
+                    .open(&mut forged(far_epoch * EPOCH_PACKETS))
+                    .map(|_| ());
+                assert!(
+                    matches!(r, Err(OpenError::Ahead | OpenError::Unauthentic)),
+                    "{r:?}"
+                );
+                frames += 1;
+            }
+            pn += 1;
+            frames += 1;
+            if open.open(&mut sealed(&mut seal, 0, pn, b"real")).is_ok() {
+                break frames;
+            }
+        };
+        assert!(
+            open.derived <= 2 + back / FAR_EVERY,
+            "{} keys derived for {back} frames",
+            open.derived
+        );
+        // Back in step: its next frames open without a key derived for them, the forgeries
+        // still get at most one per FAR_EVERY frames.
+        let derived = open.derived;
+        for _ in 0..100 {
+            pn += 1;
+            open.open(&mut sealed(&mut seal, 0, pn, b"real"))
+                .expect("near again");
+            far_epoch += 1;
+            assert!(open.open(&mut forged(far_epoch * EPOCH_PACKETS)).is_err());
+        }
+        assert!(
+            open.derived <= derived + 200 / FAR_EVERY,
+            "{}",
+            open.derived
+        );
+        // A new opener of the channel (a TCP link after UDP) takes the far epoch at once.
+        let mut fresh = key.opener(0);
+        pn += 1;
+        assert!(fresh.open(&mut sealed(&mut seal, 0, pn, b"real")).is_ok());
     }
 
     #[test]
