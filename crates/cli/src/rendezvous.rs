@@ -137,6 +137,9 @@ pub fn receive(
         match ev {
             Event::Agent(AgentEvent::Paired { sender, relayed }) => {
                 paired = true;
+                if let (Some(true), Some(r)) = (relayed, &relayed_udp) {
+                    r.paired_through_relay();
+                }
                 let path = match relayed {
                     Some(true) => {
                         ui::say(out, &format!("path: relayed via {relay_addr}"));

@@ -921,6 +921,9 @@ pub fn print_receive_summary(out: &OutputArgs, s: &ReceiveSummary, path: Option<
             s.unauthentic
         ),
     );
+    if let Some(line) = receive_path_line(s) {
+        say(out, &line);
+    }
     if s.strays > 0 {
         say(
             out,
@@ -1020,6 +1023,17 @@ fn path_line(s: &SendSummary) -> Option<String> {
         [b.relay_udp, b.direct, b.relay_tcp],
         s.direct_after_seconds,
         s.fallback_seconds,
+    )
+}
+
+/// Which path carried how many bytes of a relayed receive, as they arrived (see
+/// [`path_line`]). `None` when nothing came through a relay.
+fn receive_path_line(s: &ReceiveSummary) -> Option<String> {
+    let b = &s.bytes_by_path;
+    route_line(
+        [b.relay_udp, b.direct, b.relay_tcp],
+        s.direct_after_seconds,
+        None,
     )
 }
 

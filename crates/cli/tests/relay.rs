@@ -170,8 +170,9 @@ fn paired_by_code_on_loopback_goes_direct() {
 }
 
 /// A 7 MiB file sent by code with `--relay-only --channels 3` and `extra`, on loopback: both
-/// sides say the session was relayed and the file is the same. The sender's JSON and the relay.
-fn forced_relayed(extra: &[&str]) -> (serde_json::Value, String, Relay) {
+/// sides say the session was relayed and the file is the same. The sender's JSON and the relay;
+/// the receiver's summary's line on which path carried how many bytes.
+fn forced_relayed(extra: &[&str]) -> (serde_json::Value, String, Relay, String) {
     let t = tmp();
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 7 * MIB + 5, 52);
@@ -191,12 +192,18 @@ fn forced_relayed(extra: &[&str]) -> (serde_json::Value, String, Relay) {
     recv.assert_success();
     assert!(recv.stdout.contains(&line), "{}", recv.stdout);
     fsx::assert_same_file(&src, &out.join("data.bin"));
-    (v, s.stderr, relay)
+    let by_path = recv
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("path: ") && l.contains(" MiB"))
+        .unwrap_or_else(|| panic!("no path line in\n{}", recv.stdout))
+        .to_string();
+    (v, s.stderr, relay, by_path)
 }
 
 #[test]
 fn forced_relayed_transfer_on_loopback_goes_as_datagrams_through_the_relay() {
-    let (v, stderr, mut relay) = forced_relayed(&[]);
+    let (v, stderr, mut relay, _) = forced_relayed(&[]);
     // The relay forwards datagrams: hurtle's UDP channels, paced and repaired, not TCP.
     assert_eq!(v["transport"], "udp", "{v}\n{stderr}");
     assert!(v["fallback_seconds"].is_null(), "{v}");
@@ -226,8 +233,13 @@ fn splice_bytes(log: &str) -> Vec<u64> {
 
 #[test]
 fn forced_relayed_parallel_tcp_on_loopback_is_spliced() {
-    let (v, _, mut relay) = forced_relayed(&["--transport", "tcp"]);
+    let (v, _, mut relay, received) = forced_relayed(&["--transport", "tcp"]);
     assert_eq!(v["transport"], "tcp", "{v}");
+    // So did the receiver, for what it received.
+    assert!(
+        received.starts_with("path: relayed over TCP 7."),
+        "{received}"
+    );
     // The sender counted every byte as sent through the splice.
     let (share, via_udp, via_tcp) = direct_share(&v);
     assert_eq!((share, via_udp), (0.0, 0), "{v}");
@@ -716,13 +728,28 @@ fn send_across(
     (src, out): (&Path, &Path),
     (relay_extra, send_extra): (&[&str], &[&str]),
 ) -> (support::proc::Finished, support::proc::Finished, Relay) {
+    send_across_with(
+        (r, a, b),
+        relay_ips,
+        (src, out),
+        (relay_extra, &[], send_extra),
+    )
+}
+
+/// [`send_across`], the receiver started with `recv_extra` too.
+fn send_across_with(
+    (r, a, b): (&str, &str, &str),
+    relay_ips: (&str, &str),
+    (src, out): (&Path, &Path),
+    (relay_extra, recv_extra, send_extra): (&[&str], &[&str], &[&str]),
+) -> (support::proc::Finished, support::proc::Finished, Relay) {
     let relay = start_relay_with(&["ip", "netns", "exec", r], "0.0.0.0:0", relay_extra);
     let port = relay.addr.port();
     let recv = start_code_receiver_with(
         &["ip", "netns", "exec", a],
         &format!("{}:{port}", relay_ips.0),
         out,
-        &[],
+        recv_extra,
     );
     let sender_relay = format!("{}:{port}", relay_ips.1);
     let mut args: Vec<String> = ["netns", "exec", b, support::proc::bin(), "send"]
@@ -949,12 +976,13 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 96 * MIB + 3, 55);
     let out = t.path().join("out");
-    let (s, r_done, relay) = send_across(
+    let (s, r_done, relay) = send_across_with(
         (&r, &a, &b),
         ("10.215.3.1", "10.215.4.1"),
         (&src, &out),
         (
             &["--metrics", "127.0.0.1:7499"],
+            &["--json"],
             &["--json", "--rate", "400M"],
         ),
     );
@@ -985,8 +1013,43 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     assert!(share >= 0.9, "{share} direct: {v}");
     assert!(via_relay > 0, "the start was relayed: {v}");
     assert_eq!(via_tcp, 0, "{v}");
+    // The receiver's count of what arrived each way says the same, within what was resent.
+    both_sides_agree(&v, &r_done.json());
     drop(relay);
     drop(ns);
+}
+
+/// The receiver's `bytes_by_path` (`r`, what arrived each way, by where it came from) against
+/// the sender's (`s`, what it sent each way): bytes on both the relay and the direct path on
+/// both sides, none over TCP, and each path's counts apart by no more than what was resent
+/// (lost on the way: in the sender's count only) and a batch per channel (the sender counts a
+/// batch for the path its channel has once it is sent, and one sent just before a channel's
+/// move may arrive through the relay).
+fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value) {
+    let (share, r_relay, r_tcp) = direct_share(r);
+    let (_, s_relay, _) = direct_share(s);
+    let n = |v: &serde_json::Value, k: &str| v["bytes_by_path"][k].as_u64().unwrap_or(0);
+    eprintln!(
+        "sender {}; receiver {}; resent {} datagrams",
+        s["bytes_by_path"], r["bytes_by_path"], s["datagrams_resent"]
+    );
+    assert!(share >= 0.9, "the receiver got {share} direct: {r}");
+    assert!(
+        r_relay > 0,
+        "the receiver got nothing through the relay: {r}"
+    );
+    assert_eq!(r_tcp, 0, "{r}");
+    let datagram = s["payload"].as_u64().expect("payload") + 64;
+    let resent = s["datagrams_resent"].as_u64().expect("datagrams_resent") * datagram;
+    let batches = s["channels"].as_u64().expect("channels") * 64 * datagram;
+    for k in ["direct", "relay_udp"] {
+        let (sent, got) = (n(s, k), n(r, k));
+        assert!(
+            sent.abs_diff(got) <= resent + batches,
+            "{k}: sent {sent}, received {got} (resent {resent} B): {s}\n{r}"
+        );
+    }
+    assert!(s_relay > 0, "{s}");
 }
 
 /// The datagram bytes the relay in namespace `ns`, serving metrics on 127.0.0.1:`port`, has
@@ -1020,12 +1083,13 @@ fn a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path() {
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 96 * MIB + 7, 56);
     let out = t.path().join("out");
-    let (s, r_done, relay) = send_across(
+    let (s, r_done, relay) = send_across_with(
         (&r, &a, &b),
         ("10.216.3.1", "10.216.4.1"),
         (&src, &out),
         (
             &["--metrics", "127.0.0.1:7498"],
+            &["--json"],
             &["--json", "--rate", "400M"],
         ),
     );
@@ -1055,6 +1119,7 @@ fn a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path() {
     assert!(share >= 0.9, "{share} direct: {v}");
     assert!(via_relay > 0, "the start was relayed: {v}");
     assert_eq!(via_tcp, 0, "{v}");
+    both_sides_agree(&v, &r_done.json());
     drop(relay);
     drop(ns);
 }
@@ -1075,12 +1140,13 @@ fn a_symmetric_receiver_and_a_port_restricted_sender_stay_on_the_udp_relay() {
     let src = t.path().join("src/data.bin");
     fsx::write_random(&src, 24 * MIB + 11, 57);
     let out = t.path().join("out");
-    let (s, r_done, relay) = send_across(
+    let (s, r_done, relay) = send_across_with(
         (&r, &a, &b),
         ("10.217.3.1", "10.217.4.1"),
         (&src, &out),
         (
             &["--metrics", "127.0.0.1:7497"],
+            &["--json"],
             &["--json", "--rate", "200M"],
         ),
     );
@@ -1096,6 +1162,11 @@ fn a_symmetric_receiver_and_a_port_restricted_sender_stay_on_the_udp_relay() {
     let (share, via_relay, via_tcp) = direct_share(&v);
     assert_eq!((share, via_tcp), (0.0, 0), "{v}");
     assert!(via_relay > 24 * MIB, "{v}");
+    // The receiver's count: all of it arrived from the relay's UDP port.
+    let got = r_done.json();
+    let (share, got_relay, got_tcp) = direct_share(&got);
+    assert_eq!((share, got_tcp), (0.0, 0), "{got}");
+    assert!(got_relay > 24 * MIB && got_relay <= via_relay, "{got}\n{v}");
     // Every byte of the file went through the relay's UDP port, none through its splice.
     let forwarded = relay_forwarded(&r, 7497);
     let size = std::fs::metadata(&src).unwrap().len();
@@ -1129,11 +1200,11 @@ fn udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so() {
     for json in [true, false] {
         let out = t.path().join(format!("out-{json}"));
         let extra: &[&str] = if json { &["--json"] } else { &[] };
-        let (s, r_done, relay) = send_across(
+        let (s, r_done, relay) = send_across_with(
             (&r, &a, &b),
             ("10.218.3.1", "10.218.4.1"),
             (&src, &out),
-            (&[], extra),
+            (&[], extra, extra),
         );
         s.assert_success();
         r_done.assert_success();
@@ -1156,6 +1227,18 @@ fn udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so() {
                 by_path["relay_tcp"].as_u64().expect("relay_tcp") * 100 >= size * 99,
                 "{v}"
             );
+            // The receiver's count: all of it came over the TCP connections the relay spliced.
+            let got = r_done.json();
+            let by_path = &got["bytes_by_path"];
+            assert_eq!(
+                (&by_path["direct"], &by_path["relay_udp"]),
+                (&0.into(), &0.into()),
+                "{got}"
+            );
+            assert!(
+                by_path["relay_tcp"].as_u64().expect("relay_tcp") > size,
+                "{got}"
+            );
         } else {
             // "sent 12.0 MiB ... over 2 tcp connections", and where they went.
             assert!(s.stdout.contains(" tcp connections"), "{}", s.stdout);
@@ -1166,6 +1249,13 @@ fn udp_blocked_on_one_side_goes_through_the_relay_s_tcp_splice_and_says_so() {
                 .unwrap_or_else(|| panic!("no path line in\n{}", s.stdout));
             assert!(path.contains("relayed over TCP 12."), "{path}");
             assert!(!path.contains("direct"), "{path}");
+            // The receiver's summary says so too.
+            let path = r_done
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("path: ") && l.contains(" MiB"))
+                .unwrap_or_else(|| panic!("no path line in\n{}", r_done.stdout));
+            assert!(path.contains("relayed over TCP 12."), "{path}");
         }
         // The file's bytes crossed the relay's TCP splices.
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -6,7 +6,8 @@
 //! it last moved bytes of (so that a display names the files whose bytes are moving now, not
 //! the one most recently started or finished). A sender also says which way each channel's
 //! datagrams go now ([`Route`]: direct, or through a relay as datagrams or over its TCP
-//! splice) and counts the bytes each way carried, per batch sent ([`Progress::count_sent`]).
+//! splice) and counts the bytes each way carried, per batch sent ([`Progress::count_sent`]);
+//! a receiver the same, for the bytes it received ([`Progress::count_route`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -84,12 +85,12 @@ pub struct Progress {
     moving: Box<[AtomicU64]>,
     /// What limits the transfer now, in a few words (sender; `None` until it is known).
     limit: Mutex<Option<String>>,
-    /// Per channel, its [`Route`] now (sender).
+    /// Per channel, its [`Route`] now.
     routes: Box<[AtomicU8]>,
     /// Channels whose routes are kept (0: routes never set, the session is not relayed).
     routed: AtomicU16,
-    /// Bytes sent each way, by [`Route`] (datagrams with their headers, repairs and parity
-    /// included; over TCP the frames).
+    /// Bytes sent (received) each way, by [`Route`] (datagrams with their headers, repairs and
+    /// parity included; over TCP the frames).
     route_bytes: [AtomicU64; 3],
     origin: Instant,
 }
@@ -229,7 +230,14 @@ impl Progress {
         self.route_bytes[usize::from(route).min(2)].fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Bytes sent each way so far, in the order of [`Route::ALL`].
+    /// `bytes` just went by `route` (a receiver, which knows each datagram's way by where it
+    /// came from). Cheap (one relaxed atomic): once per batch and route.
+    pub fn count_route(&self, route: Route, bytes: u64) {
+        self.route_bytes[route as usize].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes sent (or, on a receiver, received) each way so far, in the order of
+    /// [`Route::ALL`].
     pub fn route_bytes(&self) -> [u64; 3] {
         [0, 1, 2].map(|i| self.route_bytes[i].load(Ordering::Relaxed))
     }

@@ -264,8 +264,11 @@ fn register(
                 AgentEvent::Expired => Error::Code(format!(
                     "code {said} expired after {ttl} s; build a receiver again for a new code"
                 )),
-                AgentEvent::Paired { .. } => {
+                AgentEvent::Paired { relayed, .. } => {
                     paired.store(true, Ordering::Relaxed);
+                    if relayed == Some(true) {
+                        udp.paired_through_relay();
+                    }
                     return;
                 }
                 // Once a sender found the code, the session no longer needs the relay's

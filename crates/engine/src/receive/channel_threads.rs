@@ -8,11 +8,12 @@ use super::gathering::Gathering;
 use super::shared::{ChanCmd, ChanEvent, Shared};
 use super::writer::{write_block, Writer, Written};
 use crate::error::SessionError;
-use crate::net::channel_link::LinkIn;
+use crate::net::channel_link::{InPath, LinkIn};
 use crate::net::dial::RELAY_TAG;
 use crate::net::punch::{PunchStep, SocketPunch};
 use crate::net::udp::{RecvBatch, GRO_BUF_SIZE};
 use crate::netlog::NetLog;
+use crate::progress::Route;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
 use hurtle_proto::fec::{self, ParityStore};
@@ -67,6 +68,46 @@ pub(super) struct ChannelWorker {
     /// Where the sender's datagrams came from last, and every address they came from.
     pub(super) last_src: Option<SocketAddr>,
     pub(super) sources: Vec<SocketAddr>,
+    /// The bytes of the sender's this batch brought each way.
+    pub(super) ways: WayCount,
+}
+
+/// Which way a channel's datagrams came, counted per datagram and handed to the session's
+/// [`crate::progress::Progress::count_route`] once per batch: through the relay's UDP port
+/// (the datagram came from there), over TCP (through the relay's splice when the sender came
+/// through the relay), or direct (anything else the channel took as the sender's).
+#[derive(Debug, Default)]
+pub(super) struct WayCount {
+    /// The relay's UDP port, once the relay offered the session's allocations there.
+    pub(super) relay: Option<SocketAddr>,
+    /// The channel's link is a TCP connection now, and its frames come this way.
+    pub(super) tcp: Option<Route>,
+    /// The bytes not yet handed on, in the order of [`Route::ALL`].
+    pub(super) bytes: [u64; 3],
+}
+
+impl WayCount {
+    /// A data or parity datagram (or TCP frame) of `len` bytes from `src` was taken as the
+    /// sender's.
+    fn add(&mut self, src: &SocketAddr, len: usize) {
+        let route = if let Some(tcp) = self.tcp {
+            tcp
+        } else if Some(*src) == self.relay {
+            Route::RelayUdp
+        } else {
+            Route::Direct
+        };
+        self.bytes[route as usize] += len as u64;
+    }
+
+    /// Hands the counts on to `progress`.
+    fn flush(&mut self, progress: &crate::progress::Progress) {
+        for (route, n) in Route::ALL.into_iter().zip(&mut self.bytes) {
+            if *n > 0 {
+                progress.count_route(route, std::mem::take(n));
+            }
+        }
+    }
 }
 
 /// A relayed channel's binding at the relay and its try for a direct path to the sender's
@@ -282,6 +323,7 @@ impl ChannelWorker {
             let Some(bind) = binds.get(usize::from(self.ch)) else {
                 return;
             };
+            self.ways.relay = Some(*relay);
             p.state = Some(SocketPunch::new(
                 (*relay, bind.clone(), *parse),
                 Role::Receiver,
@@ -302,6 +344,10 @@ impl ChannelWorker {
         if let Some(p) = self.punch.as_mut() {
             p.direct_ip = Some(addr.ip().to_canonical());
         }
+        let sh = &self.shared;
+        sh.progress.set_route(self.ch, Route::Direct);
+        let at = sh.origin.elapsed().as_micros() as u64;
+        sh.direct_at_us.fetch_min(at, Ordering::Relaxed);
         self.shared.feedback.redirect(self.ch, addr);
         self.log
             .line(|| format!("direct path to the sender at {addr}: the relay is left"));
@@ -318,6 +364,7 @@ impl ChannelWorker {
         let mut batch_time = None;
         let mut timed_on_read = false;
         let mut last_arrival: Option<Instant> = None;
+        self.ways.tcp = matches!(link.path, InPath::Tcp(_)).then(|| self.shared.tcp_route());
         let n = match batch {
             Some(batch) => link.recv(batch, |src, arrived, datagram| {
                 let now = *batch_time.get_or_insert_with(Instant::now);
@@ -362,6 +409,7 @@ impl ChannelWorker {
                 .progress
                 .sent
                 .fetch_add(new_bytes, Ordering::Relaxed);
+            self.ways.flush(&self.shared.progress);
             if let Some(file) = self.moved_file.take() {
                 self.shared.progress.note_moving(self.ch, file);
             }
@@ -390,6 +438,10 @@ impl ChannelWorker {
                         .unauthentic
                         .fetch_add(link.dropped(), Ordering::Relaxed);
                     *link = *new;
+                    let route = self.shared.tcp_route();
+                    if route != Route::Direct {
+                        self.shared.progress.set_route(self.ch, route);
+                    }
                     self.log.line(|| "link moved to TCP".into());
                 }
             }
@@ -474,6 +526,10 @@ impl ChannelWorker {
         let (verdict, payload) =
             self.admission
                 .admit_datagram(arrived, &self.shared.layout, datagram);
+        // Data and parity, as a sender counts them (not probes or a channel's end).
+        if matches!(verdict, Admit::Data(_) | Admit::Parity { .. }) {
+            self.ways.add(src, datagram.len());
+        }
         if !self.heard && !matches!(verdict, Admit::Reject(_)) {
             self.heard = true;
             self.shared.heard[usize::from(self.ch)].store(true, Ordering::Relaxed);

@@ -138,12 +138,15 @@ pub enum WriteQueue {
 /// datagrams the channels take as the sender's, and, once the relay gives them for a session
 /// (its agent hears them), where each channel socket binds its end of the session's
 /// allocation there and the datagram that does it ([`RelayedUdp::offer`]). An authenticated
-/// session's channels send their binds as soon as they are offered.
+/// session's channels send their binds as soon as they are offered. Whether the sender came
+/// through the relay at all ([`RelayedUdp::paired_through_relay`], or an offer) decides how the
+/// bytes of TCP data connections are counted (`bytes_by_path`: through the relay's splice).
 #[derive(Debug)]
 pub struct RelayedUdp {
     relay_ip: IpAddr,
     offer: std::sync::Mutex<Option<RelayOffer>>,
     ready: std::sync::Condvar,
+    through_relay: std::sync::atomic::AtomicBool,
 }
 
 /// A session's allocations at the relay: its address, each channel socket's bind, and how its
@@ -157,7 +160,20 @@ impl RelayedUdp {
             relay_ip: relay_ip.to_canonical(),
             offer: std::sync::Mutex::new(None),
             ready: std::sync::Condvar::new(),
+            through_relay: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The sender's connections come through the relay's splice (the relay said so when it
+    /// paired the two; an offer of datagram allocations says so too).
+    pub fn paired_through_relay(&self) {
+        self.through_relay
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the sender came through the relay (see [`RelayedUdp::paired_through_relay`]).
+    pub fn through_relay(&self) -> bool {
+        self.through_relay.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The relay gave a session's allocations: each channel's socket sends `binds[channel]`
@@ -169,6 +185,7 @@ impl RelayedUdp {
         parse: crate::net::punch::ParseAnswer,
     ) {
         *self.offer.lock().unwrap_or_else(|e| e.into_inner()) = Some((addr, binds, parse));
+        self.paired_through_relay();
         self.ready.notify_all();
     }
 

@@ -24,7 +24,8 @@ use crate::net::control::ControlError;
 use crate::net::feedback::FeedbackOut;
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
-use crate::progress::Progress;
+use crate::progress::{Progress, Route};
+use crate::report::BytesByPath;
 use crate::setup::{out_of_order, Driver};
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::Tally;
@@ -250,6 +251,8 @@ impl Receiver {
             relay_ip: self.opts.relayed_udp.as_ref().map(|r| r.relay_ip()),
             relay_offer: std::sync::OnceLock::new(),
             punch_key: data.punch,
+            relay: self.opts.relayed_udp.clone(),
+            direct_at_us: AtomicU64::new(u64::MAX),
             to_wire: tx.clone(),
             feedback,
             counters: Counters::default(),
@@ -273,8 +276,12 @@ impl Receiver {
             relayed.when_offered(Duration::from_secs(10), move |offer| {
                 if let Some(sh) = sh.upgrade() {
                     let _ = sh.relay_offer.set(offer);
+                    // The datagrams come through the relay until a channel's move direct.
+                    sh.progress.set_routes(channels, Route::RelayUdp);
                 }
             });
+        } else if shared.tcp_route() == Route::RelayTcp {
+            shared.progress.set_routes(channels, Route::RelayTcp);
         }
         let (ev_tx, ev_rx) = unbounded();
         // On a disk a write can block for a long time (the device busy, dirty pages throttled),
@@ -381,6 +388,15 @@ impl Receiver {
             socket_drops,
             warnings,
             capacity,
+            bytes_by_path: BytesByPath::from_routes(shared.progress.route_bytes()),
+            direct_after_seconds: match shared.direct_at_us.load(Ordering::Relaxed) {
+                u64::MAX => None,
+                us => Some(
+                    (shared.origin + Duration::from_micros(us))
+                        .saturating_duration_since(start)
+                        .as_secs_f64(),
+                ),
+            },
             file_hashes: files
                 .iter()
                 .zip(hashes)
@@ -483,6 +499,8 @@ impl Receiver {
             socket_drops: 0,
             warnings,
             capacity,
+            bytes_by_path: BytesByPath::default(),
+            direct_after_seconds: None,
             file_hashes: files
                 .iter()
                 .zip(&agreed.skips)
@@ -574,6 +592,7 @@ impl Receiver {
                 heard: false,
                 last_src: None,
                 sources: Vec::new(),
+                ways: Default::default(),
                 punch: punch_socks
                     .get_mut(usize::from(ch))
                     .and_then(Option::take)

@@ -30,6 +30,12 @@ pub(super) struct Shared {
     pub(super) relay_offer: std::sync::OnceLock<super::RelayOffer>,
     /// The session's hole-punching key.
     pub(super) punch_key: [u8; 32],
+    /// The relay the receiver was paired by (`receive --relay`), if any: whether the sender
+    /// came through it ([`super::RelayedUdp::through_relay`]).
+    pub(super) relay: Option<Arc<super::RelayedUdp>>,
+    /// When the first channel moved to a direct path punched past the relay, microseconds
+    /// from `origin` (`u64::MAX`: none did).
+    pub(super) direct_at_us: AtomicU64,
     pub(super) to_wire: Sender<Control>,
     /// Copies of the reports and NACKs as datagrams (see [`crate::net::feedback`]).
     pub(super) feedback: FeedbackOut,
@@ -75,6 +81,15 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The way the bytes of a TCP data connection come: through the relay's splice when the
+    /// sender came through the relay, else direct.
+    pub(super) fn tcp_route(&self) -> crate::progress::Route {
+        match &self.relay {
+            Some(r) if r.through_relay() => crate::progress::Route::RelayTcp,
+            _ => crate::progress::Route::Direct,
+        }
+    }
+
     /// Each channel's [`ArrivalMark`] now.
     pub(super) fn arrival_marks(&self) -> Vec<ArrivalMark> {
         self.arrivals

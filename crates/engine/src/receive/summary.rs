@@ -2,6 +2,7 @@
 //! fetched again, what this receiver can absorb, and each file's outcome.
 
 use super::capacity::Capacity;
+use crate::report::BytesByPath;
 use serde::Serialize;
 
 /// What a finished receive did.
@@ -50,6 +51,14 @@ pub struct ReceiveSummary {
     pub warnings: Vec<String>,
     /// What this receiver measured it can absorb, and offered as the rate ceiling.
     pub capacity: Capacity,
+    /// The bytes of the sender's that arrived each way (datagrams with their headers, counted
+    /// by where each came from; see [`BytesByPath`]): what was lost on the way is in the
+    /// sender's count and not here.
+    pub bytes_by_path: BytesByPath,
+    /// Seconds from the start to the first channel's move from the relay to a direct path
+    /// punched through both NATs, as this side saw it (`None`: not relayed, or no direct path
+    /// found).
+    pub direct_after_seconds: Option<f64>,
     /// Per-file results.
     pub file_hashes: Vec<crate::report::FileReport>,
     /// Connections dropped before their greeting (not hurtle peers, or silent) since the

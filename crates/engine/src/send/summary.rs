@@ -2,6 +2,7 @@
 //! carried how many bytes ([`BytesByPath`]), the pacing rate's timeline ([`RateSummary`]) and
 //! what limited the transfer ([`BottleneckSummary`]).
 
+pub use crate::report::BytesByPath;
 use crate::report::FileReport;
 use hurtle_proto::rate::bottleneck::{Bottleneck, BufferCap, Evidence, ReceiverSigns};
 use hurtle_proto::{RateController, RateMode};
@@ -91,30 +92,6 @@ pub struct SendSummary {
     pub warnings: Vec<String>,
     /// Per-file results.
     pub file_hashes: Vec<FileReport>,
-}
-
-/// The bytes a send's channels sent each way: datagrams with their headers (repairs and
-/// parity included), or TCP frames. Counted by the sender, per batch, for the route each
-/// channel had when it sent it ([`crate::progress::Route`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct BytesByPath {
-    /// Straight to the receiver: no relay, or a path punched through the NATs.
-    pub direct: u64,
-    /// As datagrams through the relay's UDP port.
-    pub relay_udp: u64,
-    /// Over parallel TCP through the relay's splice.
-    pub relay_tcp: u64,
-}
-
-impl BytesByPath {
-    /// From [`crate::progress::Progress::route_bytes`].
-    pub fn from_routes([direct, relay_udp, relay_tcp]: [u64; 3]) -> BytesByPath {
-        BytesByPath {
-            direct,
-            relay_udp,
-            relay_tcp,
-        }
-    }
 }
 
 /// What a send's bottleneck is judged against besides the rate timeline and the receiver's
