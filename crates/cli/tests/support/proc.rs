@@ -90,6 +90,10 @@ impl Proc {
         if !cmd.get_envs().any(|(k, _)| k == "HURTLE_PATH_MEMORY") {
             cmd.env("HURTLE_PATH_MEMORY", "off");
         }
+        // Nor block values (a sender's cache for resuming), unless a test names a directory.
+        if !cmd.get_envs().any(|(k, _)| k == "HURTLE_VALUE_CACHE") {
+            cmd.env("HURTLE_VALUE_CACHE", "off");
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

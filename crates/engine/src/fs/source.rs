@@ -6,6 +6,11 @@
 //! must still be the same file (device and inode), so a source replaced meanwhile counts as
 //! changed, never read from.
 //!
+//! Its [`SourceStamp`] (device, inode, size, modification and change times), recorded at open
+//! and taken again on demand, is what the sender's cache of block values is keyed by: the
+//! change time cannot be set back by a user, so a file rewritten with its modification time
+//! restored still has another stamp.
+//!
 //! It also holds the blocks the manifest announced as holes ([`SourceFile::with_holes`]): such
 //! a block, still a hole, is valued without being read or hashed
 //! ([`hurtle_proto::hash::hole_value`]).
@@ -14,11 +19,46 @@ use super::error::{map_io, StoreError};
 use super::fds::{is_replaced, Descriptors, Identity, Slot};
 use super::holes::is_hole;
 use super::meta::mtime_ns;
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io::{self, ErrorKind};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
+
+/// What identifies one state of a source file: which file (device, inode) and what its
+/// metadata said (size, modification and change times, nanoseconds since the Unix epoch). Any
+/// write, truncation, `touch`, rename over it or replacement gives another stamp: the change
+/// time is set by the kernel to the current time on each of them, and no call sets it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceStamp {
+    /// Device number.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Change time (the inode's: never set back by a user), nanoseconds since the Unix epoch.
+    pub ctime_ns: i64,
+}
+
+impl SourceStamp {
+    /// The stamp of a file's metadata.
+    pub fn of(meta: &Metadata) -> SourceStamp {
+        SourceStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: mtime_ns(meta),
+            ctime_ns: meta
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.ctime_nsec()),
+        }
+    }
+}
 
 /// A file being sent: positional reads, with its size and modification time recorded at open
 /// so that changes during the transfer are noticed.
@@ -31,6 +71,9 @@ pub struct SourceFile {
     path: PathBuf,
     size: u64,
     mtime_ns: i64,
+    /// Its stamp at open, and when it was taken.
+    stamp: SourceStamp,
+    stamped_at: SystemTime,
     /// Blocks the manifest announced as holes: ascending half-open ranges of block numbers.
     holes: Vec<(u64, u64)>,
 }
@@ -40,6 +83,7 @@ impl SourceFile {
     /// anything but a regular file.
     pub fn open(path: &Path) -> Result<SourceFile, StoreError> {
         let file = File::open(path).map_err(|e| map_io(path, "open", 0, e))?;
+        let stamped_at = SystemTime::now();
         let meta = file.metadata().map_err(|e| map_io(path, "inspect", 0, e))?;
         if !meta.is_file() {
             return Err(StoreError::Io {
@@ -54,6 +98,8 @@ impl SourceFile {
             path: path.to_path_buf(),
             size: meta.len(),
             mtime_ns: mtime_ns(&meta),
+            stamp: SourceStamp::of(&meta),
+            stamped_at,
             holes: Vec::new(),
         })
     }
@@ -109,6 +155,25 @@ impl SourceFile {
     /// Modification time recorded at open, nanoseconds since the Unix epoch.
     pub fn mtime_ns(&self) -> i64 {
         self.mtime_ns
+    }
+
+    /// The file's [`SourceStamp`] recorded at open.
+    pub fn stamp(&self) -> SourceStamp {
+        self.stamp
+    }
+
+    /// When [`SourceFile::stamp`] was taken (just before the file was inspected).
+    pub fn stamped_at(&self) -> SystemTime {
+        self.stamped_at
+    }
+
+    /// The file's [`SourceStamp`] now, from its open descriptor.
+    pub fn stamp_now(&self) -> Result<SourceStamp, StoreError> {
+        let meta = self
+            .file()?
+            .metadata()
+            .map_err(|e| map_io(&self.path, "inspect", 0, e))?;
+        Ok(SourceStamp::of(&meta))
     }
 
     /// Reads from `offset` into `buf`, up to the recorded size: returns `buf.len()`, or fewer

@@ -625,6 +625,21 @@ impl ChannelWorker {
                     // Announced holes are valued here (without reading: see `load_block`);
                     // resumed blocks on the held block thread, while new data goes out.
                     if self.is_resumed(span.block) {
+                        // Its value kept by an earlier session, for the source as it is now:
+                        // not read at all.
+                        if let Some(value) = shared.cached_value(span.block) {
+                            shared.resume_cached.fetch_add(1, Ordering::Relaxed);
+                            let _ = self.events.send(ChanEvent::Block {
+                                block: span.block,
+                                value,
+                                held: true,
+                            });
+                            self.log.line(|| {
+                                format!("held block {} valued from the cache", span.block)
+                            });
+                            continue;
+                        }
+                        shared.resume_read.fetch_add(1, Ordering::Relaxed);
                         if self.held_valuer.is_none() {
                             let valuer = HeldValuer::start(
                                 self.ch,

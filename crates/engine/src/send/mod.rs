@@ -20,6 +20,8 @@
 //!   rate changes, the live bottleneck.
 //! - `channel_threads`: the channel threads (`serve_channels`, `ChannelWorker`) and their pacing.
 //! - `shared`: the state and the messages the session loop and the channel threads share.
+//! - [`value_cache`]: the block values of files left unfinished, kept between sessions
+//!   ([`ValueCache`]) so that a resumed transfer does not read again what the receiver holds.
 //! - `summary`: what a finished send did ([`SendSummary`], [`RateSummary`],
 //!   [`BottleneckSummary`]).
 //!
@@ -36,10 +38,12 @@ mod session;
 mod session_loop;
 mod shared;
 mod summary;
+pub mod value_cache;
 
 pub use memory::PathMemories;
 pub use options::{default_channels, SendOptions, Transport};
 pub use summary::{BottleneckSummary, OutageSummary, RateSummary, ResumedSummary, SendSummary};
+pub use value_cache::ValueCache;
 
 use crate::error::SessionError;
 use crate::progress::Progress;

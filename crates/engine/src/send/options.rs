@@ -3,6 +3,7 @@
 //! live bottleneck is judged against it.
 
 use super::memory::PathMemories;
+use super::value_cache::ValueCache;
 use crate::net::dial::Dialer;
 use hurtle_proto::secure::Secret;
 use hurtle_proto::wire;
@@ -85,6 +86,10 @@ pub struct SendOptions {
     /// transfer's bottleneck to the same receiver, and leaves its own (see [`PathMemories`]).
     /// `None` (the default): every start is a cold one, and nothing is kept.
     pub path_memory: Option<PathMemories>,
+    /// Where the block values of files a session leaves unfinished are kept, so that resuming
+    /// them reads nothing the receiver holds ([`ValueCache`]; `None`: nowhere, and held blocks
+    /// are read to be valued). By default [`ValueCache::from_env`].
+    pub value_cache: Option<ValueCache>,
     /// Send parity for the tail of each UDP channel's data ([`hurtle_proto::fec`]): a loss in
     /// the last round trip of new data is rebuilt by the receiver instead of repaired a round
     /// trip later. On by default; `--no-fec` turns it off.
@@ -121,6 +126,7 @@ impl Default for SendOptions {
             secret: None,
             no_encryption: false,
             path_memory: None,
+            value_cache: ValueCache::from_env(),
             fec: true,
             dry_run: false,
             delete: false,

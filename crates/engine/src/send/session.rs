@@ -163,6 +163,8 @@ pub(super) fn send_once(
             bytes: 0,
             resumed_bytes: 0,
             sparse_bytes: 0,
+            resume_blocks_cached: 0,
+            resume_blocks_read: 0,
             files: files.len(),
             skipped: plan.skipped.iter().filter(|s| s.is_skipped()).count(),
             encrypted: path.seal.is_some(),
@@ -271,6 +273,11 @@ pub(super) fn send_once(
         loss_ppm: AtomicU32::new(u32::MAX),
         catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
         train_bytes: AtomicU64::new(controller.train_bytes()),
+        cached: (0..files.len()).map(|_| Default::default()).collect(),
+        value_cache: opts.value_cache.clone(),
+        values: Default::default(),
+        resume_cached: AtomicU64::new(0),
+        resume_read: AtomicU64::new(0),
     });
     progress
         .rate_bps
@@ -499,6 +506,13 @@ pub(super) fn send_once(
         );
     };
     let (sent, resent, nacks, parity_sent, (late, lost)) = channel_threads.stop();
+    // A session that ends before its files leaves their values for the next one to take
+    // instead of reading what the receiver then holds (`value_cache`).
+    if result.is_err() {
+        if let Some(e) = shared.keep_values() {
+            rate_log.line(|| e);
+        }
+    }
     match &result {
         Ok(_) => {
             let _ = tx.send(Control::Done);
@@ -545,6 +559,8 @@ pub(super) fn send_once(
         bytes: sent_bytes,
         resumed_bytes,
         sparse_bytes,
+        resume_blocks_cached: shared.resume_cached.load(Ordering::Relaxed),
+        resume_blocks_read: shared.resume_read.load(Ordering::Relaxed),
         files: files.len(),
         skipped: skipped.iter().filter(|s| s.is_some()).count(),
         encrypted: path.seal.is_some(),

@@ -89,6 +89,7 @@ fn pass_value(
     tx: &Sender<Control>,
     (block, value, held): (u64, [u8; 32], bool),
 ) -> Result<(), SessionError> {
+    shared.note_value(block, value);
     if let Some(file) = state.on_block_value(Instant::now(), block, value, held) {
         shared.sources[file as usize].check_unchanged()?;
     }
@@ -144,6 +145,7 @@ pub(super) fn session_loop(
     };
     let tick = crossbeam_channel::tick(PROBE_TICK);
     let mut judged_at = Instant::now();
+    let mut kept_at = Instant::now();
     let mut feedback = feedback;
     let never = crossbeam_channel::never();
     while !state.is_done() {
@@ -172,6 +174,14 @@ pub(super) fn session_loop(
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
                 }
+                // The values so far go to the cache now and then, so that even a sender
+                // killed outright leaves them for the next session.
+                if kept_at.elapsed() >= KEEP_VALUES_EVERY {
+                    kept_at = Instant::now();
+                    if let Some(e) = shared.keep_values() {
+                        rate_log.line(|| e);
+                    }
+                }
                 if let Some(p) = udp.prober.as_mut() {
                     p.send_due(Instant::now());
                     let step = probe_step(p, shared, state.received() > 0, rate_log);
@@ -195,8 +205,13 @@ pub(super) fn session_loop(
                         let _ = c.send(ThreadCmd::Channel(channel, cmd));
                     }
                 }
-                SenderDataEvent::FileConfirmed { .. } => {
+                SenderDataEvent::FileConfirmed { file } => {
                     shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                    if let Some(source) = shared.sources.get(file as usize) {
+                        shared
+                            .value_log()
+                            .confirmed(file, source, shared.value_cache.as_ref());
+                    }
                 }
                 SenderDataEvent::Report {
                     feedback: fb,
@@ -278,6 +293,10 @@ fn set_rate(shared: &Shared, rate_bps: u64) {
 
 /// How often the loop looks for an interrupt and sends the probes that are due.
 const PROBE_TICK: Duration = Duration::from_millis(200);
+
+/// How often the values passed on so far are kept in the cache
+/// ([`super::value_cache`]).
+const KEEP_VALUES_EVERY: Duration = Duration::from_secs(15);
 
 /// How often the progress line's bottleneck is judged again.
 const LIMIT_EVERY: Duration = Duration::from_secs(1);

@@ -3,13 +3,14 @@
 //! ([`ChanCmd`], [`ThreadCmd`], [`ChanEvent`]), one per block or per NACK, never per datagram.
 
 use super::summary::Limits;
+use super::value_cache::{CachedValues, ValueCache, ValueLog};
 use crate::error::SessionError;
 use crate::fs::SourceFile;
 use crate::progress::Progress;
 use hurtle_proto::rate::bottleneck::ReceiverSigns;
 use hurtle_proto::Layout;
 use std::sync::atomic::{AtomicU16, AtomicU64};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// What the session loop tells a channel.
@@ -85,9 +86,59 @@ pub(super) struct Shared {
     /// The bytes each channel sends back to back at least, while the controller wants long
     /// trains (its [`hurtle_proto::rate::RateController::train_bytes`]; 0: the usual sends).
     pub(super) train_bytes: AtomicU64,
+    /// Where block values are kept between sessions (`None`: nowhere).
+    pub(super) value_cache: Option<ValueCache>,
+    /// Per source, what the cache held for it, loaded when its first resumed block is valued.
+    pub(super) cached: Vec<OnceLock<Option<CachedValues>>>,
+    /// The values passed on so far, kept in the cache if the session ends before their file.
+    pub(super) values: Mutex<ValueLog>,
+    /// Resumed blocks valued from the cache, and by reading them.
+    pub(super) resume_cached: AtomicU64,
+    pub(super) resume_read: AtomicU64,
 }
 
 impl Shared {
+    /// The cached value of held `block`, if the cache has one for its source as it is now
+    /// (see [`super::value_cache`]).
+    pub(super) fn cached_value(&self, block: u64) -> Option<[u8; 32]> {
+        let cache = self.value_cache.as_ref()?;
+        let (file, index) = self.layout.file_of_block(block)?;
+        let source = self.sources.get(file as usize)?;
+        self.cached
+            .get(file as usize)?
+            .get_or_init(|| cache.load(source, self.layout.block_size()))
+            .as_ref()?
+            .get(index)
+    }
+
+    /// Notes a value passed on for `block`, for the cache.
+    pub(super) fn note_value(&self, block: u64, value: [u8; 32]) {
+        if self.value_cache.is_none() {
+            return;
+        }
+        if let Some((file, index)) = self.layout.file_of_block(block) {
+            self.value_log().note(file, index, value);
+        }
+    }
+
+    /// The values passed on so far.
+    pub(super) fn value_log(&self) -> std::sync::MutexGuard<'_, ValueLog> {
+        self.values.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps the values of the files left unfinished in the cache, if there is one and
+    /// anything new; returns an error to log, if keeping failed (a transfer never fails for
+    /// it).
+    pub(super) fn keep_values(&self) -> Option<String> {
+        let cache = self.value_cache.as_ref()?;
+        let mut log = self.value_log();
+        if !log.is_dirty() {
+            return None;
+        }
+        let (_, err) = log.keep(cache, &self.sources, self.layout.block_size());
+        err.map(|e| e.to_string())
+    }
+
     /// What the receiver's reports said of its CPU and its disk so far.
     pub(super) fn signs(&self) -> ReceiverSigns {
         *self

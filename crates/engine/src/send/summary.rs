@@ -19,6 +19,12 @@ pub struct SendSummary {
     pub resumed_bytes: u64,
     /// Of those, bytes in holes of sparse files (checked, not sent; holes on the receiver too).
     pub sparse_bytes: u64,
+    /// Blocks the receiver held from an interrupted transfer whose values came from the
+    /// sender's cache of block values, unread ([`ValueCache`](super::ValueCache)).
+    pub resume_blocks_cached: u64,
+    /// Blocks the receiver held from an interrupted transfer that the sender read and hashed
+    /// to value them (no cache entry for their source as it is now).
+    pub resume_blocks_read: u64,
     /// Files in the transfer (including skipped ones).
     pub files: usize,
     /// Files skipped because the receiver already had them (see [`FileReport::skipped`]).
