@@ -74,6 +74,11 @@ pub enum SessionError {
     /// work. Nothing was sent.
     #[error("the receiver is busy: {0}")]
     Busy(String),
+    /// The receiver proved another identity key than the one the sender pinned for its
+    /// address (a man in the middle, or a new key): nothing was sent. The text names both
+    /// fingerprints and the known-receivers line to remove.
+    #[error("{0}")]
+    IdentityChanged(String),
     /// A receiver's code was tried too often with the wrong words; it is spent.
     #[error("the code was tried {0} times with the wrong words and is no longer valid; nothing was written (run the receiver again for a new code)")]
     CodeSpent(u32),

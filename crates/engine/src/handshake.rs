@@ -16,11 +16,21 @@
 //! charged to it before the receiver answers (the answer is what lets a guesser test its
 //! guess), and given back only when the sender proves it holds the code, so that at most
 //! [`CODE_TRIES`] wrong guesses are ever answered, however many come at once or are held open.
+//!
+//! With no shared secret (a sender's identity key that the receiver authorizes: docs/identity.md)
+//! each side proves its identity key by a sealed `Identify` that signs the agreement's
+//! transcript: the receiver's goes in its answer's flight (the [`Keyring`] holds the
+//! receiver's identity key), and the sender checks it, and the receiver's key against the one
+//! it pinned ([`offer_checked`]), before it sends its own, its first sealed frame. Nothing is
+//! opened ahead for such a session: the receiver opens what it needs only once the sender's
+//! proof checked.
 
 use crate::error::SessionError;
 use crate::net::control::{read_frame, read_sealed, write_frame, ControlError};
 use hurtle_proto::guesses::{Failed, Guess, GuessBudget, Refused};
-use hurtle_proto::secure::{self, AgreeError, FrameSeal, KeyId, Offer, Secret, SessionKeys};
+use hurtle_proto::secure::{
+    self, AgreeError, FrameSeal, IdentityKey, KeyId, Offer, PublicId, Secret, SessionKeys,
+};
 use hurtle_proto::wire::{Control, FrameError};
 use std::io::Write;
 use std::net::TcpStream;
@@ -42,6 +52,7 @@ pub const BUSY: &str = "busy: ";
 pub struct Keyring {
     entries: Arc<RwLock<Vec<(String, Secret)>>>,
     guesses: Arc<Guesses>,
+    identity: Option<Arc<IdentityKey>>,
 }
 
 /// The code's budget, and the wake-up of agreements waiting for a slot of it.
@@ -81,6 +92,23 @@ impl Keyring {
             e.retain(|(_, s)| s.id() != secret.id());
             e.push((name.into(), secret));
         }
+    }
+
+    /// Gives the receiver its identity key, which it proves to senders that come with an
+    /// identity key of theirs ([`Keyring::authorize`]).
+    pub fn with_identity(mut self, key: Arc<IdentityKey>) -> Keyring {
+        self.identity = Some(key);
+        self
+    }
+
+    /// The receiver's identity key, if it has one.
+    pub fn identity(&self) -> Option<&IdentityKey> {
+        self.identity.as_deref()
+    }
+
+    /// Accepts the sender whose identity key has this public half, under `name` (for the logs).
+    pub fn authorize(&self, name: impl Into<String>, public: PublicId) {
+        self.add(name, Secret::authorized(public));
     }
 
     /// Removes the code (it was spent); keys stay.
@@ -159,13 +187,33 @@ impl Keyring {
 }
 
 /// The sender's side: sends the offer and `hello` (one write) and reads the answer on
-/// `stream`, within `timeout`.
+/// `stream`, within `timeout`. For a secret that is a code or a key; an identity key needs
+/// [`offer_checked`].
 pub fn offer(
     stream: &mut TcpStream,
     secret: &Secret,
     plain_data: bool,
     hello: &Control,
     timeout: Duration,
+) -> Result<SessionKeys, SessionError> {
+    offer_checked(stream, secret, plain_data, hello, timeout, &mut |_| {
+        Err(SessionError::NotAuthenticated(
+            "no known-receivers file to check the receiver's identity against; nothing was sent"
+                .into(),
+        ))
+    })
+}
+
+/// [`offer`], and for a sender's identity key ([`Secret::identity`]): reads the receiver's
+/// proof of its identity, checks it and gives its key to `pin` (which refuses a key other than
+/// the one pinned for the receiver), and only then sends the sender's own proof.
+pub fn offer_checked(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    plain_data: bool,
+    hello: &Control,
+    timeout: Duration,
+    pin: &mut dyn FnMut(&PublicId) -> Result<(), SessionError>,
 ) -> Result<SessionKeys, SessionError> {
     let (offer, first) = Offer::new(secret, plain_data, hello);
     stream.set_nodelay(true).ok();
@@ -177,7 +225,7 @@ pub fn offer(
         .set_read_timeout(Some(timeout))
         .map_err(|e| SessionError::io("control connection", e))?;
     let reply = read_frame(stream, timeout)?;
-    offer.finish(reply).map_err(|e| match e {
+    let mut keys = offer.finish(reply).map_err(|e| match e {
         AgreeError::WrongSecret => SessionError::NotAuthenticated(if secret.is_code() {
             "the receiver does not hold this code: check it (or someone in between changed the key agreement); nothing was sent".into()
         } else {
@@ -189,7 +237,19 @@ pub fn offer(
         },
         AgreeError::Version { .. } => SessionError::Incompatible(format!("the receiver: {e}")),
         other => SessionError::Agreement(other),
-    })
+    })?;
+    if let Some(own) = secret.identity_key() {
+        let theirs = read_sealed(stream, &mut keys.frames_in, timeout)?;
+        let receiver = keys.check_peer(&theirs, None).map_err(|e| {
+            SessionError::NotAuthenticated(format!(
+                "the receiver did not prove an identity: {e}; nothing was sent"
+            ))
+        })?;
+        pin(&receiver)?;
+        let proof = keys.frames_out.seal(&keys.prove(own));
+        stream.write_all(&proof).map_err(ControlError::from)?;
+    }
+    Ok(keys)
 }
 
 /// A sender that passed the agreement.
@@ -275,6 +335,13 @@ pub fn answer<T>(
             format!("offered key {id}, which is not authorized here"),
         );
     };
+    if secret.is_identity() && keys.identity().is_none() {
+        return refuse(
+            stream,
+            "this receiver has no identity key to prove".into(),
+            format!("came with the identity of {name}, but this receiver has no identity key"),
+        );
+    }
     let guess = if secret.is_code() {
         match keys.charge(deadline) {
             Ok(guess) => Some(guess),
@@ -296,7 +363,14 @@ pub fn answer<T>(
     } else {
         None
     };
-    let agreed = agree(stream, &secret, plain_data, (first, hello), deadline, ahead);
+    let agreed = agree(
+        stream,
+        (&secret, keys.identity()),
+        plain_data,
+        (first, hello),
+        deadline,
+        ahead,
+    );
     let failed = guess.and_then(|g| keys.settle(g, agreed.is_ok()));
     let (mut session, first, rtt, ahead) = agreed.map_err(|reason| Refusal {
         reason,
@@ -332,10 +406,13 @@ fn spent_reason() -> String {
 /// The agreement proper: answers the offer (with the receiver's first sealed frame behind, in
 /// one write, if `ahead` gives one), and reads and opens the sender's first sealed frame.
 /// Returns the keys, that frame, the round trip between the answer and it, and what `ahead`
-/// gave (dropped if the agreement fails).
+/// gave (dropped if the agreement fails). With an authorized sender's identity, the
+/// receiver's proof (by `own`) goes in place of `ahead`'s frame (not asked for: a stranger
+/// can finish such an agreement, and nothing is lent before its proof checks), and the
+/// sender's proof must be its first sealed frame; the one after it is returned.
 fn agree<T>(
     stream: &mut TcpStream,
-    secret: &Secret,
+    (secret, own): (&Secret, Option<&IdentityKey>),
     plain_data: bool,
     (first, hello): (&Control, &Control),
     deadline: Instant,
@@ -345,10 +422,17 @@ fn agree<T>(
     let (mut session, reply) = secure::answer(secret, first, hello, plain_data)
         .map_err(|e| format!("key agreement: {e}"))?;
     let mut flight = reply.to_frame();
-    let ahead = ahead(&mut session.frames_out).map(|(t, sealed)| {
-        flight.extend_from_slice(&sealed);
-        t
-    });
+    let ahead = match (secret.authorized_key(), own) {
+        (Some(_), Some(own)) => {
+            flight.extend_from_slice(&session.frames_out.seal(&session.prove(own)));
+            None
+        }
+        (Some(_), None) => return Err("this receiver has no identity key".into()),
+        (None, _) => ahead(&mut session.frames_out).map(|(t, sealed)| {
+            flight.extend_from_slice(&sealed);
+            t
+        }),
+    };
     stream.set_nodelay(true).ok();
     stream
         .write_all(&flight)
@@ -361,17 +445,32 @@ fn agree<T>(
     stream
         .set_read_timeout(Some(left))
         .map_err(|e| format!("socket: {e}"))?;
-    let first = read_sealed(stream, &mut session.frames_in, left).map_err(|e| match e {
+    let opened = |e| match e {
         ControlError::Closed => format!(
             "left after the key agreement: it does not hold this receiver's {}",
-            if code_try { "code" } else { "key" }
+            if code_try {
+                "code"
+            } else if secret.is_identity() {
+                "identity key as it expected"
+            } else {
+                "key"
+            }
         ),
         ControlError::Frame(FrameError::Unauthentic) => {
             "its first frame failed authentication".into()
         }
         other => describe(&other, "sent after the key agreement"),
-    })?;
-    Ok((session, first, answered.elapsed(), ahead))
+    };
+    let mut first = read_sealed(stream, &mut session.frames_in, left).map_err(opened)?;
+    let rtt = answered.elapsed();
+    if let Some(expected) = secret.authorized_key() {
+        session
+            .check_peer(&first, Some(expected))
+            .map_err(|e| format!("came with an authorized sender's key id, but {e}"))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        first = read_sealed(stream, &mut session.frames_in, left).map_err(opened)?;
+    }
+    Ok((session, first, rtt, ahead))
 }
 
 fn describe(e: &ControlError, what: &str) -> String {
@@ -592,6 +691,128 @@ mod tests {
         assert!(ring.find(KeyId::CODE).is_none());
         assert!(ring.find(Secret::key([1; 32]).id()).is_some());
         assert!(!ring.is_empty());
+    }
+
+    /// A receiver with identity `bob` that authorizes `alice`, on a new connection: the
+    /// sender's end, and the receiver's thread.
+    fn identified_receiver(
+        alice: PublicId,
+    ) -> (
+        TcpStream,
+        Arc<IdentityKey>,
+        std::thread::JoinHandle<Result<Accepted, Refusal>>,
+    ) {
+        let bob = Arc::new(IdentityKey::from_seed([2; 32]));
+        let ring = Keyring::default().with_identity(bob.clone());
+        ring.authorize("alice", alice);
+        let (s, r) = pair();
+        (s, bob, std::thread::spawn(move || receive(r, ring, 5)))
+    }
+
+    #[test]
+    fn an_authorized_identity_opens_a_session_once_both_proofs_check() {
+        let alice = Arc::new(IdentityKey::from_seed([1; 32]));
+        let (mut s, bob, rx) = identified_receiver(alice.public());
+        let mut pinned = Vec::new();
+        let mut keys = offer_checked(
+            &mut s,
+            &Secret::identity(alice.clone()),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+            &mut |k| {
+                pinned.push(*k);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(pinned, [bob.public()]);
+        s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
+            .unwrap();
+        let got = rx.join().unwrap().unwrap();
+        // The sender's proof was read before its first frame, which is what is handed on.
+        assert_eq!(got.first, Control::KeepAlive);
+        assert_eq!(got.key_name, "alice");
+    }
+
+    #[test]
+    fn a_sender_that_refuses_the_receiver_s_identity_sends_nothing() {
+        let alice = Arc::new(IdentityKey::from_seed([1; 32]));
+        let (mut s, _, rx) = identified_receiver(alice.public());
+        let err = offer_checked(
+            &mut s,
+            &Secret::identity(alice),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+            &mut |_| Err(SessionError::IdentityChanged("changed".into())),
+        )
+        .unwrap_err();
+        assert!(matches!(err, SessionError::IdentityChanged(_)), "{err}");
+        drop(s);
+        let refusal = rx.join().unwrap().unwrap_err();
+        assert!(refusal.reason.contains("left after"), "{refusal:?}");
+    }
+
+    #[test]
+    fn strangers_and_impostors_of_an_identity_are_refused() {
+        let alice = Arc::new(IdentityKey::from_seed([1; 32]));
+        // An identity the receiver does not list: turned away before an answer.
+        let (mut s, _, rx) = identified_receiver(alice.public());
+        let mallory = Arc::new(IdentityKey::from_seed([3; 32]));
+        let err = offer_checked(
+            &mut s,
+            &Secret::identity(mallory.clone()),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("does not know key"), "{err}");
+        assert!(rx
+            .join()
+            .unwrap()
+            .unwrap_err()
+            .reason
+            .contains("not authorized"));
+        // One who knows alice's public key (it is public) agrees as her, but can only prove
+        // its own key: refused, and nothing after its proof is read.
+        let (mut s, _, rx) = identified_receiver(alice.public());
+        let mut keys = offer(
+            &mut s,
+            &Secret::authorized(alice.public()),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let receivers = read_sealed(&mut s, &mut keys.frames_in, Duration::from_secs(5)).unwrap();
+        assert!(matches!(receivers, Control::Identify { .. }));
+        let mut flight = keys.frames_out.seal(&keys.prove(&mallory));
+        flight.extend(keys.frames_out.seal(&Control::KeepAlive));
+        s.write_all(&flight).unwrap();
+        let refusal = rx.join().unwrap().unwrap_err();
+        assert!(
+            refusal.reason.contains("not the key it offered"),
+            "{refusal:?}"
+        );
+        // A receiver without an identity key of its own cannot take identities.
+        let ring = Keyring::default();
+        ring.authorize("alice", alice.public());
+        let (mut s, r) = pair();
+        let rx = std::thread::spawn(move || receive(r, ring, 5));
+        let err = offer_checked(
+            &mut s,
+            &Secret::identity(alice),
+            false,
+            &super::testing::hello(),
+            Duration::from_secs(5),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("no identity key"), "{err}");
+        assert!(!rx.join().unwrap().unwrap_err().code_try);
     }
 
     #[test]

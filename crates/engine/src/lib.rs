@@ -11,6 +11,8 @@
 //! - [`report`]: one file's outcome, as both sides report it.
 //! - [`handshake`]: the key agreement that opens every control connection, and what a receiver
 //!   accepts ([`handshake::Keyring`]).
+//! - [`identity`]: key files (read only when private), authorized senders' public keys, and
+//!   the receivers a sender has pinned ([`identity::KnownReceivers`]).
 //! - [`net`]: the network, below any session: the TCP control connection ([`net::control`]), a
 //!   channel's link, UDP datagrams or a TCP connection of frames ([`net::channel_link`]), batched UDP
 //!   data channels ([`net::udp`]), and how the sender opens TCP connections ([`net::dial`]).
@@ -37,6 +39,7 @@ pub mod error;
 pub mod filter;
 pub mod fs;
 pub mod handshake;
+pub mod identity;
 pub mod iobuf;
 pub mod mirror;
 pub mod net;

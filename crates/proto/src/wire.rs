@@ -526,6 +526,17 @@ pub enum Control {
         /// True on the final part.
         last: bool,
     },
+    /// Either side, sealed, in a session agreed on an identity key (an authorized sender's
+    /// public key, no shared secret): the side's public key and its Ed25519 signature over the
+    /// agreement's transcript and its role ([`crate::secure::IdentityKey`]). The receiver's
+    /// is its first sealed frame, in its `Agree`'s flight; the sender's is its first sealed
+    /// frame, sent once it checked the receiver's.
+    Identify {
+        /// The side's Ed25519 public key.
+        public: [u8; 32],
+        /// The signature (64 bytes).
+        proof: Vec<u8>,
+    },
 }
 
 /// Why a side aborted a session, as its peer should report it.
@@ -627,6 +638,7 @@ impl Control {
             Control::UdpSilent { .. } => "UdpSilent",
             Control::Mirror { .. } => "Mirror",
             Control::Extraneous { .. } => "Extraneous",
+            Control::Identify { .. } => "Identify",
         }
     }
 }

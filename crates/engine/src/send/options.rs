@@ -79,6 +79,9 @@ pub struct SendOptions {
     /// (`None` fails with [`SessionError::NoSecret`](crate::SessionError::NoSecret)):
     /// authentication is never off.
     pub secret: Option<Secret>,
+    /// Where a secret that is an identity key ([`Secret::identity`]) checks and pins the
+    /// receiver's identity, under the receiver's address; `None` refuses such a session.
+    pub known_receivers: Option<crate::identity::KnownReceivers>,
     /// Ask for data datagrams in the clear (`--no-encryption`): granted only when the receiver
     /// asks too. Control frames are sealed either way.
     pub no_encryption: bool,
@@ -124,6 +127,7 @@ impl Default for SendOptions {
             connect_timeout: Duration::from_secs(5),
             dialer: None,
             secret: None,
+            known_receivers: None,
             no_encryption: false,
             path_memory: None,
             value_cache: ValueCache::from_env(),

@@ -122,12 +122,16 @@ pub(super) fn send_once(
     // The hello goes with the agreement's offer; the receiver's answer brings its `HelloAck`.
     let handshake_timeout = Duration::from_secs(10);
     let agree_at = Instant::now();
-    let keys = crate::handshake::offer(
+    let keys = crate::handshake::offer_checked(
         &mut stream,
         secret,
         opts.no_encryption,
         &machine.hello(),
         handshake_timeout,
+        &mut |receiver| {
+            let known = opts.known_receivers.as_ref();
+            crate::identity::pin(known, &to.to_string(), receiver, &mut warnings)
+        },
     )?;
     let rtt = agree_at.elapsed();
     let (rx, tx, writer) =

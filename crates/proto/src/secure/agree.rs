@@ -1,11 +1,13 @@
 //! The key agreement: [`Secret`]s, the sender's [`Offer`], the receiver's [`answer`], and the
 //! [`SessionKeys`] both derive.
 
+use super::identity::{self, IdentityKey, ProofError, PublicId, Role};
 use super::seal::{DataKey, FrameOpen, FrameSeal};
 use crate::wire::{Control, MAGIC, VERSION};
 use ring::{digest, hkdf, hmac};
 use spake2::{Ed25519Group, Identity, Password, Spake2};
 use std::fmt;
+use std::sync::Arc;
 
 const SENDER_ID: &[u8] = b"hurtle sender";
 const RECEIVER_ID: &[u8] = b"hurtle receiver";
@@ -35,12 +37,26 @@ impl fmt::Debug for KeyId {
     }
 }
 
-/// What both sides know and nobody else does: a code or a key. Never sent, never printed by
-/// `Debug`.
+/// What a session is agreed on: a code or a key both sides know and nobody else does (never
+/// sent, never printed by `Debug`); or, with no shared secret, a sender's identity key (the
+/// sender's side: [`Secret::identity`]) and its public key (the receiver's side, one of the
+/// senders it authorizes: [`Secret::authorized`]).
 #[derive(Clone)]
 pub struct Secret {
     password: Vec<u8>,
     id: KeyId,
+    identity: Identified,
+}
+
+/// Whether a secret is shared, or an identity proven by signatures.
+#[derive(Clone)]
+enum Identified {
+    /// A code or a key.
+    Shared,
+    /// The sender's own identity key.
+    Own(Arc<IdentityKey>),
+    /// An authorized sender's public key.
+    Peer(PublicId),
 }
 
 impl fmt::Debug for Secret {
@@ -72,6 +88,7 @@ impl Secret {
         Secret {
             password: words.join("-").into_bytes(),
             id: KeyId::CODE,
+            identity: Identified::Shared,
         }
     }
 
@@ -83,7 +100,51 @@ impl Secret {
         Secret {
             password: bytes.to_vec(),
             id: KeyId(id),
+            identity: Identified::Shared,
         }
+    }
+
+    /// A sender's identity key: the session is agreed with no shared secret, and both sides
+    /// prove their identity keys by signing its transcript. The receiver must list the key's
+    /// public half ([`Secret::authorized`]).
+    pub fn identity(key: Arc<IdentityKey>) -> Secret {
+        let public = key.public();
+        Secret {
+            password: public.0.to_vec(),
+            id: public.key_id(),
+            identity: Identified::Own(key),
+        }
+    }
+
+    /// A sender a receiver authorizes by its public key.
+    pub fn authorized(public: PublicId) -> Secret {
+        Secret {
+            password: public.0.to_vec(),
+            id: public.key_id(),
+            identity: Identified::Peer(public),
+        }
+    }
+
+    /// The sender's identity key, if this is one ([`Secret::identity`]).
+    pub fn identity_key(&self) -> Option<&IdentityKey> {
+        match &self.identity {
+            Identified::Own(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The authorized sender's public key, if this is one ([`Secret::authorized`]).
+    pub fn authorized_key(&self) -> Option<PublicId> {
+        match &self.identity {
+            Identified::Peer(p) => Some(*p),
+            _ => None,
+        }
+    }
+
+    /// Whether the session is agreed on identities (no shared secret): each side must then
+    /// prove its identity key ([`SessionKeys::prove`], [`SessionKeys::check_peer`]).
+    pub fn is_identity(&self) -> bool {
+        !matches!(self.identity, Identified::Shared)
     }
 
     /// The text of a key, as `hurtle key new` prints it and key files hold it.
@@ -165,6 +226,32 @@ pub struct SessionKeys {
     pub encrypt_data: bool,
     /// Which secret was used.
     pub key_id: KeyId,
+    /// The SHA-256 of the agreement's transcript (both `Agree` frames and the hello): what an
+    /// identity proof signs.
+    transcript: [u8; 32],
+    role: Role,
+}
+
+impl SessionKeys {
+    /// This side's proof of `key` in this session: a `Control::Identify` to send sealed.
+    pub fn prove(&self, key: &IdentityKey) -> Control {
+        key.prove(self.role, &self.transcript)
+    }
+
+    /// Checks the peer's `Control::Identify` (opened from a sealed frame): that it signs this
+    /// session's transcript in the peer's role, and, if `expected` is given, with that key.
+    /// Returns the key it proved.
+    pub fn check_peer(
+        &self,
+        msg: &Control,
+        expected: Option<PublicId>,
+    ) -> Result<PublicId, ProofError> {
+        let proved = identity::verify_peer(msg, self.role, &self.transcript)?;
+        match expected {
+            Some(e) if e != proved => Err(ProofError::OtherKey(proved)),
+            _ => Ok(proved),
+        }
+    }
 }
 
 impl fmt::Debug for SessionKeys {
@@ -347,11 +434,6 @@ fn body_of(msg: &Control) -> Vec<u8> {
     msg.to_frame().split_off(4)
 }
 
-enum Role {
-    Sender,
-    Receiver,
-}
-
 /// The keys derived from SPAKE2's output, salted with the hash of both `Agree` frames and the
 /// sender's hello.
 struct Derived {
@@ -361,6 +443,7 @@ struct Derived {
     feedback_r2s: [u8; 32],
     punch: [u8; 32],
     confirm: hmac::Key,
+    transcript: [u8; 32],
 }
 
 impl Derived {
@@ -370,8 +453,9 @@ impl Derived {
             t.update(&(part.len() as u64).to_be_bytes());
             t.update(part);
         }
-        let transcript = t.finish();
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, transcript.as_ref()).extract(shared);
+        let digest = t.finish();
+        let transcript = digest.as_ref();
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, transcript).extract(shared);
         let expand = |label: &[u8]| {
             let mut out = [0u8; 32];
             // 32 bytes is HKDF_SHA256's own length: expand and fill cannot fail.
@@ -387,6 +471,7 @@ impl Derived {
             feedback_r2s: expand(b"feedback receiver to sender"),
             punch: expand(b"hole punching"),
             confirm: hmac::Key::new(hmac::HMAC_SHA256, &expand(b"receiver confirms")),
+            transcript: transcript.try_into().unwrap_or([0; 32]),
         }
     }
 
@@ -403,6 +488,8 @@ impl Derived {
             punch: self.punch,
             encrypt_data,
             key_id,
+            transcript: self.transcript,
+            role,
         }
     }
 }
@@ -573,6 +660,127 @@ mod tests {
             *version = 99;
         }
         assert_eq!(offered_key(&first), Err(AgreeError::Version { theirs: 99 }));
+    }
+
+    /// An agreement of a sender with identity `sender` and a receiver that authorizes `auth`.
+    fn identified(
+        sender: &Arc<IdentityKey>,
+        auth: PublicId,
+    ) -> Result<(SessionKeys, SessionKeys), AgreeError> {
+        agree(
+            &Secret::identity(sender.clone()),
+            &Secret::authorized(auth),
+            (false, false),
+        )
+    }
+
+    #[test]
+    fn identities_agree_without_a_shared_secret_and_each_proof_checks() {
+        let alice = Arc::new(IdentityKey::from_seed([7; 32]));
+        let bob = IdentityKey::from_seed([8; 32]);
+        let (s, r) = identified(&alice, alice.public()).unwrap();
+        assert_eq!(s.key_id, alice.public().key_id());
+        // The receiver (bob) proves itself to the sender, the sender (alice) to the receiver.
+        assert_eq!(s.check_peer(&r.prove(&bob), None), Ok(bob.public()));
+        assert_eq!(
+            r.check_peer(&s.prove(&alice), Some(alice.public())),
+            Ok(alice.public())
+        );
+        // Proven with another key than the one the sender offered.
+        let mallory = IdentityKey::from_seed([9; 32]);
+        assert_eq!(
+            r.check_peer(&s.prove(&mallory), Some(alice.public())),
+            Err(ProofError::OtherKey(mallory.public()))
+        );
+        // A side's proof never passes as the other side's (reflected back to its signer).
+        assert_eq!(
+            s.check_peer(&s.prove(&alice), None),
+            Err(ProofError::Forged(alice.public()))
+        );
+        assert_eq!(
+            s.check_peer(&Control::KeepAlive, None),
+            Err(ProofError::Missing("KeepAlive"))
+        );
+        // Fresh keys every session, though nothing secret is shared.
+        let (s2, _) = identified(&alice, alice.public()).unwrap();
+        assert_ne!(s.transcript, s2.transcript);
+        assert_ne!(s.punch, s2.punch);
+    }
+
+    #[test]
+    fn a_proof_from_another_session_fails_replayed_or_relayed() {
+        let alice = Arc::new(IdentityKey::from_seed([7; 32]));
+        let bob = IdentityKey::from_seed([8; 32]);
+        let (s1, r1) = identified(&alice, alice.public()).unwrap();
+        let (s2, r2) = identified(&alice, alice.public()).unwrap();
+        // Replayed: session 1's proofs, shown in session 2.
+        assert_eq!(
+            s2.check_peer(&r1.prove(&bob), None),
+            Err(ProofError::Forged(bob.public()))
+        );
+        assert_eq!(
+            r2.check_peer(&s1.prove(&alice), Some(alice.public())),
+            Err(ProofError::Forged(alice.public()))
+        );
+        // Relayed by a man in the middle, who runs one agreement with the sender (posing as
+        // the receiver) and one with the receiver (posing as the sender): each side's proof,
+        // passed on to the other, signs the other agreement's transcript.
+        let (offer, first) = Offer::new(&Secret::identity(alice.clone()), false, &hello());
+        let (m_as_receiver, to_sender) =
+            answer(&Secret::authorized(alice.public()), &first, &hello(), false).unwrap();
+        let sender = offer.finish(to_sender).unwrap();
+        // Alice's public key is all it needs to agree with the receiver as her.
+        let (m_offer, m_first) = Offer::new(&Secret::authorized(alice.public()), false, &hello());
+        let (receiver, to_mitm) = answer(
+            &Secret::authorized(alice.public()),
+            &m_first,
+            &hello(),
+            false,
+        )
+        .unwrap();
+        let m_as_sender = m_offer.finish(to_mitm).unwrap();
+        // But each side's proof, passed on, fails on the other side.
+        assert_eq!(
+            sender.check_peer(&receiver.prove(&bob), None),
+            Err(ProofError::Forged(bob.public()))
+        );
+        assert_eq!(
+            receiver.check_peer(&sender.prove(&alice), Some(alice.public())),
+            Err(ProofError::Forged(alice.public()))
+        );
+        // What it can sign is its own key: the sender then sees that key (and pins or
+        // refuses it), and the receiver refuses it for alice.
+        let m_key = IdentityKey::from_seed([10; 32]);
+        assert_eq!(
+            sender.check_peer(&m_as_receiver.prove(&m_key), None),
+            Ok(m_key.public())
+        );
+        assert_eq!(
+            receiver.check_peer(&m_as_sender.prove(&m_key), Some(alice.public())),
+            Err(ProofError::OtherKey(m_key.public()))
+        );
+    }
+
+    #[test]
+    fn identity_texts_round_trip_and_bad_ones_are_errors() {
+        let k = IdentityKey::from_seed([3; 32]);
+        let again = IdentityKey::parse(&format!(" {}\n", k.secret_text())).unwrap();
+        assert_eq!(again.public(), k.public());
+        assert_eq!(PublicId::parse(&k.public().text()), Ok(k.public()));
+        assert!(k.public().fingerprint().starts_with("SHA256:"));
+        assert!(!format!("{k:?}").contains(&k.secret_text()[24..]));
+        assert_eq!(
+            IdentityKey::parse(&k.public().text()).unwrap_err(),
+            crate::secure::IdentityError::SecretPrefix
+        );
+        assert_eq!(
+            PublicId::parse("hurtle-id-abc").unwrap_err(),
+            crate::secure::IdentityError::Digits
+        );
+        assert_ne!(
+            IdentityKey::generate().public(),
+            IdentityKey::generate().public()
+        );
     }
 
     #[test]

@@ -34,10 +34,12 @@
 //! place where this crate reaches outside its arguments.
 
 mod agree;
+mod identity;
 mod replay;
 mod seal;
 
 pub use agree::{answer, offered_key, AgreeError, KeyError, KeyId, Offer, Secret, SessionKeys};
+pub use identity::{IdentityError, IdentityKey, ProofError, PublicId, Role};
 pub use replay::{ReplayWindow, WINDOW as REPLAY_WINDOW};
 pub use seal::{
     epoch_of, DataKey, FrameOpen, FrameSeal, OpenError, PacketNumbers, PacketOpen, PacketSeal,
