@@ -54,6 +54,7 @@ fn manifest() -> Vec<Entry> {
         mode: 0o644,
         mtime_ns: 1,
         holes: Vec::new(),
+        target: String::new(),
     };
     vec![file("a", 3 << 16), file("b", 0), file("c", 10)]
 }

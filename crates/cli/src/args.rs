@@ -350,8 +350,11 @@ pub struct SendFlags {
     /// the path carries: 1396 on a 1500-byte path, more with jumbo frames or on loopback.
     #[arg(long, default_value_t = hurtle_proto::wire::MAX_PAYLOAD, value_parser = clap::value_parser!(u16).range(i64::from(hurtle_proto::wire::MIN_PAYLOAD)..=i64::from(hurtle_proto::wire::MAX_PAYLOAD)))]
     pub payload: u16,
-    /// Follow symbolic links instead of skipping them.
-    #[arg(long)]
+    /// Send what symbolic links inside a directory point at, as rsync -L does, instead of
+    /// the links themselves (a dangling one is skipped with a warning). By default they are
+    /// sent as links, and the receiver creates those that stay inside its destination.
+    /// Links named as arguments are always followed.
+    #[arg(short = 'L', long = "copy-links", alias = "follow-symlinks")]
     pub follow_symlinks: bool,
     /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
     /// by default a file of the same size and modification time is skipped unread, as rsync
@@ -425,7 +428,7 @@ impl SendFlags {
         for (on, flag) in [
             (self.rate.fair, "--fair"),
             (self.rate.cold_start, "--cold-start"),
-            (self.follow_symlinks, "--follow-symlinks"),
+            (self.follow_symlinks, "--copy-links"),
             (self.checksum, "--checksum"),
             (self.no_sparse, "--no-sparse"),
             (self.no_fec, "--no-fec"),

@@ -292,7 +292,7 @@ fn sizes_around_payload_and_chunk_boundaries_arrive_byte_exact() {
 }
 
 #[test]
-fn directory_tree_keeps_names_modes_and_mtimes_and_skips_symlinks() {
+fn directory_tree_keeps_names_modes_and_mtimes_and_sends_symlinks_as_links() {
     let t = tmp();
     let root = t.path().join("src/tree");
     let files: [(&str, u64, u32); 5] = [
@@ -333,16 +333,12 @@ fn directory_tree_keeps_names_modes_and_mtimes_and_skips_symlinks() {
     s.assert_success();
     r.proc.wait(TRANSFER_TIMEOUT).assert_success();
 
-    // The symlink is skipped, with a warning on stderr and in the JSON.
-    assert!(
-        s.stderr.contains("warning") && s.stderr.contains("link-to-top"),
-        "no warning about the skipped symlink:\n{}",
-        s.stderr
-    );
+    // The symlink travels as a link, without a warning (crates/cli/tests/symlinks.rs has the
+    // rest).
     let v = s.json();
     assert!(
-        v["warnings"].to_string().contains("link-to-top"),
-        "JSON warnings lack the symlink: {v}"
+        !v["warnings"].to_string().contains("link-to-top"),
+        "a warning about the symlink: {v}"
     );
     let srcs: Vec<(String, PathBuf)> = files
         .iter()
@@ -354,11 +350,14 @@ fn directory_tree_keeps_names_modes_and_mtimes_and_skips_symlinks() {
         .collect();
     check_send_json(&v, &refs, 2);
 
-    // Same names, contents and permission bits, minus the symlink.
-    let mut want = fsx::tree(&root);
-    assert_eq!(want.remove("link-to-top"), Some(Node::Symlink));
+    // Same names, contents and permission bits, and the link.
+    let want = fsx::tree(&root);
     let got = fsx::tree(&out.join("tree"));
     assert_eq!(got, want, "received tree differs");
+    assert_eq!(
+        fs::read_link(out.join("tree/link-to-top")).unwrap(),
+        Path::new("top.bin")
+    );
     assert!(matches!(got["empty-dir"], Node::Dir { .. }));
     // Modification times, of files and directories.
     for rel in files.iter().map(|f| f.0).chain([

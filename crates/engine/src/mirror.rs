@@ -222,6 +222,7 @@ mod tests {
             mode: 0o755,
             mtime_ns: 0,
             holes: Vec::new(),
+            target: String::new(),
         }
     }
 

@@ -7,9 +7,12 @@
 //! - directories come before their contents, and the entries of one directory are sorted by
 //!   name (byte order), so the same tree always gives the same manifest;
 //! - empty files and empty directories are included;
-//! - symlinks found inside directories are skipped with a warning unless
-//!   [`WalkOptions::follow_symlinks`] is set (then followed, with directory loops skipped with a
-//!   warning); symlinks named as arguments are always followed, like `find -H`;
+//! - symlinks found inside directories are sent as links ([`EntryKind::Symlink`], their target
+//!   as `readlink` gives it, whatever it points at: the receiver judges which are safe to
+//!   create), unless [`WalkOptions::follow_symlinks`] is set (`--copy-links`: then followed,
+//!   with directory loops and dangling links skipped with a warning); symlinks named as
+//!   arguments are always followed, like `find -H`; a link whose target is not UTF-8 is
+//!   skipped with a warning;
 //! - fifos, sockets and devices are skipped with a warning;
 //! - paths the [`WalkOptions::filter`] leaves out (`--exclude`, `--include`) are skipped
 //!   silently, a directory with everything below it, arguments included;
@@ -37,9 +40,9 @@ pub use hurtle_proto::wire::EntryKind;
 pub struct SourceEntry {
     /// Path the receiver creates, relative and `/`-separated, starting with the argument's name.
     pub rel_path: String,
-    /// File or directory.
+    /// File, directory or symbolic link.
     pub kind: EntryKind,
-    /// Size in bytes (0 for a directory).
+    /// Size in bytes (0 for a directory and a link).
     pub size: u64,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
@@ -50,6 +53,8 @@ pub struct SourceEntry {
     pub abs_path: PathBuf,
     /// A file taking less space than its size ([`crate::fs::may_have_holes`]).
     pub sparse: bool,
+    /// A link's target (empty for a file and a directory).
+    pub target: String,
 }
 
 impl SourceEntry {
@@ -62,6 +67,7 @@ impl SourceEntry {
             mode: self.mode,
             mtime_ns: self.mtime_ns,
             holes: Vec::new(),
+            target: self.target.clone(),
         }
     }
 }
@@ -69,7 +75,8 @@ impl SourceEntry {
 /// How to walk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WalkOptions {
-    /// Follow symlinks found inside directories instead of skipping them.
+    /// Follow symlinks found inside directories instead of sending them as links
+    /// (`--copy-links`).
     pub follow_symlinks: bool,
     /// Which paths to send (by default all).
     pub filter: Filter,
@@ -234,7 +241,7 @@ fn walk_tree(
         ancestors.truncate(item.depth);
         let meta = match item.meta {
             Some(m) => m,
-            None => match inspect(&item.abs, &item.rel, opts, &mut walk.warnings)? {
+            None => match inspect(&item.abs, opts, &mut walk.warnings)? {
                 Some(m) => m,
                 None => continue,
             },
@@ -243,10 +250,23 @@ fn walk_tree(
         if !opts.filter.keeps(&item.rel, ft.is_dir()) {
             continue;
         }
+        let mut target = String::new();
         let kind = if ft.is_file() {
             EntryKind::File
         } else if ft.is_dir() {
             EntryKind::Dir
+        } else if ft.is_symlink() {
+            match link_target(&item.abs)? {
+                Some(t) => target = t,
+                None => {
+                    walk.warnings.push(format!(
+                        "skipping symlink {:?}: its target is not valid UTF-8",
+                        item.abs
+                    ));
+                    continue;
+                }
+            }
+            EntryKind::Symlink
         } else {
             walk.warnings
                 .push(format!("skipping {} {:?}", special_kind(ft), item.abs));
@@ -286,6 +306,7 @@ fn walk_tree(
             mtime_ns: mtime_ns(&meta),
             abs_path: item.abs,
             sparse: kind == EntryKind::File && crate::fs::may_have_holes(&meta),
+            target,
         });
     }
     Ok(())
@@ -309,11 +330,10 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, WalkError> {
     Ok(names)
 }
 
-/// Metadata of a path found inside a directory: the symlink's target when following, `None`
-/// (with a warning) when the path is to be skipped.
+/// Metadata of a path found inside a directory: a symlink's own, or its target's when
+/// following; `None` (with a warning) when the path is to be skipped.
 fn inspect(
     path: &Path,
-    rel: &str,
     opts: &WalkOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Metadata>, WalkError> {
@@ -334,11 +354,8 @@ fn inspect(
         return Ok(Some(meta));
     }
     if !opts.follow_symlinks {
-        // One the filter leaves out is not worth a warning.
-        if opts.filter.keeps(rel, false) {
-            warnings.push(format!("skipping symlink {path:?}"));
-        }
-        return Ok(None);
+        // Sent as a link.
+        return Ok(Some(meta));
     }
     match fs::metadata(path) {
         Ok(m) => Ok(Some(m)),
@@ -347,6 +364,16 @@ fn inspect(
             Ok(None)
         }
     }
+}
+
+/// The target of link `path` as text, `None` if it is not UTF-8 (a link that disappeared or
+/// became something else since it was looked at is an error, as any other read).
+fn link_target(path: &Path) -> Result<Option<String>, WalkError> {
+    let target = fs::read_link(path).map_err(|source| WalkError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(target.into_os_string().into_string().ok())
 }
 
 fn special_kind(ft: FileType) -> &'static str {
@@ -395,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn walks_tree_in_order_and_skips_symlinks() {
+    fn walks_tree_in_order_and_sends_symlinks_as_links() {
         let (_tmp, p) = tree();
         let _sock = std::os::unix::net::UnixListener::bind(p.join("sock")).unwrap();
         let f = fs::File::options()
@@ -415,6 +442,8 @@ mod tests {
                 "photos/a/b.jpg",
                 "photos/a/c",
                 "photos/empty.txt",
+                "photos/flink",
+                "photos/link",
                 "photos/résumé",
                 "photos/résumé/日本.txt",
                 "photos/z.txt",
@@ -434,13 +463,20 @@ mod tests {
         let z = by("photos/z.txt");
         assert_eq!((z.size, z.mode, z.mtime_ns), (2, 0o640, -1_500_000_000));
         assert_eq!(z.to_wire().path, "photos/z.txt");
+        assert_eq!(z.to_wire().target, "");
+        // Links travel as links, with their target as it is written, whatever it points at.
+        for (rel, target) in [("photos/flink", "z.txt"), ("photos/link", "a")] {
+            let l = by(rel);
+            assert_eq!(
+                (l.kind, l.size, l.target.as_str()),
+                (EntryKind::Symlink, 0, target)
+            );
+            assert_eq!(l.to_wire().kind, EntryKind::Symlink);
+            assert_eq!(l.to_wire().target, target);
+        }
         assert_eq!(
             w.warnings,
-            [
-                format!("skipping symlink {:?}", p.join("flink")),
-                format!("skipping symlink {:?}", p.join("link")),
-                format!("skipping socket {:?}", p.join("sock")),
-            ]
+            [format!("skipping socket {:?}", p.join("sock"))]
         );
         // Deterministic.
         assert_eq!(collect(&[p], &WalkOptions::default()).unwrap(), w);
@@ -482,6 +518,46 @@ mod tests {
     }
 
     #[test]
+    fn dangling_absolute_and_climbing_links_are_sent_as_they_are() {
+        let (tmp, p) = tree();
+        symlink("nowhere", p.join("a/dangling")).unwrap();
+        symlink("/etc/hostname", p.join("a/abs")).unwrap();
+        symlink("../../outside", p.join("a/up")).unwrap();
+        symlink(OsStr::from_bytes(b"caf\xe9"), p.join("a/latin1")).unwrap();
+        let w = collect(&[p.join("a")], &WalkOptions::default()).unwrap();
+        let links: Vec<(&str, &str)> = w
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Symlink)
+            .map(|e| (e.rel_path.as_str(), e.target.as_str()))
+            .collect();
+        assert_eq!(
+            links,
+            [
+                ("a/abs", "/etc/hostname"),
+                ("a/dangling", "nowhere"),
+                ("a/up", "../../outside")
+            ]
+        );
+        // A target the manifest cannot carry as text is skipped, named.
+        assert_eq!(
+            w.warnings,
+            [format!(
+                "skipping symlink {:?}: its target is not valid UTF-8",
+                p.join("a/latin1")
+            )]
+        );
+        // A link argument is still followed (`find -H`), its own links inside sent as links.
+        symlink(p.join("a"), tmp.path().join("arg")).unwrap();
+        let w = collect(&[tmp.path().join("arg")], &WalkOptions::default()).unwrap();
+        assert_eq!(w.entries[0].kind, EntryKind::Dir);
+        assert!(w
+            .entries
+            .iter()
+            .any(|e| e.rel_path == "arg/up" && e.kind == EntryKind::Symlink));
+    }
+
+    #[test]
     fn the_filter_leaves_out_paths_and_whole_directories() {
         use crate::filter::RuleKind::{Exclude, Include};
         let (_tmp, p) = tree();
@@ -498,13 +574,13 @@ mod tests {
             ..WalkOptions::default()
         };
         let w = collect(std::slice::from_ref(&p), &opts).unwrap();
-        // `a` goes with everything in it, though b.jpg is included; the excluded symlink is
-        // not worth a warning, the other one is.
-        assert_eq!(rels(&w), ["photos", "photos/empty.txt", "photos/z.txt"]);
+        // `a` goes with everything in it, though b.jpg is included; a link is filtered as a
+        // file is (by its own name).
         assert_eq!(
-            w.warnings,
-            [format!("skipping symlink {:?}", p.join("link"))]
+            rels(&w),
+            ["photos", "photos/empty.txt", "photos/link", "photos/z.txt"]
         );
+        assert!(w.warnings.is_empty(), "{:?}", w.warnings);
         // An argument is filtered like anything else.
         let opts = WalkOptions {
             filter: Filter::new([(Exclude, "*.txt")]).unwrap(),

@@ -696,6 +696,7 @@ impl Session {
                         mode: 0o644,
                         mtime_ns: f.mtime_ns,
                         holes: f.holes.clone(),
+                        target: String::new(),
                     });
                 }
                 SimEntry::Dir(path) => entries.push(Entry {
@@ -705,6 +706,7 @@ impl Session {
                     mode: 0o755,
                     mtime_ns: MTIME_NS,
                     holes: Vec::new(),
+                    target: String::new(),
                 }),
             }
         }

@@ -55,7 +55,7 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// Magic bytes at the start of a hello.
 pub const MAGIC: [u8; 4] = *b"HRTL";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 15;
+pub const VERSION: u16 = 16;
 
 /// When the sender sent a datagram it stamped `sent_us`: the sender stamps microseconds since
 /// `origin` (wrapping at 2^32, about 71 minutes), so this is `now` less the stamp's age. A stamp
@@ -236,9 +236,9 @@ fn packet_number(h: &[u8]) -> u64 {
 pub struct Entry {
     /// Relative path, `/`-separated. The receiver sanitizes it before use.
     pub path: String,
-    /// File or directory.
+    /// File, directory or symbolic link.
     pub kind: EntryKind,
-    /// Size in bytes (0 for a directory).
+    /// Size in bytes (0 for a directory and a link).
     pub size: u64,
     /// Permission bits.
     pub mode: u32,
@@ -249,6 +249,10 @@ pub struct Entry {
     /// receiver leaves holes there too, and both sides check those blocks' values like those
     /// of a resumed transfer. Empty for a file without holes and for a directory.
     pub holes: Vec<(u64, u64)>,
+    /// A symbolic link's target, as the sender's `readlink` gave it (since protocol version
+    /// 16); empty for a file and a directory. The receiver checks it as text and creates the
+    /// link without following anything; it never resolves it.
+    pub target: String,
 }
 
 /// What a manifest entry is.
@@ -258,6 +262,9 @@ pub enum EntryKind {
     File,
     /// A directory, created empty if nothing lands in it.
     Dir,
+    /// A symbolic link (since protocol version 16): no data and no file id; its target is
+    /// [`Entry::target`], its size 0.
+    Symlink,
 }
 
 /// The receiver's answer for one manifest entry.
@@ -789,14 +796,26 @@ mod tests {
         let msgs = vec![
             Control::hello(0, 4, DEFAULT_PAYLOAD, 1 << 20, 42),
             Control::Manifest {
-                entries: vec![Entry {
-                    path: "a/日本.txt".into(),
-                    kind: EntryKind::File,
-                    size: 5,
-                    mode: 0o644,
-                    mtime_ns: -1,
-                    holes: vec![(1, 4)],
-                }],
+                entries: vec![
+                    Entry {
+                        path: "a/日本.txt".into(),
+                        kind: EntryKind::File,
+                        size: 5,
+                        mode: 0o644,
+                        mtime_ns: -1,
+                        holes: vec![(1, 4)],
+                        target: String::new(),
+                    },
+                    Entry {
+                        path: "a/link".into(),
+                        kind: EntryKind::Symlink,
+                        size: 0,
+                        mode: 0o777,
+                        mtime_ns: 0,
+                        holes: Vec::new(),
+                        target: "../日本.txt".into(),
+                    },
+                ],
                 last: true,
             },
             Control::Nack {

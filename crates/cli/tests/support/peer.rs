@@ -124,6 +124,7 @@ pub fn manifest_of(path: &str, kind: EntryKind) -> Control {
             mode: 0o644,
             mtime_ns: 0,
             holes: Vec::new(),
+            target: String::new(),
         }],
         last: true,
     }

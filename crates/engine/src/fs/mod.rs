@@ -9,6 +9,8 @@
 //!   descriptors so that no symlink can redirect them.
 //! - [`tree`]: one transfer's output directory ([`OutRoot`]): each directory created and checked
 //!   once, and the directories' modes and times.
+//! - [`link`]: symbolic links on the receiver: rsync's safe-link rule ([`link_escapes`]), and
+//!   a link created or replaced through its directory's descriptor.
 //! - [`part`]: a file being received ([`PartFile`]): written positionally into
 //!   `.<name>.hurtle-part`, then fsynced and renamed into place; free space, directory syncs.
 //! - [`journal`]: the names of part files and block journals, and the journal's format, which
@@ -26,7 +28,8 @@
 //! `sync_file_range`, `fstatfs`, `statvfs`, `setrlimit`) are made through safe wrappers in the
 //! engine's `sys` folder.
 //!
-//! Imports point one way, down to what a file builds on, never back up: [`part`] uses [`tree`],
+//! Imports point one way, down to what a file builds on, never back up: [`part`] and [`link`]
+//! use [`tree`]; [`part`] uses
 //! [`journal`] and [`holes`]; [`source`] and [`hash`] use [`holes`]; below them, [`beneath`],
 //! [`fds`], [`meta`], [`path`] and [`error`] use nothing above themselves; [`fds`], [`holes`]
 //! and [`part`] make their system calls through the engine's `sys`. The only other part of
@@ -40,6 +43,7 @@ pub mod fds;
 pub mod hash;
 pub mod holes;
 pub mod journal;
+pub mod link;
 pub mod meta;
 pub mod part;
 pub mod path;
@@ -52,6 +56,7 @@ pub use error::StoreError;
 pub use hash::{hash_file, hash_open};
 pub use holes::{bytes_in_blocks, hole_blocks, is_hole, may_have_holes};
 pub use journal::{Journaled, JOURNAL_SUFFIX, PART_SUFFIX};
+pub use link::{link_escapes, LinkMade};
 pub(crate) use meta::mtime_ns;
 pub use part::{free_space, memory_backed_dir, sync_dir, PartFile};
 pub use path::{sanitize_rel_path, PathError, MAX_COMPONENT_LEN, MAX_PATH_LEN};

@@ -105,6 +105,7 @@ mod tests {
             mode: 0o644,
             mtime_ns: 0,
             holes: Vec::new(),
+            target: String::new(),
         }
     }
 

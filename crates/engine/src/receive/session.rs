@@ -143,6 +143,7 @@ impl Receiver {
             Some(_) => self.opts.names.localize(&entries).into_owned(),
             None => entries,
         };
+        let (symlinks, unsafe_links) = links_refused(&entries, &mut warnings);
         let files: Vec<&Entry> = entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)
@@ -374,6 +375,8 @@ impl Receiver {
             sparse_bytes,
             files: files.len(),
             dirs: dirs.len(),
+            links: symlinks,
+            unsafe_links,
             seconds,
             goodput_bps: (total - held_bytes) as f64 * 8.0 / seconds.max(1e-9),
             channels,
@@ -462,6 +465,8 @@ impl Receiver {
             .iter()
             .filter(|e| e.kind == EntryKind::File)
             .collect();
+        let (links, unsafe_links) =
+            links_refused(&self.opts.names.localize(&entries), &mut warnings);
         let sent = agreed.skips.iter().filter(|s| !s.is_skipped()).count();
         warnings.extend(
             strays
@@ -484,7 +489,9 @@ impl Receiver {
             resumed_bytes: 0,
             sparse_bytes: 0,
             files: files.len(),
-            dirs: entries.len() - files.len(),
+            dirs: entries.iter().filter(|e| e.kind == EntryKind::Dir).count(),
+            links,
+            unsafe_links,
             seconds: start.elapsed().as_secs_f64(),
             goodput_bps: 0.0,
             channels,
@@ -663,8 +670,19 @@ impl Receiver {
         // that one an interrupted transfer left is as the sender's when it is resumed: only
         // the directories this transfer creates get their exact mode at the end
         // (`OutRoot::finish_dir`).
-        for d in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
-            out.make_dir(&d.path, d.mode)?;
+        // Links are made with them, in the manifest's order and before any file: a directory
+        // or file the manifest puts below one is then refused as any path through a link is
+        // (never written through it).
+        for e in entries {
+            match e.kind {
+                EntryKind::Dir => {
+                    out.make_dir(&e.path, e.mode)?;
+                }
+                EntryKind::Symlink if is_safe_link(e) => {
+                    out.make_symlink(&e.path, &e.target, e.mtime_ns, self.opts.overwrite)?;
+                }
+                _ => {}
+            }
         }
         // A transfer that cannot fit is refused before anything is sent. Part files are
         // created (and preallocated) before the reply. The sender's probes may arrive
@@ -703,6 +721,15 @@ impl Receiver {
             } else {
                 std::fs::symlink_metadata(&target).ok()
             };
+            if e.kind == EntryKind::Symlink {
+                decisions.push(link_decision(
+                    e,
+                    existing.as_ref(),
+                    &target,
+                    self.opts.overwrite,
+                ));
+                continue;
+            }
             let found = match existing {
                 None => Found::Nothing,
                 Some(m) if m.is_file() => Found::File {
@@ -835,6 +862,59 @@ impl Receiver {
 
 /// Sends the paths a mirror would delete to the sender, in parts of [`PATHS_PER_PART`] (a
 /// dry run's last messages; at least one part, the last).
+/// Whether `e` is a link this receiver creates: one whose target stays inside the
+/// destination ([`fs::link_escapes`], rsync's `--safe-links` rule).
+fn is_safe_link(e: &Entry) -> bool {
+    e.kind == EntryKind::Symlink && !fs::link_escapes(&e.path, &e.target)
+}
+
+/// How many links of `entries` (paths as written here) this receiver creates or keeps, and how
+/// many it refuses because they point outside the destination, each of those a warning that
+/// names it.
+fn links_refused(entries: &[Entry], warnings: &mut Vec<String>) -> (usize, usize) {
+    let (mut made, mut refused) = (0, 0);
+    for e in entries.iter().filter(|e| e.kind == EntryKind::Symlink) {
+        if is_safe_link(e) {
+            made += 1;
+        } else {
+            refused += 1;
+            warnings.push(format!(
+                "not creating symlink {} -> {}: it points outside the destination",
+                e.path, e.target
+            ));
+        }
+    }
+    (made, refused)
+}
+
+/// The answer to link entry `e`, with `existing` what is at its path (`path`) here. Nothing is
+/// sent for a link either way; a link that points outside the destination is not created
+/// (a warning, [`links_refused`]), the same link is left as it is, and anything else in the
+/// way is refused as a file in the way is (unless `overwrite`; a directory always).
+fn link_decision(
+    e: &Entry,
+    existing: Option<&std::fs::Metadata>,
+    path: &std::path::Path,
+    overwrite: bool,
+) -> Decision {
+    use std::os::unix::ffi::OsStrExt;
+    let same = |m: &std::fs::Metadata| {
+        m.file_type().is_symlink()
+            && std::fs::read_link(path)
+                .is_ok_and(|t| t.as_os_str().as_bytes() == e.target.as_bytes())
+    };
+    match existing {
+        _ if !is_safe_link(e) => Decision::SendAll,
+        None => Decision::SendAll,
+        Some(m) if same(m) => Decision::SendAll,
+        Some(m) if m.is_dir() => Decision::Refuse("a directory is in the way of the link".into()),
+        Some(_) if !overwrite => Decision::Refuse(
+            "it exists on the receiver (receive with --overwrite to replace it)".into(),
+        ),
+        Some(_) => Decision::SendAll,
+    }
+}
+
 fn send_extraneous(strays: &[crate::mirror::Stray], tx: &Sender<Control>) {
     let paths: Vec<String> = strays.iter().map(|s| s.rel_path.clone()).collect();
     let parts: Vec<&[String]> = if paths.is_empty() {

@@ -20,6 +20,11 @@ pub struct ReceiveSummary {
     pub files: usize,
     /// Directories created.
     pub dirs: usize,
+    /// Symbolic links created, replaced or found already there.
+    pub links: usize,
+    /// Symbolic links not created because they point outside the destination (each named in
+    /// a warning): see [`crate::fs::link_escapes`].
+    pub unsafe_links: usize,
     /// Seconds from the hello to the end.
     pub seconds: f64,
     /// Bits per second of file data received in this session (`bytes - resumed_bytes -

@@ -56,7 +56,8 @@ pub struct SendOptions {
     pub payload: u16,
     /// Block size for striping and hashing (power of two).
     pub block_size: u64,
-    /// Follow symbolic links instead of skipping them.
+    /// Send what symbolic links inside a directory point at (`--copy-links`) instead of the
+    /// links themselves.
     pub follow_symlinks: bool,
     /// Which paths to send (`--exclude`, `--include`; by default all).
     pub filter: crate::filter::Filter,

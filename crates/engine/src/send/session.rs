@@ -71,7 +71,11 @@ pub(super) fn send_once(
         .iter()
         .filter(|e| e.kind == EntryKind::File)
         .collect();
-    let dirs = walked.entries.len() - files.len();
+    let dirs = walked
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Dir)
+        .count();
     progress
         .total
         .store(files.iter().map(|f| f.size).sum(), Ordering::Relaxed);

@@ -92,6 +92,7 @@ mod tests {
             mode: 0o644,
             mtime_ns,
             holes: Vec::new(),
+            target: String::new(),
         }
     }
 

@@ -83,6 +83,8 @@ use std::time::{Duration, Instant};
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most entries a receiver takes in one manifest.
 pub const MAX_ENTRIES: usize = 10_000_000;
+/// The longest link target a manifest may carry, in bytes (Linux's `PATH_MAX` less its NUL).
+pub const MAX_LINK_TARGET: usize = 4095;
 /// Most entries per `Manifest` part, and decisions per `ManifestReply` part.
 pub const MANIFEST_PART: usize = 2048;
 /// Estimated bytes a part aims to stay under: a quarter of the frame limit, whatever its
@@ -169,6 +171,16 @@ pub enum SetupError {
         start: u64,
         /// Its end.
         end: u64,
+    },
+    /// A manifest entry's link target is not one a link can have (empty, with a NUL, longer
+    /// than [`MAX_LINK_TARGET`]), or an entry that is not a link has one, or a link has a
+    /// size or holes.
+    #[error("the manifest gives {path} a bad link: {why}")]
+    BadLink {
+        /// The entry.
+        path: String,
+        /// What is wrong.
+        why: &'static str,
     },
     /// The manifest, the decisions or the channels make no layout (too many blocks, resumed
     /// blocks outside a file, a bad block size or channel count).

@@ -4,7 +4,7 @@
 
 use super::{
     data_session, decision_bytes, files, keeps_early, parts, Agreed, SetupError, Skipped,
-    MAX_ENTRIES, SETUP_TIMEOUT,
+    MAX_ENTRIES, MAX_LINK_TARGET, SETUP_TIMEOUT,
 };
 use crate::layout::{
     check_block_ranges, count_blocks, LayoutError, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_CHANNELS,
@@ -301,6 +301,7 @@ impl ReceiverSetup {
             return Ok(());
         }
         check_blocks(&self.entries, self.hello.block_size)?;
+        check_links(&self.entries)?;
         self.manifest_done = true;
         // Answered already (not still opening the data path): decide now.
         if matches!(self.state, State::AwaitManifest) {
@@ -483,6 +484,28 @@ pub fn check_hello(msg: Control, limits: &ReceiverLimits) -> Result<HelloParams,
     Ok(hello)
 }
 
+/// Link entries with a target a link can have, and no other entry with one (see
+/// [`SetupError::BadLink`]). What the target points at is the receiver's to judge.
+fn check_links(entries: &[Entry]) -> Result<(), SetupError> {
+    for e in entries {
+        let why = match e.kind {
+            EntryKind::Symlink if e.target.is_empty() => "an empty target",
+            EntryKind::Symlink if e.target.contains('\0') => "a NUL in its target",
+            EntryKind::Symlink if e.target.len() > MAX_LINK_TARGET => "a target too long",
+            EntryKind::Symlink if e.size != 0 || !e.holes.is_empty() => "a size",
+            EntryKind::File | EntryKind::Dir if !e.target.is_empty() => {
+                "a target, and it is not a link"
+            }
+            _ => continue,
+        };
+        return Err(SetupError::BadLink {
+            path: e.path.clone(),
+            why,
+        });
+    }
+    Ok(())
+}
+
 /// A manifest the layout can take: not too many blocks, and holes inside their files.
 fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SetupError> {
     let blocks = count_blocks(files(entries).map(|e| e.size), block_size);
@@ -492,7 +515,7 @@ fn check_blocks(entries: &[Entry], block_size: u64) -> Result<(), SetupError> {
     for e in entries.iter().filter(|e| !e.holes.is_empty()) {
         let count = match e.kind {
             EntryKind::File => e.size.div_ceil(block_size.max(1)),
-            EntryKind::Dir => 0,
+            EntryKind::Dir | EntryKind::Symlink => 0,
         };
         if let Err((start, end)) = check_block_ranges(&e.holes, count) {
             return Err(SetupError::BadHoles {

@@ -17,6 +17,7 @@ fn file(path: &str, size: u64) -> Entry {
         mode: 0o644,
         mtime_ns: 7,
         holes: Vec::new(),
+        target: String::new(),
     }
 }
 
@@ -551,6 +552,62 @@ fn a_manifest_beyond_the_layout_or_with_bad_holes_is_refused() {
         ),
         "{err:?}"
     );
+}
+
+#[test]
+fn a_manifest_with_a_bad_link_is_refused_and_a_good_one_taken() {
+    let now = Instant::now();
+    let link = |target: &str| Entry {
+        kind: EntryKind::Symlink,
+        target: target.into(),
+        ..file("t/l", 0)
+    };
+    let long = "a/".repeat(2048);
+    let bad = [
+        (link(""), "an empty target"),
+        (link("a\0b"), "a NUL in its target"),
+        (link(&long), "a target too long"),
+        (
+            Entry {
+                size: 1,
+                ..link("x")
+            },
+            "a size",
+        ),
+        (
+            Entry {
+                target: "x".into(),
+                ..file("f", 1)
+            },
+            "a target, and it is not a link",
+        ),
+    ];
+    for (entry, what) in bad {
+        let mut r = opened();
+        let err = r
+            .handle(
+                Control::Manifest {
+                    entries: vec![dir("t"), entry],
+                    last: true,
+                },
+                now,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, SetupError::BadLink { why, .. } if *why == what),
+            "{what}: {err:?}"
+        );
+    }
+    // Where it points is the receiver's to judge: an absolute or climbing target is text here.
+    let mut r = opened();
+    r.handle(
+        Control::Manifest {
+            entries: vec![dir("t"), link("/etc/passwd"), link(&long[..4094])],
+            last: true,
+        },
+        now,
+    )
+    .unwrap();
 }
 
 /// Bytes of one more block than a layout takes at the test's block size.
