@@ -2,8 +2,9 @@
 //! directory arrive as links (`rsync -a --safe-links`: those pointing outside the destination
 //! are not created, each named in a warning and counted), `--copy-links`/`-L` sends what they
 //! point at (`rsync -rL`), an existing link is left, refused or replaced as a file would be,
-//! `--delete` mirrors links, `cp` push and pull carry them, and a hostile sender's link never
-//! leads a write out of the destination.
+//! `--delete` mirrors links, `cp` push and pull carry them (a directory's and its contents',
+//! `cp SRC/`, whose own links go as links as rsync sends them), and a hostile sender's link
+//! never leads a write out of the destination.
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
@@ -261,8 +262,12 @@ fn cp_push_and_pull_carry_links() {
     let ssh = fake_ssh(t.path());
     let want = t.path().join("rsync");
     rsync(&["-a", "--safe-links"], tree.to_str().unwrap(), &want);
+    let want_contents = t.path().join("rsync-contents");
+    let src_contents = format!("{}/", tree.display());
+    rsync(&["-a", "--safe-links"], &src_contents, &want_contents);
     let (push, pull) = (t.path().join("push"), t.path().join("pull"));
-    for d in [&push, &pull] {
+    let (push_c, pull_c) = (t.path().join("push-c"), t.path().join("pull-c"));
+    for d in [&push, &pull, &push_c, &pull_c] {
         std::fs::create_dir_all(d).unwrap();
     }
     let remote = |p: &str| format!("localhost:{p}");
@@ -275,11 +280,24 @@ fn cp_push_and_pull_carry_links() {
             &want,
         ),
         (remote(tree.to_str().unwrap()), into(&pull), &pull, &want),
+        (
+            src_contents.clone(),
+            remote(&into(&push_c)),
+            &push_c,
+            &want_contents,
+        ),
+        (
+            remote(&src_contents),
+            into(&pull_c),
+            &pull_c,
+            &want_contents,
+        ),
     ] {
         cp(&ssh, &[&from, &to]).assert_success();
         assert_eq!(listing(dest), listing(want), "{from} -> {to}");
     }
     assert_eq!(listing(&pull)["tree/dirlink"], "-> sub");
+    assert_eq!(listing(&pull_c)["rel"], "-> f.txt");
 }
 
 /// A link entry.

@@ -11,8 +11,9 @@
 //!   as `readlink` gives it, whatever it points at: the receiver judges which are safe to
 //!   create), unless [`WalkOptions::follow_symlinks`] is set (`--copy-links`: then followed,
 //!   with directory loops and dangling links skipped with a warning); symlinks named as
-//!   arguments are always followed, like `find -H`; a link whose target is not UTF-8 is
-//!   skipped with a warning;
+//!   arguments are followed, like `find -H`, except those in [`WalkOptions::link_args`] (what
+//!   `hurtle cp SRC/` expands `SRC/` to), sent as links like those inside a directory; a link
+//!   whose target is not UTF-8 is skipped with a warning;
 //! - fifos, sockets and devices are skipped with a warning;
 //! - paths the [`WalkOptions::filter`] leaves out (`--exclude`, `--include`) are skipped
 //!   silently, a directory with everything below it, arguments included;
@@ -78,6 +79,10 @@ pub struct WalkOptions {
     /// Follow symlinks found inside directories instead of sending them as links
     /// (`--copy-links`).
     pub follow_symlinks: bool,
+    /// Arguments sent as links when they are symbolic links, as links inside a directory are
+    /// (unless [`WalkOptions::follow_symlinks`]): the entries of a directory whose contents
+    /// are sent (`hurtle cp SRC/`), which rsync sends as links. Other arguments are followed.
+    pub link_args: Vec<PathBuf>,
     /// Which paths to send (by default all).
     pub filter: Filter,
 }
@@ -153,7 +158,16 @@ pub fn collect(paths: &[PathBuf], opts: &WalkOptions) -> Result<Walk, WalkError>
             source,
         };
         let abs = std::path::absolute(arg).map_err(io_err)?;
-        let meta = match fs::metadata(&abs) {
+        let as_link = !opts.follow_symlinks && opts.link_args.contains(arg);
+        let link_meta = match as_link {
+            true => fs::symlink_metadata(&abs).ok(),
+            false => None,
+        };
+        let meta = match link_meta {
+            Some(m) if m.file_type().is_symlink() => Ok(m),
+            _ => fs::metadata(&abs),
+        };
+        let meta = match meta {
             Ok(m) => m,
             // Distinguish a missing argument from a dangling symlink.
             Err(e) if e.kind() == ErrorKind::NotFound && fs::symlink_metadata(&abs).is_err() => {
@@ -609,6 +623,35 @@ mod tests {
         let w = collect(&[p.join("link")], &opts).unwrap();
         assert_eq!(rels(&w), ["link", "link/b.jpg", "link/c"]);
         assert_eq!(w.entries[1].abs_path, p.join("link/b.jpg"));
+        // Unless it is one of link_args (cp's `SRC/` contents): then a link, dangling or not.
+        symlink("nowhere", p.join("dangling")).unwrap();
+        let as_links = WalkOptions {
+            link_args: vec![p.join("link"), p.join("dangling"), p.join("z.txt")],
+            ..WalkOptions::default()
+        };
+        let args = [p.join("link"), p.join("dangling"), p.join("z.txt")];
+        let w = collect(&args, &as_links).unwrap();
+        let got: Vec<_> = w
+            .entries
+            .iter()
+            .map(|e| (e.rel_path.as_str(), e.kind, e.target.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("link", EntryKind::Symlink, "a"),
+                ("dangling", EntryKind::Symlink, "nowhere"),
+                ("z.txt", EntryKind::File, "")
+            ]
+        );
+        // ... and followed again with --copy-links.
+        let follow = WalkOptions {
+            follow_symlinks: true,
+            ..as_links
+        };
+        let w = collect(&args[..1], &follow).unwrap();
+        assert_eq!(rels(&w), ["link", "link/b.jpg", "link/c"]);
+        fs::remove_file(p.join("dangling")).unwrap();
         // An empty directory argument.
         let w = collect(&[p.join("a/c")], &opts).unwrap();
         assert_eq!(rels(&w), ["c"]);

@@ -59,6 +59,10 @@ pub struct SendOptions {
     /// Send what symbolic links inside a directory point at (`--copy-links`) instead of the
     /// links themselves.
     pub follow_symlinks: bool,
+    /// Paths among those sent that go as links when they are symbolic links (the entries
+    /// `hurtle cp SRC/` expands `SRC/` to), as links inside a directory do; other paths given
+    /// are followed. See [`crate::walk::WalkOptions::link_args`].
+    pub link_args: Vec<PathBuf>,
     /// Which paths to send (`--exclude`, `--include`; by default all).
     pub filter: crate::filter::Filter,
     /// Compare files the receiver already has by BLAKE3 (both sides read them), not by size
@@ -120,6 +124,7 @@ impl Default for SendOptions {
             payload: wire::MAX_PAYLOAD,
             block_size: 1 << 20,
             follow_symlinks: false,
+            link_args: Vec::new(),
             filter: crate::filter::Filter::default(),
             checksum: false,
             no_sparse: false,

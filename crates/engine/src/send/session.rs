@@ -1246,6 +1246,7 @@ fn plan(paths: &[PathBuf], opts: &SendOptions) -> Result<Plan, SessionError> {
         paths,
         &WalkOptions {
             follow_symlinks: opts.follow_symlinks,
+            link_args: opts.link_args.clone(),
             filter: opts.filter.clone(),
         },
     )?;

@@ -13,7 +13,7 @@ use super::route::{
 };
 use super::sources::expand_sources;
 use super::DIRECT_TRY;
-use crate::args::{CpArgs, HostPort, OutputArgs, SendFlags};
+use crate::args::{CpArgs, HostPort, SendFlags};
 use crate::cmd::resolve;
 use crate::exit::{self, Failure, Outcome};
 use crate::{interrupt, ui};
@@ -22,20 +22,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-fn warn_all(out: &OutputArgs, warnings: &[String]) {
-    if !out.quiet {
-        for w in warnings {
-            ui::warning(w);
-        }
-    }
-}
-
 /// Sends local `sources` to `dest` on the far host, which runs `hurtle ssh-serve receive`.
 pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Remote) -> Outcome {
     let paths: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
-    let mut warnings = Vec::new();
-    let paths = expand_sources(&paths, flags.follow_symlinks, &mut warnings)?;
-    warn_all(&a.output, &warnings);
+    let (paths, link_args) = expand_sources(&paths, flags.follow_symlinks)?;
     // What the far side needs for the destination rules (a single source is named DEST).
     let given: Vec<&str> = sources.iter().map(String::as_str).collect();
     let shape = shape_of(&given, |s| {
@@ -87,6 +77,7 @@ pub(super) fn push(a: &CpArgs, flags: &SendFlags, sources: &[String], dest: &Rem
         })
     };
     let mut opts = send_options(flags, a.output.log_dir.clone(), &secret);
+    opts.link_args = link_args;
     opts.mirror_root = super::options::mirror_root(sources.iter().map(String::as_str));
     let mut route = match direct {
         Ok(first) => {

@@ -327,15 +327,12 @@ fn serve_send(paths: &[PathBuf], flags: &SendFlags) -> Outcome {
         ));
     };
     let (client, _) = ssh_connection()?;
-    let mut warnings = Vec::new();
     let root = super::options::mirror_root(paths.iter().filter_map(|p| p.to_str()));
-    let paths = expand_sources(paths, flags.follow_symlinks, &mut warnings)?;
-    for w in warnings {
-        let _ = writeln!(std::io::stderr(), "hurtle (far side): warning: {w}");
-    }
+    let (paths, link_args) = expand_sources(paths, flags.follow_symlinks)?;
     let to = SocketAddr::new(client, port);
     let mut opts = send_options(flags, None, &secret);
     opts.mirror_root = root;
+    opts.link_args = link_args;
     let stdout = stdio_file(std::io::stdout(), "stdout")?;
     // Dial back directly, or else through the ssh channel; say which.
     let direct = match mode {

@@ -25,17 +25,20 @@ pub(super) fn source_kind(path: &str) -> Kind {
 }
 
 /// The sender's paths under rsync's rule: `SRC/` (a directory named with a trailing slash,
-/// or `SRC/.`, see [`Kind::Contents`]) stands for what is in it, each entry sent under its own name (sorted, symbolic links among
-/// them skipped with a warning unless `follow_symlinks`); any other path is sent as itself, a
-/// directory with everything below it. A path that does not exist is a storage failure
-/// (exit 6) before anything starts.
+/// or `SRC/.`, see [`Kind::Contents`]) stands for what is in it, each entry sent under its own
+/// name (sorted); any other path is sent as itself, a directory with everything below it. A
+/// path that does not exist is a storage failure (exit 6) before anything starts.
+///
+/// Also returns the entries of `SRC/` that are symbolic links: sent as links, as rsync sends
+/// them (`SendOptions::link_args`), unless `follow_symlinks` (`--copy-links`); a path given as
+/// itself is followed, as `send` follows it.
 pub fn expand_sources(
     paths: &[PathBuf],
     follow_symlinks: bool,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<PathBuf>, Failure> {
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), Failure> {
     let storage = |what: String| Failure::new(exit::STORAGE, anyhow::anyhow!(what));
     let mut out = Vec::new();
+    let mut links = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p);
         if meta.is_err() && std::fs::symlink_metadata(p).is_err() {
@@ -59,16 +62,12 @@ pub fn expand_sources(
         for e in entries {
             let path = p.join(e.file_name());
             if !follow_symlinks && e.file_type().is_ok_and(|t| t.is_symlink()) {
-                warnings.push(format!(
-                    "skipping symbolic link {} (--follow-symlinks follows it)",
-                    path.display()
-                ));
-                continue;
+                links.push(path.clone());
             }
             out.push(path);
         }
     }
-    Ok(out)
+    Ok((out, links))
 }
 
 #[cfg(test)]
@@ -92,14 +91,18 @@ mod tests {
         std::fs::write(t.path().join("d/x"), b"x").unwrap();
         std::fs::write(t.path().join("d/y"), b"y").unwrap();
         let d = t.path().join("d");
-        let mut warnings = Vec::new();
+        std::os::unix::fs::symlink("x", t.path().join("d/z")).unwrap();
         for given in [d.join("."), PathBuf::from(format!("{}/", d.display()))] {
-            let got = expand_sources(std::slice::from_ref(&given), false, &mut warnings).unwrap();
-            assert_eq!(got, [given.join("x"), given.join("y")], "{given:?}");
+            let got = expand_sources(std::slice::from_ref(&given), false).unwrap();
+            let all = [given.join("x"), given.join("y"), given.join("z")];
+            assert_eq!(got, (all.to_vec(), vec![given.join("z")]), "{given:?}");
+            // With --copy-links, no link is sent as one.
+            let got = expand_sources(std::slice::from_ref(&given), true).unwrap();
+            assert_eq!(got, (all.to_vec(), vec![]), "{given:?}");
         }
         assert_eq!(
-            expand_sources(std::slice::from_ref(&d), false, &mut warnings).unwrap(),
-            [d]
+            expand_sources(std::slice::from_ref(&d), false).unwrap(),
+            (vec![d], vec![])
         );
     }
 }
