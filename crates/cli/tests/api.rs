@@ -116,6 +116,53 @@ fn a_wrong_code_is_refused_and_says_so() {
 }
 
 #[test]
+fn a_receiver_cancelled_from_another_thread_stops_waiting_and_receives_again() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![5u8; 100_000]).unwrap();
+    let receiver = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .build()
+        .unwrap();
+    let receiving = receiver.receive().unwrap();
+    let canceller = receiving.canceller();
+    let cancelling = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        canceller.cancel();
+        std::time::Instant::now()
+    });
+    assert!(
+        receiving.wait_timeout(Duration::from_secs(5)),
+        "the cancelled receiver still waits"
+    );
+    let e = receiving.wait().expect_err("cancelled while waiting");
+    let waited = cancelling.join().unwrap().elapsed();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert!(
+        waited < Duration::from_secs(2),
+        "ended {waited:?} after the cancel"
+    );
+    // The waiting thread has ended: the same receiver takes the next sender.
+    let again = receiver
+        .receive()
+        .expect("the cancelled wait no longer holds the receiver");
+    let sent = Sender::builder()
+        .to(receiver.local_addr())
+        .code(receiver.code().unwrap())
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([dir.path().join("f")])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        (sent.bytes, again.wait().unwrap().bytes),
+        (100_000, 100_000)
+    );
+}
+
+#[test]
 fn events_say_the_phases_the_files_and_the_bytes() {
     let dir = tempfile::tempdir().unwrap();
     for (name, size) in [("one", 2 << 20), ("two", 1 << 20)] {

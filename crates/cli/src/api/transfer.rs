@@ -100,15 +100,14 @@ pub enum Event {
 #[derive(Debug, Clone)]
 pub struct Canceller {
     progress: Arc<Progress>,
-    cancelled: Arc<AtomicBool>,
 }
 
 impl Canceller {
     /// Asks the transfer to end: within a fraction of a second of its data moving it tells the
     /// peer, keeps what it verified, and ends with [`Error::Interrupted`]. Before data moves
-    /// there is nothing to keep; a receiver still waiting for its sender ends at once.
+    /// there is nothing to keep; a receiver still waiting for its sender stops waiting within
+    /// 50 ms (its thread ends, and the [`Receiver`](crate::Receiver) can receive again).
     pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Relaxed);
         self.progress.interrupt();
     }
 }
@@ -117,7 +116,6 @@ impl Canceller {
 /// its end, as dropping a thread's `JoinHandle` does: cancel it first to stop it.
 pub struct Transfer<S> {
     progress: Arc<Progress>,
-    cancelled: Arc<AtomicBool>,
     receiver: bool,
     done: Rx<Result<S, Error>>,
     result: Mutex<Option<Result<S, Error>>>,
@@ -126,6 +124,8 @@ pub struct Transfer<S> {
     /// Why a receiver still waiting for its sender gave up (its relay cancelled the code, or
     /// it expired): set by someone else, taken by [`Transfer::wait_timeout`].
     abandoned: Option<Arc<Mutex<Option<Error>>>>,
+    /// The error taken from `abandoned`, given instead of the interruption it causes.
+    gave_up: Mutex<Option<Error>>,
 }
 
 impl<S: Send + 'static> Transfer<S> {
@@ -174,13 +174,13 @@ impl<S: Send + 'static> Transfer<S> {
             .map_err(|e| Error::Thread(format!("cannot start the transfer thread: {e}")))?;
         Ok(Transfer {
             progress,
-            cancelled: Arc::new(AtomicBool::new(false)),
             receiver,
             done,
             result: Mutex::new(None),
             events,
             dropped,
             abandoned: None,
+            gave_up: Mutex::new(None),
         })
     }
 
@@ -207,26 +207,16 @@ impl<S: Send + 'static> Transfer<S> {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            // A receiver still waiting for its sender cannot be woken: a cancel ends the
-            // transfer here, and leaves its thread to end when a sender comes (and finds the
-            // session interrupted).
+            // A receiver whose relay gave up its code while it waited for a sender: the wait
+            // is cancelled (the engine's wait ends within 50 ms of a cancel) and ends with why.
             if self.receiver && self.progress.phase() == EnginePhase::Idle {
-                if self.cancelled.load(Ordering::Relaxed) {
-                    *slot = Some(Err(Error::Interrupted {
-                        receiver: true,
-                        held: 0,
-                        total: 0,
-                    }));
-                    return true;
-                }
                 let given_up = self
                     .abandoned
                     .as_ref()
                     .and_then(|a| a.lock().unwrap_or_else(|e| e.into_inner()).take());
                 if let Some(e) = given_up {
                     self.progress.interrupt();
-                    *slot = Some(Err(e));
-                    return true;
+                    *self.gave_up.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                 }
             }
             let step = deadline
@@ -234,7 +224,15 @@ impl<S: Send + 'static> Transfer<S> {
                 .min(Duration::from_millis(50));
             match self.done.recv_timeout(step) {
                 Ok(r) => {
-                    *slot = Some(r.map_err(|e| self.kept(e)));
+                    let gave_up = self
+                        .gave_up
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    *slot = Some(match (r, gave_up) {
+                        (Err(Error::Interrupted { .. }), Some(why)) => Err(why),
+                        (r, _) => r.map_err(|e| self.kept(e)),
+                    });
                     return true;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -279,7 +277,6 @@ impl<S: Send + 'static> Transfer<S> {
     pub fn canceller(&self) -> Canceller {
         Canceller {
             progress: self.progress.clone(),
-            cancelled: self.cancelled.clone(),
         }
     }
 

@@ -674,12 +674,29 @@ impl FrontDoor {
     /// Strays counted for the log and not yet said are said before a greeted connection is
     /// handed over, so that they come before the session's lines.
     pub fn next(&self) -> Result<Arrival, SessionError> {
-        let next = self.arrivals.recv().unwrap_or_else(|_| {
-            Err(SessionError::io(
-                "accept",
-                io::Error::other("the accepting thread ended"),
-            ))
-        });
+        self.next_unless(&|| false)
+    }
+
+    /// [`FrontDoor::next`], or [`SessionError::Interrupted`] as soon as `stop` says so (it is
+    /// asked every 50 ms): a receiver waiting for its sender is cancelled from another thread.
+    pub fn next_unless(&self, stop: &dyn Fn() -> bool) -> Result<Arrival, SessionError> {
+        let next = loop {
+            if stop() {
+                return Err(SessionError::Interrupted {
+                    side: crate::error::Side::Receiver,
+                });
+            }
+            match self.arrivals.recv_timeout(Duration::from_millis(50)) {
+                Ok(next) => break next,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    break Err(SessionError::io(
+                        "accept",
+                        io::Error::other("the accepting thread ended"),
+                    ))
+                }
+            }
+        };
         if next.is_ok() {
             self.log.flush();
         }

@@ -356,7 +356,8 @@ impl Receiver {
     /// meanwhile and do not end the wait ([`crate::receive::accept`]); the summary counts them
     /// (not those closed before a byte, such as a sender's losing connect attempt). The
     /// [`CODE_TRIES`](crate::handshake::CODE_TRIES)th failed agreement with the code spends it
-    /// ([`SessionError::CodeSpent`]).
+    /// ([`SessionError::CodeSpent`]). `progress.interrupt()` from another thread ends the wait
+    /// for a sender within 50 ms ([`SessionError::Interrupted`]).
     pub fn accept_one(&self, progress: Arc<Progress>) -> Result<ReceiveSummary, SessionError> {
         if self.opts.keys.is_empty() {
             return Err(SessionError::NoSecret);
@@ -369,7 +370,8 @@ impl Receiver {
         if let Err(e) = self.data.open_ahead(self.receiver_ip) {
             tracing::warn!("could not open the next sender's data path ahead: {e}");
         }
-        let arrival = self.door.next()?;
+        // A cancel (`progress.interrupt()`) ends the wait for a sender, too.
+        let arrival = self.door.next_unless(&|| progress.interrupted())?;
         progress.set_phase(Phase::SettingUp);
         let mut summary = self.serve(arrival, progress)?;
         summary.strays = self.door.take_strays();
