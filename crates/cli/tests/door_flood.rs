@@ -3,9 +3,10 @@
 //! one source), as [docs/threat-model.md](../../../docs/threat-model.md) states them:
 //!
 //! - 1,000 strangers from 1,000 addresses (127.0.B.N), 30 at a time (port scanners, HTTP
-//!   requests, garbage, huge length prefixes), while the real sender comes: every stranger is
-//!   closed by the receiver, the real sender gets in and its file arrives, the `--serve`
-//!   receiver goes on. The times are printed (`--nocapture`), never asserted;
+//!   requests, garbage, huge length prefixes, hurtle senders offering keys the receiver does
+//!   not know), while the real sender comes: every stranger is closed by the receiver, the
+//!   real sender gets in and its file arrives, the `--serve` receiver goes on (its code not
+//!   spent: an unknown key is no guess of it). The times are printed (`--nocapture`), never asserted;
 //! - four addresses holding eight silent connections each fill the door: a real sender is told
 //!   the receiver is busy (exit 4) until their grace time ends, and then gets in. This is the
 //!   denial of service from many sources the threat model does not cover, shown as it is;
@@ -47,6 +48,9 @@ enum Fate {
     Held,
     /// Could not connect at all.
     NoConnect,
+    /// A hurtle sender with an unknown key was told something else than that the receiver
+    /// does not know its key (or that it is busy).
+    Misanswered,
 }
 
 /// Reads from `s` until the receiver closes it, within `wait`.
@@ -70,22 +74,63 @@ fn until_closed(s: &mut TcpStream, wait: Duration) -> Fate {
     }
 }
 
+/// The first two frames of a hurtle sender that offers a key the receiver does not know: its
+/// `Agree` and its hello.
+fn unknown_key_offer(n: usize) -> Vec<u8> {
+    use hurtle_proto::secure::{Offer, Secret};
+    use hurtle_proto::wire::Control;
+    let mut key = [0x5a; 32];
+    key[..8].copy_from_slice(&(n as u64).to_be_bytes());
+    let hello = Control::hello(
+        0,
+        1,
+        hurtle_proto::wire::DEFAULT_PAYLOAD,
+        1 << 20,
+        0x5eed_0002,
+    );
+    let (_, first) = Offer::new(&Secret::key(key), false, &hello);
+    let mut frames = first.to_frame();
+    frames.extend(hello.to_frame());
+    frames
+}
+
 /// Stranger `n`: connects from its own address, does what its kind does, and waits for the
 /// receiver to close the connection (at most 10 s: the grace time is 5).
 fn stranger(n: usize, addr: SocketAddr) -> Fate {
     let Ok(mut s) = connect_from(stranger_address(n), addr) else {
         return Fate::NoConnect;
     };
-    let said: &[u8] = match n % 4 {
+    let offer;
+    let said: &[u8] = match n % 5 {
         // A port scanner: connects and closes.
         0 => return Fate::Closed,
         1 => b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
         // A length prefix no hello has.
         2 => &[0xff, 0xff, 0xff, 0xf0, 1, 2, 3],
-        _ => b"\x00\x00\x00\x08garbage!garbage!",
+        3 => b"\x00\x00\x00\x08garbage!garbage!",
+        // A hurtle sender with a key the receiver does not know: not a guess of its code.
+        _ => {
+            offer = unknown_key_offer(n);
+            &offer
+        }
     };
     if s.write_all(said).is_err() {
         return Fate::Closed;
+    }
+    if n % 5 == 4 {
+        match read_frame(&mut s, Duration::from_secs(10)) {
+            Some(hurtle_proto::wire::Control::Reject { reason })
+                if reason.contains("key") || reason.starts_with("busy") =>
+            {
+                if n == 4 {
+                    eprintln!("the first stranger with an unknown key was told: {reason}");
+                }
+            }
+            other => {
+                eprintln!("stranger {n} with an unknown key was told {other:?}");
+                return Fate::Misanswered;
+            }
+        }
     }
     until_closed(&mut s, Duration::from_secs(10))
 }
@@ -101,6 +146,12 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
     fsx::write_random(&src, 1_000_000, 5100);
     let mut r = start_receiver(&t.path().join("out"), &["--serve"]);
     let addr = r.addr;
+    // The same file, under another name, without strangers: what the sender takes anyway.
+    let quiet_src = t.path().join("quiet.bin");
+    std::fs::copy(&src, &quiet_src).unwrap();
+    let quiet = Instant::now();
+    proc::send(addr, &[&quiet_src], &[]).assert_success();
+    let quiet = quiet.elapsed();
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
@@ -137,7 +188,7 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
     eprintln!(
         "{STRANGERS} strangers ({AT_ONCE} at a time) and the real sender: {all_took:?} in all; \
          the sender came after {at:?} and took {sender_took:?} ({strangers_by_then} strangers \
-         turned away by then)"
+         turned away by then); without strangers it took {quiet:?}"
     );
     s.assert_success();
     fsx::assert_same_file(&src, &t.path().join("out/real.bin"));
@@ -152,6 +203,11 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
         count(Fate::Held),
         0,
         "strangers the receiver held past 10 s"
+    );
+    assert_eq!(
+        count(Fate::Misanswered),
+        0,
+        "unknown keys told something else"
     );
     assert!(
         r.proc.is_running(),
