@@ -1052,6 +1052,90 @@ fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value) {
     assert!(s_relay > 0, "{s}");
 }
 
+/// Two peers behind NATs that give every destination a port of their own (symmetric) on
+/// IPv4, as in `two_peers_behind_symmetric_nats_send_datagrams_through_the_relay` but with
+/// the relay network routed, and an IPv6 network between the two hosts (unique-local
+/// addresses on a link of their own, no NAT): each side's binds at the relay carry its IPv6
+/// addresses, the two probe each other there, and the session moves from the relay to a
+/// direct path over IPv6. The bytes the hosts' IPv6 link carried say so.
+#[test]
+fn two_symmetric_nats_with_ipv6_between_the_peers_go_direct_over_ipv6() {
+    if !support::require_root("two_symmetric_nats_with_ipv6_between_the_peers_go_direct_over_ipv6")
+    {
+        return;
+    }
+    let NatPair { _ns: ns, a, r, b } = nat_pair("6", 219, (symmetric, symmetric), true);
+    ip(&[
+        "-n", &a, "link", "add", "six", "type", "veth", "peer", "name", "six", "netns", &b,
+    ]);
+    for (x, addr) in [(&a, "fd00:219::1/64"), (&b, "fd00:219::2/64")] {
+        // No duplicate address detection: the address is usable at once, not tentative.
+        ip(&["-n", x, "addr", "add", addr, "dev", "six", "nodad"]);
+        ip(&["-n", x, "link", "set", "six", "up"]);
+    }
+    let t = tmp();
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 64 * MIB + 9, 59);
+    let out = t.path().join("out");
+    let six_bytes = |ns: &str| -> u64 {
+        let o = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "cat",
+                "/sys/class/net/six/statistics/rx_bytes",
+            ])
+            .output()
+            .expect("read the link's counter");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let before = six_bytes(&a);
+    let (s, r_done, relay) = send_across_with(
+        (&r, &a, &b),
+        ("10.219.3.1", "10.219.4.1"),
+        (&src, &out),
+        (
+            &["--metrics", "127.0.0.1:7496"],
+            &["--json"],
+            &["--json", "--rate", "400M"],
+        ),
+    );
+    s.assert_success();
+    r_done.assert_success();
+    fsx::assert_same_file(&src, &out.join("data.bin"));
+    let v = s.json();
+    assert_eq!(v["path"], "relayed", "{v}\n{}", s.stderr);
+    assert_eq!(v["transport"], "udp", "{v}\n{}", s.stderr);
+    let channels = v["channels"].as_u64().expect("channels");
+    assert_eq!(v["direct_channels"], channels, "{v}\n{}", s.stderr);
+    let after = v["direct_after_seconds"].as_f64().expect("a direct path");
+    let size = std::fs::metadata(&src).unwrap().len();
+    let forwarded = relay_forwarded(&r, 7496);
+    let over_six = six_bytes(&a) - before;
+    eprintln!(
+        "direct after {after:.3} s; the relay forwarded {forwarded} of {size} bytes; \
+         the receiver's IPv6 link took {over_six} bytes"
+    );
+    assert!(after < 2.0, "direct after {after} s");
+    assert!(
+        forwarded * 10 < size,
+        "the relay forwarded {forwarded} of {size} bytes"
+    );
+    // At least 90% of the file crossed the IPv6 link (the IPv4 NATs give no direct path; what
+    // went before the move went through the relay).
+    assert!(
+        over_six * 10 > size * 9,
+        "{over_six} bytes over IPv6 for {size}"
+    );
+    both_sides_agree(&v, &r_done.json());
+    drop(relay);
+    drop(ns);
+}
+
 /// The datagram bytes the relay in namespace `ns`, serving metrics on 127.0.0.1:`port`, has
 /// forwarded (its `hurtle_relay_udp_forwarded_bytes_total`).
 fn relay_forwarded(ns: &str, port: u16) -> u64 {

@@ -13,7 +13,10 @@
 //!   other end's address behind the first once that end is bound (where the peers may try a
 //!   direct path: hole punching, `hurtle_proto::punch`), and the request's source becomes the
 //!   token's end of its allocation (again on every bind: a NAT that moves the mapping is
-//!   followed).
+//!   followed). A bind of `BIND_WITH_CANDIDATES_LEN` bytes may carry the end's own addresses
+//!   after the request (`hurtle_engine::net::punch::with_candidates`, at most three IPv6
+//!   ones): the relay keeps them, and its answer to the other end's bind of that length
+//!   carries them at the same place, so that the peers may probe each other there too.
 //!
 //! An **allocation** ([`Forwarder::allocate`]) joins two ends, each named by a random 16-byte
 //! token that the relay gives to one peer only (over that peer's TCP connection to it). Once
@@ -35,6 +38,9 @@
 
 use crate::limit::{client_key, Limiter, MAX_CLIENTS};
 use hurtle_engine::net::dial::RELAY_TAG;
+use hurtle_engine::net::punch::{
+    candidates_in, with_candidates, BIND_WITH_CANDIDATES_LEN, CANDIDATES_AT,
+};
 use hurtle_engine::net::udp::{
     ChannelOptions, RecvBatch, UdpChannel, UdpError, GRO_BUF_SIZE, MAX_RECV_BUFFERS,
 };
@@ -97,6 +103,8 @@ enum End {
 struct Allocation {
     owner: IpAddr,
     ends: [Option<SocketAddr>; 2],
+    /// Each end's own addresses, as its last bind gave them (see the module docs).
+    candidates: [Vec<SocketAddr>; 2],
     tokens: [Token; 2],
     used: Instant,
     forwarded: u64,
@@ -213,6 +221,7 @@ impl Forwarder {
             Allocation {
                 owner,
                 ends: [None, None],
+                candidates: [Vec::new(), Vec::new()],
                 tokens,
                 used: now,
                 forwarded: 0,
@@ -254,7 +263,20 @@ impl Forwarder {
                     };
                     self.bind(now, id, end, from);
                     let peer = self.peer_of(from);
-                    Verdict::Answer(seen(&d[18..26], from, peer, d.len()))
+                    let answer = seen(&d[18..26], from, peer, d.len());
+                    let Some(a) = self.allocations.get_mut(&id) else {
+                        return Verdict::Answer(answer);
+                    };
+                    a.candidates[end as usize] = candidates_in(d);
+                    // The other end's own addresses, once it is bound, where the request left
+                    // room for them (never a longer answer than the request).
+                    let theirs = &a.candidates[1 - end as usize];
+                    if peer.is_none() || theirs.is_empty() || d.len() < BIND_WITH_CANDIDATES_LEN {
+                        return Verdict::Answer(answer);
+                    }
+                    let mut answer = with_candidates(&answer[..CANDIDATES_AT], theirs);
+                    answer.resize(d.len(), 0);
+                    Verdict::Answer(answer)
                 }
                 _ => Verdict::Drop(Dropped::Malformed),
             };
@@ -590,6 +612,42 @@ mod tests {
             f.on_datagram(t0, a("198.51.100.7:1"), &odd),
             Verdict::Drop(Dropped::Malformed)
         );
+    }
+
+    #[test]
+    fn binds_carry_each_end_s_own_addresses_to_the_other_and_answers_stay_as_long() {
+        use hurtle_engine::net::punch::{candidates_in, with_candidates};
+        let mut f = Forwarder::new(8);
+        let t0 = Instant::now();
+        let (ta, tb) = f.allocate(t0, "192.0.2.1".parse().unwrap()).unwrap();
+        let (pa, pb) = (a("198.51.100.7:40000"), a("203.0.113.9:50000"));
+        let (va, vb) = (a("[fd00::1]:40000"), a("[2001:db8::2]:50000"));
+        let bind = |t: &Token, own: SocketAddr| with_candidates(&bind_request(t, [3; 8]), &[own]);
+        let answer = |f: &mut Forwarder, from, d: &[u8]| match f.on_datagram(t0, from, d) {
+            Verdict::Answer(x) => x,
+            v => panic!("{v:?}"),
+        };
+        // Alone: no other end, so none of its addresses.
+        let first = answer(&mut f, pa, &bind(&ta, va));
+        assert_eq!(first.len(), BIND_WITH_CANDIDATES_LEN);
+        assert!(candidates_in(&first).is_empty());
+        // The second end hears the first's address as seen, and its own.
+        let second = answer(&mut f, pb, &bind(&tb, vb));
+        assert_eq!(parse_answer(&second), Some(([3; 8], pb, Some(pa))));
+        assert_eq!(candidates_in(&second), vec![va]);
+        assert_eq!(second.len(), BIND_WITH_CANDIDATES_LEN);
+        // And the first, binding again, the second's.
+        let again = answer(&mut f, pa, &bind(&ta, va));
+        assert_eq!(parse_answer(&again), Some(([3; 8], pa, Some(pb))));
+        assert_eq!(candidates_in(&again), vec![vb]);
+        // A plain bind (no room) gets a plain answer, no longer than it.
+        let plain = answer(&mut f, pa, &bind_request(&ta, [4; 8]));
+        assert_eq!(plain.len(), BIND_LEN);
+        assert!(candidates_in(&plain).is_empty());
+        assert_eq!(parse_answer(&plain), Some(([4; 8], pa, Some(pb))));
+        // That plain bind said the first end has no addresses of its own now.
+        let later = answer(&mut f, pb, &bind(&tb, vb));
+        assert!(candidates_in(&later).is_empty());
     }
 
     #[test]

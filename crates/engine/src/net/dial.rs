@@ -97,10 +97,18 @@ impl UdpRelay {
             let _ = s.set_nonblocking(false);
         }
         let mut left: Vec<usize> = (0..sockets.len().min(self.binds.len())).collect();
+        // Each bind carries the socket's own candidates (`crate::net::punch`).
+        let binds: Vec<Vec<u8>> = left
+            .iter()
+            .map(|&ch| {
+                let own = crate::net::punch::local_v6_candidates(&sockets[ch]);
+                crate::net::punch::with_candidates(&self.binds[ch], &own)
+            })
+            .collect();
         let mut buf = [0u8; 64];
         while !left.is_empty() && Instant::now() < deadline {
             for &ch in &left {
-                let _ = sockets[ch].send_to(&self.binds[ch], self.addr);
+                let _ = crate::net::punch::send_to(&sockets[ch], &binds[ch], self.addr);
             }
             let round = Instant::now() + Duration::from_millis(150);
             left.retain(|&ch| {
@@ -111,7 +119,13 @@ impl UdpRelay {
                         return true;
                     }
                     match s.recv_from(&mut buf) {
-                        Ok((n, from)) if from == self.addr && n > 0 && buf[0] == RELAY_TAG => {
+                        // A dual-stack socket names an IPv4 source as IPv4-mapped IPv6.
+                        Ok((n, from))
+                            if SocketAddr::new(from.ip().to_canonical(), from.port())
+                                == self.addr
+                                && n > 0
+                                && buf[0] == RELAY_TAG =>
+                        {
                             return false
                         }
                         Ok(_) => continue,

@@ -112,7 +112,7 @@ impl FeedbackOut {
             }
             frame
         };
-        if self.socks[ch].send_to(&frame, to).is_ok() {
+        if crate::net::punch::send_to(&self.socks[ch], &frame, to).is_ok() {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -225,7 +225,10 @@ impl FeedbackReader {
                         }
                         loop {
                             let (n, src) = match sock.recv_from(&mut buf) {
-                                Ok(got) => got,
+                                // An IPv4 source as such, on a dual-stack socket too.
+                                Ok((n, src)) => {
+                                    (n, SocketAddr::new(src.ip().to_canonical(), src.port()))
+                                }
                                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                                 // WouldBlock, or an error a datagram sent earlier left.
                                 Err(_) => break,

@@ -264,11 +264,7 @@ impl DataDoor {
             return Ok(());
         }
         let mut warnings = Vec::new();
-        let udps = UdpChannel::bind_channels(
-            self.udp_ip(ip),
-            u16::try_from(udps).unwrap_or(u16::MAX),
-            &mut warnings,
-        )?;
+        let udps = self.bind_udp(ip, u16::try_from(udps).unwrap_or(u16::MAX), &mut warnings)?;
         let listener = if listener {
             Some(self.tcp_listener(ip)?)
         } else {
@@ -349,6 +345,22 @@ impl DataDoor {
         }
     }
 
+    /// `channels` sockets for a control connection that came to `local_ip`: on every address
+    /// of both families (dual-stack) when datagrams may come through a relay and the control
+    /// connection is IPv4 (so that a path to this host's IPv6 addresses may be punched,
+    /// `crate::net::punch`), else as [`udp_ip`](Self::udp_ip) says.
+    fn bind_udp(
+        &self,
+        local_ip: IpAddr,
+        channels: u16,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<UdpChannel>, crate::net::udp::UdpError> {
+        if self.any_ip && local_ip.is_ipv4() {
+            return UdpChannel::bind_channels_dual_stack(channels, warnings);
+        }
+        UdpChannel::bind_channels(self.udp_ip(local_ip), channels, warnings)
+    }
+
     fn udp_ip(&self, local_ip: IpAddr) -> IpAddr {
         match local_ip {
             IpAddr::V4(_) if self.any_ip => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
@@ -379,7 +391,7 @@ impl DataDoor {
             let ports = vec![guard.1; usize::from(channels)];
             (DataIn::Tcp(l), ports, None, Some(guard))
         } else {
-            let udps = UdpChannel::bind_channels(self.udp_ip(local_ip), channels, &mut warnings)?;
+            let udps = self.bind_udp(local_ip, channels, &mut warnings)?;
             let ports = udps.iter().map(|u| u.local_addr().port()).collect();
             let (fallback, guard) = if hello.race {
                 let (l, guard) = self.tcp_listener(local_ip)?;

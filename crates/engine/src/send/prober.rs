@@ -64,7 +64,7 @@ impl Prober {
                 },
                 None => size,
             };
-            if let Err(e) = sock.send_to(&buf[..size], dest) {
+            if let Err(e) = crate::net::punch::send_to(sock, &buf[..size], *dest) {
                 if e.raw_os_error() == Some(libc::EMSGSIZE) {
                     self.probe.on_too_big(payload);
                 }

@@ -42,7 +42,7 @@ pub use queue::ReceiveQueue;
 
 use std::{
     io,
-    net::{IpAddr, SocketAddr, UdpSocket},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket},
     os::fd::{AsFd, BorrowedFd},
     time::Duration,
 };
@@ -171,6 +171,18 @@ impl UdpChannel {
         Ok(udps)
     }
 
+    /// [`bind_channels`](Self::bind_channels) on every IPv6 address and every IPv4 one
+    /// (dual-stack sockets: what a relayed session's channels use, so that a path to the
+    /// peer's IPv6 addresses may be punched beside IPv4, `crate::net::punch`); on every IPv4
+    /// address only where the host has no IPv6.
+    pub fn bind_channels_dual_stack(
+        count: u16,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<UdpChannel>, UdpError> {
+        UdpChannel::bind_channels(Ipv6Addr::UNSPECIFIED.into(), count, warnings)
+            .or_else(|_| UdpChannel::bind_channels(Ipv4Addr::UNSPECIFIED.into(), count, warnings))
+    }
+
     /// Binds a channel to `addr` (port 0 picks a free port; see [`local_addr`](Self::local_addr)),
     /// sets its buffer sizes and turns on the offloads the kernel has.
     pub fn bind(addr: SocketAddr, opts: &ChannelOptions) -> Result<Self, UdpError> {
@@ -183,6 +195,13 @@ impl UdpChannel {
             .map_err(setup("set SO_RCVBUF"))?;
         sock.set_send_buffer_size(opts.send_buffer)
             .map_err(setup("set SO_SNDBUF"))?;
+        if let SocketAddr::V6(a) = addr {
+            // Every IPv6 address takes IPv4 too, whatever the system's default.
+            if a.ip().is_unspecified() {
+                sock.set_only_v6(false)
+                    .map_err(setup("clear IPV6_V6ONLY"))?;
+            }
+        }
         sock.bind(&addr.into())
             .map_err(|source| UdpError::Bind { addr, source })?;
         let granted_recv = kernel_granted(sock.recv_buffer_size().map_err(setup("get SO_RCVBUF"))?);
