@@ -113,7 +113,8 @@ fn links_arrive_as_links_and_unsafe_ones_are_refused_as_rsync_safe_links_does() 
 
     let dest = t.path().join("dest");
     let r = start_receiver(&dest, &["--json"]);
-    proc::send(r.addr, &[&tree], &[]).assert_success();
+    let sent = proc::send(r.addr, &[&tree], &[]);
+    sent.assert_success();
     let done = r.proc.wait(TRANSFER_TIMEOUT);
     done.assert_success();
     assert_eq!(listing(&dest), listing(&want));
@@ -140,6 +141,18 @@ fn links_arrive_as_links_and_unsafe_ones_are_refused_as_rsync_safe_links_does() 
     for named in ["tree/abs", "tree/sub/out -> ../../../outside.txt"] {
         assert!(warnings.contains(named), "{named}: {warnings}");
     }
+    // The sender knows the rule too, and says which links will not be created.
+    for named in ["tree/abs\"", "tree/sub/out\" -> ../../../outside.txt"] {
+        assert!(sent.stderr.contains(named), "{named}: {}", sent.stderr);
+    }
+    assert_eq!(
+        sent.stderr
+            .matches("points outside the destination")
+            .count(),
+        2,
+        "{}",
+        sent.stderr
+    );
 
     // The same links again: left as they are, no --overwrite needed.
     let r = start_receiver(&dest, &[]);
@@ -293,8 +306,15 @@ fn cp_push_and_pull_carry_links() {
             &want_contents,
         ),
     ] {
-        cp(&ssh, &[&from, &to]).assert_success();
+        let done = cp(&ssh, &[&from, &to]);
+        done.assert_success();
         assert_eq!(listing(dest), listing(want), "{from} -> {to}");
+        // Whichever side sends, the user hears of the links not created.
+        assert!(
+            done.stderr.contains("abs") && done.stderr.contains("points outside"),
+            "{from} -> {to}: {}",
+            done.stderr
+        );
     }
     assert_eq!(listing(&pull)["tree/dirlink"], "-> sub");
     assert_eq!(listing(&pull_c)["rel"], "-> f.txt");

@@ -13,7 +13,9 @@
 //!   with directory loops and dangling links skipped with a warning); symlinks named as
 //!   arguments are followed, like `find -H`, except those in [`WalkOptions::link_args`] (what
 //!   `hurtle cp SRC/` expands `SRC/` to), sent as links like those inside a directory; a link
-//!   whose target is not UTF-8 is skipped with a warning;
+//!   whose target is not UTF-8 is skipped with a warning, and one the receiver will not create
+//!   ([`crate::fs::link_escapes`]: absolute, or climbing above the destination) is sent with a
+//!   warning;
 //! - fifos, sockets and devices are skipped with a warning;
 //! - paths the [`WalkOptions::filter`] leaves out (`--exclude`, `--include`) are skipped
 //!   silently, a directory with everything below it, arguments included;
@@ -271,6 +273,13 @@ fn walk_tree(
             EntryKind::Dir
         } else if ft.is_symlink() {
             match link_target(&item.abs)? {
+                Some(t) if crate::fs::link_escapes(&item.rel, &t) => {
+                    walk.warnings.push(format!(
+                        "symlink {:?} -> {t} points outside the destination: the receiver will not create it (-L sends what it points at)",
+                        item.abs
+                    ));
+                    target = t;
+                }
                 Some(t) => target = t,
                 None => {
                     walk.warnings.push(format!(
@@ -553,13 +562,24 @@ mod tests {
                 ("a/up", "../../outside")
             ]
         );
-        // A target the manifest cannot carry as text is skipped, named.
+        // Those the receiver will not create are named; a target the manifest cannot carry
+        // as text is skipped, named.
+        let outside = |l: &str, t: &str| {
+            format!(
+                "symlink {:?} -> {t} points outside the destination: the receiver will not create it (-L sends what it points at)",
+                p.join(l)
+            )
+        };
         assert_eq!(
             w.warnings,
-            [format!(
-                "skipping symlink {:?}: its target is not valid UTF-8",
-                p.join("a/latin1")
-            )]
+            [
+                outside("a/abs", "/etc/hostname"),
+                format!(
+                    "skipping symlink {:?}: its target is not valid UTF-8",
+                    p.join("a/latin1")
+                ),
+                outside("a/up", "../../outside"),
+            ]
         );
         // A link argument is still followed (`find -H`), its own links inside sent as links.
         symlink(p.join("a"), tmp.path().join("arg")).unwrap();
