@@ -860,8 +860,6 @@ impl Receiver {
     }
 }
 
-/// Sends the paths a mirror would delete to the sender, in parts of [`PATHS_PER_PART`] (a
-/// dry run's last messages; at least one part, the last).
 /// Whether `e` is a link this receiver creates: one whose target stays inside the
 /// destination ([`fs::link_escapes`], rsync's `--safe-links` rule).
 fn is_safe_link(e: &Entry) -> bool {
@@ -915,6 +913,8 @@ fn link_decision(
     }
 }
 
+/// Sends the paths a mirror would delete to the sender, in parts of [`PATHS_PER_PART`] (a
+/// dry run's last messages; at least one part, the last).
 fn send_extraneous(strays: &[crate::mirror::Stray], tx: &Sender<Control>) {
     let paths: Vec<String> = strays.iter().map(|s| s.rel_path.clone()).collect();
     let parts: Vec<&[String]> = if paths.is_empty() {
