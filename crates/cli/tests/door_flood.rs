@@ -10,6 +10,8 @@
 //! - four addresses holding eight silent connections each fill the door: a real sender is told
 //!   the receiver is busy (exit 4) until their grace time ends, and then gets in. This is the
 //!   denial of service from many sources the threat model does not cover, shown as it is;
+//! - twelve real senders from one address (as behind one NAT) started at once: at least eight
+//!   get in, and any other is told the receiver is busy (exit 4);
 //! - connections spliced through a relay all reach the receiver from its relay agent, one
 //!   source: eight held through the relay turn a ninth relayed one away as busy, while a
 //!   direct sender from another address still gets in.
@@ -371,4 +373,44 @@ fn relayed_connections_share_one_source_and_eight_held_turn_a_ninth_away() {
     assert!(receiver.is_running(), "the strangers ended the receiver");
     receiver.kill();
     relay.0.kill();
+}
+
+#[test]
+fn twelve_senders_from_one_address_at_once_get_in_or_are_told_busy() {
+    const SENDERS: usize = 12;
+    let t = support::tempdir("hurtle-door-");
+    let out = t.path().join("out");
+    let mut r = start_receiver(&out, &["--serve"]);
+    let srcs: Vec<_> = (0..SENDERS)
+        .map(|i| {
+            let p = t.path().join(format!("nat-{i}.bin"));
+            fsx::write_random(&p, 200_000, 5400 + i as u64);
+            p
+        })
+        .collect();
+    // All from 127.0.0.1, as senders behind one NAT would be, started at once.
+    let t0 = Instant::now();
+    let running: Vec<_> = srcs
+        .iter()
+        .map(|p| proc::Proc::spawn("sender", &proc::send_args(r.addr, &[p], &[])))
+        .collect();
+    let done: Vec<_> = running
+        .into_iter()
+        .map(|p| p.wait(TRANSFER_TIMEOUT))
+        .collect();
+    let took = t0.elapsed();
+    let mut ok = 0;
+    for (f, src) in done.iter().zip(&srcs) {
+        if f.status.success() {
+            ok += 1;
+            fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
+        } else {
+            let why = f.assert_exit(4);
+            assert!(why.contains("the receiver is busy"), "{why}");
+        }
+    }
+    eprintln!("{ok} of {SENDERS} senders from one address got in at once ({took:?}); the rest were told busy");
+    assert!(ok >= 8, "only {ok} got in: the door gives one address 8");
+    assert!(r.proc.is_running());
+    r.proc.kill();
 }
