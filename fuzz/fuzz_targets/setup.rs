@@ -56,7 +56,14 @@ fn manifest() -> Vec<Entry> {
         holes: Vec::new(),
         target: String::new(),
     };
-    vec![file("a", 3 << 16), file("b", 0), file("c", 10)]
+    // A link among the files: no file id, no data, whatever the receiver answers for it.
+    let link = Entry {
+        kind: EntryKind::Symlink,
+        target: "../a".into(),
+        mode: 0o777,
+        ..file("l", 0)
+    };
+    vec![file("a", 3 << 16), link, file("b", 0), file("c", 10)]
 }
 
 fuzz_target!(|data: &[u8]| {
