@@ -240,6 +240,22 @@ fn delete_mirrors_links_as_rsync_does() {
     assert_eq!(listing(&outside).len(), 1, "nothing deleted through a link");
 }
 
+#[test]
+fn a_dry_run_creates_no_link() {
+    let t = support::tempdir("hurtle-symlinks-");
+    let tree = make_tree(t.path());
+    let dest = t.path().join("dest");
+    std::fs::create_dir_all(dest.join("tree")).unwrap();
+    let r = start_receiver(&dest, &[]);
+    proc::send(r.addr, &[&tree], &["-n"]).assert_success();
+    r.proc.wait(TRANSFER_TIMEOUT).assert_success();
+    assert!(
+        listing(&dest.join("tree")).is_empty(),
+        "{:?}",
+        listing(&dest)
+    );
+}
+
 /// An ssh stand-in: drops the destination and runs the far side's command here, with the
 /// `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
 fn fake_ssh(dir: &Path) -> PathBuf {
