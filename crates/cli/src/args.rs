@@ -14,12 +14,12 @@ use std::path::PathBuf;
 mod filters;
 pub use filters::FilterArgs;
 
-/// The receiver's default control port (`--to HOST` means HOST:7400).
-pub const RECEIVER_PORT: u16 = 7400;
-/// The relay's default port (`--relay HOST` means HOST:7401).
-pub const RELAY_PORT: u16 = 7401;
-/// The most channels a receiver serves.
-pub const MAX_CHANNELS: u16 = 32;
+// Addresses, their default ports, and the checks of channel counts, chunk sizes, rates and
+// sizes are the library's, so that the command and the API accept the same values with the
+// same errors.
+pub use hurtle::api::values::{
+    parse_channels, parse_chunk_size, parse_rate, parse_size, HostPort, RECEIVER_PORT, RELAY_PORT,
+};
 
 /// Fast, verified file transfer over long, fat, lossy networks.
 #[derive(Parser)]
@@ -352,8 +352,8 @@ pub struct SendFlags {
     pub payload: u16,
     /// Send what symbolic links inside a directory point at, as rsync -L does, instead of
     /// the links themselves (a dangling one is skipped with a warning). By default they are
-    /// sent as links, and the receiver creates those that stay inside its destination. A link
-    /// named as an argument is followed (not one inside cp's SRC/, which goes as a link).
+    /// sent as links, and the receiver creates those that stay inside its destination.
+    /// Links named as arguments are always followed.
     #[arg(short = 'L', long = "copy-links", alias = "follow-symlinks")]
     pub follow_symlinks: bool,
     /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
@@ -580,71 +580,6 @@ pub struct ManArgs {
     pub out: Option<PathBuf>,
 }
 
-/// A host name or IP address and a port, as given (resolved only when used, so that an
-/// unknown host is a network error and a malformed address a usage error).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPort {
-    /// Name or address, without brackets.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-}
-
-impl std::fmt::Display for HostPort {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-impl HostPort {
-    /// Parses `HOST`, `HOST:PORT`, `[V6]`, `[V6]:PORT` or a bare IPv6 address; `default_port`
-    /// when none is given. Port 0 only when `zero_ok`.
-    pub fn parse(s: &str, default_port: u16, zero_ok: bool) -> Result<HostPort, String> {
-        let s = s.trim();
-        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (host, after) = rest
-                .split_once(']')
-                .ok_or_else(|| format!("{s:?}: a '[' without its ']'"))?;
-            match after {
-                "" => (host, None),
-                p => (
-                    host,
-                    Some(
-                        p.strip_prefix(':')
-                            .ok_or_else(|| format!("{s:?}: expected ':PORT' after ']'"))?,
-                    ),
-                ),
-            }
-        } else if s.matches(':').count() > 1 {
-            (s, None) // a bare IPv6 address
-        } else {
-            match s.split_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (s, None),
-            }
-        };
-        if host.is_empty() {
-            return Err(format!("{s:?}: no host (expected HOST or HOST:PORT)"));
-        }
-        let port = match port {
-            None => default_port,
-            Some(p) => match p.parse::<u16>() {
-                Ok(0) if !zero_ok => return Err(format!("{s:?}: port 0 cannot be connected to")),
-                Ok(n) => n,
-                Err(_) => return Err(format!("{s:?}: {p:?} is not a port (0 to 65535)")),
-            },
-        };
-        Ok(HostPort {
-            host: host.to_string(),
-            port,
-        })
-    }
-}
-
 fn parse_to(s: &str) -> Result<HostPort, String> {
     HostPort::parse(s, RECEIVER_PORT, false)
 }
@@ -662,25 +597,6 @@ pub fn parse_relay_target(s: &str) -> Result<HostPort, String> {
     HostPort::parse(s, RELAY_PORT, false)
 }
 
-/// `--channels`: 1 to [`MAX_CHANNELS`], an error otherwise (never silently changed).
-pub fn parse_channels(s: &str) -> Result<u16, String> {
-    match s.trim().parse::<u16>() {
-        Ok(n) if (1..=MAX_CHANNELS).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{s:?}: expected a number of channels from 1 to {MAX_CHANNELS}"
-        )),
-    }
-}
-
-fn parse_chunk_size(s: &str) -> Result<u64, String> {
-    let v = parse_size(s)?;
-    if v.is_power_of_two() && (1024..=64 << 20).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{s:?}: must be a power of two from 1K to 64M"))
-    }
-}
-
 fn parse_secs(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
@@ -694,10 +610,6 @@ fn parse_count(s: &str) -> Result<usize, String> {
         _ => Err(format!("{s:?}: expected a whole number of at least 1")),
     }
 }
-
-// The rate and size parsers are the library's, so that the command and the API accept the
-// same forms with the same errors.
-pub use hurtle::api::values::{parse_rate, parse_size};
 
 #[cfg(test)]
 mod tests {

@@ -1,31 +1,32 @@
-//! Exit codes: the table users and scripts rely on, and the one place that maps each typed
-//! failure to its code.
+//! Exit codes: the table users and scripts rely on. The codes of the kinds of failure a
+//! transfer has, and which error is which kind, are the library's
+//! ([`hurtle::ErrorKind`]): the command takes them from there, and adds its own (ssh, a far
+//! side without hurtle, SIGTERM).
 
-use hurtle_engine::net::control::ControlError;
+use hurtle::ErrorKind;
 use hurtle_engine::SessionError;
-use hurtle_proto::wire::AbortCause;
 use hurtle_relay::client::RelayError;
 
 /// Success.
 pub const OK: u8 = 0;
 /// Any failure not named below (a protocol error, an expired or cancelled code, another
 /// version of hurtle on the far side of `hurtle cp`).
-pub const OTHER: u8 = 1;
+pub const OTHER: u8 = ErrorKind::Other.exit_code();
 /// Usage: a bad flag, value, address or configuration file, a malformed code (its shape, or a
 /// word not in the list; checked before anything connects).
-pub const USAGE: u8 = 2;
+pub const USAGE: u8 = ErrorKind::Usage.exit_code();
 /// The receiver refused the transfer (a wrong code, a file exists, its destination is full or
 /// not writable, an unsafe path); the sender's code.
-pub const REFUSED: u8 = 3;
+pub const REFUSED: u8 = ErrorKind::Refused.exit_code();
 /// Network: a host that cannot be resolved or reached, a stalled transfer, UDP blocked, a peer
 /// that disconnected or was interrupted.
-pub const NETWORK: u8 = 4;
+pub const NETWORK: u8 = ErrorKind::Network.exit_code();
 /// Verification: a block or file whose BLAKE3 does not match, a source file that changed while
 /// it was sent.
-pub const VERIFICATION: u8 = 5;
+pub const VERIFICATION: u8 = ErrorKind::Verification.exit_code();
 /// Local storage: disk full, a destination that is not a writable directory, an unsafe path, a
 /// source that cannot be read.
-pub const STORAGE: u8 = 6;
+pub const STORAGE: u8 = ErrorKind::Storage.exit_code();
 /// `hurtle cp`: ssh itself failed (authentication, host key, an unreachable host: ssh exits
 /// 255); ssh's own message is shown.
 pub const SSH: u8 = 7;
@@ -33,7 +34,7 @@ pub const SSH: u8 = 7;
 /// executable).
 pub const REMOTE_MISSING: u8 = 8;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2, as shells report it.
-pub const SIGINT: u8 = 130;
+pub const SIGINT: u8 = ErrorKind::Interrupted.exit_code();
 /// Interrupted by SIGTERM: 128 + 15.
 pub const SIGTERM: u8 = 143;
 
@@ -58,17 +59,23 @@ Exit codes:
 /// The name of an exit code's kind of failure, as the `--json` error object gives it
 /// (`{"error": {"kind": ..., "message": ..., "exit_code": ...}}`).
 pub fn kind(code: u8) -> &'static str {
+    const KINDS: [ErrorKind; 6] = [
+        ErrorKind::Usage,
+        ErrorKind::Refused,
+        ErrorKind::Network,
+        ErrorKind::Verification,
+        ErrorKind::Storage,
+        ErrorKind::Interrupted,
+    ];
     match code {
         OK => "ok",
-        USAGE => "usage",
-        REFUSED => "refused",
-        NETWORK => "network",
-        VERIFICATION => "verification",
-        STORAGE => "storage",
         SSH => "ssh",
         REMOTE_MISSING => "remote_missing",
-        SIGINT | SIGTERM => "interrupted",
-        _ => "other",
+        SIGTERM => ErrorKind::Interrupted.as_str(),
+        _ => KINDS
+            .iter()
+            .find(|k| k.exit_code() == code)
+            .map_or(ErrorKind::Other.as_str(), |k| k.as_str()),
     }
 }
 
@@ -113,50 +120,31 @@ impl From<SessionError> for Failure {
 
 impl From<RelayError> for Failure {
     fn from(e: RelayError) -> Self {
-        Failure::new(if e.is_network() { NETWORK } else { OTHER }, e)
+        Failure::new(ErrorKind::from(&e).exit_code(), e)
+    }
+}
+
+impl From<hurtle::Error> for Failure {
+    /// A failure of the library: its kind's exit code, its message.
+    fn from(e: hurtle::Error) -> Self {
+        Failure::new(e.exit_code(), e)
     }
 }
 
 /// What a command returns.
 pub type Outcome = Result<(), Failure>;
 
-/// The exit code of a session's error, on either side.
+/// The exit code of a session's error, on either side (the library's
+/// [`ErrorKind`] of it).
 pub fn session_code(e: &SessionError) -> u8 {
-    match e {
-        SessionError::Refused { .. }
-        | SessionError::NotAuthenticated(_)
-        | SessionError::CodeSpent(_) => REFUSED,
-        SessionError::NoSecret => USAGE,
-        SessionError::PeerAborted { cause, .. } => match cause {
-            AbortCause::Refused => REFUSED,
-            AbortCause::Network | AbortCause::Interrupted => NETWORK,
-            AbortCause::Verification => VERIFICATION,
-            _ => OTHER,
-        },
-        // Bytes that are not a message are the peer's fault, not the network's.
-        SessionError::Control(ControlError::Frame(_)) => OTHER,
-        SessionError::Connect { .. }
-        | SessionError::Listen { .. }
-        | SessionError::Control(_)
-        | SessionError::PeerGone { .. }
-        | SessionError::Busy(_)
-        | SessionError::UdpBlocked { .. }
-        | SessionError::Stalled(_)
-        | SessionError::Udp(_) => NETWORK,
-        SessionError::Verification { .. }
-        | SessionError::VerificationInTheClear { .. }
-        | SessionError::HashMismatch { .. }
-        | SessionError::SourceChanged(_) => VERIFICATION,
-        SessionError::Store(_) | SessionError::Path(_) | SessionError::Walk(_) => STORAGE,
-        SessionError::Interrupted { .. } => SIGINT,
-        _ => OTHER,
-    }
+    ErrorKind::from(e).exit_code()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use hurtle_engine::error::Side;
+    use hurtle_proto::wire::AbortCause;
 
     #[test]
     fn the_json_error_names_the_kind_of_its_exit_code() {

@@ -1,5 +1,9 @@
 //! The errors of the API ([`Error`]) and their kinds ([`ErrorKind`]): each kind is one of the
 //! command line's exit codes, so that a program and a shell script judge a failure alike.
+//!
+//! This is the one place that says which exit code each of the engine's and the relay's
+//! errors is: the command's `exit` module takes its codes and its mapping from here
+//! ([`ErrorKind::exit_code`], `ErrorKind::from(&SessionError)`, `ErrorKind::from(&RelayError)`).
 
 use hurtle_engine::error::Side;
 use hurtle_engine::net::control::ControlError;
@@ -31,7 +35,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The exit code the `hurtle` command gives this kind of failure.
-    pub fn exit_code(self) -> u8 {
+    pub const fn exit_code(self) -> u8 {
         match self {
             ErrorKind::Other => 1,
             ErrorKind::Usage => 2,
@@ -45,7 +49,7 @@ impl ErrorKind {
 
     /// The kind's name, as the command's `--json` error object gives it (`usage`, `refused`,
     /// `network`, `verification`, `storage`, `interrupted`, `other`).
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Other => "other",
             ErrorKind::Usage => "usage",
@@ -54,6 +58,25 @@ impl ErrorKind {
             ErrorKind::Verification => "verification",
             ErrorKind::Storage => "storage",
             ErrorKind::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl From<&SessionError> for ErrorKind {
+    /// The kind of a session's error, on either side: the command's exit code for it.
+    fn from(e: &SessionError) -> ErrorKind {
+        session_kind(e)
+    }
+}
+
+impl From<&RelayError> for ErrorKind {
+    /// A relay that cannot be reached or answers no more is the network's failure; anything
+    /// else the relay says (an unknown code, a protocol error) is [`ErrorKind::Other`].
+    fn from(e: &RelayError) -> ErrorKind {
+        if e.is_network() {
+            ErrorKind::Network
+        } else {
+            ErrorKind::Other
         }
     }
 }
@@ -126,8 +149,8 @@ impl Error {
             Error::Storage(_) => ErrorKind::Storage,
             Error::Resolve(_) => ErrorKind::Network,
             Error::Session(e) => session_kind(e),
-            Error::Relay(e) if e.is_network() => ErrorKind::Network,
-            Error::Relay(_) | Error::Code(_) | Error::Thread(_) => ErrorKind::Other,
+            Error::Relay(e) => ErrorKind::from(e),
+            Error::Code(_) | Error::Thread(_) => ErrorKind::Other,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
         }
     }
@@ -168,11 +191,13 @@ fn session_kind(e: &SessionError) -> ErrorKind {
             AbortCause::Verification => ErrorKind::Verification,
             _ => ErrorKind::Other,
         },
+        // Bytes that are not a message are the peer's fault, not the network's.
         SessionError::Control(ControlError::Frame(_)) => ErrorKind::Other,
         SessionError::Connect { .. }
         | SessionError::Listen { .. }
         | SessionError::Control(_)
         | SessionError::PeerGone { .. }
+        | SessionError::Busy(_)
         | SessionError::UdpBlocked { .. }
         | SessionError::Stalled(_)
         | SessionError::Udp(_) => ErrorKind::Network,
@@ -209,5 +234,11 @@ mod tests {
         assert_eq!(cancelled.exit_code(), 130);
         assert_eq!(cancelled.kind().as_str(), "interrupted");
         assert_eq!(Error::Usage("x".into()).kind().to_string(), "usage");
+        let busy = SessionError::Busy("another transfer".into());
+        assert_eq!(ErrorKind::from(&busy), ErrorKind::Network);
+        assert_eq!(aborted(AbortCause::Failed).kind(), ErrorKind::Other);
+        let changed =
+            SessionError::from(hurtle_engine::fs::StoreError::SourceChanged { path: "a".into() });
+        assert_eq!(ErrorKind::from(&changed), ErrorKind::Verification);
     }
 }

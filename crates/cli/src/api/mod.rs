@@ -5,15 +5,19 @@
 //! - `transfer`: [`Transfer`], the handle of a running transfer, its [`Event`]s and
 //!   [`Canceller`].
 //! - `error`: [`Error`] and [`ErrorKind`] (the command's exit codes).
-//! - [`values`]: the checks of rates, sizes, counts and addresses, with their messages.
-//! - `keys`: codes and key files.
+//! - [`values`]: the checks of rates, sizes, counts, addresses and the output directory, with
+//!   their messages.
+//! - [`keys`]: codes and key files: checked, read and made.
+//!
+//! The `hurtle` command parses its flags with [`values`] and [`keys`], and takes its exit codes
+//! from [`ErrorKind`], so that the command and a program accept and refuse the same things.
 //!
 //! The engine (`hurtle-engine`) stays behind these: its options, progress counters, threads
 //! and network types are not part of the API; its summaries are ([`SendSummary`],
 //! [`ReceiveSummary`]), as the `--json` output prints them.
 
 mod error;
-mod keys;
+pub mod keys;
 mod receive;
 mod send;
 mod transfer;

@@ -9,7 +9,7 @@
 //! by that code. A code is good for one transfer.
 
 use super::error::Error;
-use super::keys::{checked_code, new_code, read_keys};
+use super::keys::{check_code, new_code, read_key_file};
 use super::transfer::{Transfer, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
 use hurtle_engine::RelayedUdp;
@@ -96,6 +96,14 @@ impl ReceiverBuilder {
         self
     }
 
+    /// Let a sender's [`delete`](crate::SenderBuilder::delete) delete what it does not send,
+    /// inside the directories it sends (never what its excludes leave out, never through a
+    /// symbolic link); without it such a transfer is refused before anything is written.
+    pub fn allow_delete(mut self, on: bool) -> Self {
+        self.opts.allow_delete = on;
+        self
+    }
+
     /// Memory for gathering blocks that are still incomplete, across all channels, bytes
     /// (default 256 MiB).
     pub fn buffer_memory(mut self, bytes: u64) -> Self {
@@ -175,7 +183,7 @@ impl ReceiverBuilder {
             },
         };
         let code = match (&self.code, &self.keys_file) {
-            (Some(c), _) => Some(checked_code(c)?.to_string()),
+            (Some(c), _) => Some(check_code(c)?.to_string()),
             (None, Some(_)) => None,
             (None, None) if relay.is_some() => None,
             (None, None) => Some(new_code()),
@@ -185,7 +193,7 @@ impl ReceiverBuilder {
             None => Keyring::default(),
         };
         if let Some(path) = &self.keys_file {
-            for (name, secret) in read_keys(path)? {
+            for (name, secret) in read_key_file(path)? {
                 keys.add(name, secret);
             }
         }
@@ -291,22 +299,7 @@ fn register(
 
 /// Checks that `out` is, or can be made, a writable directory, before anything listens.
 fn check_out(out: &Path) -> Result<(), Error> {
-    match std::fs::metadata(out) {
-        Ok(m) if !m.is_dir() => {
-            return Err(Error::Storage(format!(
-                "out {}: exists and is not a directory",
-                out.display()
-            )))
-        }
-        Ok(_) => {}
-        Err(_) => std::fs::create_dir_all(out)
-            .map_err(|e| Error::Storage(format!("cannot create out {}: {e}", out.display())))?,
-    }
-    tempfile::Builder::new()
-        .prefix(".hurtle-check-")
-        .tempfile_in(out)
-        .map_err(|e| Error::Storage(format!("cannot write into out {}: {e}", out.display())))?;
-    Ok(())
+    values::check_out_dir(out, "out").map_err(Error::Storage)
 }
 
 /// A receiver listening for senders; each [`Receiver::receive`] serves one transfer, one at
@@ -402,7 +395,7 @@ mod tests {
         let r = ok().build().unwrap();
         assert_ne!(r.local_addr().port(), 0);
         assert!(
-            checked_code(r.code().unwrap()).is_ok(),
+            check_code(r.code().unwrap()).is_ok(),
             "a new code is a valid one"
         );
     }

@@ -3,9 +3,11 @@
 //! found by its code through a relay.
 
 use super::error::Error;
-use super::keys::{checked_code, read_keys};
+use super::keys::{check_code, read_key_file};
 use super::transfer::{Transfer, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
+use hurtle_engine::filter::{Filter, RuleKind};
+use hurtle_engine::net::dial::Waiting;
 use hurtle_engine::{PathMemories, SendOptions, SendSummary};
 use hurtle_proto::secure::Secret;
 use hurtle_proto::RateMode;
@@ -13,6 +15,7 @@ use hurtle_relay::client;
 use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use hurtle_engine::send::Transport;
@@ -27,6 +30,7 @@ enum Target {
         relay: HostPort,
         code: Code,
         relay_only: bool,
+        wait: Duration,
     },
 }
 
@@ -46,6 +50,8 @@ pub struct SenderBuilder {
     fair: bool,
     cold_start: bool,
     path_memory: Option<PathBuf>,
+    rules: Vec<(RuleKind, String)>,
+    wait: Duration,
     interval: Duration,
     error: Option<String>,
 }
@@ -64,6 +70,8 @@ impl Default for SenderBuilder {
             fair: false,
             cold_start: false,
             path_memory: None,
+            rules: Vec::new(),
+            wait: Duration::ZERO,
             interval: DEFAULT_INTERVAL,
             error: None,
         }
@@ -105,6 +113,14 @@ impl SenderBuilder {
     /// The code the receiver printed (or was given). Not with a key.
     pub fn code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
+        self
+    }
+
+    /// How long to wait for a receiver that has not started yet (`--wait`): at
+    /// [`SenderBuilder::to`], while nothing listens there; with a relay, while the code is not
+    /// registered (default: not at all, the error comes at once).
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = d;
         self
     }
 
@@ -200,10 +216,40 @@ impl SenderBuilder {
         self
     }
 
-    /// Send what symbolic links inside a directory point at (`--copy-links`) instead of the
-    /// links themselves.
+    /// Follow symbolic links instead of skipping them.
     pub fn follow_symlinks(mut self, on: bool) -> Self {
         self.opts.follow_symlinks = on;
+        self
+    }
+
+    /// Do not send what `pattern` matches (rsync's rules: `*.tmp`, `build/` for directories,
+    /// `/top` from the root, `**/cache`); with [`SenderBuilder::include`], tried in the order
+    /// given, the first match decides.
+    pub fn exclude(mut self, pattern: impl Into<String>) -> Self {
+        self.rules.push((RuleKind::Exclude, pattern.into()));
+        self
+    }
+
+    /// Send what `pattern` matches even if a later [`SenderBuilder::exclude`] matches it too.
+    pub fn include(mut self, pattern: impl Into<String>) -> Self {
+        self.rules.push((RuleKind::Include, pattern.into()));
+        self
+    }
+
+    /// Move nothing: the summary says what would be sent and skipped (and, with
+    /// [`SenderBuilder::delete`], deleted) in its files and warnings; the receiver decides as
+    /// for a transfer and creates nothing.
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.opts.dry_run = on;
+        self
+    }
+
+    /// Mirror: the receiver deletes what is not sent inside the directories sent (keeping what
+    /// the excludes leave out), once every file is in place. It must allow it
+    /// ([`ReceiverBuilder::allow_delete`](crate::ReceiverBuilder::allow_delete)), or nothing
+    /// moves ([`ErrorKind::Refused`](crate::ErrorKind::Refused)).
+    pub fn delete(mut self, on: bool) -> Self {
+        self.opts.delete = on;
         self
     }
 
@@ -257,6 +303,8 @@ impl SenderBuilder {
             return Err(Error::Usage(e));
         }
         let mut opts = self.opts;
+        opts.filter = Filter::new(self.rules.iter().map(|(k, p)| (*k, p.as_str())))
+            .map_err(|e| Error::usage("exclude/include", e))?;
         if self.code.is_some() && self.key_file.is_some() {
             return Err(Error::Usage("code: not with key_file (give one)".into()));
         }
@@ -286,11 +334,11 @@ impl SenderBuilder {
             }
         }
         let code = match &self.code {
-            Some(c) => Some(checked_code(c)?),
+            Some(c) => Some(check_code(c)?),
             None => None,
         };
         opts.secret = match (&self.key_file, &code) {
-            (Some(path), _) => read_keys(path)?.into_iter().next().map(|(_, s)| s),
+            (Some(path), _) => read_key_file(path)?.into_iter().next().map(|(_, s)| s),
             (None, Some(c)) => Some(Secret::code(&c.to_string())),
             (None, None) => None,
         };
@@ -308,6 +356,9 @@ impl SenderBuilder {
                 if self.relay_only {
                     return Err(Error::Usage("relay_only: needs a relay".into()));
                 }
+                if !self.wait.is_zero() {
+                    opts.dialer = Some(Arc::new(Waiting::new(self.wait, |_| {})));
+                }
                 Target::Addr(
                     HostPort::parse(&to, RECEIVER_PORT, false)
                         .map_err(|e| Error::usage("to", e))?,
@@ -324,6 +375,7 @@ impl SenderBuilder {
                         .map_err(|e| Error::usage("relay", e))?,
                     code,
                     relay_only: self.relay_only,
+                    wait: self.wait,
                 }
             }
             (None, None) => return Err(Error::Usage("give to, or relay and code".into())),
@@ -391,11 +443,12 @@ impl Sender {
                 relay,
                 code,
                 relay_only,
+                wait,
             } => {
                 let relay_addr = relay.resolve("relay").map_err(Error::Resolve)?;
-                let (code, relay_only) = (code.clone(), *relay_only);
+                let (code, relay_only, wait) = (code.clone(), *relay_only, *wait);
                 Box::new(move |progress| {
-                    let to = pair(relay_addr, &code, relay_only, &mut opts)?;
+                    let to = pair(relay_addr, &code, (relay_only, wait), &mut opts)?;
                     Ok(hurtle_engine::send(&paths, to, &opts, progress)?)
                 })
             }
@@ -404,16 +457,16 @@ impl Sender {
     }
 }
 
-/// Finds the receiver of `code` at `relay`: tries its addresses directly for about 2 s (unless
-/// `relay_only`), else goes through the relay. Sets the options' dialer; returns where the
-/// engine connects to.
+/// Finds the receiver of `code` at `relay` (waiting up to `wait` for it to register): tries
+/// its addresses directly for about 2 s (unless `relay_only`), else goes through the relay.
+/// Sets the options' dialer; returns where the engine connects to.
 fn pair(
     relay: SocketAddr,
     code: &Code,
-    relay_only: bool,
+    (relay_only, wait): (bool, Duration),
     opts: &mut SendOptions,
 ) -> Result<SocketAddr, Error> {
-    let found = client::lookup(relay, code.nameplate)?;
+    let found = client::lookup_waiting(relay, code.nameplate, wait, || {})?;
     let port = found.port();
     let direct = if relay_only {
         None

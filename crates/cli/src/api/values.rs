@@ -3,10 +3,11 @@
 //! refusal is one line that says what is accepted; the builders turn it into
 //! [`Error::Usage`](crate::Error::Usage), the command line's exit code 2.
 //!
-//! These are the rules of `hurtle send` and `hurtle receive`, word for word; the command line
-//! keeps its own copy in its `args` module until it goes through this API.
+//! These are the rules of `hurtle send` and `hurtle receive`: the command's flags are parsed
+//! with these functions, so that the two cannot drift apart.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
 
 /// The receiver's default control port (`HOST` means `HOST:7400`).
 pub const RECEIVER_PORT: u16 = 7400;
@@ -117,6 +118,43 @@ pub fn check_channels(n: u64) -> Result<u16, String> {
             "\"{n}\": expected a number of channels from 1 to {MAX_CHANNELS}"
         )),
     }
+}
+
+/// Parses a channel count as written (`4`): 1 to [`MAX_CHANNELS`].
+pub fn parse_channels(s: &str) -> Result<u16, String> {
+    let refuse = || format!("{s:?}: expected a number of channels from 1 to {MAX_CHANNELS}");
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| check_channels(n).ok())
+        .ok_or_else(refuse)
+}
+
+/// Parses a chunk size as written (`1M`, `64K`, bytes): a power of two from 1K to 64M.
+pub fn parse_chunk_size(s: &str) -> Result<u64, String> {
+    check_chunk_size(parse_size(s)?)
+        .map_err(|_| format!("{s:?}: must be a power of two from 1K to 64M"))
+}
+
+/// Checks that `dir` is, or can be made, a writable directory (`what` names it in the
+/// message: `out`, `--out`), before anything listens. The message is one line.
+pub fn check_out_dir(dir: &Path, what: &str) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(format!(
+                "{what} {}: exists and is not a directory",
+                dir.display()
+            ))
+        }
+        Ok(_) => {}
+        Err(_) => std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?,
+    }
+    tempfile::Builder::new()
+        .prefix(".hurtle-check-")
+        .tempfile_in(dir)
+        .map_err(|e| format!("cannot write into {what} {}: {e}", dir.display()))?;
+    Ok(())
 }
 
 /// Checks a chunk size: a power of two from 1K to 64M.
@@ -238,6 +276,31 @@ mod tests {
         assert!(check_chunk_size(3 << 10).is_err() && check_chunk_size(128 << 20).is_err());
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
         assert!(check_payload(100).is_err());
+        assert_eq!(parse_channels(" 4 "), Ok(4));
+        for bad in ["0", "33", "70000", "-1", "x"] {
+            let e = parse_channels(bad).unwrap_err();
+            assert!(e.starts_with(&format!("{bad:?}: expected")), "{e}");
+        }
+        assert_eq!(parse_chunk_size("64K"), Ok(64 << 10));
+        assert_eq!(
+            parse_chunk_size("3K").unwrap_err(),
+            "\"3K\": must be a power of two from 1K to 64M"
+        );
+    }
+
+    #[test]
+    fn an_out_dir_is_made_and_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = dir.path().join("a/b");
+        assert_eq!(check_out_dir(&made, "out"), Ok(()));
+        assert!(made.is_dir());
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_out_dir(&file, "--out").unwrap_err();
+        assert_eq!(
+            e,
+            format!("--out {}: exists and is not a directory", file.display())
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Codes and keys on the command line: `hurtle keygen`, the secret a sender gives (`--code`,
 //! `HURTLE_CODE`, `--key`), and what a receiver accepts (its code, printed when new, and the
-//! keys of `--keys`).
+//! keys of `--keys`). The rules (a code's shape, a key file's lines, a new code or key) are
+//! the library's, [`hurtle::api::keys`]; what is here is the command's: the environment
+//! variable, the file `keygen` writes.
 
 use crate::args::KeygenArgs;
 use crate::exit::{self, Failure, Outcome};
+use hurtle::api::keys::{self as rules, Code, Secret};
 use hurtle_engine::Keyring;
-use hurtle_proto::secure::Secret;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -13,13 +15,9 @@ use std::path::{Path, PathBuf};
 /// other users of the host can read it in the process list).
 pub const CODE_ENV: &str = "HURTLE_CODE";
 
-/// Words of a new code for a direct receiver (after its number): about 37 bits in all.
-const DIRECT_WORDS: usize = 3;
-
 /// `hurtle keygen`.
 pub fn keygen(a: KeygenArgs) -> Outcome {
-    let bytes: [u8; 32] = rand::random();
-    let line = format!("{}\n", Secret::key_text(&bytes));
+    let line = format!("{}\n", rules::new_key());
     match a.out {
         None => {
             print!("{line}");
@@ -54,46 +52,26 @@ pub fn given_code(flag: &Option<String>) -> Option<String> {
     })
 }
 
-/// The sender's secret: `--key FILE`, else the code.
+/// A code as given to `--code` or in [`CODE_ENV`], checked locally (see
+/// [`hurtle::api::keys::check_code`]): a malformed one is a usage error (exit 2).
+pub fn checked_code(code: &str) -> Result<Code, Failure> {
+    Ok(rules::check_code(code)?)
+}
+
+/// The sender's secret: `--key FILE` (its first key), else the code.
 pub fn sender_secret(key: &Option<PathBuf>, code: Option<&str>) -> Result<Option<Secret>, Failure> {
     if let Some(path) = key {
-        let keys = read_keys(path)?;
-        let Some((_, secret)) = keys.into_iter().next() else {
-            return Err(Failure::usage(format!("{}: no key in it", path.display())));
-        };
-        return Ok(Some(secret));
+        return Ok(rules::read_key_file(path)?
+            .into_iter()
+            .next()
+            .map(|(_, secret)| secret));
     }
     Ok(code.map(Secret::code))
 }
 
 /// A new code for a direct receiver: a number and three words.
 pub fn new_code() -> String {
-    hurtle_relay::code::Code::generate(rand::random_range(1000..10000), DIRECT_WORDS).to_string()
-}
-
-/// The keys of a key file: one `hurtle-key-...` per line, optionally followed by a name;
-/// blank lines and `#` comments are skipped.
-pub fn read_keys(path: &Path) -> Result<Vec<(String, Secret)>, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("cannot read the key file {}: {e}", path.display())))?;
-    let mut keys = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut parts = line.splitn(2, char::is_whitespace);
-        let key = parts.next().unwrap_or_default();
-        let secret = Secret::parse_key(key)
-            .map_err(|e| Failure::usage(format!("{} line {}: {e}", path.display(), i + 1)))?;
-        let name = parts
-            .next()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map_or_else(|| format!("key {}", secret.id()), str::to_string);
-        keys.push((name, secret));
-    }
-    Ok(keys)
+    rules::new_code()
 }
 
 /// A receiver's keyring from `--keys` and a code (if any).
@@ -103,11 +81,7 @@ pub fn keyring(keys: &Option<PathBuf>, code: Option<&str>) -> Result<Keyring, Fa
         None => Keyring::default(),
     };
     if let Some(path) = keys {
-        let found = read_keys(path)?;
-        if found.is_empty() {
-            return Err(Failure::usage(format!("{}: no key in it", path.display())));
-        }
-        for (name, secret) in found {
+        for (name, secret) in rules::read_key_file(path)? {
             ring.add(name, secret);
         }
     }

@@ -1,6 +1,10 @@
 //! One module per command; each turns its parsed flags into a call of the engine (or the relay)
-//! and its result into output and a [`Failure`].
+//! and its result into output and a [`Failure`]. The checks of values, codes and keys, and the
+//! exit code of each error, are the library's (`hurtle::api`); `api_parity` (a test) keeps
+//! every flag of `send` and `receive` a setter of the library's builders, or says why not.
 
+#[cfg(test)]
+mod api_parity;
 pub mod cp;
 pub mod demo;
 pub mod docs;
@@ -11,24 +15,15 @@ pub mod send;
 pub mod stdin;
 
 use crate::args::HostPort;
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
 use hurtle_engine::{Progress, SessionError};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 /// Resolves `hp` (the `what`, for the message): a name that does not resolve is a network
 /// failure (exit 4); its syntax was checked when the flags were parsed.
 pub fn resolve(hp: &HostPort, what: &str) -> Result<SocketAddr, Failure> {
-    let unresolved = |detail: String| {
-        Failure::new(
-            exit::NETWORK,
-            anyhow::anyhow!("cannot resolve the {what} host {:?}: {detail}", hp.host),
-        )
-    };
-    (hp.host.as_str(), hp.port)
-        .to_socket_addrs()
-        .map_err(|e| unresolved(e.to_string()))?
-        .next()
-        .ok_or_else(|| unresolved("no address".into()))
+    hp.resolve(what)
+        .map_err(|e| Failure::from(hurtle::Error::Resolve(e)))
 }
 
 /// The failure of a session on this side: an interruption says what was kept and how to resume,

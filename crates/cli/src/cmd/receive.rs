@@ -27,7 +27,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         .clone()
         .or(a.code.clone().filter(|_| a.relay.is_some()))
     {
-        Some(c) => Some(super::send::checked_code(&c)?),
+        Some(c) => Some(keys::checked_code(&c)?),
         None => None,
     };
     let free = check_out(&out)?;
@@ -57,7 +57,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     // keys are accepted.
     // A code given is checked as a sender checks it, so that a sender can give it.
     let given = match keys::given_code(&a.code).filter(|_| relay.is_none()) {
-        Some(c) => Some(super::send::checked_code(&c)?.to_string()),
+        Some(c) => Some(keys::checked_code(&c)?.to_string()),
         None => None,
     };
     let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
@@ -148,24 +148,11 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     }
 }
 
-/// Checks that `out` is, or can be made, a writable directory, before anything listens; returns
-/// the space free there when the file system says.
+/// Checks that `out` is, or can be made, a writable directory, before anything listens (the
+/// library's check, [`hurtle::api::values::check_out_dir`]: exit 6 if not); returns the space
+/// free there when the file system says.
 pub(crate) fn check_out(out: &Path) -> Result<Option<u64>, Failure> {
-    let fail = |what: String| Failure::new(exit::STORAGE, anyhow::anyhow!(what));
-    match std::fs::metadata(out) {
-        Ok(m) if !m.is_dir() => {
-            return Err(fail(format!(
-                "--out {}: exists and is not a directory",
-                out.display()
-            )))
-        }
-        Ok(_) => {}
-        Err(_) => std::fs::create_dir_all(out)
-            .map_err(|e| fail(format!("cannot create --out {}: {e}", out.display())))?,
-    }
-    tempfile::Builder::new()
-        .prefix(".hurtle-check-")
-        .tempfile_in(out)
-        .map_err(|e| fail(format!("cannot write into --out {}: {e}", out.display())))?;
+    hurtle::api::values::check_out_dir(out, "--out")
+        .map_err(|e| Failure::new(exit::STORAGE, anyhow::anyhow!(e)))?;
     Ok(hurtle_engine::fs::free_space(out))
 }

@@ -17,12 +17,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A code as given to `--code` or in `HURTLE_CODE`, checked locally: a number and 2 or 3 words
-/// of the list, with the nearest word for one not in it.
-pub(crate) fn checked_code(code: &str) -> Result<Code, Failure> {
-    Code::parse(code).map_err(|e| Failure::usage(format!("bad code: {e}")))
-}
-
 /// Runs `hurtle send`.
 pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
     // Whether the receiver, and its code, outlive an interrupt is the receiver's to say (a code
@@ -35,7 +29,7 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
     // The code is checked here, before it costs one of the receiver's tries: a code of another
     // shape, or with a word not in the list, is a usage error (exit 2), with the word meant.
     let code = match keys::given_code(&a.code) {
-        Some(c) if a.key.is_none() => Some(checked_code(&c)?),
+        Some(c) if a.key.is_none() => Some(keys::checked_code(&c)?),
         _ => None,
     };
     opts.secret = keys::sender_secret(&a.key, code.as_ref().map(Code::to_string).as_deref())?;
