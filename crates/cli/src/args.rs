@@ -352,8 +352,8 @@ pub struct SendFlags {
     pub payload: u16,
     /// Send what symbolic links inside a directory point at, as rsync -L does, instead of
     /// the links themselves (a dangling one is skipped with a warning). By default they are
-    /// sent as links, and the receiver creates those that stay inside its destination.
-    /// Links named as arguments are always followed.
+    /// sent as links, and the receiver creates those that stay inside its destination. A link
+    /// named as an argument is followed (not one inside cp's SRC/, which goes as a link).
     #[arg(short = 'L', long = "copy-links", alias = "follow-symlinks")]
     pub follow_symlinks: bool,
     /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
