@@ -216,7 +216,8 @@ impl SenderBuilder {
         self
     }
 
-    /// Follow symbolic links instead of skipping them.
+    /// Send what symbolic links inside a directory point at (`--copy-links`) instead of the
+    /// links themselves.
     pub fn follow_symlinks(mut self, on: bool) -> Self {
         self.opts.follow_symlinks = on;
         self
