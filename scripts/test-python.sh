@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python bindings' tests from a fresh clone: builds the wheel of crates/py with maturin (in
-# a build venv), installs it into a fresh venv with pytest, and runs crates/py/tests there.
+# a build venv), installs it into a fresh venv with pytest, and runs crates/py/tests there
+# (with HURTLE_BIN, the debug build of the command, for the relay some tests start).
 # Everything it makes is under target/python/. Needs python3 (with venv) and PyPI.
 #
 #   scripts/test-python.sh              # the tests, on a wheel built with the pytest profile (opt-level 1)
@@ -28,6 +29,10 @@ rm -rf "$root/wheels"
 run "$root/build-venv/bin/maturin" build --quiet -m crates/py/Cargo.toml --profile "$profile" \
   --interpreter python3 -o "$root/wheels"
 wheel=$(ls "$root"/wheels/hurtle-*.whl)
+
+echo "== the hurtle command (the tests start its relay)"
+run cargo build --quiet -p hurtle --bin hurtle
+export HURTLE_BIN="$PWD/${CARGO_TARGET_DIR:-target}/debug/hurtle"
 
 echo "== a fresh venv with the wheel and pytest ($root/test-venv)"
 rm -rf "$root/test-venv"

@@ -1,8 +1,12 @@
 """hurtle's Python bindings, installed from the built wheel: files moved between two Python
-processes on loopback, a wrong code, a usage error, Ctrl-C, a cancel and a resume."""
+processes on loopback (directly, and paired by code through a `hurtle relay` the test starts),
+a wrong code, a usage error, Ctrl-C (of a sender, and of a receiver still waiting), a cancel and
+a resume."""
 
+import _thread
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,3 +238,92 @@ def test_a_cancelled_transfer_resumes(tmp_path, peers):
     assert summary["resumed_bytes"] > 0
     assert summary["resumed_bytes"] + (8 << 20) >= kept[0], (summary["resumed_bytes"], kept)
     assert (out / "big.bin").read_bytes() == big.read_bytes()
+
+
+def test_ctrl_c_ends_a_waiting_receiver_at_once_and_frees_its_port(tmp_path, peers):
+    heard = {}
+
+    def ready(addr, code):
+        heard["addr"] = addr
+        # Ctrl-C, as the main thread gets it, while the receiver waits for a sender.
+        threading.Timer(0.3, _thread.interrupt_main).start()
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        hurtle.receive(str(tmp_path / "out"), listen="127.0.0.1:0", code=CODE, ready=ready)
+    assert time.monotonic() - started < 2.5
+    # The wait has ended, not just been left: its port is free for the next receiver.
+    data = random_file(tmp_path / "f.bin", 300_000)
+    r = peers("receive", out=str(tmp_path / "out"), listen=heard["addr"], code=CODE)
+    assert r.line() == {"ready": heard["addr"], "code": CODE}
+    summary = hurtle.send(str(data), to=heard["addr"], code=CODE, cold_start=True)
+    assert summary["bytes"] == 300_000
+    assert r.end()[1] == 0
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data.read_bytes()
+
+
+def hurtle_binary():
+    """The `hurtle` command (scripts/test-python.sh builds it and names it in HURTLE_BIN)."""
+    path = os.environ.get("HURTLE_BIN") or os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "target", "debug", "hurtle"
+    )
+    if not os.access(path, os.X_OK):
+        pytest.fail("no hurtle binary at %s: build it (cargo build -p hurtle) or set HURTLE_BIN" % path)
+    return path
+
+
+@pytest.fixture
+def relay():
+    """A `hurtle relay` on loopback: its address."""
+    proc = subprocess.Popen(
+        [hurtle_binary(), "relay", "--listen", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    timer = threading.Timer(30, proc.kill)
+    timer.start()
+    try:
+        line = proc.stderr.readline()
+    finally:
+        timer.cancel()
+    try:
+        found = re.search(r"listening on (\S+)", line)
+        assert found, "the relay said %r (exit code %s)" % (line, proc.poll())
+        yield found.group(1)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_send_and_a_receive_pair_by_code_through_a_relay(tmp_path, peers, relay):
+    src = tmp_path / "src"
+    src.mkdir()
+    random_file(src / "a.bin", 3 << 20)
+    random_file(src / "b.bin", 4097)
+    r = peers("receive", out=str(tmp_path / "out"), listen="127.0.0.1:0", relay=relay)
+    ready = r.line()
+    code = ready["code"]
+    assert re.fullmatch(r"\d+-[a-z]+-[a-z]+", code), code
+    summary = hurtle.send(str(src), relay=relay, code=code, cold_start=True, checksum=True)
+    assert summary["files"] == 2 and summary["bytes"] == (3 << 20) + 4097
+    received, exit_code = r.end()
+    assert exit_code == 0, received
+    assert received["summary"]["bytes"] == summary["bytes"]
+    for name in ["a.bin", "b.bin"]:
+        assert (tmp_path / "out" / "src" / name).read_bytes() == (src / name).read_bytes()
+
+
+def test_a_wrong_code_through_a_relay_raises_refused(tmp_path, peers, relay):
+    (tmp_path / "f").write_bytes(b"secret")
+    r = peers("receive", out=str(tmp_path / "out"), listen="127.0.0.1:0", relay=relay)
+    code = r.line()["code"]
+    # The relay finds the receiver by the number; the words are the receiver's to check.
+    number, *words = code.split("-")
+    wrong = "-".join([number] + words[:-1] + ["acid" if words[-1] != "acid" else "acorn"])
+    with pytest.raises(hurtle.RefusedError) as e:
+        hurtle.send(str(tmp_path / "f"), relay=relay, code=wrong, cold_start=True)
+    assert (e.value.kind, e.value.exit_code) == ("refused", 3)
+    # The receiver is still waiting for the right code; Ctrl-C ends it cleanly.
+    r.proc.send_signal(signal.SIGINT)
+    assert r.end() == ({"interrupted": True}, 130)
+    assert not (tmp_path / "out" / "f").exists()
