@@ -179,7 +179,14 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
     }
     let at = t0.elapsed();
     let sent = Instant::now();
-    let s = proc::send(addr, &[&src], &[]);
+    let sender = proc::Proc::spawn("sender", &proc::send_args(addr, &[&src], &[]));
+    // In: the receiver says the sender authenticated (the quiet one's line is the first).
+    r.proc
+        .wait_for_output("the sender authenticated", TRANSFER_TIMEOUT, |_, e| {
+            (e.matches(" authenticated with ").count() >= 2).then_some(())
+        });
+    let got_in = sent.elapsed();
+    let s = sender.wait(TRANSFER_TIMEOUT);
     let sender_took = sent.elapsed();
     let strangers_by_then = done.load(Ordering::Relaxed);
     let fates: Vec<Fate> = workers
@@ -189,8 +196,9 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
     let all_took = t0.elapsed();
     eprintln!(
         "{STRANGERS} strangers ({AT_ONCE} at a time) and the real sender: {all_took:?} in all; \
-         the sender came after {at:?} and took {sender_took:?} ({strangers_by_then} strangers \
-         turned away by then); without strangers it took {quiet:?}"
+         the sender came after {at:?}, was in after {got_in:?} and done after {sender_took:?} \
+         ({strangers_by_then} strangers turned away by then); without strangers it took \
+         {quiet:?}"
     );
     s.assert_success();
     fsx::assert_same_file(&src, &t.path().join("out/real.bin"));
