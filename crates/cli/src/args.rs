@@ -82,6 +82,11 @@ pub struct KeygenArgs {
     /// Write the key into this file (created readable by its owner only) instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Make an identity key (Ed25519: `receive --identity`, `send --identity`) instead of a
+    /// shared key: the private key goes into --out, its public key and fingerprint are printed
+    /// (the public key line goes into a receiver's --authorized file).
+    #[arg(long, requires = "out")]
+    pub identity: bool,
 }
 
 /// `--color`.
@@ -233,6 +238,19 @@ pub struct ReceiveArgs {
     /// optionally followed by a name for the log; made by `hurtle keygen`). For --serve.
     #[arg(long, value_name = "FILE", conflicts_with = "relay")]
     pub keys: Option<PathBuf>,
+    /// This receiver's identity key (`hurtle keygen --identity`), which it proves to senders
+    /// with an identity key of theirs (they pin it on first use). For --authorized.
+    #[arg(long, value_name = "FILE", conflicts_with = "relay")]
+    pub identity: Option<PathBuf>,
+    /// Accept senders whose identity keys are in this file, without any shared secret (one
+    /// public `hurtle-id-...` per line, optionally followed by a name for the log).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "identity",
+        conflicts_with = "relay"
+    )]
+    pub authorized: Option<PathBuf>,
     /// Agree to send data unencrypted, if the sender asks too (control messages stay
     /// encrypted and authenticated; data datagrams carry no tag). For links you own.
     #[arg(long)]
@@ -292,6 +310,16 @@ pub struct SendArgs {
     /// A key file the receiver accepts (`hurtle keygen`), instead of a code.
     #[arg(long, value_name = "FILE", conflicts_with = "code")]
     pub key: Option<PathBuf>,
+    /// This sender's identity key (`hurtle keygen --identity`), which a receiver lists in its
+    /// --authorized file, instead of a code or key. The receiver's identity is pinned on first
+    /// use in the known-receivers file, and a later change is refused.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["code", "key"])]
+    pub identity: Option<PathBuf>,
+    /// The known-receivers file where --identity pins receivers (default:
+    /// $XDG_CONFIG_HOME/hurtle/known_receivers, else ~/.config/hurtle/known_receivers)
+    /// [env: HURTLE_KNOWN_RECEIVERS]
+    #[arg(long, value_name = "FILE", requires = "identity")]
+    pub known_receivers: Option<PathBuf>,
     /// Ask to send data unencrypted; done only if the receiver agrees with its own
     /// --no-encryption (control messages stay encrypted and authenticated; data datagrams
     /// carry no tag, every block is still checked by BLAKE3).

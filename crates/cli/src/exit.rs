@@ -53,18 +53,21 @@ Exit codes:
   6    local storage: disk full, --out not a writable directory, unsafe path, unreadable source
   7    cp: ssh failed (authentication, host key, unreachable host; ssh's message is shown)
   8    cp: no hurtle on the far side (install it there, or name it with --remote-hurtle)
+  9    identity: the receiver proved another identity key than the one pinned for its address
+       (a man in the middle, or a new key: the message names the known-receivers line)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM: what was verified is kept, and the same
        command again resumes";
 
 /// The name of an exit code's kind of failure, as the `--json` error object gives it
 /// (`{"error": {"kind": ..., "message": ..., "exit_code": ...}}`).
 pub fn kind(code: u8) -> &'static str {
-    const KINDS: [ErrorKind; 6] = [
+    const KINDS: [ErrorKind; 7] = [
         ErrorKind::Usage,
         ErrorKind::Refused,
         ErrorKind::Network,
         ErrorKind::Verification,
         ErrorKind::Storage,
+        ErrorKind::Identity,
         ErrorKind::Interrupted,
     ];
     match code {
@@ -161,6 +164,7 @@ mod tests {
             (STORAGE, "storage"),
             (SSH, "ssh"),
             (REMOTE_MISSING, "remote_missing"),
+            (ErrorKind::Identity.exit_code(), "identity"),
             (SIGINT, "interrupted"),
             (SIGTERM, "interrupted"),
         ] {

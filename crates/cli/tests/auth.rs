@@ -116,6 +116,9 @@ fn keys_let_authorized_senders_in_and_keep_others_out() {
         format!("# who may send\n{} alice\n", alice_key.trim()),
     )
     .unwrap();
+    // It holds secrets: only its owner may read it (else it is refused, as ssh refuses a key).
+    let private = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+    std::fs::set_permissions(&authorized, private).unwrap();
     let src = t.path().join("k.bin");
     fsx::write_random(&src, 500_000, 53);
     let out = t.path().join("out");

@@ -28,6 +28,10 @@ pub enum ErrorKind {
     /// Local storage: the output directory not writable, disk full, an unsafe path, an
     /// unreadable source: exit 6.
     Storage,
+    /// The receiver proved another identity key than the one the sender pinned for its
+    /// address (a man in the middle, or a new key; docs/identity.md): exit 9. Nothing was
+    /// sent.
+    Identity,
     /// Cancelled ([`Transfer::cancel`](crate::Transfer::cancel)): what was verified is kept
     /// and the same transfer again resumes from it: exit 130, as for Ctrl-C.
     Interrupted,
@@ -43,12 +47,13 @@ impl ErrorKind {
             ErrorKind::Network => 4,
             ErrorKind::Verification => 5,
             ErrorKind::Storage => 6,
+            ErrorKind::Identity => 9,
             ErrorKind::Interrupted => 130,
         }
     }
 
     /// The kind's name, as the command's `--json` error object gives it (`usage`, `refused`,
-    /// `network`, `verification`, `storage`, `interrupted`, `other`).
+    /// `network`, `verification`, `storage`, `identity`, `interrupted`, `other`).
     pub const fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Other => "other",
@@ -57,6 +62,7 @@ impl ErrorKind {
             ErrorKind::Network => "network",
             ErrorKind::Verification => "verification",
             ErrorKind::Storage => "storage",
+            ErrorKind::Identity => "identity",
             ErrorKind::Interrupted => "interrupted",
         }
     }
@@ -209,6 +215,7 @@ fn session_kind(e: &SessionError) -> ErrorKind {
             ErrorKind::Storage
         }
         SessionError::Interrupted { .. } => ErrorKind::Interrupted,
+        SessionError::IdentityChanged(_) => ErrorKind::Identity,
         _ => ErrorKind::Other,
     }
 }

@@ -39,8 +39,14 @@ pub fn new_key() -> String {
 /// file without a key is a [`Usage`](crate::ErrorKind::Usage) error naming the file (and
 /// the line).
 pub fn read_key_file(path: &Path) -> Result<Vec<(String, Secret)>, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Usage(format!("cannot read the key file {}: {e}", path.display())))?;
+    // A key file holds secrets: refused when its group or others may read it, as ssh does.
+    let text = hurtle_engine::identity::read_private(path).map_err(|e| match e {
+        hurtle_engine::identity::KeyFileError::Io { source, .. } => Error::Usage(format!(
+            "cannot read the key file {}: {source}",
+            path.display()
+        )),
+        other => Error::Usage(other.to_string()),
+    })?;
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();

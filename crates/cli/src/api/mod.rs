@@ -8,6 +8,7 @@
 //! - [`values`]: the checks of rates, sizes, counts, addresses and the output directory, with
 //!   their messages.
 //! - [`keys`]: codes and key files: checked, read and made.
+//! - [`identity`]: identity keys, authorized senders and pinned receivers (docs/identity.md).
 //!
 //! The `hurtle` command parses its flags with [`values`] and [`keys`], and takes its exit codes
 //! from [`ErrorKind`], so that the command and a program accept and refuse the same things.
@@ -17,6 +18,7 @@
 //! [`ReceiveSummary`]), as the `--json` output prints them.
 
 mod error;
+pub mod identity;
 pub mod keys;
 mod receive;
 mod send;

@@ -32,6 +32,8 @@ pub struct ReceiverBuilder {
     relay: Option<String>,
     code: Option<String>,
     keys_file: Option<PathBuf>,
+    identity_file: Option<PathBuf>,
+    authorized_file: Option<PathBuf>,
     opts: ReceiveOptions,
     interval: Duration,
     error: Option<String>,
@@ -45,6 +47,8 @@ impl Default for ReceiverBuilder {
             relay: None,
             code: None,
             keys_file: None,
+            identity_file: None,
+            authorized_file: None,
             opts: ReceiveOptions::default(),
             interval: DEFAULT_INTERVAL,
             error: None,
@@ -85,6 +89,21 @@ impl ReceiverBuilder {
     /// optionally followed by a name; `hurtle keygen` makes them).
     pub fn keys_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.keys_file = Some(path.into());
+        self
+    }
+
+    /// This receiver's identity key file (`hurtle keygen --identity`), which it proves to
+    /// senders with an identity key of theirs ([`ReceiverBuilder::authorized_file`]).
+    pub fn identity_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.identity_file = Some(path.into());
+        self
+    }
+
+    /// Accept senders whose identity keys are listed in this file, without a shared secret
+    /// (one public `hurtle-id-...` per line, optionally followed by a name); needs
+    /// [`ReceiverBuilder::identity_file`].
+    pub fn authorized_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.authorized_file = Some(path.into());
         self
     }
 
@@ -160,6 +179,12 @@ impl ReceiverBuilder {
             return Err(Error::Usage(e));
         }
         let relay = match &self.relay {
+            Some(_) if self.identity_file.is_some() || self.authorized_file.is_some() => {
+                return Err(Error::Usage(
+                    "relay: not with identity_file or authorized_file (give to the sender instead)"
+                        .into(),
+                ))
+            }
             Some(_) if self.code.is_some() || self.keys_file.is_some() => {
                 return Err(Error::Usage(
                     "relay: not with code or keys_file (the relay's code is made here)".into(),
@@ -185,7 +210,7 @@ impl ReceiverBuilder {
         let code = match (&self.code, &self.keys_file) {
             (Some(c), _) => Some(check_code(c)?.to_string()),
             (None, Some(_)) => None,
-            (None, None) if relay.is_some() => None,
+            (None, None) if relay.is_some() || self.authorized_file.is_some() => None,
             (None, None) => Some(new_code()),
         };
         let keys = match &code {
@@ -197,6 +222,11 @@ impl ReceiverBuilder {
                 keys.add(name, secret);
             }
         }
+        let keys = super::identity::receiver(
+            keys,
+            self.identity_file.as_deref(),
+            self.authorized_file.as_deref(),
+        )?;
         check_out(&self.out)?;
         let addr = listen.resolve("listening").map_err(Error::Resolve)?;
         let relayed_udp = relay.map(|r| Arc::new(RelayedUdp::new(r.ip())));

@@ -44,6 +44,8 @@ pub struct SenderBuilder {
     relay_only: bool,
     code: Option<String>,
     key_file: Option<PathBuf>,
+    identity_file: Option<PathBuf>,
+    known_receivers: Option<PathBuf>,
     opts: SendOptions,
     rate: Option<u64>,
     rate_fixed: Option<u64>,
@@ -64,6 +66,8 @@ impl Default for SenderBuilder {
             relay_only: false,
             code: None,
             key_file: None,
+            identity_file: None,
+            known_receivers: None,
             opts: SendOptions::default(),
             rate: None,
             rate_fixed: None,
@@ -127,6 +131,23 @@ impl SenderBuilder {
     /// A key file the receiver accepts (`hurtle keygen`), instead of a code.
     pub fn key_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.key_file = Some(path.into());
+        self
+    }
+
+    /// This sender's identity key file (`hurtle keygen --identity`), which the receiver lists
+    /// among its authorized senders, instead of a code or key (with [`SenderBuilder::to`]).
+    /// The receiver's identity is pinned on first use in the known-receivers file, and a later
+    /// change is an [`ErrorKind::Identity`](crate::ErrorKind::Identity) error.
+    pub fn identity_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.identity_file = Some(path.into());
+        self
+    }
+
+    /// The known-receivers file for [`SenderBuilder::identity_file`] (default:
+    /// `HURTLE_KNOWN_RECEIVERS`, else `known_receivers` under `$XDG_CONFIG_HOME/hurtle/` or
+    /// `~/.config/hurtle/`).
+    pub fn known_receivers(mut self, path: impl Into<PathBuf>) -> Self {
+        self.known_receivers = Some(path.into());
         self
     }
 
@@ -309,6 +330,14 @@ impl SenderBuilder {
         if self.code.is_some() && self.key_file.is_some() {
             return Err(Error::Usage("code: not with key_file (give one)".into()));
         }
+        if self.identity_file.is_some() && (self.code.is_some() || self.key_file.is_some()) {
+            return Err(Error::Usage(
+                "identity_file: not with code or key_file (give one)".into(),
+            ));
+        }
+        if self.identity_file.is_some() && self.relay.is_some() {
+            return Err(Error::Usage("identity_file: needs to, not a relay".into()));
+        }
         if let Some(r) = self.rate_fixed {
             if self.rate.is_some() || self.fair {
                 return Err(Error::Usage(
@@ -343,6 +372,11 @@ impl SenderBuilder {
             (None, Some(c)) => Some(Secret::code(&c.to_string())),
             (None, None) => None,
         };
+        if let Some(path) = &self.identity_file {
+            let (secret, known) = super::identity::sender(path, self.known_receivers.as_deref())?;
+            opts.secret = Some(secret);
+            opts.known_receivers = Some(known);
+        }
         let target = match (self.to, self.relay) {
             (Some(_), Some(_)) => {
                 return Err(Error::Usage("relay: not with to (give one)".into()));

@@ -22,6 +22,8 @@ const SEND: &[(&str, SendSetter)] = &[
     ("to", |b| b.to("127.0.0.1:7400")),
     ("code", |b| b.code("7-acid-acorn")),
     ("key", |b| b.key_file("keys")),
+    ("identity", |b| b.identity_file("me.id")),
+    ("known_receivers", |b| b.known_receivers("known_receivers")),
     ("wait", |b| b.wait(Duration::from_secs(5))),
     ("relay", |b| b.relay("127.0.0.1")),
     ("relay_only", |b| b.relay_only(true)),
@@ -71,6 +73,8 @@ const RECEIVE: &[(&str, ReceiveSetter)] = &[
     ("buffer_memory", |b| b.buffer_memory(64 << 20)),
     ("code", |b| b.code("7-acid-acorn")),
     ("keys", |b| b.keys_file("keys")),
+    ("identity", |b| b.identity_file("me.id")),
+    ("authorized", |b| b.authorized_file("authorized")),
     ("no_encryption", |b| b.no_encryption(true)),
     ("log_dir", |b| b.log_dir("logs")),
 ];

@@ -17,6 +17,18 @@ pub const CODE_ENV: &str = "HURTLE_CODE";
 
 /// `hurtle keygen`.
 pub fn keygen(a: KeygenArgs) -> Outcome {
+    if let (true, Some(out)) = (a.identity, &a.out) {
+        // The public key on stdout (for a receiver's --authorized file), the rest on stderr.
+        let public = hurtle::api::identity::new_identity(out)?;
+        println!("{public}");
+        eprintln!(
+            "hurtle: identity key written to {} (fingerprint {}); the public key above goes into \
+             a receiver's --authorized file, or is what senders pin for this receiver",
+            out.display(),
+            public.fingerprint()
+        );
+        return Ok(());
+    }
     let line = format!("{}\n", rules::new_key());
     match a.out {
         None => {

@@ -60,7 +60,7 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
         Some(c) => Some(keys::checked_code(&c)?.to_string()),
         None => None,
     };
-    let fresh = given.is_none() && a.keys.is_none() && relay.is_none();
+    let fresh = given.is_none() && a.keys.is_none() && a.authorized.is_none() && relay.is_none();
     let code = if fresh { Some(keys::new_code()) } else { given };
     // After an interrupt, a code printed here is gone: the message says so.
     if fresh || relay.is_some() {
@@ -73,7 +73,11 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
     };
     let opts = ReceiveOptions {
         relayed_udp: relayed_udp.clone(),
-        keys: keys::keyring(&a.keys, code.as_deref())?,
+        keys: hurtle::api::identity::receiver(
+            keys::keyring(&a.keys, code.as_deref())?,
+            a.identity.as_deref(),
+            a.authorized.as_deref(),
+        )?,
         no_encryption: a.no_encryption,
         out_dir: out.clone(),
         overwrite: a.overwrite,
@@ -96,6 +100,11 @@ pub fn run(a: ReceiveArgs, defaults: &Defaults) -> Outcome {
             out.display()
         ),
     );
+    if let Some(id) = keyring.identity() {
+        // What senders pin on first use, to compare with the fingerprint their warning names.
+        let fp = id.public().fingerprint();
+        ui::say(&a.output, &format!("hurtle: identity {fp}"));
+    }
     if let Some(relay) = &relay {
         return rendezvous::receive(
             &a.output,

@@ -10,6 +10,7 @@ use crate::cmd::{resolve, session_failure};
 use crate::config::Defaults;
 use crate::exit::{Failure, Outcome};
 use crate::{interrupt, rendezvous, ui};
+use hurtle::api::identity;
 use hurtle_engine::net::dial::Waiting;
 use hurtle_engine::{Progress, SendOptions, SessionError};
 use hurtle_relay::Code;
@@ -29,10 +30,15 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
     // The code is checked here, before it costs one of the receiver's tries: a code of another
     // shape, or with a word not in the list, is a usage error (exit 2), with the word meant.
     let code = match keys::given_code(&a.code) {
-        Some(c) if a.key.is_none() => Some(keys::checked_code(&c)?),
+        Some(c) if a.key.is_none() && a.identity.is_none() => Some(keys::checked_code(&c)?),
         _ => None,
     };
     opts.secret = keys::sender_secret(&a.key, code.as_ref().map(Code::to_string).as_deref())?;
+    if let Some(path) = &a.identity {
+        let (secret, known) = identity::sender(path, a.known_receivers.as_deref())?;
+        opts.secret = Some(secret);
+        opts.known_receivers = Some(known);
+    }
     if a.flags.channels.is_none() {
         if let Some(c) = defaults.get("channels", parse_channels)? {
             opts.channels = c;
@@ -98,6 +104,7 @@ pub fn run(mut a: SendArgs, defaults: &Defaults) -> Outcome {
             transfer(&a, &opts, to, Some(&path)).map_err(|(e, p)| session_failure(e, false, &p))
         }
         (None, None) if a.key.is_some() => Err(Failure::usage("--key needs --to")),
+        (None, None) if a.identity.is_some() => Err(Failure::usage("--identity needs --to")),
         (None, None) => {
             let Some((relay, typed)) = relay else {
                 return Err(Failure::usage(
