@@ -19,6 +19,23 @@ mod receive_example;
 #[path = "../examples/send.rs"]
 mod send_example;
 
+/// A receiver on loopback with a new code, receiving into `out`.
+fn on_loopback(out: std::path::PathBuf) -> Receiver {
+    Receiver::builder()
+        .out(out)
+        .listen("127.0.0.1:0")
+        .build()
+        .unwrap()
+}
+
+/// A sender to `receiver`, with its code, starting cold.
+fn to(receiver: &Receiver) -> hurtle::SenderBuilder {
+    Sender::builder()
+        .to(receiver.local_addr())
+        .code(receiver.code().unwrap())
+        .cold_start(true)
+}
+
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
@@ -119,11 +136,7 @@ fn a_wrong_code_is_refused_and_says_so() {
 fn a_receiver_cancelled_from_another_thread_stops_waiting_and_receives_again() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), vec![5u8; 100_000]).unwrap();
-    let receiver = Receiver::builder()
-        .out(dir.path().join("out"))
-        .listen("127.0.0.1:0")
-        .build()
-        .unwrap();
+    let receiver = on_loopback(dir.path().join("out"));
     let receiving = receiver.receive().unwrap();
     let canceller = receiving.canceller();
     let cancelling = std::thread::spawn(move || {
@@ -146,10 +159,7 @@ fn a_receiver_cancelled_from_another_thread_stops_waiting_and_receives_again() {
     let again = receiver
         .receive()
         .expect("the cancelled wait no longer holds the receiver");
-    let sent = Sender::builder()
-        .to(receiver.local_addr())
-        .code(receiver.code().unwrap())
-        .cold_start(true)
+    let sent = to(&receiver)
         .build()
         .unwrap()
         .send([dir.path().join("f")])
@@ -168,16 +178,9 @@ fn events_say_the_phases_the_files_and_the_bytes() {
     for (name, size) in [("one", 2 << 20), ("two", 1 << 20)] {
         std::fs::write(dir.path().join(name), vec![1u8; size]).unwrap();
     }
-    let receiver = Receiver::builder()
-        .out(dir.path().join("out"))
-        .listen("127.0.0.1:0")
-        .build()
-        .unwrap();
+    let receiver = on_loopback(dir.path().join("out"));
     let receiving = receiver.receive().unwrap();
-    let sending = Sender::builder()
-        .to(receiver.local_addr())
-        .code(receiver.code().unwrap())
-        .cold_start(true)
+    let sending = to(&receiver)
         .progress_interval(Duration::from_millis(20))
         .build()
         .unwrap()
