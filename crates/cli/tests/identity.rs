@@ -9,8 +9,8 @@
 //! - a receiver at an address pinned with another key (a man in the middle with an identity
 //!   key of its own, who authorizes the sender's public key) is refused by the sender (exit
 //!   9), naming both fingerprints and the line to remove; nothing is sent;
-//! - key files (identity keys, `--key`, `--keys`) readable by group or others are refused
-//!   (exit 2) with the `chmod` that fixes them.
+//! - key files (identity keys, `--key`, `--keys`) readable by group or others, and an
+//!   authorized file they may write, are refused (exit 2) with the `chmod` that fixes them.
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
@@ -50,6 +50,14 @@ fn keygen(dir: &Path, name: &str) -> (PathBuf, String, String) {
     (path, public, fingerprint)
 }
 
+/// Writes a file of public keys, writable by its owner only (whatever the umask), as the
+/// receiver wants its authorized file.
+fn write_public(path: &Path, text: String) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+}
+
 fn arg(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -85,7 +93,7 @@ fn an_authorized_sender_gets_in_and_pins_the_receiver_on_first_use() {
     let (alice, alice_pub, _) = keygen(t.path(), "alice.id");
     let (mallory, _, _) = keygen(t.path(), "mallory.id");
     let authorized = t.path().join("authorized");
-    std::fs::write(&authorized, format!("# senders\n{alice_pub} alice\n")).unwrap();
+    write_public(&authorized, format!("# senders\n{alice_pub} alice\n")).unwrap();
     let out = t.path().join("out");
     let mut r = serve(&out, &receiver_id, &authorized);
     let known = t.path().join("config/known_receivers");
@@ -147,7 +155,7 @@ fn a_receiver_that_proves_another_key_than_the_pinned_one_is_refused() {
     let (mitm_id, _, mitm_fp) = keygen(t.path(), "mitm.id");
     let (alice, alice_pub, _) = keygen(t.path(), "alice.id");
     let authorized = t.path().join("authorized");
-    std::fs::write(&authorized, format!("{alice_pub} alice\n")).unwrap();
+    write_public(&authorized, format!("{alice_pub} alice\n")).unwrap();
     let known = t.path().join("known_receivers");
     let src = t.path().join("a.bin");
     fsx::write_random(&src, 200_000, 64);
@@ -196,12 +204,12 @@ fn a_receiver_that_proves_another_key_than_the_pinned_one_is_refused() {
 }
 
 #[test]
-fn key_files_readable_by_group_or_others_are_refused_with_the_chmod() {
+fn key_files_others_may_read_and_an_authorized_file_others_may_write_are_refused() {
     use std::os::unix::fs::PermissionsExt;
     let t = tmp();
     let (id, public, _) = keygen(t.path(), "me.id");
     let authorized = t.path().join("authorized");
-    std::fs::write(&authorized, format!("{public} me\n")).unwrap();
+    write_public(&authorized, format!("{public} me\n")).unwrap();
     let key = t.path().join("shared.key");
     Proc::spawn("keygen", &["keygen", "--out", arg(&key)])
         .wait(Duration::from_secs(10))
@@ -260,4 +268,24 @@ fn key_files_readable_by_group_or_others_are_refused_with_the_chmod() {
         assert!(!s.stderr.contains("chmod"), "{}", s.stderr);
         assert_ne!(s.status.code(), Some(2), "{}", s.stderr);
     }
+    // The authorized file holds no secret, but whoever may write it may add a sender.
+    std::fs::set_permissions(&authorized, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let r = Proc::spawn(
+        "receiver",
+        &[
+            "receive",
+            "--out",
+            arg(&out),
+            "--identity",
+            arg(&id),
+            "--authorized",
+            arg(&authorized),
+        ],
+    )
+    .wait(TRANSFER_TIMEOUT);
+    let why = r.assert_exit(2);
+    assert!(
+        why.contains(&format!("chmod go-w {}", authorized.display())),
+        "{why}"
+    );
 }

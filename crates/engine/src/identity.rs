@@ -5,10 +5,11 @@
 //!
 //! A private file (an identity key, a key file of `--key` or `--keys`) that its group or others
 //! may read is refused, as ssh refuses an unprotected private key, with the `chmod` that fixes
-//! it. The known-receivers file holds one `ADDRESS hurtle-id-...` line per receiver: the
-//! first session with a receiver adds its line (and says so), a later one with another key
-//! than the line's is refused ([`SessionError::IdentityChanged`]), naming both fingerprints
-//! and the line to remove.
+//! it; an authorized-senders file its group or others may write is refused too (whoever can
+//! write it can add a sender), as ssh's StrictModes does. The known-receivers file holds one
+//! `ADDRESS hurtle-id-...` line per receiver: the first session with a receiver adds its line
+//! (and says so), a later one with another key than the line's is refused
+//! ([`SessionError::IdentityChanged`]), naming both fingerprints and the line to remove.
 
 use crate::error::SessionError;
 use hurtle_proto::secure::{IdentityError, IdentityKey, PublicId};
@@ -37,6 +38,15 @@ pub enum KeyFileError {
     /// A private file its group or others may read.
     #[error("{} holds a private key and is readable by {} (mode {mode:04o}): it is refused, as ssh refuses such a key; run `chmod 600 {}`", path.display(), if mode & 0o007 != 0 { "others" } else { "its group" }, path.display())]
     Permissions {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A file that says who may connect (authorized senders) and that its group or others may
+    /// write: whoever can write it can add a sender.
+    #[error("{} says which senders may connect and is writable by {} (mode {mode:04o}): it is refused, as ssh's StrictModes refuses such an authorized_keys; run `chmod go-w {}`", path.display(), if mode & 0o002 != 0 { "others" } else { "its group" }, path.display())]
+    Writable {
         /// The file.
         path: PathBuf,
         /// Its permission bits.
@@ -113,13 +123,23 @@ pub fn read_identity(path: &Path) -> Result<IdentityKey, KeyFileError> {
 
 /// An authorized-senders file: one public key (`hurtle-id-...`) per line, then a name for the
 /// logs (else the key's fingerprint); blank lines and `#` comments are skipped. It holds no
-/// secret: it is not checked for permissions.
+/// secret, but says who may connect: refused when its group or others may write it.
 pub fn read_authorized(path: &Path) -> Result<Vec<(String, PublicId)>, KeyFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Io {
+    let io = |source| KeyFileError::Io {
         what: "read",
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mode = f.metadata().map_err(io)?.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(KeyFileError::Writable {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(io)?;
     let mut out = Vec::new();
     for (line, (key, name)) in lines(&text) {
         let public = PublicId::parse(key).map_err(|source| KeyFileError::Line {
@@ -307,6 +327,16 @@ mod tests {
             read_authorized(&p),
             Err(KeyFileError::Empty { .. })
         ));
+        // Readable by all is fine (public keys); writable by group or others is not.
+        std::fs::write(&p, format!("{a} alice\n")).unwrap();
+        for (mode, ok) in [(0o644, true), (0o664, false), (0o646, false)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let got = read_authorized(&p);
+            assert_eq!(got.is_ok(), ok, "{mode:o}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.to_string().contains("chmod go-w"), "{e}");
+            }
+        }
     }
 
     #[test]
