@@ -204,7 +204,7 @@ fn a_receiver_that_proves_another_key_than_the_pinned_one_is_refused() {
 }
 
 #[test]
-fn key_files_others_may_read_and_an_authorized_file_others_may_write_are_refused() {
+fn key_files_readable_by_group_or_others_are_refused_with_the_chmod() {
     use std::os::unix::fs::PermissionsExt;
     let t = tmp();
     let (id, public, _) = keygen(t.path(), "me.id");
