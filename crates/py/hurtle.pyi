@@ -18,6 +18,7 @@ class RefusedError(Error): ...
 class NetworkError(Error): ...
 class VerificationError(Error): ...
 class StorageError(Error): ...
+class IdentityError(Error): ...
 class InterruptedError(Error): ...
 class OtherError(Error): ...
 
@@ -28,6 +29,9 @@ def send(
     code: Optional[str] = None,
     relay: Optional[str] = None,
     key: Optional[_Path] = None,
+    identity: Optional[_Path] = None,
+    known_receivers: Optional[_Path] = None,
+    wait: Optional[float] = None,
     channels: Optional[int] = None,
     rate: Union[str, int, None] = None,
     rate_fixed: Union[str, int, None] = None,
@@ -42,6 +46,10 @@ def send(
     no_encryption: bool = False,
     cold_start: bool = False,
     relay_only: bool = False,
+    include: Union[str, Sequence[str], None] = None,
+    exclude: Union[str, Sequence[str], None] = None,
+    dry_run: bool = False,
+    delete: bool = False,
     log_dir: Optional[_Path] = None,
     progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
     progress_interval: float = 0.2,
@@ -53,7 +61,10 @@ def receive(
     relay: Optional[str] = None,
     code: Optional[str] = None,
     keys: Optional[_Path] = None,
+    identity: Optional[_Path] = None,
+    authorized: Optional[_Path] = None,
     overwrite: bool = False,
+    allow_delete: bool = False,
     buffer_memory: Union[str, int, None] = None,
     max_channels: Optional[int] = None,
     no_encryption: bool = False,

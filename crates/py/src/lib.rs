@@ -53,6 +53,12 @@ create_exception!(
 );
 create_exception!(
     hurtle,
+    IdentityError,
+    Error,
+    "The receiver proved another identity than the one pinned for it (exit code 9)."
+);
+create_exception!(
+    hurtle,
     InterruptedError,
     Error,
     "The transfer was cancelled; what was verified is kept (exit code 130)."
@@ -78,6 +84,7 @@ fn py_error(py: Python<'_>, e: &hurtle::Error) -> PyErr {
         ErrorKind::Network => NetworkError::new_err(msg),
         ErrorKind::Verification => VerificationError::new_err(msg),
         ErrorKind::Storage => StorageError::new_err(msg),
+        ErrorKind::Identity => IdentityError::new_err(msg),
         ErrorKind::Interrupted => InterruptedError::new_err(msg),
         _ => OtherError::new_err(msg),
     };
@@ -104,6 +111,21 @@ fn int_or_str(
     }
     v.extract::<u64>()
         .map_err(|_| usage(py, what, "expected an int or a string"))
+}
+
+/// One string, or a list of them (`what` names the option in the error).
+fn strings(py: Python<'_>, what: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(s) = v.extract::<String>() {
+        return Ok(vec![s]);
+    }
+    v.extract::<Vec<String>>()
+        .map_err(|_| usage(py, what, "expected a string or a list of strings"))
+}
+
+/// Seconds as a duration (`what` names the option in the error).
+fn seconds(py: Python<'_>, what: &str, secs: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| usage(py, what, "expected a positive number of seconds"))
 }
 
 /// One path, or a list of them.
@@ -207,11 +229,16 @@ fn run<S: Serialize + Send + 'static>(
 
 /// Sends `paths` (a path or a list; directories recursively) to a receiver, and returns the
 /// summary as a dict. The receiver is `to="HOST[:PORT]"`, or found by `code` at `relay`.
+/// `include` and `exclude` (a pattern or a list) are rsync's filter rules, the includes tried
+/// first; `dry_run` moves nothing and the summary says what would move. `identity` (an
+/// identity key file) replaces the code; the receiver is pinned in `known_receivers`.
 #[pyfunction]
-#[pyo3(signature = (paths, *, to=None, code=None, relay=None, key=None, channels=None,
-    rate=None, rate_fixed=None, fair=false, transport="auto", chunk_size=None, payload=None,
-    checksum=false, follow_symlinks=false, no_sparse=false, no_fec=false, no_encryption=false,
-    cold_start=false, relay_only=false, log_dir=None, progress=None, progress_interval=0.2))]
+#[pyo3(signature = (paths, *, to=None, code=None, relay=None, key=None, identity=None,
+    known_receivers=None, wait=None,
+    channels=None, rate=None, rate_fixed=None, fair=false, transport="auto", chunk_size=None,
+    payload=None, checksum=false, follow_symlinks=false, no_sparse=false, no_fec=false,
+    no_encryption=false, cold_start=false, relay_only=false, include=None, exclude=None,
+    dry_run=false, delete=false, log_dir=None, progress=None, progress_interval=0.2))]
 #[allow(clippy::too_many_arguments)]
 fn send(
     py: Python<'_>,
@@ -220,6 +247,9 @@ fn send(
     code: Option<String>,
     relay: Option<String>,
     key: Option<PathBuf>,
+    identity: Option<PathBuf>,
+    known_receivers: Option<PathBuf>,
+    wait: Option<f64>,
     channels: Option<u64>,
     rate: Option<&Bound<'_, PyAny>>,
     rate_fixed: Option<&Bound<'_, PyAny>>,
@@ -234,6 +264,10 @@ fn send(
     no_encryption: bool,
     cold_start: bool,
     relay_only: bool,
+    include: Option<&Bound<'_, PyAny>>,
+    exclude: Option<&Bound<'_, PyAny>>,
+    dry_run: bool,
+    delete: bool,
     log_dir: Option<PathBuf>,
     progress: Option<&Bound<'_, PyAny>>,
     progress_interval: f64,
@@ -248,7 +282,22 @@ fn send(
         .no_encryption(no_encryption)
         .cold_start(cold_start)
         .relay_only(relay_only)
+        .dry_run(dry_run)
+        .delete(delete)
         .progress_interval(interval(py, progress_interval)?);
+    if let Some(w) = wait {
+        b = b.wait(seconds(py, "wait", w)?);
+    }
+    if let Some(p) = include {
+        for pattern in strings(py, "include", p)? {
+            b = b.include(pattern);
+        }
+    }
+    if let Some(p) = exclude {
+        for pattern in strings(py, "exclude", p)? {
+            b = b.exclude(pattern);
+        }
+    }
     b = b.transport(match transport {
         "auto" => Transport::Auto,
         "udp" => Transport::Udp,
@@ -272,6 +321,12 @@ fn send(
     }
     if let Some(key) = key {
         b = b.key_file(key);
+    }
+    if let Some(path) = identity {
+        b = b.identity_file(path);
+    }
+    if let Some(path) = known_receivers {
+        b = b.known_receivers(path);
     }
     if let Some(c) = channels {
         b = b.channels(c);
@@ -311,12 +366,14 @@ fn interval(py: Python<'_>, secs: f64) -> PyResult<Duration> {
 /// Receives one transfer into `out` and returns the summary as a dict. Listens on
 /// `listen="HOST[:PORT]"` (default `0.0.0.0:7400`) for a sender holding `code` (default a new
 /// one) or one of the keys in the file `keys`; with `relay="HOST[:PORT]"` the code is the
-/// relay's, for a sender that finds this receiver there. `ready(address, code)` is called
-/// once it listens.
+/// relay's, for a sender that finds this receiver there. With `identity` (this receiver's
+/// identity key file) and `authorized` (its senders' public keys), senders holding one of those
+/// keys are accepted without a code. `ready(address, code)` is called once it listens.
 #[pyfunction]
-#[pyo3(signature = (out, *, listen=None, relay=None, code=None, keys=None, overwrite=false,
-    buffer_memory=None, max_channels=None, no_encryption=false, log_dir=None, idle_timeout=None,
-    progress=None, ready=None, progress_interval=0.2))]
+#[pyo3(signature = (out, *, listen=None, relay=None, code=None, keys=None, identity=None,
+    authorized=None, overwrite=false,
+    allow_delete=false, buffer_memory=None, max_channels=None, no_encryption=false, log_dir=None,
+    idle_timeout=None, progress=None, ready=None, progress_interval=0.2))]
 #[allow(clippy::too_many_arguments)]
 fn receive(
     py: Python<'_>,
@@ -325,7 +382,10 @@ fn receive(
     relay: Option<String>,
     code: Option<String>,
     keys: Option<PathBuf>,
+    identity: Option<PathBuf>,
+    authorized: Option<PathBuf>,
     overwrite: bool,
+    allow_delete: bool,
     buffer_memory: Option<&Bound<'_, PyAny>>,
     max_channels: Option<u64>,
     no_encryption: bool,
@@ -338,6 +398,7 @@ fn receive(
     let mut b = hurtle::Receiver::builder()
         .out(out)
         .overwrite(overwrite)
+        .allow_delete(allow_delete)
         .no_encryption(no_encryption)
         .progress_interval(interval(py, progress_interval)?);
     if let Some(l) = listen {
@@ -352,6 +413,12 @@ fn receive(
     if let Some(k) = keys {
         b = b.keys_file(k);
     }
+    if let Some(path) = identity {
+        b = b.identity_file(path);
+    }
+    if let Some(path) = authorized {
+        b = b.authorized_file(path);
+    }
     if let Some(m) = buffer_memory {
         b = b.buffer_memory(int_or_str(py, "buffer_memory", m, values::parse_size)?);
     }
@@ -362,10 +429,7 @@ fn receive(
         b = b.log_dir(d);
     }
     if let Some(t) = idle_timeout {
-        b = b.idle_timeout(
-            Duration::try_from_secs_f64(t)
-                .map_err(|_| usage(py, "idle_timeout", "expected a positive number of seconds"))?,
-        );
+        b = b.idle_timeout(seconds(py, "idle_timeout", t)?);
     }
     let receiver = py.detach(|| b.build()).map_err(|e| py_error(py, &e))?;
     if let Some(cb) = ready {
@@ -388,6 +452,7 @@ fn hurtle_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NetworkError", py.get_type::<NetworkError>())?;
     m.add("VerificationError", py.get_type::<VerificationError>())?;
     m.add("StorageError", py.get_type::<StorageError>())?;
+    m.add("IdentityError", py.get_type::<IdentityError>())?;
     m.add("InterruptedError", py.get_type::<InterruptedError>())?;
     m.add("OtherError", py.get_type::<OtherError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

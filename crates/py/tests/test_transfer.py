@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -327,3 +328,87 @@ def test_a_wrong_code_through_a_relay_raises_refused(tmp_path, peers, relay):
     r.proc.send_signal(signal.SIGINT)
     assert r.end() == ({"interrupted": True}, 130)
     assert not (tmp_path / "out" / "f").exists()
+
+
+def listing(d):
+    return sorted(n for n in os.listdir(d) if not n.startswith("."))
+
+
+def test_filters_a_dry_run_and_delete_mirror_the_flags(tmp_path, peers):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ["a.bin", "b.tmp", "keep.tmp"]:
+        random_file(src / name, 1000)
+    out = tmp_path / "out"
+    (out / "src").mkdir(parents=True)
+    (out / "src" / "old.bin").write_bytes(b"old")
+    opts = dict(include="keep.tmp", exclude=["*.tmp"], delete=True, cold_start=True)
+    r, addr = receiver(peers, out, allow_delete=True)
+    plan = hurtle.send(str(src), to=addr, code=CODE, dry_run=True, **opts)
+    assert r.end()[1] == 0
+    assert listing(out / "src") == ["old.bin"], "a dry run changes nothing"
+    said = json.dumps(plan)
+    assert "a.bin" in said and "keep.tmp" in said and "b.tmp" not in said, said
+    r, addr = receiver(peers, out, allow_delete=True)
+    hurtle.send(str(src), to=addr, code=CODE, **opts)
+    assert r.end()[1] == 0
+    assert listing(out / "src") == ["a.bin", "keep.tmp"]
+
+
+def test_wait_lets_the_receiver_start_later(tmp_path, peers):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = "127.0.0.1:%d" % s.getsockname()[1]
+    data = random_file(tmp_path / "f.bin", 4096)
+    with pytest.raises(hurtle.NetworkError):
+        hurtle.send(str(data), to=addr, code=CODE, cold_start=True)
+    started = []
+    timer = threading.Timer(
+        1.0,
+        lambda: started.append(peers("receive", out=str(tmp_path / "out"), listen=addr, code=CODE)),
+    )
+    timer.start()
+    try:
+        summary = hurtle.send(str(data), to=addr, code=CODE, wait=20, cold_start=True)
+    finally:
+        timer.cancel()
+    assert summary["bytes"] == 4096
+    assert started[0].end()[1] == 0
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data.read_bytes()
+
+
+def keygen_identity(path):
+    """A new identity key in `path` (by the command): its public key line."""
+    done = subprocess.run(
+        [hurtle_binary(), "keygen", "--identity", "--out", str(path)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_identity_keys_replace_the_code(tmp_path, peers):
+    keygen_identity(tmp_path / "receiver.id")
+    (tmp_path / "authorized").write_text(keygen_identity(tmp_path / "sender.id") + " lab\n")
+    data = random_file(tmp_path / "f.bin", 70_000)
+    r = peers(
+        "receive",
+        out=str(tmp_path / "out"),
+        listen="127.0.0.1:0",
+        identity=str(tmp_path / "receiver.id"),
+        authorized=str(tmp_path / "authorized"),
+    )
+    ready = r.line()
+    assert ready["code"] is None, ready
+    known = tmp_path / "known_receivers"
+    summary = hurtle.send(
+        str(data),
+        to=ready["ready"],
+        identity=str(tmp_path / "sender.id"),
+        known_receivers=str(known),
+        cold_start=True,
+    )
+    assert summary["bytes"] == 70_000
+    assert r.end()[1] == 0
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data.read_bytes()
+    assert known.read_text().strip(), "the receiver is pinned"
