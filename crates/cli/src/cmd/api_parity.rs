@@ -16,6 +16,8 @@ use std::time::Duration;
 
 type SendSetter = fn(SenderBuilder) -> SenderBuilder;
 type ReceiveSetter = fn(ReceiverBuilder) -> ReceiverBuilder;
+/// Rows of flag id and builder setter.
+type Table<B> = [(&'static str, fn(B) -> B)];
 
 /// `hurtle send`'s flags (clap ids) and the builder setter each one is.
 const SEND: &[(&str, SendSetter)] = &[
@@ -161,9 +163,7 @@ fn every_send_and_receive_flag_is_a_builder_setter_or_says_why_not() {
 }
 
 /// The rows of `table` whose setter leaves a default builder as it was.
-fn setting_nothing<B: Default + std::fmt::Debug>(
-    table: &[(&'static str, fn(B) -> B)],
-) -> Vec<&'static str> {
+fn setting_nothing<B: Default + std::fmt::Debug>(table: &Table<B>) -> Vec<&'static str> {
     let before = format!("{:?}", B::default());
     table
         .iter()
