@@ -382,7 +382,7 @@ pub struct SendFlags {
     /// the links themselves (a dangling one is skipped with a warning). By default they are
     /// sent as links, and the receiver creates those that stay inside its destination. A link
     /// named as an argument is followed (not one inside cp's SRC/, which goes as a link).
-    #[arg(short = 'L', long = "copy-links", alias = "follow-symlinks")]
+    #[arg(short = 'L', long = "copy-links", visible_alias = "follow-symlinks")]
     pub follow_symlinks: bool,
     /// Skip a file the receiver already has only if its BLAKE3 matches (both sides read it);
     /// by default a file of the same size and modification time is skipped unread, as rsync
