@@ -4,7 +4,7 @@
 //! reading them (`resume_blocks_cached` in the sender's `--json`), and ends byte-exact; a
 //! source changed after the interruption, with its modification time put back as `touch -d`
 //! does, has another change time: its held blocks are read and valued again, and the two that
-//! changed are fetched.
+//! changed are fetched. A sender killed outright (SIGKILL) leaves what it kept every 15 s.
 //!
 //! Every process runs under a deadline and is killed by its own handle if it overstays.
 
@@ -170,4 +170,42 @@ fn a_source_changed_after_the_interruption_with_its_mtime_restored_is_read_again
         sj["file_hashes"][0]["blake3"],
         fsx::blake3_hex(&src).as_str()
     );
+}
+
+#[test]
+fn a_sender_killed_outright_leaves_the_values_it_kept_on_the_way() {
+    let t = support::tempdir("hurtle-resume-cached-");
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 32 * MIB, 0x5c3);
+    let (out, cache) = (t.path().join("out"), t.path().join("cache"));
+    std::thread::sleep(SETTLE);
+    // Slow enough that the sender is still sending when it first keeps its values (every
+    // 15 s); killed (SIGKILL) as soon as the entry is there.
+    let r = start_receiver(&out, &[]);
+    let mut args = vec!["--rate", "8M"];
+    args.extend_from_slice(&ARGS);
+    let env = [("HURTLE_VALUE_CACHE", cache.to_str().unwrap())];
+    let mut s = Proc::spawn_env("sender", &proc::send_args(r.addr, &[&src], &args), &env);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) && s.is_running() && entries(&cache).is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.is_running(), "the sender ended before it kept its values");
+    assert_eq!(entries(&cache).len(), 1);
+    s.kill();
+    r.proc.wait(Duration::from_secs(30));
+    let held = listed(&out, "data.bin");
+    assert!(!held.is_empty());
+
+    let (sj, _) = finish(&src, &out, &cache);
+    // The blocks valued before the entry was kept come from it; any the receiver took after
+    // are read.
+    let (cached, read) = (
+        sj["resume_blocks_cached"].as_u64().unwrap(),
+        sj["resume_blocks_read"].as_u64().unwrap(),
+    );
+    assert!(cached > 0, "{sj}");
+    assert_eq!(cached + read, held.len() as u64, "{sj}");
+    assert!(entries(&cache).is_empty());
 }

@@ -339,10 +339,11 @@ impl ChannelWorker {
                 let q = self.sender.on_nack(&ranges, now, knew);
                 self.log.line(|| {
                     format!(
-                        "nack ranges={} queued={q} first={:?} knew_ms={}",
+                        "nack ranges={} queued={q} first={:?} knew_ms={} knew_us={knew_us} now_us={}",
                         ranges.len(),
                         ranges.first(),
-                        now.saturating_duration_since(knew).as_millis()
+                        now.saturating_duration_since(knew).as_millis(),
+                        now.saturating_duration_since(self.shared.start).as_micros() as u32
                     )
                 });
             }

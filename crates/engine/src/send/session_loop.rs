@@ -207,7 +207,8 @@ pub(super) fn session_loop(
                 }
                 SenderDataEvent::FileConfirmed { file } => {
                     shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-                    if let Some(source) = shared.sources.get(file as usize) {
+                    let source = shared.sources.get(file as usize);
+                    if let Some(source) = source.filter(|_| shared.cacheable(file)) {
                         shared
                             .value_log()
                             .confirmed(file, source, shared.value_cache.as_ref());

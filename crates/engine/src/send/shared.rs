@@ -103,6 +103,9 @@ impl Shared {
     pub(super) fn cached_value(&self, block: u64) -> Option<[u8; 32]> {
         let cache = self.value_cache.as_ref()?;
         let (file, index) = self.layout.file_of_block(block)?;
+        if !self.cacheable(file) {
+            return None;
+        }
         let source = self.sources.get(file as usize)?;
         self.cached
             .get(file as usize)?
@@ -117,8 +120,17 @@ impl Shared {
             return;
         }
         if let Some((file, index)) = self.layout.file_of_block(block) {
-            self.value_log().note(file, index, value);
+            if self.cacheable(file) {
+                self.value_log().note(file, index, value);
+            }
         }
+    }
+
+    /// True when `file` is large enough for its values to be kept in the cache
+    /// ([`super::value_cache::MIN_BLOCKS`]).
+    pub(super) fn cacheable(&self, file: u32) -> bool {
+        let blocks = self.layout.blocks_of(file);
+        blocks.end - blocks.start >= super::value_cache::MIN_BLOCKS
     }
 
     /// The values passed on so far.

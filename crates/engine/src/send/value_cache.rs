@@ -14,8 +14,8 @@
 //! against its own all the same.
 //!
 //! Why the change time: every write, truncation, `touch`, or `chmod` sets it to the current
-//! time, and no system call sets it back, so a source rewritten with its modification time
-//! restored has another stamp. The one gap is a change within the same clock tick as the last
+//! time, and no system call sets it back (only setting the system clock back could), so a
+//! source rewritten with its modification time restored has another stamp. The one gap is a change within the same clock tick as the last
 //! one (timestamps come from a coarse clock, or a 1-2 s granularity on some filesystems): a
 //! stamp whose change time is less than [`RACY`] before the source was opened is not kept.
 //!
@@ -24,8 +24,9 @@
 //! `HURTLE_VALUE_CACHE` names another directory, or `off`), the directory mode 0700 and each
 //! entry 0600, written to a temporary file and renamed into place. The directory is kept under
 //! [`MAX_CACHE_BYTES`] and [`MAX_ENTRIES`], the oldest entries going first, and an entry is
-//! removed once its file is confirmed. A cache that cannot be read or written never fails a
-//! transfer: the values are then read.
+//! removed once its file is confirmed. Files of fewer than [`MIN_BLOCKS`] blocks are not
+//! kept. A cache that cannot be read or written never fails a transfer: the values are then
+//! read.
 //!
 //! An entry, all integers little-endian: the 16-byte [`MAGIC`]; the stamp (device, inode,
 //! size, modification and change times: 5 x 8 bytes); the block size (8); the number of runs
@@ -50,6 +51,10 @@ pub const MAX_CACHE_BYTES: u64 = 256 << 20;
 
 /// The most entries the directory keeps (the oldest go first).
 pub const MAX_ENTRIES: usize = 1024;
+
+/// Files of fewer blocks than this are not kept: reading their held blocks again costs
+/// little, and a tree of many small files would churn the cache.
+pub const MIN_BLOCKS: u64 = 16;
 
 /// A source whose change time is less than this before it was opened may still change within
 /// the same timestamp (coarse clock ticks; 1-2 s granularity on some filesystems) without its
