@@ -4,6 +4,13 @@
 //! time. It must be fetched again, never taken for a changed source (which ends the transfer);
 //! with encryption on, only the peer can have sent it, and a repeated wrong value still means
 //! the source changed.
+//!
+//! The proxy changes the same bytes of the block each time (the file's first
+//! `support::proxy::CHANGED_BYTES`), whatever the size of the datagram that carries them, so
+//! each changed copy that reaches verification gives the same wrong value. Not every copy it
+//! changes reaches verification: a repair's second copy (the sender's tail sends repairs
+//! twice) may arrive while the block is still held, and is dropped as a duplicate. The first
+//! copy sent and the first repair after the first failure always do.
 
 #[allow(dead_code)] // shared with the other test binaries
 mod support;
@@ -39,12 +46,13 @@ fn data_changed_on_the_way_in_the_clear_is_fetched_again_not_blamed_on_the_sourc
             .collect();
         let s = proc::send(proxy.addr(), &[&src], &sargs);
         let recv = r.proc.wait(TRANSFER_TIMEOUT);
-        assert_eq!(
-            Stats::get(&proxy.stats().changed),
-            CHANGES,
-            "plain {plain}: the proxy changed file 0's first datagram {CHANGES} times"
-        );
+        let changed = Stats::get(&proxy.stats().changed);
         if plain {
+            // Two failures at least, so three copies sent at least: every change happened.
+            assert_eq!(
+                changed, CHANGES,
+                "the proxy changed file 0's first bytes {CHANGES} times"
+            );
             s.assert_success();
             recv.assert_success();
             fsx::assert_same_file(&src, &out.join("clear.bin"));
@@ -56,6 +64,13 @@ fn data_changed_on_the_way_in_the_clear_is_fetched_again_not_blamed_on_the_sourc
                 "the changed block failed verification and was fetched again each time: {v}"
             );
         } else {
+            // The second copy to reach verification ends it: the third change happens only if
+            // the sender sent those bytes again before it heard. Fewer wrong copies than
+            // `MAX_BLOCK_FAILURES` (8): only their being the same can have ended it.
+            assert!(
+                (2..=CHANGES).contains(&changed),
+                "the proxy changed file 0's first bytes {changed} times"
+            );
             let err = recv.assert_failure();
             assert!(err.contains("did the source change?"), "{err}");
             assert!(!out.join("clear.bin").exists());
