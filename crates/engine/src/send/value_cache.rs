@@ -22,7 +22,8 @@
 //! Where: one file per source (device and inode), `<hex>.values`, under
 //! `$XDG_CACHE_HOME/hurtle/values` or `~/.cache/hurtle/values` ([`ValueCache::default_dir`];
 //! `HURTLE_VALUE_CACHE` names another directory, or `off`), the directory mode 0700 and each
-//! entry 0600, written to a temporary file and renamed into place. The directory is kept under
+//! entry 0600, written to a temporary file and renamed into place. A directory that is not the
+//! user's alone (another owner, or writable by group or others) is neither read nor written. The directory is kept under
 //! [`MAX_CACHE_BYTES`] and [`MAX_ENTRIES`], the oldest entries going first, and an entry is
 //! removed once its file is confirmed. Files of fewer than [`MIN_BLOCKS`] blocks are not
 //! kept. A cache that cannot be read or written never fails a transfer: the values are then
@@ -76,6 +77,13 @@ pub enum CacheError {
         path: PathBuf,
         /// The system's error.
         source: std::io::Error,
+    },
+    /// The directory is not this user's alone (another owner, or writable by others): what
+    /// others could write there is not taken.
+    #[error("block value cache: {} is not this user's alone", path.display())]
+    NotOurs {
+        /// The directory.
+        path: PathBuf,
     },
     /// The entry would be larger than the whole cache may be.
     #[error("block value cache: {bytes} bytes of values are more than the cache keeps")]
@@ -292,9 +300,22 @@ impl ValueCache {
         self.dir.join(format!("{}.values", &name[..32]))
     }
 
+    /// True when the directory is this user's alone: owned by the effective user, and not
+    /// writable by its group or others.
+    fn is_ours(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.dir).is_ok_and(|m| {
+            m.is_dir() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
+        })
+    }
+
     /// The values kept for `source` with blocks of `block_size`, if an entry for its stamp
-    /// now, which is still the one recorded at its open, is whole; `None` otherwise.
+    /// now, which is still the one recorded at its open, is whole, in a directory that is this
+    /// user's alone; `None` otherwise.
     pub fn load(&self, source: &SourceFile, block_size: u64) -> Option<CachedValues> {
+        if !self.is_ours() {
+            return None;
+        }
         let now = source.stamp_now().ok()?;
         if now != source.stamp() {
             return None;
@@ -358,6 +379,11 @@ impl ValueCache {
             .mode(0o700)
             .create(&self.dir)
             .map_err(io("create", &self.dir))?;
+        if !self.is_ours() {
+            return Err(CacheError::NotOurs {
+                path: self.dir.clone(),
+            });
+        }
         let tmp = self.dir.join(format!(
             ".{}.{}.{:016x}.tmp",
             path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
@@ -735,6 +761,26 @@ mod tests {
         // No values: no entry.
         cache.store(&newest, 1024, &BTreeMap::new()).unwrap();
         assert!(!cache.entry_path(&newest).exists());
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_neither_read_nor_written() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = vec![3u8; 20 * 1024];
+        let src = old_source(dir.path(), "a", &data);
+        let cache = ValueCache::at(dir.path().join("values"));
+        let mut log = ValueLog::default();
+        log.note(0, 0, block_values(&data, 1024)[0]);
+        assert_eq!(log.keep(&cache, std::slice::from_ref(&src), 1024).0, 1);
+        assert!(cache.load(&src, 1024).is_some());
+        fs::set_permissions(cache.dir(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(
+            cache.load(&src, 1024).is_none(),
+            "read from a shared directory"
+        );
+        let e = cache.store(&src.stamp(), 1024, &values(&[1])).unwrap_err();
+        assert!(matches!(e, CacheError::NotOurs { .. }), "{e}");
     }
 
     #[test]
