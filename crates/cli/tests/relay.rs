@@ -1014,18 +1014,21 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     assert!(via_relay > 0, "the start was relayed: {v}");
     assert_eq!(via_tcp, 0, "{v}");
     // The receiver's count of what arrived each way says the same, within what was resent.
-    both_sides_agree(&v, &r_done.json());
+    both_sides_agree(&v, &r_done.json(), forwarded);
     drop(relay);
     drop(ns);
 }
 
 /// The receiver's `bytes_by_path` (`r`, what arrived each way, by where it came from) against
-/// the sender's (`s`, what it sent each way): bytes on both the relay and the direct path on
-/// both sides, none over TCP, and each path's counts apart by no more than what was resent
-/// (lost on the way: in the sender's count only) and a batch per channel (the sender counts a
-/// batch for the path its channel has once it is sent, and one sent just before a channel's
-/// move may arrive through the relay).
-fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value) {
+/// the sender's (`s`, what it sent each way) and the bytes the relay `forwarded`: most of it
+/// direct on both sides, the start through the relay on the sender's, none over TCP; the
+/// receiver got no more through the relay than it forwarded; and each path's counts apart by
+/// no more than what was resent (lost on the way: in the sender's count only) and a batch per
+/// channel (the sender counts a batch for the path its channel has once it is sent, and one
+/// sent just before a channel's move may arrive through the relay). Where the punch takes a
+/// few milliseconds, what the sender sent through the relay before the receiver's end was
+/// bound there never arrives that way (1 run in 4 here): the receiver's relayed share may be 0.
+fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value, forwarded: u64) {
     let (share, r_relay, r_tcp) = direct_share(r);
     let (_, s_relay, _) = direct_share(s);
     let n = |v: &serde_json::Value, k: &str| v["bytes_by_path"][k].as_u64().unwrap_or(0);
@@ -1035,8 +1038,8 @@ fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value) {
     );
     assert!(share >= 0.9, "the receiver got {share} direct: {r}");
     assert!(
-        r_relay > 0,
-        "the receiver got nothing through the relay: {r}"
+        r_relay <= forwarded,
+        "the receiver counted {r_relay} bytes through the relay, which forwarded {forwarded}: {r}"
     );
     assert_eq!(r_tcp, 0, "{r}");
     let datagram = s["payload"].as_u64().expect("payload") + 64;
@@ -1131,7 +1134,7 @@ fn two_symmetric_nats_with_ipv6_between_the_peers_go_direct_over_ipv6() {
         over_six * 10 > size * 9,
         "{over_six} bytes over IPv6 for {size}"
     );
-    both_sides_agree(&v, &r_done.json());
+    both_sides_agree(&v, &r_done.json(), forwarded);
     drop(relay);
     drop(ns);
 }
@@ -1203,7 +1206,7 @@ fn a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path() {
     assert!(share >= 0.9, "{share} direct: {v}");
     assert!(via_relay > 0, "the start was relayed: {v}");
     assert_eq!(via_tcp, 0, "{v}");
-    both_sides_agree(&v, &r_done.json());
+    both_sides_agree(&v, &r_done.json(), forwarded);
     drop(relay);
     drop(ns);
 }

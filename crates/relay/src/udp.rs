@@ -509,6 +509,10 @@ pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Re
     // What to send: where, which bytes of which buffer (or an answer), per batch.
     let mut out: Vec<(SocketAddr, Range<usize>, usize, Vec<u8>)> = Vec::new();
     let mut verdicts: Vec<Verdict> = Vec::new();
+    // The rate datagrams arrive at (bytes a second), measured over 10 ms or more: how long
+    // they may gather ([`coalesce_time`]). Until measured, and after a quiet spell (a burst may
+    // start at any rate), [`PRESUMED_RATE`].
+    let (mut rate_since, mut rate_bytes, mut bytes_per_sec) = (Instant::now(), 0u64, PRESUMED_RATE);
     loop {
         let got = match socket.recv_batch(&mut batch) {
             Ok(n) => n,
@@ -550,6 +554,15 @@ pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Re
         }
         // A send that fails (the peer's buffer, a route) loses datagrams, as the path would.
         let bufs: Vec<(&[u8], usize)> = batch.merged().map(|(_, buf, s)| (buf, s)).collect();
+        rate_bytes += bufs.iter().map(|(b, _)| b.len() as u64).sum::<u64>();
+        let measured = now.saturating_duration_since(rate_since);
+        if measured >= Duration::from_millis(100) {
+            bytes_per_sec = PRESUMED_RATE;
+            (rate_since, rate_bytes) = (now, 0);
+        } else if measured >= Duration::from_millis(10) {
+            bytes_per_sec = rate_bytes as f64 / measured.as_secs_f64();
+            (rate_since, rate_bytes) = (now, 0);
+        }
         let mut forwarded = false;
         for (to, range, b, answer) in &out {
             let (buf, stride) = bufs[*b];
@@ -561,22 +574,38 @@ pub fn serve(mut socket: UdpChannel, forwarder: Arc<Mutex<Forwarder>>) -> io::Re
             };
         }
         if forwarded && got < COALESCE_BELOW {
-            std::thread::sleep(COALESCE);
+            std::thread::sleep(coalesce_time(bytes_per_sec, socket.granted_recv_buffer()));
         }
     }
 }
 
+/// How long datagrams arriving at `bytes_per_sec` may gather in a receive buffer of `room`
+/// bytes: [`COALESCE`], or less if that would fill more than an eighth of it (the kernel
+/// charges each datagram up to about twice its size, and a burst may come meanwhile).
+pub fn coalesce_time(bytes_per_sec: f64, room: usize) -> Duration {
+    Duration::from_secs_f64(room as f64 / 8.0 / bytes_per_sec.max(1.0)).min(COALESCE)
+}
+
 /// After a batch that forwarded data but held fewer than [`COALESCE_BELOW`] datagrams, the
-/// relay lets datagrams gather this long before it reads again. A paced session's datagrams
-/// come one by one; read as they come, each wake-up (a `poll` and a `recvmmsg`) carried about
-/// three of them, and the relay spent 2.8-3.0 CPU-s per GiB forwarded at 430 Mbit/s with
-/// 1400-byte datagrams (63,000 context switches in 8 s). Gathered for this long, a read takes
-/// what arrived meanwhile (GRO merges a flow's datagrams into one buffer, sent on in one GSO
-/// send), and a forwarded datagram waits at most this much longer: nothing on a path where
-/// relaying is worth it, and the socket's buffer (up to `net.core.rmem_max`) holds what comes
-/// meanwhile (200 µs at 10 Gbit/s is 250 kB). Full batches (a busy relay) never wait.
-pub const COALESCE: Duration = Duration::from_micros(200);
-/// Batches of fewer datagrams than this are followed by [`COALESCE`].
+/// relay lets datagrams gather up to this long before it reads again ([`coalesce_time`]: less
+/// where the socket's buffer would fill). A paced session's datagrams come one by one; read as
+/// they come, each wake-up (a `poll` and a `recvmmsg`) carried about three of them, and the
+/// relay spent 2.8-3.0 CPU-s per GiB forwarded at 430 Mbit/s with 1400-byte datagrams (63,000
+/// context switches in 8 s). Gathered for a while, a read takes what arrived meanwhile (GRO
+/// merges a flow's datagrams into one buffer, sent on in one GSO send), and a forwarded
+/// datagram waits at most this much longer: nothing on a path where relaying is worth it.
+/// Wake-ups are most of what is left (a third of the relay's samples in the scheduler's
+/// context switch on a VM): at 440 Mbit/s on loopback, with nothing emulated, the relay took
+/// 1.0-1.1 CPU-s/GiB gathering 200 µs, 0.55-0.67 with 1 ms, 0.45-0.50 with 2 ms; through the
+/// emulated intercontinental path 2.16-2.29 with 200 µs, 1.71-1.80 with 2 ms, at the same
+/// goodput (433-440 against 433-435 Mbit/s, 4 runs each; BENCHMARKS.md 5b). Full batches (a
+/// busy relay) never wait.
+pub const COALESCE: Duration = Duration::from_millis(2);
+/// The arrival rate the relay presumes, bytes a second, before it has measured one over 10 ms
+/// (and after 100 ms without a datagram): 10 Gbit/s, so that a burst's first wait cannot
+/// overflow the socket's buffer.
+pub const PRESUMED_RATE: f64 = 1.25e9;
+/// Batches of fewer datagrams than this are followed by [`coalesce_time`].
 pub const COALESCE_BELOW: usize = 64;
 
 #[cfg(test)]
@@ -612,6 +641,26 @@ mod tests {
             f.on_datagram(t0, a("198.51.100.7:1"), &odd),
             Verdict::Drop(Dropped::Malformed)
         );
+    }
+
+    #[test]
+    fn datagrams_gather_at_most_2_ms_and_never_past_an_eighth_of_the_buffer() {
+        // 440 Mbit/s into 4 MiB: the full 2 ms (110 kB, under 512 kB).
+        assert_eq!(coalesce_time(55e6, 4 << 20), COALESCE);
+        // 10 Gbit/s into 4 MiB: 512 kB lasts 0.42 ms.
+        let t = coalesce_time(1.25e9, 4 << 20);
+        assert!(
+            t > Duration::from_micros(400) && t < Duration::from_micros(430),
+            "{t:?}"
+        );
+        // 440 Mbit/s into the kernel's default 208 kB: 26 kB lasts 0.47 ms.
+        let t = coalesce_time(55e6, 212_992);
+        assert!(
+            t > Duration::from_micros(470) && t < Duration::from_micros(490),
+            "{t:?}"
+        );
+        // Nothing measured yet: the full time.
+        assert_eq!(coalesce_time(0.0, 212_992), COALESCE);
     }
 
     #[test]
