@@ -173,7 +173,8 @@ impl RelayedUdp {
 
     /// Whether the sender came through the relay (see [`RelayedUdp::paired_through_relay`]).
     pub fn through_relay(&self) -> bool {
-        self.through_relay.load(std::sync::atomic::Ordering::Relaxed)
+        self.through_relay
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The relay gave a session's allocations: each channel's socket sends `binds[channel]`
