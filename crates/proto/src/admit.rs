@@ -426,10 +426,13 @@ impl Admission {
         if h.session != self.session {
             if Some(h.session) == self.superseded {
                 // The sender's packet numbers go on from its early data: where they stand is
-                // where this session's count of the span starts, not a loss.
+                // where this session's count of the span starts, not a loss. (Not a probe's:
+                // probes are numbered in a space of their own, above every data number, and
+                // would leave no later datagram newer, nor any NACK knowing of one.)
                 if let Some(highest) = h
                     .channel
                     .checked_sub(self.channels.start)
+                    .filter(|_| h.kind != Kind::Probe)
                     .and_then(|i| self.highest_pn.get_mut(usize::from(i)))
                 {
                     *highest = (*highest).max(h.packet);
@@ -766,6 +769,26 @@ mod tests {
         };
         assert!(matches!(a.admit(now, &layout, &next, 100), Admit::Data(_)));
         assert_eq!(a.tally().pn_span, 1, "the span starts after the early data");
+        // A probe of the early session (numbered above every data number) leaves the span,
+        // and what a NACK knows of, to the data.
+        let probe = Header {
+            kind: Kind::Probe,
+            session: SESSION - 2,
+            packet: crate::secure::PROBE_PACKETS + 1,
+            offset: (HEADER_LEN + 100) as u64,
+            ..data(0, 0, 0, 0, 100, 0)
+        };
+        assert_eq!(
+            a.admit(now, &layout, &probe, 100),
+            Admit::Reject(RejectReason::Superseded)
+        );
+        let after = Header {
+            packet: 3,
+            ..data(0, 1, 0, 100, 100, 5_000)
+        };
+        assert!(matches!(a.admit(now, &layout, &after, 100), Admit::Data(_)));
+        assert_eq!(a.tally().pn_span, 2);
+        assert_eq!(a.knew_us(0, now), 5_000);
         // Superseding itself is no superseding.
         let mut b = Admission::new(SESSION, 0..1, now).superseding(SESSION);
         assert!(matches!(
