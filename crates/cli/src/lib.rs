@@ -71,5 +71,5 @@ pub mod sshmux;
 
 pub use api::{
     Canceller, Error, ErrorKind, Event, Phase, ReceiveSummary, Receiver, ReceiverBuilder,
-    SendSummary, Sender, SenderBuilder, Snapshot, Transfer, Transport,
+    SendSummary, Sender, SenderBuilder, Snapshot, Transfer, Transport, Waiting,
 };

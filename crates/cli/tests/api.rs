@@ -3,7 +3,8 @@
 //! program relies on: a wrong code's error kind, a cancelled receiver that is still waiting,
 //! the events of a transfer, a resume.
 
-use hurtle::{ErrorKind, Event, Phase, Receiver, Sender};
+use hurtle::{ErrorKind, Event, Phase, Receiver, Sender, Waiting};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 #[allow(dead_code)]
@@ -201,10 +202,30 @@ fn events_say_the_phases_the_files_and_the_bytes() {
     };
     assert_eq!((last.total, last.confirmed), (summary.bytes, summary.bytes));
     assert_eq!(last.files_done, 2);
+    // What the command's progress line shows is in the snapshots too: the phase, the peer,
+    // the files moving.
+    assert_eq!(last.phase, Phase::Moving);
+    assert_eq!(last.peer, Some(receiver.local_addr()));
+    assert!(
+        last.moving_since.is_some() && last.path.is_none(),
+        "{last:?}"
+    );
+    let moving: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Progress(s) => Some(&s.moving),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(
+        moving.iter().any(|f| f.as_str() == "one"),
+        "no snapshot named the file moving: {events:?}"
+    );
 }
 
-#[test]
-fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
+/// A relay on loopback, in this process, for as long as the test runs.
+fn loopback_relay() -> SocketAddr {
     let relay = hurtle_relay::server::Server::bind(
         "127.0.0.1:0".parse().unwrap(),
         hurtle_relay::server::Config::default(),
@@ -212,6 +233,145 @@ fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
     .unwrap();
     let relay_addr = relay.local_addr().unwrap();
     std::thread::spawn(move || relay.run());
+    relay_addr
+}
+
+#[test]
+fn a_sender_waiting_for_its_receiver_to_listen_says_so() {
+    // A port nothing listens on.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let sending = Sender::builder()
+        .to(addr)
+        .code("7-acid-acorn")
+        .wait(Duration::from_secs(1))
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([dir.path().join("f")])
+        .unwrap();
+    let events: Vec<Event> = sending.iter().collect();
+    let e = sending.wait().expect_err("nothing listens");
+    assert_eq!(e.kind(), ErrorKind::Network, "{e}");
+    assert!(
+        events.contains(&Event::Waiting(Waiting::Listener {
+            addr,
+            up_to: Duration::from_secs(1)
+        })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_sender_first_offers_a_code_and_the_receiver_given_it_receives() {
+    let relay = loopback_relay();
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 241) as u8).collect();
+    std::fs::write(dir.path().join("first.bin"), &data).unwrap();
+    let sending = Sender::builder()
+        .relay(relay)
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([dir.path().join("first.bin")])
+        .unwrap();
+    let code = sending.code().expect("the offered code").to_string();
+    let first = sending
+        .events()
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap();
+    assert!(
+        matches!(&first, Event::Waiting(Waiting::Receiver { code: c, valid }) if *c == code && !valid.is_zero()),
+        "{first:?}"
+    );
+    let receiver = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .relay(relay)
+        .sender_code(&code)
+        .build()
+        .unwrap();
+    assert_eq!(receiver.code(), Some(code.as_str()));
+    let received = receiver.receive().unwrap().wait().unwrap();
+    let events: Vec<Event> = sending.iter().collect();
+    let sent = sending.wait().unwrap();
+    assert_eq!((sent.bytes, received.bytes), (1 << 20, 1 << 20));
+    assert_eq!(
+        std::fs::read(dir.path().join("out/first.bin")).unwrap(),
+        data
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Found { .. })),
+        "{events:?}"
+    );
+    // The code is spent: another receiver given it finds no sender.
+    let e = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .relay(relay)
+        .sender_code(&code)
+        .build()
+        .expect_err("a spent code");
+    assert_eq!(e.kind(), ErrorKind::Other, "{e}");
+    assert!(e.to_string().contains("no sender is waiting"), "{e}");
+}
+
+#[test]
+fn a_receiver_with_another_code_is_refused_and_the_sender_waits_on_until_cancelled() {
+    let relay = loopback_relay();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"secret").unwrap();
+    let sending = Sender::builder()
+        .relay(relay)
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([dir.path().join("f")])
+        .unwrap();
+    let code = sending.code().unwrap().to_string();
+    // The same number (the offer's nameplate), other words.
+    let (number, words) = code.split_once('-').unwrap();
+    let other = ["acid-acorn", "acorn-acid"]
+        .into_iter()
+        .find(|w| *w != words)
+        .unwrap();
+    // The `Receiver` is dropped at once: its transfer keeps its registration at the relay.
+    let receiving = Receiver::builder()
+        .out(dir.path().join("out"))
+        .listen("127.0.0.1:0")
+        .relay(relay)
+        .sender_code(format!("{number}-{other}"))
+        .build()
+        .unwrap()
+        .receive()
+        .unwrap();
+    assert!(
+        receiving.wait_timeout(Duration::from_secs(20)),
+        "the receiver with another code still waits"
+    );
+    let e = receiving.wait().expect_err("a wrong code");
+    assert_eq!(e.kind(), ErrorKind::Refused, "{e}");
+    let wrong = std::iter::from_fn(|| sending.events().recv_timeout(Duration::from_secs(10)).ok())
+        .find(|e| matches!(e, Event::WrongCode { .. }));
+    assert_eq!(wrong, Some(Event::WrongCode { tries: 1 }));
+    assert!(
+        !sending.is_finished(),
+        "the sender waits for the next receiver"
+    );
+    sending.cancel();
+    assert!(sending.wait_timeout(Duration::from_secs(2)));
+    let e = sending.wait().expect_err("cancelled");
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert!(!dir.path().join("out/f").exists());
+}
+
+#[test]
+fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
+    let relay_addr = loopback_relay();
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 251) as u8).collect();
     std::fs::write(dir.path().join("f.bin"), &data).unwrap();
@@ -226,7 +386,7 @@ fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
             .unwrap();
         let code = receiver.code().expect("the relay's code").to_string();
         let receiving = receiver.receive().unwrap();
-        let sent = Sender::builder()
+        let sending = Sender::builder()
             .relay(relay_addr)
             .code(&code)
             .relay_only(relay_only)
@@ -235,9 +395,17 @@ fn a_receiver_and_a_sender_pair_by_code_through_a_relay() {
             .build()
             .unwrap()
             .send([dir.path().join("f.bin")])
-            .unwrap()
+            .unwrap();
+        let events: Vec<Event> = sending.iter().collect();
+        let sent = sending
             .wait()
             .unwrap_or_else(|e| panic!("relay_only {relay_only}: {e}"));
+        // On loopback the receiver is reached directly unless told to go through the relay.
+        let found = events.iter().find_map(|e| match e {
+            Event::Found { relayed, .. } => Some(*relayed),
+            _ => None,
+        });
+        assert_eq!(found, Some(relay_only), "{events:?}");
         let received = receiving.wait().unwrap();
         assert_eq!((sent.bytes, received.bytes), (2 << 20, 2 << 20));
         assert_eq!(std::fs::read(out.join("f.bin")).unwrap(), data);

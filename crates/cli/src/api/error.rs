@@ -116,6 +116,11 @@ pub enum Error {
     /// The relay cancelled the code, or it expired before a sender came.
     #[error("{0}")]
     Code(String),
+    /// The code was refused by the other side through the relay: a receiver's answer to a
+    /// sender's code that the sender did not accept, or a sender's code answered with other
+    /// codes until it was spent.
+    #[error("{0}")]
+    Refused(String),
     /// The transfer was cancelled: what was verified is kept, and the same transfer again
     /// resumes from it.
     #[error("{}", interrupted(*.receiver, *.held, *.total))]
@@ -157,6 +162,7 @@ impl Error {
             Error::Session(e) => session_kind(e),
             Error::Relay(e) => ErrorKind::from(e),
             Error::Code(_) | Error::Thread(_) => ErrorKind::Other,
+            Error::Refused(_) => ErrorKind::Refused,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
         }
     }

@@ -31,4 +31,6 @@ pub use hurtle_engine::send::{BottleneckSummary, OutageSummary, RateSummary, Res
 pub use hurtle_engine::{FileReport, ReceiveSummary, SendSummary};
 pub use receive::{Receiver, ReceiverBuilder};
 pub use send::{Sender, SenderBuilder, Transport};
-pub use transfer::{Canceller, Event, Phase, Snapshot, Transfer, DEFAULT_INTERVAL};
+pub use transfer::{
+    Canceller, Event, Phase, Snapshot, Transfer, Waiting, DEFAULT_INTERVAL, MOVING_WITHIN,
+};

@@ -17,6 +17,7 @@ use hurtle_engine::{Keyring, ReceiveOptions, ReceiveSummary};
 use hurtle_proto::secure::Secret;
 use hurtle_relay::client::{self, Agent, AgentEvent, RelayError};
 use hurtle_relay::code::DEFAULT_WORDS;
+use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +32,7 @@ pub struct ReceiverBuilder {
     listen: Option<String>,
     relay: Option<String>,
     code: Option<String>,
+    sender_code: Option<String>,
     keys_file: Option<PathBuf>,
     identity_file: Option<PathBuf>,
     authorized_file: Option<PathBuf>,
@@ -46,6 +48,7 @@ impl Default for ReceiverBuilder {
             listen: None,
             relay: None,
             code: None,
+            sender_code: None,
             keys_file: None,
             identity_file: None,
             authorized_file: None,
@@ -75,6 +78,17 @@ impl ReceiverBuilder {
     /// a code or keys of one's own. Listens on `0.0.0.0:0` unless told otherwise.
     pub fn relay(mut self, relay: impl ToString) -> Self {
         self.relay = Some(relay.to_string());
+        self
+    }
+
+    /// A code a sender printed, having offered it at the relay ([`ReceiverBuilder::relay`]):
+    /// this receiver answers that sender's offer instead of taking a code of the relay's
+    /// (`hurtle receive CODE`). No sender waiting with the code at the relay is an
+    /// [`ErrorKind::Other`](crate::ErrorKind::Other) error of [`ReceiverBuilder::build`]; a
+    /// sender that refuses this receiver (the code was mistyped) ends the waiting
+    /// [`Transfer`] with an [`ErrorKind::Refused`](crate::ErrorKind::Refused) error.
+    pub fn sender_code(mut self, code: impl Into<String>) -> Self {
+        self.sender_code = Some(code.into());
         self
     }
 
@@ -187,7 +201,14 @@ impl ReceiverBuilder {
             }
             Some(_) if self.code.is_some() || self.keys_file.is_some() => {
                 return Err(Error::Usage(
-                    "relay: not with code or keys_file (the relay's code is made here)".into(),
+                    "relay: not with code or keys_file (the relay's code is made here; a code a \
+                     sender printed is sender_code)"
+                        .into(),
+                ))
+            }
+            None if self.sender_code.is_some() => {
+                return Err(Error::Usage(
+                    "sender_code: needs the relay the sender offered it at (relay)".into(),
                 ))
             }
             Some(r) => Some(
@@ -206,6 +227,10 @@ impl ReceiverBuilder {
                 host: "0.0.0.0".into(),
                 port: if relay.is_some() { 0 } else { RECEIVER_PORT },
             },
+        };
+        let answer = match &self.sender_code {
+            Some(c) => Some(check_code(c)?),
+            None => None,
         };
         let code = match (&self.code, &self.keys_file) {
             (Some(c), _) => Some(check_code(c)?.to_string()),
@@ -241,9 +266,17 @@ impl ReceiverBuilder {
         let local = inner.local_addr()?;
         let (code, relay) = match (relay, relayed_udp) {
             (Some(r), Some(udp)) => {
-                let link = register(r, local, own_ports, udp)?;
-                keys.add("code", Secret::code(&link.code));
-                (Some(link.code.clone()), Some(link))
+                if let Some(c) = &answer {
+                    // Before the relay hears the answer: the waiting sender looks this
+                    // receiver up at once and may connect before `register_answer` returns;
+                    // without the code by then, its greeting would count as a wrong try.
+                    keys.add("code", Secret::code(&c.to_string()));
+                }
+                let link = register(r, local, own_ports, udp, answer.as_ref())?;
+                if answer.is_none() {
+                    keys.add("code", Secret::code(&link.code));
+                }
+                (Some(link.code.clone()), Some(Arc::new(link)))
             }
             _ => (code, None),
         };
@@ -268,15 +301,27 @@ struct RelayLink {
     _agent: Agent,
 }
 
-/// Registers the receiver listening at `local` with `relay`, and starts its agent: relayed
-/// connections go to the receiver's own ports, relayed datagrams to its channels.
+/// Registers the receiver listening at `local` with `relay` (answering the offer of the
+/// sender that printed `answer`, if given), and starts its agent: relayed connections go to
+/// the receiver's own ports, relayed datagrams to its channels.
 fn register(
     relay: SocketAddr,
     local: SocketAddr,
     own_ports: Arc<hurtle_engine::OwnPorts>,
     udp: Arc<RelayedUdp>,
+    answer: Option<&Code>,
 ) -> Result<RelayLink, Error> {
-    let reg = client::register(relay, local, DEFAULT_WORDS)?;
+    let reg = match answer {
+        None => client::register(relay, local, DEFAULT_WORDS)?,
+        Some(code) => client::register_answer(relay, local, code).map_err(|e| match e {
+            RelayError::Refused { kind, .. } if kind == "no_such_code" => Error::Code(format!(
+                "no sender is waiting with code {code} at the relay {relay} (it expired or was \
+                 used, or its number is mistyped)"
+            )),
+            e => Error::Relay(e),
+        })?,
+    };
+    let answering = answer.is_some();
     let code = reg.code.to_string();
     let ttl = reg.ttl_secs;
     let ended = Arc::new(Mutex::new(None));
@@ -296,6 +341,9 @@ fn register(
                     });
                     return;
                 }
+                AgentEvent::Cancelled(reason) if answering => Error::Refused(format!(
+                    "code {said} was refused: {reason}; check the code the sender printed"
+                )),
                 AgentEvent::Cancelled(reason) => Error::Code(format!(
                     "the relay cancelled code {said}: {reason}; build a receiver again for a new code"
                 )),
@@ -337,7 +385,9 @@ fn check_out(out: &Path) -> Result<(), Error> {
 pub struct Receiver {
     inner: Arc<hurtle_engine::Receiver>,
     local: SocketAddr,
-    relay: Option<RelayLink>,
+    /// Its registration at the relay, held by each transfer too: a transfer that outlives
+    /// its `Receiver` keeps the code registered.
+    relay: Option<Arc<RelayLink>>,
     code: Option<String>,
     out: PathBuf,
     busy: Arc<AtomicBool>,
@@ -364,7 +414,8 @@ impl Receiver {
         self.local
     }
 
-    /// The code a sender must give (`None` when only keys are accepted).
+    /// The code a sender must give (`None` when only keys are accepted); for a receiver
+    /// answering a sender's code ([`ReceiverBuilder::sender_code`]), that code.
     pub fn code(&self) -> Option<&str> {
         self.code.as_deref()
     }
@@ -383,9 +434,11 @@ impl Receiver {
             ));
         }
         let (inner, busy) = (self.inner.clone(), self.busy.clone());
-        let started = Transfer::start("receive", true, self.interval, move |progress| {
+        let link = self.relay.clone();
+        let started = Transfer::start("receive", true, self.interval, move |progress, _| {
             let result = inner.accept_one(progress);
             busy.store(false, Ordering::Release);
+            drop(link);
             Ok(result?)
         });
         match (started, &self.relay) {
@@ -414,6 +467,7 @@ mod tests {
         assert!(usage(ok().max_channels(0)).starts_with("max_channels: "));
         assert!(usage(ok().listen("h:x")).contains("is not a port"));
         assert!(usage(ok().code("12-notaword-acid")).starts_with("bad code: "));
+        assert!(usage(ok().sender_code("7-acid-acorn")).starts_with("sender_code: needs"));
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
         let e = Receiver::builder()

@@ -4,14 +4,16 @@
 
 use super::error::Error;
 use super::keys::{check_code, read_key_file};
-use super::transfer::{Transfer, DEFAULT_INTERVAL};
+use super::transfer::{Emit, Event, Transfer, Waiting as Wait, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
 use hurtle_engine::filter::{Filter, RuleKind};
-use hurtle_engine::net::dial::Waiting;
-use hurtle_engine::{PathMemories, SendOptions, SendSummary};
+use hurtle_engine::handshake::CODE_TRIES;
+use hurtle_engine::net::dial::{Dialer, Waiting};
+use hurtle_engine::{PathMemories, Progress, SendOptions, SendSummary, SessionError};
 use hurtle_proto::secure::Secret;
 use hurtle_proto::RateMode;
-use hurtle_relay::client;
+use hurtle_relay::client::{self, Found, OfferEvent};
+use hurtle_relay::code::DEFAULT_WORDS;
 use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,8 +25,8 @@ pub use hurtle_engine::send::Transport;
 /// Where a sender's receiver is.
 #[derive(Debug, Clone)]
 enum Target {
-    /// At this address.
-    Addr(HostPort),
+    /// At this address, waited for this long if nothing listens there yet.
+    Addr(HostPort, Duration),
     /// Found by this code at this relay.
     Relay {
         relay: HostPort,
@@ -32,6 +34,8 @@ enum Target {
         relay_only: bool,
         wait: Duration,
     },
+    /// The one that answers the code this sender offers at this relay (sender-first).
+    Offer { relay: HostPort, relay_only: bool },
 }
 
 /// Options for a [`Sender`]: a receiver (`to`, or `relay` and a code), its code or a key, and
@@ -103,6 +107,12 @@ impl SenderBuilder {
     /// The relay the receiver registered with, `HOST[:PORT]` (port 7401 when not given): the
     /// receiver is found by its code there, reached directly if it can be and through the
     /// relay otherwise. Not with [`SenderBuilder::to`].
+    ///
+    /// Without a code the sender starts first: each [`Sender::send`] offers a new code at the
+    /// relay ([`Transfer::code`], and a [`Waiting::Receiver`](crate::Waiting::Receiver) event)
+    /// and sends to the receiver that gives it
+    /// ([`ReceiverBuilder::sender_code`](crate::ReceiverBuilder::sender_code), or
+    /// `hurtle receive CODE`).
     pub fn relay(mut self, relay: impl ToString) -> Self {
         self.relay = Some(relay.to_string());
         self
@@ -318,8 +328,8 @@ impl SenderBuilder {
         self
     }
 
-    /// Checks the options together, as the command line does: a receiver (an address, or a
-    /// relay with a code), a code or a key, no rate beside a fixed one.
+    /// Checks the options together, as the command line does: a receiver (an address with a
+    /// code or a key, or a relay with or without a code), no rate beside a fixed one.
     pub fn build(self) -> Result<Sender, Error> {
         if let Some(e) = self.error {
             return Err(Error::Usage(e));
@@ -334,6 +344,9 @@ impl SenderBuilder {
             return Err(Error::Usage(
                 "identity_file: not with code or key_file (give one)".into(),
             ));
+        }
+        if self.key_file.is_some() && self.relay.is_some() {
+            return Err(Error::Usage("key_file: needs to, not a relay".into()));
         }
         if self.identity_file.is_some() && self.relay.is_some() {
             return Err(Error::Usage("identity_file: needs to, not a relay".into()));
@@ -391,26 +404,26 @@ impl SenderBuilder {
                 if self.relay_only {
                     return Err(Error::Usage("relay_only: needs a relay".into()));
                 }
-                if !self.wait.is_zero() {
-                    opts.dialer = Some(Arc::new(Waiting::new(self.wait, |_| {})));
-                }
                 Target::Addr(
                     HostPort::parse(&to, RECEIVER_PORT, false)
                         .map_err(|e| Error::usage("to", e))?,
+                    self.wait,
                 )
             }
             (None, Some(relay)) => {
-                let Some(code) = code else {
-                    return Err(Error::Usage(
-                        "relay: needs the receiver's code (code)".into(),
-                    ));
-                };
-                Target::Relay {
-                    relay: HostPort::parse(&relay, values::RELAY_PORT, false)
-                        .map_err(|e| Error::usage("relay", e))?,
-                    code,
-                    relay_only: self.relay_only,
-                    wait: self.wait,
+                let relay = HostPort::parse(&relay, values::RELAY_PORT, false)
+                    .map_err(|e| Error::usage("relay", e))?;
+                match code {
+                    Some(code) => Target::Relay {
+                        relay,
+                        code,
+                        relay_only: self.relay_only,
+                        wait: self.wait,
+                    },
+                    None => Target::Offer {
+                        relay,
+                        relay_only: self.relay_only,
+                    },
                 }
             }
             (None, None) => return Err(Error::Usage("give to, or relay and code".into())),
@@ -469,10 +482,19 @@ impl Sender {
             ));
         }
         let mut opts = self.opts.clone();
-        let run: Box<dyn FnOnce(_) -> _ + Send> = match &self.target {
-            Target::Addr(hp) => {
+        let mut offered = None;
+        let run: Box<dyn FnOnce(_, Emit) -> _ + Send> = match &self.target {
+            Target::Addr(hp, wait) => {
                 let to = hp.resolve("receiver").map_err(Error::Resolve)?;
-                Box::new(move |progress| Ok(hurtle_engine::send(&paths, to, &opts, progress)?))
+                let wait = *wait;
+                Box::new(move |progress, emit: Emit| {
+                    if !wait.is_zero() {
+                        opts.dialer = Some(Arc::new(Waiting::new(wait, move |addr| {
+                            emit.send(Event::Waiting(Wait::Listener { addr, up_to: wait }))
+                        })));
+                    }
+                    Ok(hurtle_engine::send(&paths, to, &opts, progress)?)
+                })
             }
             Target::Relay {
                 relay,
@@ -482,26 +504,67 @@ impl Sender {
             } => {
                 let relay_addr = relay.resolve("relay").map_err(Error::Resolve)?;
                 let (code, relay_only, wait) = (code.clone(), *relay_only, *wait);
-                Box::new(move |progress| {
-                    let to = pair(relay_addr, &code, (relay_only, wait), &mut opts)?;
+                Box::new(move |progress, emit: Emit| {
+                    let to = pair(relay_addr, &code, (relay_only, wait), &mut opts, &emit)?;
                     Ok(hurtle_engine::send(&paths, to, &opts, progress)?)
                 })
             }
+            Target::Offer { relay, relay_only } => {
+                let relay_addr = relay.resolve("relay").map_err(Error::Resolve)?;
+                let offering = client::offer(relay_addr, DEFAULT_WORDS)?;
+                offered = Some(offering.code.to_string());
+                let relay_only = *relay_only;
+                Box::new(move |progress, emit: Emit| {
+                    send_first(
+                        offering,
+                        relay_addr,
+                        relay_only,
+                        &emit,
+                        |to, dialer, secret| {
+                            let mut opts = opts.clone();
+                            opts.dialer = Some(dialer);
+                            opts.secret = Some(secret);
+                            hurtle_engine::send(&paths, to, &opts, progress.clone())
+                        },
+                        &progress,
+                    )
+                })
+            }
         };
-        Transfer::start("send", false, self.interval, run)
+        let t = Transfer::start("send", false, self.interval, run)?;
+        Ok(match offered {
+            Some(code) => t.with_code(code),
+            None => t,
+        })
     }
 }
 
-/// Finds the receiver of `code` at `relay` (waiting up to `wait` for it to register): tries
-/// its addresses directly for about 2 s (unless `relay_only`), else goes through the relay.
-/// Sets the options' dialer; returns where the engine connects to.
+/// Finds the receiver of `code` at `relay` (waiting up to `wait` for it to register, said by
+/// a [`Wait::Registration`] event), and connects to it ([`connect_found`]). Sets the options'
+/// dialer; returns where the engine connects to.
 fn pair(
     relay: SocketAddr,
     code: &Code,
     (relay_only, wait): (bool, Duration),
     opts: &mut SendOptions,
+    emit: &Emit,
 ) -> Result<SocketAddr, Error> {
-    let found = client::lookup_waiting(relay, code.nameplate, wait, || {})?;
+    let found = client::lookup_waiting(relay, code.nameplate, wait, || {
+        emit.send(Event::Waiting(Wait::Registration {
+            code: code.to_string(),
+            up_to: wait,
+        }))
+    })?;
+    let (to, dialer) = connect_found(found, relay_only, emit);
+    opts.dialer = Some(dialer);
+    Ok(to)
+}
+
+/// The path to a receiver the relay found: its addresses tried directly for about 2 s (unless
+/// `relay_only`), else through the relay; said by an [`Event::Found`]. Returns where the
+/// engine connects to, and how.
+fn connect_found(found: Found, relay_only: bool, emit: &Emit) -> (SocketAddr, Arc<dyn Dialer>) {
+    let relay = found.relay;
     let port = found.port();
     let direct = if relay_only {
         None
@@ -512,8 +575,97 @@ fn pair(
         Some((addr, _)) => *addr,
         None => SocketAddr::new(relay.ip(), port),
     };
-    opts.dialer = Some(found.into_dialer(direct));
-    Ok(to)
+    emit.send(Event::Found {
+        to,
+        relayed: direct.is_none(),
+    });
+    (to, found.into_dialer(direct))
+}
+
+/// A sender that offered a code (`offering`) at `relay`: says so ([`Wait::Receiver`]), waits
+/// for a receiver to answer it, and runs `transfer` to that receiver (where to connect, how,
+/// and the code as the session's secret). A receiver that answered with another code is told
+/// so and waited past ([`Event::WrongCode`]); the [`CODE_TRIES`]th spends the code. Ends
+/// when `progress` is interrupted while waiting.
+fn send_first<S>(
+    offering: client::Offering,
+    relay: SocketAddr,
+    relay_only: bool,
+    emit: &Emit,
+    mut transfer: impl FnMut(SocketAddr, Arc<dyn Dialer>, Secret) -> Result<S, SessionError>,
+    progress: &Progress,
+) -> Result<S, Error> {
+    let (code, ttl) = (offering.code.clone(), offering.ttl_secs);
+    emit.send(Event::Waiting(Wait::Receiver {
+        code: code.to_string(),
+        valid: Duration::from_secs(ttl),
+    }));
+    let (tx, rx) = crossbeam_channel::unbounded::<OfferEvent>();
+    let offer = offering
+        .start(move |e| {
+            let _ = tx.send(e);
+        })
+        .map_err(|e| Error::Thread(format!("cannot start the relay offer thread: {e}")))?;
+    let mut wrong = 0;
+    loop {
+        let event = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(e) => e,
+            Err(_) if progress.interrupted() => {
+                offer.stop();
+                return Err(Error::Interrupted {
+                    receiver: false,
+                    held: 0,
+                    total: 0,
+                });
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                OfferEvent::Lost("the offer thread ended".into())
+            }
+        };
+        let nameplate = match event {
+            OfferEvent::Answered(n) => n,
+            OfferEvent::Expired => {
+                return Err(Error::Code(format!(
+                "code {code} expired after {ttl} s without a receiver; send again for a new code"
+            )))
+            }
+            OfferEvent::Lost(reason) => {
+                return Err(Error::Relay(client::RelayError::Protocol(format!(
+                    "lost the relay at {relay}: {reason}"
+                ))))
+            }
+        };
+        let found = match client::lookup(relay, nameplate) {
+            Ok(f) => f,
+            // That receiver left already: wait for the next.
+            Err(client::RelayError::Refused { kind, .. }) if kind == "no_such_code" => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let (to, dialer) = connect_found(found, relay_only, emit);
+        match transfer(to, dialer, Secret::code(&code.to_string())) {
+            Ok(s) => {
+                offer.stop();
+                return Ok(s);
+            }
+            Err(SessionError::NotAuthenticated(_)) => {
+                wrong += 1;
+                let _ = offer.mismatch(nameplate);
+                if wrong >= CODE_TRIES {
+                    offer.stop();
+                    return Err(Error::Refused(format!(
+                        "code {code} was answered {wrong} times with another code and is no \
+                         longer valid; nothing was sent (send again for a new code)"
+                    )));
+                }
+                emit.send(Event::WrongCode { tries: wrong });
+            }
+            Err(e) => {
+                offer.stop();
+                return Err(e.into());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -554,6 +706,12 @@ mod tests {
         assert!(refused(Sender::builder().to("h").code("nope")).starts_with("bad code: "));
         // The first bad value is the one reported.
         assert!(refused(ok().channels(0).rate("x")).starts_with("channels: "));
+        // A relay without a code offers one; a key is for an address.
+        assert!(matches!(
+            Sender::builder().relay("h").build().unwrap().target,
+            Target::Offer { .. }
+        ));
+        assert!(refused(Sender::builder().relay("h").key_file("k")).starts_with("key_file: "));
     }
 
     #[test]
@@ -574,7 +732,7 @@ mod tests {
         assert_eq!(s.opts.rate_mode, RateMode::Fair);
         assert_eq!(s.opts.block_size, 64 << 10);
         assert!(s.opts.path_memory.is_none() && s.opts.secret.is_some());
-        assert!(matches!(&s.target, Target::Addr(hp) if hp.port == RECEIVER_PORT));
+        assert!(matches!(&s.target, Target::Addr(hp, _) if hp.port == RECEIVER_PORT));
         let fixed = Sender::builder()
             .to("h")
             .code("7-acid-acorn")

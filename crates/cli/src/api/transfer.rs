@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver as Rx, RecvTimeoutError, Sender as Tx, TrySendE
 use hurtle_engine::progress::Phase as EnginePhase;
 use hurtle_engine::Progress;
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,10 +49,19 @@ impl From<EnginePhase> for Phase {
     }
 }
 
-/// The session's counters at one moment.
+/// A file is among [`Snapshot::moving`] while some channel moved bytes of it this recently.
+pub const MOVING_WITHIN: Duration = Duration::from_millis(500);
+
+/// The session at one moment: its counters, and everything else the command's progress line
+/// shows (the peer, what limits the transfer, which way the data goes, the files moving now).
 #[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
+    /// Where the session is.
+    pub phase: Phase,
+    /// The address a receiver waits on, or the one a sender connects to (`None` before it is
+    /// known).
+    pub peer: Option<SocketAddr>,
     /// Bytes the session moves in all (known once the list of files is agreed; resumed bytes
     /// are not in it).
     pub total: u64,
@@ -69,6 +79,48 @@ pub struct Snapshot {
     pub files_done: usize,
     /// Time since data started moving (zero before).
     pub elapsed: Duration,
+    /// When data started moving (`None` before; a move to TCP starts it again). The command
+    /// measures its rate from it.
+    pub moving_since: Option<Instant>,
+    /// What limits the transfer now, as [`Event::Bottleneck`] says it (sender; `None` until
+    /// the rate control knows).
+    pub bottleneck: Option<String>,
+    /// Which way the data goes now, as [`Event::Path`] says it (`None` unless relayed).
+    pub path: Option<&'static str>,
+    /// The files (their paths in the transfer) whose bytes moved in the last
+    /// [`MOVING_WITHIN`], in the order of the transfer.
+    pub moving: Vec<String>,
+}
+
+/// What a sender waits for before its session starts ([`Event::Waiting`]).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// Nothing listens at the receiver's address yet: the sender tries again, up to `up_to`
+    /// ([`SenderBuilder::wait`](crate::SenderBuilder::wait)).
+    Listener {
+        /// The receiver's address.
+        addr: SocketAddr,
+        /// How long the sender waits in all.
+        up_to: Duration,
+    },
+    /// The receiver of the code has not registered at the relay yet: the sender looks it up
+    /// again once a second, up to `up_to`.
+    Registration {
+        /// The receiver's code.
+        code: String,
+        /// How long the sender waits in all.
+        up_to: Duration,
+    },
+    /// The sender offered a code at its relay (a relay and no code): the receiving side gives
+    /// this code ([`ReceiverBuilder::sender_code`](crate::ReceiverBuilder::sender_code), or
+    /// `hurtle receive CODE`), within `valid`. Also [`Transfer::code`].
+    Receiver {
+        /// The code the receiver gives.
+        code: String,
+        /// How long the relay keeps the offer.
+        valid: Duration,
+    },
 }
 
 /// What a transfer reports as it goes; each says a change since the previous look.
@@ -94,6 +146,54 @@ pub enum Event {
     /// Which way the data goes changed (a relayed session): `relay`, `relay tcp`, `direct`,
     /// or `relay+direct` while its channels are split.
     Path(&'static str),
+    /// A sender waits for its receiver (it has not started yet, or it has not answered the
+    /// sender's code yet).
+    Waiting(Waiting),
+    /// A sender found its receiver by code through a relay, and connects to it at `to`:
+    /// directly, or (`relayed`) through the relay.
+    Found {
+        /// Where the session connects.
+        to: SocketAddr,
+        /// Whether the connection goes through the relay.
+        relayed: bool,
+    },
+    /// A receiver answered this sender's code with another code (the key agreement failed):
+    /// it was told so, and the sender waits for the next; after
+    /// [`CODE_TRIES`](Event::CODE_TRIES) such answers the code is spent and the transfer
+    /// fails ([`ErrorKind::Refused`](crate::ErrorKind::Refused)).
+    WrongCode {
+        /// Wrong answers so far.
+        tries: u32,
+    },
+}
+
+impl Event {
+    /// Wrong answers to a sender's code before the code is spent ([`Event::WrongCode`]).
+    pub const CODE_TRIES: u32 = hurtle_engine::handshake::CODE_TRIES;
+}
+
+/// Hands events made outside the watcher (by the session's own thread) to the transfer's
+/// reader, in the same queue.
+#[derive(Clone)]
+pub(crate) struct Emit {
+    tx: Tx<Event>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Emit {
+    /// Queues `e`; dropped (and counted) when the reader is too far behind.
+    pub(crate) fn send(&self, e: Event) {
+        send_counted(&self.tx, &self.dropped, e);
+    }
+}
+
+fn send_counted(tx: &Tx<Event>, dropped: &AtomicU64, e: Event) {
+    match tx.try_send(e) {
+        Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+        Err(TrySendError::Full(_)) => {
+            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Cancels a transfer from anywhere (a signal handler's thread, a user interface).
@@ -126,6 +226,8 @@ pub struct Transfer<S> {
     abandoned: Option<Arc<Mutex<Option<Error>>>>,
     /// The error taken from `abandoned`, given instead of the interruption it causes.
     gave_up: Mutex<Option<Error>>,
+    /// The code a sender offered at its relay.
+    code: Option<String>,
 }
 
 impl<S: Send + 'static> Transfer<S> {
@@ -134,13 +236,17 @@ impl<S: Send + 'static> Transfer<S> {
         name: &str,
         receiver: bool,
         interval: Duration,
-        run: impl FnOnce(Arc<Progress>) -> Result<S, Error> + Send + 'static,
+        run: impl FnOnce(Arc<Progress>, Emit) -> Result<S, Error> + Send + 'static,
     ) -> Result<Transfer<S>, Error> {
         let progress = Arc::new(Progress::default());
         let (done_tx, done) = crossbeam_channel::bounded(1);
         let (events_tx, events) = crossbeam_channel::bounded(EVENT_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let (p, d) = (progress.clone(), dropped.clone());
+        let emit = Emit {
+            tx: events_tx.clone(),
+            dropped: dropped.clone(),
+        };
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
@@ -153,7 +259,7 @@ impl<S: Send + 'static> Transfer<S> {
                         .ok()
                 };
                 let result =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(p.clone())))
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(p.clone(), emit)))
                         .unwrap_or_else(|_| {
                             Err(Error::Thread("the transfer thread panicked".into()))
                         });
@@ -181,7 +287,20 @@ impl<S: Send + 'static> Transfer<S> {
             dropped,
             abandoned: None,
             gave_up: Mutex::new(None),
+            code: None,
         })
+    }
+
+    /// Gives the transfer the code it offered at its relay ([`Transfer::code`]).
+    pub(crate) fn with_code(mut self, code: String) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// The code this sender offered at its relay, for the receiving side to give (a sender
+    /// built with a relay and no code: [`Waiting::Receiver`]); `None` otherwise.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 
     /// Ends the wait of a receiver still waiting for its sender with the error put in
@@ -309,7 +428,10 @@ impl<S: Send + 'static> Transfer<S> {
 }
 
 fn snapshot(p: &Progress, moving_bps: u64) -> Snapshot {
+    let moving_since = p.moving_since();
     Snapshot {
+        phase: p.phase().into(),
+        peer: p.address(),
         total: p.total.load(Ordering::Relaxed),
         resumed: p.resumed.load(Ordering::Relaxed),
         sent: p.sent.load(Ordering::Relaxed),
@@ -317,19 +439,18 @@ fn snapshot(p: &Progress, moving_bps: u64) -> Snapshot {
         rate_bps: p.rate_bps.load(Ordering::Relaxed),
         moving_bps,
         files_done: p.files_done.load(Ordering::Relaxed),
-        elapsed: p.moving_since().map_or(Duration::ZERO, |t| t.elapsed()),
+        elapsed: moving_since.map_or(Duration::ZERO, |t| t.elapsed()),
+        moving_since,
+        bottleneck: p.limit(),
+        path: p.route_tag(),
+        moving: p.moving_files(MOVING_WITHIN),
     }
 }
 
 /// The watcher: looks at `p` every `interval` until `stop`, and once more after it, sending
 /// what changed.
 fn watch(p: &Progress, stop: &AtomicBool, interval: Duration, tx: &Tx<Event>, dropped: &AtomicU64) {
-    let send = |e: Event| match tx.try_send(e) {
-        Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-        Err(TrySendError::Full(_)) => {
-            dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    };
+    let send = |e: Event| send_counted(tx, dropped, e);
     let mut phase = EnginePhase::Idle;
     let mut last: Option<Snapshot> = None;
     let mut last_at = Instant::now();
@@ -365,10 +486,10 @@ fn watch(p: &Progress, stop: &AtomicBool, interval: Duration, tx: &Tx<Event>, dr
         if phase == EnginePhase::Moving || ending {
             let secs = last_at.elapsed().as_secs_f64().max(1e-3);
             let sent = p.sent.load(Ordering::Relaxed);
-            let before = last.map_or(0, |s| s.sent);
+            let before = last.as_ref().map_or(0, |s| s.sent);
             let bps = (sent.saturating_sub(before) as f64 * 8.0 / secs) as u64;
             let now = snapshot(p, bps);
-            let changed = last.is_none_or(|s| {
+            let changed = last.as_ref().is_none_or(|s| {
                 (s.sent, s.confirmed, s.files_done, s.total, s.rate_bps)
                     != (
                         now.sent,
@@ -379,7 +500,7 @@ fn watch(p: &Progress, stop: &AtomicBool, interval: Duration, tx: &Tx<Event>, dr
                     )
             });
             if changed || ending {
-                send(Event::Progress(now));
+                send(Event::Progress(now.clone()));
                 last = Some(now);
                 last_at = Instant::now();
             }

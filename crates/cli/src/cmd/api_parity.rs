@@ -74,6 +74,7 @@ const RECEIVE: &[(&str, ReceiveSetter)] = &[
     ("allow_delete", |b| b.allow_delete(true)),
     ("buffer_memory", |b| b.buffer_memory(64 << 20)),
     ("code", |b| b.code("7-acid-acorn")),
+    ("sender_code", |b| b.sender_code("7-acid-acorn")),
     ("keys", |b| b.keys_file("keys")),
     ("identity", |b| b.identity_file("me.id")),
     ("authorized", |b| b.authorized_file("authorized")),
@@ -86,11 +87,6 @@ const RECEIVE_CLI_ONLY: &[(&str, &str)] = &[
     (
         "serve",
         "a program calls Receiver::receive again for each transfer",
-    ),
-    (
-        "sender_code",
-        "NOT IN THE API YET: answering a code a sender printed through a relay (the command's \
-         rendezvous::send_first pairing); a program's receiver registers and gives its code",
     ),
     (
         "write_queue",
