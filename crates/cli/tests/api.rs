@@ -236,6 +236,26 @@ fn loopback_relay() -> SocketAddr {
     relay_addr
 }
 
+/// A sender that starts first at `relay`, offering a code, sending `file`.
+fn offering(relay: SocketAddr, file: std::path::PathBuf) -> hurtle::Transfer<hurtle::SendSummary> {
+    Sender::builder()
+        .relay(relay)
+        .cold_start(true)
+        .build()
+        .unwrap()
+        .send([file])
+        .unwrap()
+}
+
+/// A receiver on loopback answering, at `relay`, the sender that printed `code`.
+fn answering(relay: SocketAddr, code: &str, out: std::path::PathBuf) -> hurtle::ReceiverBuilder {
+    Receiver::builder()
+        .out(out)
+        .listen("127.0.0.1:0")
+        .relay(relay)
+        .sender_code(code)
+}
+
 #[test]
 fn a_sender_waiting_for_its_receiver_to_listen_says_so() {
     // A port nothing listens on.
@@ -272,13 +292,7 @@ fn a_sender_first_offers_a_code_and_the_receiver_given_it_receives() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 241) as u8).collect();
     std::fs::write(dir.path().join("first.bin"), &data).unwrap();
-    let sending = Sender::builder()
-        .relay(relay)
-        .cold_start(true)
-        .build()
-        .unwrap()
-        .send([dir.path().join("first.bin")])
-        .unwrap();
+    let sending = offering(relay, dir.path().join("first.bin"));
     let code = sending.code().expect("the offered code").to_string();
     let first = sending
         .events()
@@ -288,11 +302,7 @@ fn a_sender_first_offers_a_code_and_the_receiver_given_it_receives() {
         matches!(&first, Event::Waiting(Waiting::Receiver { code: c, valid }) if *c == code && !valid.is_zero()),
         "{first:?}"
     );
-    let receiver = Receiver::builder()
-        .out(dir.path().join("out"))
-        .listen("127.0.0.1:0")
-        .relay(relay)
-        .sender_code(&code)
+    let receiver = answering(relay, &code, dir.path().join("out"))
         .build()
         .unwrap();
     assert_eq!(receiver.code(), Some(code.as_str()));
@@ -309,11 +319,7 @@ fn a_sender_first_offers_a_code_and_the_receiver_given_it_receives() {
         "{events:?}"
     );
     // The code is spent: another receiver given it finds no sender.
-    let e = Receiver::builder()
-        .out(dir.path().join("out"))
-        .listen("127.0.0.1:0")
-        .relay(relay)
-        .sender_code(&code)
+    let e = answering(relay, &code, dir.path().join("out"))
         .build()
         .expect_err("a spent code");
     assert_eq!(e.kind(), ErrorKind::Other, "{e}");
@@ -325,13 +331,7 @@ fn a_receiver_with_another_code_is_refused_and_the_sender_waits_on_until_cancell
     let relay = loopback_relay();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), b"secret").unwrap();
-    let sending = Sender::builder()
-        .relay(relay)
-        .cold_start(true)
-        .build()
-        .unwrap()
-        .send([dir.path().join("f")])
-        .unwrap();
+    let sending = offering(relay, dir.path().join("f"));
     let code = sending.code().unwrap().to_string();
     // The same number (the offer's nameplate), other words.
     let (number, words) = code.split_once('-').unwrap();
@@ -340,11 +340,7 @@ fn a_receiver_with_another_code_is_refused_and_the_sender_waits_on_until_cancell
         .find(|w| *w != words)
         .unwrap();
     // The `Receiver` is dropped at once: its transfer keeps its registration at the relay.
-    let receiving = Receiver::builder()
-        .out(dir.path().join("out"))
-        .listen("127.0.0.1:0")
-        .relay(relay)
-        .sender_code(format!("{number}-{other}"))
+    let receiving = answering(relay, &format!("{number}-{other}"), dir.path().join("out"))
         .build()
         .unwrap()
         .receive()
