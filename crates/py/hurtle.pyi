@@ -60,6 +60,7 @@ def receive(
     listen: Optional[str] = None,
     relay: Optional[str] = None,
     code: Optional[str] = None,
+    sender_code: Optional[str] = None,
     keys: Optional[_Path] = None,
     identity: Optional[_Path] = None,
     authorized: Optional[_Path] = None,

@@ -11,7 +11,7 @@
 //! command does) and then raises `KeyboardInterrupt`.
 
 use hurtle::api::values;
-use hurtle::{ErrorKind, Event, Phase, Transfer, Transport};
+use hurtle::{ErrorKind, Event, Phase, Transfer, Transport, Waiting};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -165,6 +165,41 @@ fn event_dict<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py, PyDict>> {
             d.set_item("moving_bps", s.moving_bps)?;
             d.set_item("files_done", s.files_done)?;
             d.set_item("elapsed", s.elapsed.as_secs_f64())?;
+            d.set_item("phase", phase_name(s.phase))?;
+            d.set_item("peer", s.peer.map(|a| a.to_string()))?;
+            d.set_item("bottleneck", s.bottleneck.as_deref())?;
+            d.set_item("path", s.path)?;
+            d.set_item("moving", s.moving.clone())?;
+        }
+        Event::Waiting(w) => {
+            d.set_item("event", "waiting")?;
+            match w {
+                Waiting::Listener { addr, up_to } => {
+                    d.set_item("for", "listener")?;
+                    d.set_item("address", addr.to_string())?;
+                    d.set_item("up_to", up_to.as_secs_f64())?;
+                }
+                Waiting::Registration { code, up_to } => {
+                    d.set_item("for", "registration")?;
+                    d.set_item("code", code)?;
+                    d.set_item("up_to", up_to.as_secs_f64())?;
+                }
+                Waiting::Receiver { code, valid } => {
+                    d.set_item("for", "receiver")?;
+                    d.set_item("code", code)?;
+                    d.set_item("valid", valid.as_secs_f64())?;
+                }
+                _ => d.set_item("for", "other")?,
+            }
+        }
+        Event::Found { to, relayed } => {
+            d.set_item("event", "found")?;
+            d.set_item("to", to.to_string())?;
+            d.set_item("relayed", relayed)?;
+        }
+        Event::WrongCode { tries } => {
+            d.set_item("event", "wrong_code")?;
+            d.set_item("tries", tries)?;
         }
         Event::Bottleneck(b) => {
             d.set_item("event", "bottleneck")?;
@@ -228,7 +263,10 @@ fn run<S: Serialize + Send + 'static>(
 }
 
 /// Sends `paths` (a path or a list; directories recursively) to a receiver, and returns the
-/// summary as a dict. The receiver is `to="HOST[:PORT]"`, or found by `code` at `relay`.
+/// summary as a dict. The receiver is `to="HOST[:PORT]"`, or found by `code` at `relay`; with
+/// `relay` and no code the sender starts first: it offers a code at the relay, says it in a
+/// `waiting` event (`{"event": "waiting", "for": "receiver", "code": ...}`), and sends to the
+/// receiver given it (`receive(out, relay=..., sender_code=...)` or `hurtle receive CODE`).
 /// `include` and `exclude` (a pattern or a list) are rsync's filter rules, the includes tried
 /// first; `dry_run` moves nothing and the summary says what would move. `identity` (an
 /// identity key file) replaces the code; the receiver is pinned in `known_receivers`.
@@ -366,11 +404,13 @@ fn interval(py: Python<'_>, secs: f64) -> PyResult<Duration> {
 /// Receives one transfer into `out` and returns the summary as a dict. Listens on
 /// `listen="HOST[:PORT]"` (default `0.0.0.0:7400`) for a sender holding `code` (default a new
 /// one) or one of the keys in the file `keys`; with `relay="HOST[:PORT]"` the code is the
-/// relay's, for a sender that finds this receiver there. With `identity` (this receiver's
+/// relay's, for a sender that finds this receiver there; with `relay` and `sender_code` (the
+/// code a sender started first printed, `send(paths, relay=...)` without a code), it answers
+/// that sender. With `identity` (this receiver's
 /// identity key file) and `authorized` (its senders' public keys), senders holding one of those
 /// keys are accepted without a code. `ready(address, code)` is called once it listens.
 #[pyfunction]
-#[pyo3(signature = (out, *, listen=None, relay=None, code=None, keys=None, identity=None,
+#[pyo3(signature = (out, *, listen=None, relay=None, code=None, sender_code=None, keys=None, identity=None,
     authorized=None, overwrite=false,
     allow_delete=false, buffer_memory=None, max_channels=None, no_encryption=false, log_dir=None,
     idle_timeout=None, progress=None, ready=None, progress_interval=0.2))]
@@ -381,6 +421,7 @@ fn receive(
     listen: Option<String>,
     relay: Option<String>,
     code: Option<String>,
+    sender_code: Option<String>,
     keys: Option<PathBuf>,
     identity: Option<PathBuf>,
     authorized: Option<PathBuf>,
@@ -409,6 +450,9 @@ fn receive(
     }
     if let Some(c) = code {
         b = b.code(c);
+    }
+    if let Some(c) = sender_code {
+        b = b.sender_code(c);
     }
     if let Some(k) = keys {
         b = b.keys_file(k);

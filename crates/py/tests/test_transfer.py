@@ -412,3 +412,24 @@ def test_identity_keys_replace_the_code(tmp_path, peers):
     assert r.end()[1] == 0
     assert (tmp_path / "out" / "f.bin").read_bytes() == data.read_bytes()
     assert known.read_text().strip(), "the receiver is pinned"
+
+
+def test_a_sender_first_prints_a_code_and_the_receiver_given_it_receives(tmp_path, peers, relay):
+    data = random_file(tmp_path / "first.bin", 1 << 20)
+    s = peers("send", paths=[str(data)], relay=relay, cold_start=True, events=True)
+    offered = None
+    for _ in range(50):
+        line = s.line()
+        if line.get("event") == "waiting":
+            offered = line
+            break
+    assert offered and offered["for"] == "receiver" and offered["valid"] > 0, offered
+    code = offered["code"]
+    summary = hurtle.receive(
+        str(tmp_path / "out"), listen="127.0.0.1:0", relay=relay, sender_code=code
+    )
+    assert summary["bytes"] == 1 << 20
+    sent, exit_code = s.end()
+    assert exit_code == 0, sent
+    assert sent["summary"]["bytes"] == 1 << 20
+    assert (tmp_path / "out" / "first.bin").read_bytes() == data.read_bytes()
