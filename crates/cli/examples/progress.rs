@@ -1,6 +1,7 @@
 //! A transfer with a progress bar: a sender and a receiver in this process, on 127.0.0.1,
 //! moving a file of random bytes (`cargo run --release --example progress -- [MiB]`, 64 MiB
-//! by default). The bar follows the transfer's events: bytes, the rate now, and what limits it.
+//! by default). The bar follows the transfer's snapshots: bytes, the rate now, the file moving
+//! and what limits the transfer (what the command's own progress line shows).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
@@ -50,18 +51,21 @@ pub fn run(mib: u64, draw: bool) -> Result<hurtle::SendSummary, Box<dyn std::err
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {bytes}/{total_bytes} {msg}",
     )?);
-    let mut limit = String::new();
     let mut last = None;
     for event in sending.iter() {
-        match event {
-            hurtle::Event::Progress(s) => {
-                bar.set_length(s.total.max(1));
-                bar.set_position(s.confirmed);
-                bar.set_message(format!("{:.0} Mbit/s {limit}", s.rate_bps as f64 / 1e6));
-                last = Some(s);
-            }
-            hurtle::Event::Bottleneck(what) => limit = format!("({what})"),
-            _ => {}
+        if let hurtle::Event::Progress(s) = event {
+            bar.set_length(s.total.max(1));
+            bar.set_position(s.confirmed);
+            let file = s.moving.first().map_or("", String::as_str);
+            let limit = s
+                .bottleneck
+                .as_ref()
+                .map_or(String::new(), |l| format!("  limited by {l}"));
+            bar.set_message(format!(
+                "{:.0} Mbit/s  {file}{limit}",
+                s.rate_bps as f64 / 1e6
+            ));
+            last = Some(s);
         }
     }
     bar.finish();
