@@ -142,6 +142,10 @@ fn a_receiver_cancelled_from_another_thread_stops_waiting_and_receives_again() {
     let canceller = receiving.canceller();
     let cancelling = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
+        // What a signal handler looks at before it cancels: still waiting, nothing to keep.
+        assert_eq!(canceller.phase(), Phase::Waiting);
+        let s = canceller.snapshot();
+        assert_eq!((s.phase, s.total, s.sent), (Phase::Waiting, 0, 0));
         canceller.cancel();
         std::time::Instant::now()
     });

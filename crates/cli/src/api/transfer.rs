@@ -196,13 +196,25 @@ fn send_counted(tx: &Tx<Event>, dropped: &AtomicU64, e: Event) {
     }
 }
 
-/// Cancels a transfer from anywhere (a signal handler's thread, a user interface).
+/// Cancels a transfer from anywhere (a signal handler's thread, a user interface), and looks
+/// at it from there: a signal handler decides by the phase whether there is anything to keep,
+/// and says what was kept from the snapshot, as the command's Ctrl-C does.
 #[derive(Debug, Clone)]
 pub struct Canceller {
     progress: Arc<Progress>,
 }
 
 impl Canceller {
+    /// The transfer's counters now (as [`Transfer::snapshot`]).
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot(&self.progress, 0)
+    }
+
+    /// The phase the transfer is in now (as [`Transfer::phase`]).
+    pub fn phase(&self) -> Phase {
+        self.progress.phase().into()
+    }
+
     /// Asks the transfer to end: within a fraction of a second of its data moving it tells the
     /// peer, keeps what it verified, and ends with [`Error::Interrupted`]. Before data moves
     /// there is nothing to keep; a receiver still waiting for its sender stops waiting within
