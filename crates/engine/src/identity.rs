@@ -73,6 +73,20 @@ pub enum KeyFileError {
 
 /// Reads a file that holds a secret, refusing it if its group or others may read it.
 pub fn read_private(path: &Path) -> Result<String, KeyFileError> {
+    read_guarded(path, 0o077, |path, mode| KeyFileError::Permissions {
+        path,
+        mode,
+    })
+}
+
+/// Reads `path` as text, refusing it (with `refuse`'s error, given the path and the mode)
+/// when its mode has any of the `forbidden` bits: the check of what its group and others may
+/// do, on the file opened, so that it cannot change between the check and the read.
+fn read_guarded(
+    path: &Path,
+    forbidden: u32,
+    refuse: fn(PathBuf, u32) -> KeyFileError,
+) -> Result<String, KeyFileError> {
     let io = |source| KeyFileError::Io {
         what: "read",
         path: path.to_path_buf(),
@@ -80,11 +94,8 @@ pub fn read_private(path: &Path) -> Result<String, KeyFileError> {
     };
     let mut f = std::fs::File::open(path).map_err(io)?;
     let mode = f.metadata().map_err(io)?.mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        return Err(KeyFileError::Permissions {
-            path: path.to_path_buf(),
-            mode,
-        });
+    if mode & forbidden != 0 {
+        return Err(refuse(path.to_path_buf(), mode));
     }
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(io)?;
@@ -125,21 +136,10 @@ pub fn read_identity(path: &Path) -> Result<IdentityKey, KeyFileError> {
 /// logs (else the key's fingerprint); blank lines and `#` comments are skipped. It holds no
 /// secret, but says who may connect: refused when its group or others may write it.
 pub fn read_authorized(path: &Path) -> Result<Vec<(String, PublicId)>, KeyFileError> {
-    let io = |source| KeyFileError::Io {
-        what: "read",
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = std::fs::File::open(path).map_err(io)?;
-    let mode = f.metadata().map_err(io)?.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Err(KeyFileError::Writable {
-            path: path.to_path_buf(),
-            mode,
-        });
-    }
-    let mut text = String::new();
-    f.read_to_string(&mut text).map_err(io)?;
+    let text = read_guarded(path, 0o022, |path, mode| KeyFileError::Writable {
+        path,
+        mode,
+    })?;
     let mut out = Vec::new();
     for (line, (key, name)) in lines(&text) {
         let public = PublicId::parse(key).map_err(|source| KeyFileError::Line {
