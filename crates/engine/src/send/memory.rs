@@ -76,14 +76,7 @@ impl PathMemories {
 
     /// `$XDG_CACHE_HOME/hurtle/paths`, or `$HOME/.cache/hurtle/paths` (`None` without either).
     pub fn default_file() -> Option<PathBuf> {
-        let var = |k| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        var("XDG_CACHE_HOME")
-            .or_else(|| var("HOME").map(|h| h.join(".cache")))
-            .map(|d| d.join("hurtle").join("paths"))
+        super::cache_dir().map(|d| d.join("paths"))
     }
 
     /// The file.

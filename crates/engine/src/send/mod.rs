@@ -52,6 +52,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// hurtle's directory of caches, where the sender keeps what outlives a session ([`PathMemories`],
+/// [`ValueCache`]): `$XDG_CACHE_HOME/hurtle`, or `$HOME/.cache/hurtle` (`None` without either;
+/// an empty variable counts as unset).
+fn cache_dir() -> Option<PathBuf> {
+    let var = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("XDG_CACHE_HOME")
+        .or_else(|| var("HOME").map(|h| h.join(".cache")))
+        .map(|d| d.join("hurtle"))
+}
+
 /// Sends `paths` (files and directories) to the receiver at `to`. With
 /// [`Transport::Auto`], data starts over UDP and moves to parallel TCP in the same session if
 /// UDP does not get through.

@@ -264,14 +264,7 @@ impl ValueCache {
     /// `$XDG_CACHE_HOME/hurtle/values`, or `$HOME/.cache/hurtle/values` (`None` without
     /// either).
     pub fn default_dir() -> Option<PathBuf> {
-        let var = |k| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        var("XDG_CACHE_HOME")
-            .or_else(|| var("HOME").map(|h| h.join(".cache")))
-            .map(|d| d.join("hurtle").join("values"))
+        super::cache_dir().map(|d| d.join("values"))
     }
 
     /// The cache the environment asks for: `HURTLE_VALUE_CACHE` (a directory, or `off` for
