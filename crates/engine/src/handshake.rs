@@ -564,18 +564,44 @@ mod tests {
         super::testing::receive(&mut s, &keys, Instant::now() + Duration::from_secs(secs))
     }
 
+    /// A receiver thread answering with `keys` within `secs` on a new connection: the sender's
+    /// end, and the thread.
+    fn receiving(
+        keys: Keyring,
+        secs: u64,
+    ) -> (
+        TcpStream,
+        std::thread::JoinHandle<Result<Accepted, Refusal>>,
+    ) {
+        let (s, r) = pair();
+        (s, std::thread::spawn(move || receive(r, keys, secs)))
+    }
+
+    /// The sender's [`offer`] of `secret` with the test's hello, waiting `secs` for the answer.
+    fn offer_for(
+        s: &mut TcpStream,
+        secret: &Secret,
+        secs: u64,
+    ) -> Result<SessionKeys, SessionError> {
+        let hello = super::testing::hello();
+        offer(s, secret, false, &hello, Duration::from_secs(secs))
+    }
+
+    /// The sender's [`offer_checked`] of `secret` with the test's hello within 5 s, the
+    /// receiver's identity given to `pin`.
+    fn offer_pinned(
+        s: &mut TcpStream,
+        secret: &Secret,
+        pin: &mut dyn FnMut(&PublicId) -> Result<(), SessionError>,
+    ) -> Result<SessionKeys, SessionError> {
+        let hello = super::testing::hello();
+        offer_checked(s, secret, false, &hello, Duration::from_secs(5), pin)
+    }
+
     #[test]
     fn the_right_code_opens_a_session_and_the_hello_is_read() {
-        let (mut s, r) = pair();
-        let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
-        let mut keys = offer(
-            &mut s,
-            &Secret::code("12-A-B"),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let (mut s, rx) = receiving(Keyring::code("12-a-b"), 5);
+        let mut keys = offer_for(&mut s, &Secret::code("12-A-B"), 5).unwrap();
         s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
             .unwrap();
         let got = rx.join().unwrap().unwrap();
@@ -585,16 +611,8 @@ mod tests {
 
     #[test]
     fn a_wrong_code_fails_on_both_sides_and_costs_a_try() {
-        let (mut s, r) = pair();
-        let rx = std::thread::spawn(move || receive(r, Keyring::code("12-a-b"), 5));
-        let err = offer(
-            &mut s,
-            &Secret::code("12-a-c"),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-        )
-        .unwrap_err();
+        let (mut s, rx) = receiving(Keyring::code("12-a-b"), 5);
+        let err = offer_for(&mut s, &Secret::code("12-a-c"), 5).unwrap_err();
         assert!(matches!(err, SessionError::NotAuthenticated(_)), "{err}");
         drop(s);
         let refusal = rx.join().unwrap().unwrap_err();
@@ -612,16 +630,8 @@ mod tests {
         TcpStream,
         std::thread::JoinHandle<Result<Accepted, Refusal>>,
     ) {
-        let (mut s, r) = pair();
-        let ring = ring.clone();
-        let rx = std::thread::spawn(move || receive(r, ring, secs));
-        let got = offer(
-            &mut s,
-            &Secret::code(code),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(10),
-        );
+        let (mut s, rx) = receiving(ring.clone(), secs);
+        let got = offer_for(&mut s, &Secret::code(code), 10);
         (got, s, rx)
     }
 
@@ -705,8 +715,8 @@ mod tests {
         let bob = Arc::new(IdentityKey::from_seed([2; 32]));
         let ring = Keyring::default().with_identity(bob.clone());
         ring.authorize("alice", alice);
-        let (s, r) = pair();
-        (s, bob, std::thread::spawn(move || receive(r, ring, 5)))
+        let (s, rx) = receiving(ring, 5);
+        (s, bob, rx)
     }
 
     #[test]
@@ -714,17 +724,10 @@ mod tests {
         let alice = Arc::new(IdentityKey::from_seed([1; 32]));
         let (mut s, bob, rx) = identified_receiver(alice.public());
         let mut pinned = Vec::new();
-        let mut keys = offer_checked(
-            &mut s,
-            &Secret::identity(alice.clone()),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-            &mut |k| {
-                pinned.push(*k);
-                Ok(())
-            },
-        )
+        let mut keys = offer_pinned(&mut s, &Secret::identity(alice.clone()), &mut |k| {
+            pinned.push(*k);
+            Ok(())
+        })
         .unwrap();
         assert_eq!(pinned, [bob.public()]);
         s.write_all(&keys.frames_out.seal(&Control::KeepAlive))
@@ -739,14 +742,9 @@ mod tests {
     fn a_sender_that_refuses_the_receiver_s_identity_sends_nothing() {
         let alice = Arc::new(IdentityKey::from_seed([1; 32]));
         let (mut s, _, rx) = identified_receiver(alice.public());
-        let err = offer_checked(
-            &mut s,
-            &Secret::identity(alice),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-            &mut |_| Err(SessionError::IdentityChanged("changed".into())),
-        )
+        let err = offer_pinned(&mut s, &Secret::identity(alice), &mut |_| {
+            Err(SessionError::IdentityChanged("changed".into()))
+        })
         .unwrap_err();
         assert!(matches!(err, SessionError::IdentityChanged(_)), "{err}");
         drop(s);
@@ -760,15 +758,8 @@ mod tests {
         // An identity the receiver does not list: turned away before an answer.
         let (mut s, _, rx) = identified_receiver(alice.public());
         let mallory = Arc::new(IdentityKey::from_seed([3; 32]));
-        let err = offer_checked(
-            &mut s,
-            &Secret::identity(mallory.clone()),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-            &mut |_| Ok(()),
-        )
-        .unwrap_err();
+        let err =
+            offer_pinned(&mut s, &Secret::identity(mallory.clone()), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("does not know key"), "{err}");
         assert!(rx
             .join()
@@ -779,14 +770,7 @@ mod tests {
         // One who knows alice's public key (it is public) agrees as her, but can only prove
         // its own key: refused, and nothing after its proof is read.
         let (mut s, _, rx) = identified_receiver(alice.public());
-        let mut keys = offer(
-            &mut s,
-            &Secret::authorized(alice.public()),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let mut keys = offer_for(&mut s, &Secret::authorized(alice.public()), 5).unwrap();
         let receivers = read_sealed(&mut s, &mut keys.frames_in, Duration::from_secs(5)).unwrap();
         assert!(matches!(receivers, Control::Identify { .. }));
         let mut flight = keys.frames_out.seal(&keys.prove(&mallory));
@@ -800,17 +784,8 @@ mod tests {
         // A receiver without an identity key of its own cannot take identities.
         let ring = Keyring::default();
         ring.authorize("alice", alice.public());
-        let (mut s, r) = pair();
-        let rx = std::thread::spawn(move || receive(r, ring, 5));
-        let err = offer_checked(
-            &mut s,
-            &Secret::identity(alice),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-            &mut |_| Ok(()),
-        )
-        .unwrap_err();
+        let (mut s, rx) = receiving(ring, 5);
+        let err = offer_pinned(&mut s, &Secret::identity(alice), &mut |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("no identity key"), "{err}");
         assert!(!rx.join().unwrap().unwrap_err().code_try);
     }
@@ -819,16 +794,8 @@ mod tests {
     fn an_unknown_key_is_told_and_refused() {
         let ring = Keyring::default();
         ring.add("alice", Secret::key([1; 32]));
-        let (mut s, r) = pair();
-        let rx = std::thread::spawn(move || receive(r, ring, 5));
-        let err = offer(
-            &mut s,
-            &Secret::key([2; 32]),
-            false,
-            &super::testing::hello(),
-            Duration::from_secs(5),
-        )
-        .unwrap_err();
+        let (mut s, rx) = receiving(ring, 5);
+        let err = offer_for(&mut s, &Secret::key([2; 32]), 5).unwrap_err();
         assert!(err.to_string().contains("does not know key"), "{err}");
         assert!(!rx.join().unwrap().unwrap_err().code_try);
     }
