@@ -4,32 +4,12 @@
 //! the recorded frames. A session's keys come from the SPAKE2 exchange's ephemeral secrets,
 //! which neither side keeps, as well as from the key: the key alone does not give them.
 
-use hurtle_proto::secure::{answer, DataKey, Offer, Secret};
+use hurtle_proto::secure::{answer, sealed_test_datagram as datagram, Offer, Secret};
 use hurtle_proto::wire::{self, Control};
 
 /// A recorded control frame: its length prefix and its sealed body.
 fn split(frame: &[u8]) -> ([u8; 4], Vec<u8>) {
     (frame[..4].try_into().unwrap(), frame[4..].to_vec())
-}
-
-/// A data datagram of channel 0, number 1, with `payload`, sealed under `key`.
-fn datagram(key: &DataKey, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; wire::HEADER_LEN + payload.len() + hurtle_proto::secure::TAG_LEN];
-    wire::Header {
-        kind: wire::Kind::Data,
-        flags: 0,
-        channel: 0,
-        session: 1,
-        packet: 1,
-        file: 0,
-        offset: 0,
-        len: payload.len() as u16,
-        sent_us: 0,
-    }
-    .encode(&mut f);
-    f[wire::HEADER_LEN..wire::HEADER_LEN + payload.len()].copy_from_slice(payload);
-    key.sealer().seal(&mut f).unwrap();
-    f
 }
 
 #[test]

@@ -497,7 +497,7 @@ impl Derived {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Header, Kind, HEADER_LEN};
+    use crate::secure::sealed_test_datagram;
 
     fn agree(
         sender: &Secret,
@@ -512,24 +512,6 @@ mod tests {
 
     fn hello() -> Control {
         Control::hello(0, 4, crate::wire::DEFAULT_PAYLOAD, 1 << 20, 7)
-    }
-
-    fn sealed_datagram(key: &DataKey) -> Vec<u8> {
-        let mut f = vec![0u8; HEADER_LEN + 4 + super::super::TAG_LEN];
-        Header {
-            kind: Kind::Data,
-            flags: 0,
-            channel: 0,
-            session: 1,
-            packet: 1,
-            file: 0,
-            offset: 0,
-            len: 4,
-            sent_us: 0,
-        }
-        .encode(&mut f);
-        key.sealer().seal(&mut f).unwrap();
-        f
     }
 
     #[test]
@@ -553,7 +535,11 @@ mod tests {
                 .unwrap(),
             Control::KeepAlive
         );
-        assert!(r.data.opener(0).open(&mut sealed_datagram(&s.data)).is_ok());
+        assert!(r
+            .data
+            .opener(0)
+            .open(&mut sealed_test_datagram(&s.data, &[0; 4]))
+            .is_ok());
         assert!(s.encrypt_data && r.encrypt_data);
     }
 

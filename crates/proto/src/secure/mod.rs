@@ -50,6 +50,30 @@ pub use seal::{
 /// The AEAD of every sealed frame and datagram.
 pub(crate) static AEAD: &ring::aead::Algorithm = &ring::aead::AES_256_GCM;
 
+/// A data datagram of channel 0, session 1, packet 1, file 0, carrying `payload`, sealed under
+/// `key`: for tests of which keys open what, here and in other crates' tests
+/// (`test-support`). Never in a release build.
+#[cfg(any(test, feature = "test-support"))]
+pub fn sealed_test_datagram(key: &DataKey, payload: &[u8]) -> Vec<u8> {
+    use crate::wire::{Header, Kind, HEADER_LEN};
+    let mut f = vec![0u8; HEADER_LEN + payload.len() + TAG_LEN];
+    Header {
+        kind: Kind::Data,
+        flags: 0,
+        channel: 0,
+        session: 1,
+        packet: 1,
+        file: 0,
+        offset: 0,
+        len: u16::try_from(payload.len()).expect("a test payload fits a datagram"),
+        sent_us: 0,
+    }
+    .encode(&mut f);
+    f[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+    key.sealer().seal(&mut f).expect("a new key seals");
+    f
+}
+
 /// A sender's and a receiver's keys of one session, agreed on a code (for tests).
 #[cfg(test)]
 pub(crate) fn testing_keys() -> (SessionKeys, SessionKeys) {
