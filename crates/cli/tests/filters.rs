@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::fsx::{self, Node};
-use support::proc::{self, bin, start_receiver, Finished, Proc};
+use support::proc::{self, bin, cp, fake_ssh, start_receiver, Proc};
 use support::TRANSFER_TIMEOUT;
 
 /// What a tree holds, for comparing with rsync's copy: each path, and a file's content hash
@@ -98,33 +98,6 @@ fn send_leaves_out_what_rsync_leaves_out() {
         assert!(contents(&out).len() < contents(tree.parent().unwrap()).len());
         assert!(!contents(&out).is_empty(), "{patterns:?}");
     }
-}
-
-/// An ssh stand-in: drops the destination and runs the far side's command here, with the
-/// `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
-fn fake_ssh(dir: &Path) -> PathBuf {
-    let p = dir.join("fake-ssh");
-    std::fs::write(
-        &p,
-        "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nshift\nSSH_CONNECTION=\"127.0.0.1 40000 127.0.0.1 22\" exec sh -c \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
-fn cp(ssh: &Path, args: &[&str]) -> Finished {
-    let mut all = vec![
-        "cp",
-        "-e",
-        ssh.to_str().unwrap(),
-        "--remote-hurtle",
-        bin(),
-        "--channels",
-        "2",
-    ];
-    all.extend_from_slice(args);
-    Proc::spawn("cp", &all).wait(TRANSFER_TIMEOUT)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::fsx::{self, Node};
-use support::proc::{self, start_receiver};
+use support::proc::{self, cp, fake_ssh, start_receiver};
 use support::TRANSFER_TIMEOUT;
 
 /// What a tree holds, for comparing with rsync's copy: each path, a file's content hash, a
@@ -246,34 +246,6 @@ fn a_failed_transfer_deletes_nothing() {
     proc::send(r.addr, &[&tree], &["--delete"]).assert_exit(3);
     let _ = r.proc.wait(TRANSFER_TIMEOUT);
     assert!(dest.join("tree/stale.txt").exists());
-}
-
-/// An ssh stand-in: drops the destination and runs the far side's command here, with the
-/// `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
-fn fake_ssh(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join("fake-ssh");
-    std::fs::write(
-        &p,
-        "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nshift\nSSH_CONNECTION=\"127.0.0.1 40000 127.0.0.1 22\" exec sh -c \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
-fn cp(ssh: &Path, args: &[&str]) -> proc::Finished {
-    let mut all = vec![
-        "cp",
-        "-e",
-        ssh.to_str().unwrap(),
-        "--remote-hurtle",
-        proc::bin(),
-        "--channels",
-        "2",
-    ];
-    all.extend_from_slice(args);
-    proc::Proc::spawn("cp", &all).wait(TRANSFER_TIMEOUT)
 }
 
 /// A destination holding an older copy of `tree`'s contents, and what the source no longer

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 use support::fsx;
 use support::peer::RawPeer;
-use support::proc::{self, start_receiver};
+use support::proc::{self, cp, fake_ssh, start_receiver};
 use support::TRANSFER_TIMEOUT;
 
 /// What a tree holds: each path (relative, not following links) with a file's content hash,
@@ -254,34 +254,6 @@ fn a_dry_run_creates_no_link() {
         "{:?}",
         listing(&dest)
     );
-}
-
-/// An ssh stand-in: drops the destination and runs the far side's command here, with the
-/// `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
-fn fake_ssh(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join("fake-ssh");
-    std::fs::write(
-        &p,
-        "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nshift\nSSH_CONNECTION=\"127.0.0.1 40000 127.0.0.1 22\" exec sh -c \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
-fn cp(ssh: &Path, args: &[&str]) -> proc::Finished {
-    let mut all = vec![
-        "cp",
-        "-e",
-        ssh.to_str().unwrap(),
-        "--remote-hurtle",
-        proc::bin(),
-        "--channels",
-        "2",
-    ];
-    all.extend_from_slice(args);
-    proc::Proc::spawn("cp", &all).wait(TRANSFER_TIMEOUT)
 }
 
 #[test]

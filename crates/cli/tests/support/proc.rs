@@ -390,6 +390,40 @@ pub fn send<P: AsRef<Path>>(to: SocketAddr, paths: &[P], extra: &[&str]) -> Fini
     Proc::spawn("sender", &send_args(to, paths, extra)).wait(super::TRANSFER_TIMEOUT)
 }
 
+/// An ssh stand-in in `dir` for `hurtle cp -e`: drops the destination and runs the far side's
+/// command here, with the `SSH_CONNECTION` sshd would set (and says nothing for `ssh -G`).
+#[allow(dead_code)] // not every test binary uses it
+pub fn fake_ssh(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("fake-ssh");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nshift\nSSH_CONNECTION=\"127.0.0.1 40000 127.0.0.1 22\" exec sh -c \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Runs `hurtle cp -e SSH --remote-hurtle BIN --channels 2 ARGS...` to completion (bounded by
+/// [`TRANSFER_TIMEOUT`]), the far side through `ssh` (a [`fake_ssh`]).
+///
+/// [`TRANSFER_TIMEOUT`]: super::TRANSFER_TIMEOUT
+#[allow(dead_code)] // not every test binary uses it
+pub fn cp(ssh: &Path, args: &[&str]) -> Finished {
+    let mut all = vec![
+        "cp",
+        "-e",
+        ssh.to_str().unwrap(),
+        "--remote-hurtle",
+        bin(),
+        "--channels",
+        "2",
+    ];
+    all.extend_from_slice(args);
+    Proc::spawn("cp", &all).wait(super::TRANSFER_TIMEOUT)
+}
+
 /// [`start_receiver`] with these environment variables (e.g. `HURTLE_CODE` empty: no code
 /// given, so the receiver makes and prints one).
 #[allow(dead_code)] // not every test binary uses it
