@@ -19,6 +19,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
+use support::peer::read_frame;
 use support::proc::{self, start_receiver, start_receiver_env, Proc};
 use support::{fsx, TRANSFER_TIMEOUT};
 
@@ -215,16 +216,6 @@ fn no_encryption_takes_both_sides() {
     }
 }
 
-/// Reads one plain frame (the key agreement's).
-fn read_plain(s: &mut TcpStream) -> Option<Control> {
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let len = Control::frame_len(prefix).ok()?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    Control::from_body(&body).ok()
-}
-
 /// A man in the middle between a sender and the receiver at `receiver`, who holds `guess`
 /// (not the code): it answers the sender's agreement and offers its own to the receiver.
 fn man_in_the_middle(receiver: SocketAddr, guess: &'static str) -> SocketAddr {
@@ -247,13 +238,13 @@ fn man_in_the_middle(receiver: SocketAddr, guess: &'static str) -> SocketAddr {
             let (offer, first) = Offer::new(&secret, false, &hello);
             let _ = to_receiver.write_all(&first.to_frame());
             let _ = to_receiver.write_all(&hello.to_frame());
-            if let Some(reply) = read_plain(&mut to_receiver) {
+            if let Some(reply) = read_frame(&mut to_receiver) {
                 assert!(offer.finish(reply).is_err(), "the guess was right");
             }
         }
         // Towards the sender: its own answer.
         if let (Some(first), Some(hello)) =
-            (read_plain(&mut from_sender), read_plain(&mut from_sender))
+            (read_frame(&mut from_sender), read_frame(&mut from_sender))
         {
             if let Ok((_, reply)) = answer(&secret, &first, &hello, false) {
                 let _ = from_sender.write_all(&reply.to_frame());

@@ -31,6 +31,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+use support::peer::read_frame;
 use support::proc::{self, Proc};
 use support::{fsx, TRANSFER_TIMEOUT};
 
@@ -61,16 +62,6 @@ fn receiver(out: &Path, extra: &[&str]) -> (Proc, SocketAddr) {
         })
     });
     (p, addr)
-}
-
-/// Reads one plain frame.
-fn read_plain(s: &mut TcpStream) -> Option<Control> {
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let len = Control::frame_len(prefix).ok()?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    Control::from_body(&body).ok()
 }
 
 /// What a guess got from the receiver.
@@ -112,7 +103,7 @@ fn guess_from(from: std::net::IpAddr, addr: SocketAddr, code: &str) -> (Heard, O
     if s.write_all(&flight).is_err() {
         return (Heard::Nothing, None);
     }
-    let heard = match read_plain(&mut s) {
+    let heard = match read_frame(&mut s) {
         Some(Control::Reject { reason }) => Heard::Rejected(reason),
         Some(reply @ Control::Agree { .. }) => {
             // The answer tests the guess: a wrong one fails the confirmation.

@@ -24,6 +24,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::peer::read_frame_within;
 use support::proc::{self, start_receiver};
 use support::{fsx, TRANSFER_TIMEOUT};
 
@@ -120,7 +121,7 @@ fn stranger(n: usize, addr: SocketAddr) -> Fate {
         return Fate::Closed;
     }
     if n % 5 == 4 {
-        match read_frame(&mut s, Duration::from_secs(10)) {
+        match read_frame_within(&mut s, Duration::from_secs(10)) {
             Some(hurtle_proto::wire::Control::Reject { reason })
                 if reason.contains("key") || reason.starts_with("busy") =>
             {
@@ -224,17 +225,6 @@ fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_servin
         "the strangers ended the served receiver"
     );
     r.proc.kill();
-}
-
-/// Reads one plain control frame from `s` within `wait`.
-fn read_frame(s: &mut TcpStream, wait: Duration) -> Option<hurtle_proto::wire::Control> {
-    s.set_read_timeout(Some(wait)).ok()?;
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let len = hurtle_proto::wire::Control::frame_len(prefix).ok()?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    hurtle_proto::wire::Control::from_body(&body).ok()
 }
 
 /// Eight connections from `from` that send one byte and then nothing: the receiver holds each
@@ -358,7 +348,7 @@ fn relayed_connections_share_one_source_and_eight_held_turn_a_ninth_away() {
     // The ninth, from yet another address, reaches the door from the same source as the eight:
     // the relay agent's. It is told the receiver is busy.
     let (mut ninth, _) = relayed(9);
-    let told = read_frame(&mut ninth, Duration::from_secs(3));
+    let told = read_frame_within(&mut ninth, Duration::from_secs(3));
     match &told {
         Some(hurtle_proto::wire::Control::Reject { reason }) => {
             assert!(reason.starts_with("busy: "), "{reason}");

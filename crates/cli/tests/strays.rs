@@ -32,6 +32,7 @@ mod support;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+use support::peer::read_frame_within;
 use support::proc::{self, start_receiver, ReceiverProc};
 use support::{fsx, Rng, TRANSFER_TIMEOUT};
 
@@ -362,17 +363,6 @@ fn under_test() -> String {
     std::env::var("HURTLE_UNDER_TEST").unwrap_or_else(|_| proc::bin().to_owned())
 }
 
-/// Reads one plain frame within `timeout`.
-fn read_frame(s: &mut TcpStream, timeout: Duration) -> Option<hurtle_proto::wire::Control> {
-    s.set_read_timeout(Some(timeout)).ok()?;
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let len = hurtle_proto::wire::Control::frame_len(prefix).ok()?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    hurtle_proto::wire::Control::from_body(&body).ok()
-}
-
 #[test]
 fn one_address_renewing_32_silent_connections_does_not_hold_the_door() {
     let t = support::tempdir("hurtle-strays-");
@@ -456,7 +446,7 @@ fn one_address_renewing_32_silent_connections_does_not_hold_the_door() {
     for _ in 0..50 {
         let mut c = connect_from(IpAddr::from([127, 0, 0, 2]), addr).unwrap();
         if let Some(hurtle_proto::wire::Control::Reject { reason }) =
-            read_frame(&mut c, Duration::from_millis(200))
+            read_frame_within(&mut c, Duration::from_millis(200))
         {
             refused = Some(reason);
             break;

@@ -17,6 +17,12 @@ pub fn read_frame(r: &mut impl Read) -> Option<Control> {
     Control::from_body(&body).ok()
 }
 
+/// [`read_frame`] on `s`, its reads timing out after `timeout`.
+pub fn read_frame_within(s: &mut TcpStream, timeout: Duration) -> Option<Control> {
+    s.set_read_timeout(Some(timeout)).ok()?;
+    read_frame(s)
+}
+
 /// One TCP control connection to a receiver, speaking [`Control`] frames directly: sealed
 /// after the key agreement, or plain before it ([`RawPeer::connect_plain`]).
 pub struct RawPeer {
