@@ -25,12 +25,17 @@
 //! the receivers that answered with another code (the key agreement fails): each is told so
 //! through the relay (its registration is cancelled, and it ends with exit 3), and the
 //! [`CODE_TRIES`]th spends the code (the sender ends with exit 3).
+//!
+//! The steps themselves are the library's (`hurtle::api::pairing`), which `hurtle::Sender` and
+//! `hurtle::Receiver` run too: this module words what they return as the command's lines and
+//! exit codes, and keeps the receiver's agent events for its `path:` line.
 
 use crate::args::{HostPort, OutputArgs};
 use crate::cmd::{resolve, session_failure};
 use crate::exit::{self, Failure, Outcome};
 use crate::ui::{self, PathInfo};
 use anyhow::anyhow;
+use hurtle::api::pairing::{self, OfferEnd, Route, Unregistered};
 use hurtle_engine::handshake::CODE_TRIES;
 use hurtle_engine::net::dial::Dialer;
 use hurtle_engine::progress::Phase;
@@ -38,8 +43,7 @@ use hurtle_engine::{
     Keyring, OwnPorts, Progress, ReceiveSummary, Receiver, RelayedUdp, SessionError,
 };
 use hurtle_proto::secure::Secret;
-use hurtle_relay::client::{self, AgentEvent, Found, OfferEvent};
-use hurtle_relay::code::DEFAULT_WORDS;
+use hurtle_relay::client::AgentEvent;
 use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
@@ -61,29 +65,24 @@ pub fn receive(
     answer: Option<Code>,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
-    if let Some(code) = &answer {
-        // Before the relay hears the answer: the waiting sender looks the answer up at once and
-        // may connect before `register_answer` returns here; without the code by then, its
-        // greeting would be refused and counted as a wrong try.
-        keyring.add("code", Secret::code(&code.to_string()));
-    }
-    let reg = match &answer {
-        None => client::register(relay_addr, bound, DEFAULT_WORDS)?,
-        Some(code) => client::register_answer(relay_addr, bound, code).map_err(|e| match e {
-            client::RelayError::Refused { kind, .. } if kind == "no_such_code" => Failure::new(
-                exit::OTHER,
-                anyhow!(
+    let reg =
+        pairing::register(relay_addr, bound, &keyring, answer.as_ref()).map_err(|e| {
+            match (e, &answer) {
+                (Unregistered::NoOffer, Some(code)) => Failure::new(
+                    exit::OTHER,
+                    anyhow!(
                     "no sender is waiting with code {code} at the relay {relay} (it expired or \
                      was used, or its number is mistyped)"
                 ),
-            ),
-            e => Failure::from(e),
-        })?,
-    };
+                ),
+                (Unregistered::Relay(e), _) => Failure::from(e),
+                _ => Failure::new(
+                    exit::OTHER,
+                    anyhow!("the relay {relay} refused the registration"),
+                ),
+            }
+        })?;
     let code = reg.code.clone();
-    if answer.is_none() {
-        keyring.add("code", Secret::code(&code.to_string()));
-    }
     let ttl = reg.ttl_secs;
     if answer.is_some() {
         // After an interrupt, the sender's code is gone with its session: the message says so.
@@ -160,13 +159,7 @@ pub fn receive(
             // The sender's datagrams go through the relay: the session's channels bind there.
             Event::Agent(AgentEvent::Udp { port, tokens }) => {
                 if let Some(r) = &relayed_udp {
-                    let binds = tokens
-                        .iter()
-                        .map(|t| client::udp_bind_request(t).to_vec())
-                        .collect();
-                    r.offer(SocketAddr::new(relay_addr.ip(), port), binds, |d| {
-                        client::parse_relay_answer(d)
-                    });
+                    pairing::relay_datagrams(r, relay_addr, port, &tokens);
                 }
             }
             Event::Agent(AgentEvent::Refused { port, reason }) => {
@@ -230,8 +223,8 @@ pub struct Paired {
 }
 
 /// `hurtle send --code --relay`: looks the code up (waiting up to `wait` for it to be
-/// registered), tries a direct path, else relays. Returns the address the engine should
-/// connect to (with the returned dialer).
+/// registered), tries a direct path, else relays ([`pairing::find`]). Returns the address the
+/// engine should connect to (with the returned dialer).
 pub fn pair(
     out: &OutputArgs,
     relay: &HostPort,
@@ -240,7 +233,7 @@ pub fn pair(
     wait: Duration,
 ) -> Result<(SocketAddr, Paired), Failure> {
     let relay_addr = resolve(relay, "relay")?;
-    let found = client::lookup_waiting(relay_addr, code.nameplate, wait, || {
+    let route = pairing::find(relay_addr, code, relay_only, wait, || {
         ui::say(
             out,
             &format!(
@@ -249,40 +242,36 @@ pub fn pair(
             ),
         )
     })?;
-    Ok(connect_found(out, relay, found, code, relay_only))
+    Ok(paired(
+        out,
+        (relay, relay_addr),
+        route,
+        code,
+        Secret::code(&code.to_string()),
+    ))
 }
 
-/// The path to a receiver the relay found: tries its addresses directly (unless
-/// `relay_only`), else relays; `code` is the session's secret.
-fn connect_found(
+/// The path to a receiver found by `code` at the relay (`relay` as given, and its address):
+/// says which it is, and gives where the engine connects to; `secret` is the session's.
+fn paired(
     out: &OutputArgs,
-    relay: &HostPort,
-    found: Found,
+    (relay, relay_addr): (&HostPort, SocketAddr),
+    route: Route,
     code: &Code,
-    relay_only: bool,
+    secret: Secret,
 ) -> (SocketAddr, Paired) {
-    let relay_addr = found.relay;
-    let port = found.port();
-    let direct = if relay_only {
-        None
+    let path = if route.relayed {
+        ui::say(out, &format!("path: relayed via {relay_addr}"));
+        "relayed"
     } else {
-        found.try_direct(Duration::from_secs(2))
-    };
-    let (to, path) = match &direct {
-        Some((addr, _)) => {
-            ui::say(out, &format!("path: direct to {addr}"));
-            (*addr, "direct")
-        }
-        None => {
-            ui::say(out, &format!("path: relayed via {relay_addr}"));
-            (SocketAddr::new(relay_addr.ip(), port), "relayed")
-        }
+        ui::say(out, &format!("path: direct to {}", route.to));
+        "direct"
     };
     (
-        to,
+        route.to,
         Paired {
-            dialer: found.into_dialer(direct),
-            secret: Secret::code(&code.to_string()),
+            dialer: route.dialer,
+            secret,
             info: PathInfo {
                 path,
                 relay: Some(relay.to_string()),
@@ -295,9 +284,9 @@ fn connect_found(
 /// `hurtle send FILES` with a relay and no code: offers, prints the code and the command the
 /// receiving side types (`hurtle receive CODE` when the relay is configured, `typed` false;
 /// with `--code` and `--relay` when it was given on the command line), and waits for a
-/// receiver to answer; then `transfer` sends to it (the address and the path, as [`pair`]
-/// gives them). A receiver with another code is told so and waited past, up to
-/// [`CODE_TRIES`] of them.
+/// receiver to answer ([`pairing::answered`]); then `transfer` sends to it (the address and the
+/// path, as [`pair`] gives them). A receiver with another code is told so and waited past, up
+/// to [`CODE_TRIES`] of them.
 pub fn send_first(
     out: &OutputArgs,
     (relay, typed): (&HostPort, bool),
@@ -305,7 +294,7 @@ pub fn send_first(
     mut transfer: impl FnMut(SocketAddr, Paired) -> Result<(), (SessionError, Arc<Progress>)>,
 ) -> Outcome {
     let relay_addr = resolve(relay, "relay")?;
-    let offering = client::offer(relay_addr, DEFAULT_WORDS)?;
+    let offering = pairing::offer(relay_addr)?;
     // After an interrupt, the code printed here is gone: the message says so.
     crate::interrupt::restart_by(crate::interrupt::Restart::SenderCode);
     let (code, ttl) = (offering.code.clone(), offering.ttl_secs);
@@ -320,60 +309,40 @@ pub fn send_first(
         out,
         &format!("hurtle: on the receiving host: {other_side}   (valid {ttl} s)"),
     );
-    let (tx, rx) = mpsc::channel::<OfferEvent>();
-    let offer = offering
-        .start(move |e| {
-            let _ = tx.send(e);
-        })
-        .map_err(|e| SessionError::io("relay offer thread", e))?;
-    let mut wrong = 0;
-    loop {
-        let event = rx
-            .recv()
-            .unwrap_or_else(|_| OfferEvent::Lost("the offer thread ended".into()));
-        let nameplate = match event {
-            OfferEvent::Answered(n) => n,
-            OfferEvent::Expired => {
-                return Err(Failure::new(
-                    exit::OTHER,
-                    anyhow!("code {code} expired after {ttl} s without a receiver; run send again for a new code"),
-                ))
+    let sent = pairing::answered(
+        offering,
+        relay_addr,
+        relay_only,
+        |route, secret| {
+            let (to, paired) = paired(out, (relay, relay_addr), route, &code, secret);
+            transfer(to, paired)
+        },
+        |wrong| {
+            if !out.quiet {
+                ui::warning(&format!(
+                    "a receiver answered with another code ({wrong} of {CODE_TRIES} tries); still waiting for {other_side}"
+                ));
             }
-            OfferEvent::Lost(reason) => {
-                return Err(Failure::new(
-                    exit::NETWORK,
-                    anyhow!("lost the relay at {relay}: {reason}"),
-                ))
-            }
-        };
-        let found = match client::lookup(relay_addr, nameplate) {
-            Ok(f) => f,
-            // That receiver left already: wait for the next.
-            Err(client::RelayError::Refused { kind, .. }) if kind == "no_such_code" => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let (to, paired) = connect_found(out, relay, found, &code, relay_only);
-        match transfer(to, paired) {
-            Ok(()) => {
-                offer.stop();
-                return Ok(());
-            }
-            Err((SessionError::NotAuthenticated(_), _)) => {
-                wrong += 1;
-                let _ = offer.mismatch(nameplate);
-                if wrong >= CODE_TRIES {
-                    return Err(Failure::new(
-                        exit::REFUSED,
-                        anyhow!("code {code} was answered {wrong} times with another code and is no longer valid; nothing was sent (run send again for a new code)"),
-                    ));
-                }
-                if !out.quiet {
-                    ui::warning(&format!(
-                        "a receiver answered with another code ({wrong} of {CODE_TRIES} tries); still waiting for {other_side}"
-                    ));
-                }
-            }
-            Err((e, progress)) => return Err(session_failure(e, false, &progress)),
-        }
-    }
+        },
+        // An interrupt while waiting ends the process (`interrupt`).
+        || false,
+    );
+    sent.map_err(|end| match end {
+        OfferEnd::Expired => Failure::new(
+            exit::OTHER,
+            anyhow!("code {code} expired after {ttl} s without a receiver; run send again for a new code"),
+        ),
+        OfferEnd::Lost(reason) => Failure::new(
+            exit::NETWORK,
+            anyhow!("lost the relay at {relay}: {reason}"),
+        ),
+        OfferEnd::Relay(e) => e.into(),
+        OfferEnd::Spent { tries } => Failure::new(
+            exit::REFUSED,
+            anyhow!("code {code} was answered {tries} times with another code and is no longer valid; nothing was sent (run send again for a new code)"),
+        ),
+        OfferEnd::Failed(e, progress) => session_failure(e, false, &progress),
+        OfferEnd::Thread(e) => SessionError::io("relay offer thread", e).into(),
+        _ => Failure::new(exit::OTHER, anyhow!("the offer of code {code} ended")),
+    })
 }

@@ -8,6 +8,9 @@
 //! - [`values`]: the checks of rates, sizes, counts, addresses and the output directory, with
 //!   their messages.
 //! - [`keys`]: codes and key files: checked, read and made.
+//! - [`pairing`]: pairing by code through a relay, the steps the builders and the command
+//!   share (a sender finding a code's receiver, a sender offering a code, a receiver
+//!   registering or answering).
 //! - [`identity`]: identity keys, authorized senders and pinned receivers (docs/identity.md).
 //!
 //! The `hurtle` command parses its flags with [`values`] and [`keys`], and takes its exit codes
@@ -20,6 +23,7 @@
 mod error;
 pub mod identity;
 pub mod keys;
+pub mod pairing;
 mod receive;
 mod send;
 mod transfer;

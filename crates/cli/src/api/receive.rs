@@ -10,13 +10,12 @@
 
 use super::error::Error;
 use super::keys::{check_code, new_code, read_key_file};
+use super::pairing::{self, Unregistered};
 use super::transfer::{Transfer, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
 use hurtle_engine::RelayedUdp;
 use hurtle_engine::{Keyring, ReceiveOptions, ReceiveSummary};
-use hurtle_proto::secure::Secret;
-use hurtle_relay::client::{self, Agent, AgentEvent, RelayError};
-use hurtle_relay::code::DEFAULT_WORDS;
+use hurtle_relay::client::{Agent, AgentEvent, RelayError};
 use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -266,16 +265,7 @@ impl ReceiverBuilder {
         let local = inner.local_addr()?;
         let (code, relay) = match (relay, relayed_udp) {
             (Some(r), Some(udp)) => {
-                if let Some(c) = &answer {
-                    // Before the relay hears the answer: the waiting sender looks this
-                    // receiver up at once and may connect before `register_answer` returns;
-                    // without the code by then, its greeting would count as a wrong try.
-                    keys.add("code", Secret::code(&c.to_string()));
-                }
-                let link = register(r, local, own_ports, udp, answer.as_ref())?;
-                if answer.is_none() {
-                    keys.add("code", Secret::code(&link.code));
-                }
+                let link = register(r, local, own_ports, udp, &keys, answer.as_ref())?;
                 (Some(link.code.clone()), Some(Arc::new(link)))
             }
             _ => (code, None),
@@ -302,25 +292,27 @@ struct RelayLink {
 }
 
 /// Registers the receiver listening at `local` with `relay` (answering the offer of the
-/// sender that printed `answer`, if given), and starts its agent: relayed connections go to
-/// the receiver's own ports, relayed datagrams to its channels.
+/// sender that printed `answer`, if given; [`pairing::register`], which puts the code in
+/// `keys`), and starts its agent: relayed connections go to the receiver's own ports, relayed
+/// datagrams to its channels.
 fn register(
     relay: SocketAddr,
     local: SocketAddr,
     own_ports: Arc<hurtle_engine::OwnPorts>,
     udp: Arc<RelayedUdp>,
+    keys: &Keyring,
     answer: Option<&Code>,
 ) -> Result<RelayLink, Error> {
-    let reg = match answer {
-        None => client::register(relay, local, DEFAULT_WORDS)?,
-        Some(code) => client::register_answer(relay, local, code).map_err(|e| match e {
-            RelayError::Refused { kind, .. } if kind == "no_such_code" => Error::Code(format!(
-                "no sender is waiting with code {code} at the relay {relay} (it expired or was \
-                 used, or its number is mistyped)"
-            )),
-            e => Error::Relay(e),
-        })?,
-    };
+    let reg = pairing::register(relay, local, keys, answer).map_err(|e| match (e, answer) {
+        (Unregistered::NoOffer, Some(code)) => Error::Code(format!(
+            "no sender is waiting with code {code} at the relay {relay} (it expired or was \
+             used, or its number is mistyped)"
+        )),
+        (Unregistered::Relay(e), _) => Error::Relay(e),
+        (Unregistered::NoOffer, None) => {
+            Error::Code(format!("the relay {relay} refused the registration"))
+        }
+    })?;
     let answering = answer.is_some();
     let code = reg.code.to_string();
     let ttl = reg.ttl_secs;
@@ -332,13 +324,7 @@ fn register(
         .start_agent(local.ip(), own_ports, move |event| {
             let end = match event {
                 AgentEvent::Udp { port, tokens } => {
-                    let binds = tokens
-                        .iter()
-                        .map(|t| client::udp_bind_request(t).to_vec())
-                        .collect();
-                    udp.offer(SocketAddr::new(relay.ip(), port), binds, |d| {
-                        client::parse_relay_answer(d)
-                    });
+                    pairing::relay_datagrams(&udp, relay, port, &tokens);
                     return;
                 }
                 AgentEvent::Cancelled(reason) if answering => Error::Refused(format!(

@@ -4,16 +4,15 @@
 
 use super::error::Error;
 use super::keys::{check_code, read_key_file};
+use super::pairing::{self, OfferEnd};
 use super::transfer::{Emit, Event, Transfer, Waiting as Wait, DEFAULT_INTERVAL};
 use super::values::{self, HostPort, RECEIVER_PORT};
 use hurtle_engine::filter::{Filter, RuleKind};
-use hurtle_engine::handshake::CODE_TRIES;
 use hurtle_engine::net::dial::{Dialer, Waiting};
 use hurtle_engine::{PathMemories, Progress, SendOptions, SendSummary, SessionError};
 use hurtle_proto::secure::Secret;
 use hurtle_proto::RateMode;
-use hurtle_relay::client::{self, Found, OfferEvent};
-use hurtle_relay::code::DEFAULT_WORDS;
+use hurtle_relay::client;
 use hurtle_relay::Code;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -511,7 +510,7 @@ impl Sender {
             }
             Target::Offer { relay, relay_only } => {
                 let relay_addr = relay.resolve("relay").map_err(Error::Resolve)?;
-                let offering = client::offer(relay_addr, DEFAULT_WORDS)?;
+                let offering = pairing::offer(relay_addr)?;
                 offered = Some(offering.code.to_string());
                 let relay_only = *relay_only;
                 Box::new(move |progress, emit: Emit| {
@@ -540,8 +539,8 @@ impl Sender {
 }
 
 /// Finds the receiver of `code` at `relay` (waiting up to `wait` for it to register, said by
-/// a [`Wait::Registration`] event), and connects to it ([`connect_found`]). Sets the options'
-/// dialer; returns where the engine connects to.
+/// a [`Wait::Registration`] event), and connects to it (said by an [`Event::Found`]). Sets the
+/// options' dialer; returns where the engine connects to.
 fn pair(
     relay: SocketAddr,
     code: &Code,
@@ -549,123 +548,71 @@ fn pair(
     opts: &mut SendOptions,
     emit: &Emit,
 ) -> Result<SocketAddr, Error> {
-    let found = client::lookup_waiting(relay, code.nameplate, wait, || {
+    let route = pairing::find(relay, code, relay_only, wait, || {
         emit.send(Event::Waiting(Wait::Registration {
             code: code.to_string(),
             up_to: wait,
         }))
     })?;
-    let (to, dialer) = connect_found(found, relay_only, emit);
-    opts.dialer = Some(dialer);
-    Ok(to)
-}
-
-/// The path to a receiver the relay found: its addresses tried directly for about 2 s (unless
-/// `relay_only`), else through the relay; said by an [`Event::Found`]. Returns where the
-/// engine connects to, and how.
-fn connect_found(found: Found, relay_only: bool, emit: &Emit) -> (SocketAddr, Arc<dyn Dialer>) {
-    let relay = found.relay;
-    let port = found.port();
-    let direct = if relay_only {
-        None
-    } else {
-        found.try_direct(Duration::from_secs(2))
-    };
-    let to = match &direct {
-        Some((addr, _)) => *addr,
-        None => SocketAddr::new(relay.ip(), port),
-    };
     emit.send(Event::Found {
-        to,
-        relayed: direct.is_none(),
+        to: route.to,
+        relayed: route.relayed,
     });
-    (to, found.into_dialer(direct))
+    opts.dialer = Some(route.dialer);
+    Ok(route.to)
 }
 
-/// A sender that offered a code (`offering`) at `relay`: says so ([`Wait::Receiver`]), waits
-/// for a receiver to answer it, and runs `transfer` to that receiver (where to connect, how,
-/// and the code as the session's secret). A receiver that answered with another code is told
-/// so and waited past ([`Event::WrongCode`]); the [`CODE_TRIES`]th spends the code. Ends
-/// when `progress` is interrupted while waiting.
-fn send_first<S>(
+/// A sender that offered a code (`offering`) at `relay`: says so ([`Wait::Receiver`]), and
+/// sends to the receiver that answers it ([`pairing::answered`]: each found receiver said by
+/// an [`Event::Found`], each wrong code by an [`Event::WrongCode`]). Ends when `progress` is
+/// interrupted while waiting.
+fn send_first(
     offering: client::Offering,
     relay: SocketAddr,
     relay_only: bool,
     emit: &Emit,
-    mut transfer: impl FnMut(SocketAddr, Arc<dyn Dialer>, Secret) -> Result<S, SessionError>,
+    mut transfer: impl FnMut(SocketAddr, Arc<dyn Dialer>, Secret) -> Result<SendSummary, SessionError>,
     progress: &Progress,
-) -> Result<S, Error> {
+) -> Result<SendSummary, Error> {
     let (code, ttl) = (offering.code.clone(), offering.ttl_secs);
     emit.send(Event::Waiting(Wait::Receiver {
         code: code.to_string(),
         valid: Duration::from_secs(ttl),
     }));
-    let (tx, rx) = crossbeam_channel::unbounded::<OfferEvent>();
-    let offer = offering
-        .start(move |e| {
-            let _ = tx.send(e);
-        })
-        .map_err(|e| Error::Thread(format!("cannot start the relay offer thread: {e}")))?;
-    let mut wrong = 0;
-    loop {
-        let event = match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(e) => e,
-            Err(_) if progress.interrupted() => {
-                offer.stop();
-                return Err(Error::Interrupted {
-                    receiver: false,
-                    held: 0,
-                    total: 0,
-                });
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                OfferEvent::Lost("the offer thread ended".into())
-            }
-        };
-        let nameplate = match event {
-            OfferEvent::Answered(n) => n,
-            OfferEvent::Expired => {
-                return Err(Error::Code(format!(
-                "code {code} expired after {ttl} s without a receiver; send again for a new code"
-            )))
-            }
-            OfferEvent::Lost(reason) => {
-                return Err(Error::Relay(client::RelayError::Protocol(format!(
-                    "lost the relay at {relay}: {reason}"
-                ))))
-            }
-        };
-        let found = match client::lookup(relay, nameplate) {
-            Ok(f) => f,
-            // That receiver left already: wait for the next.
-            Err(client::RelayError::Refused { kind, .. }) if kind == "no_such_code" => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let (to, dialer) = connect_found(found, relay_only, emit);
-        match transfer(to, dialer, Secret::code(&code.to_string())) {
-            Ok(s) => {
-                offer.stop();
-                return Ok(s);
-            }
-            Err(SessionError::NotAuthenticated(_)) => {
-                wrong += 1;
-                let _ = offer.mismatch(nameplate);
-                if wrong >= CODE_TRIES {
-                    offer.stop();
-                    return Err(Error::Refused(format!(
-                        "code {code} was answered {wrong} times with another code and is no \
-                         longer valid; nothing was sent (send again for a new code)"
-                    )));
-                }
-                emit.send(Event::WrongCode { tries: wrong });
-            }
-            Err(e) => {
-                offer.stop();
-                return Err(e.into());
-            }
-        }
-    }
+    let sent = pairing::answered(
+        offering,
+        relay,
+        relay_only,
+        |route, secret| {
+            emit.send(Event::Found {
+                to: route.to,
+                relayed: route.relayed,
+            });
+            transfer(route.to, route.dialer, secret).map_err(|e| (e, ()))
+        },
+        |tries| emit.send(Event::WrongCode { tries }),
+        || progress.interrupted(),
+    );
+    sent.map_err(|end| match end {
+        OfferEnd::Interrupted => Error::Interrupted {
+            receiver: false,
+            held: 0,
+            total: 0,
+        },
+        OfferEnd::Expired => Error::Code(format!(
+            "code {code} expired after {ttl} s without a receiver; send again for a new code"
+        )),
+        OfferEnd::Lost(reason) => Error::Relay(client::RelayError::Protocol(format!(
+            "lost the relay at {relay}: {reason}"
+        ))),
+        OfferEnd::Relay(e) => e.into(),
+        OfferEnd::Spent { tries } => Error::Refused(format!(
+            "code {code} was answered {tries} times with another code and is no longer valid; \
+             nothing was sent (send again for a new code)"
+        )),
+        OfferEnd::Failed(e, ()) => e.into(),
+        OfferEnd::Thread(e) => Error::Thread(format!("cannot start the relay offer thread: {e}")),
+    })
 }
 
 #[cfg(test)]
