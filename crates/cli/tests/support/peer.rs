@@ -18,6 +18,7 @@ pub fn read_frame(r: &mut impl Read) -> Option<Control> {
 }
 
 /// [`read_frame`] on `s`, its reads timing out after `timeout`.
+#[allow(dead_code)] // not every test binary uses it
 pub fn read_frame_within(s: &mut TcpStream, timeout: Duration) -> Option<Control> {
     s.set_read_timeout(Some(timeout)).ok()?;
     read_frame(s)
