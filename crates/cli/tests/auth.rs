@@ -160,24 +160,18 @@ fn keys_let_authorized_senders_in_and_keep_others_out() {
     )
     .assert_success();
     fsx::assert_same_file(&src, &out.join("k.bin"));
-    let line = r
-        .proc
-        .wait_for_output("the refusals logged", Duration::from_secs(10), |_, e| {
-            e.lines()
-                .find(|l| l.contains("not authorized here"))
-                .map(str::to_owned)
-        });
+    let line = r.proc.wait_for_log_line(
+        "the refusals logged",
+        Duration::from_secs(10),
+        "not authorized here",
+    );
     assert!(
         line.contains("127.0.0.1"),
         "the log names who tried: {line}"
     );
-    let came = r
-        .proc
-        .wait_for_output("alice named", Duration::from_secs(10), |_, e| {
-            e.lines()
-                .find(|l| l.contains("authenticated with"))
-                .map(str::to_owned)
-        });
+    let came =
+        r.proc
+            .wait_for_log_line("alice named", Duration::from_secs(10), "authenticated with");
     assert!(
         came.contains("authenticated with alice"),
         "the log names the key's owner: {came}"
@@ -268,14 +262,10 @@ fn a_man_in_the_middle_with_its_own_key_gets_nothing_through() {
     let s = proc::send(mitm, &[&src], &[]);
     let why = s.assert_exit(3);
     assert!(why.contains("does not hold this code"), "{why}");
-    let line = r.proc.wait_for_output(
+    let line = r.proc.wait_for_log_line(
         "the failed agreement logged",
         Duration::from_secs(10),
-        |_, e| {
-            e.lines()
-                .find(|l| l.contains("failed the key agreement"))
-                .map(str::to_owned)
-        },
+        "failed the key agreement",
     );
     assert!(line.contains("does not hold"), "{line}");
     assert!(

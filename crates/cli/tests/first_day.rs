@@ -177,13 +177,11 @@ fn a_peer_that_speaks_no_hurtle_or_another_version_is_dropped_and_the_receiver_w
     let mut p = RawPeer::connect_plain(r.addr);
     p.send_raw(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
     assert_eq!(p.recv(), None, "expected the receiver to hang up");
-    let line = r
-        .proc
-        .wait_for_output("the stray logged", Duration::from_secs(10), |_, e| {
-            e.lines()
-                .find(|l| l.contains("stray connection from"))
-                .map(str::to_owned)
-        });
+    let line = r.proc.wait_for_log_line(
+        "the stray logged",
+        Duration::from_secs(10),
+        "stray connection from",
+    );
     assert!(line.contains("malformed"), "{line}");
     assert!(r.proc.is_running(), "a stray ended the receiver");
     r.proc.kill();
@@ -219,14 +217,10 @@ fn a_peer_that_speaks_no_hurtle_or_another_version_is_dropped_and_the_receiver_w
             other => panic!("expected a Reject, got {other:?}"),
         }
     }
-    let line = r.proc.wait_for_output(
+    let line = r.proc.wait_for_log_line(
         "the other version logged",
         Duration::from_secs(10),
-        |_, e| {
-            e.lines()
-                .find(|l| l.contains("protocol version"))
-                .map(str::to_owned)
-        },
+        "protocol version",
     );
     assert!(line.contains("stray connection from"), "{line}");
     assert!(r.proc.is_running(), "another version ended the receiver");

@@ -132,13 +132,11 @@ fn an_authorized_sender_gets_in_and_pins_the_receiver_on_first_use() {
     );
     assert!(!out.join("m.bin").exists(), "an unauthorized sender wrote");
     assert!(r.proc.is_running(), "a stranger ended the receiver");
-    let line = r
-        .proc
-        .wait_for_output("the refusal logged", Duration::from_secs(10), |_, e| {
-            e.lines()
-                .find(|l| l.contains("not authorized here"))
-                .map(str::to_owned)
-        });
+    let line = r.proc.wait_for_log_line(
+        "the refusal logged",
+        Duration::from_secs(10),
+        "not authorized here",
+    );
     assert!(
         line.contains("127.0.0.1"),
         "the log names who tried: {line}"

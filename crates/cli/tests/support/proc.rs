@@ -192,6 +192,15 @@ impl Proc {
         }
     }
 
+    /// [`Proc::wait_for_output`] for the first complete line of its standard error that
+    /// contains `needle`: that line.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn wait_for_log_line(&mut self, what: &str, timeout: Duration, needle: &str) -> String {
+        self.wait_for_output(what, timeout, |_, e| {
+            e.lines().find(|l| l.contains(needle)).map(str::to_owned)
+        })
+    }
+
     fn join_readers(&mut self) {
         for r in self.readers.drain(..) {
             let _ = r.join();
