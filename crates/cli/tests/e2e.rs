@@ -1211,13 +1211,7 @@ fn interrupted_transfer(kill: Kill) -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// Sends `src` again into `out` (2 channels) and checks that it arrived whole and nothing of
 /// the interrupted transfer is left; returns the sender's and the receiver's JSON summaries.
 fn send_again(src: &Path, out: &Path) -> (Value, Value) {
-    let r = start_receiver(out, &["--json"]);
-    let s = proc::send(r.addr, &[src], &["--json", "--channels", "2"]);
-    s.assert_success();
-    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
-    fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
-    fsx::assert_no_part_files(out);
-    (s.json(), rj)
+    proc::send_whole(src, out, &["--channels", "2"], &[])
 }
 
 #[test]

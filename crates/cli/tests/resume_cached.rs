@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::fsx;
 use support::proc::{self, start_receiver, Proc};
-use support::TRANSFER_TIMEOUT;
 
 const MIB: u64 = 1 << 20;
 
@@ -90,20 +89,8 @@ fn interrupt(src: &Path, out: &Path, cache: &Path, lines: usize) {
 /// Sends `src` into `out` to the end with the value cache in `cache`; checks it arrived
 /// byte-exact and returns both summaries.
 fn finish(src: &Path, out: &Path, cache: &Path) -> (Value, Value) {
-    let r = start_receiver(out, &["--json"]);
-    let mut args = vec!["--json"];
-    args.extend_from_slice(&ARGS);
-    let s = proc::send_env(
-        r.addr,
-        &[src],
-        &args,
-        &[("HURTLE_VALUE_CACHE", cache.to_str().unwrap())],
-    );
-    s.assert_success();
-    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
-    fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
-    fsx::assert_no_part_files(out);
-    (s.json(), rj)
+    let env = [("HURTLE_VALUE_CACHE", cache.to_str().unwrap())];
+    proc::send_whole(src, out, &ARGS, &env)
 }
 
 #[test]

@@ -70,15 +70,7 @@ fn interrupt(
 /// Sends `src` into `out` to the end; checks it arrived byte-exact with nothing left behind
 /// and returns both summaries.
 fn finish(src: &Path, out: &Path) -> (Value, Value) {
-    let r = start_receiver(out, &["--json"]);
-    let mut args = vec!["--json"];
-    args.extend_from_slice(&ARGS);
-    let s = proc::send(r.addr, &[src], &args);
-    s.assert_success();
-    let rj = r.proc.wait(TRANSFER_TIMEOUT).assert_success().json();
-    fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
-    fsx::assert_no_part_files(out);
-    (s.json(), rj)
+    proc::send_whole(src, out, &ARGS, &[])
 }
 
 #[test]

@@ -433,6 +433,28 @@ pub fn cp(ssh: &Path, args: &[&str]) -> Finished {
     Proc::spawn("cp", &all).wait(super::TRANSFER_TIMEOUT)
 }
 
+/// Sends the file `src` into `out` to the end: a new receiver (`--json`), and `hurtle send
+/// --json EXTRA...` with these environment variables; checks that both succeeded, that the
+/// file arrived byte-exact and that no part file is left, and returns the sender's and the
+/// receiver's JSON summaries.
+#[allow(dead_code)] // not every test binary uses it
+pub fn send_whole(
+    src: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (serde_json::Value, serde_json::Value) {
+    let r = start_receiver(out, &["--json"]);
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let s = send_env(r.addr, &[src], &args, env);
+    s.assert_success();
+    let rj = r.proc.wait(super::TRANSFER_TIMEOUT).assert_success().json();
+    super::fsx::assert_same_file(src, &out.join(src.file_name().unwrap()));
+    super::fsx::assert_no_part_files(out);
+    (s.json(), rj)
+}
+
 /// [`start_receiver`] with these environment variables (e.g. `HURTLE_CODE` empty: no code
 /// given, so the receiver makes and prints one).
 #[allow(dead_code)] // not every test binary uses it
