@@ -9,7 +9,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use support::fsx::{self, Node};
 use support::proc::{self, bin, cp, fake_ssh, start_receiver, Proc};
 use support::TRANSFER_TIMEOUT;
@@ -59,14 +58,10 @@ fn make_tree(src: &Path) -> PathBuf {
 
 /// `rsync -r PATTERNS SRC DEST`: the reference.
 fn rsync(patterns: &[&str], src: &str, dest: &Path) {
-    let out = Command::new("rsync")
-        .arg("-r")
-        .args(patterns)
-        .arg(src)
-        .arg(dest)
-        .output()
-        .expect("rsync runs (the test compares with it)");
-    assert!(out.status.success(), "rsync: {out:?}");
+    let args: Vec<&str> = std::iter::once("-r")
+        .chain(patterns.iter().copied())
+        .collect();
+    support::rsync(&args, src, dest, &[0]);
 }
 
 /// The cases: patterns as a user would type them, each flag with its value.

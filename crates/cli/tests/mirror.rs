@@ -9,7 +9,6 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use support::fsx::{self, Node};
 use support::proc::{self, cp, fake_ssh, start_receiver};
 use support::TRANSFER_TIMEOUT;
@@ -74,14 +73,7 @@ fn make_dest(dest: &Path, tree: &Path, outside: &Path) {
 
 /// `rsync ARGS SRC DEST` (the reference); its standard output.
 fn rsync(args: &[&str], src: &str, dest: &Path) -> String {
-    let out = Command::new("rsync")
-        .args(args)
-        .arg(src)
-        .arg(dest)
-        .output()
-        .expect("rsync runs (the test compares with it)");
-    assert!(out.status.success(), "rsync: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::rsync(args, src, dest, &[0])
 }
 
 /// What `rsync -rtn --delete -i` says it would send (files) and delete (trailing `/` off).

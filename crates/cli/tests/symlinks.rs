@@ -13,7 +13,6 @@ use hurtle_proto::wire::{Control, Entry, EntryKind};
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use support::fsx;
 use support::peer::RawPeer;
@@ -81,16 +80,7 @@ fn make_tree(root: &Path) -> PathBuf {
 /// `rsync ARGS SRC DEST` (the reference), which must exit with one of `ok` codes.
 fn rsync_ok(args: &[&str], src: &str, dest: &Path, ok: &[i32]) {
     std::fs::create_dir_all(dest).unwrap();
-    let out = Command::new("rsync")
-        .args(args)
-        .arg(src)
-        .arg(dest)
-        .output()
-        .expect("rsync runs (the test compares with it)");
-    assert!(
-        out.status.code().is_some_and(|c| ok.contains(&c)),
-        "rsync: {out:?}"
-    );
+    support::rsync(args, src, dest, ok);
 }
 
 fn rsync(args: &[&str], src: &str, dest: &Path) {

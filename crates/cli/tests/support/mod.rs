@@ -14,6 +14,23 @@ pub fn tempdir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }
 
+/// `rsync ARGS SRC DEST`, the reference the tests compare with, which must exit with one of
+/// the `ok` codes; its standard output.
+#[allow(dead_code)] // not every test binary uses it
+pub fn rsync(args: &[&str], src: &str, dest: &std::path::Path, ok: &[i32]) -> String {
+    let out = std::process::Command::new("rsync")
+        .args(args)
+        .arg(src)
+        .arg(dest)
+        .output()
+        .expect("rsync runs (the test compares with it)");
+    assert!(
+        out.status.code().is_some_and(|c| ok.contains(&c)),
+        "rsync: {out:?}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The code every `hurtle` the suite starts is given (in `HURTLE_CODE`), unless a test gives
 /// its own.
 pub const TEST_CODE: &str = "1234-acorn-bison-cedar";
