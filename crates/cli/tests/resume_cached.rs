@@ -57,14 +57,32 @@ fn entries(cache: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// A 32 MiB source of seeded bytes, settled ([`SETTLE`]): the test's directory, the source,
+/// and where it goes (`out`) and the value cache (`cache`), both inside the directory.
+fn source(seed: u64) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let t = support::tempdir("hurtle-resume-cached-");
+    let src = t.path().join("src/data.bin");
+    fsx::write_random(&src, 32 * MIB, seed);
+    let (out, cache) = (t.path().join("out"), t.path().join("cache"));
+    std::thread::sleep(SETTLE);
+    (t, src, out, cache)
+}
+
+/// A receiver into `out`, and a sender of `src` to it at `rate` with the value cache in
+/// `cache`, started.
+fn start_sending(src: &Path, out: &Path, cache: &Path, rate: &str) -> (proc::ReceiverProc, Proc) {
+    let r = start_receiver(out, &[]);
+    let mut args = vec!["--rate", rate];
+    args.extend_from_slice(&ARGS);
+    let env = [("HURTLE_VALUE_CACHE", cache.to_str().unwrap())];
+    let s = Proc::spawn_env("sender", &proc::send_args(r.addr, &[src], &args), &env);
+    (r, s)
+}
+
 /// Starts sending `src` into `out` at 40 Mbit/s with the value cache in `cache`, waits until
 /// the journal lists `lines` blocks and interrupts the sender with SIGINT; both sides end.
 fn interrupt(src: &Path, out: &Path, cache: &Path, lines: usize) {
-    let r = start_receiver(out, &[]);
-    let mut args = vec!["--rate", "40M"];
-    args.extend_from_slice(&ARGS);
-    let env = [("HURTLE_VALUE_CACHE", cache.to_str().unwrap())];
-    let mut s = Proc::spawn_env("sender", &proc::send_args(r.addr, &[src], &args), &env);
+    let (r, mut s) = start_sending(src, out, cache, "40M");
     let j = journal(out, src.file_name().unwrap().to_str().unwrap());
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(20) && s.is_running() {
@@ -95,11 +113,7 @@ fn finish(src: &Path, out: &Path, cache: &Path) -> (Value, Value) {
 
 #[test]
 fn a_resumed_transfer_takes_the_values_of_held_blocks_from_the_senders_cache() {
-    let t = support::tempdir("hurtle-resume-cached-");
-    let src = t.path().join("src/data.bin");
-    fsx::write_random(&src, 32 * MIB, 0x5c1);
-    let (out, cache) = (t.path().join("out"), t.path().join("cache"));
-    std::thread::sleep(SETTLE);
+    let (_t, src, out, cache) = source(0x5c1);
     interrupt(&src, &out, &cache, 10);
     let kept = entries(&cache);
     assert_eq!(kept.len(), 1, "{kept:?}");
@@ -128,11 +142,7 @@ fn a_resumed_transfer_takes_the_values_of_held_blocks_from_the_senders_cache() {
 
 #[test]
 fn a_source_changed_after_the_interruption_with_its_mtime_restored_is_read_again() {
-    let t = support::tempdir("hurtle-resume-cached-");
-    let src = t.path().join("src/data.bin");
-    fsx::write_random(&src, 32 * MIB, 0x5c2);
-    let (out, cache) = (t.path().join("out"), t.path().join("cache"));
-    std::thread::sleep(SETTLE);
+    let (_t, src, out, cache) = source(0x5c2);
     interrupt(&src, &out, &cache, 10);
     assert_eq!(entries(&cache).len(), 1);
     let held = listed(&out, "data.bin");
@@ -161,18 +171,10 @@ fn a_source_changed_after_the_interruption_with_its_mtime_restored_is_read_again
 
 #[test]
 fn a_sender_killed_outright_leaves_the_values_it_kept_on_the_way() {
-    let t = support::tempdir("hurtle-resume-cached-");
-    let src = t.path().join("src/data.bin");
-    fsx::write_random(&src, 32 * MIB, 0x5c3);
-    let (out, cache) = (t.path().join("out"), t.path().join("cache"));
-    std::thread::sleep(SETTLE);
+    let (_t, src, out, cache) = source(0x5c3);
     // Slow enough that the sender is still sending when it first keeps its values (every
     // 15 s); killed (SIGKILL) as soon as the entry is there.
-    let r = start_receiver(&out, &[]);
-    let mut args = vec!["--rate", "8M"];
-    args.extend_from_slice(&ARGS);
-    let env = [("HURTLE_VALUE_CACHE", cache.to_str().unwrap())];
-    let mut s = Proc::spawn_env("sender", &proc::send_args(r.addr, &[&src], &args), &env);
+    let (r, mut s) = start_sending(&src, &out, &cache, "8M");
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30) && s.is_running() && entries(&cache).is_empty()
     {
