@@ -141,9 +141,12 @@ fn stranger(n: usize, addr: SocketAddr) -> Fate {
 #[test]
 fn a_thousand_strangers_from_many_addresses_and_the_real_sender_against_a_serving_receiver() {
     const STRANGERS: usize = 1000;
-    // Below the door's 32, so that strangers alone never fill it: what is measured is how the
-    // door copes with their number, not the many-source fill (the next test).
-    const AT_ONCE: usize = 30;
+    // Half the door's 32, so that strangers alone never fill it: what is measured is how the
+    // door copes with their number, not the many-source fill (the next test). (At 30, a CI
+    // run filled it: a stranger's greeting counts until the receiver's thread sees it closed,
+    // which on a loaded machine comes after the stranger's next connection, and the real
+    // sender was rightly told the receiver was busy.)
+    const AT_ONCE: usize = 16;
     let t = support::tempdir("hurtle-door-");
     let src = t.path().join("real.bin");
     fsx::write_random(&src, 1_000_000, 5100);
