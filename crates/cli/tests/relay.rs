@@ -1011,7 +1011,9 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
     );
     // The sender's own count says the same: at least 90% went direct, none over TCP.
     assert!(share >= 0.9, "{share} direct: {v}");
-    assert!(via_relay > 0, "the start was relayed: {v}");
+    // The start went through the relay (its first datagrams; where the punch takes a few
+    // milliseconds, as on this path without delay, the sender may have counted no data there).
+    assert!(forwarded > 0, "the relay carried nothing of the start: {v}");
     assert_eq!(via_tcp, 0, "{v}");
     // The receiver's count of what arrived each way says the same, within what was resent.
     both_sides_agree(&v, &r_done.json(), forwarded);
@@ -1021,7 +1023,7 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
 
 /// The receiver's `bytes_by_path` (`r`, what arrived each way, by where it came from) against
 /// the sender's (`s`, what it sent each way) and the bytes the relay `forwarded`: most of it
-/// direct on both sides, the start through the relay on the sender's, none over TCP; the
+/// direct on both sides, the start through the relay, none over TCP; the
 /// receiver got no more through the relay than it forwarded; and each path's counts apart by
 /// no more than what was resent (lost on the way: in the sender's count only) and a batch per
 /// channel (the sender counts a batch for the path its channel has once it is sent, and one
@@ -1030,7 +1032,6 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
 /// bound there never arrives that way (1 run in 4 here): the receiver's relayed share may be 0.
 fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value, forwarded: u64) {
     let (share, r_relay, r_tcp) = direct_share(r);
-    let (_, s_relay, _) = direct_share(s);
     let n = |v: &serde_json::Value, k: &str| v["bytes_by_path"][k].as_u64().unwrap_or(0);
     eprintln!(
         "sender {}; receiver {}; resent {} datagrams",
@@ -1052,7 +1053,7 @@ fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value, forwarded: u64
             "{k}: sent {sent}, received {got} (resent {resent} B): {s}\n{r}"
         );
     }
-    assert!(s_relay > 0, "{s}");
+    assert!(forwarded > 0, "the relay carried nothing of the start: {s}");
 }
 
 /// Two peers behind NATs that give every destination a port of their own (symmetric) on
@@ -1204,7 +1205,9 @@ fn a_symmetric_sender_and_a_full_cone_receiver_punch_a_direct_path() {
     );
     // The sender's own count says the same: at least 90% went direct, none over TCP.
     assert!(share >= 0.9, "{share} direct: {v}");
-    assert!(via_relay > 0, "the start was relayed: {v}");
+    // The start went through the relay (its first datagrams; where the punch takes a few
+    // milliseconds, as on this path without delay, the sender may have counted no data there).
+    assert!(forwarded > 0, "the relay carried nothing of the start: {v}");
     assert_eq!(via_tcp, 0, "{v}");
     both_sides_agree(&v, &r_done.json(), forwarded);
     drop(relay);
