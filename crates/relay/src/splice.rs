@@ -102,17 +102,28 @@ fn copy(
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) =>
             {
-                let quiet = origin.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-                if quiet > idle.as_millis() as u64 {
+                if idle_past(idle, origin, last) {
                     break;
                 }
             }
             Err(_) => break,
         }
     }
+    end_both(&from, &to);
+    moved
+}
+
+/// Whether the splice has been quiet, both ways, for longer than `idle` (`last` is when
+/// either way last moved a byte, in milliseconds since `origin`).
+fn idle_past(idle: Duration, origin: Instant, last: &AtomicU64) -> bool {
+    let quiet = origin.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
+    quiet > idle.as_millis() as u64
+}
+
+/// Ends both connections of one way, so the other way's blocked calls return too.
+fn end_both(from: &TcpStream, to: &TcpStream) {
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
-    moved
 }
 
 /// Bytes one `splice` into the pipe may take: what the pipe holds once enlarged.
@@ -163,16 +174,14 @@ fn zero_copy(
             }
             // The read timeout ran out (`EAGAIN`), or a signal: idle for how long?
             Err(Errno::AGAIN | Errno::INTR) => {
-                let quiet = origin.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-                if quiet > idle.as_millis() as u64 {
+                if idle_past(idle, origin, last) {
                     break;
                 }
             }
             Err(_) => break,
         }
     }
-    let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
+    end_both(&from, &to);
     moved
 }
 
