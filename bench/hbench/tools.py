@@ -375,9 +375,13 @@ class Hurtle(Tool):
     def _memory_env(outdir: Path) -> dict:
         return {"HURTLE_PATH_MEMORY": str(outdir.parent / "path-memory")}
 
+    def _encryption(self) -> list[str]:
+        # Both ends must agree to leave the data unencrypted (`--no-encryption` on each).
+        return ["--no-encryption"] if self.opts.get("no_encryption") else []
+
     def receiver(self, env, ends, port, outdir, src, prof):
         return Spec([str(self._bin(env)), "receive", "--listen", f"{ends.recv_addr}:{port}",
-                     "--out", str(outdir), "--json", "-q"])
+                     "--out", str(outdir), "--json", "-q"] + self._encryption())
 
     def prepare(self, env, ends, prof, port, rundir):
         memory = rundir / "path-memory"
@@ -411,6 +415,7 @@ class Hurtle(Tool):
 
     def sender(self, env, ends, port, outdir, src, prof):
         a = [str(self._bin(env)), "send", str(src), "--to", f"{ends.recv_addr}:{port}", "--json", "-q"]
+        a += self._encryption()
         for k in ("transport", "channels", "chunk_size", "payload", "rate", "rate_fixed"):
             if self.opts.get(k) is not None:
                 v = self.opts[k]
@@ -512,6 +517,10 @@ def make_tools(names: list[str], sweep: str | None, iperf_secs: int = 10) -> lis
             out.append(Hurtle("transport=tcp", transport="tcp"))
         elif n == "hurtle-default":
             out.append(Hurtle("default"))
+        elif n == "hurtle-noenc":
+            # The defaults with the data left unencrypted (both ends' --no-encryption; every
+            # block still checked by BLAKE3): the figure to set beside tcp-b3.
+            out.append(Hurtle("default, --no-encryption", no_encryption=True))
         elif n == "hurtle-base":
             # The defaults, with the build given by --hurtle-base: before against after, side by side.
             out.append(Hurtle("default, base build", base=True))
