@@ -21,11 +21,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest train of datagrams one send may put on the wire, in time at the session's rate (all
-/// channels together): a train passes the bottleneck in this long, and a channel's trains are
-/// as large with 8 channels as with 1, so more channels do not mean more, smaller sends (at
-/// the channel's own rate, 8 channels would make 8 times the system calls per byte).
-/// BENCHMARKS.md, section 3, has what channel counts cost on loopback.
-const SEND_TRAIN: Duration = Duration::from_micros(250);
+/// channels together), where one GSO send ([`crate::net::udp::MAX_GSO_BYTES`], 64 KiB) holds
+/// it: a channel thread wakes once per send, and the sends are as long as this allows, so
+/// wake-ups scale with bytes, not with time (each costs a context switch, 8-10 µs of CPU on a
+/// VM). With 2 channels, a channel sends every 3.8 ms at 100 Mbit/s (24 KB trains), every 2.6 ms
+/// at 400 Mbit/s and every 1 ms at 1 Gbit/s (64 KiB trains, the GSO limit); at 250 µs, trains
+/// were an eighth of that, and the 1 ms [`MIN_SLEEP`] set the wake-ups: 4 times as many per
+/// GiB at 100 Mbit/s. A channel's trains are as large with 8 channels as with 1, so more
+/// channels do not mean more, smaller sends.
+///
+/// The bound on what a channel puts into the bottleneck's queue back to back: one train (at
+/// most 2 ms of the session's rate and 64 KiB) plus its pacer's credit for a late wake-up
+/// ([`PACER_CREDIT`] of the channel's rate, a quarter more while missed time is repaid:
+/// [`hurtle_proto::Pacer`]); all channels at once, at most `channels` trains plus 1.9 ms of the
+/// session's rate (at 100 Mbit/s with 2 channels, 71 KB: 5.7 ms of the rate; at 1 Gbit/s,
+/// 363 KB: 2.9 ms). [`train_cap`] sets the train; the tests below check the bound.
+const SEND_TRAIN: Duration = Duration::from_millis(2);
 
 /// Fewest datagrams one send carries (where the link's limit allows as many): a train the
 /// receiver can time, four datagrams being the three pairs
@@ -142,6 +153,20 @@ pub(super) fn serve_channels(
         std::thread::park_timeout(wait);
     }
     workers
+}
+
+/// The most bytes one send carries: [`SEND_TRAIN`] of the session's `rate` (bits per second),
+/// in whole datagrams of `payload` bytes, within `max_run` (what one send of the link holds);
+/// at least [`MIN_SEND_DATAGRAMS`] and the controller's `train` (bytes: startup's trains) where
+/// `max_run` allows, and never less than one datagram.
+fn train_cap(rate: u64, payload: u64, train: u64, max_run: u64) -> u64 {
+    let payload = payload.max(1);
+    let bytes = (rate as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+    let floor = (payload * MIN_SEND_DATAGRAMS)
+        .max(train / payload * payload)
+        .min(max_run)
+        .max(payload);
+    (bytes / payload * payload).clamp(floor, max_run.max(floor))
 }
 
 /// Buffers a channel thread shares between its channels, sized once for the largest send any
@@ -595,13 +620,8 @@ impl ChannelWorker {
             // MIN_SEND_DATAGRAMS where the link allows): a shallow bottleneck queue then sees
             // short trains, not 64-datagram GSO bursts. While startup lasts, at least the
             // controller's train, which a receiver behind GRO can time.
-            let bytes = (self.rate_seen as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
             let train = shared.train_bytes.load(Ordering::Relaxed);
-            let floor = (payload as u64 * MIN_SEND_DATAGRAMS)
-                .max(train / payload as u64 * payload as u64)
-                .min(max_run)
-                .max(payload as u64);
-            let run_cap = (bytes / payload as u64 * payload as u64).clamp(floor, max_run);
+            let run_cap = train_cap(self.rate_seen, payload as u64, train, max_run);
             // Before the receiver's decisions, within the early data's budget only (a run cut
             // to what is left of it: startup's trains are up to 64 KiB a channel).
             let early_left = shared.early_left.load(Ordering::Relaxed);
@@ -786,6 +806,143 @@ mod tests {
     use super::*;
     use crate::net::channel_link::TCP_PAYLOAD;
     use crate::net::udp::MAX_FRAMED;
+
+    /// One channel thread serving one channel of `channels`, as [`serve_channels`] and
+    /// [`ChannelWorker::step`] do, for `span` of simulated time: each wake-up sends trains of
+    /// [`train_cap`] while the pacer allows (16 at most), then sleeps until the pacer allows
+    /// the next, at least [`MIN_SLEEP`], and wakes `late(i)` after that. Returns each send's
+    /// time (from the start) and bytes, and the wake-ups.
+    fn simulate(
+        rate: u64,
+        channels: u16,
+        payload: u64,
+        span: Duration,
+        mut late: impl FnMut(usize) -> Duration,
+    ) -> (Vec<(Duration, u64)>, usize) {
+        let t0 = Instant::now();
+        let max_run = (crate::net::udp::MAX_GSO_BYTES as u64
+            / (wire::DATAGRAM_OVERHEAD as u64 + payload))
+            .max(1)
+            * payload;
+        let mut pacer = Pacer::new(rate / u64::from(channels), PACER_CREDIT);
+        let (mut now, mut sends, mut wakes) = (t0, Vec::new(), 0);
+        while now < t0 + span {
+            wakes += 1;
+            let mut bursts = 0;
+            while pacer.can_send(now) && bursts < 16 {
+                let run = train_cap(rate, payload, 0, max_run);
+                sends.push((now - t0, run));
+                pacer.on_sent(now, run);
+                bursts += 1;
+            }
+            let wait = pacer.ready_at().map_or(Duration::ZERO, |t| t - now.min(t));
+            if !wait.is_zero() {
+                now += wait.max(MIN_SLEEP) + late(wakes);
+            }
+        }
+        (sends, wakes)
+    }
+
+    /// What one channel may put on the wire back to back (see [`SEND_TRAIN`]): a train and its
+    /// pacer's credit, a quarter more while missed time is repaid.
+    fn burst_bound(rate: u64, channels: u16, payload: u64) -> u64 {
+        let max_run = (crate::net::udp::MAX_GSO_BYTES as u64
+            / (wire::DATAGRAM_OVERHEAD as u64 + payload))
+            .max(1)
+            * payload;
+        let credit = PACER_CREDIT.mul_f64(hurtle_proto::channel_send::CATCH_UP_GAIN);
+        train_cap(rate, payload, 0, max_run)
+            + (rate as f64 / 8.0 / f64::from(channels) * credit.as_secs_f64()) as u64
+    }
+
+    /// Bytes sent at each wake-up (sends at one instant).
+    fn per_wake(sends: &[(Duration, u64)]) -> Vec<u64> {
+        let mut out: Vec<(Duration, u64)> = Vec::new();
+        for &(t, b) in sends {
+            match out.last_mut() {
+                Some((at, sum)) if *at == t => *sum += b,
+                _ => out.push((t, b)),
+            }
+        }
+        out.into_iter().map(|(_, b)| b).collect()
+    }
+
+    /// Pacing with coarser wake-ups keeps the rate and the burst size within the bounds
+    /// [`SEND_TRAIN`] states: at 100 Mbit/s with 2 channels a channel wakes every 3.8 ms on
+    /// average (not every millisecond; at least 3.5 ms here, where a late wake-up sometimes
+    /// sends two trains), sends 24 KB a wake-up, and keeps its rate to within two trains.
+    #[test]
+    fn coarser_wake_ups_keep_the_rate_and_the_burst_bound() {
+        let payload = u64::from(wire::DEFAULT_PAYLOAD);
+        for (rate, min_gap_us) in [
+            (100_000_000u64, 3_500u64),
+            (400_000_000, 2_300),
+            (1_000_000_000, 900),
+        ] {
+            let span = Duration::from_secs(2);
+            // A thread that wakes 0-400 µs late, in a fixed pattern.
+            let (sends, wakes) = simulate(rate, 2, payload, span, |i| {
+                Duration::from_micros((i as u64 * 137) % 400)
+            });
+            let sent: u64 = sends.iter().map(|s| s.1).sum();
+            let want = rate as f64 / 8.0 / 2.0 * span.as_secs_f64();
+            let train = train_cap(rate, payload, 0, u64::MAX);
+            assert!(
+                (sent as f64 - want).abs() <= train as f64 * 2.0,
+                "{rate}: sent {sent}, want {want}"
+            );
+            let gap = span.as_micros() as u64 / wakes as u64;
+            assert!(gap >= min_gap_us, "{rate}: a wake-up every {gap} us");
+            let most = per_wake(&sends).into_iter().max().unwrap_or(0);
+            let bound = burst_bound(rate, 2, payload);
+            assert!(most <= bound, "{rate}: {most} bytes at once, bound {bound}");
+        }
+        // The doc's figures: 24 KB trains at 100 Mbit/s, the GSO limit at 400 Mbit/s and up.
+        assert_eq!(train_cap(100_000_000, payload, 0, 1 << 20), 23_732);
+        // A wake-up 5 ms late (beyond the credit) sends at most the bound, not the 5 ms.
+        let (sends, _) = simulate(100_000_000, 2, payload, Duration::from_millis(100), |i| {
+            Duration::from_millis(if i == 10 { 5 } else { 0 })
+        });
+        let most = per_wake(&sends).into_iter().max().unwrap_or(0);
+        assert!(most <= burst_bound(100_000_000, 2, payload), "{most}");
+    }
+
+    proptest::proptest! {
+        /// Over any window longer than a wake-up's burst (20 ms and more), a channel sends its
+        /// rate to within the burst bound each side (one train and 1.9 ms of its rate, plus
+        /// the longest sleep's: [`MIN_SLEEP`] and the lateness), at any rate from 100 Mbit/s
+        /// to 1 Gbit/s, 1 to 8 channels, any payload, and wake-ups late by up to the credit.
+        #[test]
+        fn pacing_over_any_window_stays_near_the_rate(
+            rate in 100_000_000u64..=1_000_000_000,
+            channels in 1u16..=8,
+            payload in u64::from(wire::MIN_PAYLOAD)..=u64::from(wire::MAX_PAYLOAD),
+            lateness in proptest::collection::vec(0u64..1_500, 64),
+        ) {
+            let span = Duration::from_millis(300);
+            let (sends, _) = simulate(rate, channels, payload, span, |i| {
+                Duration::from_micros(lateness[i % lateness.len()])
+            });
+            let bps = rate as f64 / 8.0 / f64::from(channels);
+            let tolerance = burst_bound(rate, channels, payload) as f64
+                + bps * (MIN_SLEEP + PACER_CREDIT).as_secs_f64();
+            let window = Duration::from_millis(20);
+            for (i, &(a, _)) in sends.iter().enumerate() {
+                for w in [window, window * 3, window * 10] {
+                    if a + w > span {
+                        continue;
+                    }
+                    let sent: u64 = sends[i..].iter().take_while(|s| s.0 < a + w).map(|s| s.1).sum();
+                    let want = bps * w.as_secs_f64();
+                    proptest::prop_assert!(
+                        (sent as f64 - want).abs() <= tolerance,
+                        "window {:?} at {:?}: sent {}, want {}, tolerance {}",
+                        w, a, sent, want, tolerance
+                    );
+                }
+            }
+        }
+    }
 
     /// The buffers sized by [`send_limits`] hold any send at any payload probing may move to:
     /// the bytes of the largest payload's sends are not the most (a narrow tunnel's 1200-byte
