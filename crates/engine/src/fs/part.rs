@@ -3,8 +3,9 @@
 //!
 //! It is written positionally into `.<name>.hurtle-part` ([`free_space`] lets the receiver
 //! refuse a transfer that cannot fit, and [`PartFile::preallocate`] allocates the file before
-//! data arrives, where that is cheap and useful), and [`PartFile::finish`] fsyncs it, applies
-//! mode and mtime, renames it into place and fsyncs the directory. Nothing is ever written
+//! data arrives, where that is cheap and useful; [`PartFile::open_direct`] gives a second
+//! descriptor for direct writes where the filesystem suits them), and [`PartFile::finish`]
+//! fsyncs it, applies mode and mtime, renames it into place and fsyncs the directory. Nothing is ever written
 //! under the final name before that rename. Beside it, its block journal
 //! ([`PartFile::record_blocks`], [`super::journal`]) lets an interrupted transfer resume
 //! ([`PartFile::resume`]).
@@ -79,6 +80,10 @@ pub struct PartFile {
 }
 
 impl PartFile {
+    /// What a direct write's buffer address, file offset and length must be multiples of
+    /// ([`PartFile::write_direct`]): the page size, which covers every device's logical block.
+    pub const DIRECT_ALIGN: usize = 4096;
+
     /// Starts receiving `rel` (a peer-supplied relative path) of `size` bytes under `root`.
     ///
     /// Creates `root` and the parent directories as needed (refusing symlinks on the way),
@@ -501,6 +506,48 @@ impl PartFile {
         }
     }
 
+    /// Opens the part file a second time for direct writes ([`PartFile::write_direct`]:
+    /// `O_DIRECT`, from the caller's buffer to the disk without a copy in the page cache),
+    /// where its filesystem is a local one known to do them well (ext4, XFS, btrfs). `None`
+    /// elsewhere, or where the open fails: then writes go through the page cache.
+    pub fn open_direct(&self) -> Option<File> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            if !sys::fs::direct_io_suits(&*self.file().ok()?) {
+                return None;
+            }
+            let flags = OFlags::WRONLY | OFlags::DIRECT;
+            let file = open_at(&*self.dir_fd().ok()?, &self.part_name, flags, 0).ok()?;
+            Identity::check(&file, self.identity).ok()?;
+            Some(file)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        None
+    }
+
+    /// Writes all of `data` at `offset` through `direct` (from [`PartFile::open_direct`]).
+    /// `data` must start at a multiple of [`PartFile::DIRECT_ALIGN`] in memory, and `offset` and its
+    /// length must be multiples of it. Returns `Ok(false)` where the filesystem refuses the
+    /// direct write (`EINVAL`): the caller then writes the same bytes through the page cache.
+    /// Refuses with [`StoreError::OutOfRange`] anything past the declared size.
+    pub fn write_direct(
+        &self,
+        direct: &File,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.check_range(offset, data.len())?;
+        let align = Self::DIRECT_ALIGN as u64;
+        if !offset.is_multiple_of(align) || !(data.len() as u64).is_multiple_of(align) {
+            return Ok(false);
+        }
+        match direct.write_all_at(data, offset) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+            Err(e) => Err(map_io(&self.part_path, "write", data.len() as u64, e)),
+        }
+    }
+
     /// Fills `buf` from `offset` (for instance to hash what was written). Refuses with
     /// [`StoreError::OutOfRange`] anything past the declared size.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
@@ -707,6 +754,45 @@ mod tests {
         }
         // A range past the end is the kernel's business, not an error of ours.
         part.start_writeback(1 << 40, 1 << 20);
+        let done = part.finish(0o644, 0).unwrap();
+        assert_eq!(fs::read(done).unwrap(), data);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn direct_writes_land_where_the_filesystem_takes_them() {
+        let mb = 1usize << 20;
+        // Memory is never written directly.
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a tmpfs on /dev/shm");
+        let part = PartFile::create(shm.path(), "m.bin", mb as u64, false).unwrap();
+        assert!(part.open_direct().is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..2 * mb).map(|i| (i % 251) as u8).collect();
+        let part = PartFile::create(dir.path(), "d.bin", data.len() as u64, false).unwrap();
+        let suits = sys::fs::direct_io_suits(&part.file().unwrap());
+        let Some(direct) = part.open_direct() else {
+            assert!(!suits, "ext4, XFS and btrfs are opened for direct writes");
+            return;
+        };
+        assert!(rustix::fs::fcntl_getfl(&direct)
+            .unwrap()
+            .contains(OFlags::DIRECT));
+        // Page-aligned memory, offset and length: written directly.
+        let mut scratch = vec![0u8; mb + PartFile::DIRECT_ALIGN];
+        let at = scratch.as_ptr().align_offset(PartFile::DIRECT_ALIGN);
+        let aligned = &mut scratch[at..at + mb];
+        aligned.copy_from_slice(&data[mb..]);
+        assert!(part.write_direct(&direct, mb as u64, aligned).unwrap());
+        // An offset or length off the page boundary is left to the page cache.
+        assert!(!part.write_direct(&direct, 512, &aligned[..4096]).unwrap());
+        assert!(!part.write_direct(&direct, 0, &aligned[..100]).unwrap());
+        // Past the declared size: refused like any write.
+        assert!(matches!(
+            part.write_direct(&direct, 2 * mb as u64, &aligned[..4096]),
+            Err(StoreError::OutOfRange { .. })
+        ));
+        part.write_at(0, &data[..mb]).unwrap();
         let done = part.finish(0o644, 0).unwrap();
         assert_eq!(fs::read(done).unwrap(), data);
     }

@@ -1,6 +1,6 @@
 //! The file system calls std and rustix do not make for [`crate::fs`]: preallocation
-//! (`fallocate`), early writeback (`sync_file_range`), telling memory-backed filesystems apart
-//! (`fstatfs`), free space (`statvfs`) and the open-file limit (`getrlimit`/`setrlimit`).
+//! (`fallocate`), early writeback (`sync_file_range`), telling memory-backed filesystems and
+//! those suited to direct writes apart (`fstatfs`), free space (`statvfs`) and the open-file limit (`getrlimit`/`setrlimit`).
 
 use std::fs::File;
 use std::io;
@@ -76,6 +76,35 @@ pub(crate) fn memory_backed(file: &File) -> bool {
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let kind = kind as i64;
     kind == libc::TMPFS_MAGIC as i64 || kind == RAMFS_MAGIC
+}
+
+/// True when `file` is on a local disk filesystem known to write well with `O_DIRECT` (ext4,
+/// XFS, btrfs): straight from the caller's buffer to the device, each write done when it
+/// returns. Elsewhere (network filesystems, where a direct write is a synchronous round trip;
+/// FUSE; memory) the page cache does better, or the flag is refused.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+// The magic numbers' and `f_type`'s integer types differ between targets.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn direct_io_suits(file: &File) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `st` is writable for one statfs and only read after the call succeeded.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs returned 0, so `st` is initialised.
+    let kind = unsafe { st.assume_init() }.f_type as i64;
+    [
+        libc::EXT4_SUPER_MAGIC as i64,
+        libc::XFS_SUPER_MAGIC as i64,
+        libc::BTRFS_SUPER_MAGIC as i64,
+    ]
+    .contains(&kind)
+}
+
+/// Direct writes only where they are known to suit (Linux).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn direct_io_suits(_file: &File) -> bool {
+    false
 }
 
 /// FreeBSD's tmpfs is not told apart: preallocation there costs what it costs.
