@@ -25,7 +25,10 @@
 //!
 //! The delivery time of a copy is `departure + delay + jitter (+ reorder_delay)`. Copies come out
 //! of [`Link::poll`] in delivery-time order, ties in the order they were enqueued. Because jitter
-//! and reordering add different extra delays to different packets, packets may be reordered.
+//! and reordering add different extra delays to different packets, packets may be reordered;
+//! with [`LinkConfig::jitter_in_order`] jitter does not reorder (a copy not picked for
+//! reordering leaves no earlier than the one before it that was not either, as linkem's and
+//! netem's jitter with a rate do), and only reordering does.
 //!
 //! # What it does not own
 //!
@@ -67,6 +70,9 @@ pub struct LinkConfig {
     pub delay: Duration,
     /// Upper bound (exclusive) of a uniform extra delay drawn per packet copy.
     pub jitter: Duration,
+    /// Jitter keeps order: a copy's delivery is no earlier than that of the copy put in flight
+    /// before it (reordered copies aside: they are held back from there, and hold back none).
+    pub jitter_in_order: bool,
     /// Probability that a packet is lost on the wire (independently per packet, or in bursts:
     /// [`LinkConfig::loss_burst`]).
     pub loss: f64,
@@ -104,6 +110,7 @@ impl Default for LinkConfig {
         Self {
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
+            jitter_in_order: false,
             loss: 0.0,
             loss_burst: 1.0,
             duplicate: 0.0,
@@ -123,6 +130,15 @@ impl LinkConfig {
     #[must_use]
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Sets a jitter bound (uniform extra delay in `[0, jitter)`) that keeps order
+    /// ([`LinkConfig::jitter_in_order`]).
+    #[must_use]
+    pub fn with_ordered_jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self.jitter_in_order = true;
         self
     }
 
@@ -241,6 +257,9 @@ pub struct Link {
     in_flight: BinaryHeap<InFlight>,
     /// Sequence number of the next copy put in flight; breaks delivery-time ties in send order.
     next_seq: u64,
+    /// Delivery time of the latest copy put in flight that was not reordered
+    /// ([`LinkConfig::jitter_in_order`]).
+    last_in_order: Instant,
     /// Whether the last packet that passed the bottleneck was lost in a burst
     /// ([`LinkConfig::loss_burst`]).
     in_burst: bool,
@@ -262,6 +281,7 @@ impl Link {
             waiting_bytes: 0,
             in_flight: BinaryHeap::new(),
             next_seq: 0,
+            last_in_order: start,
             stats: LinkStats::default(),
         }
     }
@@ -424,12 +444,17 @@ impl Link {
         if jitter > 0 {
             at += Duration::from_nanos(self.rng.below(Stream::Jitter, index, copy, jitter));
         }
+        if self.config.jitter_in_order {
+            at = at.max(self.last_in_order);
+        }
         if self
             .rng
             .chance(Stream::Reorder, index, copy, self.config.reorder)
         {
             self.stats.reordered += 1;
             at += self.config.reorder_delay;
+        } else {
+            self.last_in_order = at;
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -991,6 +1016,46 @@ mod tests {
     }
 
     #[test]
+    fn ordered_jitter_keeps_order_and_lifts_the_mean_delay_with_the_rate() {
+        let t0 = Instant::now();
+        let delay = Duration::from_millis(10);
+        let jitter = Duration::from_millis(8);
+        // The mean extra delay of `n` packets sent `gap` apart.
+        let mean_extra = |gap: Duration, n: u32| {
+            let config = LinkConfig::default()
+                .with_delay(delay)
+                .with_ordered_jitter(jitter);
+            let mut link = Link::new(config, 17, t0);
+            for i in 0..n {
+                link.send(t0 + i * gap, numbered(i.into(), 16));
+            }
+            let got = drain(&mut link, far(t0));
+            assert_eq!(got.len(), n as usize);
+            let order: Vec<u64> = got
+                .iter()
+                .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
+                .collect();
+            assert!(order.windows(2).all(|w| w[0] < w[1]), "in order");
+            let extra: Duration = got
+                .iter()
+                .map(|(at, p)| {
+                    let i = u64::from_le_bytes(p[..8].try_into().unwrap()) as u32;
+                    let extra = *at - (t0 + i * gap) - delay;
+                    assert!(extra < jitter, "{extra:?}");
+                    extra
+                })
+                .sum();
+            extra / n
+        };
+        // Sparse packets get about half the bound on average; dense ones wait for the latest
+        // before them, nearly the whole bound.
+        let sparse = mean_extra(Duration::from_millis(20), 1000);
+        let dense = mean_extra(Duration::from_micros(20), 10_000);
+        assert!(sparse < Duration::from_millis(5), "{sparse:?}");
+        assert!(dense > Duration::from_millis(7), "{dense:?}");
+    }
+
+    #[test]
     fn reorder_holds_packets_back() {
         let t0 = Instant::now();
         let config = LinkConfig::default()
@@ -1085,6 +1150,7 @@ mod tests {
                     LinkConfig {
                         delay: us(delay),
                         jitter: us(jitter),
+                        jitter_in_order: false,
                         loss,
                         loss_burst,
                         duplicate,
