@@ -139,13 +139,14 @@ pub(super) fn session_loop(
         .map_err(data_error)?;
     shared.started.store(true, Ordering::Relaxed);
     shared.progress.set_phase(Phase::Moving);
-    let tick = crossbeam_channel::tick(TICK);
     let mut reports = ReportBuilder::new(
         Instant::now(),
         shared.counters.totals(),
         shared.socket_drops(),
     );
     let mut lateness = Lateness::new(reports.interval_start());
+    // When the timers run next ([`next_wake`]); the loop waits for messages until then.
+    let mut wake = Instant::now() + TICK;
     let mut marks = shared.arrival_marks();
     // The channels silent when the sender moved them to TCP, if it did.
     let mut moved: Option<Vec<u16>> = None;
@@ -192,6 +193,58 @@ pub(super) fn session_loop(
                 }
             }
         }
+        let now = Instant::now();
+        if now >= wake {
+            if shared.progress.interrupted() {
+                return Err(SessionError::Interrupted {
+                    side: Side::Receiver,
+                });
+            }
+            journal.tick(now);
+            data.handle_timeout(now, cmds.len() as u16, |ch| {
+                let ch = usize::from(ch);
+                (
+                    shared.heard[ch].load(Ordering::Relaxed),
+                    shared.passes[ch].load(Ordering::Relaxed),
+                )
+            })
+            .map_err(data_error)?;
+            let interval = now.saturating_duration_since(reports.interval_start());
+            let late = lateness.tick(now, wake);
+            if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
+                let timed_on_read = shared.timed_on_read.swap(false, Ordering::Relaxed);
+                let now_marks = shared.arrival_marks();
+                let before = std::mem::replace(&mut marks, now_marks);
+                let facts = ReportFacts {
+                    totals: shared.counters.totals(),
+                    received: shared.progress.sent.load(Ordering::Relaxed),
+                    socket_drops: shared.socket_drops(),
+                    queue_fill_permille: shared.queue_fill.swap(0, Ordering::Relaxed),
+                    // A block waiting for the writer is queued at the receiver: the longest
+                    // wait counts like a queue on the path, so a stalled disk slows the
+                    // sender as much as the wait says, not by a fixed step.
+                    held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
+                    // Reported as it is even where the kernel timed every datagram (then
+                    // the delays carry none of it): the sender keeps it as its margin for
+                    // both ends' scheduling lumps (see `Feedback::receiver_lag`). The bytes
+                    // are timed by when they came where the kernel timed them all.
+                    lateness: late,
+                    arrived_over: if timed_on_read {
+                        None
+                    } else {
+                        arrival_interval(&before, &marks, interval)
+                    },
+                    disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
+                    train_kbps: shared.take_train_kbps(),
+                };
+                shared.send_feedback(reports.build(now, &facts));
+            }
+            wake = next_wake(
+                now,
+                reports.interval_start() + report_every.max(late * 4).min(MAX_REPORT_INTERVAL),
+                data.poll_timeout(),
+            );
+        }
         select! {
             recv(rx) -> msg => match msg.map_err(|_| ControlError::Closed)? {
                 Ok(msg) => data.handle(Instant::now(), msg).map_err(data_error)?,
@@ -219,60 +272,36 @@ pub(super) fn session_loop(
                     )),
                 }
             }
-            recv(tick) -> _ => {
-                if shared.progress.interrupted() {
-                    return Err(SessionError::Interrupted { side: Side::Receiver });
-                }
-                let now = Instant::now();
-                journal.tick(now);
-                data.handle_timeout(now, cmds.len() as u16, |ch| {
-                    let ch = usize::from(ch);
-                    (shared.heard[ch].load(Ordering::Relaxed), shared.passes[ch].load(Ordering::Relaxed))
-                })
-                .map_err(data_error)?;
-                let interval = now.saturating_duration_since(reports.interval_start());
-                let late = lateness.tick(now);
-                if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
-                    let timed_on_read = shared.timed_on_read.swap(false, Ordering::Relaxed);
-                    let now_marks = shared.arrival_marks();
-                    let before = std::mem::replace(&mut marks, now_marks);
-                    let facts = ReportFacts {
-                        totals: shared.counters.totals(),
-                        received: shared.progress.sent.load(Ordering::Relaxed),
-                        socket_drops: shared.socket_drops(),
-                        queue_fill_permille: shared.queue_fill.swap(0, Ordering::Relaxed),
-                        // A block waiting for the writer is queued at the receiver: the longest
-                        // wait counts like a queue on the path, so a stalled disk slows the
-                        // sender as much as the wait says, not by a fixed step.
-                        held_us: shared.write_wait_us.swap(0, Ordering::Relaxed),
-                        // Reported as it is even where the kernel timed every datagram (then
-                        // the delays carry none of it): the sender keeps it as its margin for
-                        // both ends' scheduling lumps (see `Feedback::receiver_lag`). The bytes
-                        // are timed by when they came where the kernel timed them all.
-                        lateness: late,
-                        arrived_over: if timed_on_read {
-                            None
-                        } else {
-                            arrival_interval(&before, &marks, interval)
-                        },
-                        disk_fill_permille: shared.write_fill.swap(0, Ordering::Relaxed),
-                        train_kbps: shared.take_train_kbps(),
-                    };
-                    shared.send_feedback(reports.build(now, &facts));
-                }
-            }
+            default(wake.saturating_duration_since(Instant::now())) => {}
         }
     }
 }
 
-/// The report loop's tick.
+/// The shortest wait between two runs of the timers, where a timer wants them at once or
+/// repeatedly (the silent-UDP watch, once its wait is over).
 const TICK: Duration = Duration::from_millis(5);
+
+/// The longest wait between two runs of the timers: how late the journal's flush, the
+/// sender-silence check and a Ctrl-C can be. The reports and the data phase's timers wake the
+/// loop when they are due, so a loop on a long path wakes a few dozen times a second, not 200
+/// (each wake was a futex wait, a context switch and crossbeam's `sched_yield` spins).
+const MAX_TICK: Duration = Duration::from_millis(25);
 
 /// Longest report interval, however starved the receiver.
 const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How late the report loop's ticks come, smoothed. A receiver starved of CPU (a cgroup quota,
-/// an overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report
+/// When the session loop's timers run next, having run at `now`: when the next report is due
+/// (`report`), when the data phase's timers are (`timeout`, but no sooner than [`TICK`]
+/// from now), and no later than [`MAX_TICK`] from now.
+fn next_wake(now: Instant, report: Instant, timeout: Instant) -> Instant {
+    report
+        .min(timeout.max(now + TICK))
+        .min(now + MAX_TICK)
+        .max(now + Duration::from_millis(1))
+}
+
+/// How late the timers run, smoothed. A receiver starved of CPU (a cgroup quota, an
+/// overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report
 /// covering fewer than a few lumps measures the scheduler, not the path (the delivered rate of
 /// one interval swings from zero to several times the real one), so reports then cover at
 /// least four times the recent lateness, whatever interval the sender asked for.
@@ -289,13 +318,14 @@ impl Lateness {
         }
     }
 
-    /// Takes a tick at `now`; returns the smoothed lateness: the latest tick's, or the earlier
-    /// figure decayed by 2% per tick (gone in a second or so of punctual ticks).
-    fn tick(&mut self, now: Instant) -> Duration {
-        let late = now
-            .saturating_duration_since(std::mem::replace(&mut self.last, now))
-            .saturating_sub(TICK);
-        self.smoothed = late.max(self.smoothed.mul_f64(0.98));
+    /// The timers, due at `due`, run at `now`; returns the smoothed lateness: this run's, or
+    /// the earlier figure decayed by 2% per [`TICK`] since the last run (gone in a second or
+    /// so of punctual runs, however often they come).
+    fn tick(&mut self, now: Instant, due: Instant) -> Duration {
+        let late = now.saturating_duration_since(due);
+        let since = now.saturating_duration_since(std::mem::replace(&mut self.last, now));
+        let decay = 0.98f64.powf(since.as_secs_f64() / TICK.as_secs_f64());
+        self.smoothed = late.max(self.smoothed.mul_f64(decay));
         self.smoothed
     }
 }
@@ -305,21 +335,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lateness_follows_late_ticks_and_decays() {
+    fn lateness_follows_late_runs_and_decays_with_time() {
         let t0 = Instant::now();
+        let ms = Duration::from_millis;
         let mut l = Lateness::new(t0);
-        assert_eq!(l.tick(t0 + TICK), Duration::ZERO, "a punctual tick");
-        // A 200 ms stall: the next tick comes 195 ms late.
-        let mut t = t0 + TICK + Duration::from_millis(200);
-        assert_eq!(l.tick(t), Duration::from_millis(195));
-        // Punctual ticks afterwards: the figure decays, and is small after a few hundred.
-        let mut last = Duration::from_millis(195);
-        for _ in 0..300 {
-            t += TICK;
-            let now = l.tick(t);
+        assert_eq!(
+            l.tick(t0 + TICK, t0 + TICK),
+            Duration::ZERO,
+            "a punctual run"
+        );
+        // A 200 ms stall: the timers due 5 ms later run 195 ms late.
+        let mut t = t0 + TICK + ms(200);
+        assert_eq!(l.tick(t, t0 + TICK + TICK), ms(195));
+        // Punctual runs afterwards, every 25 ms: the figure decays, and is small after a
+        // second or two, as it was with a run every 5 ms.
+        let mut last = ms(195);
+        for _ in 0..60 {
+            t += MAX_TICK;
+            let now = l.tick(t, t);
             assert!(now < last);
             last = now;
         }
-        assert!(last < Duration::from_millis(1), "{last:?}");
+        assert!(last < ms(1), "{last:?}");
+        // The same 1.5 s in runs every 5 ms decays it as far.
+        let mut l5 = Lateness::new(t0);
+        let mut t = t0 + ms(200);
+        l5.tick(t, t0 + TICK);
+        for _ in 0..300 {
+            t += TICK;
+            l5.tick(t, t);
+        }
+        let ratio = l5.smoothed.as_secs_f64() / last.as_secs_f64();
+        assert!((ratio - 1.0).abs() < 1e-6, "{ratio}");
+    }
+
+    #[test]
+    fn timers_wake_when_due_within_bounds() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let far = t0 + Duration::from_secs(60);
+        // Nothing due soon: the longest wait.
+        assert_eq!(next_wake(t0, far, far), t0 + MAX_TICK);
+        // A report due in 12 ms: then, not at a fixed tick.
+        assert_eq!(next_wake(t0, t0 + ms(12), far), t0 + ms(12));
+        // The data phase's timers due in 3 ms, or already: no sooner than a tick.
+        assert_eq!(next_wake(t0, far, t0 + ms(3)), t0 + TICK);
+        assert_eq!(next_wake(t0, far, t0), t0 + TICK);
+        assert_eq!(next_wake(t0, far, t0 + ms(20)), t0 + ms(20));
+        // A report overdue (the receiver ran late): at once, but not in a spin.
+        assert_eq!(next_wake(t0 + ms(5), t0, far), t0 + ms(6));
     }
 }
