@@ -118,71 +118,101 @@ pub(super) struct Written {
     pub(super) first: bool,
 }
 
-/// A channel's end of the writer thread: one thread per session writes complete blocks to
-/// their files in the order they come (so a block asked for again after a failed check is
-/// written after its first copy), starts their writeback, and only then hands each block's
-/// value to the session loop. Its queue is bounded; how full it is counts as receiver backlog
-/// in the reports, so the sender slows down before the queue fills and a channel thread has to
-/// wait.
+/// Writer threads per session: while one waits for the device to take a direct write, the
+/// other copies its next block, so that the device always has one to work on.
+const LANES: usize = 2;
+
+/// A channel's end of the writer threads: [`LANES`] threads per session write complete blocks
+/// to their files, a block always by the same thread (its number picks it), in the order they
+/// come (so a block asked for again after a failed check is written after its first copy),
+/// and hand each block's value to the session loop only once it is written.
+/// Their queues are bounded; how full a block's queue is counts as receiver backlog in the
+/// reports, so the sender slows down before the queues fill and a channel thread has to wait.
 #[derive(Clone)]
 pub(super) struct Writer {
-    pub(super) tx: Sender<Written>,
-    /// Buffers the writer is done with.
+    lanes: Vec<Sender<Written>>,
+    /// Buffers the writers are done with.
     pub(super) spare: ChanRx<Vec<u8>>,
 }
 
 impl Writer {
-    /// Starts the writer thread, with a queue of `depth` blocks; returns the channels' end
-    /// of it (to clone for each) and the thread, which ends once every end is dropped.
+    /// Starts the writer threads, with queues of `depth` blocks in all; returns the channels'
+    /// end of them (to clone for each) and a thread that ends once they all have, which is
+    /// once every end is dropped.
     pub(super) fn start(
         shared: Arc<Shared>,
         events: Sender<ChanEvent>,
         depth: usize,
     ) -> std::io::Result<(Writer, std::thread::JoinHandle<()>)> {
-        let (tx, rx) = crossbeam_channel::bounded::<Written>(depth);
         let (spare_tx, spare_rx) = unbounded();
+        let mut lanes = Vec::with_capacity(LANES);
+        let mut queues = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let (tx, rx) = crossbeam_channel::bounded::<Written>(depth.div_ceil(LANES).max(2));
+            lanes.push(tx);
+            queues.push(rx);
+        }
+        let lane = move |rx: ChanRx<Written>| {
+            let mut disk = DiskWriter::default();
+            for w in rx {
+                let waited = w.queued.elapsed().as_micros() as u64;
+                shared.write_wait_us.fetch_max(waited, Ordering::Relaxed);
+                let written = match &shared.files[w.file as usize] {
+                    Some(part) => disk.write(part, w.file, &w),
+                    None => Ok(()),
+                };
+                if let Err(e) = written {
+                    let _ = events.send(ChanEvent::Failed(e.into()));
+                    shared.stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                let _ = events.send(ChanEvent::Block {
+                    block: w.block,
+                    value: w.value,
+                });
+                let _ = spare_tx.send(w.buf);
+            }
+        };
+        let mut queues = queues.into_iter();
+        let first = queues.next();
+        let mut others = Vec::with_capacity(LANES - 1);
+        for (i, rx) in queues.enumerate() {
+            let lane = lane.clone();
+            others.push(
+                std::thread::Builder::new()
+                    .name(format!("writer-{}", i + 1))
+                    .spawn(move || lane(rx))?,
+            );
+        }
         let handle = std::thread::Builder::new()
             .name("writer".into())
             .spawn(move || {
-                let mut disk = DiskWriter::default();
-                for w in rx {
-                    let waited = w.queued.elapsed().as_micros() as u64;
-                    shared.write_wait_us.fetch_max(waited, Ordering::Relaxed);
-                    let written = match &shared.files[w.file as usize] {
-                        Some(part) => disk.write(part, w.file, &w),
-                        None => Ok(()),
-                    };
-                    if let Err(e) = written {
-                        let _ = events.send(ChanEvent::Failed(e.into()));
-                        shared.stop.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                    let _ = events.send(ChanEvent::Block {
-                        block: w.block,
-                        value: w.value,
-                    });
-                    let _ = spare_tx.send(w.buf);
+                if let Some(rx) = first {
+                    lane(rx);
+                }
+                for t in others {
+                    let _ = t.join();
                 }
             })?;
         Ok((
             Writer {
-                tx,
+                lanes,
                 spare: spare_rx,
             },
             handle,
         ))
     }
 
-    /// Queues `w` for the writer thread, waiting if its queue is full.
+    /// Queues `w` for its writer thread, waiting if its queue is full.
     pub(super) fn hand_over(&self, shared: &Shared, w: Written) -> Result<(), SessionError> {
-        let depth = self.tx.capacity().unwrap_or(1).max(1) as u64;
-        let queued = self.tx.len() as u64 + 1;
+        let tx = &self.lanes[(w.block % self.lanes.len() as u64) as usize];
+        let depth = tx.capacity().unwrap_or(1).max(1) as u64;
+        let queued = tx.len() as u64 + 1;
         let fill = queued.min(depth) * 1000 / depth;
         // The writer's queue counts as the receiver's backlog, and apart as its disk's.
         shared.queue_fill.fetch_max(fill, Ordering::Relaxed);
         shared.write_fill.fetch_max(fill, Ordering::Relaxed);
-        self.tx
-            .send(w)
+        tx.send(w)
             .map_err(|_| SessionError::Internal("the writer thread stopped"))
     }
 }
