@@ -120,18 +120,15 @@ pub(super) struct ReceiverPunch {
     pub(super) direct_ip: Option<std::net::IpAddr>,
 }
 
-/// The longest a channel thread lets datagrams gather after a round of reads that found a few
-/// (fewer than a batch holds) while the session is slow ([`SlowFlow`]). On a paced path
-/// datagrams arrive one at a time, some tens of microseconds apart, and a thread that woke for
-/// each one paid a wake-up, a `poll` and a `recvmmsg` per datagram; a pause of a fraction of a
-/// millisecond about halved the receiver's CPU time per GiB, and 1 ms gained a little more.
-/// Datagrams are timed by the kernel's arrival stamps, so a pause does not move their
-/// queueing delays or the reports' intervals, and it may be longer: 2 ms, which takes a
-/// little more off the receiver's CPU time per GiB at a few hundred Mbit/s. A pause holds
-/// back feedback by no more than it lasts (2 ms against round trips of tens of
-/// milliseconds), and what gathers meanwhile is kept small against the socket buffer
-/// ([`gather_time`]).
-const GATHER_MAX: Duration = Duration::from_millis(2);
+/// The longest a channel thread lets datagrams gather while the session is slow
+/// ([`SlowFlow`]). On a paced path datagrams arrive in small bursts some tens of microseconds
+/// to a few milliseconds apart, and a thread that woke for each paid a wake-up, a `poll` and a
+/// `recvmmsg` per burst. Datagrams are timed by the kernel's arrival stamps, so a pause does
+/// not move their queueing delays or the reports' intervals: 5 ms, half the shortest report
+/// interval, so that every report still finds new reads; it holds back NACKs by no more than
+/// it lasts, and what gathers meanwhile is kept small against the socket buffer
+/// ([`gather_time`]). (2 ms cost 10-20% more CPU per GiB at 100-400 Mbit/s on loopback.)
+const GATHER_MAX: Duration = Duration::from_millis(5);
 
 /// The session rate, bits per second, below which datagrams may be let gather. Above it a
 /// thread that has caught up is the bottleneck and must not sleep (on loopback it did, and
@@ -181,6 +178,26 @@ impl SlowFlow {
     }
 }
 
+/// How long data may pause and still count as flowing: a thread whose reads found nothing for
+/// longer waits in `poll`, so the first datagram after a pause is read at once.
+const STILL_FLOWING: Duration = Duration::from_millis(20);
+
+/// The pause before a thread that has caught up reads again, at `now`, if it should pause
+/// rather than wait in `poll`: while data flows (some came at `last_got`, within
+/// [`STILL_FLOWING`]) and the session is slow (`slow()`, from [`SlowFlow::update`]):
+/// [`gather_time`] for that rate and the thread's smallest socket buffer `room`.
+fn gather_pause(
+    now: Instant,
+    last_got: Instant,
+    slow: impl FnOnce() -> Option<f64>,
+    room: usize,
+) -> Option<Duration> {
+    if now.saturating_duration_since(last_got) >= STILL_FLOWING {
+        return None;
+    }
+    slow().map(|bps| gather_time(bps, room))
+}
+
 /// Marks the links that `ready` (a `poll` that does not wait; bit `i` for link `i`) finds
 /// readable, if any link is not marked already; `ready` is not called otherwise.
 fn add_ready(readable: &mut [bool], ready: impl FnOnce() -> Option<u64>) {
@@ -215,6 +232,10 @@ pub(super) fn serve_channels(
     let mut readable = vec![true; members.len()];
     let received = || shared.counters.bytes.load(Ordering::Relaxed);
     let mut slow = SlowFlow::new(Instant::now(), received());
+    // When a read last brought something (long ago: nothing yet).
+    let mut last_got = Instant::now()
+        .checked_sub(STILL_FLOWING)
+        .unwrap_or_else(Instant::now);
     // The smallest receive buffer of the thread's UDP links, which gathering must not fill.
     let room = members
         .iter()
@@ -248,13 +269,18 @@ pub(super) fn serve_channels(
             });
             continue;
         }
-        let trickle = got > 0 && got < batch.buffers();
-        if let Some(bps) = trickle
-            .then(|| slow.update(Instant::now(), received()))
-            .flatten()
-        {
-            // Datagrams are trickling in: let more gather, then read every link.
-            std::thread::sleep(gather_time(bps, room));
+        // No read filled its batch (a link whose read did is still marked above). While data
+        // flows slowly, the thread sleeps a gathering pause and reads again, whether this
+        // round found anything or not, rather than wait in `poll` for the next datagram: a
+        // paced sender's bursts (a GSO send, one GRO buffer here) come a few milliseconds
+        // apart, and a thread woken by each, then pausing, then finding nothing, then waiting
+        // again, woke twice per burst.
+        let now = Instant::now();
+        if got > 0 {
+            last_got = now;
+        }
+        if let Some(pause) = gather_pause(now, last_got, || slow.update(now, received()), room) {
+            std::thread::sleep(pause);
             readable.fill(true);
             continue;
         }
@@ -827,6 +853,25 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_pauses_while_slow_data_flows_and_waits_otherwise() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let room = 4 << 20;
+        // Data came 3 ms ago, at 100 Mbit/s: pause, even if this round found nothing.
+        assert_eq!(
+            gather_pause(t0 + ms(3), t0, || Some(100e6), room),
+            Some(GATHER_MAX)
+        );
+        // Fast: no pause (a thread that has caught up is the bottleneck).
+        assert_eq!(gather_pause(t0 + ms(3), t0, || None, room), None);
+        // Nothing for longer than data may pause: wait in `poll`, and the rate is not asked.
+        assert_eq!(
+            gather_pause(t0 + STILL_FLOWING, t0, || panic!("asked"), room),
+            None
+        );
+    }
+
+    #[test]
     fn links_left_out_of_a_busy_round_are_read_when_ready() {
         // Link 0 had a full batch; links 1 and 2 were not marked. The poll finds 2 readable.
         let mut readable = [true, false, false];
@@ -846,11 +891,20 @@ mod tests {
 
     #[test]
     fn gathering_fills_at_most_an_eighth_of_the_socket_buffer() {
-        // 4 MiB buffers: the full pause at any rate that gathers.
+        // 4 MiB buffers: the full pause up to 800 Mbit/s, then an eighth of the buffer.
         assert_eq!(gather_time(400e6, 4 << 20), GATHER_MAX);
-        assert_eq!(gather_time(1.9e9, 4 << 20), GATHER_MAX);
+        assert_eq!(gather_time(800e6, 4 << 20), GATHER_MAX);
+        let t = gather_time(1.9e9, 4 << 20);
+        assert!(
+            t > Duration::from_micros(2200) && t < Duration::from_micros(2220),
+            "{t:?}"
+        );
         // Linux's usual 208 KiB: an eighth is 26.6 KB, 2.13 ms at 100 Mbit/s, 0.53 ms at 400.
-        assert_eq!(gather_time(100e6, 212_992), GATHER_MAX);
+        let t = gather_time(100e6, 212_992);
+        assert!(
+            t > Duration::from_micros(2120) && t < Duration::from_micros(2140),
+            "{t:?}"
+        );
         let t = gather_time(400e6, 212_992);
         assert!(
             t > Duration::from_micros(520) && t < Duration::from_micros(540),

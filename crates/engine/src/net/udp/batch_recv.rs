@@ -315,7 +315,7 @@ impl<'a> Iterator for RecvIter<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::udp::testing::{datagram, opts, pair};
+    use crate::net::udp::testing::{datagram, expected, opts, pair};
     use crate::net::udp::{ChannelOptions, MAX_GSO_BYTES};
     use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -385,6 +385,53 @@ mod tests {
     #[test]
     fn gso_sends_arrive_whole_ipv6() {
         gso_sends_arrive_whole(Ipv6Addr::LOCALHOST.into());
+    }
+
+    /// A paced sender's bursts (GSO sends a millisecond apart) that gathered while the reader
+    /// paused come in one read, one GRO buffer per burst: every datagram exactly once, in
+    /// order, and the batch is not full though it holds more datagrams than it has buffers
+    /// (a channel thread takes a batch that is not full for a trickle, and pauses again).
+    #[test]
+    fn gro_batched_receive_admits_exactly_the_datagrams_sent() {
+        const SIZE: usize = 1424;
+        const BURSTS: u32 = 5;
+        const PER_BURST: u32 = 24;
+        let Some((mut a, mut b)) = pair(IpAddr::V4(Ipv4Addr::LOCALHOST), &opts()) else {
+            return;
+        };
+        if a.max_gso_segments() < PER_BURST as usize || b.gro_segments() <= 1 {
+            println!(
+                "skipping: no UDP GSO/GRO here ({} / {})",
+                a.max_gso_segments(),
+                b.gro_segments()
+            );
+            return;
+        }
+        for burst in 0..BURSTS {
+            let mut buf = Vec::new();
+            for seq in burst * PER_BURST..(burst + 1) * PER_BURST {
+                datagram(seq, SIZE, &mut buf);
+            }
+            a.send_batch(b.local_addr(), &buf, SIZE).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut batch = RecvBatch::new(32, GRO_BUF_SIZE);
+        let n = b.recv_batch(&mut batch).unwrap();
+        let total = (BURSTS * PER_BURST) as usize;
+        assert_eq!(n, total, "in one read");
+        assert_eq!(batch.len(), total);
+        assert!(total > batch.buffers());
+        assert_eq!(batch.filled, BURSTS as usize, "one GRO buffer per burst");
+        assert!(
+            !batch.is_full(),
+            "more datagrams than buffers, yet not full"
+        );
+        let got: Vec<Vec<u8>> = batch.iter().map(|(_, d)| d.to_vec()).collect();
+        let want: Vec<Vec<u8>> = (0..BURSTS * PER_BURST).map(|s| expected(s, SIZE)).collect();
+        assert!(got == want, "each datagram once, in order, as sent");
+        // Nothing more, nothing twice.
+        b.set_read_timeout(Some(Duration::from_millis(20)));
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
     }
 
     #[test]
