@@ -1092,6 +1092,52 @@ mod wan {
         assert!(long.duration < short.duration);
     }
 
+    /// The same path with jitter that keeps order (0-8 ms each way, as linkem's: a datagram
+    /// waits for the latest before it), 1% reordered by 3 ms and 0.5% duplicated. A train's
+    /// datagrams are held back by whichever of them drew the most jitter and then let go
+    /// together, so the receiver's estimates scatter (here 113-316 Mbit/s in startup) and
+    /// startup, which grows to their median, reaches the path (472 Mbit/s) without a queue
+    /// drop. Two rules for estimates that jitter spread were tried against this and not kept:
+    /// no bound while the latest three disagree doubled past the path to 1011 Mbit/s (1,566
+    /// datagrams dropped by the queue); no bound once the path delivered over 1.25 times the
+    /// estimate, to 1071 (7,031). (On linkem's version of the path, `bench`'s `jittery`, the
+    /// estimates come out lower still and startup ends near 224 Mbit/s: BENCHMARKS 2b.)
+    #[test]
+    fn behind_gro_trains_that_jitter_spreads_keep_startup_near_the_path() {
+        let rtt = ms(150);
+        let c = 500e6;
+        let mut sc = Scenario {
+            receiver_lumps: Some(Duration::from_micros(100)),
+            ..intercontinental_256(rtt)
+        };
+        sc.link = sc
+            .link
+            .with_ordered_jitter(ms(8))
+            .with_reorder(0.01, ms(3))
+            .with_duplicate(0.005);
+        let out = run("behind GRO, ordered jitter 0-8 ms", sc);
+        let estimates: Vec<u64> = train_estimates(&out, startup_end(&out))
+            .iter()
+            .map(|e| (e / 1e6) as u64)
+            .collect();
+        let at_90 = first_delivering(&out, Duration::ZERO, 0.9, c).expect("never at 90%");
+        eprintln!(
+            "  estimates in startup {estimates:?}; startup ended after {:.2} RTTs at most {}; \
+             90% of the path delivered after {:.2} RTTs; {} dropped by the queue, resent \
+             {:.2}%, done in {:.3} s",
+            startup_end(&out).as_secs_f64() / rtt.as_secs_f64(),
+            mbit(startup_top(&out)),
+            at_90.as_secs_f64() / rtt.as_secs_f64(),
+            out.link.dropped_queue,
+            out.resent_share() * 100.0,
+            out.duration.as_secs_f64()
+        );
+        let top = startup_top(&out);
+        assert!((0.9 * c..=1.2 * c).contains(&top), "{}", mbit(top));
+        assert!(at_90 <= rtt * 12, "{at_90:?}");
+        assert!(out.link.dropped_queue < 100, "{}", out.link.dropped_queue);
+    }
+
     /// The benchmarks' `shallow-1g` behind GRO: 1 Gbit/s, 40 ms, a queue of a tenth of the
     /// bandwidth-delay product (500 KB: 4 ms), two channels, buffers every 100 us, 256 MiB,
     /// cold. A sixteenth of the round trip at startup's 50 Mbit/s a channel is 15.6 KB, 125 us
@@ -1859,6 +1905,57 @@ mod wan {
             "{delay_cuts} delay cuts in {secs:.1} s"
         );
         assert!(steady > 0.9 * c, "steady goodput {}", mbit(steady));
+    }
+
+    /// The benchmarks' `jittery` path in small: jitter that keeps order (as linkem's and
+    /// netem's do: a datagram waits for the latest before it), 0-8 ms each way, so that a
+    /// report's mean one-way delay sits 6-8 ms over the lowest one seen with no queue at all;
+    /// 1% reordered by 3 ms, 0.5% duplicated, 0.5% random loss, 200 Mbit/s, 40 ms, a queue of
+    /// one bandwidth-delay product, 96 MiB. That spread is under the 15 ms queue target and
+    /// inside cruising's reserve band: it costs some of the reserve, not the rate. 4 delay
+    /// corrections in 3.9 s after startup, steady goodput 97.8% of the path less its loss (a
+    /// floor under the delay that underused reports measured, tried against this, held a queue
+    /// 5 ms longer and corrected 6 times, at 98.0%). With a queue target under the spread
+    /// (5 ms instead of 15) the model corrected 23 times in 8.6 s, at 46%.
+    #[test]
+    fn ordered_jitter_is_not_a_queue() {
+        let c = 200e6;
+        let loss = 0.005;
+        let out = run(
+            "200 Mbit/s, 40 ms, ordered jitter 0-8 ms, 1% reordered by 3 ms, 0.5% duplicated, \
+             0.5% loss",
+            scenario(
+                RateMode::Auto,
+                LinkConfig::default()
+                    .with_rate(200_000_000, 1_000_000)
+                    .with_ordered_jitter(ms(8))
+                    .with_reorder(0.01, ms(3))
+                    .with_duplicate(0.005)
+                    .with_loss(loss),
+                96,
+            ),
+        );
+        let from = startup_end(&out) + RTT * 4;
+        let cuts = corrections(&out, from, out.steady_until);
+        let steady = goodput(&out, from, out.steady_until);
+        let (mean_delay, _) = queue_delays(&out, from, out.steady_until);
+        let secs = (out.steady_until - from).as_secs_f64();
+        eprintln!(
+            "  corrections in {secs:.1} s after startup {cuts:?}; steady goodput {} ({:.1}% of the \
+             path less its loss); mean reported delay {mean_delay:?}",
+            mbit(steady),
+            steady / (c * (1.0 - loss)) * 100.0
+        );
+        let delay_cuts = cuts.iter().filter(|&&r| r == Reason::Delay).count();
+        assert!(
+            delay_cuts as f64 <= 1.5 * secs,
+            "{delay_cuts} delay cuts in {secs:.1} s"
+        );
+        assert!(
+            steady > 0.95 * c * (1.0 - loss),
+            "steady goodput {}",
+            mbit(steady)
+        );
     }
 }
 
