@@ -11,8 +11,7 @@
 //! The channel's final marker moves the frontier to the end of the stripe, which catches tail
 //! loss; the sender repeats the marker until the receiver answers `ChannelDone`. A NACK holds
 //! no more ranges than fit one feedback datagram ([`crate::feedback::NACK_RANGES_BUDGET`]); the
-//! rest follow in the next poll. NACKs come no more often than [`RecvConfig::nack_every`]
-//! (an eighth of the round trip, at most 20 ms): the losses found meanwhile go together.
+//! rest follow in the next poll.
 //!
 //! Call order per driver turn: `on_data` / `on_final` for each datagram; `reject` when a block
 //! failed verification; then `poll_nack(now)` and `poll_done()`; sleep until `next_timeout`.
@@ -38,22 +37,14 @@ pub struct RecvConfig {
     /// Most ranges in one NACK message; the rest follow in the next. (Fewer where they would
     /// not fit one feedback datagram: [`crate::feedback::NACK_RANGES_BUDGET`].)
     pub max_nack_ranges: usize,
-    /// Least time between two NACKs of the channel (unless the last was cut short by the
-    /// datagram's budget: the rest follow at the next poll). Losses found meanwhile go
-    /// together in the next, so the NACKs (each a feedback datagram, a control message and a
-    /// wake-up of the control writer) come at a pace of their own, not the loss rate's.
-    pub nack_every: Duration,
 }
 
 impl RecvConfig {
     /// Timers for a path of round-trip time `rtt`: a repair is asked for again after a round
-    /// trip and a quarter plus 30 ms (the sender may still be sending it); NACKs go at most
-    /// every eighth of a round trip, and at least every 20 ms (a repair comes an eighth of a
-    /// round trip later at most, where the path's round trip is most of its wait).
+    /// trip and a quarter plus 30 ms (the sender may still be sending it).
     pub fn for_rtt(rtt: Duration) -> Self {
         RecvConfig {
             nack_retry: (rtt + rtt / 4 + Duration::from_millis(30)).min(Duration::from_secs(5)),
-            nack_every: (rtt / 8).min(Duration::from_millis(20)),
             ..RecvConfig::default()
         }
     }
@@ -65,7 +56,6 @@ impl Default for RecvConfig {
             reorder_wait: Duration::from_millis(5),
             nack_retry: Duration::from_millis(150),
             max_nack_ranges: 1024,
-            nack_every: Duration::ZERO,
         }
     }
 }
@@ -131,8 +121,6 @@ pub struct ChannelReceiver {
     /// path): when, and the frontier then ([`ChannelReceiver::on_path_change`]).
     moved: Option<(Instant, u64)>,
     done_sent: bool,
-    /// When the last NACK went, and whether it held everything wanted then.
-    last_nack: Option<(Instant, bool)>,
     cfg: RecvConfig,
     stats: RecvStats,
 }
@@ -154,7 +142,6 @@ impl ChannelReceiver {
             queue_delay: None,
             moved: None,
             done_sent: false,
-            last_nack: None,
             cfg,
             stats: RecvStats::default(),
         }
@@ -341,11 +328,6 @@ impl ChannelReceiver {
     /// what earlier polls covered, the ranges of the generations whose wait ended and are still
     /// missing (`due`), and the rejected blocks.
     pub fn poll_nack(&mut self, now: Instant) -> Option<Vec<(u64, u64)>> {
-        if let Some((last, true)) = self.last_nack {
-            if now.saturating_duration_since(last) < self.cfg.nack_every {
-                return None;
-            }
-        }
         let retry = self.retry_after(now);
         while self
             .asked
@@ -414,7 +396,6 @@ impl ChannelReceiver {
             None => self.scanned,
         };
         self.scanned = self.scanned.max(covered);
-        self.last_nack = Some((now, all));
         self.stats.nacks += 1;
         Some(ranges)
     }
@@ -446,11 +427,7 @@ impl ChannelReceiver {
             .front()
             .map(|(_, last, _)| *last + self.retry_after(now));
         let reorder = now + self.cfg.reorder_wait / 2;
-        let soonest = soonest_retry.map_or(reorder, |r| r.min(reorder));
-        Some(match self.last_nack {
-            Some((last, true)) => soonest.max(last + self.cfg.nack_every),
-            _ => soonest,
-        })
+        Some(soonest_retry.map_or(reorder, |r| r.min(reorder)))
     }
 }
 
@@ -543,77 +520,6 @@ mod tests {
         // NACKs.
         assert_eq!(asked.len(), 1000);
         assert!(r.stats().nacks >= 8, "{} NACKs", r.stats().nacks);
-    }
-
-    #[test]
-    fn nacks_come_no_more_often_than_nack_every_and_miss_no_loss() {
-        // One datagram of 1000 bytes a millisecond; every tenth lost; polled every millisecond.
-        let run = |nack_every: Duration| {
-            let cfg = RecvConfig {
-                nack_every,
-                ..RecvConfig::default()
-            };
-            let t0 = Instant::now();
-            let mut r = ChannelReceiver::new(0, 1_000_000, cfg);
-            let mut nacks: Vec<(Instant, Vec<(u64, u64)>)> = Vec::new();
-            for i in 0..300u64 {
-                let now = t0 + ms(i);
-                if i % 10 != 3 {
-                    r.on_data(now, i * 1000, 1000, false, 0..1_000_000);
-                }
-                if let Some(ranges) = r.poll_nack(now) {
-                    nacks.push((now, ranges));
-                }
-            }
-            nacks
-        };
-        let paced = run(ms(20));
-        for pair in paced.windows(2) {
-            let gap = pair[1].0 - pair[0].0;
-            assert!(gap >= ms(20), "NACKs {gap:?} apart");
-        }
-        // Every loss the horizon has passed (all but the last few milliseconds'), asked for
-        // (those asked again after the 150 ms retry counted once).
-        let mut asked: Vec<(u64, u64)> = paced.iter().flat_map(|(_, r)| r.clone()).collect();
-        asked.sort_unstable();
-        asked.dedup();
-        let lost: Vec<(u64, u64)> = (0..290u64)
-            .filter(|i| i % 10 == 3)
-            .map(|i| (i * 1000, i * 1000 + 1000))
-            .collect();
-        assert_eq!(asked, lost);
-        // Unpaced, the same losses take a NACK each: the pace is what cut them.
-        let unpaced = run(Duration::ZERO);
-        assert!(paced.len() <= 16, "{} NACKs", paced.len());
-        assert!(unpaced.len() >= 29, "{} NACKs", unpaced.len());
-    }
-
-    #[test]
-    fn a_nack_cut_short_by_the_budget_is_followed_at_once() {
-        let t0 = Instant::now();
-        let size = 1428u64;
-        let cfg = RecvConfig {
-            nack_every: ms(20),
-            ..RecvConfig::default()
-        };
-        let mut r = ChannelReceiver::new(0, 5000 * size, cfg);
-        for i in (0..4000).step_by(2) {
-            r.on_data(t0, i * size, size, false, 0..5000 * size);
-        }
-        let first = r.poll_nack(t0 + ms(6)).expect("a NACK");
-        assert!(first.len() < 2000, "all {} in one", first.len());
-        // The rest at the next polls, not 20 ms later.
-        let mut asked = first.len();
-        while let Some(more) = r.poll_nack(t0 + ms(7)) {
-            asked += more.len();
-        }
-        // (The last gap is above the frontier: not known lost yet.)
-        assert_eq!(asked, 1999);
-        // Then the pace holds: the next loss waits for the NACK 20 ms after the last.
-        r.on_data(t0 + ms(8), 4000 * size, size, false, 0..5000 * size);
-        assert_eq!(r.poll_nack(t0 + ms(20)), None);
-        let last = 3999 * size;
-        assert_eq!(r.poll_nack(t0 + ms(27)), Some(vec![(last, last + size)]));
     }
 
     #[test]
