@@ -16,7 +16,8 @@ not per rate). Per run and as medians it prints:
   CPU, often the peer, so the machine's figure is the fair one to compare tools by;
 * per GiB per side: system calls (sends, receives, futex, sched_yield, clock_nanosleep, poll,
   pread/pwrite, read/write) and context switches, counted by ``perf stat`` on the syscall
-  tracepoints (the counting costs each side a little; ``--no-syscalls`` measures without);
+  tracepoints in runs of their own after the measured ones (``--stat-repeat``, default 1):
+  the tracepoints cost each side 15-30% more CPU at a paced rate (``--no-syscalls``: none);
 * ``--profile``: one more run per configuration under ``perf record -g`` per side, its samples
   split by stage (read, hash, seal/open, send, receive, net softirq, pace/sleep/switch, gather,
   write, user copy, other) by the rules in ``STAGES`` below, and the top "other" symbols;
@@ -257,7 +258,7 @@ def parse_rate(s: str) -> float:
 class Run:
     job: Job
     repeat: int
-    mode: str  # measure | profile | callgrind
+    mode: str  # measure | stat | profile | callgrind | callgrind2
     ok: bool = False
     wall: float | None = None
     goodput: float | None = None
@@ -269,6 +270,7 @@ class Run:
     counts: dict = field(default_factory=dict)  # side -> {event: count}
     stages: dict = field(default_factory=dict)  # side -> {stage: samples}
     other_syms: dict = field(default_factory=dict)  # side -> [(sym, samples)]
+    threads: dict = field(default_factory=dict)  # side -> [(thread name, samples)]
     instr: dict = field(default_factory=dict)  # side -> instructions (callgrind)
     note: str = ""
 
@@ -316,12 +318,14 @@ def classify(side: str, frames: list[str]) -> str:
 STAGE_RES = [(n, s, re.compile(rx)) for n, s, rx in STAGES]
 
 
-def profile_split(data: Path, side: str, timeout: float = 300) -> tuple[dict, list]:
-    """Samples of a perf.data per stage, and the most frequent leaf symbols left as 'other'."""
-    r = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
+def profile_split(data: Path, side: str, timeout: float = 300) -> tuple[dict, list, list]:
+    """Samples of a perf.data per stage, the most frequent leaf symbols left as 'other', and the
+    samples per thread name (the busiest thread bounds what one transfer can do)."""
+    r = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,tid,ip,sym", "--no-inline"],
                        capture_output=True, text=True, timeout=timeout)
     counts = {s: 0 for s in STAGE_NAMES}
     other: dict[str, int] = {}
+    threads: dict[str, int] = {}
     frames: list[str] = []
 
     def flush():
@@ -333,17 +337,23 @@ def profile_split(data: Path, side: str, timeout: float = 300) -> tuple[dict, li
             other[frames[0]] = other.get(frames[0], 0) + 1
         frames.clear()
 
-    for line in r.stdout.splitlines():
-        line = line.strip()
+    for raw in r.stdout.splitlines():
+        line = raw.strip()
         if not line:
             flush()
+            continue
+        if not raw[0].isspace():  # a sample's header: "comm tid"
+            flush()
+            comm = line.rsplit(None, 1)[0] if " " in line else line
+            threads[comm] = threads.get(comm, 0) + 1
             continue
         parts = line.split(None, 1)
         sym = parts[1] if len(parts) > 1 else "[unknown]"
         sym = re.sub(r"\+0x[0-9a-f]+$", "", sym)
         frames.append(sym)
     flush()
-    return counts, sorted(other.items(), key=lambda kv: -kv[1])[:8]
+    return (counts, sorted(other.items(), key=lambda kv: -kv[1])[:8],
+            sorted(threads.items(), key=lambda kv: -kv[1])[:6])
 
 
 def callgrind_total(path: Path) -> float | None:
@@ -370,8 +380,8 @@ class Runner:
     def wrap(self, argv: list[str], side: str, d: Path, mode: str) -> list[str]:
         timed = ["/usr/bin/time", "-o", str(d / f"{side}.time"), "-f", TIME_FMT] + argv
         if mode == "measure":
-            if self.args.no_syscalls:
-                return timed
+            return timed
+        if mode == "stat":
             return ["perf", "stat", "-x,", "-o", str(d / f"{side}.stat"), "-e", ",".join(EVENTS), "--"] + timed
         if mode == "profile":
             return ["perf", "record", "-q", "-g", "-F", str(self.args.profile_freq), "-o",
@@ -432,11 +442,12 @@ class Runner:
                 t = parse_time(d / f"{side}.time")
                 if t:
                     res.cpu[side] = t
-                if mode == "measure":
+                if mode == "stat":
                     res.counts[side] = parse_stat(d / f"{side}.stat")
                 elif mode == "profile":
-                    res.stages[side], res.other_syms[side] = profile_split(d / f"{side}.data", side[0])
-                else:
+                    res.stages[side], res.other_syms[side], res.threads[side] = profile_split(
+                        d / f"{side}.data", side[0])
+                elif cg:
                     total = sum(filter(None, (callgrind_total(f) for f in d.glob(f"{side}.cg*"))))
                     res.instr[side] = total or None
             res.ok = True
@@ -559,13 +570,15 @@ def print_tables(runs: list[Run], jobs: list[Job], args):
               f"| {ud('send')} | {ud('recv')} | {fmt(med([per_gib(r.machine_busy_s, r.size) for r in rs]))} "
               f"| {fmt(med([machine_excess(r) for r in rs]))} "
               f"| {fmt(med([r.steal_s for r in rs]))} | {fmt(med([r.load_before for r in rs]))} |")
-    if any(r.counts for r in meas):
+    stat = [r for r in runs if r.mode == "stat"]
+    if any(r.counts for r in stat):
         cols = [n for n, _ in SYSCALL_COLUMNS]
-        print("\n### System calls and context switches per GiB (medians; sender / receiver)\n")
+        print(f"\n### System calls and context switches per GiB (perf stat runs, medians of "
+              f"{args.stat_repeat}; sender / receiver)\n")
         print("| path | tool | rate | " + " | ".join(cols) + " |")
         print("|---|---|---|" + "---:|" * len(cols))
         for k in keys:
-            rs = [r for r in meas if r.job.key == k and r.ok and r.counts]
+            rs = [r for r in stat if r.job.key == k and r.ok and r.counts]
             if not rs:
                 continue
             cells = []
@@ -587,12 +600,33 @@ def print_tables(runs: list[Run], jobs: list[Job], args):
                     continue
                 cells = [f"{100 * st[s] / tot:.1f}" for s in STAGE_NAMES]
                 print(f"| {r.job.path} | {r.job.label} | {r.job.rate} | {side} | {tot} | " + " | ".join(cells) + " |")
+        print("\n### The same in CPU-s/GiB (each share x the side's median CPU-s/GiB of the measured runs)\n")
+        print("| path | tool | rate | side | CPU-s/GiB | " + " | ".join(STAGE_NAMES) + " |")
+        print("|---|---|---|---|---:|" + "---:|" * len(STAGE_NAMES))
+        for r in prof:
+            for side in ("send", "recv"):
+                st = r.stages.get(side) or {}
+                tot = sum(st.values())
+                cpu = med([cpu_side(x, side) for x in meas if x.ok and x.job.key == r.job.key])
+                if not tot or cpu is None:
+                    continue
+                cells = [f"{cpu * st[s] / tot:.2f}" for s in STAGE_NAMES]
+                print(f"| {r.job.path} | {r.job.label} | {r.job.rate} | {side} | {cpu:.2f} | " + " | ".join(cells) + " |")
         print("\nMost frequent leaf symbols of 'other' samples:\n")
         for r in prof:
             for side in ("send", "recv"):
                 tot = sum((r.stages.get(side) or {}).values()) or 1
                 syms = ", ".join(f"{s[:60]} {100 * c / tot:.1f}%" for s, c in r.other_syms.get(side, [])[:6])
                 print(f"- {r.job.path} {r.job.label} {r.job.rate} {side}: {syms or '–'}")
+        print("\nBusiest threads (share of the side's samples, and CPU-s/GiB at the side's median; "
+              "1 / that is the most one such thread can move, in GiB/s):\n")
+        for r in prof:
+            for side in ("send", "recv"):
+                tot = sum((r.stages.get(side) or {}).values()) or 1
+                cpu = med([cpu_side(x, side) for x in meas if x.ok and x.job.key == r.job.key])
+                ths = ", ".join(f"{t} {100 * c / tot:.0f}%" + (f" ({cpu * c / tot:.2f})" if cpu else "")
+                                for t, c in r.threads.get(side, [])[:4])
+                print(f"- {r.job.path} {r.job.label} {r.job.rate} {side}: {ths or '–'}")
     cg = [r for r in runs if r.mode == "callgrind" and r.ok]
     if cg:
         small = human_size(args.callgrind_size)
@@ -681,7 +715,11 @@ def main():
     ap.add_argument("--callgrind", action="store_true",
                     help="also one run per configuration under valgrind --tool=callgrind")
     ap.add_argument("--callgrind-size", type=parse_size, default=32 << 20, help="its file size (default 32M)")
-    ap.add_argument("--no-syscalls", action="store_true", help="no perf stat around the measured runs")
+    ap.add_argument("--no-syscalls", action="store_true", help="no perf stat runs (system call counts)")
+    ap.add_argument("--stat-repeat", type=int, default=1,
+                    help="runs per configuration under perf stat, for the system call counts, after the "
+                         "measured runs (default 1; the tracepoints cost CPU, so these runs' CPU is not in "
+                         "the cost table)")
     ap.add_argument("--workdir", type=Path, default=Path("/dev/shm/hurtle-cost"),
                     help="source file, received files, logs (default /dev/shm/hurtle-cost)")
     ap.add_argument("--no-warm", dest="warm", action="store_false",
@@ -698,8 +736,8 @@ def main():
     recover_stale(args.workdir / "state.json", NS_RE)
     if args.cleanup:
         return
-    if not 1 <= args.repeat <= 50:
-        sys.exit("--repeat must be 1 to 50")
+    if not 1 <= args.repeat <= 50 or not 1 <= args.stat_repeat <= 50:
+        sys.exit("--repeat and --stat-repeat must be 1 to 50")
     paths = [p for p in args.paths.split(",") if p]
     tools = [t for t in args.tools.split(",") if t]
     for t in tools:
@@ -786,6 +824,10 @@ def main():
                 k = rep % len(jobs)
                 for job in jobs[k:] + jobs[:k]:
                     do(job, rep, "measure")
+            if not args.no_syscalls:
+                for rep in range(args.stat_repeat):
+                    for job in jobs:
+                        do(job, rep, "stat")
             if args.profile:
                 for job in jobs:
                     do(job, 0, "profile")
@@ -798,7 +840,9 @@ def main():
     finally:
         REG.cleanup()
         print_tables(runs, jobs, args)
-        print(f"\nCSV: {csv_path}; load {os.getloadavg()[0]:.2f} at the end", flush=True)
+        bufs = "/".join(Path(f"/proc/sys/net/core/{k}").read_text().strip() for k in ("rmem_max", "wmem_max"))
+        print(f"\nCSV: {csv_path}; load average {os.getloadavg()[0]:.2f} at the end; "
+              f"net.core.rmem_max/wmem_max {bufs}", flush=True)
 
 
 if __name__ == "__main__":
