@@ -265,6 +265,7 @@ pub(super) fn send_once(
         start,
         progress: progress.clone(),
         rate_bps: AtomicU64::new(controller.rate_bps()),
+        rate_ceiling_bps: controller.config().ceiling_bps,
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
         new_data_sent_us: AtomicU64::new(0),
@@ -1047,7 +1048,10 @@ impl ChannelThreads {
     ) -> Result<ChannelThreads, SessionError> {
         let channels = workers.len();
         let tcp = workers.first().is_some_and(|w| w.link.is_tcp());
-        let threads = send_threads(channels as u16, tcp);
+        let ceiling = workers
+            .first()
+            .map_or(u64::MAX, |w| w.shared.rate_ceiling_bps);
+        let threads = send_threads(channels as u16, tcp, ceiling);
         let mut groups: Vec<Vec<ChannelWorker>> = (0..threads).map(|_| Vec::new()).collect();
         for w in workers {
             groups[usize::from(w.ch) % threads].push(w);

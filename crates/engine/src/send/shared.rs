@@ -54,6 +54,9 @@ pub(super) struct Shared {
     pub(super) progress: Arc<Progress>,
     /// Current pacing rate for all channels together, bits per second.
     pub(super) rate_bps: AtomicU64,
+    /// The most `rate_bps` can become (the controller's ceiling): what the channel threads are
+    /// counted for ([`super::channel_threads::send_threads`]).
+    pub(super) rate_ceiling_bps: u64,
     pub(super) channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
