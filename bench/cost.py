@@ -17,7 +17,7 @@ not per rate). Per run and as medians it prints:
 * per GiB per side: system calls (sends, receives, futex, sched_yield, clock_nanosleep, poll,
   pread/pwrite, read/write) and context switches, counted by ``perf stat`` on the syscall
   tracepoints in runs of their own after the measured ones (``--stat-repeat``, default 1):
-  the tracepoints cost each side 15-30% more CPU at a paced rate (``--no-syscalls``: none);
+  the tracepoints cost a sender paced at 100M a quarter more CPU (``--no-syscalls``: none);
 * ``--profile``: one more run per configuration under ``perf record -g`` per side, its samples
   split by stage (read, hash, seal/open, send, receive, net softirq, pace/sleep/switch, gather,
   write, user copy, other) by the rules in ``STAGES`` below, and the top "other" symbols;
