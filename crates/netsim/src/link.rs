@@ -619,6 +619,11 @@ mod tests {
         t0 + Duration::from_secs(3600)
     }
 
+    /// The number [`numbered`] put into packet `p`.
+    fn number_of(p: &[u8]) -> u64 {
+        u64::from_le_bytes(p[..8].try_into().unwrap())
+    }
+
     fn numbered(i: u64, len: usize) -> Vec<u8> {
         let mut p = i.to_le_bytes().to_vec();
         p.resize(len.max(8), 0xAB);
@@ -685,7 +690,7 @@ mod tests {
         }
         let arrived: std::collections::HashSet<u64> = drain(&mut link, far(t0))
             .iter()
-            .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
+            .map(|(_, p)| number_of(p))
             .collect();
         // Runs of consecutive lost packets.
         let (mut runs, mut in_run) = (0u64, false);
@@ -775,7 +780,7 @@ mod tests {
             }
             let got: std::collections::HashSet<u64> = drain(&mut link, far(t0))
                 .into_iter()
-                .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
+                .map(|(_, p)| number_of(&p))
                 .collect();
             (0..2_000)
                 .filter(|i| !got.contains(i))
@@ -902,7 +907,7 @@ mod tests {
         assert_eq!(link.stats().dropped_blackout, 100);
         let got: Vec<u64> = drain(&mut link, far(t0))
             .into_iter()
-            .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
+            .map(|(_, p)| number_of(&p))
             .collect();
         let expected: Vec<u64> = (0..100).chain(200..300).collect();
         assert_eq!(got, expected);
@@ -999,14 +1004,11 @@ mod tests {
         }
         let got = drain(&mut link, far(t0));
         assert_eq!(got.len(), n as usize);
-        let order: Vec<u64> = got
-            .iter()
-            .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
-            .collect();
+        let order: Vec<u64> = got.iter().map(|(_, p)| number_of(p)).collect();
         let inversions = order.windows(2).filter(|w| w[0] > w[1]).count();
         assert!(inversions > 100, "{inversions}");
         for (at, p) in &got {
-            let i = u64::from_le_bytes(p[..8].try_into().unwrap()) as u32;
+            let i = number_of(p) as u32;
             let sent = t0 + i * Duration::from_micros(100);
             let extra = *at - sent - delay;
             assert!(extra < jitter, "{extra:?}");
@@ -1031,15 +1033,12 @@ mod tests {
             }
             let got = drain(&mut link, far(t0));
             assert_eq!(got.len(), n as usize);
-            let order: Vec<u64> = got
-                .iter()
-                .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
-                .collect();
+            let order: Vec<u64> = got.iter().map(|(_, p)| number_of(p)).collect();
             assert!(order.windows(2).all(|w| w[0] < w[1]), "in order");
             let extra: Duration = got
                 .iter()
                 .map(|(at, p)| {
-                    let i = u64::from_le_bytes(p[..8].try_into().unwrap()) as u32;
+                    let i = number_of(p) as u32;
                     let extra = *at - (t0 + i * gap) - delay;
                     assert!(extra < jitter, "{extra:?}");
                     extra
@@ -1071,15 +1070,12 @@ mod tests {
         let late = got
             .iter()
             .filter(|(at, p)| {
-                let i = u64::from_le_bytes(p[..8].try_into().unwrap()) as u32;
+                let i = number_of(p) as u32;
                 *at - (t0 + i * MS) == Duration::from_millis(4)
             })
             .count() as u64;
         assert_eq!(late, s.reordered);
-        let order: Vec<u64> = got
-            .iter()
-            .map(|(_, p)| u64::from_le_bytes(p[..8].try_into().unwrap()))
-            .collect();
+        let order: Vec<u64> = got.iter().map(|(_, p)| number_of(p)).collect();
         assert!(order.windows(2).any(|w| w[0] > w[1]));
     }
 

@@ -211,7 +211,9 @@ pub(super) fn session_loop(
             .map_err(data_error)?;
             let interval = now.saturating_duration_since(reports.interval_start());
             let late = lateness.tick(now, wake);
-            if interval >= report_every.max(late * 4).min(MAX_REPORT_INTERVAL) {
+            // Reports cover at least four times the recent lateness ([`Lateness`]).
+            let every = report_every.max(late * 4).min(MAX_REPORT_INTERVAL);
+            if interval >= every {
                 let timed_on_read = shared.timed_on_read.swap(false, Ordering::Relaxed);
                 let now_marks = shared.arrival_marks();
                 let before = std::mem::replace(&mut marks, now_marks);
@@ -239,11 +241,7 @@ pub(super) fn session_loop(
                 };
                 shared.send_feedback(reports.build(now, &facts));
             }
-            wake = next_wake(
-                now,
-                reports.interval_start() + report_every.max(late * 4).min(MAX_REPORT_INTERVAL),
-                data.poll_timeout(),
-            );
+            wake = next_wake(now, reports.interval_start() + every, data.poll_timeout());
         }
         select! {
             recv(rx) -> msg => match msg.map_err(|_| ControlError::Closed)? {

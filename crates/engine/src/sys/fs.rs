@@ -1,6 +1,7 @@
 //! The file system calls std and rustix do not make for [`crate::fs`]: preallocation
 //! (`fallocate`), early writeback (`sync_file_range`), telling memory-backed filesystems and
-//! those suited to direct writes apart (`fstatfs`), free space (`statvfs`) and the open-file limit (`getrlimit`/`setrlimit`).
+//! those suited to direct writes apart (`fstatfs`), free space (`statvfs`) and the open-file
+//! limit (`getrlimit`/`setrlimit`).
 
 use std::fs::File;
 use std::io;
@@ -60,22 +61,27 @@ pub(crate) fn start_writeback(_file: &File, _offset: u64, _len: u64) -> io::Resu
     Ok(())
 }
 
-/// True when `file` is on tmpfs or ramfs.
+/// The filesystem type of `file` (`fstatfs`'s `f_type`), `None` where the call fails.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 // The magic numbers' and `f_type`'s integer types differ between targets.
 #[allow(clippy::unnecessary_cast)]
-pub(crate) fn memory_backed(file: &File) -> bool {
+fn fs_kind(file: &File) -> Option<i64> {
     let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: `st` is writable for one statfs and only read after the call succeeded.
     if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return false;
+        return None;
     }
     // SAFETY: fstatfs returned 0, so `st` is initialised.
-    let kind = unsafe { st.assume_init() }.f_type;
+    Some(unsafe { st.assume_init() }.f_type as i64)
+}
+
+/// True when `file` is on tmpfs or ramfs.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn memory_backed(file: &File) -> bool {
     /// `RAMFS_MAGIC` from linux/magic.h (the libc crate does not have it).
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let kind = kind as i64;
-    kind == libc::TMPFS_MAGIC as i64 || kind == RAMFS_MAGIC
+    fs_kind(file).is_some_and(|kind| kind == libc::TMPFS_MAGIC as i64 || kind == RAMFS_MAGIC)
 }
 
 /// True when `file` is on a local disk filesystem known to write well with `O_DIRECT` (ext4,
@@ -86,13 +92,9 @@ pub(crate) fn memory_backed(file: &File) -> bool {
 // The magic numbers' and `f_type`'s integer types differ between targets.
 #[allow(clippy::unnecessary_cast)]
 pub(crate) fn direct_io_suits(file: &File) -> bool {
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `st` is writable for one statfs and only read after the call succeeded.
-    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+    let Some(kind) = fs_kind(file) else {
         return false;
-    }
-    // SAFETY: fstatfs returned 0, so `st` is initialised.
-    let kind = unsafe { st.assume_init() }.f_type as i64;
+    };
     [
         libc::EXT4_SUPER_MAGIC as i64,
         libc::XFS_SUPER_MAGIC as i64,
