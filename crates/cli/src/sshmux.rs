@@ -35,6 +35,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Largest payload of one frame.
@@ -77,6 +78,9 @@ struct Shared {
     next_id: AtomicU32,
     ended: AtomicBool,
     accept: Option<Accept>,
+    /// The threads this mux started and that may still run (finished ones are let go as new
+    /// ones start), for [`Mux::join_threads`].
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// One stream: a local socket, pumped both ways.
@@ -121,15 +125,14 @@ impl Mux {
             next_id: AtomicU32::new(1),
             ended: AtomicBool::new(false),
             accept,
+            threads: Mutex::default(),
         });
         let reader = shared.clone();
-        let _ = std::thread::Builder::new()
-            .name("sshmux-read".into())
-            .spawn(move || {
-                let _ = reader.read_loop(BufReader::with_capacity(256 * 1024, input));
-                reader.end();
-                on_end();
-            });
+        let _ = shared.spawn("sshmux-read", move || {
+            let _ = reader.read_loop(BufReader::with_capacity(256 * 1024, input));
+            reader.end();
+            on_end();
+        });
         Mux { shared }
     }
 
@@ -141,6 +144,34 @@ impl Mux {
     /// True once the pipe has ended.
     pub fn ended(&self) -> bool {
         self.shared.ended.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every thread this mux started has exited (true), or `timeout` has passed
+    /// (false). Threads end once the pipe has ended and the local sockets are done; a test
+    /// that must leave nothing running behind it calls this after the mux's end.
+    pub fn join_threads(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let finished: Vec<JoinHandle<()>> = {
+                let mut threads = self.shared.lock_threads();
+                if threads.is_empty() {
+                    return true;
+                }
+                let (done, running) = threads.drain(..).partition(|h| h.is_finished());
+                *threads = running;
+                done
+            };
+            for h in finished {
+                let _ = h.join();
+            }
+            if self.shared.lock_threads().is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Waits until every stream has finished both ways (what the session wrote is through the
@@ -265,6 +296,20 @@ impl Shared {
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_threads(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.threads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a thread of this mux, kept for [`Mux::join_threads`] (the finished ones are let
+    /// go here, so a long-lived mux keeps only the running ones).
+    fn spawn(&self, name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
+        let handle = std::thread::Builder::new().name(name.into()).spawn(f)?;
+        let mut threads = self.lock_threads();
+        threads.retain(|h| !h.is_finished());
+        threads.push(handle);
+        Ok(())
+    }
+
     /// Writes one frame to the pipe (blocking while the pipe is full).
     fn send(&self, id: u32, kind: u8, payload: &[u8]) -> io::Result<()> {
         if self.ended.load(Ordering::Relaxed) {
@@ -293,11 +338,9 @@ impl Shared {
     /// on the pipe's other direction.
     fn send_later(self: &Arc<Self>, id: u32, kind: u8, payload: Vec<u8>) {
         let me = self.clone();
-        let _ = std::thread::Builder::new()
-            .name("sshmux-answer".into())
-            .spawn(move || {
-                let _ = me.send(id, kind, &payload);
-            });
+        let _ = self.spawn("sshmux-answer", move || {
+            let _ = me.send(id, kind, &payload);
+        });
     }
 
     fn read_loop(self: &Arc<Self>, mut input: impl Read) -> io::Result<()> {
@@ -402,47 +445,39 @@ impl Shared {
         }
         let addr = SocketAddr::new(accept.ip, port);
         let me = self.clone();
-        let _ = std::thread::Builder::new()
-            .name("sshmux-connect".into())
-            .spawn(move || {
-                let connected =
-                    TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(|sock| {
-                        let _ = sock.set_nodelay(true);
-                        Stream::new(sock)
-                    });
-                match connected {
-                    Ok(stream) => {
-                        me.lock_streams().insert(id, stream.clone());
-                        if me.send(id, OPENED, &[]).is_ok() && me.pump(id, stream).is_err() {
-                            if let Some(s) = me.lock_streams().remove(&id) {
-                                s.reset();
-                            }
-                            let _ = me.send(id, RESET, &[]);
+        let _ = self.spawn("sshmux-connect", move || {
+            let connected = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(|sock| {
+                let _ = sock.set_nodelay(true);
+                Stream::new(sock)
+            });
+            match connected {
+                Ok(stream) => {
+                    me.lock_streams().insert(id, stream.clone());
+                    if me.send(id, OPENED, &[]).is_ok() && me.pump(id, stream).is_err() {
+                        if let Some(s) = me.lock_streams().remove(&id) {
+                            s.reset();
                         }
-                    }
-                    Err(e) => {
-                        let _ = me.send(
-                            id,
-                            REFUSED,
-                            format!("cannot connect to {addr}: {e}").as_bytes(),
-                        );
+                        let _ = me.send(id, RESET, &[]);
                     }
                 }
-            });
+                Err(e) => {
+                    let _ = me.send(
+                        id,
+                        REFUSED,
+                        format!("cannot connect to {addr}: {e}").as_bytes(),
+                    );
+                }
+            }
+        });
     }
 
     /// Starts the two pumps of an open stream.
     fn pump(self: &Arc<Self>, id: u32, stream: Arc<Stream>) -> io::Result<()> {
         let reading = stream.sock.try_clone()?;
         let (me, s) = (self.clone(), stream.clone());
-        std::thread::Builder::new()
-            .name("sshmux-out".into())
-            .spawn(move || me.pump_out(id, &s, reading))?;
+        self.spawn("sshmux-out", move || me.pump_out(id, &s, reading))?;
         let (me, s) = (self.clone(), stream);
-        std::thread::Builder::new()
-            .name("sshmux-in".into())
-            .spawn(move || me.pump_in(id, &s))?;
-        Ok(())
+        self.spawn("sshmux-in", move || me.pump_in(id, &s))
     }
 
     /// One direction of a stream is done; both: the stream is forgotten.
@@ -654,7 +689,7 @@ mod tests {
     fn other_ports_are_refused_and_the_pipe_s_end_ends_everything() {
         let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = server.local_addr().unwrap().port();
-        let (near, _far, far_ended, cut) = pair(port);
+        let (near, far, far_ended, cut) = pair(port);
         let dialer = near.dialer();
         let to = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p);
         let e = dialer
@@ -662,7 +697,7 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("not one the receiver"), "{e}");
         let mut s = dialer.dial(to(port), Duration::from_secs(5)).unwrap();
-        let (_accepted, _) = server.accept().unwrap();
+        let (accepted, _) = server.accept().unwrap();
         // The pipe is cut: both ends see its EOF, the far end says so, and the stream's
         // socket here ends.
         cut.shutdown(Shutdown::Both).unwrap();
@@ -676,5 +711,16 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(dialer.dial(to(port), Duration::from_secs(1)).is_err());
+        // Every thread of both ends exits, the local sockets still open.
+        let _open = (s, accepted);
+        assert!(
+            near.join_threads(Duration::from_secs(5)),
+            "near end's threads"
+        );
+        assert!(
+            far.join_threads(Duration::from_secs(5)),
+            "far end's threads"
+        );
+        assert!(near.shared.lock_threads().is_empty());
     }
 }
