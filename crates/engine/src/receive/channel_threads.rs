@@ -4,7 +4,7 @@
 //! ([`ChannelWorker::on_datagram`]), gathers blocks, spills the oldest when buffers run short,
 //! hands complete ones on, and sends NACKs and its completion.
 
-use super::gathering::Gathering;
+use super::gathering::{Gathering, Gatherings};
 use super::shared::{ChanCmd, ChanEvent, Shared};
 use super::writer::{write_block, Writer, Written};
 use crate::error::SessionError;
@@ -21,7 +21,7 @@ use hurtle_proto::hash::{block_value, BlockHasher};
 use hurtle_proto::punch::Role;
 use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,10 +36,8 @@ pub(super) struct ChannelWorker {
     pub(super) shared: Arc<Shared>,
     pub(super) cmds: ChanRx<ChanCmd>,
     pub(super) events: Sender<ChanEvent>,
-    /// Incomplete blocks being gathered in memory.
-    pub(super) buffers: HashMap<u64, Gathering>,
-    /// Their arrival order, oldest first (for spilling).
-    pub(super) order: VecDeque<u64>,
+    /// Incomplete blocks being gathered in memory, oldest first (for spilling).
+    pub(super) buffers: Gatherings,
     pub(super) pool: Vec<Vec<u8>>,
     /// Where complete blocks go to be written, if not written on this thread.
     pub(super) writer: Option<Writer>,
@@ -626,7 +624,7 @@ impl ChannelWorker {
             self.parity.remove(pos);
             return Ok(0);
         };
-        let Some(gathering) = self.buffers.get(&place.block) else {
+        let Some(gathering) = self.buffers.get(place.block) else {
             self.parity.remove(pos);
             return Ok(0);
         };
@@ -698,33 +696,31 @@ impl ChannelWorker {
             self.admission.reject(RejectReason::Layout);
             return Ok(0);
         };
-        if self.spilled.contains_key(&place.block) {
+        // The block being gathered (nearly always the last datagram's), else one spilled,
+        // else a new one: a block is never both gathered and spilled.
+        if let Some(g) = self.buffers.get_mut(place.block) {
+            g.fill(at, payload);
+        } else if self.spilled.contains_key(&place.block) {
             file.write_at(offset, payload)?;
         } else {
-            if !self.buffers.contains_key(&place.block) {
-                if self.buffers.len() >= self.max_buffers {
-                    self.spill_oldest()?;
-                }
-                let mut buf = self.take_buffer();
-                buf.resize(block_len, 0);
-                let layout = &self.shared.layout;
-                let blocks = layout.blocks_of(file_id);
-                let hasher = BlockHasher::new(
-                    place.block - blocks.start,
-                    layout.block_size(),
-                    blocks.end - blocks.start,
-                );
-                let gathering = Gathering {
-                    buf,
-                    hasher,
-                    prefix: 0,
-                };
-                self.buffers.insert(place.block, gathering);
-                self.order.push_back(place.block);
+            if self.buffers.len() >= self.max_buffers {
+                self.spill_oldest()?;
             }
-            if let Some(g) = self.buffers.get_mut(&place.block) {
-                g.fill(at, payload);
-            }
+            let mut buf = self.take_buffer();
+            buf.resize(block_len, 0);
+            let layout = &self.shared.layout;
+            let blocks = layout.blocks_of(file_id);
+            let hasher = BlockHasher::new(
+                place.block - blocks.start,
+                layout.block_size(),
+                blocks.end - blocks.start,
+            );
+            let gathering = Gathering {
+                buf,
+                hasher,
+                prefix: 0,
+            };
+            self.buffers.push(place.block, gathering).fill(at, payload);
         }
         if out.completes_block {
             self.complete_block(place.block, file_id, place.block_file_start, block_len)?;
@@ -745,8 +741,7 @@ impl ChannelWorker {
         let Some(part) = self.shared.files[file as usize].clone() else {
             return Ok(());
         };
-        let value = if let Some(mut g) = self.buffers.remove(&block) {
-            self.order.retain(|&b| b != block);
+        let value = if let Some(mut g) = self.buffers.remove(block) {
             let v = g.finish();
             let first = !self.refetched.contains(&block);
             if let Some(w) = &self.writer {
@@ -795,10 +790,7 @@ impl ChannelWorker {
 
     /// Writes what the oldest buffered block holds to its file and frees its buffer.
     fn spill_oldest(&mut self) -> Result<(), SessionError> {
-        let Some(block) = self.order.pop_front() else {
-            return Ok(());
-        };
-        let Some(Gathering { buf, .. }) = self.buffers.remove(&block) else {
+        let Some((block, Gathering { buf, .. })) = self.buffers.pop_oldest() else {
             return Ok(());
         };
         let layout = &self.shared.layout;

@@ -38,7 +38,7 @@ use hurtle_proto::session::{
 };
 use hurtle_proto::wire::{Control, Decision, Entry, EntryKind};
 use hurtle_proto::{Admission, ChannelReceiver, Layout, RecvConfig};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -583,8 +583,7 @@ impl Receiver {
                 shared: shared.clone(),
                 cmds: cmd_rx,
                 events: ev_tx.clone(),
-                buffers: HashMap::new(),
-                order: VecDeque::new(),
+                buffers: Default::default(),
                 pool: Vec::new(),
                 writer: writer.cloned(),
                 max_buffers: buffers_per_channel,
