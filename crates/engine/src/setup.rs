@@ -4,8 +4,7 @@
 //! with the side's driver, which acts on each event this returns.
 
 use crate::error::{SessionError, Side};
-use crate::net::control::{ControlError, Incoming};
-use crossbeam_channel::Sender;
+use crate::net::control::{ControlError, ControlTx, Incoming};
 use hurtle_proto::session::{Setup, SetupError, SETUP_TIMEOUT};
 use hurtle_proto::wire::Control;
 use std::time::Instant;
@@ -14,12 +13,12 @@ use std::time::Instant;
 pub(crate) struct Driver<'a, S> {
     pub(crate) machine: S,
     rx: &'a Incoming,
-    tx: &'a Sender<Control>,
+    tx: &'a ControlTx,
     peer: Side,
 }
 
 impl<'a, S: Setup> Driver<'a, S> {
-    pub(crate) fn new(machine: S, rx: &'a Incoming, tx: &'a Sender<Control>, peer: Side) -> Self {
+    pub(crate) fn new(machine: S, rx: &'a Incoming, tx: &'a ControlTx, peer: Side) -> Self {
         Driver {
             machine,
             rx,

@@ -20,7 +20,7 @@ use super::{Receiver, WriteQueue};
 use crate::error::{SessionError, Side};
 use crate::fs::{self, PartFile};
 use crate::net::channel_link::LinkIn;
-use crate::net::control::ControlError;
+use crate::net::control::{ControlError, ControlTx};
 use crate::net::feedback::FeedbackOut;
 use crate::net::udp::UdpChannel;
 use crate::netlog::NetLog;
@@ -55,7 +55,7 @@ impl Receiver {
         rtt: Duration,
         (rx, tx, control): (
             &ChanRx<Result<Control, ControlError>>,
-            &Sender<Control>,
+            &ControlTx,
             BorrowedFd<'_>,
         ),
         peer: SocketAddr,
@@ -428,7 +428,7 @@ impl Receiver {
         &self,
         mut setup: Driver<'_, ReceiverSetup>,
         (block_size, checksum, channels, encrypted): (u64, bool, u16, bool),
-        (tx, peer, start): (&Sender<Control>, SocketAddr, Instant),
+        (tx, peer, start): (&ControlTx, SocketAddr, Instant),
         (mut warnings, capacity): (Vec<String>, super::capacity::Capacity),
     ) -> Result<ReceiveSummary, SessionError> {
         match setup.next()? {
@@ -914,7 +914,7 @@ fn link_decision(
 
 /// Sends the paths a mirror would delete to the sender, in parts of [`PATHS_PER_PART`] (a
 /// dry run's last messages; at least one part, the last).
-fn send_extraneous(strays: &[crate::mirror::Stray], tx: &Sender<Control>) {
+fn send_extraneous(strays: &[crate::mirror::Stray], tx: &ControlTx) {
     let paths: Vec<String> = strays.iter().map(|s| s.rel_path.clone()).collect();
     let parts: Vec<&[String]> = if paths.is_empty() {
         vec![&[]]

@@ -6,9 +6,9 @@
 use crate::error::SessionError;
 use crate::fs::PartFile;
 use crate::net::channel_link::LinkIn;
+use crate::net::control::ControlTx;
 use crate::net::feedback::FeedbackOut;
 use crate::progress::Progress;
-use crossbeam_channel::Sender;
 use hurtle_proto::admit::{ArrivalMark, Tally};
 use hurtle_proto::rate::dispersion::TrainPool;
 use hurtle_proto::wire::Control;
@@ -36,7 +36,7 @@ pub(super) struct Shared {
     /// When the first channel moved to a direct path punched past the relay, microseconds
     /// from `origin` (`u64::MAX`: none did).
     pub(super) direct_at_us: AtomicU64,
-    pub(super) to_wire: Sender<Control>,
+    pub(super) to_wire: ControlTx,
     /// Copies of the reports and NACKs as datagrams (see [`crate::net::feedback`]).
     pub(super) feedback: FeedbackOut,
     pub(super) counters: Counters,

@@ -656,7 +656,7 @@ fn dry_run(
     opts: &SendOptions,
     (rx, tx): (
         &crate::net::control::Incoming,
-        &crossbeam_channel::Sender<Control>,
+        &crate::net::control::ControlTx,
     ),
 ) -> Result<DryRun, SessionError> {
     let mut alive = None;

@@ -10,10 +10,10 @@ use super::prober::{probe_step, Prober};
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use super::summary::BottleneckSummary;
 use crate::error::{SessionError, Side};
-use crate::net::control::{ControlError, Incoming};
+use crate::net::control::{ControlError, ControlTx, Incoming};
 use crate::netlog::NetLog;
 use crate::walk;
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver};
 use hurtle_proto::rate::model::queue_target;
 use hurtle_proto::session::data::{ChannelCmd, SenderData, SenderDataEvent};
 use hurtle_proto::wire::{Control, HEADER_LEN};
@@ -69,7 +69,7 @@ pub(super) enum Outcome {
 pub(super) fn on_early_event(
     state: &mut SenderData,
     shared: &Shared,
-    tx: &Sender<Control>,
+    tx: &ControlTx,
     ev: ChanEvent,
 ) -> Result<(), SessionError> {
     match ev {
@@ -86,7 +86,7 @@ pub(super) fn on_early_event(
 fn pass_value(
     state: &mut SenderData,
     shared: &Shared,
-    tx: &Sender<Control>,
+    tx: &ControlTx,
     (block, value, held): (u64, [u8; 32], bool),
 ) -> Result<(), SessionError> {
     shared.note_value(block, value);
@@ -98,7 +98,7 @@ fn pass_value(
 }
 
 /// Sends what the machine has to send.
-fn transmit(state: &mut SenderData, tx: &Sender<Control>) {
+fn transmit(state: &mut SenderData, tx: &ControlTx) {
     while let Some(msg) = state.poll_transmit() {
         let _ = tx.send(msg);
     }
@@ -111,7 +111,7 @@ pub(super) struct Wires<'a> {
     /// what `rx` brings too, the first of each taken.
     pub(super) feedback: &'a Receiver<Control>,
     pub(super) events: &'a Receiver<ChanEvent>,
-    pub(super) tx: &'a Sender<Control>,
+    pub(super) tx: &'a ControlTx,
     pub(super) cmds: &'a [ChannelCmds],
 }
 
