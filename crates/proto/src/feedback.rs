@@ -7,8 +7,15 @@
 //! 40% of a 150 ms intercontinental transfer waiting for reports held behind a lost one
 //! (figures in BENCHMARKS.md's git history). So every `Report` and `Nack` also goes as a datagram
 //! ([`Kind::Feedback`]) from one of the receiver's channel sockets to the sender's socket of
-//! that channel. Each copy stands alone: a lost datagram costs only itself, and the TCP copy
-//! still arrives (also where UDP from the receiver does not get back at all).
+//! that channel. Each copy stands alone: a lost datagram costs only itself. Every NACK goes on
+//! TCP too (which also carries the feedback where UDP from the receiver does not get back at
+//! all). A report goes on TCP too where its datagram could not leave, while the path loses (a
+//! report that counted a loss, and for two seconds after it), and otherwise every second report
+//! interval (the engine's receiver session loop decides): on a path that loses nothing, a lost
+//! report datagram costs only that interval's report (the next comes an interval later), were
+//! all of them lost the sender still has a report every two intervals, within the silence its
+//! controller allows, and each TCP copy left out spares both sides a wake-up of their control
+//! threads and session loops.
 //!
 //! The sender acts on the first copy of each message and drops the other ([`Dedup`]): a
 //! `Report` carries the session's count of reports, and one no newer than the newest taken is

@@ -2,10 +2,11 @@
 //! and why: [`hurtle_proto::feedback`]).
 //!
 //! - The receiver's [`FeedbackOut`] sends a sealed copy of each `Report` and `Nack` from the
-//!   socket of the first channel the sender was heard on (among the first [`MAX_WAIT_FDS`]) to
-//!   the address it was heard from, so that it passes the same NAT mappings and firewalls as the
-//!   data, backwards. Sending never blocks and a failed send is let go: the TCP copy goes
-//!   anyway.
+//!   socket of the first channel the sender was heard on (among the first [`MAX_WAIT_FDS`] less
+//!   one, the sockets the sender's reader watches) to the address it was heard from, so that it
+//!   passes the same NAT mappings and firewalls as the data, backwards. Sending never blocks and
+//!   a failed send is let go, and said: the caller then sends the message on TCP (a NACK goes
+//!   there anyway; a report goes there too only now and then while nothing is lost).
 //! - The sender's [`FeedbackReader`] is a thread that waits on its channel sockets (the same
 //!   sockets the data leaves from), opens what comes from the receiver's address with the
 //!   feedback key, and hands the messages to the session loop, which takes the first copy of
@@ -55,10 +56,10 @@ pub struct FeedbackOut {
 
 impl FeedbackOut {
     /// Feedback from `socks` (one per channel, in order; none for TCP data; only the first
-    /// [`MAX_WAIT_FDS`] are kept, the sender watches no more), sealed with the session's
-    /// feedback `key`, in data session `session`.
+    /// [`MAX_WAIT_FDS`] less one are kept: the sender's reader watches no more, beside its
+    /// wake-up socket), sealed with the session's feedback `key`, in data session `session`.
     pub fn new(mut socks: Vec<UdpSocket>, key: &DataKey, session: u32) -> FeedbackOut {
-        socks.truncate(MAX_WAIT_FDS);
+        socks.truncate(MAX_WAIT_FDS - 1);
         FeedbackOut {
             socks,
             to: Mutex::new(None),
@@ -91,30 +92,34 @@ impl FeedbackOut {
     }
 
     /// Sends a copy of `msg` if it is feedback, the sender has been heard and it fits a
-    /// datagram; never blocks (a full socket buffer drops it: the TCP copy goes anyway).
-    pub fn send(&self, msg: &Control) {
+    /// datagram; never blocks (a full socket buffer drops it). Returns whether the datagram
+    /// went to the kernel (what the path does with it is not known here): where not, the
+    /// caller sends the message on TCP.
+    pub fn send(&self, msg: &Control) -> bool {
         let Some((ch, to)) = *self.to.lock().unwrap_or_else(|e| e.into_inner()) else {
-            return;
+            return false;
         };
         let frame = {
             let mut sealing = self.sealing.lock().unwrap_or_else(|e| e.into_inner());
             let (packets, seal) = &mut *sealing;
             let Ok(packet) = packets.next_number() else {
-                return;
+                return false;
             };
             let Some(mut frame) = feedback::encode(msg, self.session, packet) else {
-                return;
+                return false;
             };
             // A number refused (never: they are taken and sealed in order under the lock) is
             // a copy not sent; the control connection carries the message anyway.
             if seal.seal(&mut frame).is_err() {
-                return;
+                return false;
             }
             frame
         };
-        if crate::net::punch::send_to(&self.socks[ch], &frame, to).is_ok() {
+        let sent = crate::net::punch::send_to(&self.socks[ch], &frame, to).is_ok();
+        if sent {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
+        sent
     }
 }
 
@@ -350,11 +355,14 @@ mod tests {
         )
         .unwrap();
         // Not heard yet: nothing goes.
-        out.send(&nack(1));
+        assert!(!out.send(&nack(1)), "said sent before the sender was heard");
         assert_eq!(out.sent.load(Ordering::Relaxed), 0);
         out.heard(0, send_addr);
-        out.send(&nack(2));
-        out.send(&Control::KeepAlive);
+        assert!(out.send(&nack(2)));
+        assert!(
+            !out.send(&Control::KeepAlive),
+            "said a non-feedback message went"
+        );
         assert_eq!(out.sent.load(Ordering::Relaxed), 1, "only feedback goes");
         let msg = reader.rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(msg, nack(2));
