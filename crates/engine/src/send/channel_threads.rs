@@ -1,9 +1,10 @@
 //! The channel threads: each serves one or more channels ([`serve_channels`]), sending what
 //! each channel's pacer allows ([`ChannelWorker::step`]): new data read a block at a time and
 //! hashed the first time ([`ChannelWorker::load_block`]), repairs, held blocks' values and the
-//! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate (while startup
-//! lasts, at least the controller's longer train: [`Shared::train_bytes`]); between sends the
-//! thread sleeps until a command wakes it ([`ChannelCmds`]).
+//! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate, [`QUEUED_TRAIN`]
+//! while the receiver reports a queue on the path ([`train_span`]; while startup lasts, at
+//! least the controller's longer train: [`Shared::train_bytes`]); between sends the thread
+//! sleeps until a command wakes it ([`ChannelCmds`]).
 
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use crate::error::SessionError;
@@ -37,6 +38,17 @@ use std::time::{Duration, Instant};
 /// session's rate (at 100 Mbit/s with 2 channels, 71 KB: 5.7 ms of the rate; at 1 Gbit/s,
 /// 363 KB: 2.9 ms). [`train_cap`] sets the train; the tests below check the bound.
 const SEND_TRAIN: Duration = Duration::from_millis(2);
+
+/// The train while the path's bottleneck holds a queue ([`train_span`]): half of
+/// [`SEND_TRAIN`]. With 2 channels on one thread, a wake-up then puts 2 ms of the rate into the
+/// queue, not 4 ms (100 KB at 200 Mbit/s). On `lossy-wifi-reorder` (200 Mbit/s behind a 512 KB
+/// queue, 21 ms, which `auto` runs at a median of 9 ms and probes up to 19 ms and more), 2 ms
+/// trains throughout overflowed the queue about 2,100-2,350 times per GiB (0.2 points of resent
+/// share); shortened behind a queue, 700-1,000 times. (A quarter, 500 µs, overflowed it a little
+/// less, 560-890 times, for a third more of the sender's CPU on that path: a wake-up a
+/// millisecond.) A path without a queue (a LAN, the veth pair of `bench/cost.py`) keeps the
+/// long trains and their fewer wake-ups.
+const QUEUED_TRAIN: Duration = Duration::from_millis(1);
 
 /// Fewest datagrams one send carries (where the link's limit allows as many): a train the
 /// receiver can time, four datagrams being the three pairs
@@ -177,13 +189,28 @@ pub(super) fn serve_channels(
     workers
 }
 
-/// The most bytes one send carries: [`SEND_TRAIN`] of the session's `rate` (bits per second),
-/// in whole datagrams of `payload` bytes, within `max_run` (what one send of the link holds);
-/// at least [`MIN_SEND_DATAGRAMS`] and the controller's `train` (bytes: startup's trains) where
-/// `max_run` allows, and never less than one datagram.
-fn train_cap(rate: u64, payload: u64, train: u64, max_run: u64) -> u64 {
+/// How long a train is, in time at the session's rate, when the receiver's latest report
+/// showed `queue` of queueing delay on a path of round-trip time `rtt`: [`SEND_TRAIN`], or
+/// [`QUEUED_TRAIN`] once the queue is half of what `auto` keeps it under
+/// ([`hurtle_proto::rate::model::queue_target`]: 7.5 ms on paths up to 120 ms). The room left
+/// above such a queue is what the channels' trains go into back to back, and the report that
+/// shows a queue rising comes half a round trip and a report later: the trains shrink before
+/// the queue nears the target, where a probe may take it to the bottleneck's limit.
+fn train_span(queue: Duration, rtt: Duration) -> Duration {
+    if queue >= hurtle_proto::rate::model::queue_target(rtt) / 2 {
+        QUEUED_TRAIN
+    } else {
+        SEND_TRAIN
+    }
+}
+
+/// The most bytes one send carries: `span` ([`train_span`]) of the session's `rate` (bits per
+/// second), in whole datagrams of `payload` bytes, within `max_run` (what one send of the link
+/// holds); at least [`MIN_SEND_DATAGRAMS`] and the controller's `train` (bytes: startup's
+/// trains) where `max_run` allows, and never less than one datagram.
+fn train_cap(rate: u64, payload: u64, train: u64, max_run: u64, span: Duration) -> u64 {
     let payload = payload.max(1);
-    let bytes = (rate as f64 / 8.0 * SEND_TRAIN.as_secs_f64()) as u64;
+    let bytes = (rate as f64 / 8.0 * span.as_secs_f64()) as u64;
     let floor = (payload * MIN_SEND_DATAGRAMS)
         .max(train / payload * payload)
         .min(max_run)
@@ -635,12 +662,16 @@ impl ChannelWorker {
             self.log
                 .line(|| format!("catch-up after a stall: at most {catch_up} us"));
         }
+        let span = train_span(
+            Duration::from_micros(shared.queue_delay_us.load(Ordering::Relaxed)),
+            shared.rtt,
+        );
         let early = if together {
             let payload = u64::from(payload16);
             let max_run = self.max_datagrams(payload16) as u64 * payload;
             let train = shared.train_bytes.load(Ordering::Relaxed);
             align_slack(
-                train_cap(self.rate_seen, payload, train, max_run),
+                train_cap(self.rate_seen, payload, train, max_run, span),
                 self.pacer.rate(),
             )
         } else {
@@ -654,12 +685,12 @@ impl ChannelWorker {
             let payload = usize::from(payload16);
             // The buffers fit any run the link allows (`max_send`).
             let max_run = (self.max_datagrams(payload16) * payload) as u64;
-            // Each send is at most this much of the session's rate (and at least
+            // Each send is at most `span` of the session's rate (and at least
             // MIN_SEND_DATAGRAMS where the link allows): a shallow bottleneck queue then sees
             // short trains, not 64-datagram GSO bursts. While startup lasts, at least the
             // controller's train, which a receiver behind GRO can time.
             let train = shared.train_bytes.load(Ordering::Relaxed);
-            let run_cap = train_cap(self.rate_seen, payload as u64, train, max_run);
+            let run_cap = train_cap(self.rate_seen, payload as u64, train, max_run, span);
             // Before the receiver's decisions, within the early data's budget only (a run cut
             // to what is left of it: startup's trains are up to 64 KiB a channel).
             let early_left = shared.early_left.load(Ordering::Relaxed);
@@ -854,14 +885,26 @@ mod tests {
 
     /// One channel thread serving one channel of `channels`, as [`serve_channels`] and
     /// [`ChannelWorker::step`] do, for `span` of simulated time: each wake-up sends trains of
-    /// [`train_cap`] while the pacer allows (16 at most), then sleeps until the pacer allows
-    /// the next, at least [`MIN_SLEEP`], and wakes `late(i)` after that. Returns each send's
-    /// time (from the start) and bytes, and the wake-ups.
+    /// [`train_cap`] ([`SEND_TRAIN`]) while the pacer allows (16 at most), then sleeps until
+    /// the pacer allows the next, at least [`MIN_SLEEP`], and wakes `late(i)` after that.
+    /// Returns each send's time (from the start) and bytes, and the wake-ups.
     fn simulate(
         rate: u64,
         channels: u16,
         payload: u64,
         span: Duration,
+        late: impl FnMut(usize) -> Duration,
+    ) -> (Vec<(Duration, u64)>, usize) {
+        simulate_trains(rate, channels, payload, span, SEND_TRAIN, late)
+    }
+
+    /// [`simulate`] with trains of `train` of the rate.
+    fn simulate_trains(
+        rate: u64,
+        channels: u16,
+        payload: u64,
+        span: Duration,
+        train: Duration,
         mut late: impl FnMut(usize) -> Duration,
     ) -> (Vec<(Duration, u64)>, usize) {
         let t0 = Instant::now();
@@ -872,7 +915,7 @@ mod tests {
             wakes += 1;
             let mut bursts = 0;
             while pacer.can_send(now) && bursts < 16 {
-                let run = train_cap(rate, payload, 0, max_run);
+                let run = train_cap(rate, payload, 0, max_run, train);
                 sends.push((now - t0, run));
                 pacer.on_sent(now, run);
                 bursts += 1;
@@ -890,7 +933,7 @@ mod tests {
     fn burst_bound(rate: u64, channels: u16, payload: u64) -> u64 {
         let max_run = gso_run(payload);
         let credit = PACER_CREDIT.mul_f64(hurtle_proto::channel_send::CATCH_UP_GAIN);
-        train_cap(rate, payload, 0, max_run)
+        train_cap(rate, payload, 0, max_run, SEND_TRAIN)
             + (rate as f64 / 8.0 / f64::from(channels) * credit.as_secs_f64()) as u64
     }
 
@@ -925,7 +968,7 @@ mod tests {
             });
             let sent: u64 = sends.iter().map(|s| s.1).sum();
             let want = rate as f64 / 8.0 / 2.0 * span.as_secs_f64();
-            let train = train_cap(rate, payload, 0, u64::MAX);
+            let train = train_cap(rate, payload, 0, u64::MAX, SEND_TRAIN);
             assert!(
                 (sent as f64 - want).abs() <= train as f64 * 2.0,
                 "{rate}: sent {sent}, want {want}"
@@ -937,13 +980,64 @@ mod tests {
             assert!(most <= bound, "{rate}: {most} bytes at once, bound {bound}");
         }
         // The doc's figures: 24 KB trains at 100 Mbit/s, the GSO limit at 400 Mbit/s and up.
-        assert_eq!(train_cap(100_000_000, payload, 0, 1 << 20), 23_732);
+        assert_eq!(
+            train_cap(100_000_000, payload, 0, 1 << 20, SEND_TRAIN),
+            23_732
+        );
         // A wake-up 5 ms late (beyond the credit) sends at most the bound, not the 5 ms.
         let (sends, _) = simulate(100_000_000, 2, payload, Duration::from_millis(100), |i| {
             Duration::from_millis(if i == 10 { 5 } else { 0 })
         });
         let most = per_wake(&sends).into_iter().max().unwrap_or(0);
         assert!(most <= burst_bound(100_000_000, 2, payload), "{most}");
+    }
+
+    /// While the receiver reports a queue of half `auto`'s target or more ([`train_span`]), a
+    /// wake-up puts half as much into the bottleneck's queue: at 200 Mbit/s with 2 channels
+    /// (`lossy-wifi-reorder`), a channel sends 25 KB a wake-up instead of 50 KB, and it keeps
+    /// its rate. Without a queue, and below half the target, the trains stay long (and the
+    /// wake-ups few: [`coarser_wake_ups_keep_the_rate_and_the_burst_bound`]).
+    #[test]
+    fn a_queue_on_the_path_shortens_the_trains() {
+        let ms = Duration::from_millis;
+        // 20 ms round trip: the target is 15 ms; 150 ms: 18.75 ms.
+        assert_eq!(train_span(Duration::ZERO, ms(20)), SEND_TRAIN);
+        assert_eq!(train_span(ms(7), ms(20)), SEND_TRAIN);
+        assert_eq!(train_span(ms(8), ms(20)), QUEUED_TRAIN);
+        assert_eq!(train_span(ms(19), ms(20)), QUEUED_TRAIN);
+        assert_eq!(train_span(ms(9), ms(150)), SEND_TRAIN);
+        assert_eq!(train_span(ms(10), ms(150)), QUEUED_TRAIN);
+        let payload = u64::from(wire::DEFAULT_PAYLOAD);
+        let rate = 200_000_000u64;
+        let span = Duration::from_secs(2);
+        let late = |i: usize| Duration::from_micros((i as u64 * 137) % 400);
+        let mut most = Vec::new();
+        for queue in [Duration::ZERO, ms(9)] {
+            let train = train_span(queue, ms(20));
+            let (sends, _) = simulate_trains(rate, 2, payload, span, train, late);
+            let sent: u64 = sends.iter().map(|s| s.1).sum();
+            let want = rate as f64 / 8.0 / 2.0 * span.as_secs_f64();
+            assert!(
+                (sent as f64 - want).abs() <= 50_000.0,
+                "{queue:?}: sent {sent}, want {want}"
+            );
+            let per_wake = per_wake(&sends);
+            let mean = per_wake.iter().sum::<u64>() / per_wake.len() as u64;
+            most.push((mean, per_wake.into_iter().max().unwrap_or(0)));
+        }
+        let ((long_mean, long_most), (short_mean, short_most)) = (most[0], most[1]);
+        assert!(
+            long_mean >= 45_000,
+            "{long_mean} bytes a wake-up without a queue"
+        );
+        assert!(
+            short_mean <= 30_000,
+            "{short_mean} bytes a wake-up behind a queue"
+        );
+        assert!(
+            short_most * 3 <= long_most * 2,
+            "{short_most} / {long_most} at most"
+        );
     }
 
     /// Two channels on one thread ([`send_threads`] at a ceiling of 1 Gbit/s or less) go out
@@ -961,7 +1055,7 @@ mod tests {
         let max_run = gso_run(payload);
         for rate in [100_000_000u64, 400_000_000, 1_000_000_000] {
             let per = rate / 2;
-            let train = train_cap(rate, payload, 0, max_run);
+            let train = train_cap(rate, payload, 0, max_run, SEND_TRAIN);
             let gap = Duration::from_secs_f64(train as f64 * 8.0 / per as f64);
             let span = Duration::from_secs(1);
             let t0 = Instant::now();

@@ -282,6 +282,7 @@ pub(super) fn send_once(
         loss_ppm: AtomicU32::new(u32::MAX),
         catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
         train_bytes: AtomicU64::new(controller.train_bytes()),
+        queue_delay_us: AtomicU64::new(0),
         cached: (0..files.len()).map(|_| Default::default()).collect(),
         value_cache: opts.value_cache.clone(),
         values: Default::default(),

@@ -239,6 +239,9 @@ pub(super) fn session_loop(
                     shared
                         .train_bytes
                         .store(controller.train_bytes(), Ordering::Relaxed);
+                    shared
+                        .queue_delay_us
+                        .store(fb.queue_delay.as_micros() as u64, Ordering::Relaxed);
                     if change.is_some() {
                         set_rate(shared, controller.rate_bps());
                     }

@@ -89,6 +89,9 @@ pub(super) struct Shared {
     /// The bytes each channel sends back to back at least, while the controller wants long
     /// trains (its [`hurtle_proto::rate::RateController::train_bytes`]; 0: the usual sends).
     pub(super) train_bytes: AtomicU64,
+    /// The queueing delay of the receiver's latest report, microseconds: the channel threads
+    /// send shorter trains while it is high (`channel_threads::train_span`).
+    pub(super) queue_delay_us: AtomicU64,
     /// Where block values are kept between sessions (`None`: nowhere).
     pub(super) value_cache: Option<ValueCache>,
     /// Per source, what the cache held for it, loaded when its first resumed block is valued.
