@@ -4,6 +4,7 @@
     hurtle send big.iso --to host:7400 --json > run.json
     python3 bench/timeline.py run.json                # writes run.png beside it
     python3 bench/timeline.py run.json --out x.png --title "intercontinental, auto"
+    python3 bench/timeline.py run.json other.json --text   # the figures below, no plot
 
 It reads the `rate` object of hurtle's `--json` summary (the sender's): `timeline` (each rate
 change with its reason) and `reports` (each receiver report: delivered bits per second,
@@ -15,6 +16,12 @@ model's bottleneck estimate at the end (`path_bps`) as a line; the middle one
 the queueing delay; the bottom one the share of datagrams lost per report beside the random
 loss the controller estimated (`random_loss`). A controller change shows here as a different
 picture on the same path.
+
+`--text` prints, for each run given, what compares two builds on one path without a plot:
+the queueing delay of the reports kept (median, 90th percentile, most), the rate changes by
+reason over the whole run (`loss` and `delay` are the congestion cuts), the model's bottleneck
+and random loss, and the datagrams resent. (The bottleneck's own overflows are in the bench
+CSV's note, `linkem a2b: ... qdrop=N`.)
 """
 import argparse
 import sys
@@ -90,15 +97,48 @@ def draw(summary: dict, out: Path, title: str) -> None:
     print(out)
 
 
+def text(summary: dict) -> str:
+    """The run's queueing, congestion cuts and resends, one line each."""
+    rate = summary.get("rate") or {}
+    reports = rate.get("reports") or []
+    lines = []
+    delays = sorted(p[2] / 1000 for p in reports)
+    if delays:
+        def at(q):
+            return delays[min(len(delays) - 1, int(q * len(delays)))]
+        lines.append(f"queueing delay, {len(delays)} reports: median {at(0.5):.1f} ms, "
+                     f"p90 {at(0.9):.1f} ms, most {delays[-1]:.1f} ms")
+    reasons = rate.get("reasons") or {}
+    if reasons:
+        lines.append("rate changes: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
+    path, loss = rate.get("path_bps"), rate.get("random_loss")
+    lines.append("model: bottleneck " + (f"{path / 1e6:.1f} Mbit/s" if path else "-")
+                 + ", random loss " + (f"{100 * loss:.2f}%" if loss is not None else "-"))
+    lines.append(f"resent: {summary.get('datagrams_resent', '-')} datagrams, share "
+                 + (f"{100 * summary['resent_share']:.2f}%" if summary.get("resent_share") is not None
+                    else "-")
+                 + f", NACKs {summary.get('nacks', '-')}")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", type=Path, help="hurtle send --json output")
-    ap.add_argument("--out", type=Path, help="PNG to write (default: beside the JSON)")
+    ap.add_argument("json", type=Path, nargs="+", help="hurtle send --json output")
+    ap.add_argument("--out", type=Path, help="PNG to write (default: beside the JSON; one run only)")
     ap.add_argument("--title", default="", help="a first title line")
+    ap.add_argument("--text", action="store_true",
+                    help="print each run's queueing, congestion cuts and resends instead of a plot")
     a = ap.parse_args()
+    if a.text:
+        for path in a.json:
+            print(f"{path}:\n" + text(load(path)))
+        return
+    if a.out and len(a.json) > 1:
+        sys.exit("--out takes one run")
     matplotlib_or_reexec(__file__)
-    draw(load(a.json), a.out or a.json.with_suffix(".png"), a.title)
+    for path in a.json:
+        draw(load(path), a.out or path.with_suffix(".png"), a.title)
 
 
 if __name__ == "__main__":
