@@ -1095,13 +1095,13 @@ mod wan {
     /// The same path with jitter that keeps order (0-8 ms each way, as linkem's: a datagram
     /// waits for the latest before it), 1% reordered by 3 ms and 0.5% duplicated. A train's
     /// datagrams are held back by whichever of them drew the most jitter and then let go
-    /// together, so the receiver's estimates scatter (here 113-316 Mbit/s in startup) and
-    /// startup, which grows to their median, reaches the path (472 Mbit/s) without a queue
-    /// drop. Two rules for estimates that jitter spread were tried against this and not kept:
-    /// no bound while the latest three disagree doubled past the path to 1011 Mbit/s (1,566
-    /// datagrams dropped by the queue); no bound once the path delivered over 1.25 times the
-    /// estimate, to 1071 (7,031). (On linkem's version of the path, `bench`'s `jittery`, the
-    /// estimates come out lower still and startup ends near 224 Mbit/s: BENCHMARKS 2b.)
+    /// together, so the receiver's estimates scatter (here 113-370 Mbit/s in startup). Startup
+    /// grows to their median at its usual gain, and past it by the gentle one
+    /// (`STARTUP_PAST_TRAINS_GAIN`, 1.3), since estimates that disagree are a floor: to 1.29x
+    /// the path, without a queue drop. Two rules for estimates that jitter spread were tried
+    /// against this and not kept: no bound while the latest three disagree doubled past the
+    /// path at startup's usual gain to 1011 Mbit/s (1,566 datagrams dropped by the queue); no
+    /// bound once the path delivered over 1.25 times the estimate, to 1071 (7,031).
     #[test]
     fn behind_gro_trains_that_jitter_spreads_keep_startup_near_the_path() {
         let rtt = ms(150);
@@ -1133,9 +1133,63 @@ mod wan {
             out.duration.as_secs_f64()
         );
         let top = startup_top(&out);
-        assert!((0.9 * c..=1.2 * c).contains(&top), "{}", mbit(top));
+        assert!((0.9 * c..=1.35 * c).contains(&top), "{}", mbit(top));
         assert!(at_90 <= rtt * 12, "{at_90:?}");
         assert!(out.link.dropped_queue < 100, "{}", out.link.dropped_queue);
+    }
+
+    /// The jittery path as `bench`'s `jittery` runs it: two channels (the engine's default),
+    /// the same jitter that keeps order, reordering and duplication. Here the first estimates
+    /// are lower still (83-375 Mbit/s, median 273 of the first five), as on linkem (BENCHMARKS
+    /// 2b: startup ended at 211-252 Mbit/s of 500 there). Estimates that disagree are taken
+    /// for a floor: startup grows past them by the gentle gain until its queue signal ends it.
+    /// Here: startup's top 661 Mbit/s (1.32x), 90% of the path delivered after 6.0 RTTs, no
+    /// queue drop. Bounds: startup's top within 0.9-1.35x the path, 90% of the path delivered
+    /// within 8 RTTs, under 100 queue drops, resent within a quarter point of the path's 1%.
+    /// Seen failing without the floor rule (startup ended at 221 Mbit/s after 2.5 RTTs, the
+    /// median of the estimates, and probing took it to 90% of the path after 9.75 RTTs).
+    #[test]
+    fn startup_takes_jitter_spread_trains_for_a_floor_and_reaches_the_path() {
+        let rtt = ms(150);
+        let c = 500e6;
+        let mut sc = Scenario {
+            receiver_lumps: Some(Duration::from_micros(100)),
+            channels: 2,
+            seed: 1,
+            ..intercontinental_256(rtt)
+        };
+        sc.link = sc
+            .link
+            .with_ordered_jitter(ms(8))
+            .with_reorder(0.01, ms(3))
+            .with_duplicate(0.005);
+        let out = run("two channels behind GRO, ordered jitter 0-8 ms", sc);
+        let end = startup_end(&out);
+        let estimates: Vec<u64> = train_estimates(&out, end)
+            .iter()
+            .map(|e| (e / 1e6) as u64)
+            .collect();
+        let at_90 = first_delivering(&out, Duration::ZERO, 0.9, c).expect("never at 90%");
+        let top = startup_top(&out);
+        eprintln!(
+            "  estimates in startup {estimates:?}; startup ended after {:.2} RTTs at most {}; \
+             90% of the path delivered after {:.2} RTTs; {} dropped by the queue, resent \
+             {:.2}%, done in {:.3} s",
+            end.as_secs_f64() / rtt.as_secs_f64(),
+            mbit(top),
+            at_90.as_secs_f64() / rtt.as_secs_f64(),
+            out.link.dropped_queue,
+            out.resent_share() * 100.0,
+            out.duration.as_secs_f64()
+        );
+        assert!((0.9 * c..=1.35 * c).contains(&top), "{}", mbit(top));
+        assert!(at_90 <= rtt * 8, "{at_90:?}");
+        assert!(out.link.dropped_queue < 100, "{}", out.link.dropped_queue);
+        assert!(
+            out.resent_share() < 0.0125,
+            "{:.2}%",
+            out.resent_share() * 100.0
+        );
     }
 
     /// The benchmarks' `shallow-1g` behind GRO: 1 Gbit/s, 40 ms, a queue of a tenth of the

@@ -1891,6 +1891,58 @@ mod tests {
     }
 
     #[test]
+    fn startup_takes_trains_that_disagree_for_a_floor_and_grows_past_it_gently() {
+        // A 400 Mbit/s path whose trains, spread by jitter, say 150-300 (median 200): startup
+        // reaches 200 and does not stop there (it did: the rest was left to probing), but
+        // grows by the gentle gain until its queue signal ends it, near the path.
+        let path = 400e6;
+        let mut t = Instant::now();
+        let mut c = RateController::new(cfg(RateMode::Auto), t);
+        let spread = [300.0, 150.0, 200.0];
+        let mut reports = 0;
+        while c.rate_bps() < 190_000_000 {
+            report(&mut c, &mut t, bottleneck(path), |f| Feedback {
+                train_rate: Some(spread[reports % 3] * 1e6),
+                ..f
+            });
+            reports += 1;
+            assert!(reports < 20 && c.in_startup(), "{:?}", c.timeline());
+        }
+        let mut top = 0;
+        while c.in_startup() {
+            report(&mut c, &mut t, bottleneck(path), |f| Feedback {
+                train_rate: Some(spread[reports % 3] * 1e6),
+                ..f
+            });
+            reports += 1;
+            assert!(reports < 60, "{:?}", c.timeline());
+            top = top.max(c.rate_bps());
+            let last = *c.timeline().last().unwrap();
+            if last.reason == Reason::Startup {
+                // Each step no more than the gentle gain over what was delivered.
+                assert!(
+                    last.rate_bps as f64 <= model::STARTUP_PAST_TRAINS_GAIN * path * 1.02 + 1.0,
+                    "{last:?}"
+                );
+            }
+        }
+        assert!(
+            top as f64 >= 0.95 * path
+                && (top as f64) <= model::STARTUP_PAST_TRAINS_GAIN * path * 1.02,
+            "{top} {:?}",
+            c.timeline()
+        );
+        // Then it cruises at the path.
+        cruises_at(&mut c, &mut t, path);
+        // Trains that agree on a rate still end startup there (the path's rate, measured).
+        let (rate, mut c) = after_trains([205.0, 200.0, 190.0], 200e6);
+        let mut t = c.timeline().last().unwrap().at;
+        leave_startup(&mut c, &mut t, 200e6, 12);
+        assert_eq!(rate, 200_000_000);
+        assert_eq!(c.model().unwrap().phase(), model::Phase::Cruise);
+    }
+
+    #[test]
     fn a_memory_fits_a_path_of_the_same_round_trip_within_its_lifetime() {
         let m = PathMemory {
             bottleneck_bps: 500_000_000,

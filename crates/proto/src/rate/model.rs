@@ -28,9 +28,13 @@
 //!   100 Mbit/s took 375 ms. It does so once, and to no more than [`MAX_JUMP`] times what was
 //!   delivered: behind a token bucket the trains measure the line's rate and agree, and a jump
 //!   per report passed a 300 Mbit/s path fourfold. An
-//!   estimate too high changes little (startup ends as it would have, from a higher step);
-//!   one too low leaves the rest to probing, whose step doubles while the path takes it (a
-//!   path at twice the estimate takes four probes, about 15 round trips, to fill).
+//!   estimate too high changes little (startup ends as it would have, from a higher step).
+//!   Estimates that disagree (the latest three more than [`TRAINS_AGREE`] apart: jitter that
+//!   holds a train's datagrams back and lets them go together spreads them, mostly low) are
+//!   a floor, not the path's rate: once startup reached their median it grows past it by
+//!   [`STARTUP_PAST_TRAINS_GAIN`] (1.3) a round until its usual exits end it, instead of
+//!   leaving the rest to probing (on linkem's `jittery` path, medians of 211-252 Mbit/s of
+//!   500, and 1.8 s to reach 90% of the path by probes).
 //! - **Low rates**: a report of fewer than [`MIN_SAMPLE_DATAGRAMS`] is pooled with the next
 //!   until they hold that many, timed over the reports' time (at 1 Mbit/s a 10 ms report
 //!   holds one datagram, and without pooling no report was a sample, so a model cut to the
@@ -68,7 +72,7 @@
 //!
 //! | state | pacing rate | leaves when | to |
 //! |---|---|---|---|
-//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree | a round's sample reached [`RESUMED_SHARE`] of that rate (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay (and over the queue the channels' own trains make where they meet, [`Signals::trains_bits`] over the path's rate) in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
+//! | `Startup` | [`startup_gain`] x bottleneck (about 2.2: doubles per round trip, allowing for the report's lag), but no more than the rate the receiver's trains measure ([`Model::train_rate`]) or a resumed startup remembers; that rate at once (up to [`MAX_JUMP`] x bottleneck, once) when the latest three train estimates agree; once a round's sample reached [`RESUMED_SHARE`] of the trains' rate while they disagree, [`STARTUP_PAST_TRAINS_GAIN`] x bottleneck, with no bound | a round's sample reached [`RESUMED_SHARE`] of the remembered rate, or of the trains' while they agree (to `Cruise`, at the sample); the bottleneck grew less than 25% in 3 rounds; or a queue over the target, or [`STARTUP_RISE`] over the lowest delay (and over the queue the channels' own trains make where they meet, [`Signals::trains_bits`] over the path's rate) in two reports in a row; or the receiver falls behind (socket drops, buffer over half full); or loss beyond the floor | `Drain` (at 0.75) |
 //! | `Drain` | 0.75 x bottleneck after startup (0.9 if the receiver fell behind), 0.9 after a correction | the queue is under half the target and the receiver keeps up, judged only on reports of data sent since the drain began; or after 6 rounds | `Cruise` |
 //! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed, and the receiver has room (its buffers under a quarter full, no drops) | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
@@ -206,6 +210,14 @@ pub const TRAINS_AGREE: f64 = 1.25;
 /// ... but to no more than this many times the bottleneck sample at once (an estimate from
 /// lumps the receiver's NIC or an emulator made is no measure of the path).
 pub const MAX_JUMP: f64 = 5.0;
+/// Startup's pacing gain over the bottleneck once it reached the trains' rate while their
+/// latest estimates disagree (jitter spread them: [`Model::train_rate`] is then a floor, not
+/// the path's rate). Gentle, so that the round trip and two reports its queue signal lags
+/// queue no more than 0.3 x that long at the path's rate (on intercontinental 2.7 MB of its
+/// 4 MiB). On linkem's `jittery` path (500 Mbit/s) the estimates' median is 211-252 Mbit/s;
+/// growing from there reached the path about 1.1-1.3 s into the transfer, where probing from
+/// there reached it about 2.4-2.6 s in.
+pub const STARTUP_PAST_TRAINS_GAIN: f64 = 1.3;
 
 /// Reports too small to time on their own ([`MIN_SAMPLE_DATAGRAMS`]), pooled into one
 /// delivery sample over the time they were reported in. At a low rate (1 Mbit/s is one datagram
@@ -339,6 +351,9 @@ pub struct Model {
     train_hints: VecDeque<f64>,
     /// Startup has gone to the trains' rate at once: it does so once only.
     jumped: bool,
+    /// Startup reached the trains' rate while their estimates disagreed, and grows past it
+    /// gently ([`STARTUP_PAST_TRAINS_GAIN`]) until its usual exits.
+    past_trains: bool,
     /// Reports too small to be a sample on their own, so far.
     pool: Pool,
     /// When the latest report came.
@@ -386,6 +401,7 @@ impl Model {
             resumed: None,
             train_hints: VecDeque::new(),
             jumped: false,
+            past_trains: false,
             pool: Pool::default(),
             last_report: None,
             sample_span: Duration::ZERO,
@@ -893,6 +909,10 @@ impl Model {
                         let bw = self.bottleneck_bps().unwrap_or(bw);
                         Some((bw * self.drain_gain, why))
                     }
+                    None if self.past_trains => {
+                        let grown = STARTUP_PAST_TRAINS_GAIN * bw;
+                        (grown > rate).then_some((grown, Reason::Startup))
+                    }
                     None => {
                         let grown = startup_gain(self.rtt, fb.interval) * bw;
                         // The path's rate as an earlier transfer found it or as the trains
@@ -903,6 +923,22 @@ impl Model {
                             (before, now) => before.or(now),
                         };
                         match known {
+                            // Reached by trains that disagree (jitter spread them): a floor
+                            // of the path's rate, not its rate; startup grows past it,
+                            // gently (its exits above end it at the path).
+                            Some(before)
+                                if bw >= before * RESUMED_SHARE
+                                    && self.resumed.is_none()
+                                    && !self.trains_agree() =>
+                            {
+                                self.past_trains = true;
+                                // (Growth stalled at the floor: the full-growth count starts
+                                // again from here.)
+                                self.full_bw = bw;
+                                self.full_rounds = 0;
+                                let grown = STARTUP_PAST_TRAINS_GAIN * bw;
+                                (grown > rate).then_some((grown, Reason::Startup))
+                            }
                             // The path takes that rate: no surplus to find (probing finds any
                             // more).
                             Some(before) if bw >= before * RESUMED_SHARE => {
