@@ -2,9 +2,7 @@
 //! in batches and letting datagrams gather while the session is slow ([`SlowFlow`],
 //! [`gather_time`]); a channel ([`ChannelWorker`]) checks every datagram
 //! ([`ChannelWorker::on_datagram`]), gathers blocks, spills the oldest when buffers run short,
-//! hands complete ones on, and sends NACKs and its completion. While the session is slow the
-//! other threads lend their channels to the first ([`Handover`]), so that one thread wakes up
-//! for all of them.
+//! hands complete ones on, and sends NACKs and its completion.
 
 use super::gathering::{Gathering, Gatherings};
 use super::shared::{ChanCmd, ChanEvent, Shared};
@@ -25,122 +23,9 @@ use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A channel with its link, as a channel thread serves it.
-pub(super) type Member = (ChannelWorker, LinkIn);
-
-/// How the channel threads lend their channels to the first thread while the session is slow
-/// ([`SlowFlow`]), and get them back once it is not. Below [`GATHER_BELOW_BPS`] one thread
-/// has time for every channel, and each thread that serves some of them wakes up on its own
-/// (a gathering pause, a `poll`, a `recvmmsg` per link): at 100-400 Mbit/s two threads cost
-/// about twice the wake-ups of one. A thread that has lent its channels sleeps until they
-/// come back or the session stops ([`LENT_WAIT`]). Each channel is served by one thread at a
-/// time and finished ([`ChannelWorker::finish`]) once, by whichever thread holds it when
-/// the session stops: one that takes channels out of the lent or given-back slots at its
-/// end finishes them.
-pub(super) struct Handover<T = Member> {
-    /// Channels lent to the first thread, with the thread they belong to.
-    lent: Mutex<Vec<(usize, T)>>,
-    /// Something was lent and not taken yet (the first thread takes no lock per round).
-    waiting: AtomicBool,
-    /// Per thread: the channels given back to it, and its wake-up.
-    back: Vec<Mutex<Vec<T>>>,
-    wake: Vec<(Sender<()>, ChanRx<()>)>,
-    /// Lending is on: more than one thread, and every channel fits in one thread's wait.
-    enabled: bool,
-}
-
-/// The longest a thread that has lent its channels sleeps between looks at the session's
-/// stop flag (it wakes at once when its channels come back).
-const LENT_WAIT: Duration = Duration::from_millis(20);
-
-impl<T> Handover<T> {
-    /// For `threads` channel threads serving `channels` channels.
-    pub(super) fn new(threads: usize, channels: usize) -> Handover<T> {
-        Handover {
-            lent: Mutex::new(Vec::new()),
-            waiting: AtomicBool::new(false),
-            back: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
-            wake: (0..threads)
-                .map(|_| crossbeam_channel::bounded(1))
-                .collect(),
-            enabled: threads > 1 && channels <= crate::net::udp::MAX_WAIT_FDS,
-        }
-    }
-
-    /// Thread `me` (not the first) lends `members` to the first thread.
-    fn lend(&self, me: usize, members: &mut Vec<T>) {
-        lock(&self.lent).extend(members.drain(..).map(|m| (me, m)));
-        self.waiting.store(true, Ordering::Release);
-    }
-
-    /// What was lent to the first thread since it last looked: (owner, channel).
-    fn take_lent(&self) -> Vec<(usize, T)> {
-        if !self.waiting.swap(false, Ordering::Acquire) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *lock(&self.lent))
-    }
-
-    /// The first thread gives `member` back to thread `owner`.
-    fn give_back(&self, owner: usize, member: T) {
-        if let Some(slot) = self.back.get(owner) {
-            lock(slot).push(member);
-        }
-    }
-
-    /// Wakes thread `owner` to take back what was given back to it.
-    fn wake(&self, owner: usize) {
-        if let Some((tx, _)) = self.wake.get(owner) {
-            let _ = tx.try_send(());
-        }
-    }
-
-    /// Thread `me`, having lent its channels, sleeps until they are given back (returns
-    /// them) or `stop` is set (returns none).
-    fn wait_back(&self, me: usize, stop: &AtomicBool) -> Vec<T> {
-        let (Some((_, wake)), Some(slot)) = (self.wake.get(me), self.back.get(me)) else {
-            return Vec::new();
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let _ = wake.recv_timeout(LENT_WAIT);
-            let back = std::mem::take(&mut *lock(slot));
-            if !back.is_empty() {
-                return back;
-            }
-        }
-        Vec::new()
-    }
-
-    /// Everything lent or given back and not taken, for a thread that is ending.
-    fn take_all(&self) -> Vec<T> {
-        let mut all: Vec<T> = std::mem::take(&mut *lock(&self.lent))
-            .into_iter()
-            .map(|(_, m)| m)
-            .collect();
-        for slot in &self.back {
-            all.append(&mut lock(slot));
-        }
-        all
-    }
-}
-
-/// A lock whose holder panicked still guards good data here (channels being handed over).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The smallest receive buffer of `members`' UDP links, which gathering must not fill.
-fn smallest_room(members: &[Member]) -> usize {
-    members
-        .iter()
-        .filter_map(|(_, link)| link.recv_buffer())
-        .min()
-        .unwrap_or(usize::MAX)
-}
 
 /// How often a channel thread samples its socket's receive queue.
 const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(1);
@@ -277,12 +162,6 @@ impl SlowFlow {
         }
     }
 
-    /// Whether a new estimate, made now (`update`), finds the session fast.
-    fn measured_fast(&mut self, now: Instant, bytes: u64) -> bool {
-        let since = self.since;
-        self.update(now, bytes).is_none() && self.since != since
-    }
-
     /// With the session's byte count `bytes` at `now`: updates the estimate, at most every
     /// 10 ms, and returns the rate if it is slow.
     fn update(&mut self, now: Instant, bytes: u64) -> Option<f64> {
@@ -334,16 +213,12 @@ fn add_ready(readable: &mut [bool], ready: impl FnOnce() -> Option<u64>) {
 /// wakes at once when one has): the longest its timers (NACKs, reports) can be late.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
-/// Serves channels on thread `me` until the session stops: reads whatever each channel's link
-/// has waiting, in turn, and sleeps until one of them has more; while the session is slow,
-/// lends them to the first thread or serves the others' too ([`Handover`]). Returns the
-/// kernel drops and NACKs sent of the channels it held at the end, summed. The first error
-/// stops the session.
+/// Serves channels on one thread until the session stops: reads whatever each channel's link
+/// has waiting, in turn, and sleeps until one of them has more. Returns the channels' kernel
+/// drops and NACKs sent, summed. The first error stops the session.
 pub(super) fn serve_channels(
-    mut members: Vec<Member>,
+    mut members: Vec<(ChannelWorker, LinkIn)>,
     shared: &Shared,
-    me: usize,
-    handover: &Handover,
 ) -> (u64, u64) {
     // One receive batch for all: each channel's datagrams are handled before the next
     // channel's are read, and one batch's buffers stay in the CPU's cache where several would
@@ -353,49 +228,19 @@ pub(super) fn serve_channels(
     // filled the whole batch (more is probably waiting). The others only run their timers, so
     // no read comes back empty on a busy thread.
     let mut readable = vec![true; members.len()];
-    // The thread each channel belongs to (others' are lent to the first thread).
-    let mut owners = vec![me; members.len()];
     let received = || shared.counters.bytes.load(Ordering::Relaxed);
     let mut slow = SlowFlow::new(Instant::now(), received());
     // When a read last brought something (long ago: nothing yet).
     let mut last_got = Instant::now()
         .checked_sub(STILL_FLOWING)
         .unwrap_or_else(Instant::now);
-    let mut room = smallest_room(&members);
+    // The smallest receive buffer of the thread's UDP links, which gathering must not fill.
+    let room = members
+        .iter()
+        .filter_map(|(_, link)| link.recv_buffer())
+        .min()
+        .unwrap_or(usize::MAX);
     'run: while !shared.stop.load(Ordering::Relaxed) {
-        if me == 0 && handover.enabled {
-            let lent = handover.take_lent();
-            if !lent.is_empty() {
-                for (owner, member) in lent {
-                    members.push(member);
-                    owners.push(owner);
-                    readable.push(true);
-                }
-                room = smallest_room(&members);
-            }
-            // The others' channels go back once the session is fast, as measured while this
-            // thread holds them.
-            if owners.iter().any(|&o| o != me) && slow.measured_fast(Instant::now(), received()) {
-                let mut woken = Vec::new();
-                let mut kept = Vec::new();
-                for (member, owner) in members.drain(..).zip(owners.drain(..)) {
-                    if owner == me {
-                        kept.push(member);
-                    } else {
-                        handover.give_back(owner, member);
-                        woken.push(owner);
-                    }
-                }
-                members = kept;
-                owners = vec![me; members.len()];
-                readable = vec![true; members.len()];
-                room = smallest_room(&members);
-                woken.dedup();
-                for owner in woken {
-                    handover.wake(owner);
-                }
-            }
-        }
         let mut got = 0;
         for ((worker, link), read) in members.iter_mut().zip(&mut readable) {
             match worker.step(link, (*read).then_some(&mut batch)) {
@@ -433,17 +278,6 @@ pub(super) fn serve_channels(
             last_got = now;
         }
         if let Some(pause) = gather_pause(now, last_got, || slow.update(now, received()), room) {
-            if me != 0 && handover.enabled && !members.is_empty() {
-                // Slow: the first thread serves these channels until it finds the session
-                // fast again.
-                handover.lend(me, &mut members);
-                members = handover.wait_back(me, &shared.stop);
-                owners = vec![me; members.len()];
-                readable = vec![true; members.len()];
-                room = smallest_room(&members);
-                slow = SlowFlow::new(Instant::now(), received());
-                continue;
-            }
             std::thread::sleep(pause);
             readable.fill(true);
             continue;
@@ -466,7 +300,6 @@ pub(super) fn serve_channels(
             }
         }
     }
-    members.extend(handover.take_all());
     members
         .iter()
         .map(|(worker, link)| worker.finish(link))
@@ -990,67 +823,6 @@ impl ChannelWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lent_channels_go_to_the_first_thread_and_come_back_to_their_own() {
-        let h: Handover<u32> = Handover::new(3, 8);
-        assert!(h.enabled);
-        assert!(h.take_lent().is_empty(), "nothing lent yet");
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let waiting = s.spawn(|| {
-                let mut mine = vec![10, 11];
-                h.lend(1, &mut mine);
-                assert!(mine.is_empty());
-                h.wait_back(1, &stop)
-            });
-            let mut lent = Vec::new();
-            let t0 = Instant::now();
-            while lent.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
-                lent.extend(h.take_lent());
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert_eq!(lent, [(1, 10), (1, 11)]);
-            for (owner, ch) in lent {
-                h.give_back(owner, ch);
-            }
-            h.wake(1);
-            assert_eq!(waiting.join().expect("no panic"), [10, 11]);
-        });
-        assert!(h.take_all().is_empty(), "every channel is where it belongs");
-    }
-
-    #[test]
-    fn channels_left_in_a_handover_are_finished_once_by_a_thread_that_ends() {
-        let h: Handover<u32> = Handover::new(2, 4);
-        let stop = AtomicBool::new(true);
-        h.lend(1, &mut vec![5, 6]);
-        // The session stopped: a waiting thread gets nothing back, and what is still lent or
-        // given back goes to the first thread that ends, once.
-        assert!(h.wait_back(1, &stop).is_empty());
-        h.give_back(1, 7);
-        let mut all = h.take_all();
-        all.sort_unstable();
-        assert_eq!(all, [5, 6, 7]);
-        assert!(h.take_all().is_empty());
-        // One thread, or more channels than one thread can wait on: no lending.
-        assert!(!Handover::<u32>::new(1, 4).enabled);
-        assert!(!Handover::<u32>::new(2, crate::net::udp::MAX_WAIT_FDS + 1).enabled);
-    }
-
-    #[test]
-    fn only_a_fresh_estimate_finds_the_session_fast() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut flow = SlowFlow::new(t0, 0);
-        // Nothing measured yet: not fast (the first thread keeps what was lent).
-        assert!(!flow.measured_fast(t0 + ms(1), 1 << 30));
-        // 10 ms later, 1 GiB in 10 ms: fast, once; until the next estimate it is not news.
-        assert!(flow.measured_fast(t0 + ms(10), 1 << 30));
-        assert!(!flow.measured_fast(t0 + ms(12), (1 << 30) + 1));
-        // Slow: not fast.
-        assert!(!flow.measured_fast(t0 + ms(25), (1 << 30) + 1000));
-    }
 
     #[test]
     fn slow_flow_is_judged_over_ten_milliseconds() {

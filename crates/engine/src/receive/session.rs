@@ -6,7 +6,7 @@
 //! threads, and the summary.
 
 use super::capacity::receive_threads;
-use super::channel_threads::{serve_channels, ChannelWorker, Handover};
+use super::channel_threads::{serve_channels, ChannelWorker};
 use super::commit::Commits;
 use super::data_path::{DataIn, Opened};
 use super::held::{hash_holes, in_ranges, Holes, Resumed};
@@ -612,14 +612,12 @@ impl Receiver {
             cmd_txs.push(cmd_tx);
         }
         let mut handles = Vec::new();
-        let handover = Arc::new(Handover::new(threads, usize::from(channels)));
         for (i, group) in groups.into_iter().enumerate() {
             let shared = shared.clone();
-            let handover = handover.clone();
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("recv-{i}"))
-                    .spawn(move || serve_channels(group, &shared, i, &handover))
+                    .spawn(move || serve_channels(group, &shared))
                     .map_err(|e| SessionError::io("channel thread", e))?,
             );
         }
