@@ -1092,6 +1092,14 @@ mod wan {
         assert!(long.duration < short.duration);
     }
 
+    /// The impairments of `bench`'s `jittery` profile on top of `link`: ordered jitter of
+    /// 0-8 ms, 1% reordered by 3 ms, 0.5% duplicated.
+    fn jittery(link: LinkConfig) -> LinkConfig {
+        link.with_ordered_jitter(ms(8))
+            .with_reorder(0.01, ms(3))
+            .with_duplicate(0.005)
+    }
+
     /// The same path with jitter that keeps order (0-8 ms each way, as linkem's: a datagram
     /// waits for the latest before it), 1% reordered by 3 ms and 0.5% duplicated. A train's
     /// datagrams are held back by whichever of them drew the most jitter and then let go
@@ -1110,11 +1118,7 @@ mod wan {
             receiver_lumps: Some(Duration::from_micros(100)),
             ..intercontinental_256(rtt)
         };
-        sc.link = sc
-            .link
-            .with_ordered_jitter(ms(8))
-            .with_reorder(0.01, ms(3))
-            .with_duplicate(0.005);
+        sc.link = jittery(sc.link);
         let out = run("behind GRO, ordered jitter 0-8 ms", sc);
         let estimates: Vec<u64> = train_estimates(&out, startup_end(&out))
             .iter()
@@ -1158,11 +1162,7 @@ mod wan {
             seed: 1,
             ..intercontinental_256(rtt)
         };
-        sc.link = sc
-            .link
-            .with_ordered_jitter(ms(8))
-            .with_reorder(0.01, ms(3))
-            .with_duplicate(0.005);
+        sc.link = jittery(sc.link);
         let out = run("two channels behind GRO, ordered jitter 0-8 ms", sc);
         let end = startup_end(&out);
         let estimates: Vec<u64> = train_estimates(&out, end)
