@@ -185,6 +185,10 @@ fn demo(
             "encrypted": sent.encrypted,
             "first_data_ms": sent.first_data_ms,
             "bottleneck": sent.bottleneck,
+            // The pacing rate's timeline and the receiver's reports, as `send --json` gives
+            // them (`bench/timeline.py` reads them).
+            "rate": sent.rate,
+            "receiver_socket_drops": sent.receiver_socket_drops,
             "hash_match": matched,
             "blake3": hurtle_proto::hash::to_hex(&dst_hash),
             "receiver_rejected": received.rejected,
