@@ -86,7 +86,8 @@
 //!   flipped ([`Scenario::header_corrupt`]), and a hostile injector adds forged datagrams
 //!   straight into the receiver ([`Scenario::hostile_every`]).
 //! - **Feedback as datagrams** ([`Scenario::feedback_copies`]): reports and NACKs also go as
-//!   lossy datagrams, as the engine's do, and the sender acts on the first copy of each; with
+//!   lossy datagrams, as the engine's do, and the sender acts on the first copy of each (a
+//!   report goes on TCP too only where [`hurtle_proto::feedback::TcpCopies`] says); with
 //!   [`Scenario::control_rto`] the control connection delivers what was sent into a blackout
 //!   at TCP's first retransmission after it (its timer backing off), so the copies on TCP of
 //!   lost feedback datagrams come late, as they do after a real outage.
@@ -137,6 +138,7 @@ use crate::control::ControlPath;
 use crate::link::{Link, LinkConfig, LinkStats};
 use hurtle_proto::admit::{arrival_interval, ArrivalMark, Placed, ReportFacts, Tally};
 use hurtle_proto::fec::{self, ParityDesc, ParityStore, TailGroups};
+use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
@@ -754,6 +756,8 @@ impl RecvStage {
 struct Reporter {
     every: Duration,
     builder: ReportBuilder,
+    /// Which reports also go on the control connection, as the engine's receiver decides.
+    copies: TcpCopies,
 }
 
 /// The sending peer.
@@ -1032,6 +1036,7 @@ fn receiver_side(
         reporter: sc.rate.as_ref().and(report_every).map(|every| Reporter {
             every,
             builder: ReportBuilder::new(start, Tally::default(), 0),
+            copies: TcpCopies::default(),
         }),
         reports: Vec::new(),
     };
@@ -1806,14 +1811,21 @@ impl Pair {
                 feedback,
             });
         }
-        self.send_feedback(now, &report);
-        self.to_sender.send(now, &report);
+        let datagram = self.send_feedback(now, &report);
+        let on_tcp = self.rcv.reporter.as_mut().is_some_and(|rep| {
+            let every = rep.every;
+            rep.copies.wanted(now, every, &report, datagram)
+        });
+        if on_tcp {
+            self.to_sender.send(now, &report);
+        }
     }
 
-    /// The datagram copy of a report or NACK, with [`Scenario::feedback_copies`].
-    fn send_feedback(&mut self, now: Instant, msg: &Control) {
+    /// The datagram copy of a report or NACK, with [`Scenario::feedback_copies`]; whether it
+    /// left (what the path then does with it is the path's).
+    fn send_feedback(&mut self, now: Instant, msg: &Control) -> bool {
         let Some(loss) = self.sc.feedback_copies else {
-            return;
+            return false;
         };
         // A copy longer than a datagram holds goes on the control connection only.
         let fits = hurtle_proto::feedback::encode(msg, self.session, 1).is_some();
@@ -1821,6 +1833,7 @@ impl Pair {
             let delay = self.sc.control_delay.unwrap_or(self.sc.link.delay);
             self.feedback.push_back((now + delay, msg.clone()));
         }
+        fits
     }
 
     /// Takes one datagram read at `now` that arrived at `arrived` (its queueing delay is

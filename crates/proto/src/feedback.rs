@@ -11,7 +11,7 @@
 //! TCP too (which also carries the feedback where UDP from the receiver does not get back at
 //! all). A report goes on TCP too where its datagram could not leave, while the path loses (a
 //! report that counted a loss, and for two seconds after it), and otherwise every second report
-//! interval (the engine's receiver session loop decides): on a path that loses nothing, a lost
+//! interval ([`TcpCopies`] decides): on a path that loses nothing, a lost
 //! report datagram costs only that interval's report (the next comes an interval later), were
 //! all of them lost the sender still has a report every two intervals, within the silence its
 //! controller allows, and each TCP copy left out spares both sides a wake-up of their control
@@ -40,6 +40,7 @@
 
 use crate::secure::TAG_LEN;
 use crate::wire::{Control, Header, Kind, HEADER_LEN};
+use std::time::{Duration, Instant};
 
 /// Longest message body a feedback datagram carries: with its header and tag it fits a
 /// 1280-byte IPv6 minimum MTU (a NACK of many ranges is longer and goes on TCP only).
@@ -196,6 +197,53 @@ impl Dedup {
         let fresh = *bits & bit == 0;
         *bits |= bit;
         fresh
+    }
+}
+
+/// Which reports go on the control connection too, beside their datagram (the engine's
+/// receiver and netsim's both ask it). The TCP copy is what a lost datagram falls back on; on
+/// a path that loses nothing it mostly duplicates what came already, and it costs both sides
+/// a seal, a write, a read and a wake-up of their session loops, up to 100 times a second on
+/// a short path. So a report goes on TCP too where its datagram did not leave (the sender not
+/// heard yet, a full socket buffer), while the path loses (a report that counted a loss, and
+/// for [`LOSS_HOLD`] after it: datagram copies may be lost too, and each report's losses count
+/// once), and otherwise when two report intervals have passed since the last report on TCP:
+/// were every datagram lost (a return path that drops UDP), the sender still gets a report at
+/// least every two intervals, within the four after which its controller calls it silence
+/// ([`crate::rate::SILENCE_REPORTS`]).
+#[derive(Debug, Default)]
+pub struct TcpCopies {
+    /// When the last report went on TCP.
+    last: Option<Instant>,
+    /// Until when the path counts as losing.
+    losing_until: Option<Instant>,
+}
+
+/// How long after a report that counted a loss every report goes on TCP too.
+pub const LOSS_HOLD: Duration = Duration::from_secs(2);
+
+impl TcpCopies {
+    /// Whether `report`, built at `now` with reports due every `every`, goes on TCP too;
+    /// `datagram` says whether its datagram copy left.
+    pub fn wanted(
+        &mut self,
+        now: Instant,
+        every: Duration,
+        report: &Control,
+        datagram: bool,
+    ) -> bool {
+        if matches!(report, Control::Report { lost, .. } if *lost > 0) {
+            self.losing_until = Some(now + LOSS_HOLD);
+        }
+        let losing = self.losing_until.is_some_and(|until| now < until);
+        let due = self
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= every * 2);
+        let go = !datagram || losing || due;
+        if go {
+            self.last = Some(now);
+        }
+        go
     }
 }
 
@@ -374,5 +422,57 @@ mod tests {
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode(&bytes, 0);
         }
+    }
+
+    /// [`report`]`(seq)` with `lost` datagrams missing in its interval.
+    fn report_lost(seq: u64, lost: u64) -> Control {
+        let mut r = report(seq);
+        if let Control::Report { lost: l, .. } = &mut r {
+            *l = lost;
+        }
+        r
+    }
+
+    #[test]
+    fn reports_go_on_tcp_while_the_path_loses_and_every_other_interval_otherwise() {
+        let t0 = Instant::now();
+        let every = Duration::from_millis(10);
+        let mut copies = TcpCopies::default();
+        // Each report goes on TCP where its datagram did not leave (sender not heard yet).
+        for seq in 1..=3 {
+            let now = t0 + every * seq as u32;
+            assert!(
+                copies.wanted(now, every, &report_lost(seq, 0), false),
+                "{seq}"
+            );
+        }
+        // A path that loses nothing: at least every second report goes on TCP (were all the
+        // datagrams lost, the sender still hears every two intervals), and no more.
+        let mut on_tcp = Vec::new();
+        for seq in 4..=23 {
+            let now = t0 + every * seq as u32;
+            if copies.wanted(now, every, &report_lost(seq, 0), true) {
+                on_tcp.push(seq);
+            }
+        }
+        assert_eq!(on_tcp, (5..=23).step_by(2).collect::<Vec<_>>());
+        // Reports that come late (the timer ran late) still go at least every two intervals.
+        let late = t0 + every * 23 + every * 3;
+        assert!(copies.wanted(late, every, &report_lost(24, 0), true));
+        // A report that counted a loss goes on TCP, and so does every one for LOSS_HOLD after.
+        let lossy = late + every;
+        assert!(copies.wanted(lossy, every, &report_lost(25, 2), true));
+        let mut t = lossy;
+        let mut seq = 26;
+        while t + every < lossy + LOSS_HOLD {
+            t += every;
+            assert!(copies.wanted(t, every, &report_lost(seq, 0), true), "{seq}");
+            seq += 1;
+        }
+        // Then every other one again.
+        t = lossy + LOSS_HOLD + every;
+        assert!(copies.wanted(t, every, &report_lost(seq, 0), true));
+        assert!(!copies.wanted(t + every, every, &report_lost(seq + 1, 0), true));
+        assert!(copies.wanted(t + every * 2, every, &report_lost(seq + 2, 0), true));
     }
 }

@@ -480,7 +480,7 @@ impl ChannelWorker {
                     ranges.first()
                 )
             });
-            self.shared.send_feedback(Control::Nack {
+            self.shared.send_nack(Control::Nack {
                 channel: self.ch,
                 seq: self.rec.stats().nacks,
                 ranges,

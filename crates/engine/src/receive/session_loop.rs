@@ -14,6 +14,7 @@ use crate::net::control::ControlError;
 use crate::progress::Phase;
 use crossbeam_channel::{select, Receiver as ChanRx, Sender};
 use hurtle_proto::admit::{arrival_interval, ReportFacts};
+use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::BlockValue;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::session::data::{ReceiverData, ReceiverDataEvent};
@@ -305,47 +306,6 @@ fn next_wake(now: Instant, report: Instant, timeout: Instant) -> Instant {
         .max(now + Duration::from_millis(1))
 }
 
-/// Which reports go on the control connection too, beside their datagram
-/// ([`crate::net::feedback`]). The TCP copy is what a lost datagram falls back on; on a path
-/// that loses nothing it mostly duplicates what came already, and it costs both sides a
-/// seal, a write, a read and a wake-up of their session loops, up to 100 times a second on a
-/// short path. So a report goes on TCP too where its datagram did not leave (the sender not
-/// heard yet, a full socket buffer), while the path loses (a report that counted a loss, and
-/// for [`LOSS_HOLD`] after it: datagram copies may be lost too, and each report's losses count
-/// once), and otherwise when two report intervals have passed since the last report on TCP:
-/// were every datagram lost (a return path that drops UDP), the sender still gets a report at
-/// least every two intervals, within the four after which its controller calls it silence
-/// ([`hurtle_proto::rate::SILENCE_REPORTS`]).
-#[derive(Debug, Default)]
-struct TcpCopies {
-    /// When the last report went on TCP.
-    last: Option<Instant>,
-    /// Until when the path counts as losing.
-    losing_until: Option<Instant>,
-}
-
-/// How long after a report that counted a loss every report goes on TCP too.
-const LOSS_HOLD: Duration = Duration::from_secs(2);
-
-impl TcpCopies {
-    /// Whether `report`, built at `now` with reports due every `every`, goes on TCP too;
-    /// `datagram` says whether its datagram copy left.
-    fn wanted(&mut self, now: Instant, every: Duration, report: &Control, datagram: bool) -> bool {
-        if matches!(report, Control::Report { lost, .. } if *lost > 0) {
-            self.losing_until = Some(now + LOSS_HOLD);
-        }
-        let losing = self.losing_until.is_some_and(|until| now < until);
-        let due = self
-            .last
-            .is_none_or(|last| now.saturating_duration_since(last) >= every * 2);
-        let go = !datagram || losing || due;
-        if go {
-            self.last = Some(now);
-        }
-        go
-    }
-}
-
 /// How late the timers run, smoothed. A receiver starved of CPU (a cgroup quota, an
 /// overloaded machine) runs in lumps, tens or hundreds of milliseconds apart; a report
 /// covering fewer than a few lumps measures the scheduler, not the path (the delivered rate of
@@ -413,67 +373,6 @@ mod tests {
         }
         let ratio = l5.smoothed.as_secs_f64() / last.as_secs_f64();
         assert!((ratio - 1.0).abs() < 1e-6, "{ratio}");
-    }
-
-    /// A report of the interval before `seq`, with `lost` datagrams missing in it.
-    fn report(seq: u64, lost: u64) -> Control {
-        Control::Report {
-            seq,
-            received: seq * 1000,
-            rejected: 0,
-            socket_drops: 0,
-            interval_us: 10_000,
-            bytes: 1000,
-            datagrams: 10,
-            lost,
-            drops: 0,
-            queue_delay_us: 0,
-            queue_fill: 0,
-            lateness_us: 0,
-            disk_wait_us: 0,
-            disk_fill: 0,
-            train_kbps: 0,
-        }
-    }
-
-    #[test]
-    fn reports_go_on_tcp_while_the_path_loses_and_every_other_interval_otherwise() {
-        let t0 = Instant::now();
-        let every = Duration::from_millis(10);
-        let mut copies = TcpCopies::default();
-        // Each report goes on TCP where its datagram did not leave (sender not heard yet).
-        for seq in 1..=3 {
-            let now = t0 + every * seq as u32;
-            assert!(copies.wanted(now, every, &report(seq, 0), false), "{seq}");
-        }
-        // A path that loses nothing: at least every second report goes on TCP (were all the
-        // datagrams lost, the sender still hears every two intervals), and no more.
-        let mut on_tcp = Vec::new();
-        for seq in 4..=23 {
-            let now = t0 + every * seq as u32;
-            if copies.wanted(now, every, &report(seq, 0), true) {
-                on_tcp.push(seq);
-            }
-        }
-        assert_eq!(on_tcp, (5..=23).step_by(2).collect::<Vec<_>>());
-        // Reports that come late (the timer ran late) still go at least every two intervals.
-        let late = t0 + every * 23 + every * 3;
-        assert!(copies.wanted(late, every, &report(24, 0), true));
-        // A report that counted a loss goes on TCP, and so does every one for LOSS_HOLD after.
-        let lossy = late + every;
-        assert!(copies.wanted(lossy, every, &report(25, 2), true));
-        let mut t = lossy;
-        let mut seq = 26;
-        while t + every < lossy + LOSS_HOLD {
-            t += every;
-            assert!(copies.wanted(t, every, &report(seq, 0), true), "{seq}");
-            seq += 1;
-        }
-        // Then every other one again.
-        t = lossy + LOSS_HOLD + every;
-        assert!(copies.wanted(t, every, &report(seq, 0), true));
-        assert!(!copies.wanted(t + every, every, &report(seq + 1, 0), true));
-        assert!(copies.wanted(t + every * 2, every, &report(seq + 2, 0), true));
     }
 
     #[test]

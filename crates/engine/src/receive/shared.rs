@@ -115,8 +115,9 @@ impl Shared {
         pool.take_kbps()
     }
 
-    /// Sends a report or NACK: on the control connection, and as a datagram.
-    pub(super) fn send_feedback(&self, msg: Control) {
+    /// Sends a NACK both ways: on the control connection, and as a datagram. (Reports go as
+    /// datagrams, and on TCP only where `session_loop::TcpCopies` says.)
+    pub(super) fn send_nack(&self, msg: Control) {
         self.feedback.send(&msg);
         let _ = self.to_wire.send(msg);
     }
