@@ -1652,14 +1652,18 @@ mod tests {
             c.rate_bps()
         );
         assert!(!c.in_startup());
-        // Half full is still fine.
+        // Half full is still fine (past the receiver's first report, which is its start).
         let mut d = RateController::new(cfg(RateMode::Auto), t0);
+        d.on_feedback(
+            t0 + Duration::from_secs(1),
+            &fb(d.rate_bps() as f64, 0.0, 0),
+        );
         let half = Feedback {
             queue_fill: 0.5,
             ..fb(d.rate_bps() as f64, 0.0, 0)
         };
         assert_eq!(
-            d.on_feedback(t0 + Duration::from_secs(1), &half)
+            d.on_feedback(t0 + Duration::from_secs(2), &half)
                 .map(|c| c.reason),
             Some(Reason::Startup)
         );
@@ -2000,6 +2004,94 @@ mod tests {
         );
         // Past it, cruising within 10% as after any start.
         cruises_at(&mut c, &mut t, 3e9);
+    }
+
+    /// `hurtle demo`'s slow round, as its timeline showed it: on loopback (0.1 ms, reports
+    /// every 10 ms), resumed at half a remembered 14.4 Gbit/s; the receiver's first report
+    /// counts 1.3 Gbit/s read with its buffers 60% full (a whole socket buffer read at once
+    /// after a late start), with or without socket drops; the next one 7.6 Gbit/s, still
+    /// reading behind; then the path's 9 Gbit/s. Returns the controller after `then` more
+    /// reports of the path, and the lowest rate it set.
+    fn demo_start(drops: u64, second: Feedback, then: usize) -> (RateController, u64) {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let rtt = Duration::from_micros(100);
+        let mut c = RateController::new(
+            RateConfig {
+                rtt,
+                ceiling_bps: 100_000_000_000,
+                start_bps: 100_000_000,
+                ..cfg(RateMode::Auto)
+            },
+            t0,
+        );
+        let memory = PathMemory {
+            bottleneck_bps: 14_400_000_000,
+            rtt,
+        };
+        assert_eq!(c.resume(&memory, ms(60_000)), Some(7_200_000_000));
+        let mut t = t0 + ms(10);
+        let first = Feedback {
+            queue_fill: 0.6,
+            socket_drops: drops,
+            lost: drops,
+            ..fb10(1.3e9, 0)
+        };
+        c.on_feedback(t, &first);
+        t += ms(10);
+        c.on_feedback(t, &second);
+        for _ in 0..then {
+            t += ms(10);
+            let rate = c.rate_bps() as f64;
+            let delay = if rate > 9.3e9 { 5 } else { 0 };
+            c.on_feedback(t, &fb10(rate.min(9e9), delay));
+        }
+        let lowest = c.timeline().iter().map(|ch| ch.rate_bps).min().unwrap();
+        (c, lowest)
+    }
+
+    #[test]
+    fn the_receiver_s_first_report_read_behind_is_its_start_not_its_pace() {
+        let catching_up = Feedback {
+            queue_fill: 0.3,
+            ..fb10(7.6e9, 0)
+        };
+        for drops in [0, 300] {
+            // The first report neither ends startup nor is a sample.
+            let (c, _) = demo_start(drops, catching_up, 0);
+            let reasons: Vec<_> = c.timeline().iter().map(|ch| ch.reason).collect();
+            assert!(
+                !reasons.contains(&Reason::Backlog) && !reasons.contains(&Reason::SocketDrops),
+                "drops {drops}: {:?}",
+                c.timeline()
+            );
+            assert!(
+                c.rate_bps() >= 7_200_000_000,
+                "drops {drops}: {:?}",
+                c.timeline()
+            );
+            // Ten reports (0.1 s) on, at the path's rate; nowhere near the first report's on
+            // the way (startup's drain goes to 0.75 of what was delivered).
+            let (c, lowest) = demo_start(drops, catching_up, 10);
+            let rate = c.rate_bps() as f64;
+            assert!(
+                (0.9 * 9e9..=1.1 * 9e9).contains(&rate),
+                "drops {drops}: {rate}: {:?}",
+                c.timeline()
+            );
+            assert!(lowest >= 5_000_000_000, "drops {drops}: {:?}", c.timeline());
+        }
+        // A receiver that stays behind says so in its second report: startup ends there, at
+        // what it reads.
+        let still_behind = Feedback {
+            queue_fill: 0.6,
+            ..fb10(1.3e9, 0)
+        };
+        let (c, _) = demo_start(0, still_behind, 0);
+        let last = c.timeline().last().copied().unwrap();
+        assert_eq!(last.reason, Reason::Backlog, "{:?}", c.timeline());
+        assert!(!c.in_startup());
+        assert!(last.rate_bps < 1_300_000_000, "{last:?}");
     }
 
     #[test]

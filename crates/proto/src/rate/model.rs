@@ -67,6 +67,10 @@
 //!   counts a train more or less than its share, so startup takes a sample for a receiver
 //!   catching up only at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and
 //!   its queue exit allows for the trains' own queue.
+//! - **The receiver's start**: the first report that counts datagrams, if it shows the
+//!   receiver reading behind (its buffers a quarter full or more, or dropping), is no sample
+//!   and ends nothing: a receiver that read its first datagrams late reads a whole socket
+//!   buffer at once, and that report times its bytes over the stall ([`Model::on_report`]).
 //!
 //! # States
 //!
@@ -365,6 +369,9 @@ pub struct Model {
     /// The path dropped for congestion while its queue was under the third of the target
     /// that cruising drains at: its buffer is shallow ([`Model::shallow`]).
     shallow: bool,
+    /// A report has counted datagrams: the receiver has started reading (see
+    /// [`Model::receiver_start`]).
+    receiver_started: bool,
 }
 
 impl Model {
@@ -407,7 +414,26 @@ impl Model {
             sample_span: Duration::ZERO,
             sample_datagrams: 0,
             shallow: false,
+            receiver_started: false,
         }
+    }
+
+    /// Whether `fb`, a report in startup, is the first to count datagrams and shows the
+    /// receiver reading behind (its buffers a quarter full or more, or dropping): it describes
+    /// how the receiver started, not its pace or the path's. A receiver that got its first
+    /// datagrams late (its threads not yet scheduled, a page fault or an allocation at the
+    /// first read) reads a whole socket buffer at once, and a report that reads behind is timed
+    /// by its reads ([`crate::admit::READING_BEHIND_PERMILLE`]) over an interval that holds
+    /// the stall: in `hurtle demo` on loopback, one round in ten resumed at 7.2 Gbit/s, got a
+    /// first report of 1.3 Gbit/s with the buffers over half full, ended startup on it with a
+    /// bottleneck of 1.3 Gbit/s, and took 2.3 s of probes to get back to 8. Such a report is
+    /// no sample and ends nothing; a receiver that stays behind shows it again in the next.
+    fn receiver_start(&mut self, fb: &Feedback) -> bool {
+        let first = !self.receiver_started && fb.datagrams > 0;
+        self.receiver_started |= fb.datagrams > 0;
+        let reading_behind = fb.socket_drops > 0
+            || fb.queue_fill * 1000.0 >= crate::admit::READING_BEHIND_PERMILLE as f64;
+        first && self.phase == Phase::Startup && reading_behind
     }
 
     /// Whether the path's buffer has shown itself shallow: a loss beyond the floor, judged
@@ -727,7 +753,13 @@ impl Model {
         {
             return None;
         }
-        let delivery = self.pool(now, fb);
+        let starting = self.receiver_start(fb);
+        let delivery = if starting {
+            self.last_report = Some(now);
+            None
+        } else {
+            self.pool(now, fb)
+        };
         // The rate until now; the reports' data left about a round trip ago.
         self.sent.push_back((now, rate));
         let kept = self.rtt + (fb.interval * 4).max(self.sample_span * 2);
@@ -769,6 +801,10 @@ impl Model {
             _ => sig.floor.map(|f| super::LossFloor::independent(f.rate)),
         };
         let loss_congestion = super::loss_beyond(floor, round_lost, round_seen);
+        if starting {
+            // The receiver's start: no sample, nothing judged (its loss counts in the round).
+            return None;
+        }
         // A round in which the sender had little to send (or the path was out) does not age
         // the maximum.
         if now >= self.round_start + round_len && sending {
