@@ -1,6 +1,7 @@
 //! The channel threads: each serves one or more channels' links ([`serve_channels`]), reading
 //! in batches and letting datagrams gather while the session is slow ([`SlowFlow`],
-//! [`gather_time`]); a channel ([`ChannelWorker`]) checks every datagram
+//! [`gather_time`]), in pauses that end just before the session loop's next report
+//! ([`report_pause`]); a channel ([`ChannelWorker`]) checks every datagram
 //! ([`ChannelWorker::on_datagram`]), gathers blocks, spills the oldest when buffers run short,
 //! hands complete ones on, and sends NACKs and its completion.
 
@@ -118,15 +119,31 @@ pub(super) struct ReceiverPunch {
     pub(super) direct_ip: Option<std::net::IpAddr>,
 }
 
-/// The longest a channel thread lets datagrams gather while the session is slow
-/// ([`SlowFlow`]). On a paced path datagrams arrive in small bursts some tens of microseconds
-/// to a few milliseconds apart, and a thread that woke for each paid a wake-up, a `poll` and a
-/// `recvmmsg` per burst. Datagrams are timed by the kernel's arrival stamps, so a pause does
-/// not move their queueing delays or the reports' intervals: 5 ms, half the shortest report
-/// interval, so that every report still finds new reads; it holds back NACKs by no more than
-/// it lasts, and what gathers meanwhile is kept small against the socket buffer
-/// ([`gather_time`]). (2 ms cost 10-20% more CPU per GiB at 100-400 Mbit/s on loopback.)
+/// The longest a channel thread lets datagrams gather while the session is slow ([`SlowFlow`])
+/// when it does not know when the next report goes ([`super::shared::ReportClock`]: before
+/// the session loop's first). On a paced path datagrams arrive in small bursts some tens of
+/// microseconds to a few milliseconds apart, and a thread that woke for each paid a wake-up, a
+/// `poll` and a `recvmmsg` per burst. Datagrams are timed by the kernel's arrival stamps, so a
+/// pause does not move their queueing delays or the reports' intervals: 5 ms, half the
+/// shortest report interval, so that every report still finds new reads; it holds back NACKs
+/// by no more than it lasts, and what gathers meanwhile is kept small against the socket
+/// buffer ([`gather_time`]). (2 ms cost 10-20% more CPU per GiB at 100-400 Mbit/s on
+/// loopback.)
 const GATHER_MAX: Duration = Duration::from_millis(5);
+
+/// The longest a channel thread lets datagrams gather when it knows when the next report goes:
+/// its pauses then end [`REPORT_LEAD`] before a report, so that every report finds the reads
+/// of the interval it covers, and a thread wakes once per report (at the shortest report
+/// interval, 10 ms) rather than twice. It holds back NACKs by no more than it lasts.
+const GATHER_MAX_ALIGNED: Duration = Duration::from_millis(10);
+
+/// How long before a report a pause that ends there ends: time for the thread's sleep to run
+/// over and for it to read and count what gathered (tens of datagrams at the rates that pause).
+const REPORT_LEAD: Duration = Duration::from_millis(1);
+
+/// The shortest pause that is aimed at a report: a thread that has just read for one waits for
+/// the next.
+const ALIGNED_MIN: Duration = Duration::from_millis(2);
 
 /// The session rate, bits per second, below which datagrams may be let gather. Above it a
 /// thread that has caught up is the bottleneck and must not sleep (on loopback it did, and
@@ -134,14 +151,31 @@ const GATHER_MAX: Duration = Duration::from_millis(5);
 const GATHER_BELOW_BPS: f64 = 2e9;
 
 /// How long to let datagrams gather when the session receives `bps` bits per second into
-/// sockets whose smallest receive buffer is `room` bytes: [`GATHER_MAX`], or less if that
-/// would fill more than an eighth of the buffer. The kernel counts each datagram's overhead
-/// against the buffer too (up to about twice the payload), and the sender sees a buffer past
-/// half full as backlog, so an eighth leaves both far off. The session's rate bounds each
-/// channel's.
-fn gather_time(bps: f64, room: usize) -> Duration {
+/// sockets whose smallest receive buffer is `room` bytes: `max`, or less if that would fill
+/// more than an eighth of the buffer. The kernel counts each datagram's overhead against the
+/// buffer too (up to about twice the payload), and the sender sees a buffer past half full as
+/// backlog, so an eighth leaves both far off. The session's rate bounds each channel's.
+fn gather_time(bps: f64, room: usize, max: Duration) -> Duration {
     let bytes_per_sec = (bps / 8.0).max(1.0);
-    Duration::from_secs_f64(room as f64 / 8.0 / bytes_per_sec).min(GATHER_MAX)
+    Duration::from_secs_f64(room as f64 / 8.0 / bytes_per_sec).min(max)
+}
+
+/// The pause that ends [`REPORT_LEAD`] before a report, at `now_us` (microseconds from the
+/// report clock's origin), with the next report due at `due_us` and reports every `every_us`:
+/// aimed at the first report at least [`ALIGNED_MIN`] of pause away (the one just read for is
+/// passed over, and a late report loop's due time already past too), and no longer than
+/// [`GATHER_MAX_ALIGNED`].
+fn report_pause(now_us: u64, due_us: u64, every_us: u64) -> Duration {
+    let lead = REPORT_LEAD.as_micros() as u64;
+    let least = now_us + ALIGNED_MIN.as_micros() as u64 + lead;
+    let due = if due_us >= least {
+        due_us
+    } else {
+        // Whole intervals past the due time, enough to reach `least`.
+        let every = every_us.max(1);
+        due_us + (least - due_us).div_ceil(every) * every
+    };
+    Duration::from_micros(due - lead - now_us).min(GATHER_MAX_ALIGNED)
 }
 
 /// Whether the session receives slowly enough to let datagrams gather: its received bytes over
@@ -183,17 +217,24 @@ const STILL_FLOWING: Duration = Duration::from_millis(20);
 /// The pause before a thread that has caught up reads again, at `now`, if it should pause
 /// rather than wait in `poll`: while data flows (some came at `last_got`, within
 /// [`STILL_FLOWING`]) and the session is slow (`slow()`, from [`SlowFlow::update`]):
-/// [`gather_time`] for that rate and the thread's smallest socket buffer `room`.
+/// [`gather_time`] for that rate and the thread's smallest socket buffer `room`, up to the
+/// pause that ends just before the next report (`report()`: it, from [`report_pause`]), or
+/// [`GATHER_MAX`] while no report is planned.
 fn gather_pause(
     now: Instant,
     last_got: Instant,
     slow: impl FnOnce() -> Option<f64>,
     room: usize,
+    report: impl FnOnce() -> Option<Duration>,
 ) -> Option<Duration> {
     if now.saturating_duration_since(last_got) >= STILL_FLOWING {
         return None;
     }
-    slow().map(|bps| gather_time(bps, room))
+    let bps = slow()?;
+    Some(match report() {
+        Some(until) => gather_time(bps, room, until),
+        None => gather_time(bps, room, GATHER_MAX),
+    })
 }
 
 /// Marks the links that `ready` (a `poll` that does not wait; bit `i` for link `i`) finds
@@ -277,7 +318,14 @@ pub(super) fn serve_channels(
         if got > 0 {
             last_got = now;
         }
-        if let Some(pause) = gather_pause(now, last_got, || slow.update(now, received()), room) {
+        let report = || {
+            let (due_us, every_us) = shared.report_clock.get()?;
+            let now_us = now.saturating_duration_since(shared.origin).as_micros() as u64;
+            Some(report_pause(now_us, due_us, every_us))
+        };
+        if let Some(pause) =
+            gather_pause(now, last_got, || slow.update(now, received()), room, report)
+        {
             std::thread::sleep(pause);
             readable.fill(true);
             continue;
@@ -849,18 +897,71 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let room = 4 << 20;
+        let no_report = || None;
         // Data came 3 ms ago, at 100 Mbit/s: pause, even if this round found nothing.
         assert_eq!(
-            gather_pause(t0 + ms(3), t0, || Some(100e6), room),
+            gather_pause(t0 + ms(3), t0, || Some(100e6), room, no_report),
             Some(GATHER_MAX)
         );
         // Fast: no pause (a thread that has caught up is the bottleneck).
-        assert_eq!(gather_pause(t0 + ms(3), t0, || None, room), None);
+        assert_eq!(gather_pause(t0 + ms(3), t0, || None, room, no_report), None);
         // Nothing for longer than data may pause: wait in `poll`, and the rate is not asked.
         assert_eq!(
-            gather_pause(t0 + STILL_FLOWING, t0, || panic!("asked"), room),
+            gather_pause(
+                t0 + STILL_FLOWING,
+                t0,
+                || panic!("asked"),
+                room,
+                || panic!("asked")
+            ),
             None
         );
+        // A report planned: the pause ends just before it, longer than without one...
+        assert_eq!(
+            gather_pause(t0 + ms(3), t0, || Some(100e6), room, || Some(ms(9))),
+            Some(ms(9))
+        );
+        // ...but still fills no more than an eighth of the socket buffer (208 KiB: 2.13 ms at
+        // 100 Mbit/s).
+        let t =
+            gather_pause(t0 + ms(3), t0, || Some(100e6), 212_992, || Some(ms(9))).expect("pauses");
+        assert!(t < Duration::from_micros(2140), "{t:?}");
+        // The socket buffer's bound applies without a report too.
+        let t = gather_pause(t0 + ms(3), t0, || Some(400e6), 212_992, no_report).expect("pauses");
+        assert!(t < Duration::from_micros(540), "{t:?}");
+    }
+
+    #[test]
+    fn a_pause_ends_just_before_the_next_report() {
+        let us = |d: Duration| d.as_micros() as u64;
+        let ms = Duration::from_millis;
+        let every = us(ms(10));
+        // A report due in 7 ms: wake 1 ms before it.
+        assert_eq!(report_pause(50_000, 57_000, every), ms(6));
+        // Just read for the report due in 1 ms (or one due already, its loop late): wait for
+        // the next, less the lead.
+        assert_eq!(report_pause(56_000, 57_000, every), ms(10));
+        assert_eq!(report_pause(56_500, 57_000, every), ms(9) + ms(1) / 2);
+        assert_eq!(report_pause(58_000, 57_000, every), ms(8));
+        // A loop several intervals late: the first report time far enough ahead.
+        assert_eq!(report_pause(80_000, 57_000, every), ms(6));
+        // Never shorter than the least aimed pause, never longer than the longest.
+        for now in (40_000..90_000).step_by(250) {
+            let p = report_pause(now, 57_000, every);
+            assert!(p >= ALIGNED_MIN && p <= GATHER_MAX_ALIGNED, "{now}: {p:?}");
+            // It ends the lead before some report.
+            let end = now + us(p) + us(REPORT_LEAD);
+            assert!(
+                p == GATHER_MAX_ALIGNED || (end >= 57_000 && (end - 57_000) % every == 0),
+                "{now}: {p:?}"
+            );
+        }
+        // Reports far apart (a long round trip): pauses of the longest kind until one is
+        // near, then one that ends before it.
+        let every = us(ms(40));
+        assert_eq!(report_pause(0, 35_000, every), GATHER_MAX_ALIGNED);
+        assert_eq!(report_pause(30_000, 35_000, every), ms(4));
+        assert_eq!(report_pause(34_500, 35_000, every), GATHER_MAX_ALIGNED);
     }
 
     #[test]
@@ -884,20 +985,20 @@ mod tests {
     #[test]
     fn gathering_fills_at_most_an_eighth_of_the_socket_buffer() {
         // 4 MiB buffers: the full pause up to 800 Mbit/s, then an eighth of the buffer.
-        assert_eq!(gather_time(400e6, 4 << 20), GATHER_MAX);
-        assert_eq!(gather_time(800e6, 4 << 20), GATHER_MAX);
-        let t = gather_time(1.9e9, 4 << 20);
+        assert_eq!(gather_time(400e6, 4 << 20, GATHER_MAX), GATHER_MAX);
+        assert_eq!(gather_time(800e6, 4 << 20, GATHER_MAX), GATHER_MAX);
+        let t = gather_time(1.9e9, 4 << 20, GATHER_MAX);
         assert!(
             t > Duration::from_micros(2200) && t < Duration::from_micros(2220),
             "{t:?}"
         );
         // Linux's usual 208 KiB: an eighth is 26.6 KB, 2.13 ms at 100 Mbit/s, 0.53 ms at 400.
-        let t = gather_time(100e6, 212_992);
+        let t = gather_time(100e6, 212_992, GATHER_MAX);
         assert!(
             t > Duration::from_micros(2120) && t < Duration::from_micros(2140),
             "{t:?}"
         );
-        let t = gather_time(400e6, 212_992);
+        let t = gather_time(400e6, 212_992, GATHER_MAX);
         assert!(
             t > Duration::from_micros(520) && t < Duration::from_micros(540),
             "{t:?}"
@@ -906,6 +1007,6 @@ mod tests {
         let gathered = 400e6 / 8.0 * t.as_secs_f64();
         assert!((gathered - 212_992.0 / 8.0).abs() < 10.0, "{gathered}");
         // No UDP link (TCP only): the full pause.
-        assert_eq!(gather_time(1e9, usize::MAX), GATHER_MAX);
+        assert_eq!(gather_time(1e9, usize::MAX, GATHER_MAX), GATHER_MAX);
     }
 }

@@ -270,6 +270,7 @@ impl Receiver {
             arrivals: (0..channels).map(|_| Default::default()).collect(),
             train_rates: Mutex::new(TrainPool::default()),
             origin: Instant::now(),
+            report_clock: Default::default(),
         });
         if let (Some(relayed), false) = (&self.opts.relayed_udp, punch_socks.is_empty()) {
             // Weak: a session that ends (or was never relayed) does not wait for the offer.

@@ -249,7 +249,13 @@ pub(super) fn session_loop(
                     let _ = shared.to_wire.send(report);
                 }
             }
-            wake = next_wake(now, reports.interval_start() + every, data.poll_timeout());
+            let due = reports.interval_start() + every;
+            // The channel threads that let datagrams gather read just before it.
+            shared.report_clock.publish(
+                due.saturating_duration_since(shared.origin).as_micros() as u64,
+                every.as_micros() as u64,
+            );
+            wake = next_wake(now, due, data.poll_timeout());
         }
         select! {
             recv(rx) -> msg => match msg.map_err(|_| ControlError::Closed)? {

@@ -78,6 +78,36 @@ pub(super) struct Shared {
     /// earlier ones too few to report), kbit/s ([`hurtle_proto::rate::dispersion`]), added by
     /// the channel threads once per batch.
     pub(super) train_rates: Mutex<TrainPool>,
+    /// When the session loop sends its next report: channel threads that let datagrams gather
+    /// read just before it.
+    pub(super) report_clock: ReportClock,
+}
+
+/// When the session loop means to send its next report and how often it reports, published
+/// after each of its timer rounds for the channel threads, whose gathering pauses end just
+/// before a report (see `channel_threads::gather_pause`).
+#[derive(Debug, Default)]
+pub(super) struct ReportClock {
+    /// The next report's time, microseconds from [`Shared::origin`] (0: none published yet).
+    due_us: AtomicU64,
+    /// The interval between reports, microseconds.
+    every_us: AtomicU64,
+}
+
+impl ReportClock {
+    /// The next report is due `due_us` microseconds from the origin, and reports come every
+    /// `every_us`.
+    pub(super) fn publish(&self, due_us: u64, every_us: u64) {
+        self.every_us.store(every_us, Ordering::Relaxed);
+        self.due_us.store(due_us.max(1), Ordering::Relaxed);
+    }
+
+    /// The next report's time and the interval between reports, microseconds, once published.
+    pub(super) fn get(&self) -> Option<(u64, u64)> {
+        let due = self.due_us.load(Ordering::Relaxed);
+        let every = self.every_us.load(Ordering::Relaxed);
+        (due > 0 && every > 0).then_some((due, every))
+    }
 }
 
 impl Shared {
