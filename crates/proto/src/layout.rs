@@ -295,35 +295,32 @@ impl Layout {
     /// Maps `len` bytes at `offset` of `file` to `(channel, stripe position)`, checking that the
     /// range is non-empty, inside the file and inside a single block.
     pub fn locate(&self, file: u32, offset: u64, len: u64) -> Result<(u16, u64), LayoutError> {
+        self.place(file, offset, len).map(|p| (p.channel, p.pos))
+    }
+
+    /// Like [`Layout::locate`], but also says which block the bytes belong to and where it lies.
+    /// (Once per datagram: the block and its stripe range are worked out once.)
+    pub fn place(&self, file: u32, offset: u64, len: u64) -> Result<Placement, LayoutError> {
         let size = self.file_size(file).ok_or(LayoutError::NoSuchFile(file))?;
-        let bad = LayoutError::BadRange {
+        let bad = || LayoutError::BadRange {
             file,
             start: offset,
             end: offset.saturating_add(len),
         };
-        let end = offset.checked_add(len).ok_or(bad.clone())?;
-        if len == 0 || end > size || offset / self.block_size != (end - 1) / self.block_size {
-            return Err(bad);
+        let end = offset.checked_add(len).ok_or_else(bad)?;
+        let (index, within) = (offset / self.block_size, offset % self.block_size);
+        // Inside one block: the range does not reach past the block's end.
+        if len == 0 || end > size || within + len > self.block_size {
+            return Err(bad());
         }
-        let block = self.first_block[file as usize] + offset / self.block_size;
-        let (ch, range) = self.block_stripe_range(block).ok_or(bad)?;
-        Ok((ch, range.start + offset % self.block_size))
-    }
-
-    /// Like [`Layout::locate`], but also says which block the bytes belong to and where it lies.
-    pub fn place(&self, file: u32, offset: u64, len: u64) -> Result<Placement, LayoutError> {
-        let (channel, pos) = self.locate(file, offset, len)?;
-        let block = self.first_block[file as usize] + offset / self.block_size;
-        let block_stripe = self
-            .block_stripe_range(block)
-            .map(|(_, r)| r)
-            .ok_or(LayoutError::NoSuchFile(file))?;
+        let block = self.first_block[file as usize] + index;
+        let (channel, block_stripe) = self.block_stripe_range(block).ok_or_else(bad)?;
         Ok(Placement {
             channel,
-            pos,
+            pos: block_stripe.start + within,
             block,
             block_stripe,
-            block_file_start: offset - offset % self.block_size,
+            block_file_start: offset - within,
         })
     }
 
@@ -428,6 +425,15 @@ mod tests {
         assert_eq!(l.locate(0, 2048, 512), Ok((0, 1024)));
         assert_eq!(l.locate(2, 0, 10), Ok((1, 1024)));
         assert!(l.locate(0, 1000, 100).is_err(), "crosses a block boundary");
+        assert_eq!(
+            l.locate(0, 1000, 24),
+            Ok((0, 1000)),
+            "ends at the block's end"
+        );
+        assert!(
+            l.locate(0, 1000, 25).is_err(),
+            "one byte past the block's end"
+        );
         assert!(l.locate(0, 2560, 1).is_err(), "past end of file");
         assert!(l.locate(1, 0, 1).is_err(), "empty file has no bytes");
         assert!(l.locate(9, 0, 1).is_err());

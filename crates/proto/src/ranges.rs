@@ -59,6 +59,19 @@ impl RangeSet {
             return 0;
         }
         let (mut start, mut end) = (range.start, range.end);
+        // Nearly every insert reaches or overlaps the highest range from within (data in
+        // order): it grows in place, one lookup instead of four.
+        if let Some(mut last) = self.map.last_entry() {
+            let (s, e) = (*last.key(), *last.get());
+            if s <= start && start <= e {
+                if end <= e {
+                    return 0;
+                }
+                *last.get_mut() = end;
+                self.total += end - e;
+                return end - e;
+            }
+        }
         let before = self.total;
         // Merge with a range that starts before `start` and reaches it.
         if let Some((&s, &e)) = self.map.range(..=start).next_back() {
@@ -291,6 +304,27 @@ mod tests {
         assert_eq!(s.gaps(0..50), vec![20..30, 40..50]);
         assert_eq!(s.remove(5..35), 20);
         assert_eq!(s.iter().collect::<Vec<_>>(), vec![0..5, 35..40]);
+    }
+
+    #[test]
+    fn in_order_inserts_grow_the_highest_range() {
+        let mut s = RangeSet::new();
+        assert_eq!(s.insert(100..200), 100);
+        assert_eq!(s.insert(0..50), 50);
+        // Appends, overlaps from within and duplicates of the highest range.
+        for i in 2..10 {
+            assert_eq!(s.insert(i * 100..i * 100 + 100), 100);
+        }
+        assert_eq!(s.insert(950..1050), 50);
+        assert_eq!(s.insert(1000..1050), 0);
+        assert_eq!(s.insert(100..1050), 0);
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0..50, 100..1050]);
+        assert_eq!(s.total(), 1000);
+        // One that starts below the highest range and reaches into it merges the ranges
+        // between.
+        assert_eq!(s.insert(40..1100), 100);
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0..1100]);
+        assert_eq!(s.total(), 1100);
     }
 
     #[test]
