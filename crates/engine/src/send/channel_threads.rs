@@ -204,10 +204,33 @@ fn train_span(queue: Duration, rtt: Duration) -> Duration {
     }
 }
 
+/// The fewest bytes one wake-up sends, all channels together, while the receiver reports no
+/// queue on the path ([`train_span`] is [`SEND_TRAIN`]): two GSO sends' worth, what a wake-up
+/// at 1 Gbit/s with 2 channels sends anyway. Below 262 Mbit/s, 2 ms of the rate is less: at
+/// 100 Mbit/s with 2 channels a train was 24 KB and a channel sent every 3.8 ms (46,000 sends
+/// and 55,000 context switches per GiB); with this floor each channel sends one 64 KiB GSO
+/// send every 10.5 ms, the thread wakes about a third as often, and the receiver gathers a
+/// third as many trains. What goes into the bottleneck's queue at once is then at most this
+/// (plus the pacers' credit) at any rate where it exceeds 2 ms of the rate; once the receiver
+/// reports a queue the trains are [`QUEUED_TRAIN`] of the rate again, without the floor
+/// ([`quiet_train`]).
+const QUIET_WAKE_BYTES: u64 = 128 * 1024;
+
+/// The bytes each of `among` channels sends back to back at least when the train is `span`
+/// ([`train_span`]): its share of [`QUIET_WAKE_BYTES`] on a path without a queue, nothing
+/// behind one. ([`train_cap`] keeps it within one send of the link.)
+fn quiet_train(span: Duration, among: u16) -> u64 {
+    if span == SEND_TRAIN {
+        QUIET_WAKE_BYTES / u64::from(among.max(1))
+    } else {
+        0
+    }
+}
+
 /// The most bytes one send carries: `span` ([`train_span`]) of the session's `rate` (bits per
 /// second), in whole datagrams of `payload` bytes, within `max_run` (what one send of the link
-/// holds); at least [`MIN_SEND_DATAGRAMS`] and the controller's `train` (bytes: startup's
-/// trains) where `max_run` allows, and never less than one datagram.
+/// holds); at least [`MIN_SEND_DATAGRAMS`] and `train` (bytes: startup's trains, and
+/// [`quiet_train`]) where `max_run` allows, and never less than one datagram.
 fn train_cap(rate: u64, payload: u64, train: u64, max_run: u64, span: Duration) -> u64 {
     let payload = payload.max(1);
     let bytes = (rate as f64 / 8.0 * span.as_secs_f64()) as u64;
@@ -669,7 +692,10 @@ impl ChannelWorker {
         let early = if together {
             let payload = u64::from(payload16);
             let max_run = self.max_datagrams(payload16) as u64 * payload;
-            let train = shared.train_bytes.load(Ordering::Relaxed);
+            let train = shared
+                .train_bytes
+                .load(Ordering::Relaxed)
+                .max(quiet_train(span, self.among));
             align_slack(
                 train_cap(self.rate_seen, payload, train, max_run, span),
                 self.pacer.rate(),
@@ -688,8 +714,12 @@ impl ChannelWorker {
             // Each send is at most `span` of the session's rate (and at least
             // MIN_SEND_DATAGRAMS where the link allows): a shallow bottleneck queue then sees
             // short trains, not 64-datagram GSO bursts. While startup lasts, at least the
-            // controller's train, which a receiver behind GRO can time.
-            let train = shared.train_bytes.load(Ordering::Relaxed);
+            // controller's train, which a receiver behind GRO can time; without a queue, at
+            // least this channel's share of `QUIET_WAKE_BYTES` (fewer, fuller wake-ups).
+            let train = shared
+                .train_bytes
+                .load(Ordering::Relaxed)
+                .max(quiet_train(span, self.among));
             let run_cap = train_cap(self.rate_seen, payload as u64, train, max_run, span);
             // Before the receiver's decisions, within the early data's budget only (a run cut
             // to what is left of it: startup's trains are up to 64 KiB a channel).
@@ -885,7 +915,8 @@ mod tests {
 
     /// One channel thread serving one channel of `channels`, as [`serve_channels`] and
     /// [`ChannelWorker::step`] do, for `span` of simulated time: each wake-up sends trains of
-    /// [`train_cap`] ([`SEND_TRAIN`]) while the pacer allows (16 at most), then sleeps until
+    /// [`train_cap`] ([`SEND_TRAIN`], at least the channel's share of [`QUIET_WAKE_BYTES`])
+    /// while the pacer allows (16 at most), then sleeps until
     /// the pacer allows the next, at least [`MIN_SLEEP`], and wakes `late(i)` after that.
     /// Returns each send's time (from the start) and bytes, and the wake-ups.
     fn simulate(
@@ -915,7 +946,7 @@ mod tests {
             wakes += 1;
             let mut bursts = 0;
             while pacer.can_send(now) && bursts < 16 {
-                let run = train_cap(rate, payload, 0, max_run, train);
+                let run = train_cap(rate, payload, quiet_train(train, channels), max_run, train);
                 sends.push((now - t0, run));
                 pacer.on_sent(now, run);
                 bursts += 1;
@@ -928,12 +959,19 @@ mod tests {
         (sends, wakes)
     }
 
-    /// What one channel may put on the wire back to back (see [`SEND_TRAIN`]): a train and its
-    /// pacer's credit, a quarter more while missed time is repaid.
+    /// The train one of `channels` channels sends on a path without a queue: [`SEND_TRAIN`]
+    /// of the session's rate, at least its share of [`QUIET_WAKE_BYTES`], within one GSO send.
+    fn quiet_cap(rate: u64, channels: u16, payload: u64) -> u64 {
+        let train = quiet_train(SEND_TRAIN, channels);
+        train_cap(rate, payload, train, gso_run(payload), SEND_TRAIN)
+    }
+
+    /// What one channel may put on the wire back to back (see [`SEND_TRAIN`] and
+    /// [`QUIET_WAKE_BYTES`]): a train and its pacer's credit, a quarter more while missed time
+    /// is repaid.
     fn burst_bound(rate: u64, channels: u16, payload: u64) -> u64 {
-        let max_run = gso_run(payload);
         let credit = PACER_CREDIT.mul_f64(hurtle_proto::channel_send::CATCH_UP_GAIN);
-        train_cap(rate, payload, 0, max_run, SEND_TRAIN)
+        quiet_cap(rate, channels, payload)
             + (rate as f64 / 8.0 / f64::from(channels) * credit.as_secs_f64()) as u64
     }
 
@@ -950,14 +988,16 @@ mod tests {
     }
 
     /// Pacing with coarser wake-ups keeps the rate and the burst size within the bounds
-    /// [`SEND_TRAIN`] states: at 100 Mbit/s with 2 channels a channel wakes every 3.8 ms on
-    /// average (not every millisecond; at least 3.5 ms here, where a late wake-up sometimes
-    /// sends two trains), sends 24 KB a wake-up, and keeps its rate to within two trains.
+    /// [`SEND_TRAIN`] and [`QUIET_WAKE_BYTES`] state: at 100 Mbit/s with 2 channels on a path
+    /// without a queue a channel wakes every 10.5 ms on average (not every 3.8 ms, as with
+    /// 2 ms trains alone; at least 9.5 ms here, where a late wake-up sometimes sends two
+    /// trains), sends one 64 KiB GSO send a wake-up, and keeps its rate to within two trains.
     #[test]
     fn coarser_wake_ups_keep_the_rate_and_the_burst_bound() {
         let payload = u64::from(wire::DEFAULT_PAYLOAD);
         for (rate, min_gap_us) in [
-            (100_000_000u64, 3_500u64),
+            (100_000_000u64, 9_500u64),
+            (200_000_000, 4_800),
             (400_000_000, 2_300),
             (1_000_000_000, 900),
         ] {
@@ -968,7 +1008,7 @@ mod tests {
             });
             let sent: u64 = sends.iter().map(|s| s.1).sum();
             let want = rate as f64 / 8.0 / 2.0 * span.as_secs_f64();
-            let train = train_cap(rate, payload, 0, u64::MAX, SEND_TRAIN);
+            let train = quiet_cap(rate, 2, payload);
             assert!(
                 (sent as f64 - want).abs() <= train as f64 * 2.0,
                 "{rate}: sent {sent}, want {want}"
@@ -984,6 +1024,32 @@ mod tests {
             train_cap(100_000_000, payload, 0, 1 << 20, SEND_TRAIN),
             23_732
         );
+        // Without a queue, at least a share of QUIET_WAKE_BYTES: with 2 channels one GSO send
+        // each below 262 Mbit/s; with 8, 16 KiB each, less than 2 ms of 100 Mbit/s (unchanged).
+        // Behind a queue, no floor.
+        assert_eq!(quiet_cap(100_000_000, 2, payload), gso_run(payload));
+        assert_eq!(quiet_cap(100_000_000, 1, payload), gso_run(payload));
+        assert_eq!(quiet_cap(100_000_000, 8, payload), 23_732);
+        assert_eq!(quiet_train(QUEUED_TRAIN, 2), 0);
+        // All channels together send at most QUIET_WAKE_BYTES at a wake-up where 2 ms trains
+        // would have been less, and no more than those trains where they are not.
+        for channels in 1..=8u16 {
+            for rate in [
+                50_000_000u64,
+                100_000_000,
+                262_000_000,
+                400_000_000,
+                1_000_000_000,
+            ] {
+                let ch = u64::from(channels);
+                let together = quiet_cap(rate, channels, payload) * ch;
+                let trains = train_cap(rate, payload, 0, gso_run(payload), SEND_TRAIN) * ch;
+                assert!(
+                    together <= trains.max(QUIET_WAKE_BYTES),
+                    "{channels} x {rate}: {together} at once"
+                );
+            }
+        }
         // A wake-up 5 ms late (beyond the credit) sends at most the bound, not the 5 ms.
         let (sends, _) = simulate(100_000_000, 2, payload, Duration::from_millis(100), |i| {
             Duration::from_millis(if i == 10 { 5 } else { 0 })
@@ -993,8 +1059,9 @@ mod tests {
     }
 
     /// While the receiver reports a queue of half `auto`'s target or more ([`train_span`]), a
-    /// wake-up puts half as much into the bottleneck's queue: at 200 Mbit/s with 2 channels
-    /// (`lossy-wifi-reorder`), a channel sends 25 KB a wake-up instead of 50 KB, and it keeps
+    /// wake-up puts less than half as much into the bottleneck's queue: at 200 Mbit/s with 2
+    /// channels (`lossy-wifi-reorder`), a channel sends 25 KB a wake-up instead of one 64 KiB
+    /// GSO send (its share of [`QUIET_WAKE_BYTES`], more than 2 ms of the rate), and it keeps
     /// its rate. Without a queue, and below half the target, the trains stay long (and the
     /// wake-ups few: [`coarser_wake_ups_keep_the_rate_and_the_burst_bound`]).
     #[test]
@@ -1052,10 +1119,9 @@ mod tests {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(send_threads(2, false, 2_000_000_000), 2.min(cores));
         let payload = u64::from(wire::DEFAULT_PAYLOAD);
-        let max_run = gso_run(payload);
         for rate in [100_000_000u64, 400_000_000, 1_000_000_000] {
             let per = rate / 2;
-            let train = train_cap(rate, payload, 0, max_run, SEND_TRAIN);
+            let train = quiet_cap(rate, 2, payload);
             let gap = Duration::from_secs_f64(train as f64 * 8.0 / per as f64);
             let span = Duration::from_secs(1);
             let t0 = Instant::now();
