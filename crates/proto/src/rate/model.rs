@@ -67,10 +67,11 @@
 //!   counts a train more or less than its share, so startup takes a sample for a receiver
 //!   catching up only at [`STARTUP_CATCHING_UP`] over what was sent (1.05 past startup), and
 //!   its queue exit allows for the trains' own queue.
-//! - **The receiver's start**: the first report that counts datagrams, if it shows the
-//!   receiver reading behind (its buffers a quarter full or more, or dropping), is no sample
-//!   and ends nothing: a receiver that read its first datagrams late reads a whole socket
-//!   buffer at once, and that report times its bytes over the stall ([`Model::on_report`]).
+//! - **The receiver's start**: from the first report that counts datagrams, the reports that
+//!   show the receiver reading behind (its buffers a quarter full or more, or dropping), up
+//!   to [`RECEIVER_START_REPORTS`], are no samples and end nothing: a receiver that read its
+//!   first datagrams late reads a whole socket buffer at once, and such a report times its
+//!   bytes over the stall ([`Model::on_report`]).
 //!
 //! # States
 //!
@@ -149,6 +150,9 @@ pub const MIN_SAMPLE_DATAGRAMS: u64 = 8;
 /// it delivered more than was sent: it holds a whole run of the sender's more or less than its
 /// share, and is held to what was sent like any other sample.
 pub const FEW_DATAGRAMS: u64 = 32;
+/// Most reports taken for the receiver's start (see the module docs): a receiver still behind
+/// after them is behind.
+pub const RECEIVER_START_REPORTS: u32 = 3;
 /// Startup ends when two reports in a row show a queue this much above the lowest delay it saw.
 pub const STARTUP_RISE: Duration = Duration::from_millis(1);
 /// A resumed startup ends once a sample reaches this share of the bottleneck remembered.
@@ -369,9 +373,10 @@ pub struct Model {
     /// The path dropped for congestion while its queue was under the third of the target
     /// that cruising drains at: its buffer is shallow ([`Model::shallow`]).
     shallow: bool,
-    /// A report has counted datagrams: the receiver has started reading (see
-    /// [`Model::receiver_start`]).
+    /// The receiver's start is over (see [`Model::receiver_start`]), and how many reports
+    /// it took so far.
     receiver_started: bool,
+    start_reports: u32,
 }
 
 impl Model {
@@ -415,25 +420,39 @@ impl Model {
             sample_datagrams: 0,
             shallow: false,
             receiver_started: false,
+            start_reports: 0,
         }
     }
 
-    /// Whether `fb`, a report in startup, is the first to count datagrams and shows the
-    /// receiver reading behind (its buffers a quarter full or more, or dropping): it describes
-    /// how the receiver started, not its pace or the path's. A receiver that got its first
-    /// datagrams late (its threads not yet scheduled, a page fault or an allocation at the
-    /// first read) reads a whole socket buffer at once, and a report that reads behind is timed
-    /// by its reads ([`crate::admit::READING_BEHIND_PERMILLE`]) over an interval that holds
-    /// the stall: in `hurtle demo` on loopback, one round in ten resumed at 7.2 Gbit/s, got a
-    /// first report of 1.3 Gbit/s with the buffers over half full, ended startup on it with a
-    /// bottleneck of 1.3 Gbit/s, and took 2.3 s of probes to get back to 8. Such a report is
-    /// no sample and ends nothing; a receiver that stays behind shows it again in the next.
+    /// Whether `fb`, a report in startup, is one of the receiver's start: from the first
+    /// report that counts datagrams, those that show the receiver reading behind (its buffers
+    /// a quarter full or more, or dropping), at most [`RECEIVER_START_REPORTS`]; the first
+    /// that does not ends the start. They describe how the receiver started, not its pace or
+    /// the path's. A receiver that got its first datagrams late (its threads not yet
+    /// scheduled, a page fault or an allocation at the first read) reads a whole socket buffer
+    /// at once, and a report that reads behind is timed by its reads
+    /// ([`crate::admit::READING_BEHIND_PERMILLE`]) over an interval that holds the stall: in
+    /// `hurtle demo` on loopback, one round in ten resumed at 7.2 Gbit/s, got a first report
+    /// of 1.3 Gbit/s with the buffers over half full, ended startup on it with a bottleneck of
+    /// 1.3 Gbit/s, and took 2.3 s of probes to get back to 8; on a busy machine the start
+    /// spans two or three reports (0.6, 3.2 and 10.4 Gbit/s read, the buffers 37, 58 and 82%
+    /// full, then 3%). Such reports are no samples and end nothing; a receiver that stays
+    /// behind past them ends startup as before.
     fn receiver_start(&mut self, fb: &Feedback) -> bool {
-        let first = !self.receiver_started && fb.datagrams > 0;
-        self.receiver_started |= fb.datagrams > 0;
+        if self.receiver_started || fb.datagrams == 0 {
+            return false;
+        }
         let reading_behind = fb.socket_drops > 0
             || fb.queue_fill * 1000.0 >= crate::admit::READING_BEHIND_PERMILLE as f64;
-        first && self.phase == Phase::Startup && reading_behind
+        if self.phase != Phase::Startup
+            || !reading_behind
+            || self.start_reports >= RECEIVER_START_REPORTS
+        {
+            self.receiver_started = true;
+            return false;
+        }
+        self.start_reports += 1;
+        true
     }
 
     /// Whether the path's buffer has shown itself shallow: a loss beyond the floor, judged
