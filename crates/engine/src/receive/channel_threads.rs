@@ -131,10 +131,11 @@ pub(super) struct ReceiverPunch {
 /// loopback.)
 const GATHER_MAX: Duration = Duration::from_millis(5);
 
-/// The longest a channel thread lets datagrams gather when it knows when the next report goes:
-/// its pauses then end [`REPORT_LEAD`] before a report, so that every report finds the reads
-/// of the interval it covers, and a thread wakes once per report (at the shortest report
-/// interval, 10 ms) rather than twice. It holds back NACKs by no more than it lasts.
+/// The longest pause that ends [`REPORT_LEAD`] before a report: at the shortest report
+/// interval (10 ms, a path of a few milliseconds' round trip) a thread then wakes once per
+/// report rather than twice, and every report finds the reads of the interval it covers.
+/// Where reports come further apart (a long path, where NACKs held back longer cost more) a
+/// thread pauses [`GATHER_MAX`] at a time until the next report is this near.
 const GATHER_MAX_ALIGNED: Duration = Duration::from_millis(10);
 
 /// How long before a report a pause that ends there ends: time for the thread's sleep to run
@@ -163,8 +164,8 @@ fn gather_time(bps: f64, room: usize, max: Duration) -> Duration {
 /// The pause that ends [`REPORT_LEAD`] before a report, at `now_us` (microseconds from the
 /// report clock's origin), with the next report due at `due_us` and reports every `every_us`:
 /// aimed at the first report at least [`ALIGNED_MIN`] of pause away (the one just read for is
-/// passed over, and a late report loop's due time already past too), and no longer than
-/// [`GATHER_MAX_ALIGNED`].
+/// passed over, and a late report loop's due time already past too); [`GATHER_MAX`] if that
+/// pause would be longer than [`GATHER_MAX_ALIGNED`].
 fn report_pause(now_us: u64, due_us: u64, every_us: u64) -> Duration {
     let lead = REPORT_LEAD.as_micros() as u64;
     let least = now_us + ALIGNED_MIN.as_micros() as u64 + lead;
@@ -175,7 +176,12 @@ fn report_pause(now_us: u64, due_us: u64, every_us: u64) -> Duration {
         let every = every_us.max(1);
         due_us + (least - due_us).div_ceil(every) * every
     };
-    Duration::from_micros(due - lead - now_us).min(GATHER_MAX_ALIGNED)
+    let pause = Duration::from_micros(due - lead - now_us);
+    if pause > GATHER_MAX_ALIGNED {
+        GATHER_MAX
+    } else {
+        pause
+    }
 }
 
 /// Whether the session receives slowly enough to let datagrams gather: its received bytes over
@@ -945,23 +951,26 @@ mod tests {
         assert_eq!(report_pause(58_000, 57_000, every), ms(8));
         // A loop several intervals late: the first report time far enough ahead.
         assert_eq!(report_pause(80_000, 57_000, every), ms(6));
+        // A thread just past the least aimed pause before a report: the next report is too
+        // far for one pause, so the usual one.
+        assert_eq!(report_pause(54_100, 57_000, every), GATHER_MAX);
         // Never shorter than the least aimed pause, never longer than the longest.
         for now in (40_000..90_000).step_by(250) {
             let p = report_pause(now, 57_000, every);
             assert!(p >= ALIGNED_MIN && p <= GATHER_MAX_ALIGNED, "{now}: {p:?}");
-            // It ends the lead before some report.
+            // It ends the lead before some report, or is the usual pause.
             let end = now + us(p) + us(REPORT_LEAD);
             assert!(
-                p == GATHER_MAX_ALIGNED || (end >= 57_000 && (end - 57_000) % every == 0),
+                p == GATHER_MAX || (end >= 57_000 && (end - 57_000) % every == 0),
                 "{now}: {p:?}"
             );
         }
-        // Reports far apart (a long round trip): pauses of the longest kind until one is
-        // near, then one that ends before it.
+        // Reports far apart (a long round trip): the usual pauses until one is near, then one
+        // that ends before it.
         let every = us(ms(40));
-        assert_eq!(report_pause(0, 35_000, every), GATHER_MAX_ALIGNED);
+        assert_eq!(report_pause(0, 35_000, every), GATHER_MAX);
         assert_eq!(report_pause(30_000, 35_000, every), ms(4));
-        assert_eq!(report_pause(34_500, 35_000, every), GATHER_MAX_ALIGNED);
+        assert_eq!(report_pause(34_500, 35_000, every), GATHER_MAX);
     }
 
     #[test]
