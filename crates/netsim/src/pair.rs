@@ -47,8 +47,9 @@
 //! - **Rate control** ([`Scenario::rate`]): without it every pacer runs at a fixed share of
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
-//!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, as the engine's
-//!   receiver computes it; the first at that interval after time zero), built by the engine's
+//!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, stretched at
+//!   low rates by [`ReportCadence`], as the engine's receiver does it; the first at that
+//!   interval after time zero), built by the engine's
 //!   [`ReportBuilder`] from the admission counts: the datagram bytes and count admitted in the
 //!   interval, `lost` = packet numbers spanned minus datagrams admitted (per channel, `Data`
 //!   and `Final`, counted only once every check passed), the receiver stage's drops as kernel
@@ -142,7 +143,7 @@ use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
-use hurtle_proto::rate::{Outages, PathMemory, Reason};
+use hurtle_proto::rate::{Outages, PathMemory, Reason, ReportCadence};
 use hurtle_proto::session::data::{
     ChannelCmd, DataError, DataPath, ReceiverData, ReceiverDataEvent, SenderData, SenderDataEvent,
 };
@@ -754,7 +755,8 @@ impl RecvStage {
 /// builder that computes it.
 #[derive(Debug)]
 struct Reporter {
-    every: Duration,
+    /// When each report is due after the last, as the engine's receiver decides it.
+    cadence: ReportCadence,
     builder: ReportBuilder,
     /// Which reports also go on the control connection, as the engine's receiver decides.
     copies: TcpCopies,
@@ -1034,7 +1036,7 @@ fn receiver_side(
         arrivals: vec![ArrivalMark::default(); usize::from(channels)],
         arrivals_reported: vec![ArrivalMark::default(); usize::from(channels)],
         reporter: sc.rate.as_ref().and(report_every).map(|every| Reporter {
-            every,
+            cadence: ReportCadence::new(every),
             builder: ReportBuilder::new(start, Tally::default(), 0),
             copies: TcpCopies::default(),
         }),
@@ -1573,7 +1575,7 @@ impl Pair {
                 self.rcv
                     .reporter
                     .as_ref()
-                    .map(|r| r.builder.interval_start() + r.every),
+                    .map(|r| r.builder.interval_start() + r.cadence.every()),
             );
             consider((!self.injected.is_empty()).then_some(now));
             for r in &self.rcv.channels {
@@ -1745,7 +1747,7 @@ impl Pair {
         let Some(rep) = self.rcv.reporter.as_ref() else {
             return;
         };
-        if now < rep.builder.interval_start() + rep.every {
+        if now < rep.builder.interval_start() + rep.cadence.every() {
             return;
         }
         let received = self
@@ -1804,7 +1806,10 @@ impl Pair {
             return;
         };
         let report = rep.builder.build(now, &facts);
+        // The interval the copies judge by is the one this report closed.
+        let every = rep.cadence.every();
         if let Some(feedback) = Feedback::of_report(&report) {
+            rep.cadence.sent(&feedback);
             self.rcv.reports.push(ReportSample {
                 at: now - self.t0,
                 received,
@@ -1812,10 +1817,11 @@ impl Pair {
             });
         }
         let datagram = self.send_feedback(now, &report);
-        let on_tcp = self.rcv.reporter.as_mut().is_some_and(|rep| {
-            let every = rep.every;
-            rep.copies.wanted(now, every, &report, datagram)
-        });
+        let on_tcp = self
+            .rcv
+            .reporter
+            .as_mut()
+            .is_some_and(|rep| rep.copies.wanted(now, every, &report, datagram));
         if on_tcp {
             self.to_sender.send(now, &report);
         }

@@ -56,8 +56,9 @@
 //!    (early data its outcome did not keep), it drops the block values of that early data
 //!    and fails on those of any other session id but its own, and with
 //!    [`Scenario::rate`] it reports every [`hurtle_proto::rate::report_interval`] of the
-//!    scenario's round trip ([`RateConfig::rtt`](hurtle_proto::RateConfig::rtt)), as the
-//!    engine's receiver does of the one it measured. Once both sides have their `Agreed`
+//!    scenario's round trip ([`RateConfig::rtt`](hurtle_proto::RateConfig::rtt)), stretched
+//!    at low rates ([`hurtle_proto::rate::ReportCadence`]), as the engine's receiver does of
+//!    the one it measured. Once both sides have their `Agreed`
 //!    they must be equal ([`SideError::Disagreed`] for the receiver otherwise); the data
 //!    phase is the one [`Pair`] runs.
 //! 4. **End.** When every file is confirmed and every channel done, the sender sends `Done`;

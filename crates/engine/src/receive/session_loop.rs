@@ -17,6 +17,7 @@ use hurtle_proto::admit::{arrival_interval, ReportFacts};
 use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::BlockValue;
 use hurtle_proto::probe::SilenceWatch;
+use hurtle_proto::rate::{Feedback, ReportCadence};
 use hurtle_proto::session::data::{ReceiverData, ReceiverDataEvent};
 use hurtle_proto::wire::{Control, Entry};
 use hurtle_proto::ReportBuilder;
@@ -37,8 +38,9 @@ pub(super) struct Wires<'a> {
     pub(super) commits: Commits,
     /// Where the channels go if the sender moves them to TCP, in a session that allows it.
     pub(super) race: Option<Race<'a>>,
-    /// How often to report to the sender (four times per round trip of the receiver's
-    /// measure, as the sender's controller expects).
+    /// How often to report to the sender at the start (four times per round trip of the
+    /// receiver's measure, as the sender's controller expects:
+    /// [`hurtle_proto::rate::report_interval`]); stretched at low rates ([`ReportCadence`]).
     pub(super) report_every: Duration,
     /// How long the sender may be silent on the control connection.
     pub(super) idle: Duration,
@@ -148,6 +150,8 @@ pub(super) fn session_loop(
         shared.socket_drops(),
     );
     let mut lateness = Lateness::new(reports.interval_start());
+    // Every 10 ms or more, stretched at low rates ([`hurtle_proto::rate::report_every`]).
+    let mut cadence = ReportCadence::new(report_every);
     let mut tcp_copies = TcpCopies::default();
     // When the timers run next ([`next_wake`]); the loop waits for messages until then.
     let mut wake = Instant::now() + TICK;
@@ -216,7 +220,7 @@ pub(super) fn session_loop(
             let interval = now.saturating_duration_since(reports.interval_start());
             let late = lateness.tick(now, wake);
             // Reports cover at least four times the recent lateness ([`Lateness`]).
-            let every = report_every.max(late * 4).min(MAX_REPORT_INTERVAL);
+            let every = cadence.every().max(late * 4).min(MAX_REPORT_INTERVAL);
             if interval >= every {
                 let timed_on_read = shared.timed_on_read.swap(false, Ordering::Relaxed);
                 let now_marks = shared.arrival_marks();
@@ -244,6 +248,9 @@ pub(super) fn session_loop(
                     train_kbps: shared.take_train_kbps(),
                 };
                 let report = reports.build(now, &facts);
+                if let Some(sent) = Feedback::of_report(&report) {
+                    cadence.sent(&sent);
+                }
                 let datagram = shared.feedback.send(&report);
                 if tcp_copies.wanted(now, every, &report, datagram) {
                     let _ = shared.to_wire.send(report);

@@ -1,11 +1,13 @@
 //! Rate control after PA-UDP: start at or below what the receiver can absorb (its ceiling,
 //! offered at the hello), then follow the path by the receiver's feedback.
 //!
-//! The receiver reports several times per round trip ([`report_interval`], [`Feedback`]): what
-//! arrived in the interval, how many datagrams went missing (gaps in the per-channel packet
-//! numbers), kernel socket drops, how long datagrams spent queued (one-way delay above the
-//! lowest seen, from the sender's timestamps), how full its socket receive buffers got, and how
-//! late its own timer runs. [`RateController`] turns that into a pacing rate, by mode:
+//! The receiver reports several times per round trip ([`report_interval`], [`Feedback`]; on a
+//! short path at about 75 to 300 Mbit/s every 256 datagrams instead, up to 30 ms apart:
+//! [`ReportCadence`]): what arrived in the interval, how many datagrams went missing (gaps in
+//! the per-channel packet numbers), kernel socket drops, how long datagrams spent queued
+//! (one-way delay above the lowest seen, from the sender's timestamps), how full its socket
+//! receive buffers got, and how late its own timer runs. [`RateController`] turns that into a
+//! pacing rate, by mode:
 //!
 //! | mode | how | module |
 //! |---|---|---|
@@ -140,6 +142,89 @@ pub fn startup_train_bytes(channel_bps: u64, rtt: Duration) -> u64 {
 /// every 10 ms (a report costs the receiver's session loop a wake-up) and at least every 500 ms.
 pub fn report_interval(rtt: Duration) -> Duration {
     (rtt / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
+/// The fewest datagrams a report covers once the transfer is under way ([`report_every`]),
+/// where the interval for that is no longer than [`REPORT_STRETCH_MAX`]: a report wakes both
+/// sides' session loops and the sender's report thread, and at 100 Mbit/s on a short path 100
+/// reports a second came every ~90 datagrams (about a third of a paced sender's CPU went to
+/// receiving and acting on them).
+pub const REPORT_DATAGRAMS: u64 = 256;
+
+/// The longest the datagram count ([`REPORT_DATAGRAMS`]) stretches a report interval to (a
+/// longer [`report_interval`] stays as it is). `auto` climbs by a step per report: with
+/// reports up to 100 ms apart its climb back from a trickle (netsim's
+/// `a_path_down_to_a_trickle_is_filled_again_once_it_recovers`) took 119 round trips
+/// instead of 38.
+pub const REPORT_STRETCH_MAX: Duration = Duration::from_millis(30);
+
+/// How many reports the receiver sends at [`report_interval`] before the datagram count may
+/// stretch it ([`ReportCadence`]): `auto`'s startup sees its growth at the usual cadence.
+pub const REPORTS_AT_START: u64 = 32;
+
+/// An arrival rate more than this many times the previous report's keeps the next report at
+/// [`report_interval`] ([`ReportCadence`]): a rate that is climbing is heard of at the usual
+/// cadence. (Without it the climb back from a trickle took 46 round trips, with it 42.)
+pub const REPORT_RISING: f64 = 1.05;
+
+/// How long after report `last` the next one may come, on a path whose [`report_interval`]
+/// is `base`: `base`, or the time the arrival rate `last` shows (its datagrams over its
+/// interval) takes to bring [`REPORT_DATAGRAMS`] datagrams, if longer, but no longer than
+/// [`REPORT_STRETCH_MAX`]. A report of fewer than a quarter of [`REPORT_DATAGRAMS`] keeps
+/// `base`: a slow path (below about 75 Mbit/s on a short path) or one that fell quiet is heard
+/// of at the usual cadence, where `auto`'s steps per report matter most. At 100 Mbit/s on a
+/// short path the interval is about 29 ms; from about 300 Mbit/s on, 10 ms as before. The
+/// receiver's cadence stretches no further ([`ReportCadence`]) and the sender's silence
+/// check allows for it ([`RateController::on_silence`]).
+pub fn report_every(base: Duration, last: &Feedback) -> Duration {
+    if last.datagrams < REPORT_DATAGRAMS / 4 || base >= REPORT_STRETCH_MAX {
+        return base;
+    }
+    let secs = last.interval.as_secs_f64() * REPORT_DATAGRAMS as f64 / last.datagrams as f64;
+    Duration::from_secs_f64(secs.min(REPORT_STRETCH_MAX.as_secs_f64()))
+        .clamp(base, REPORT_STRETCH_MAX)
+}
+
+/// The receiver's report cadence: [`report_interval`] for the first [`REPORTS_AT_START`]
+/// reports and after a report whose arrival rate rose ([`REPORT_RISING`]), else
+/// [`report_every`] of the latest report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportCadence {
+    base: Duration,
+    reports: u64,
+    every: Duration,
+    /// The arrival rate of the latest report, datagrams per second.
+    rate: f64,
+}
+
+impl ReportCadence {
+    /// The cadence on a path whose [`report_interval`] is `base`, before the first report.
+    pub fn new(base: Duration) -> Self {
+        ReportCadence {
+            base,
+            reports: 0,
+            every: base,
+            rate: 0.0,
+        }
+    }
+
+    /// How long after the latest report the next one is due.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// Notes report `sent` (as the sender will read it; see [`Feedback::of_report`]).
+    pub fn sent(&mut self, sent: &Feedback) {
+        self.reports = self.reports.saturating_add(1);
+        let rate = sent.datagrams as f64 / sent.interval.as_secs_f64().max(1e-6);
+        let rising = rate > self.rate * REPORT_RISING;
+        self.rate = rate;
+        self.every = if self.reports < REPORTS_AT_START || rising {
+            self.base
+        } else {
+            report_every(self.base, sent)
+        };
+    }
 }
 
 /// How long what a transfer learnt of a path is used for the next one (see [`PathMemory`]).
@@ -514,6 +599,11 @@ pub struct RateController {
     /// began from: the model's bottleneck, or the rate if it was lower
     /// ([`RateController::on_silence`]).
     last_report: Option<Instant>,
+    /// When the next report is due after the latest, as the receiver's [`ReportCadence`]
+    /// spaces it, and how many reports came (the cadence stretches after
+    /// [`REPORTS_AT_START`]).
+    report_spacing: Duration,
+    reports_heard: u64,
     silenced: Option<f64>,
     /// The bits the rate paced until `paced.1` (what a silence sent into the path).
     paced: (f64, Instant),
@@ -670,6 +760,7 @@ impl RateController {
         };
         let model =
             (cfg.mode == RateMode::Auto).then(|| Model::new(cfg.rtt.min(MAX_REPORTED), now));
+        let report_spacing = report_interval(cfg.rtt);
         let mut c = RateController {
             cfg,
             model,
@@ -691,6 +782,8 @@ impl RateController {
             reasons: Vec::new(),
             rate_range: (u64::MAX, 0),
             last_report: None,
+            report_spacing,
+            reports_heard: 0,
             silenced: None,
             paced: (0.0, now),
             last_delivery: None,
@@ -958,6 +1051,13 @@ impl RateController {
             _ => None,
         };
         self.note_outage(now, fb);
+        self.reports_heard = self.reports_heard.saturating_add(1);
+        let base = report_interval(self.cfg.rtt);
+        self.report_spacing = if self.reports_heard < REPORTS_AT_START {
+            base
+        } else {
+            report_every(base, fb)
+        };
         self.judge(now, fb).or(resumed)
     }
 
@@ -1240,10 +1340,17 @@ impl RateController {
     }
 
     /// How long without a report is silence ([`SILENCE_REPORTS`] intervals, and at least a
-    /// round trip and two).
+    /// round trip and two): intervals as the latest report spaces the next
+    /// ([`RateController::report_spacing`]).
     fn silence_limit(&self) -> Duration {
-        let every = report_interval(self.cfg.rtt);
+        let every = self.report_spacing;
         (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2)
+    }
+
+    /// When the receiver's next report is due after its latest ([`report_every`] of it;
+    /// [`report_interval`] before the first): how often silence is worth checking for.
+    pub fn report_spacing(&self) -> Duration {
+        self.report_spacing
     }
 
     /// The outages so far (see [`Outages`]), in every mode.
@@ -1294,7 +1401,7 @@ impl RateController {
         check.lost = check.lost.saturating_add(fb.lost);
         check.drops = check.drops.saturating_add(fb.socket_drops);
         if check.lost.saturating_sub(check.drops) as f64 >= check.need {
-            let length = check.gap.saturating_sub(report_interval(self.cfg.rtt));
+            let length = check.gap.saturating_sub(self.report_spacing);
             self.outages.count = self.outages.count.saturating_add(1);
             self.outages.total = self.outages.total.saturating_add(length);
             self.outage_check = None;
@@ -2197,6 +2304,117 @@ mod tests {
             assert!(reports <= 80, "{:?}", c.timeline());
         }
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
+    }
+
+    #[test]
+    fn reports_cover_256_datagrams_at_low_rates_after_the_start() {
+        let ms = Duration::from_millis;
+        // 10 ms of `bps` in 1400-byte datagrams.
+        let at = |bps: f64| {
+            let bytes = (bps / 8.0 * 0.01) as u64;
+            Feedback {
+                interval: ms(10),
+                bytes,
+                datagrams: bytes / 1400,
+                ..Feedback::default()
+            }
+        };
+        let base = report_interval(ms(2));
+        assert_eq!(base, ms(10));
+        // 10 ms of 100 Mbit/s: 89 datagrams; 256 take 28.8 ms.
+        let slow = at(100e6);
+        assert_eq!(slow.datagrams, 89);
+        let every = report_every(base, &slow);
+        assert!((ms(28)..ms(30)).contains(&every), "{every:?}");
+        // From about 300 Mbit/s on, every 10 ms as before; no longer than the most.
+        assert_eq!(report_every(base, &at(300e6)), base);
+        assert_eq!(report_every(base, &at(1e9)), base);
+        assert_eq!(report_every(base, &at(80e6)), REPORT_STRETCH_MAX);
+        // A slow or quiet path keeps the usual cadence.
+        assert_eq!(report_every(base, &at(50e6)), base);
+        assert_eq!(report_every(base, &at(0.0)), base);
+        // A long path's interval stays as it was, and is never shortened.
+        let long = report_interval(ms(600));
+        assert_eq!(report_every(long, &at(100e6)), long);
+        assert_eq!(report_every(long, &fb(1e6, 0.0, 0)), long);
+        // The receiver keeps the round trip's cadence for its first reports (startup) ...
+        let mut cadence = ReportCadence::new(base);
+        for _ in 1..REPORTS_AT_START {
+            cadence.sent(&slow);
+            assert_eq!(cadence.every(), base);
+        }
+        cadence.sent(&slow);
+        assert_eq!(cadence.every(), every);
+        // ... and after a rate that rose (a climb); a steady or falling one stretches.
+        cadence.sent(&at(110e6));
+        assert_eq!(cadence.every(), base);
+        cadence.sent(&at(110e6));
+        assert_eq!(cadence.every(), report_every(base, &at(110e6)));
+        cadence.sent(&at(90e6));
+        assert!(cadence.every() > every, "{:?}", cadence.every());
+        cadence.sent(&at(1e9));
+        assert_eq!(cadence.every(), base);
+    }
+
+    #[test]
+    fn a_short_path_at_100_mbits_reporting_at_its_stretched_cadence_is_not_silent() {
+        // 2 ms round trip, a 100 Mbit/s bottleneck: reports 29 ms apart, and one in four lost
+        // (58 ms gaps), longer than the silence limit of the round trip's 10 ms cadence (40 ms).
+        let mut t = Instant::now();
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: Duration::from_millis(2),
+                ..cfg(RateMode::Auto)
+            },
+            t,
+        );
+        let path = bottleneck(100e6);
+        let mut cadence = ReportCadence::new(report_interval(c.config().rtt));
+        let mut stretched = 0;
+        for n in 0..400 {
+            let every = cadence.every();
+            if every > Duration::from_millis(25) {
+                stretched += 1;
+            }
+            // The sender checks for silence every 5 ms (more often than it does).
+            let mut at = t;
+            while at + Duration::from_millis(5) < t + every {
+                at += Duration::from_millis(5);
+                c.on_silence(at);
+            }
+            t += every;
+            let (delivered, delay) = path(c.rate_bps() as f64);
+            let bytes = (delivered / 8.0 * every.as_secs_f64()) as u64;
+            let f = Feedback {
+                interval: every,
+                bytes,
+                datagrams: bytes / 1400,
+                queue_delay: delay,
+                ..Feedback::default()
+            };
+            cadence.sent(&f);
+            if n < 100 || n % 4 != 0 {
+                c.on_feedback(t, &f);
+            }
+        }
+        assert!(stretched > 200, "{stretched}");
+        assert!(
+            !c.reasons().iter().any(|r| r.0 == Reason::Silence),
+            "{:?}",
+            c.reasons()
+        );
+        let r = c.rate_bps() as f64;
+        assert!((90e6..120e6).contains(&r), "{r}");
+        // Reports that do stop are still silence, four of their intervals on.
+        let (bw, every) = (bottleneck_of(&c), c.report_spacing());
+        assert!(every > Duration::from_millis(25), "{every:?}");
+        assert!(c
+            .on_silence(t + every * 4 - Duration::from_millis(1))
+            .is_none());
+        // (Cruising paces a little over the model's bottleneck: its reserve.)
+        assert!(c.rate_bps() as f64 > bw, "{} against {bw}", c.rate_bps());
+        let cut = c.on_silence(t + every * 4).expect("a cut");
+        assert_eq!(cut.reason, Reason::Silence);
     }
 
     #[test]

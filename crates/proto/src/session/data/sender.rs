@@ -6,7 +6,7 @@ use super::{DataError, DataPath};
 use crate::feedback::Dedup;
 use crate::hash::BlockValue;
 use crate::layout::Layout;
-use crate::rate::{report_interval, Feedback, RateChange, RateController, RateMode};
+use crate::rate::{Feedback, RateChange, RateController, RateMode};
 use crate::verify::BlockTable;
 use crate::wire::Control;
 use std::collections::VecDeque;
@@ -344,9 +344,11 @@ impl SenderData {
         self.next_silence = now + self.silence_every().unwrap_or(Duration::ZERO);
     }
 
+    /// How often the silence check runs: as often as the receiver reports
+    /// ([`RateController::report_spacing`], stretched at low rates), in `auto` only.
     fn silence_every(&self) -> Option<Duration> {
-        let cfg = self.controller.as_ref()?.config();
-        (cfg.mode == RateMode::Auto).then(|| report_interval(cfg.rtt))
+        let ctl = self.controller.as_ref()?;
+        (ctl.config().mode == RateMode::Auto).then(|| ctl.report_spacing())
     }
 
     fn route(&mut self, channel: u16, cmd: ChannelCmd) {
