@@ -1861,16 +1861,21 @@ mod tests {
             .rev()
             .find(|ch| ch.at < then)
             .map_or(c.rate_bps(), |ch| ch.rate_bps);
-        let (delivered, delay) = path(sent as f64);
+        let f = path_report(every, path(sent as f64));
+        c.on_feedback(*t, &edit(f))
+    }
+
+    /// A report over `every` of a path that delivered at `delivered` bits per second with
+    /// `delay` of queue, in datagrams of 1,400 bytes.
+    fn path_report(every: Duration, (delivered, delay): (f64, Duration)) -> Feedback {
         let bytes = (delivered / 8.0 * every.as_secs_f64()) as u64;
-        let f = Feedback {
+        Feedback {
             interval: every,
             bytes,
             datagrams: bytes / 1400,
             queue_delay: delay,
             ..Feedback::default()
-        };
-        c.on_feedback(*t, &edit(f))
+        }
     }
 
     /// A bottleneck of `bps` that queues whatever exceeds it (20 ms of delay). It has no
@@ -2383,15 +2388,7 @@ mod tests {
                 c.on_silence(at);
             }
             t += every;
-            let (delivered, delay) = path(c.rate_bps() as f64);
-            let bytes = (delivered / 8.0 * every.as_secs_f64()) as u64;
-            let f = Feedback {
-                interval: every,
-                bytes,
-                datagrams: bytes / 1400,
-                queue_delay: delay,
-                ..Feedback::default()
-            };
+            let f = path_report(every, path(c.rate_bps() as f64));
             cadence.sent(&f);
             if n < 100 || n % 4 != 0 {
                 c.on_feedback(t, &f);
