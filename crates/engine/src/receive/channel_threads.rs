@@ -237,10 +237,7 @@ fn gather_pause(
         return None;
     }
     let bps = slow()?;
-    Some(match report() {
-        Some(until) => gather_time(bps, room, until),
-        None => gather_time(bps, room, GATHER_MAX),
-    })
+    Some(gather_time(bps, room, report().unwrap_or(GATHER_MAX)))
 }
 
 /// Marks the links that `ready` (a `poll` that does not wait; bit `i` for link `i`) finds

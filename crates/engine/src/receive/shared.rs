@@ -146,7 +146,7 @@ impl Shared {
     }
 
     /// Sends a NACK both ways: on the control connection, and as a datagram. (Reports go as
-    /// datagrams, and on TCP only where `session_loop::TcpCopies` says.)
+    /// datagrams, and on TCP only where [`hurtle_proto::feedback::TcpCopies`] says.)
     pub(super) fn send_nack(&self, msg: Control) {
         self.feedback.send(&msg);
         let _ = self.to_wire.send(msg);

@@ -599,9 +599,10 @@ pub struct RateController {
     /// began from: the model's bottleneck, or the rate if it was lower
     /// ([`RateController::on_silence`]).
     last_report: Option<Instant>,
-    /// When the next report is due after the latest, as the receiver's [`ReportCadence`]
-    /// spaces it, and how many reports came (the cadence stretches after
-    /// [`REPORTS_AT_START`]).
+    /// When the next report is due after the latest, at the longest the receiver's
+    /// [`ReportCadence`] spaces it (its exception for a rising rate only shortens it, and
+    /// reports lost on the way only delay the stretch here), and how many reports came (the
+    /// cadence stretches after [`REPORTS_AT_START`]).
     report_spacing: Duration,
     reports_heard: u64,
     silenced: Option<f64>,
