@@ -3,10 +3,19 @@
 
 A fixed workload (a random file on /dev/shm, 1 GiB by default) moved over a veth pair between
 two network namespaces (no delay, MTU 1500 by default or 9000) and over a namespace's
-loopback, by hurtle at fixed rates and with automatic rate control, and by two TCP baselines:
-``tcp`` (bench/hbench/tcpcopy.py: sendfile, recv+write, unpaced) and ``tcp-b3``
-(bench/tcphash: TCP with BLAKE3 of every byte on both ends, unpaced; TCP runs once per path,
-not per rate). Per run and as medians it prints:
+loopback, by hurtle at fixed rates and with automatic rate control, and by one TCP stream at
+the same rates (paced by the kernel with SO_MAX_PACING_RATE at a fixed rate; without the fq
+qdisc TCP paces itself with an hrtimer per burst; unpaced at ``auto``), three ways:
+
+* ``tcp``: bench/tcphash ``--no-hash``: the sender reads the file in 1 MiB pieces and writes
+  them to the socket, the receiver reads up to 1 MiB at a time and writes each piece;
+* ``tcp-b3``: bench/tcphash: the same with BLAKE3 of every byte on both ends (the integrity
+  work hurtle does; the fair baseline for hurtle's cost);
+* ``tcp-sendfile``: bench/hbench/tcpcopy.py (sendfile, and a Python receiver reading into a
+  4 MiB buffer; paced through ``cost.py _tcp-send-paced``): zero-copy sending, but the
+  receiver's interpreter costs per wake-up, which shows at low rates.
+
+Per run and as medians it prints:
 
 * goodput (file bytes x 8 / time from the sender's start until both ends exited);
 * CPU-seconds per GiB of each side, user and system apart (``/usr/bin/time``, i.e. wait4's
@@ -27,6 +36,7 @@ not per rate). Per run and as medians it prints:
 
     python3 bench/cost.py                                   # veth 1500 + loopback, 100M,400M,1G,auto, x5
     python3 bench/cost.py --paths veth --rates 1G --repeat 3 --tools hurtle
+    python3 bench/cost.py --paths veth --rates 100M,1G --tools tcp,tcp-b3 --profile   # paced TCP's floor
     python3 bench/cost.py --paths veth,veth9000 --rates 1G,auto --profile --callgrind
     python3 bench/cost.py --variant base=/tmp/hurtle-a,/tmp/hurtle-a --variant new=/tmp/hurtle-b,/tmp/hurtle-a
     python3 bench/cost.py --paths loopback --rates auto --no-encryption   # each variant also without encryption
@@ -182,11 +192,11 @@ class Variant:
 
 @dataclass
 class Job:
-    """One configuration: a tool (hurtle variant, tcp, tcp-b3) on a path at a rate."""
+    """One configuration: a tool (hurtle variant, tcp, tcp-b3, tcp-sendfile) on a path at a rate."""
 
-    tool: str  # hurtle | tcp | tcp-b3 | tcp-paced
+    tool: str  # hurtle | tcp | tcp-b3 | tcp-sendfile
     path: str
-    rate: str  # "auto", "100M", ... ; "-" for TCP (unpaced)
+    rate: str  # "auto" (hurtle's rate control; TCP unpaced) or a fixed rate: "100M", ...
     variant: Variant | None = None
 
     @property
@@ -198,22 +208,21 @@ class Job:
         return (self.path, self.label, self.rate)
 
     def timeout(self, size: int, slow: float = 1.0) -> float:
-        bps = 200e6 if self.rate in ("auto", "-") else parse_rate(self.rate)
+        bps = 200e6 if self.rate == "auto" else parse_rate(self.rate)
         return min(1800.0, 60.0 + slow * 3 * size * 8 / max(bps, 10e6))
 
     def sides(self, p: Path_, port: int, src: Path, out: Path, tcphash: str) -> tuple[list[str], list[str]]:
         """(sender argv, receiver argv)."""
         dst = f"{p.recv_addr}:{port}"
-        if self.tool == "tcp":
+        paced = self.rate != "auto"
+        if self.tool == "tcp-sendfile":
             py = str(BENCH / "hbench" / "tcpcopy.py")
-            return (["python3", py, "send", str(src), "--to", dst],
-                    ["python3", py, "recv", "--listen", dst, "--out", str(out / src.name)])
-        if self.tool == "tcp-paced":
-            py = str(BENCH / "hbench" / "tcpcopy.py")
-            return (["python3", str(Path(__file__).resolve()), "_tcp-send-paced", str(src), dst, self.rate],
-                    ["python3", py, "recv", "--listen", dst, "--out", str(out / src.name)])
-        if self.tool == "tcp-b3":
-            return ([tcphash, "send", str(src), "--to", dst],
+            send = (["python3", str(Path(__file__).resolve()), "_tcp-send-paced", str(src), dst, self.rate]
+                    if paced else ["python3", py, "send", str(src), "--to", dst])
+            return send, ["python3", py, "recv", "--listen", dst, "--out", str(out / src.name)]
+        if self.tool in ("tcp", "tcp-b3"):
+            opts = (["--no-hash"] if self.tool == "tcp" else []) + (["--pacing-rate", self.rate] if paced else [])
+            return ([tcphash, "send", str(src), "--to", dst] + opts,
                     [tcphash, "recv", "--listen", dst, "--out", str(out / src.name)])
         v = self.variant
         enc = [] if v.encrypt else ["--no-encryption"]
@@ -696,10 +705,11 @@ def main():
                     help="comma list of loopback, veth (MTU --mtu), veth9000, veth<MTU> (default veth,loopback)")
     ap.add_argument("--mtu", type=int, default=1500, help="MTU of the plain 'veth' path (default 1500)")
     ap.add_argument("--rates", default="100M,400M,1G,auto",
-                    help="hurtle rates: --rate-fixed R, or auto (default 100M,400M,1G,auto)")
+                    help="hurtle: --rate-fixed R, or auto; TCP: SO_MAX_PACING_RATE R, or unpaced "
+                         "(default 100M,400M,1G,auto)")
     ap.add_argument("--tools", default="hurtle,tcp,tcp-b3",
-                    help="comma list of hurtle, tcp, tcp-b3 (unpaced, once per path), tcp-paced (tcp with "
-                         "SO_MAX_PACING_RATE at each fixed rate) (default hurtle,tcp,tcp-b3)")
+                    help="comma list of hurtle, tcp (tcphash --no-hash), tcp-b3 (tcphash: TCP + BLAKE3), "
+                         "tcp-sendfile (tcpcopy.py), each at every rate (default hurtle,tcp,tcp-b3)")
     ap.add_argument("--size", type=parse_size, default=GIB, help="file size (default 1G)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each configuration, interleaved (default 5)")
     ap.add_argument("--send-bin", type=Path, default=REPO / "target/release/hurtle")
@@ -709,7 +719,7 @@ def main():
     ap.add_argument("--no-encryption", action="store_true",
                     help="also run every hurtle variant with --no-encryption on both ends (NAME-noenc)")
     ap.add_argument("--tcphash-bin", type=Path, default=REPO / "target/release/tcphash",
-                    help="the tcp-b3 binary (cargo build --release -p tcphash)")
+                    help="the tcp and tcp-b3 binary (cargo build --release -p tcphash)")
     ap.add_argument("--profile", action="store_true", help="also one perf record -g run per configuration")
     ap.add_argument("--profile-freq", type=int, default=1999, help="perf record -F (default 1999)")
     ap.add_argument("--callgrind", action="store_true",
@@ -741,8 +751,11 @@ def main():
     paths = [p for p in args.paths.split(",") if p]
     tools = [t for t in args.tools.split(",") if t]
     for t in tools:
-        if t not in ("hurtle", "tcp", "tcp-b3", "tcp-paced"):
-            sys.exit(f"unknown tool {t!r} (hurtle, tcp, tcp-b3, tcp-paced)")
+        if t == "tcp-paced":
+            sys.exit("tool 'tcp-paced' is gone: every TCP tool now runs paced at each fixed rate "
+                     "('tcp-sendfile' is its sender and receiver)")
+        if t not in ("hurtle", "tcp", "tcp-b3", "tcp-sendfile"):
+            sys.exit(f"unknown tool {t!r} (hurtle, tcp, tcp-b3, tcp-sendfile)")
     rates = [r for r in args.rates.split(",") if r]
     for r in rates:
         if r != "auto":
@@ -760,7 +773,7 @@ def main():
     if args.no_encryption:
         variants = variants + [Variant(v.name + "-noenc", v.send_bin, v.recv_bin, False)
                                for v in variants if v.encrypt]
-    if "tcp-b3" in tools and not os.access(args.tcphash_bin, os.X_OK):
+    if {"tcp", "tcp-b3"} & set(tools) and not os.access(args.tcphash_bin, os.X_OK):
         sys.exit(f"{args.tcphash_bin} missing: cargo build --release -p tcphash, or --tcphash-bin")
     for tool in ("perf",) + (("valgrind",) if args.callgrind else ()):
         if not shutil.which(tool):
@@ -772,13 +785,10 @@ def main():
             for v in variants:
                 for r in rates:
                     jobs.append(Job("hurtle", p, r, v))
-        for t in ("tcp", "tcp-b3"):
+        for t in ("tcp", "tcp-b3", "tcp-sendfile"):
             if t in tools:
-                jobs.append(Job(t, p, "-"))
-        if "tcp-paced" in tools:
-            for r in rates:
-                if r != "auto":
-                    jobs.append(Job("tcp-paced", p, r))
+                for r in rates:
+                    jobs.append(Job(t, p, r))
     if not jobs:
         sys.exit("nothing to run")
 
