@@ -417,6 +417,18 @@ impl ChannelReceiver {
         }
     }
 
+    /// Whether the channel is waiting on a loss: a gap below the frontier not asked for yet, a
+    /// range asked for whose repair has not come (within its retry wait, or due again), or a
+    /// rejected block. (A range asked for counts until its retry wait is over, whether or not
+    /// its repair came meanwhile: a poll forgets it only then.) A driver that sleeps between polls keeps its sleeps short while this
+    /// holds, so that neither the first ask nor a repeated one waits out a long sleep.
+    pub fn awaiting_repair(&self) -> bool {
+        !self.asked.is_empty()
+            || !self.due.is_empty()
+            || !self.rejected.is_empty()
+            || !self.received.covers(self.scanned..self.frontier)
+    }
+
     /// When `poll_nack` could next have something to say.
     pub fn next_timeout(&self, now: Instant) -> Option<Instant> {
         if self.is_complete() {
@@ -540,6 +552,31 @@ mod tests {
         let out = r.on_data(t0 + ms(170), 1000, 1000, true, 0..3000);
         assert!(out.completes_block);
         assert_eq!(r.poll_nack(t0 + ms(400)), None);
+    }
+
+    #[test]
+    fn awaits_a_repair_from_the_gap_until_the_retry_wait_after_it_came() {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::default());
+        assert!(!r.awaiting_repair(), "nothing yet");
+        r.on_data(t0, 0, 1000, false, 0..10_000);
+        r.on_data(t0, 1000, 1000, false, 0..10_000);
+        assert_eq!(r.poll_nack(t0 + ms(6)), None);
+        assert!(!r.awaiting_repair(), "in order, nothing missing");
+        // A gap below the frontier, not asked for yet (it may be reordering).
+        r.on_data(t0 + ms(7), 3000, 1000, false, 0..10_000);
+        assert!(r.awaiting_repair(), "gap seen");
+        assert_eq!(r.poll_nack(t0 + ms(8)), None, "could still be reordering");
+        assert!(r.awaiting_repair(), "gap seen, not yet asked for");
+        assert_eq!(r.poll_nack(t0 + ms(13)), Some(vec![(2000, 3000)]));
+        assert!(r.awaiting_repair(), "asked for");
+        r.on_data(t0 + ms(20), 2000, 1000, true, 0..10_000);
+        assert!(r.awaiting_repair(), "repaired, its retry wait not over");
+        assert_eq!(r.poll_nack(t0 + ms(200)), None);
+        assert!(!r.awaiting_repair(), "repaired and forgotten");
+        // A rejected block is awaited until it comes again.
+        r.reject(0..1000);
+        assert!(r.awaiting_repair(), "rejected");
     }
 
     #[test]

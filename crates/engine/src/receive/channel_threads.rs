@@ -20,6 +20,7 @@ use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
 use hurtle_proto::fec::{self, ParityStore};
 use hurtle_proto::hash::{block_value, BlockHasher};
 use hurtle_proto::punch::Role;
+use hurtle_proto::rate::REPORT_STRETCH_MAX;
 use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
 use std::collections::{HashMap, HashSet};
@@ -134,9 +135,34 @@ const GATHER_MAX: Duration = Duration::from_millis(5);
 /// The longest pause that ends [`REPORT_LEAD`] before a report: at the shortest report
 /// interval (10 ms, a path of a few milliseconds' round trip) a thread then wakes once per
 /// report rather than twice, and every report finds the reads of the interval it covers.
-/// Where reports come further apart (a long path, where NACKs held back longer cost more) a
-/// thread pauses [`GATHER_MAX`] at a time until the next report is this near.
+/// Where reports come further apart on a long path (where NACKs held back longer cost more) a
+/// thread pauses [`GATHER_MAX`] at a time until the next report is this near; on a short path
+/// whose reports were stretched by the datagram count, see [`aligned_max`].
 const GATHER_MAX_ALIGNED: Duration = Duration::from_millis(10);
+
+/// The longest pause aimed at a report where a short path's reports were stretched
+/// ([`hurtle_proto::rate::report_every`], up to [`REPORT_STRETCH_MAX`] at 100 Mbit/s): a
+/// thread wakes once per report there too. (With 5 ms pauses at 100 Mbit/s on veth it woke
+/// about six times per report.)
+const GATHER_MAX_STRETCHED: Duration = REPORT_STRETCH_MAX;
+
+/// The longest pause aimed at a report, with reports every `every_us` on a path whose own
+/// report interval is `base_us`, when `awaiting_repair` says whether any of the thread's
+/// channels waits on a loss ([`ChannelReceiver::awaiting_repair`]). A short path's interval
+/// (`base_us` up to [`GATHER_MAX_ALIGNED`]) stretched beyond it: the whole interval, up to
+/// [`GATHER_MAX_STRETCHED`], unless a channel waits on a loss, whose NACKs go out only when
+/// the thread wakes: then, as elsewhere, [`GATHER_MAX_ALIGNED`]. A long path's longer
+/// interval keeps [`GATHER_MAX_ALIGNED`] (pauses of 10 ms there once cost intercontinental
+/// goodput).
+fn aligned_max(every_us: u64, base_us: u64, awaiting_repair: bool) -> Duration {
+    let every = Duration::from_micros(every_us);
+    let base = Duration::from_micros(base_us);
+    if !awaiting_repair && base <= GATHER_MAX_ALIGNED && every > GATHER_MAX_ALIGNED {
+        every.min(GATHER_MAX_STRETCHED)
+    } else {
+        GATHER_MAX_ALIGNED
+    }
+}
 
 /// How long before a report a pause that ends there ends: time for the thread's sleep to run
 /// over and for it to read and count what gathered (tens of datagrams at the rates that pause).
@@ -165,8 +191,8 @@ fn gather_time(bps: f64, room: usize, max: Duration) -> Duration {
 /// report clock's origin), with the next report due at `due_us` and reports every `every_us`:
 /// aimed at the first report at least [`ALIGNED_MIN`] of pause away (the one just read for is
 /// passed over, and a late report loop's due time already past too); [`GATHER_MAX`] if that
-/// pause would be longer than [`GATHER_MAX_ALIGNED`].
-fn report_pause(now_us: u64, due_us: u64, every_us: u64) -> Duration {
+/// pause would be longer than `longest` ([`aligned_max`]).
+fn report_pause(now_us: u64, due_us: u64, every_us: u64, longest: Duration) -> Duration {
     let lead = REPORT_LEAD.as_micros() as u64;
     let least = now_us + ALIGNED_MIN.as_micros() as u64 + lead;
     let due = if due_us >= least {
@@ -177,7 +203,7 @@ fn report_pause(now_us: u64, due_us: u64, every_us: u64) -> Duration {
         due_us + (least - due_us).div_ceil(every) * every
     };
     let pause = Duration::from_micros(due - lead - now_us);
-    if pause > GATHER_MAX_ALIGNED {
+    if pause > longest {
         GATHER_MAX
     } else {
         pause
@@ -322,9 +348,11 @@ pub(super) fn serve_channels(
             last_got = now;
         }
         let report = || {
-            let (due_us, every_us) = shared.report_clock.get()?;
+            let clock = shared.report_clock.get()?;
             let now_us = now.saturating_duration_since(shared.origin).as_micros() as u64;
-            Some(report_pause(now_us, due_us, every_us))
+            let repairing = members.iter().any(|(w, _)| w.rec.awaiting_repair());
+            let longest = aligned_max(clock.every_us, clock.base_us, repairing);
+            Some(report_pause(now_us, clock.due_us, clock.every_us, longest))
         };
         if let Some(pause) =
             gather_pause(now, last_got, || slow.update(now, received()), room, report)
@@ -940,20 +968,38 @@ mod tests {
         let ms = Duration::from_millis;
         let every = us(ms(10));
         // A report due in 7 ms: wake 1 ms before it.
-        assert_eq!(report_pause(50_000, 57_000, every), ms(6));
+        assert_eq!(
+            report_pause(50_000, 57_000, every, GATHER_MAX_ALIGNED),
+            ms(6)
+        );
         // Just read for the report due in 1 ms (or one due already, its loop late): wait for
         // the next, less the lead.
-        assert_eq!(report_pause(56_000, 57_000, every), ms(10));
-        assert_eq!(report_pause(56_500, 57_000, every), ms(9) + ms(1) / 2);
-        assert_eq!(report_pause(58_000, 57_000, every), ms(8));
+        assert_eq!(
+            report_pause(56_000, 57_000, every, GATHER_MAX_ALIGNED),
+            ms(10)
+        );
+        assert_eq!(
+            report_pause(56_500, 57_000, every, GATHER_MAX_ALIGNED),
+            ms(9) + ms(1) / 2
+        );
+        assert_eq!(
+            report_pause(58_000, 57_000, every, GATHER_MAX_ALIGNED),
+            ms(8)
+        );
         // A loop several intervals late: the first report time far enough ahead.
-        assert_eq!(report_pause(80_000, 57_000, every), ms(6));
+        assert_eq!(
+            report_pause(80_000, 57_000, every, GATHER_MAX_ALIGNED),
+            ms(6)
+        );
         // A thread just past the least aimed pause before a report: the next report is too
         // far for one pause, so the usual one.
-        assert_eq!(report_pause(54_100, 57_000, every), GATHER_MAX);
+        assert_eq!(
+            report_pause(54_100, 57_000, every, GATHER_MAX_ALIGNED),
+            GATHER_MAX
+        );
         // Never shorter than the least aimed pause, never longer than the longest.
         for now in (40_000..90_000).step_by(250) {
-            let p = report_pause(now, 57_000, every);
+            let p = report_pause(now, 57_000, every, GATHER_MAX_ALIGNED);
             assert!(p >= ALIGNED_MIN && p <= GATHER_MAX_ALIGNED, "{now}: {p:?}");
             // It ends the lead before some report, or is the usual pause.
             let end = now + us(p) + us(REPORT_LEAD);
@@ -965,9 +1011,57 @@ mod tests {
         // Reports far apart (a long round trip): the usual pauses until one is near, then one
         // that ends before it.
         let every = us(ms(40));
-        assert_eq!(report_pause(0, 35_000, every), GATHER_MAX);
-        assert_eq!(report_pause(30_000, 35_000, every), ms(4));
-        assert_eq!(report_pause(34_500, 35_000, every), GATHER_MAX);
+        assert_eq!(
+            report_pause(0, 35_000, every, GATHER_MAX_ALIGNED),
+            GATHER_MAX
+        );
+        assert_eq!(
+            report_pause(30_000, 35_000, every, GATHER_MAX_ALIGNED),
+            ms(4)
+        );
+        assert_eq!(
+            report_pause(34_500, 35_000, every, GATHER_MAX_ALIGNED),
+            GATHER_MAX
+        );
+    }
+
+    #[test]
+    fn a_short_paths_stretched_reports_are_waited_for_in_one_pause() {
+        let us = |d: Duration| d.as_micros() as u64;
+        let ms = Duration::from_millis;
+        // 100 Mbit/s on a short path: reports every 29 ms instead of the path's 10.
+        let (every, base) = (us(ms(29)), us(ms(10)));
+        let longest = aligned_max(every, base, false);
+        assert_eq!(longest, ms(29));
+        // Just read for a report: one pause to just before the next, not six of 5 ms.
+        assert_eq!(report_pause(56_000, 57_000, every, longest), ms(29));
+        assert_eq!(report_pause(60_000, 57_000, every, longest), ms(25));
+        // Stretched further (a late loop): the pause ends before the report if it is within
+        // 30 ms, else the usual one until it is.
+        assert_eq!(aligned_max(us(ms(45)), base, false), GATHER_MAX_STRETCHED);
+        assert_eq!(
+            report_pause(0, 40_000, us(ms(45)), GATHER_MAX_STRETCHED),
+            GATHER_MAX
+        );
+        assert_eq!(
+            report_pause(10_000, 40_000, us(ms(45)), GATHER_MAX_STRETCHED),
+            ms(29)
+        );
+        // A channel waits on a loss: its NACKs go out when the thread wakes, so no pause is
+        // longer than where reports are not stretched.
+        let longest = aligned_max(every, base, true);
+        assert_eq!(longest, GATHER_MAX_ALIGNED);
+        assert_eq!(report_pause(56_000, 57_000, every, longest), GATHER_MAX);
+        // Not stretched: as before.
+        assert_eq!(aligned_max(base, base, false), GATHER_MAX_ALIGNED);
+        // A long path (reports every 37.5 ms at 150 ms, never stretched by the count): the
+        // usual pauses until the report is near.
+        let long = us(Duration::from_micros(37_500));
+        assert_eq!(aligned_max(long, long, false), GATHER_MAX_ALIGNED);
+        assert_eq!(
+            aligned_max(us(ms(20)), us(ms(20)), false),
+            GATHER_MAX_ALIGNED
+        );
     }
 
     #[test]

@@ -261,6 +261,7 @@ pub(super) fn session_loop(
             shared.report_clock.publish(
                 due.saturating_duration_since(shared.origin).as_micros() as u64,
                 every.as_micros() as u64,
+                report_every.as_micros() as u64,
             );
             wake = next_wake(now, due, data.poll_timeout());
         }

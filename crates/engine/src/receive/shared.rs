@@ -92,21 +92,41 @@ pub(super) struct ReportClock {
     due_us: AtomicU64,
     /// The interval between reports, microseconds.
     every_us: AtomicU64,
+    /// The path's own report interval ([`hurtle_proto::rate::report_interval`]), microseconds:
+    /// `every_us` beyond it was stretched (by the datagram count or the loop's lateness).
+    base_us: AtomicU64,
+}
+
+/// What a [`ReportClock`] published, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ReportTimes {
+    /// The next report's time, from [`Shared::origin`].
+    pub(super) due_us: u64,
+    /// The interval between reports.
+    pub(super) every_us: u64,
+    /// The path's own report interval, before any stretching.
+    pub(super) base_us: u64,
 }
 
 impl ReportClock {
     /// The next report is due `due_us` microseconds from the origin, and reports come every
-    /// `every_us`.
-    pub(super) fn publish(&self, due_us: u64, every_us: u64) {
+    /// `every_us`, on a path whose own report interval is `base_us`.
+    pub(super) fn publish(&self, due_us: u64, every_us: u64, base_us: u64) {
         self.every_us.store(every_us, Ordering::Relaxed);
+        self.base_us.store(base_us, Ordering::Relaxed);
         self.due_us.store(due_us.max(1), Ordering::Relaxed);
     }
 
-    /// The next report's time and the interval between reports, microseconds, once published.
-    pub(super) fn get(&self) -> Option<(u64, u64)> {
-        let due = self.due_us.load(Ordering::Relaxed);
-        let every = self.every_us.load(Ordering::Relaxed);
-        (due > 0 && every > 0).then_some((due, every))
+    /// The next report's time and the intervals between reports, once published.
+    pub(super) fn get(&self) -> Option<ReportTimes> {
+        let due_us = self.due_us.load(Ordering::Relaxed);
+        let every_us = self.every_us.load(Ordering::Relaxed);
+        let base_us = self.base_us.load(Ordering::Relaxed);
+        (due_us > 0 && every_us > 0).then_some(ReportTimes {
+            due_us,
+            every_us,
+            base_us,
+        })
     }
 }
 
