@@ -399,6 +399,15 @@ pub fn answer<T>(
     ))
 }
 
+/// The kernel's lowest round trip on the control connection `stream` (TCP's `min_rtt`): the
+/// floor under which no later timing of the path is believed
+/// ([`hurtle_proto::rate::rtt::PathRtt`]). A lower bound of the path only: through a relay, or
+/// a proxy that answers TCP for the receiver, it ends short of the receiver. `None` where the
+/// kernel does not say.
+pub fn kernel_floor(stream: &TcpStream) -> Option<Duration> {
+    crate::sys::socket::tcp_min_rtt(std::os::fd::AsFd::as_fd(stream))
+}
+
 fn spent_reason() -> String {
     format!("this receiver's code was tried {CODE_TRIES} times with the wrong words and is spent; ask for a new one")
 }
@@ -607,6 +616,35 @@ mod tests {
         let got = rx.join().unwrap().unwrap();
         assert_eq!(got.first, Control::KeepAlive);
         assert_eq!(got.key_name, "code");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernels_floor_is_below_a_key_agreement_held_up_by_the_receivers_cpu() {
+        // A receiver that holds the offer 30 ms before it answers (its CPU busy elsewhere):
+        // the agreement's timing has the 30 ms in it, the kernel's floor on the same
+        // connection has not.
+        let (mut s, r) = pair();
+        let rx = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            receive(r, Keyring::code("12-a-b"), 5)
+        });
+        let t = Instant::now();
+        let keys = offer_for(&mut s, &Secret::code("12-a-b"), 5);
+        let timed = t.elapsed();
+        assert!(keys.is_ok());
+        let floor = kernel_floor(&s).expect("Linux says");
+        assert!(timed >= Duration::from_millis(30), "{timed:?}");
+        assert!(floor < Duration::from_millis(10), "{floor:?}");
+        let mut r = hurtle_proto::rate::rtt::PathRtt::new(timed, Some(floor));
+        // A probe answered in 1 ms is taken; a forged zero is the floor.
+        assert_eq!(
+            r.sample(Duration::from_millis(1)),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(r.sample(Duration::ZERO), Some(floor));
+        drop(s);
+        let _ = rx.join();
     }
 
     #[test]

@@ -138,6 +138,11 @@ pub(super) fn send_once(
         },
     )?;
     let rtt = agree_at.elapsed();
+    // The key agreement's timing is an upper bound of the path's round trip (both sides'
+    // CPU, and on a busy host their waits for a core, are in it): the probes' answers lower
+    // the controller's, never below the kernel's floor (at the data phase's start, and in the
+    // session loop).
+    let mut path_rtt = rate::rtt::PathRtt::new(rtt, crate::handshake::kernel_floor(&stream));
     let (rx, tx, writer) =
         crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
             .map_err(|e| SessionError::io("control connection", e))?;
@@ -240,7 +245,7 @@ pub(super) fn send_once(
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
     controller.set_channels(channels);
-    let resumed = resume(&mut controller, opts, to);
+    let resumed = resume(&mut controller, opts, to, path_rtt.range());
 
     // Early data: the provisional outcome (every file whole) goes out now, while the receiver
     // decides, within a budget; if the outcome is another, the channels start again below.
@@ -450,21 +455,35 @@ pub(super) fn send_once(
 
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
+    // The probes' answers that came during the set-up; those that come later, in the session
+    // loop.
+    let probed = prober.as_ref().and_then(|p| p.probe.rtt());
+    if let Some(lower) = probed.and_then(|s| path_rtt.sample(s)) {
+        controller.set_rtt(lower);
+    }
     rate_log.line(|| {
         let cfg = controller.config();
+        let ms = |d: Option<Duration>| d.map_or(-1.0, |d| d.as_secs_f64() * 1e3);
         format!(
-            "start mode={:?} rate_mbps={:.1} ceiling_mbps={:.1} rtt_ms={:.2} delay_target_ms={:.1} report_every_ms={:.1}",
+            "start mode={:?} rate_mbps={:.1} ceiling_mbps={:.1} rtt_ms={:.2} delay_target_ms={:.1} report_every_ms={:.1} handshake_ms={:.2} probe_ms={:.2} floor_ms={:.3}",
             cfg.mode,
             controller.rate_bps() as f64 / 1e6,
             cfg.ceiling_bps as f64 / 1e6,
             cfg.rtt.as_secs_f64() * 1e3,
             cfg.delay_target().as_secs_f64() * 1e3,
             rate::report_interval(rtt).as_secs_f64() * 1e3,
+            rtt.as_secs_f64() * 1e3,
+            ms(probed),
+            ms(path_rtt.floor()),
         )
     });
     let data_started = Instant::now();
     state.begin(data_started, Some(controller));
-    let mut udp = UdpPath { prober, fallback };
+    let mut udp = UdpPath {
+        prober,
+        fallback,
+        rtt: path_rtt,
+    };
     let mut fallback_seconds = None;
     let result = loop {
         let wires = Wires {
@@ -952,17 +971,19 @@ fn controller(
 }
 
 /// Starts `controller` from what the last transfer to this receiver learnt of the path, if
-/// the options keep path memories and that one still fits the path.
+/// the options keep path memories and that one still fits the path, whose round trip lies in
+/// `range` (the kernel's floor to the key agreement's timing: [`rate::rtt::PathRtt::range`]).
 fn resume(
     controller: &mut RateController,
     opts: &SendOptions,
     to: SocketAddr,
+    range: (Duration, Duration),
 ) -> Option<ResumedSummary> {
     let (memory, age) = opts
         .path_memory
         .as_ref()?
         .recall(to.ip(), SystemTime::now())?;
-    controller.resume(&memory, age)?;
+    controller.resume_within(&memory, age, range)?;
     Some(ResumedSummary {
         remembered_bps: memory.bottleneck_bps,
         remembered_rtt_ms: memory.rtt.as_secs_f64() * 1e3,

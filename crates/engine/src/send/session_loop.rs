@@ -2,7 +2,8 @@
 //! driver of the data phase's machine ([`SenderData`], whose rules it carries out): messages,
 //! the channel threads' block values and the machine's timers in; the machine's commands to
 //! the channel threads, its messages to the receiver and its rates out, each report logged in
-//! `send-rate.log` ([`rate_line`]). Beside it, probing's decisions, and the live bottleneck
+//! `send-rate.log` ([`rate_line`]). Beside it, probing's decisions (and the controller's round
+//! trip lowered by the probes' answers: [`hurtle_proto::rate::rtt`]), and the live bottleneck
 //! for the progress line ([`judge_live`]).
 
 use super::channel_threads::ChannelCmds;
@@ -15,6 +16,7 @@ use crate::netlog::NetLog;
 use crate::walk;
 use crossbeam_channel::{select, Receiver};
 use hurtle_proto::rate::model::queue_target;
+use hurtle_proto::rate::rtt::PathRtt;
 use hurtle_proto::session::data::{ChannelCmd, SenderData, SenderDataEvent};
 use hurtle_proto::wire::{Control, HEADER_LEN};
 use hurtle_proto::{Feedback, RateController};
@@ -50,6 +52,9 @@ pub(super) struct UdpPath {
     pub(super) prober: Option<Prober>,
     /// The dials, until the channels move (taken then).
     pub(super) fallback: Option<Vec<Dialing>>,
+    /// The controller's round trip: the first round of probes' answers lower it
+    /// ([`hurtle_proto::rate::rtt::PathRtt`]).
+    pub(super) rtt: PathRtt,
 }
 
 /// A TCP data connection being dialled.
@@ -264,6 +269,17 @@ pub(super) fn session_loop(
                 SenderDataEvent::ProbeAck { channel, size } => {
                     if let Some(p) = udp.prober.as_mut() {
                         p.probe.on_ack(channel, usize::from(size), Instant::now());
+                        let lower = p.probe.rtt().and_then(|s| udp.rtt.sample(s));
+                        if let (Some(lower), Some(c)) = (lower, state.controller_mut()) {
+                            c.set_rtt(lower);
+                            rate_log.line(|| {
+                                format!(
+                                    "rtt {:.3} ms: a probe's answer (the key agreement's: {:.2} ms)",
+                                    lower.as_secs_f64() * 1e3,
+                                    udp.rtt.handshake().as_secs_f64() * 1e3
+                                )
+                            });
+                        }
                         let step = probe_step(p, shared, state.received() > 0, rate_log);
                         blocked(step, state).map_err(data_error)?;
                     }

@@ -207,3 +207,61 @@ pub(crate) fn meminfo(fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
         )
     })
 }
+
+/// The lowest round trip the kernel measured on a TCP connection (`TCP_INFO`'s `tcpi_min_rtt`,
+/// Linux 4.6+): from its handshake on, over the acknowledgements, with no application in the
+/// loop. `None` where the kernel does not say (another system, an older kernel, no sample).
+#[cfg(target_os = "linux")]
+pub(crate) fn tcp_min_rtt(fd: BorrowedFd<'_>) -> Option<Duration> {
+    // SAFETY: `tcp_info` is plain integers, valid when zeroed.
+    let mut info: libc::tcp_info = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is writable for `len` bytes, and the kernel writes at most that many
+    // and stores the length it wrote in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            ptr::addr_of_mut!(info).cast(),
+            &mut len,
+        )
+    };
+    let end = mem::offset_of!(libc::tcp_info, tcpi_min_rtt) + mem::size_of::<u32>();
+    // The kernel's "no sample yet" is all ones.
+    (rc == 0 && len as usize >= end && info.tcpi_min_rtt != 0 && info.tcpi_min_rtt != u32::MAX)
+        .then(|| Duration::from_micros(u64::from(info.tcpi_min_rtt)))
+}
+
+/// [`tcp_min_rtt`] where the kernel does not say: never.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn tcp_min_rtt(_fd: BorrowedFd<'_>) -> Option<Duration> {
+    None
+}
+
+/// Sets a socket's receive buffer with `SO_RCVBUFFORCE`, past `net.core.rmem_max`: allowed
+/// only to a process with `CAP_NET_ADMIN` (`EPERM` otherwise).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn set_recv_buffer_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `value` is a c_int that lives across the call, and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            ptr::addr_of!(value).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// [`set_recv_buffer_force`] where the system has no such option: never allowed.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn set_recv_buffer_force(_fd: BorrowedFd<'_>, _bytes: usize) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}

@@ -28,6 +28,11 @@
 //! rate); the next report brings it back ([`RateController::on_silence`], which the driver
 //! calls between reports).
 //!
+//! **The round trip** the controller goes by is the path's ([`rtt`]): the key agreement's
+//! timing, which both sides' CPU inflates (tens of milliseconds on a busy loopback), lowered
+//! by the first probes' answers, never below the kernel's TCP floor
+//! ([`RateController::set_rtt`]).
+//!
 //! At the end, [`bottleneck`] names what limited the transfer from the controller's view, and
 //! [`RateController::outages`] says whether the path went out meanwhile ([`Outages`]).
 //!
@@ -45,6 +50,7 @@
 pub mod bottleneck;
 pub mod dispersion;
 pub mod model;
+pub mod rtt;
 
 use crate::wire::Control;
 use model::{Model, Signals};
@@ -265,11 +271,19 @@ impl PathMemory {
     /// [`RTT_SLACK`], for short paths, whose round trip at the key agreement is mostly the two
     /// sides' CPU) of the remembered one; another round trip is another path.
     pub fn fits(&self, age: Duration, rtt: Duration) -> bool {
+        self.fits_range(age, (rtt, rtt))
+    }
+
+    /// [`PathMemory::fits`] for a path whose round trip is known to lie between `lo` and `hi`
+    /// ([`rtt::PathRtt::range`]: the kernel's floor and the key agreement's timing, which a
+    /// busy host inflates by tens of milliseconds): the remembered round trip within a factor
+    /// of two (and [`RTT_SLACK`]) of some round trip in that range.
+    pub fn fits_range(&self, age: Duration, (lo, hi): (Duration, Duration)) -> bool {
         let slack = RTT_SLACK;
         age <= MEMORY_LIFETIME
             && self.bottleneck_bps > 0
-            && rtt <= self.rtt * 2 + slack
-            && rtt * 2 + slack >= self.rtt
+            && lo <= self.rtt * 2 + slack
+            && hi * 2 + slack >= self.rtt
     }
 }
 
@@ -801,8 +815,19 @@ impl RateController {
     /// configured start; never above the ceiling), with startup ending at the bottleneck
     /// remembered. Call it before the first report. Returns the start rate it set, if it did.
     pub fn resume(&mut self, memory: &PathMemory, age: Duration) -> Option<u64> {
+        self.resume_within(memory, age, (self.cfg.rtt, self.cfg.rtt))
+    }
+
+    /// [`RateController::resume`] on a path whose round trip lies between `range`'s ends
+    /// ([`PathMemory::fits_range`]).
+    pub fn resume_within(
+        &mut self,
+        memory: &PathMemory,
+        age: Duration,
+        range: (Duration, Duration),
+    ) -> Option<u64> {
         let model = self.model.as_mut()?;
-        if self.changes != 1 || !memory.fits(age, self.cfg.rtt) {
+        if self.changes != 1 || !memory.fits_range(age, range) {
             return None;
         }
         let ceiling = self.cfg.ceiling_bps.max(self.cfg.min_bps).max(1) as f64;
@@ -818,6 +843,17 @@ impl RateController {
             self.rate_range = (half as u64, half as u64);
         }
         Some(self.rate as u64)
+    }
+
+    /// Takes `rtt` as the path's round trip from now on, in place of the one configured (the
+    /// key agreement's, lowered by later samples: [`rtt::PathRtt`]): what the model times its
+    /// rounds and judges its reports by, and what [`PathMemory`] keeps. The receiver's report
+    /// cadence, which it took from its own timing, is still expected as configured.
+    pub fn set_rtt(&mut self, rtt: Duration) {
+        self.cfg.rtt = rtt;
+        if let Some(model) = self.model.as_mut() {
+            model.set_rtt(rtt.min(MAX_REPORTED));
+        }
     }
 
     /// Current rate, bits per second.
@@ -2080,6 +2116,74 @@ mod tests {
         assert!(lo.fits(hour, Duration::from_micros(300)));
         assert!(lo.fits(hour, Duration::from_millis(10)));
         assert!(!lo.fits(hour, Duration::from_millis(11)));
+    }
+
+    #[test]
+    fn a_memory_fits_a_handshake_inflated_by_cpu_down_to_the_kernels_floor() {
+        let hour = Duration::from_secs(3600);
+        let us = Duration::from_micros;
+        // Loopback: the last transfer went by a probe's 0.4 ms; this key agreement took
+        // 27 ms on a busy host, the kernel's floor is 30 us.
+        let m = PathMemory {
+            bottleneck_bps: 9_000_000_000,
+            rtt: us(400),
+        };
+        assert!(!m.fits(hour, us(27_000)), "by the key agreement alone");
+        assert!(m.fits_range(hour, (us(30), us(27_000))));
+        // A path far longer than the key agreement's timing, or far shorter than the floor,
+        // is another path.
+        let far = PathMemory {
+            rtt: us(300_000),
+            ..m
+        };
+        assert!(!far.fits_range(hour, (us(30), us(27_000))));
+        assert!(!m.fits_range(hour, (us(100_000), us(150_000))));
+        assert!(!m.fits_range(MEMORY_LIFETIME + hour, (us(30), us(27_000))));
+    }
+
+    /// The rates `c` paces at through `reports` reports every 10 ms from a path of round trip
+    /// `path_rtt` with a bottleneck of `bps`, each of the rate in force a round trip earlier.
+    fn short_path_rates(c: &mut RateController, t0: Instant, path_rtt: Duration) -> Vec<u64> {
+        let (every, mut t) = (Duration::from_millis(10), t0);
+        let path = bottleneck(2e9);
+        (0..60)
+            .map(|_| {
+                t += every;
+                let then = t.checked_sub(path_rtt).unwrap_or(t);
+                let sent = c
+                    .timeline()
+                    .iter()
+                    .rev()
+                    .find(|ch| ch.at < then)
+                    .map_or(c.rate_bps(), |ch| ch.rate_bps);
+                c.on_feedback(t, &path_report(every, path(sent as f64)));
+                c.rate_bps()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_controller_told_the_paths_round_trip_goes_as_one_configured_with_it() {
+        // Loopback on a busy host: the key agreement took 27 ms, the path's round trip is
+        // 0.4 ms.
+        let (path, handshake) = (Duration::from_micros(400), Duration::from_millis(27));
+        let with = |rtt| RateConfig {
+            start_bps: 100_000_000,
+            ceiling_bps: 100_000_000_000,
+            rtt,
+            ..cfg(RateMode::Auto)
+        };
+        let t0 = Instant::now();
+        let mut knows = RateController::new(with(path), t0);
+        let mut told = RateController::new(with(handshake), t0);
+        told.set_rtt(path);
+        assert_eq!(told.config().rtt, path);
+        assert_eq!(told.model().unwrap().rtt(), path);
+        let mut inflated = RateController::new(with(handshake), t0);
+        let rates = short_path_rates(&mut knows, t0, path);
+        assert_eq!(short_path_rates(&mut told, t0, path), rates);
+        // (Which is not what the key agreement's round trip makes of the same path.)
+        assert_ne!(short_path_rates(&mut inflated, t0, path), rates);
     }
 
     /// A controller of [`cfg`], resumed from a memory of `bps` on its 50 ms path.

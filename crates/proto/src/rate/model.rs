@@ -526,6 +526,16 @@ impl Model {
         Some(self.cut_before(bw).unwrap_or(bw))
     }
 
+    /// Takes `rtt` as the path's round trip from now on ([`super::RateController::set_rtt`]).
+    pub fn set_rtt(&mut self, rtt: Duration) {
+        self.rtt = rtt;
+    }
+
+    /// The round trip the model goes by.
+    pub fn rtt(&self) -> Duration {
+        self.rtt
+    }
+
     /// The current state.
     pub fn phase(&self) -> Phase {
         self.phase

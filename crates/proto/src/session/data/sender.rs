@@ -303,6 +303,12 @@ impl SenderData {
         self.controller.as_ref()
     }
 
+    /// The rate controller, to tell it what the driver measured of the path (a round trip:
+    /// [`RateController::set_rtt`]).
+    pub fn controller_mut(&mut self) -> Option<&mut RateController> {
+        self.controller.as_mut()
+    }
+
     /// Takes the rate controller, for the data phase that replaces this one (the early data's,
     /// when the outcome was another).
     pub fn take_controller(&mut self) -> Option<RateController> {
