@@ -238,30 +238,3 @@ pub(crate) fn tcp_min_rtt(fd: BorrowedFd<'_>) -> Option<Duration> {
 pub(crate) fn tcp_min_rtt(_fd: BorrowedFd<'_>) -> Option<Duration> {
     None
 }
-
-/// Sets a socket's receive buffer with `SO_RCVBUFFORCE`, past `net.core.rmem_max`: allowed
-/// only to a process with `CAP_NET_ADMIN` (`EPERM` otherwise).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) fn set_recv_buffer_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `value` is a c_int that lives across the call, and its size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            ptr::addr_of!(value).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// [`set_recv_buffer_force`] where the system has no such option: never allowed.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(crate) fn set_recv_buffer_force(_fd: BorrowedFd<'_>, _bytes: usize) -> io::Result<()> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
-}
