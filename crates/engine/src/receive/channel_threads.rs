@@ -191,7 +191,8 @@ fn gather_time(bps: f64, room: usize, max: Duration) -> Duration {
 /// report clock's origin), with the next report due at `due_us` and reports every `every_us`:
 /// aimed at the first report at least [`ALIGNED_MIN`] of pause away (the one just read for is
 /// passed over, and a late report loop's due time already past too); [`GATHER_MAX`] if that
-/// pause would be longer than `longest` ([`aligned_max`]).
+/// pause would be longer than `longest` ([`aligned_max`]), except where `longest` follows
+/// stretched reports and the pause is at most [`ALIGNED_MIN`] longer: then `longest`.
 fn report_pause(now_us: u64, due_us: u64, every_us: u64, longest: Duration) -> Duration {
     let lead = REPORT_LEAD.as_micros() as u64;
     let least = now_us + ALIGNED_MIN.as_micros() as u64 + lead;
@@ -203,10 +204,17 @@ fn report_pause(now_us: u64, due_us: u64, every_us: u64, longest: Duration) -> D
         due_us + (least - due_us).div_ceil(every) * every
     };
     let pause = Duration::from_micros(due - lead - now_us);
-    if pause > longest {
-        GATHER_MAX
-    } else {
+    if pause <= longest {
         pause
+    } else if longest > GATHER_MAX_ALIGNED && pause <= longest + ALIGNED_MIN {
+        // Stretched reports: the one just read for came a little later than aimed at (the
+        // loop built it late, or the interval grew), and the next is a little more than the
+        // longest pause away. Waking up to `ALIGNED_MIN` earlier before it, rather than
+        // pausing the usual 5 ms first, keeps one wake-up per report (without it, 55 a second
+        // against 41 reports at 100 Mbit/s).
+        longest
+    } else {
+        GATHER_MAX
     }
 }
 
@@ -1047,6 +1055,12 @@ mod tests {
             report_pause(10_000, 40_000, us(ms(45)), GATHER_MAX_STRETCHED),
             ms(29)
         );
+        // The report just read for came 1.5 ms late (its loop published it after the thread
+        // aimed at it): the next is 30.5 ms away, so a pause aimed at it (29.5 ms) is a little
+        // past the longest. Wake 1.5 ms before it rather than pause 5 ms first and then again.
+        assert_eq!(report_pause(84_500, 86_000, every, longest), ms(29));
+        // A report further than that: the usual pause first.
+        assert_eq!(report_pause(50_000, 86_000, every, longest), GATHER_MAX);
         // A channel waits on a loss: its NACKs go out when the thread wakes, so no pause is
         // longer than where reports are not stretched.
         let longest = aligned_max(every, base, true);
