@@ -182,8 +182,11 @@ fn a_second_transfer_to_the_same_receiver_starts_from_the_first_ones_bottleneck(
         let fits = rtt <= 2.0 * rtt_ms + 10.0 && 2.0 * rtt + 10.0 >= rtt_ms;
         let start = num(&v["rate"], "start_bps");
         eprintln!("remembered {path_bps} bit/s at {rtt_ms} ms; {rtt} ms now; started at {start}");
-        if fits {
-            let r = &v["rate"]["resumed"];
+        // A round trip that fits by the key agreement's timing resumes; so may one that fits
+        // only down to the kernel's floor (the timing is the path's plus both sides' CPU:
+        // `hurtle_proto::rate::PathMemory::fits_range`), which `--json` does not show.
+        let r = &v["rate"]["resumed"];
+        if fits || !r.is_null() {
             assert_eq!(num(r, "remembered_bps"), path_bps, "{v}");
             assert!(r["age_s"].as_u64().unwrap() < 600, "{v}");
             // Half the remembered bottleneck within the cap, or the usual start if that is
@@ -195,7 +198,8 @@ fn a_second_transfer_to_the_same_receiver_starts_from_the_first_ones_bottleneck(
             );
             resumed += 1;
         } else {
-            assert!(v["rate"]["resumed"].is_null(), "another round trip: {v}");
+            // Not resumed: the remembered round trip is far above this one's whole timing.
+            assert!(rtt_ms > 2.0 * rtt + 10.0, "another round trip: {v}");
         }
         last = v;
     }
