@@ -214,7 +214,7 @@ pub(super) fn serve_channels(
             match w.step(&mut bufs, together) {
                 Ok(next) => wake = [wake, next].into_iter().flatten().min(),
                 Err(e) => {
-                    let _ = w.events.send(ChanEvent::Failed(e));
+                    w.shared.to_loop(&w.events, ChanEvent::Failed(e));
                     break 'run;
                 }
             }
@@ -421,7 +421,7 @@ impl HeldValuer {
                         Err(e) => ChanEvent::Failed(e),
                     };
                     let failed = matches!(event, ChanEvent::Failed(_));
-                    if events.send(event).is_err() || failed {
+                    if !shared.to_loop(&events, event) || failed {
                         return;
                     }
                 }
@@ -602,7 +602,8 @@ impl ChannelWorker {
                     )
                 };
                 self.valued = Some(block);
-                let _ = self.events.send(ChanEvent::Block { block, value, held });
+                self.shared
+                    .to_loop(&self.events, ChanEvent::Block { block, value, held });
             }
         }
         Ok(range.start)
@@ -809,11 +810,14 @@ impl ChannelWorker {
                         // not read at all.
                         if let Some(value) = shared.cached_value(span.block) {
                             shared.resume_cached.fetch_add(1, Ordering::Relaxed);
-                            let _ = self.events.send(ChanEvent::Block {
-                                block: span.block,
-                                value,
-                                held: true,
-                            });
+                            shared.to_loop(
+                                &self.events,
+                                ChanEvent::Block {
+                                    block: span.block,
+                                    value,
+                                    held: true,
+                                },
+                            );
                             self.log.line(|| {
                                 format!("held block {} valued from the cache", span.block)
                             });

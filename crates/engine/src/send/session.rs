@@ -293,6 +293,7 @@ pub(super) fn send_once(
         values: Default::default(),
         resume_cached: AtomicU64::new(0),
         resume_read: AtomicU64::new(0),
+        loop_wake: Default::default(),
     });
     progress
         .rate_bps

@@ -1,6 +1,8 @@
 //! The sender's session loop, on the caller's thread while data flows ([`session_loop`]): the
 //! driver of the data phase's machine ([`SenderData`], whose rules it carries out): messages,
-//! the channel threads' block values and the machine's timers in; the machine's commands to
+//! the channel threads' block values (all that are queued at each of its wake-ups: a channel
+//! thread wakes it only for one that must not wait, [`Shared::to_loop`]) and the machine's
+//! timers in; the machine's commands to
 //! the channel threads, its messages to the receiver and its rates out, each report logged in
 //! `send-rate.log` ([`rate_line`]). Beside it, probing's decisions (and the controller's round
 //! trip lowered by the probes' answers: [`hurtle_proto::rate::rtt`]), and the live bottleneck
@@ -94,12 +96,44 @@ fn pass_value(
     tx: &ControlTx,
     (block, value, held): (u64, [u8; 32], bool),
 ) -> Result<(), SessionError> {
+    take_value(state, shared, (block, value, held))?;
+    transmit(state, tx);
+    Ok(())
+}
+
+/// Gives a block's value to the machine (see [`pass_value`]), which sends it at the next
+/// transmit, in one `BlockHashes` with the others taken since the last.
+fn take_value(
+    state: &mut SenderData,
+    shared: &Shared,
+    (block, value, held): (u64, [u8; 32], bool),
+) -> Result<(), SessionError> {
     shared.note_value(block, value);
     if let Some(file) = state.on_block_value(Instant::now(), block, value, held) {
         shared.sources[file as usize].check_unchanged()?;
     }
-    transmit(state, tx);
     Ok(())
+}
+
+/// Takes every event the channel threads have queued: the values go to the machine, to be
+/// sent together; a failure ends the session.
+fn take_events(
+    state: &mut SenderData,
+    shared: &Shared,
+    events: &Receiver<ChanEvent>,
+) -> Result<(), SessionError> {
+    loop {
+        match events.try_recv() {
+            Ok(ChanEvent::Block { block, value, held }) => {
+                take_value(state, shared, (block, value, held))?;
+            }
+            Ok(ChanEvent::Failed(e)) => return Err(e),
+            Err(crossbeam_channel::TryRecvError::Empty) => return Ok(()),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                return Err(SessionError::Internal("all channel threads ended early"))
+            }
+        }
+    }
 }
 
 /// Sends what the machine has to send.
@@ -168,13 +202,9 @@ pub(super) fn session_loop(
                 // The reader ended: the control connection still brings every message.
                 Err(_) => feedback = &never,
             },
-            recv(events) -> ev => match ev {
-                Ok(ChanEvent::Block { block, value, held }) => {
-                    pass_value(state, shared, tx, (block, value, held))?;
-                }
-                Ok(ChanEvent::Failed(e)) => return Err(e),
-                Err(_) => return Err(SessionError::Internal("all channel threads ended early")),
-            },
+            // The channel threads' events are taken below, at every wake-up: this one only
+            // for those that must not wait (`Shared::to_loop`).
+            recv(shared.loop_wake.waiter()) -> _ => {}
             recv(tick) -> _ => {
                 if shared.progress.interrupted() {
                     return Err(SessionError::Interrupted { side: Side::Sender });
@@ -198,6 +228,7 @@ pub(super) fn session_loop(
             }
             default(wait) => state.handle_timeout(Instant::now()).map_err(data_error)?,
         }
+        take_events(state, shared, events)?;
         transmit(state, tx);
         while let Some(ev) = state.poll_event() {
             match ev {

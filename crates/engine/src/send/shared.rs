@@ -1,12 +1,15 @@
 //! What the session loop and the channel threads share: the session's state ([`Shared`]:
 //! layout, sources, rate and payload now, counters) and the messages between them
 //! ([`ChanCmd`], [`ThreadCmd`], [`ChanEvent`]), one per block or per NACK, never per datagram.
+//! A channel thread's events wait for the session loop's next wake-up, and wake it only when
+//! they must not wait ([`LoopWake`], [`value_wakes_loop`]).
 
 use super::summary::Limits;
 use super::value_cache::{CachedValues, ValueCache, ValueLog};
 use crate::error::SessionError;
 use crate::fs::SourceFile;
 use crate::progress::Progress;
+use crossbeam_channel::{Receiver, Sender};
 use hurtle_proto::rate::bottleneck::ReceiverSigns;
 use hurtle_proto::Layout;
 use std::sync::atomic::{AtomicU16, AtomicU64};
@@ -39,6 +42,59 @@ pub(super) enum ChanEvent {
         held: bool,
     },
     Failed(SessionError),
+}
+
+/// The session loop's wake-up for the channel threads' events ([`ChanEvent`]). The loop does
+/// not wait on the events themselves: it takes all that are queued whenever it wakes (for a
+/// report, a message, a timer), and a channel thread wakes it only for an event that must not
+/// wait ([`value_wakes_loop`]; a failure always). Waking the loop for every block's value cost
+/// a futex wake and two context switches per block, and the values then went to the receiver
+/// one `BlockHashes` (and one wake-up of the control writer) each.
+pub(super) struct LoopWake {
+    tx: Sender<()>,
+    rx: Receiver<()>,
+}
+
+impl Default for LoopWake {
+    fn default() -> Self {
+        // One pending wake-up is enough: the loop takes every queued event when it wakes.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        LoopWake { tx, rx }
+    }
+}
+
+impl LoopWake {
+    /// Wakes the session loop (at once if it waits; at its next wait if it does not).
+    pub(super) fn wake(&self) {
+        let _ = self.tx.try_send(());
+    }
+
+    /// What the session loop waits on.
+    pub(super) fn waiter(&self) -> &Receiver<()> {
+        &self.rx
+    }
+}
+
+/// The most block values that wait for the session loop's next wake-up: a channel thread that
+/// queues one more wakes it (resumed blocks' values come many at a time).
+pub(super) const VALUES_PER_WAKE: usize = 16;
+
+/// True when a channel thread that has just queued `block`'s value, with `queued` events now
+/// waiting for the session loop, is to wake the loop: the block is its file's last (the file
+/// can be finished only once the loop has passed on all its values), or [`VALUES_PER_WAKE`]
+/// wait. Any other value goes at the loop's next wake-up, which comes with the next report
+/// while data flows (every 256 datagrams or 10-30 ms on a short path), and within
+/// the loop's 200 ms tick otherwise; a block's value goes before its data anyway (it is
+/// hashed when its first datagram is sent), so the receiver rarely has a block's bytes
+/// without its value for long.
+pub(super) fn value_wakes_loop(layout: &Layout, block: u64, queued: usize) -> bool {
+    if queued >= VALUES_PER_WAKE {
+        return true;
+    }
+    match layout.file_of_block(block) {
+        Some((file, _)) => layout.blocks_of(file).end == block + 1,
+        None => true,
+    }
 }
 
 pub(super) struct Shared {
@@ -101,9 +157,27 @@ pub(super) struct Shared {
     /// Resumed blocks valued from the cache, and by reading them.
     pub(super) resume_cached: AtomicU64,
     pub(super) resume_read: AtomicU64,
+    /// Wakes the session loop for the channel threads' events that must not wait.
+    pub(super) loop_wake: LoopWake,
 }
 
 impl Shared {
+    /// Queues a channel thread's `event` for the session loop, and wakes the loop if it must
+    /// not wait ([`value_wakes_loop`]; a failure always). False when the loop has gone.
+    pub(super) fn to_loop(&self, events: &Sender<ChanEvent>, event: ChanEvent) -> bool {
+        let wake = match &event {
+            ChanEvent::Block { block, .. } => {
+                value_wakes_loop(&self.layout, *block, events.len() + 1)
+            }
+            ChanEvent::Failed(_) => true,
+        };
+        let sent = events.send(event).is_ok();
+        if wake {
+            self.loop_wake.wake();
+        }
+        sent
+    }
+
     /// The cached value of held `block`, if the cache has one for its source as it is now
     /// (see [`super::value_cache`]).
     pub(super) fn cached_value(&self, block: u64) -> Option<[u8; 32]> {
@@ -163,5 +237,41 @@ impl Shared {
             .receiver_signs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_files_last_value_wakes_the_loop_and_others_wait() {
+        // Files of 3 blocks, 1 block and 2.5 blocks: blocks 0-2, 3, 4-6.
+        let layout = Layout::new(&[3 * MIB, MIB, 5 * MIB / 2], MIB, 2).unwrap();
+        let wakes: Vec<u64> = (0..7)
+            .filter(|&b| value_wakes_loop(&layout, b, 1))
+            .collect();
+        assert_eq!(wakes, vec![2, 3, 6]);
+        // A block outside the layout (never sent) does not wait either.
+        assert!(value_wakes_loop(&layout, 7, 1));
+    }
+
+    #[test]
+    fn many_queued_values_wake_the_loop() {
+        let layout = Layout::new(&[64 * MIB], MIB, 2).unwrap();
+        assert!(!value_wakes_loop(&layout, 5, VALUES_PER_WAKE - 1));
+        assert!(value_wakes_loop(&layout, 5, VALUES_PER_WAKE));
+    }
+
+    #[test]
+    fn a_wake_up_waits_for_the_loop_and_wakes_it_once() {
+        let wake = LoopWake::default();
+        assert!(wake.waiter().try_recv().is_err());
+        wake.wake();
+        wake.wake();
+        assert!(wake.waiter().try_recv().is_ok());
+        assert!(wake.waiter().try_recv().is_err());
     }
 }
