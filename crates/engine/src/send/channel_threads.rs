@@ -145,10 +145,11 @@ fn is_local_receiver(dest: std::net::SocketAddr) -> bool {
 /// but a receiver kept off it lets its socket buffer fill and drop, which the controller reads
 /// as a receiver falling behind and cuts the rate by a third or more. On a 2-core loopback
 /// transfer (two channel threads a side) the four threads were runnable but waiting for a CPU
-/// a quarter to a third of their time, and the rate was cut 7-8 times per GiB; with the
-/// sender at nice +5, 3 times, and the transfer 10% faster. Only the sender's channel threads
-/// yield, only to threads of higher priority on the same cores, and only by a weight (nice +5
-/// gets a third of a nice-0 thread's share of a contended core, all of an idle one).
+/// a quarter to a third of their time, and the rate was cut about 6 times per GiB; with the
+/// sender at nice +5, 2-3 times, and the transfer 3-10% faster on a quiet machine (slower
+/// where other work at nice 0 filled both cores: the sender then yields to it too). Only the
+/// sender's channel threads yield, and only by a weight (nice +5 gets a third of a nice-0
+/// thread's share of a contended core, all of an idle one).
 fn yield_to_local_receiver(dests: impl IntoIterator<Item = std::net::SocketAddr>) -> bool {
     let mut dests = dests.into_iter().peekable();
     if dests.peek().is_none() || !dests.all(is_local_receiver) {
