@@ -4,8 +4,7 @@
 //! final marker, in trains of at most [`SEND_TRAIN`] of the session's rate, [`QUEUED_TRAIN`]
 //! while the receiver reports a queue on the path ([`train_span`]; while startup lasts, at
 //! least the controller's longer train: [`Shared::train_bytes`]); between sends the thread
-//! sleeps until a command wakes it ([`ChannelCmds`]). A thread whose channels all go to a
-//! receiver on this host yields the CPU to it ([`yield_to_local_receiver`]).
+//! sleeps until a command wakes it ([`ChannelCmds`]).
 
 use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use crate::error::SessionError;
@@ -128,39 +127,6 @@ fn align_slack(train: u64, channel_bps: u64) -> Duration {
     Duration::from_secs_f64(train as f64 * 8.0 / channel_bps.max(1) as f64 / 2.0)
 }
 
-/// How much lower a channel thread's priority is (added to its nice value) when every channel
-/// it sends goes to a receiver on this host ([`yield_to_local_receiver`]).
-const LOCAL_RECEIVER_NICE: i32 = 5;
-
-/// True when `dest` is this host's loopback (IPv4-mapped too): the receiver shares the host's
-/// cores with the sender.
-fn is_local_receiver(dest: std::net::SocketAddr) -> bool {
-    dest.ip().to_canonical().is_loopback()
-}
-
-/// Lowers the calling thread's priority by [`LOCAL_RECEIVER_NICE`] (Linux's nice value is per
-/// thread) when every one of `dests` is on this host; returns whether it did. Sender and
-/// receiver then share the same cores, and the two sides do not lose the same when the other
-/// runs: a sender kept off the CPU sends a little later (its pacer makes up for a late wake-up),
-/// but a receiver kept off it lets its socket buffer fill and drop, which the controller reads
-/// as a receiver falling behind and cuts the rate by a third or more. On a 2-core loopback
-/// transfer (two channel threads a side) the four threads were runnable but waiting for a CPU
-/// a quarter to a third of their time, and the rate was cut about 6 times per GiB; with the
-/// sender at nice +5, 2-3 times, and the transfer 3-10% faster on a quiet machine (slower
-/// where other work at nice 0 filled both cores: the sender then yields to it too). Only the
-/// sender's channel threads yield, and only by a weight (nice +5 gets a third of a nice-0
-/// thread's share of a contended core, all of an idle one).
-fn yield_to_local_receiver(dests: impl IntoIterator<Item = std::net::SocketAddr>) -> bool {
-    let mut dests = dests.into_iter().peekable();
-    if dests.peek().is_none() || !dests.all(is_local_receiver) {
-        return false;
-    }
-    let Ok(nice) = rustix::process::getpriority_process(None) else {
-        return false;
-    };
-    rustix::process::setpriority_process(None, (nice + LOCAL_RECEIVER_NICE).min(19)).is_ok()
-}
-
 /// Sends for several channels on one thread until told to stop: each channel sends what its
 /// pacer allows in turn, then the thread sleeps until the first of them may send again, a
 /// timer is due, or a command arrives. Returns the channels, to be counted or moved to other
@@ -170,20 +136,6 @@ pub(super) fn serve_channels(
     cmds: Receiver<ThreadCmd>,
 ) -> Vec<ChannelWorker> {
     let mut bufs = SendBufs::for_channels(&workers);
-    // Over UDP only: a TCP connection's sender blocks until its receiver reads.
-    let dests: Option<Vec<std::net::SocketAddr>> = workers
-        .iter()
-        .map(|w| match &w.link.path {
-            crate::net::channel_link::OutPath::Udp { dest, .. } => Some(*dest),
-            crate::net::channel_link::OutPath::Tcp(_) => None,
-        })
-        .collect();
-    if dests.is_some_and(yield_to_local_receiver) {
-        if let Some(w) = workers.first_mut() {
-            w.log
-                .line(|| format!("the receiver is on this host: nice +{LOCAL_RECEIVER_NICE}"));
-        }
-    }
     // Channels sharing the thread send together ([`align_slack`]).
     let together = workers.len() > 1;
     // Hands a command to its channel; false when the thread is to stop.
@@ -1193,46 +1145,6 @@ mod tests {
             short_most * 3 <= long_most * 2,
             "{short_most} / {long_most} at most"
         );
-    }
-
-    /// Only a receiver on this host's loopback makes a channel thread yield, and then only the
-    /// calling thread's nice value rises, by [`LOCAL_RECEIVER_NICE`] (each case on a thread of
-    /// its own, which ends with it).
-    #[test]
-    fn yields_only_to_a_receiver_on_this_host() {
-        use std::net::SocketAddr;
-        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
-        for (dest, local) in [
-            ("127.0.0.1:7400", true),
-            ("127.3.2.1:7400", true),
-            ("[::1]:7400", true),
-            ("[::ffff:127.0.0.1]:7400", true),
-            ("10.203.1.2:7400", false),
-            ("[::ffff:10.0.0.1]:7400", false),
-            ("[2001:db8::1]:7400", false),
-        ] {
-            assert_eq!(is_local_receiver(addr(dest)), local, "{dest}");
-        }
-        let nice = || rustix::process::getpriority_process(None).unwrap();
-        let outer = nice();
-        let on_thread = |dests: Vec<SocketAddr>| {
-            std::thread::spawn(move || {
-                let before = nice();
-                (yield_to_local_receiver(dests), nice() - before)
-            })
-            .join()
-            .unwrap()
-        };
-        let local = addr("127.0.0.1:7400");
-        let remote = addr("10.203.1.2:7400");
-        assert_eq!(on_thread(vec![]), (false, 0));
-        assert_eq!(on_thread(vec![remote]), (false, 0));
-        assert_eq!(on_thread(vec![local, remote]), (false, 0));
-        let (yielded, raised) = on_thread(vec![local, addr("[::1]:7401")]);
-        assert!(yielded);
-        assert_eq!(raised, LOCAL_RECEIVER_NICE.min(19 - outer));
-        // Per thread: the test's own thread kept its priority.
-        assert_eq!(nice(), outer);
     }
 
     /// Two channels on one thread ([`send_threads`] at a ceiling of 1 Gbit/s or less) go out
