@@ -168,10 +168,19 @@ pub const REPORT_STRETCH_MAX: Duration = Duration::from_millis(30);
 /// stretch it ([`ReportCadence`]): `auto`'s startup sees its growth at the usual cadence.
 pub const REPORTS_AT_START: u64 = 32;
 
-/// An arrival rate more than this many times the previous report's keeps the next report at
-/// [`report_interval`] ([`ReportCadence`]): a rate that is climbing is heard of at the usual
-/// cadence. (Without it the climb back from a trickle took 46 round trips, with it 42.)
+/// An arrival rate more than this many times the highest of the [`REPORT_RISING_OVER`] reports
+/// before it keeps the next report at [`report_interval`] ([`ReportCadence`]): a rate that is
+/// climbing is heard of at the usual cadence. (Without it the climb back from a trickle took 46
+/// round trips, with it 42.)
 pub const REPORT_RISING: f64 = 1.05;
+
+/// How many earlier reports a rising rate must top ([`REPORT_RISING`]). Not only the last one:
+/// a sender paced at a fixed 100 Mbit/s sends 128 KiB at a wake-up (about 94 datagrams), so a
+/// stretched report holds two trains or three, and its count jitters by a third from one report
+/// to the next; against the previous report alone every third train read as a climb, and a
+/// third of the reports went back to the 10 ms cadence (the receiver's threads woke about 53
+/// times a second instead of 34). A climb tops them all, report after report.
+pub const REPORT_RISING_OVER: usize = 4;
 
 /// How long after report `last` the next one may come, on a path whose [`report_interval`]
 /// is `base`: `base`, or the time the arrival rate `last` shows (its datagrams over its
@@ -192,15 +201,16 @@ pub fn report_every(base: Duration, last: &Feedback) -> Duration {
 }
 
 /// The receiver's report cadence: [`report_interval`] for the first [`REPORTS_AT_START`]
-/// reports and after a report whose arrival rate rose ([`REPORT_RISING`]), else
-/// [`report_every`] of the latest report.
+/// reports and after a report whose arrival rate rose above the last few ([`REPORT_RISING`]),
+/// else [`report_every`] of the latest report.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReportCadence {
     base: Duration,
     reports: u64,
     every: Duration,
-    /// The arrival rate of the latest report, datagrams per second.
-    rate: f64,
+    /// The arrival rates of the latest [`REPORT_RISING_OVER`] reports, datagrams per second
+    /// (report `n` at `n % REPORT_RISING_OVER`).
+    recent: [f64; REPORT_RISING_OVER],
 }
 
 impl ReportCadence {
@@ -210,7 +220,7 @@ impl ReportCadence {
             base,
             reports: 0,
             every: base,
-            rate: 0.0,
+            recent: [0.0; REPORT_RISING_OVER],
         }
     }
 
@@ -221,10 +231,11 @@ impl ReportCadence {
 
     /// Notes report `sent` (as the sender will read it; see [`Feedback::of_report`]).
     pub fn sent(&mut self, sent: &Feedback) {
-        self.reports = self.reports.saturating_add(1);
         let rate = sent.datagrams as f64 / sent.interval.as_secs_f64().max(1e-6);
-        let rising = rate > self.rate * REPORT_RISING;
-        self.rate = rate;
+        let highest = self.recent.iter().copied().fold(0.0, f64::max);
+        let rising = rate > highest * REPORT_RISING;
+        self.recent[(self.reports % REPORT_RISING_OVER as u64) as usize] = rate;
+        self.reports = self.reports.saturating_add(1);
         self.every = if self.reports < REPORTS_AT_START || rising {
             self.base
         } else {
@@ -2464,6 +2475,40 @@ mod tests {
         assert!(cadence.every() > every, "{:?}", cadence.every());
         cadence.sent(&at(1e9));
         assert_eq!(cadence.every(), base);
+    }
+
+    /// A fixed rate whose reports hold two trains or three (128 KiB trains at 100 Mbit/s,
+    /// reports of about 256 datagrams) keeps the stretched cadence: the count's jitter is no
+    /// climb. A climb that tops the last few reports still brings the usual cadence back.
+    #[test]
+    fn a_fixed_rates_train_jitter_keeps_the_stretched_cadence() {
+        let ms = Duration::from_millis;
+        let base = report_interval(ms(2));
+        // 29 ms reports of two or three 94-datagram trains: 65 or 97 Mbit/s of 1,396 bytes.
+        let trains = |n: u64| Feedback {
+            interval: ms(29),
+            datagrams: 94 * n,
+            bytes: 94 * n * 1396,
+            ..Default::default()
+        };
+        let mut cadence = ReportCadence::new(base);
+        for _ in 0..REPORTS_AT_START {
+            cadence.sent(&trains(3));
+        }
+        let mut stretched = 0;
+        for n in 0..40u64 {
+            // Two trains, three, three, two, three, ...
+            cadence.sent(&trains(if n % 3 == 0 { 2 } else { 3 }));
+            if cadence.every() > base {
+                stretched += 1;
+            }
+        }
+        assert_eq!(stretched, 40);
+        // A climb: each report above all before it.
+        for k in 4..8 {
+            cadence.sent(&trains(k));
+            assert_eq!(cadence.every(), base, "{k} trains");
+        }
     }
 
     #[test]
