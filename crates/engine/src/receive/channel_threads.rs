@@ -974,40 +974,23 @@ mod tests {
     fn a_pause_ends_just_before_the_next_report() {
         let us = |d: Duration| d.as_micros() as u64;
         let ms = Duration::from_millis;
+        let pause = |now, due, every| report_pause(now, due, every, GATHER_MAX_ALIGNED);
         let every = us(ms(10));
         // A report due in 7 ms: wake 1 ms before it.
-        assert_eq!(
-            report_pause(50_000, 57_000, every, GATHER_MAX_ALIGNED),
-            ms(6)
-        );
+        assert_eq!(pause(50_000, 57_000, every), ms(6));
         // Just read for the report due in 1 ms (or one due already, its loop late): wait for
         // the next, less the lead.
-        assert_eq!(
-            report_pause(56_000, 57_000, every, GATHER_MAX_ALIGNED),
-            ms(10)
-        );
-        assert_eq!(
-            report_pause(56_500, 57_000, every, GATHER_MAX_ALIGNED),
-            ms(9) + ms(1) / 2
-        );
-        assert_eq!(
-            report_pause(58_000, 57_000, every, GATHER_MAX_ALIGNED),
-            ms(8)
-        );
+        assert_eq!(pause(56_000, 57_000, every), ms(10));
+        assert_eq!(pause(56_500, 57_000, every), ms(9) + ms(1) / 2);
+        assert_eq!(pause(58_000, 57_000, every), ms(8));
         // A loop several intervals late: the first report time far enough ahead.
-        assert_eq!(
-            report_pause(80_000, 57_000, every, GATHER_MAX_ALIGNED),
-            ms(6)
-        );
+        assert_eq!(pause(80_000, 57_000, every), ms(6));
         // A thread just past the least aimed pause before a report: the next report is too
         // far for one pause, so the usual one.
-        assert_eq!(
-            report_pause(54_100, 57_000, every, GATHER_MAX_ALIGNED),
-            GATHER_MAX
-        );
+        assert_eq!(pause(54_100, 57_000, every), GATHER_MAX);
         // Never shorter than the least aimed pause, never longer than the longest.
         for now in (40_000..90_000).step_by(250) {
-            let p = report_pause(now, 57_000, every, GATHER_MAX_ALIGNED);
+            let p = pause(now, 57_000, every);
             assert!(p >= ALIGNED_MIN && p <= GATHER_MAX_ALIGNED, "{now}: {p:?}");
             // It ends the lead before some report, or is the usual pause.
             let end = now + us(p) + us(REPORT_LEAD);
@@ -1019,18 +1002,9 @@ mod tests {
         // Reports far apart (a long round trip): the usual pauses until one is near, then one
         // that ends before it.
         let every = us(ms(40));
-        assert_eq!(
-            report_pause(0, 35_000, every, GATHER_MAX_ALIGNED),
-            GATHER_MAX
-        );
-        assert_eq!(
-            report_pause(30_000, 35_000, every, GATHER_MAX_ALIGNED),
-            ms(4)
-        );
-        assert_eq!(
-            report_pause(34_500, 35_000, every, GATHER_MAX_ALIGNED),
-            GATHER_MAX
-        );
+        assert_eq!(pause(0, 35_000, every), GATHER_MAX);
+        assert_eq!(pause(30_000, 35_000, every), ms(4));
+        assert_eq!(pause(34_500, 35_000, every), GATHER_MAX);
     }
 
     #[test]

@@ -1901,16 +1901,19 @@ mod tests {
     ) -> Option<RateChange> {
         let every = report_interval(c.config().rtt);
         *t += every;
-        // The rate one round trip ago: the timeline's last change at or before then.
-        let then = t.checked_sub(c.config().rtt).unwrap_or(*t);
-        let sent = c
-            .timeline()
+        let sent = rate_before(c, *t, c.config().rtt);
+        let f = path_report(every, path(sent as f64));
+        c.on_feedback(*t, &edit(f))
+    }
+
+    /// The rate `c` paced at `rtt` before `t`: the timeline's last change before then.
+    fn rate_before(c: &RateController, t: Instant, rtt: Duration) -> u64 {
+        let then = t.checked_sub(rtt).unwrap_or(t);
+        c.timeline()
             .iter()
             .rev()
             .find(|ch| ch.at < then)
-            .map_or(c.rate_bps(), |ch| ch.rate_bps);
-        let f = path_report(every, path(sent as f64));
-        c.on_feedback(*t, &edit(f))
+            .map_or(c.rate_bps(), |ch| ch.rate_bps)
     }
 
     /// A report over `every` of a path that delivered at `delivered` bits per second with
@@ -2160,13 +2163,7 @@ mod tests {
         (0..60)
             .map(|_| {
                 t += every;
-                let then = t.checked_sub(path_rtt).unwrap_or(t);
-                let sent = c
-                    .timeline()
-                    .iter()
-                    .rev()
-                    .find(|ch| ch.at < then)
-                    .map_or(c.rate_bps(), |ch| ch.rate_bps);
+                let sent = rate_before(c, t, path_rtt);
                 c.on_feedback(t, &path_report(every, path(sent as f64)));
                 c.rate_bps()
             })
