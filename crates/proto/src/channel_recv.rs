@@ -420,8 +420,9 @@ impl ChannelReceiver {
     /// Whether the channel is waiting on a loss: a gap below the frontier not asked for yet, a
     /// range asked for whose repair has not come (within its retry wait, or due again), or a
     /// rejected block. (A range asked for counts until its retry wait is over, whether or not
-    /// its repair came meanwhile: a poll forgets it only then.) A driver that sleeps between polls keeps its sleeps short while this
-    /// holds, so that neither the first ask nor a repeated one waits out a long sleep.
+    /// its repair came meanwhile: a poll forgets it only then.) A driver that sleeps between
+    /// polls keeps its sleeps short while this holds, so that neither the first ask nor a
+    /// repeated one waits out a long sleep.
     pub fn awaiting_repair(&self) -> bool {
         !self.asked.is_empty()
             || !self.due.is_empty()

@@ -629,6 +629,10 @@ pub struct RateController {
     /// reports lost on the way only delay the stretch here), and how many reports came (the
     /// cadence stretches after [`REPORTS_AT_START`]).
     report_spacing: Duration,
+    /// The receiver's [`report_interval`], from the round trip configured at the start (the
+    /// receiver takes its cadence from its own timing of the key agreement, and
+    /// [`RateController::set_rtt`] does not change it).
+    report_base: Duration,
     reports_heard: u64,
     silenced: Option<f64>,
     /// The bits the rate paced until `paced.1` (what a silence sent into the path).
@@ -786,7 +790,7 @@ impl RateController {
         };
         let model =
             (cfg.mode == RateMode::Auto).then(|| Model::new(cfg.rtt.min(MAX_REPORTED), now));
-        let report_spacing = report_interval(cfg.rtt);
+        let report_base = report_interval(cfg.rtt);
         let mut c = RateController {
             cfg,
             model,
@@ -808,7 +812,8 @@ impl RateController {
             reasons: Vec::new(),
             rate_range: (u64::MAX, 0),
             last_report: None,
-            report_spacing,
+            report_spacing: report_base,
+            report_base,
             reports_heard: 0,
             silenced: None,
             paced: (0.0, now),
@@ -1100,7 +1105,7 @@ impl RateController {
         };
         self.note_outage(now, fb);
         self.reports_heard = self.reports_heard.saturating_add(1);
-        let base = report_interval(self.cfg.rtt);
+        let base = self.report_base;
         self.report_spacing = if self.reports_heard < REPORTS_AT_START {
             base
         } else {
@@ -2155,8 +2160,8 @@ mod tests {
         assert!(!m.fits_range(MEMORY_LIFETIME + hour, (us(30), us(27_000))));
     }
 
-    /// The rates `c` paces at through `reports` reports every 10 ms from a path of round trip
-    /// `path_rtt` with a bottleneck of `bps`, each of the rate in force a round trip earlier.
+    /// The rates `c` paces at through 60 reports every 10 ms from a path of round trip
+    /// `path_rtt` with a 2 Gbit/s bottleneck, each of the rate in force a round trip earlier.
     fn short_path_rates(c: &mut RateController, t0: Instant, path_rtt: Duration) -> Vec<u64> {
         let (every, mut t) = (Duration::from_millis(10), t0);
         let path = bottleneck(2e9);
@@ -2506,6 +2511,40 @@ mod tests {
             cadence.sent(&trains(k));
             assert_eq!(cadence.every(), base, "{k} trains");
         }
+    }
+
+    #[test]
+    fn a_round_trip_lowered_after_the_start_keeps_the_receivers_report_cadence() {
+        // A busy host: the key agreement took 200 ms, so the receiver reports every 50 ms
+        // (its own timing is as long); the probes then show the path's 0.4 ms. Reports 50 ms
+        // apart are no silence: without the configured cadence kept, the sender expected them
+        // every 10 ms and called each gap past 40 ms silence.
+        let mut t = Instant::now();
+        let mut c = RateController::new(
+            RateConfig {
+                rtt: Duration::from_millis(200),
+                ..cfg(RateMode::Auto)
+            },
+            t,
+        );
+        let every = report_interval(Duration::from_millis(200));
+        assert_eq!(every, Duration::from_millis(50));
+        let path = bottleneck(300e6);
+        for n in 0..80 {
+            if n == 10 {
+                c.set_rtt(Duration::from_micros(400));
+            }
+            assert!(c.on_silence(t + every - Duration::from_millis(2)).is_none());
+            t += every;
+            let sent = rate_before(&c, t, c.config().rtt);
+            c.on_feedback(t, &path_report(every, path(sent as f64)));
+        }
+        assert!(
+            !c.reasons().iter().any(|r| r.0 == Reason::Silence),
+            "{:?}",
+            c.reasons()
+        );
+        assert_eq!(c.config().rtt, Duration::from_micros(400));
     }
 
     #[test]
