@@ -751,9 +751,6 @@ def main():
     paths = [p for p in args.paths.split(",") if p]
     tools = [t for t in args.tools.split(",") if t]
     for t in tools:
-        if t == "tcp-paced":
-            sys.exit("tool 'tcp-paced' is gone: every TCP tool now runs paced at each fixed rate "
-                     "('tcp-sendfile' is its sender and receiver)")
         if t not in ("hurtle", "tcp", "tcp-b3", "tcp-sendfile"):
             sys.exit(f"unknown tool {t!r} (hurtle, tcp, tcp-b3, tcp-sendfile)")
     rates = [r for r in args.rates.split(",") if r]
