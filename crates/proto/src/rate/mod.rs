@@ -3110,6 +3110,49 @@ mod tests {
         assert!((bottleneck_of(&c) - 200e6).abs() < 2e6);
     }
 
+    /// A receiver whose reader was off the CPU for a few milliseconds (the scheduler's, on a
+    /// busy machine) finds its buffer over half full in report after report, but reads what
+    /// was sent over each: its backlog does not grow, and it is no slow receiver.
+    #[test]
+    fn a_backlog_the_receiver_reads_at_the_rate_is_no_slow_receiver() {
+        let (mut c, mut t) = cruising_at_300();
+        let before = bottleneck_of(&c);
+        let gap = |f: Feedback| Feedback {
+            queue_fill: 0.7,
+            ..f
+        };
+        // What was sent arrives, and is read: the path takes more than the receiver is sent.
+        let reads_all = |rate: f64| (rate, Duration::from_millis(1));
+        for _ in 0..6 {
+            let ch = report(&mut c, &mut t, reads_all, gap);
+            assert!(
+                ch.is_none_or(|ch| ch.reason != Reason::Backlog),
+                "{ch:?} {:?}",
+                c.timeline().iter().rev().take(6).collect::<Vec<_>>()
+            );
+        }
+        assert!(bottleneck_of(&c) >= before, "{}", bottleneck_of(&c));
+    }
+
+    /// A receiver that reads less than was sent, report after report, with its buffer over
+    /// half full, is behind however it got there: the model is cut to what it read over those
+    /// reports (their mean), not to the lowest of them, which may hold a scheduling gap.
+    #[test]
+    fn a_receiver_behind_is_cut_to_what_it_read_over_the_reports_that_showed_it() {
+        let (mut c, mut t) = cruising_at_300();
+        let full = |f: Feedback| Feedback {
+            queue_fill: 0.7,
+            ..f
+        };
+        // 150 then 250 Mbit/s read: 200 over the two.
+        report(&mut c, &mut t, |_| (150e6, Duration::from_millis(1)), full);
+        let ch = report(&mut c, &mut t, |_| (250e6, Duration::from_millis(1)), full).unwrap();
+        assert_eq!(ch.reason, Reason::Backlog);
+        let bw = bottleneck_of(&c);
+        assert!((bw - 200e6).abs() < 4e6, "{bw}");
+        assert!(ch.rate_bps < 200_000_000, "{ch:?}");
+    }
+
     #[test]
     fn an_outage_leaves_the_remembered_rate_for_when_deliveries_resume() {
         let (mut c, mut t) = cruising_at_300();

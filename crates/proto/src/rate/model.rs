@@ -85,10 +85,14 @@
 //! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more, and the receiver kept up (its buffers stayed under a quarter full, without drops, from the probe's start; else the probe's samples are taken back: they time the bytes by when they arrived, which a receiver's buffers take faster than it reads): `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
-//! two reports in a row, loss beyond the floor, or a receiver that falls behind in two reports
-//! in a row sets the bottleneck to the highest sample of the last round (what the path or the
-//! receiver takes now) and drains (`Drain`). One report's socket-drop burst or delay swing (a
-//! receiver's CPU hiccup, jitter) changes nothing. Reports that describe data sent before the
+//! two reports in a row or loss beyond the floor sets the bottleneck to the lower of the last
+//! two samples (what the path takes now), and a receiver that falls behind in two reports in a
+//! row to what it read over the reports that showed it; then the model drains (`Drain`). One
+//! report's socket-drop burst or delay swing (a receiver's CPU hiccup, jitter) changes
+//! nothing. The receiver is judged in time, not by one report's buffer fill: a report counts
+//! it behind when its buffers dropped, or are over half full while it read less than
+//! [`KEEPS_UP`] of what was sent over the report (a fuller buffer it reads at the rate is one
+//! scheduling gap's backlog, which does not grow). Reports that describe data sent before the
 //! last correction or drain (one round trip and an interval) are not judged, and their loss
 //! does not count in a later round's. Random loss that the floor explains is never
 //! congestion: it costs only the lost bytes. While cruising or draining the floor allows for
@@ -207,6 +211,13 @@ pub fn startup_gain(rtt: Duration, interval: Duration) -> f64 {
 pub const CATCHING_UP: f64 = 1.05;
 /// ... in startup, whose long trains make reports lumpy.
 pub const STARTUP_CATCHING_UP: f64 = 1.5;
+/// A report whose receiver read at least this share of what was sent over it (the highest
+/// rate in force while its data left; lost datagrams counted as read), without socket drops,
+/// kept up: however full its buffer got, its backlog grew by no more than a twentieth of the
+/// report's data ([`Model::on_report`]: a scheduling gap, not a slow reader). The margin is
+/// for a sender that falls short of its rate on a busy machine; a reader slower than that by
+/// less overflows its buffer in time, and drops are always judged.
+pub const KEEPS_UP: f64 = 0.95;
 
 /// Train estimates startup keeps (the latest reports'); it goes by their median.
 const TRAIN_HINTS: usize = 5;
@@ -226,6 +237,27 @@ pub const MAX_JUMP: f64 = 5.0;
 /// growing from there reached the path about 1.1-1.3 s into the transfer, where probing from
 /// there reached it about 2.4-2.6 s in.
 pub const STARTUP_PAST_TRAINS_GAIN: f64 = 1.3;
+
+/// A run of reports in a row that showed the receiver falling behind, and what it read over
+/// them.
+#[derive(Debug, Clone, Copy)]
+struct Behind {
+    /// When the run's first report came.
+    since: Instant,
+    /// Its reports so far.
+    reports: u32,
+    /// The bytes they counted, and the time they were counted over.
+    bytes: u64,
+    time: Duration,
+}
+
+impl Behind {
+    /// What the receiver read over the run, bits per second.
+    fn read_bps(&self) -> Option<f64> {
+        let bps = self.bytes as f64 * 8.0 / self.time.as_secs_f64();
+        (bps.is_finite() && bps > 0.0).then_some(bps)
+    }
+}
 
 /// Reports too small to time on their own ([`MIN_SAMPLE_DATAGRAMS`]), pooled into one
 /// delivery sample over the time they were reported in. At a low rate (1 Mbit/s is one datagram
@@ -351,7 +383,7 @@ pub struct Model {
     /// Since when the reports have shown a queue over the target, and the receiver falling
     /// behind (with how many reports in a row).
     queue_since: Option<Instant>,
-    behind_since: Option<(Instant, u32)>,
+    behind_since: Option<Behind>,
     /// A resumed startup: the bottleneck an earlier transfer found on this path.
     resumed: Option<f64>,
     /// Startup: the bottleneck's rate by the receiver's trains in the latest reports that had
@@ -624,10 +656,26 @@ impl Model {
     /// than half the bottleneck at once (a report in which the sender had little to send is no
     /// measure of the path).
     fn correct_to_recent(&mut self) {
-        let (Some(recent), Some(bw)) = (
-            self.recent.iter().copied().reduce(f64::min),
-            self.bottleneck_bps(),
-        ) else {
+        if let Some(recent) = self.recent.iter().copied().reduce(f64::min) {
+            self.correct_to(recent);
+        }
+    }
+
+    /// Sets the bottleneck to what the receiver read over the run of reports that showed it
+    /// falling behind (`behind`), not to the lowest of the last two: one of those may hold
+    /// most of a scheduling gap, and the receiver reads more than that once it runs again.
+    /// Without such a run, as [`Model::correct_to_recent`].
+    fn correct_to_read(&mut self, behind: Option<Behind>) {
+        match behind.and_then(|b| b.read_bps()) {
+            Some(read) => self.correct_to(read),
+            None => self.correct_to_recent(),
+        }
+    }
+
+    /// Forgets every sample and sets the bottleneck to `to` (within half the bottleneck and
+    /// the bottleneck), remembering what it cut from (see [`Model::take_cut_from`]).
+    fn correct_to(&mut self, to: f64) {
+        let Some(bw) = self.bottleneck_bps() else {
             return;
         };
         self.cut_from = Some(match self.cut_from {
@@ -638,7 +686,7 @@ impl Model {
         });
         self.bw_rounds.clear();
         self.bw_rounds
-            .push_back((self.round, recent.clamp(bw / 2.0, bw)));
+            .push_back((self.round, to.clamp(bw / 2.0, bw)));
     }
 
     /// Takes back what a probe the receiver did not keep up with added to the bottleneck: no
@@ -892,23 +940,47 @@ impl Model {
             self.startup_rising = if rising { self.startup_rising + 1 } else { 0 };
         }
         let queue_rising = self.startup_rising >= 2;
-        let behind =
-            (fb.socket_drops > 0 || fb.queue_fill > super::QUEUE_FILL_LIMIT) && !catching_up;
+        // The receiver is judged in time, not by how full one report found its buffer: a
+        // reader that was off the CPU for a few milliseconds (the scheduler's, on a busy
+        // machine) finds its buffer half full and then reads it down. A report that read at
+        // least what was sent over it ([`KEEPS_UP`], lost datagrams counted as read), without
+        // drops, shows a backlog that did not grow, whatever its fill: no sample of a slow
+        // receiver. (On loopback, 1 GiB auto on a busy 2-core machine, 5-13 cuts per GiB
+        // were such fills.)
+        let kept_up = fb.socket_drops == 0 && fb.datagrams > 0 && {
+            let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
+            let left_until = now.checked_sub(self.rtt).unwrap_or(now);
+            let sent_then = self.rate_between(left_from, left_until, rate);
+            delivered * seen as f64 / fb.datagrams as f64 >= sent_then * KEEPS_UP
+        };
+        let behind = (fb.socket_drops > 0 || fb.queue_fill > super::QUEUE_FILL_LIMIT)
+            && !catching_up
+            && !kept_up;
         // A queue counts once it has lasted a round (a receiver that stalled for a moment shows
         // a burst of delay and then delivers its backlog above the path's rate); a receiver
         // falling behind once it has in two reports over half a round (one report's drops are
         // a hiccup).
         self.queue_since = queue.then(|| self.queue_since.unwrap_or(now));
-        self.behind_since = behind.then(|| match self.behind_since {
-            Some((since, n)) => (since, n + 1),
-            None => (now, 1),
+        self.behind_since = behind.then(|| {
+            let run = self.behind_since.unwrap_or(Behind {
+                since: now,
+                reports: 0,
+                bytes: 0,
+                time: Duration::ZERO,
+            });
+            Behind {
+                reports: run.reports + 1,
+                bytes: run.bytes.saturating_add(fb.bytes),
+                time: run.time + fb.interval,
+                ..run
+            }
         });
         let queue_lasts = self
             .queue_since
             .is_some_and(|since| now >= since + self.rtt.max(fb.interval));
         let behind_lasts = self
             .behind_since
-            .is_some_and(|(since, n)| n >= 2 && now >= since + (self.rtt / 2).min(fb.interval));
+            .is_some_and(|b| b.reports >= 2 && now >= b.since + (self.rtt / 2).min(fb.interval));
         let behind_reason = if fb.socket_drops > 0 {
             Reason::SocketDrops
         } else {
@@ -959,9 +1031,12 @@ impl Model {
                     Some(why) => {
                         // Startup's maximum is what the path took; on congestion, what it
                         // takes now is the last round's.
-                        if why != Reason::Drain {
+                        if behind {
+                            self.correct_to_read(self.behind_since);
+                        } else if why != Reason::Drain {
                             self.correct_to_recent();
                         }
+                        self.behind_since = None;
                         // A path queue built by startup's surplus needs a deep drain; a
                         // receiver's socket buffer holds only milliseconds.
                         self.drain_gain = if behind {
@@ -1049,7 +1124,14 @@ impl Model {
                     self.note_congestion_loss(fb.queue_delay, target);
                 }
                 if let Some(why) = congestion {
-                    self.correct_to_recent();
+                    // A receiver that fell behind is cut to what it read over the reports
+                    // that showed it (a gentler drain, 0.95, left a standing backlog at the
+                    // rate it reads, over a quarter of its buffer, and so no more probes).
+                    if matches!(why, Reason::Backlog | Reason::SocketDrops) {
+                        self.correct_to_read(self.behind_since);
+                    } else {
+                        self.correct_to_recent();
+                    }
                     self.queue_since = None;
                     self.behind_since = None;
                     self.probe_doublings = 0;
