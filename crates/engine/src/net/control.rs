@@ -6,7 +6,8 @@
 //! to open ends the connection ([`FrameError::Unauthentic`]).
 //!
 //! The session's main loop never blocks on the socket: a reader thread turns incoming frames into
-//! a channel of messages, and a writer thread drains a queue of outgoing messages ([`ControlTx`];
+//! a channel of messages (and rings a [`Bell`] after each, where the loop polls one beside its
+//! sockets: [`open_ringing`]), and a writer thread drains a queue of outgoing messages ([`ControlTx`];
 //! flushing whenever the queue runs dry), so channel threads can send NACKs without waiting. A
 //! [`KeepAlive`] keeps the peer from timing out while this side does slow work before it can
 //! answer.
@@ -15,6 +16,7 @@
 //! sleeps between the session's few dozen messages a second, and a channel's receive
 //! (crossbeam's) spins and yields the CPU several times before it sleeps, each wake-up.
 
+use crate::net::bell::Bell;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use hurtle_proto::secure::{FrameOpen, FrameSeal};
 use hurtle_proto::wire::{Control, FrameError};
@@ -234,8 +236,19 @@ pub fn open(
     seal: FrameSeal,
     open: FrameOpen,
 ) -> io::Result<(Incoming, ControlTx, JoinHandle<()>)> {
+    open_ringing(stream, idle, (seal, open), None)
+}
+
+/// [`open`], whose reader also rings `bell` after each message it delivers (a thread that
+/// waits on sockets beside the messages polls the bell: [`crate::net::bell`]).
+pub fn open_ringing(
+    stream: &TcpStream,
+    idle: Duration,
+    (seal, open): (FrameSeal, FrameOpen),
+    bell: Option<Arc<Bell>>,
+) -> io::Result<(Incoming, ControlTx, JoinHandle<()>)> {
     stream.set_nodelay(true)?;
-    let (rx, _reader) = spawn_reader(stream.try_clone()?, idle, open)?;
+    let (rx, _reader) = spawn_reader_ringing(stream.try_clone()?, idle, open, bell)?;
     let (tx, writer) = spawn_writer(stream.try_clone()?, seal)?;
     Ok((rx, tx, writer))
 }
@@ -245,7 +258,17 @@ pub fn open(
 pub fn spawn_reader(
     stream: TcpStream,
     idle: Duration,
+    open: FrameOpen,
+) -> io::Result<(Incoming, JoinHandle<()>)> {
+    spawn_reader_ringing(stream, idle, open, None)
+}
+
+/// [`spawn_reader`], ringing `bell` after each item it delivers.
+fn spawn_reader_ringing(
+    stream: TcpStream,
+    idle: Duration,
     mut open: FrameOpen,
+    bell: Option<Arc<Bell>>,
 ) -> io::Result<(Incoming, JoinHandle<()>)> {
     stream.set_read_timeout(Some(idle))?;
     let (tx, rx) = unbounded();
@@ -256,7 +279,11 @@ pub fn spawn_reader(
             loop {
                 let msg = read_sealed(&mut r, &mut open, idle);
                 let stop = msg.is_err();
-                if tx.send(msg).is_err() || stop {
+                let gone = tx.send(msg).is_err();
+                if let Some(b) = &bell {
+                    b.ring();
+                }
+                if gone || stop {
                     return;
                 }
             }
@@ -416,6 +443,33 @@ mod tests {
     /// Both ends of a loopback TCP connection.
     fn tcp_pair() -> (TcpStream, TcpStream) {
         crate::handshake::testing::pair()
+    }
+
+    #[test]
+    fn a_ringing_reader_rings_its_bell_after_each_message_it_delivers() {
+        use crate::net::udp::wait_readable;
+        let (mut seal, open) = frame_keys();
+        let (ours, mut theirs) = tcp_pair();
+        let bell = Arc::new(Bell::new().unwrap());
+        let (rx, _reader) =
+            spawn_reader_ringing(ours, Duration::from_secs(30), open, Some(bell.clone())).unwrap();
+        let rung = |t: Duration| wait_readable([Some(bell.fd())], t).unwrap() & 1 != 0;
+        assert!(!rung(Duration::ZERO), "rung before any message");
+        theirs.write_all(&seal.seal(&Control::Done)).unwrap();
+        assert!(
+            rung(Duration::from_secs(10)),
+            "a message did not ring the bell"
+        );
+        bell.answer();
+        // The message was queued before the ring.
+        assert_eq!(rx.try_recv().unwrap().unwrap(), Control::Done);
+        // The connection's end is delivered, and rings, too.
+        drop(theirs);
+        assert!(
+            rung(Duration::from_secs(10)),
+            "the end did not ring the bell"
+        );
+        assert!(rx.try_recv().unwrap().is_err());
     }
 
     #[test]

@@ -12,13 +12,16 @@
 //!   when the first is slow, or through a relay).
 //!
 //! - [`feedback`]: the receiver's reports and NACKs as datagrams beside the control
-//!   connection, sent by the receiver and read by a thread of the sender.
+//!   connection, sent by the receiver and read by the sender's session loop.
+//! - [`bell`]: a wake-up polled beside sockets, which the sender's session loop waits on
+//!   with the feedback sockets.
 //!
 //! Imports point down: [`channel_link`] uses [`udp`]; [`udp`] makes its system calls through the
 //! engine's `sys`; none of them uses the sessions above, nor their error: each fails with
 //! an error of its own ([`control::ControlError`], [`channel_link::LinkError`], [`udp::UdpError`]),
 //! which the session's error wraps.
 
+pub mod bell;
 pub mod channel_link;
 pub mod control;
 pub mod dial;

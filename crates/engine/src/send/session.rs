@@ -11,7 +11,7 @@ use super::channel_threads::{
 use super::options::{user_cap, SendOptions, Transport};
 use super::prober::Prober;
 use super::session_loop::{on_early_event, session_loop, Dialing, Outcome, UdpPath, Wires};
-use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
+use super::shared::{ChanCmd, ChanEvent, LoopWake, Shared, ThreadCmd};
 use super::summary::{
     BottleneckSummary, BytesByPath, Limits, RateSummary, ResumedSummary, SendSummary,
 };
@@ -143,9 +143,17 @@ pub(super) fn send_once(
     // the controller's, never below the kernel's floor (at the data phase's start, and in the
     // session loop).
     let mut path_rtt = rate::rtt::PathRtt::new(rtt, crate::handshake::kernel_floor(&stream));
-    let (rx, tx, writer) =
-        crate::net::control::open(&stream, opts.stall_timeout, keys.frames_out, keys.frames_in)
-            .map_err(|e| SessionError::io("control connection", e))?;
+    // The session loop's wake-up, polled beside the feedback sockets: the control
+    // connection's reader rings it for each message, the channel threads for their events.
+    let bell =
+        Arc::new(crate::net::bell::Bell::new().map_err(|e| SessionError::io("wake-up socket", e))?);
+    let (rx, tx, writer) = crate::net::control::open_ringing(
+        &stream,
+        opts.stall_timeout,
+        (keys.frames_out, keys.frames_in),
+        Some(bell.clone()),
+    )
+    .map_err(|e| SessionError::io("control connection", e))?;
     let path = DataPath {
         to,
         transport,
@@ -293,7 +301,7 @@ pub(super) fn send_once(
         values: Default::default(),
         resume_cached: AtomicU64::new(0),
         resume_read: AtomicU64::new(0),
-        loop_wake: Default::default(),
+        loop_wake: LoopWake::new(bell),
     });
     progress
         .rate_bps
@@ -426,33 +434,28 @@ pub(super) fn send_once(
         prober.send_due(now);
     }
     progress.set_phase(Phase::Moving);
-    // The receiver's reports and NACKs, also as datagrams from its data session on (a reader
-    // that cannot start leaves them to the control connection).
-    // Through a relay, each channel tries for a direct path to the receiver's socket (hole
-    // punching) and moves there when it has one; the reader of the channel sockets does it.
+    // The receiver's reports and NACKs, also as datagrams from its data session on, read by
+    // the session loop. Through a relay, each channel tries for a direct path to the
+    // receiver's socket (hole punching) and moves there when it has one; the reader of the
+    // channel sockets does it.
     let direct_at: Arc<std::sync::Mutex<Vec<Option<f64>>>> =
         Arc::new(std::sync::Mutex::new(vec![None; usize::from(channels)]));
-    let feedback = (!feedback_socks.is_empty())
-        .then(|| {
-            let punch = relayed.as_ref().map(|relay| {
-                punching(
-                    relay,
-                    keys.punch,
-                    channel_threads.by_channel.clone(),
-                    (direct_at.clone(), start),
-                    progress.clone(),
-                )
-            });
-            let key = (&keys.feedback, data_session);
-            match punch {
-                Some(p) => {
-                    FeedbackReader::start_punching(feedback_socks, feedback_from, key, p).ok()
-                }
-                None => FeedbackReader::start(feedback_socks, feedback_from, key.0, key.1).ok(),
-            }
-        })
-        .flatten();
-    let no_feedback = crossbeam_channel::never();
+    let mut feedback = (!feedback_socks.is_empty()).then(|| {
+        let punch = relayed.as_ref().map(|relay| {
+            punching(
+                relay,
+                keys.punch,
+                channel_threads.by_channel.clone(),
+                (direct_at.clone(), start),
+                progress.clone(),
+            )
+        });
+        let key = (&keys.feedback, data_session);
+        match punch {
+            Some(p) => FeedbackReader::punching(feedback_socks, feedback_from, key, p),
+            None => FeedbackReader::new(feedback_socks, feedback_from, key.0, key.1),
+        }
+    });
 
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
@@ -489,12 +492,19 @@ pub(super) fn send_once(
     let result = loop {
         let wires = Wires {
             rx: &rx,
-            feedback: feedback.as_ref().map_or(&no_feedback, |f| &f.rx),
             events: &channel_threads.events,
             tx: &tx,
             cmds: &channel_threads.by_channel,
         };
-        let outcome = session_loop(&shared, &files, &wires, &mut rate_log, &mut state, &mut udp);
+        let outcome = session_loop(
+            &shared,
+            &files,
+            &wires,
+            &mut rate_log,
+            &mut state,
+            &mut udp,
+            feedback.as_mut(),
+        );
         let (silent, why) = match outcome {
             Ok(Outcome::Done) => break Ok(()),
             Ok(Outcome::MoveToTcp { silent, why }) => (silent, why),

@@ -14,13 +14,15 @@ use super::shared::{ChanCmd, ChanEvent, Shared, ThreadCmd};
 use super::summary::BottleneckSummary;
 use crate::error::{SessionError, Side};
 use crate::net::control::{ControlError, ControlTx, Incoming};
+use crate::net::feedback::FeedbackReader;
+use crate::net::udp::wait_readable;
 use crate::netlog::NetLog;
 use crate::walk;
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::Receiver;
 use hurtle_proto::rate::model::queue_target;
 use hurtle_proto::rate::rtt::PathRtt;
 use hurtle_proto::session::data::{ChannelCmd, SenderData, SenderDataEvent};
-use hurtle_proto::wire::{Control, HEADER_LEN};
+use hurtle_proto::wire::HEADER_LEN;
 use hurtle_proto::{Feedback, RateController};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -144,11 +146,10 @@ fn transmit(state: &mut SenderData, tx: &ControlTx) {
 }
 
 /// The session loop's message paths: control in and out, channel events in, channel commands out.
+/// (The reports and NACKs that come as datagrams, copies of what `rx` brings too, are read by
+/// the loop itself: [`session_loop`]'s `feedback`.)
 pub(super) struct Wires<'a> {
     pub(super) rx: &'a Incoming,
-    /// The reports and NACKs that came as datagrams ([`crate::net::feedback`]); copies of
-    /// what `rx` brings too, the first of each taken.
-    pub(super) feedback: &'a Receiver<Control>,
     pub(super) events: &'a Receiver<ChanEvent>,
     pub(super) tx: &'a ControlTx,
     pub(super) cmds: &'a [ChannelCmds],
@@ -159,6 +160,11 @@ pub(super) struct Wires<'a> {
 /// the channels, tells `state` and calls again). The rules are `state`'s
 /// ([`hurtle_proto::session::data`]); this loop waits for messages, channel events and timers,
 /// and carries out what the machine decides.
+///
+/// It sleeps in one `poll(2)` on its bell ([`Shared::loop_wake`], rung by the control
+/// connection's reader and by the channel threads) and on `feedback`'s sockets (the reports
+/// and NACKs that come as datagrams, the first copy of each taken), until the machine's next
+/// timer or the [`PROBE_TICK`]; at each wake-up it takes everything that came.
 pub(super) fn session_loop(
     shared: &Shared,
     files: &[&walk::SourceEntry],
@@ -166,10 +172,10 @@ pub(super) fn session_loop(
     rate_log: &mut NetLog,
     state: &mut SenderData,
     udp: &mut UdpPath,
+    mut feedback: Option<&mut FeedbackReader>,
 ) -> Result<Outcome, SessionError> {
     let Wires {
         rx,
-        feedback,
         events,
         tx,
         cmds,
@@ -182,51 +188,67 @@ pub(super) fn session_loop(
                 .unwrap_or_default()
         })
     };
-    let tick = crossbeam_channel::tick(PROBE_TICK);
+    let mut next_tick = Instant::now() + PROBE_TICK;
     let mut judged_at = Instant::now();
     let mut kept_at = Instant::now();
-    let mut feedback = feedback;
-    let never = crossbeam_channel::never();
+    let bell = shared.loop_wake.bell();
+    let mut came = Vec::new();
     while !state.is_done() {
-        // A deadline as `default`: no timer channel made per pass.
-        let wait = state
-            .poll_timeout()
-            .saturating_duration_since(Instant::now());
-        select! {
-            recv(rx) -> msg => {
-                let msg = msg.map_err(|_| ControlError::Closed)??;
-                state.handle(Instant::now(), msg).map_err(data_error)?;
-            }
-            recv(feedback) -> msg => match msg {
-                Ok(msg) => state.handle(Instant::now(), msg).map_err(data_error)?,
-                // The reader ended: the control connection still brings every message.
-                Err(_) => feedback = &never,
-            },
-            // The channel threads' events are taken below, at every wake-up: this one only
-            // for those that must not wait (`Shared::to_loop`).
-            recv(shared.loop_wake.waiter()) -> _ => {}
-            recv(tick) -> _ => {
-                if shared.progress.interrupted() {
-                    return Err(SessionError::Interrupted { side: Side::Sender });
-                }
-                // The values so far go to the cache now and then, so that even a sender
-                // killed outright leaves them for the next session.
-                if kept_at.elapsed() >= KEEP_VALUES_EVERY {
-                    kept_at = Instant::now();
-                    if let Some(e) = shared.keep_values() {
-                        rate_log.line(|| e);
-                    }
-                }
-                if let Some(p) = udp.prober.as_mut() {
-                    p.send_due(Instant::now());
-                    let step = probe_step(p, shared, state.received() > 0, rate_log);
-                    if p.probe.is_done() {
-                        udp.prober = None;
-                    }
-                    blocked(step, state).map_err(data_error)?;
+        let now = Instant::now();
+        let mut until = state.poll_timeout().min(next_tick);
+        // The punching's timers (a relayed session's), not sooner than a millisecond apart.
+        if let Some(t) = feedback.as_mut().and_then(|f| f.tick(now)) {
+            until = until.min(t.max(now + Duration::from_millis(1)));
+        }
+        // Bit 0: the bell; bit i + 1: the ith feedback socket.
+        let fds =
+            std::iter::once(Some(bell.fd())).chain(feedback.iter().flat_map(|f| f.fds()).map(Some));
+        let ready = wait_readable(fds, until.saturating_duration_since(now))
+            .map_err(|_| SessionError::Internal("the session loop's wait failed"))?;
+        if ready & 1 != 0 {
+            // Before taking what the ringers queued: a ring after this wakes the next wait.
+            bell.answer();
+        }
+        if let Some(f) = feedback.as_mut() {
+            f.read(ready >> 1, |msg| came.push(msg));
+        }
+        for msg in came.drain(..) {
+            state.handle(Instant::now(), msg).map_err(data_error)?;
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(msg) => state.handle(Instant::now(), msg?).map_err(data_error)?,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    return Err(ControlError::Closed.into())
                 }
             }
-            default(wait) => state.handle_timeout(Instant::now()).map_err(data_error)?,
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            next_tick = now + PROBE_TICK;
+            if shared.progress.interrupted() {
+                return Err(SessionError::Interrupted { side: Side::Sender });
+            }
+            // The values so far go to the cache now and then, so that even a sender
+            // killed outright leaves them for the next session.
+            if kept_at.elapsed() >= KEEP_VALUES_EVERY {
+                kept_at = Instant::now();
+                if let Some(e) = shared.keep_values() {
+                    rate_log.line(|| e);
+                }
+            }
+            if let Some(p) = udp.prober.as_mut() {
+                p.send_due(now);
+                let step = probe_step(p, shared, state.received() > 0, rate_log);
+                if p.probe.is_done() {
+                    udp.prober = None;
+                }
+                blocked(step, state).map_err(data_error)?;
+            }
+        }
+        if now >= state.poll_timeout() {
+            state.handle_timeout(now).map_err(data_error)?;
         }
         take_events(state, shared, events)?;
         transmit(state, tx);
@@ -342,7 +364,8 @@ fn set_rate(shared: &Shared, rate_bps: u64) {
     shared.progress.rate_bps.store(rate_bps, Ordering::Relaxed);
 }
 
-/// How often the loop looks for an interrupt and sends the probes that are due.
+/// How often the loop looks for an interrupt and sends the probes that are due (at the
+/// latest: it looks at every wake-up past this).
 const PROBE_TICK: Duration = Duration::from_millis(200);
 
 /// How often the values passed on so far are kept in the cache

@@ -8,8 +8,9 @@ use super::summary::Limits;
 use super::value_cache::{CachedValues, ValueCache, ValueLog};
 use crate::error::SessionError;
 use crate::fs::SourceFile;
+use crate::net::bell::Bell;
 use crate::progress::Progress;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use hurtle_proto::rate::bottleneck::ReceiverSigns;
 use hurtle_proto::Layout;
 use std::sync::atomic::{AtomicU16, AtomicU64};
@@ -49,29 +50,27 @@ pub(super) enum ChanEvent {
 /// report, a message, a timer), and a channel thread wakes it only for an event that must not
 /// wait ([`value_wakes_loop`]; a failure always). Waking the loop for every block's value cost
 /// a futex wake and two context switches per block, and the values then went to the receiver
-/// one `BlockHashes` (and one wake-up of the control writer) each.
+/// one `BlockHashes` (and one wake-up of the control writer) each. The bell is the one the
+/// loop polls beside the feedback sockets, which the control connection's reader rings too
+/// ([`crate::net::bell`]).
 pub(super) struct LoopWake {
-    tx: Sender<()>,
-    rx: Receiver<()>,
-}
-
-impl Default for LoopWake {
-    fn default() -> Self {
-        // One pending wake-up is enough: the loop takes every queued event when it wakes.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        LoopWake { tx, rx }
-    }
+    bell: Arc<Bell>,
 }
 
 impl LoopWake {
-    /// Wakes the session loop (at once if it waits; at its next wait if it does not).
-    pub(super) fn wake(&self) {
-        let _ = self.tx.try_send(());
+    /// Wakes through `bell`.
+    pub(super) fn new(bell: Arc<Bell>) -> LoopWake {
+        LoopWake { bell }
     }
 
-    /// What the session loop waits on.
-    pub(super) fn waiter(&self) -> &Receiver<()> {
-        &self.rx
+    /// Wakes the session loop (at once if it waits; at its next wait if it does not).
+    pub(super) fn wake(&self) {
+        self.bell.ring();
+    }
+
+    /// What the session loop waits on (and answers when it wakes).
+    pub(super) fn bell(&self) -> &Bell {
+        &self.bell
     }
 }
 
@@ -267,11 +266,16 @@ mod tests {
 
     #[test]
     fn a_wake_up_waits_for_the_loop_and_wakes_it_once() {
-        let wake = LoopWake::default();
-        assert!(wake.waiter().try_recv().is_err());
+        use crate::net::udp::wait_readable;
+        let wake = LoopWake::new(Arc::new(Bell::new().unwrap()));
+        let rung = |w: &LoopWake| {
+            wait_readable([Some(w.bell().fd())], std::time::Duration::ZERO).unwrap() & 1 != 0
+        };
+        assert!(!rung(&wake));
         wake.wake();
         wake.wake();
-        assert!(wake.waiter().try_recv().is_ok());
-        assert!(wake.waiter().try_recv().is_err());
+        assert!(rung(&wake));
+        wake.bell().answer();
+        assert!(!rung(&wake), "two wake-ups woke the loop twice");
     }
 }
