@@ -8,6 +8,8 @@
 //! plus one and a half times the queueing delay the channel's datagrams recently met
 //! ([`ChannelReceiver::note_queue_delay`]): a repair joins the back of the same queue, so behind
 //! a full socket buffer it takes that much longer, and asking again sooner only duplicates it.
+//! `nack_retry` starts from the key agreement's round trip and falls to the path's once the
+//! first repair of a first ask shows it ([`ChannelReceiver::timing_repairs`]).
 //! The channel's final marker moves the frontier to the end of the stripe, which catches tail
 //! loss; the sender repeats the marker until the receiver answers `ChannelDone`. A NACK holds
 //! no more ranges than fit one feedback datagram ([`crate::feedback::NACK_RANGES_BUDGET`]); the
@@ -23,6 +25,7 @@
 //! final marker has moved the frontier past it.
 
 use crate::ranges::RangeSet;
+use crate::rate::rtt::PathRtt;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -123,7 +126,16 @@ pub struct ChannelReceiver {
     done_sent: bool,
     cfg: RecvConfig,
     stats: RecvStats,
+    /// The round trip `cfg`'s `nack_retry` was set for, lowered by the timing of repairs
+    /// ([`ChannelReceiver::timing_repairs`]); `None`: not timed.
+    path: Option<PathRtt>,
+    /// The newest NACKs' first asks (bytes never asked for before, not rejected blocks): when
+    /// each was sent, and its ranges. The first repair of any of them times a round trip.
+    first_asks: VecDeque<(Instant, RangeSet)>,
 }
+
+/// How many NACKs' first asks wait for their repair's timing, at most.
+const TIMED_ASKS: usize = 8;
 
 impl ChannelReceiver {
     /// A receiver for `channel`, whose stripe is `stripe_len` bytes.
@@ -144,6 +156,61 @@ impl ChannelReceiver {
             done_sent: false,
             cfg,
             stats: RecvStats::default(),
+            path: None,
+            first_asks: VecDeque::new(),
+        }
+    }
+
+    /// Lowers `nack_retry` toward the path's round trip as repairs show it: `rtt` is the round
+    /// trip the configuration was made for (the key agreement's timing, which on a busy host
+    /// has both sides' waits for a core in it) with the kernel's floor, if known. The first
+    /// repair of bytes asked for the first time arrives a round trip after the ask at the
+    /// earliest (the sender sends nothing marked a repair before it is asked); the lowest such
+    /// timing, never below the floor, sets `nack_retry` as [`RecvConfig::for_rtt`] would
+    /// ([`PathRtt::sample`]). Without a floor (through a relay, whose TCP round trip is not the
+    /// path's, or where the kernel does not say) nothing is timed and the configuration stands.
+    pub fn timing_repairs(mut self, rtt: PathRtt) -> Self {
+        self.path = Some(rtt);
+        self
+    }
+
+    /// The round trip the timers are set for now: the configured one, or lower once repairs
+    /// showed the path's ([`ChannelReceiver::timing_repairs`]); `None` if not timed.
+    pub fn path_rtt(&self) -> Option<Duration> {
+        self.path.map(|p| p.get())
+    }
+
+    /// Whether repairs are timed now: a floor is known and the estimate is above it.
+    fn timing(&self) -> bool {
+        self.path
+            .is_some_and(|p| p.floor().is_some_and(|f| f < p.get()))
+    }
+
+    /// A repair of stripe range `range` arrived at `now`: the first of a NACK's first asks
+    /// times a round trip.
+    fn time_repair(&mut self, now: Instant, range: Range<u64>) {
+        let Some(i) = self
+            .first_asks
+            .iter()
+            .position(|(_, set)| set.overlapping(range.clone()).next().is_some())
+        else {
+            return;
+        };
+        let Some((asked, _)) = self.first_asks.remove(i) else {
+            return;
+        };
+        let lower = self
+            .path
+            .as_mut()
+            .and_then(|p| p.sample(now.saturating_duration_since(asked)));
+        if let Some(lower) = lower {
+            self.cfg.nack_retry = self
+                .cfg
+                .nack_retry
+                .min(RecvConfig::for_rtt(lower).nack_retry);
+        }
+        if !self.timing() {
+            self.first_asks.clear();
         }
     }
 
@@ -213,6 +280,9 @@ impl ChannelReceiver {
         }
         self.stats.new_bytes += new_bytes;
         self.stats.duplicate_bytes += (end - pos.min(end)) - new_bytes;
+        if retransmit && !self.first_asks.is_empty() {
+            self.time_repair(now, pos..end);
+        }
         if !retransmit && end > self.frontier {
             self.frontier = end;
             let sample_every = self.cfg.reorder_wait / 4;
@@ -369,6 +439,18 @@ impl ChannelReceiver {
             return None;
         }
         let ranges = first_that_fit(&wanted, self.cfg.max_nack_ranges);
+        if self.timing() {
+            // Bytes asked for the first time: neither due again nor a rejected block.
+            let mut first: RangeSet = ranges.iter().map(|&(s, e)| s..e).collect();
+            first.subtract(&self.due);
+            first.subtract(&self.rejected);
+            if !first.is_empty() {
+                if self.first_asks.len() >= TIMED_ASKS {
+                    self.first_asks.pop_front();
+                }
+                self.first_asks.push_back((now, first));
+            }
+        }
         // Generations open at most every eighth of `nack_retry`: a range is asked for again at
         // most that much later than its own wait.
         let generation_span = self.cfg.nack_retry / 8;
@@ -533,6 +615,96 @@ mod tests {
         // NACKs.
         assert_eq!(asked.len(), 1000);
         assert!(r.stats().nacks >= 8, "{} NACKs", r.stats().nacks);
+    }
+
+    /// A channel receiver configured for a key agreement of `handshake` with the kernel's
+    /// `floor`, timing repairs, with a gap at 1000..2000 asked for at the returned instant.
+    fn asked_a_gap(handshake: Duration, floor: Option<Duration>) -> (ChannelReceiver, Instant) {
+        let t0 = Instant::now();
+        let mut r = ChannelReceiver::new(0, 10_000, RecvConfig::for_rtt(handshake))
+            .timing_repairs(PathRtt::new(handshake, floor));
+        r.on_data(t0, 0, 1000, false, 0..10_000);
+        r.on_data(t0, 2000, 1000, false, 0..10_000);
+        let asked = t0 + ms(6);
+        assert_eq!(r.poll_nack(asked), Some(vec![(1000, 2000)]));
+        (r, asked)
+    }
+
+    #[test]
+    fn a_key_agreement_inflated_by_cpu_gives_way_to_the_round_trip_a_repair_shows() {
+        // Loopback on a busy host: the key agreement took 40 ms (a repair asked again after
+        // 80 ms), the kernel's floor is 30 us; the repair comes 0.5 ms after the ask.
+        let (mut r, asked) = asked_a_gap(ms(40), Some(Duration::from_micros(30)));
+        assert_eq!(r.cfg.nack_retry, ms(80));
+        r.on_data(
+            asked + Duration::from_micros(500),
+            1000,
+            500,
+            true,
+            0..10_000,
+        );
+        assert_eq!(r.path_rtt(), Some(Duration::from_micros(500)));
+        assert_eq!(
+            r.cfg.nack_retry,
+            RecvConfig::for_rtt(Duration::from_micros(500)).nack_retry
+        );
+        // Asked again after that, not after 80 ms.
+        let again = asked + r.cfg.nack_retry + ms(1);
+        assert_eq!(r.poll_nack(again), Some(vec![(1500, 2000)]));
+    }
+
+    #[test]
+    fn without_a_floor_as_through_a_relay_the_key_agreements_timing_stands() {
+        let (mut r, asked) = asked_a_gap(ms(40), None);
+        r.on_data(
+            asked + Duration::from_micros(500),
+            1000,
+            1000,
+            true,
+            0..10_000,
+        );
+        assert_eq!(r.path_rtt(), Some(ms(40)));
+        assert_eq!(r.cfg.nack_retry, ms(80));
+    }
+
+    #[test]
+    fn a_repair_timed_below_the_kernels_floor_is_taken_as_the_floor() {
+        // A sender that sends a "repair" before it could have heard the ask.
+        let (mut r, asked) = asked_a_gap(ms(40), Some(ms(10)));
+        r.on_data(asked, 1000, 1000, true, 0..10_000);
+        assert_eq!(r.path_rtt(), Some(ms(10)));
+        assert_eq!(r.cfg.nack_retry, RecvConfig::for_rtt(ms(10)).nack_retry);
+    }
+
+    #[test]
+    fn only_a_repair_of_a_first_ask_is_timed_and_from_that_ask() {
+        let floor = Some(Duration::from_micros(30));
+        // The original, late (reordered past the wait), times nothing.
+        let (mut r, asked) = asked_a_gap(ms(40), floor);
+        r.on_data(asked + ms(1), 1000, 1000, false, 0..10_000);
+        assert_eq!(r.path_rtt(), Some(ms(40)));
+        // A repair lost and asked for again: repairs come 0.3 and 0.5 ms after the second
+        // ask, 80 ms after the first. Either may answer the first ask (a tail repair goes
+        // twice), so neither times the second: no lower round trip.
+        let (mut r, asked) = asked_a_gap(ms(40), floor);
+        let again = asked + ms(81);
+        assert_eq!(r.poll_nack(again), Some(vec![(1000, 2000)]));
+        r.on_data(
+            again + Duration::from_micros(300),
+            1000,
+            1000,
+            true,
+            0..10_000,
+        );
+        r.on_data(
+            again + Duration::from_micros(500),
+            1000,
+            1000,
+            true,
+            0..10_000,
+        );
+        assert_eq!(r.path_rtt(), Some(ms(40)));
+        assert_eq!(r.cfg.nack_retry, ms(80));
     }
 
     #[test]

@@ -187,6 +187,19 @@ impl ChannelSender {
         }
     }
 
+    /// The path's round trip is now known to be `rtt` (lower than the one the sender was
+    /// configured for: the key agreement's timing, which on a busy host has both sides' waits
+    /// for a core in it). The timers [`SendConfig::for_rtt`] derives from a round trip
+    /// (`final_interval`, `repair_echo`) are set for it; a `repair_echo` of zero (no repairs
+    /// remembered) stays zero. A final marker already sent is sent again on the new interval.
+    pub fn set_rtt(&mut self, rtt: Duration) {
+        let timers = SendConfig::for_rtt(rtt);
+        self.cfg.final_interval = timers.final_interval;
+        if !self.cfg.repair_echo.is_zero() {
+            self.cfg.repair_echo = timers.repair_echo;
+        }
+    }
+
     /// Whether the channel is in its tail, where repairs go twice (see the module docs);
     /// once the stripe is fully sent it is, whatever this says.
     pub fn set_tail(&mut self, tail: bool) {
@@ -620,6 +633,42 @@ mod tests {
         s.on_channel_done();
         assert!(s.is_done());
         assert_eq!(s.next_timeout(), None);
+    }
+
+    #[test]
+    fn a_round_trip_lowered_to_the_paths_sets_the_timers_a_quiet_handshake_would_have() {
+        // A busy host: the key agreement took 40 ms on a 0.1 ms path. The final marker went
+        // again only after 80 ms, and a NACK 20 ms after a repair of its bytes was taken
+        // for one sent before that repair could arrive.
+        let l = layout();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let sent_all = |s: &mut ChannelSender| {
+            while s.new_remaining() > 0 {
+                s.poll_run(&l, 1000, t0).unwrap();
+            }
+        };
+        let mut s = ChannelSender::new(&l, 0, SendConfig::for_rtt(ms(40)));
+        sent_all(&mut s);
+        s.set_rtt(Duration::from_micros(100));
+        let quiet = SendConfig::for_rtt(Duration::from_micros(100));
+        assert_eq!(s.cfg.final_interval, quiet.final_interval);
+        assert_eq!(s.cfg.repair_echo, quiet.repair_echo);
+        assert!(s.poll_final(t0));
+        assert!(!s.poll_final(t0 + ms(29)));
+        assert!(s.poll_final(t0 + ms(31)), "again after 30 ms, not 80");
+        // A repair at t0, then the receiver asks again 20 ms later: answered.
+        s.on_nack(&[(0, 500)], t0, t0);
+        assert_eq!(
+            s.poll_run(&l, 1000, t0).map(|r| r.kind),
+            Some(RunKind::Repair)
+        );
+        while s.poll_run(&l, 1000, t0).is_some() {}
+        assert_eq!(s.on_nack(&[(0, 500)], t0 + ms(20), t0 + ms(20)), 500);
+        // A sender configured without repair memory keeps none.
+        let mut s = ChannelSender::new(&l, 0, SendConfig::default());
+        s.set_rtt(ms(1));
+        assert_eq!(s.cfg.repair_echo, Duration::ZERO);
     }
 
     #[test]

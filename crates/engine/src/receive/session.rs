@@ -33,6 +33,7 @@ use hurtle_proto::hash::{to_hex, BlockValue, HashKind};
 use hurtle_proto::layout::union_ranges;
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
+use hurtle_proto::rate::rtt::PathRtt;
 use hurtle_proto::session::{
     first_look, Agreed, Found, HelloParams, Look, ReceiverEvent, ReceiverSetup, SetupError,
 };
@@ -298,11 +299,19 @@ impl Receiver {
             .transpose()
             .map_err(|e| SessionError::io("writer thread", e))?
             .unzip();
+        // The key agreement's timing sets the channels' NACK timers; repairs' timing lowers
+        // them toward the path's round trip, never below the kernel's floor on the control
+        // connection. Through a relay there is no floor (the kernel's round trip ends at the
+        // relay or its agent, short of the sender): the key agreement's timing stands.
+        let floor = match self.opts.relayed_udp {
+            Some(_) => None,
+            None => crate::sys::socket::tcp_min_rtt(control),
+        };
         let (cmd_txs, handles) = self.start_channels(
             &shared,
             (links, punch_socks),
             held_stripes,
-            RecvConfig::for_rtt(rtt),
+            (RecvConfig::for_rtt(rtt), PathRtt::new(rtt, floor)),
             (&ev_tx, writer.as_ref()),
             ((data_session, session), start),
         )?;
@@ -550,7 +559,7 @@ impl Receiver {
         shared: &Arc<Shared>,
         (links, mut punch_socks): (Vec<LinkIn>, Vec<Option<std::net::UdpSocket>>),
         mut held_stripes: Vec<Vec<std::ops::Range<u64>>>,
-        recv_cfg: RecvConfig,
+        (recv_cfg, path_rtt): (RecvConfig, PathRtt),
         to_loop: (&Sender<ChanEvent>, Option<&Writer>),
         (sessions, start): ((u32, u32), Instant),
     ) -> Result<ChannelThreads, SessionError> {
@@ -571,9 +580,19 @@ impl Receiver {
         for (ch, link) in links.into_iter().enumerate() {
             let ch = ch as u16;
             let (cmd_tx, cmd_rx) = unbounded();
-            let log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
+            let mut log = NetLog::open(self.opts.log_dir.as_deref(), "recv", ch, start)
                 .map_err(|e| SessionError::io("log directory", e))?;
-            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone());
+            let mut rec = ChannelReceiver::new(ch, shared.layout.stripe_len(ch), recv_cfg.clone())
+                .timing_repairs(path_rtt);
+            log.line(|| {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                format!(
+                    "rtt {:.2} ms (the key agreement's), floor {} ms: NACKs again after {:.1} ms until repairs show the path's",
+                    ms(path_rtt.handshake()),
+                    path_rtt.floor().map_or("none".into(), |f| format!("{:.3}", ms(f))),
+                    ms(recv_cfg.nack_retry)
+                )
+            });
             for stripe in held_stripes[usize::from(ch)].drain(..) {
                 rec.hold(stripe);
             }
