@@ -319,6 +319,8 @@ pub(super) struct ChannelWorker {
     pub(super) among: u16,
     /// The catch-up allowance last applied to the pacer, microseconds.
     pub(super) catch_up_seen: u64,
+    /// The round trip last applied to the channel's sender ([`Shared::rtt`]).
+    pub(super) rtt_seen: Duration,
     /// This channel has new data to send, and counts in [`Shared::sending`].
     pub(super) sending: bool,
     /// The block new data is being sent from, and its bytes.
@@ -568,7 +570,7 @@ impl ChannelWorker {
     /// [`super::SendOptions::fec`].
     fn tail_piece(&mut self, payload: u16) -> Option<u16> {
         let left = self.sender.new_remaining();
-        let tail = fec::in_tail(left, self.pacer.rate(), self.shared.rtt);
+        let tail = fec::in_tail(left, self.pacer.rate(), self.shared.rtt());
         self.sender.set_tail(tail);
         if !tail || !self.shared.fec || self.link.is_tcp() {
             return None;
@@ -691,6 +693,13 @@ impl ChannelWorker {
             self.log
                 .line(|| format!("rate {rate} bit/s for all channels, shared by {among}"));
         }
+        let rtt = self.shared.rtt();
+        if rtt < self.rtt_seen {
+            self.rtt_seen = rtt;
+            self.sender.set_rtt(rtt);
+            self.log
+                .line(|| format!("rtt {} us: the path's", rtt.as_micros()));
+        }
         let catch_up = self.shared.catch_up_us.load(Ordering::Relaxed);
         if catch_up != self.catch_up_seen {
             self.catch_up_seen = catch_up;
@@ -700,7 +709,7 @@ impl ChannelWorker {
         }
         let span = train_span(
             Duration::from_micros(shared.queue_delay_us.load(Ordering::Relaxed)),
-            shared.rtt,
+            shared.rtt(),
         );
         // The floor of a train on a quiet path (`quiet_train`).
         let quiet = quiet_train(

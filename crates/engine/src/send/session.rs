@@ -290,7 +290,7 @@ pub(super) fn send_once(
             receiver_buffer: accepted.buffer_cap,
         }),
         receiver_signs: Default::default(),
-        rtt,
+        rtt_us: AtomicU64::new(u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1)),
         fec: opts.fec,
         loss_ppm: AtomicU32::new(u32::MAX),
         catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
@@ -398,6 +398,14 @@ pub(super) fn send_once(
         .total
         .store(sent_bytes - held_bytes, Ordering::Relaxed);
     progress.resumed.store(resumed_bytes, Ordering::Relaxed);
+    // The probes' answers that came during the set-up; those that come later, in the session
+    // loop. The channel threads take the lowered round trip too: at once through `shared`,
+    // and in their repair timers where they start again below.
+    let probed = prober.as_ref().and_then(|p| p.probe.rtt());
+    if let Some(lower) = probed.and_then(|s| path_rtt.sample(s)) {
+        controller.set_rtt(lower);
+        shared.lower_rtt(lower);
+    }
     let (shared, mut state) = if early {
         // The early data counts: the channels go on, without a budget now, and the values
         // of their blocks passed on so far stand.
@@ -411,7 +419,7 @@ pub(super) fn send_once(
             shared,
             (layout, data_session),
             held.stripes,
-            (controller.rate_bps(), rtt),
+            (controller.rate_bps(), path_rtt.get()),
             logs,
         )?;
         if let Some(prober) = &mut prober {
@@ -459,12 +467,6 @@ pub(super) fn send_once(
 
     let mut rate_log = NetLog::open_named(opts.log_dir.as_deref(), "send-rate.log", start)
         .map_err(|e| SessionError::io("log directory", e))?;
-    // The probes' answers that came during the set-up; those that come later, in the session
-    // loop.
-    let probed = prober.as_ref().and_then(|p| p.probe.rtt());
-    if let Some(lower) = probed.and_then(|s| path_rtt.sample(s)) {
-        controller.set_rtt(lower);
-    }
     rate_log.line(|| {
         let cfg = controller.config();
         let ms = |d: Option<Duration>| d.map_or(-1.0, |d| d.as_secs_f64() * 1e3);
@@ -1051,6 +1053,7 @@ impl ChannelThreads {
                 packets,
                 rate_seen: rate_bps,
                 catch_up_seen: hurtle_proto::channel_send::MAX_OWED.as_micros() as u64,
+                rtt_seen: shared.rtt(),
                 among: shared.channels,
                 sending: false,
                 loaded: None,

@@ -323,6 +323,9 @@ pub(super) fn session_loop(
                     if let Some(p) = udp.prober.as_mut() {
                         p.probe.on_ack(channel, usize::from(size), Instant::now());
                         let lower = p.probe.rtt().and_then(|s| udp.rtt.sample(s));
+                        if let Some(lower) = lower {
+                            shared.lower_rtt(lower);
+                        }
                         if let (Some(lower), Some(c)) = (lower, state.controller_mut()) {
                             c.set_rtt(lower);
                             rate_log.line(|| {

@@ -130,9 +130,9 @@ pub(super) struct Shared {
     pub(super) limits: Option<Limits>,
     /// What the receiver's reports said of its CPU and its disk.
     pub(super) receiver_signs: std::sync::Mutex<ReceiverSigns>,
-    /// Round-trip time measured at the handshake: how long a channel's tail is
-    /// ([`hurtle_proto::fec::in_tail`]).
-    pub(super) rtt: std::time::Duration,
+    /// The path's round trip, microseconds ([`Shared::rtt`]): how long a channel's tail is
+    /// ([`hurtle_proto::fec::in_tail`]) and how long its trains may be.
+    pub(super) rtt_us: AtomicU64,
     /// Parity for each UDP channel's tail ([`super::SendOptions::fec`]).
     pub(super) fec: bool,
     /// The random loss rate the controller sees, in parts per million (`u32::MAX`: not known
@@ -161,6 +161,21 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The path's round trip as the channel threads use it: the key agreement's timing at
+    /// the start, lowered to the controller's ([`hurtle_proto::rate::rtt::PathRtt`]) once a
+    /// probe's answer shows the path's ([`Shared::lower_rtt`]).
+    pub(super) fn rtt(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.rtt_us.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The controller's round trip fell to `rtt` (a [`hurtle_proto::rate::rtt::PathRtt`]
+    /// estimate: never below the kernel's floor). Only ever lowers it.
+    pub(super) fn lower_rtt(&self, rtt: std::time::Duration) {
+        let us = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.rtt_us
+            .fetch_min(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Queues a channel thread's `event` for the session loop, and wakes the loop if it must
     /// not wait ([`value_wakes_loop`]; a failure always). False when the loop has gone.
     pub(super) fn to_loop(&self, events: &Sender<ChanEvent>, event: ChanEvent) -> bool {
