@@ -213,11 +213,13 @@ pub const CATCHING_UP: f64 = 1.05;
 pub const STARTUP_CATCHING_UP: f64 = 1.5;
 /// A report whose receiver read at least this share of what was sent over it (the highest
 /// rate in force while its data left; lost datagrams counted as read), without socket drops,
-/// kept up: however full its buffer got, its backlog grew by no more than a twentieth of the
-/// report's data ([`Model::on_report`]: a scheduling gap, not a slow reader). The margin is
-/// for a sender that falls short of its rate on a busy machine; a reader slower than that by
-/// less overflows its buffer in time, and drops are always judged.
-pub const KEEPS_UP: f64 = 0.95;
+/// kept up: however full its buffer got, its backlog did not grow over the report
+/// ([`Model::on_report`]: a scheduling gap, not a slow reader). The margin is the
+/// measurement's only. A wider one (0.95, for a sender that falls short of its rate on a busy
+/// machine) let backlogs over half the buffer stand, and the next gap overflowed them: on
+/// veth 1500 and loopback, auto, twice the socket-drop cuts, and 1.2-1.6% resent against
+/// 0.1-0.7%.
+pub const KEEPS_UP: f64 = 0.99;
 
 /// Train estimates startup keeps (the latest reports'); it goes by their median.
 const TRAIN_HINTS: usize = 5;
