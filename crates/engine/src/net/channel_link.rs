@@ -246,9 +246,13 @@ const TCP_FRAMES: usize = 16;
 /// A send a local firewall refused (`EPERM`: a netfilter rule dropped it on the way out) is a
 /// datagram lost, as on the path: repairs and probing deal with it, as they do with loss, and a
 /// path where nothing gets through is found blocked by probing, not failed on the first send.
+/// So is an ICMP unreachable that an earlier datagram drew, which a [connected](UdpChannel::connect)
+/// socket reports on its next send (an unconnected one never does): the control connection,
+/// not one datagram's fate, says whether the peer is gone.
 fn lost_locally(sent: Result<(), UdpError>) -> Result<(), LinkError> {
     match sent {
         Err(UdpError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        Err(UdpError::PeerUnreachable(_)) => Ok(()),
         other => Ok(other?),
     }
 }
@@ -497,6 +501,23 @@ mod tests {
     use super::*;
     use crate::net::udp::ChannelOptions;
     use std::net::{IpAddr, Ipv4Addr};
+
+    #[test]
+    fn an_unreachable_peer_on_a_connected_socket_is_a_datagram_lost() {
+        let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let lo = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+        let mut sock = UdpChannel::bind(lo, &ChannelOptions::default()).unwrap();
+        sock.connect(dead).unwrap();
+        let mut link = LinkOut::new(OutPath::Udp { sock, dest: dead }, None);
+        // Each send after the first draws the port unreachable the one before it did.
+        for _ in 0..20 {
+            link.send_headers(&[0u8; HEADER_LEN]).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 
     fn udp_link(gso: bool) -> LinkOut {
         let lo = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);

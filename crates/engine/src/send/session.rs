@@ -864,10 +864,20 @@ fn open_data_path(
         let dests = vec![SocketAddr::new(to.ip(), port); usize::from(channels)];
         dial_data(opts, &dests, path.session, &path.key)
     });
+    // A direct session's channels only ever talk to the receiver's port of each: connected
+    // there, their sends skip the route lookup. (Through a relay the punching needs the
+    // sockets to hear other addresses: those stay unconnected.)
+    let direct = relayed.is_none() && !opts.dialer.as_ref().is_some_and(|d| d.relayed());
     let links = udps
         .into_iter()
         .zip(prober.dests.clone())
-        .map(|(sock, dest)| LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone()))
+        .map(|(mut sock, dest)| {
+            // (A socket that cannot be connected sends with the address.)
+            if direct {
+                let _ = sock.connect(dest);
+            }
+            LinkOut::new(OutPath::Udp { sock, dest }, path.seal.clone())
+        })
         .collect();
     Ok(DataLinks {
         links,

@@ -78,10 +78,11 @@ pub(crate) fn iovec(piece: &[u8]) -> libc::iovec {
 }
 
 /// Sends one GSO `sendmsg` gathering `iovs` (header and payload pieces, datagram after
-/// datagram), cut by the kernel into datagrams of `segment_size` bytes (`UDP_SEGMENT`).
+/// datagram), cut by the kernel into datagrams of `segment_size` bytes (`UDP_SEGMENT`), to
+/// `dest` (`None`: a connected socket's peer).
 pub(crate) fn sendmsg_segmented(
     fd: BorrowedFd<'_>,
-    dest: &socket2::SockAddr,
+    dest: Option<&socket2::SockAddr>,
     iovs: &[libc::iovec],
     segment_size: usize,
 ) -> io::Result<()> {
@@ -93,8 +94,10 @@ pub(crate) fn sendmsg_segmented(
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
     // SAFETY: msghdr is a plain C struct; all zeroes is a valid value.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_name = dest.as_ptr() as *mut libc::c_void;
-    msg.msg_namelen = dest.len();
+    if let Some(dest) = dest {
+        msg.msg_name = dest.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = dest.len();
+    }
     msg.msg_iov = iovs.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = iovs.len() as _;
     msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
@@ -121,11 +124,11 @@ pub(crate) fn sendmsg_segmented(
 }
 
 /// Sends one datagram per `per_msg` consecutive `iovs` (the pieces the kernel gathers
-/// into it), for up to [`MMSG_BATCH`] datagrams, with one `sendmmsg`; returns how many went
-/// out.
+/// into it), for up to [`MMSG_BATCH`] datagrams, with one `sendmmsg` to `dest` (`None`: a
+/// connected socket's peer); returns how many went out.
 pub(crate) fn sendmmsg(
     fd: BorrowedFd<'_>,
-    dest: &socket2::SockAddr,
+    dest: Option<&socket2::SockAddr>,
     iovs: &[libc::iovec],
     per_msg: usize,
 ) -> io::Result<usize> {
@@ -134,8 +137,10 @@ pub(crate) fn sendmmsg(
     let mut msgs: [libc::mmsghdr; MMSG_BATCH] = unsafe { mem::zeroed() };
     let mut count = 0;
     for (msg, pieces) in msgs.iter_mut().zip(iovs.chunks(per_msg.max(1))) {
-        msg.msg_hdr.msg_name = dest.as_ptr() as *mut libc::c_void;
-        msg.msg_hdr.msg_namelen = dest.len();
+        if let Some(dest) = dest {
+            msg.msg_hdr.msg_name = dest.as_ptr() as *mut libc::c_void;
+            msg.msg_hdr.msg_namelen = dest.len();
+        }
         msg.msg_hdr.msg_iov = pieces.as_ptr() as *mut libc::iovec;
         msg.msg_hdr.msg_iovlen = pieces.len() as _;
         count += 1;

@@ -147,6 +147,9 @@ pub struct UdpChannel {
     requested_send: usize,
     granted_recv: usize,
     granted_send: usize,
+    /// The peer the socket is connected to ([`connect`](Self::connect)), as the socket
+    /// writes it: sends to it go without an address.
+    peer: Option<SocketAddr>,
 }
 
 impl UdpChannel {
@@ -221,6 +224,7 @@ impl UdpChannel {
             requested_send: opts.send_buffer,
             granted_recv,
             granted_send,
+            peer: None,
         })
     }
 
@@ -229,12 +233,22 @@ impl UdpChannel {
         self.local
     }
 
-    /// Fixes the peer: the kernel then drops datagrams from any other source and reports ICMP
+    /// Fixes the peer: the kernel then drops datagrams from any other source (on every handle
+    /// of the socket: [`try_clone_socket`](Self::try_clone_socket)'s too) and reports ICMP
     /// errors from the peer as [`UdpError::PeerUnreachable`]. Optional; `send_batch` still takes
-    /// a destination.
+    /// a destination, and sends to the peer then go without one: the kernel routes them with
+    /// the route it keeps for the connection instead of looking one up per send.
     pub fn connect(&mut self, peer: SocketAddr) -> Result<(), UdpError> {
-        self.socket.connect(self.for_socket(peer))?;
+        let peer = self.for_socket(peer);
+        self.socket.connect(peer)?;
+        self.peer = Some(peer);
         Ok(())
+    }
+
+    /// The address a send to `dest` carries: none to the connected peer.
+    fn send_address(&self, dest: SocketAddr) -> Option<socket2::SockAddr> {
+        let dest = self.for_socket(dest);
+        (self.peer != Some(dest)).then(|| dest.into())
     }
 
     /// Another handle on the same socket (same port, same options), for datagrams sent beside
@@ -390,6 +404,46 @@ mod tests {
         assert!(!warning.contains('\n'));
         assert!(warning.contains("net.core.rmem_max=67108864"), "{warning}");
         assert!(!warning.contains("wmem") || wmem_max < 4 << 20, "{warning}");
+    }
+
+    #[test]
+    fn a_connected_socket_sends_to_its_peer_without_an_address_and_to_others_with_one() {
+        let lo = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let any6 = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0);
+        // A dual-stack sender, connected to an IPv4 peer given as such.
+        let mut a = UdpChannel::bind(any6, &opts()).unwrap();
+        let mut b = UdpChannel::bind(lo, &opts()).unwrap();
+        let mut c = UdpChannel::bind(lo, &opts()).unwrap();
+        let (b_addr, c_addr) = (b.local_addr(), c.local_addr());
+        assert!(
+            a.send_address(b_addr).is_some(),
+            "unconnected: every send has one"
+        );
+        a.connect(b_addr).unwrap();
+        assert!(
+            a.send_address(b_addr).is_none(),
+            "the peer's sends carry an address"
+        );
+        assert!(a.send_address(c_addr).is_some());
+        a.send_batch(b_addr, &[7u8; 3000], 1000).unwrap();
+        a.send_batch(c_addr, b"elsewhere", 1000).unwrap();
+        let mut batch = RecvBatch::new(8, GRO_BUF_SIZE);
+        let mut got = 0;
+        for _ in 0..50 {
+            if got >= 3 {
+                break;
+            }
+            got += b.recv_batch(&mut batch).unwrap_or(0);
+        }
+        assert_eq!(got, 3, "the peer got all three datagrams");
+        let mut got_c = 0;
+        for _ in 0..50 {
+            got_c += c.recv_batch(&mut batch).unwrap_or(0);
+            if got_c > 0 {
+                break;
+            }
+        }
+        assert_eq!(got_c, 1, "another address is still reached");
     }
 
     #[test]
