@@ -7,10 +7,13 @@
 //! - [`fs`]: `fallocate`, `sync_file_range`, `fstatfs`, `statvfs`, `getrlimit`/`setrlimit`,
 //!   for the file system ([`crate::fs`]).
 //! - [`clock`]: `clock_gettime`, for the CPU clock ([`crate::cpu`]).
+//! - [`prefetch`]: a cache hint for lines about to be written, for the receiver's block
+//!   buffers.
 //!
 //! Nothing here knows the protocol, and nothing here uses another part of the engine.
 
 pub(crate) mod clock;
 #[cfg(unix)]
 pub(crate) mod fs;
+pub(crate) mod prefetch;
 pub(crate) mod socket;
