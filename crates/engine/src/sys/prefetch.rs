@@ -3,8 +3,11 @@
 /// Bytes in one cache line (on every x86-64 and on most other CPUs); a hint per line.
 const LINE: usize = 64;
 
-/// Asks the CPU to bring the cache lines of `bytes` in, ready to be written, without waiting
-/// for them: a hint, which changes nothing but when the lines arrive (a no-op off x86-64).
+/// Asks the CPU to bring the cache lines of `bytes` in without waiting for them: a hint,
+/// which changes nothing but when the lines arrive (a no-op off x86-64). It is a read
+/// prefetch (`PREFETCHT0`: the write hint needs `prfchw` among the build's target features
+/// and compiles to the same instruction without it); a line no other core holds comes in
+/// exclusive, so the store that follows finds it ready.
 ///
 /// The receiver copies each datagram into a block buffer whose lines were last touched a
 /// block ago and are out of the nearer caches. Without the hint those copies' stores wait in
@@ -15,11 +18,11 @@ const LINE: usize = 64;
 pub(crate) fn prefetch_for_write(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         for at in (0..bytes.len()).step_by(LINE) {
             // SAFETY: a prefetch reads nothing and faults on no address; `at` is within
             // `bytes` in any case. SSE (for the instruction) is part of every x86-64 CPU.
-            unsafe { _mm_prefetch::<_MM_HINT_ET0>(bytes.as_ptr().add(at).cast::<i8>()) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast::<i8>()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
