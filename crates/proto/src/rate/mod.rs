@@ -3153,6 +3153,54 @@ mod tests {
         assert!(ch.rate_bps < 200_000_000, "{ch:?}");
     }
 
+    /// After the receiver fell behind, the probes that follow keep the first step for
+    /// [`model::DAMPED_PROBES`] probes, though the path takes each (the receiver reads
+    /// everything again): a doubled step would push past what the receiver just showed it
+    /// reads and fill its buffers again. Then the step doubles as before.
+    #[test]
+    fn the_probes_after_a_receiver_fell_behind_keep_the_first_step() {
+        let (mut c, mut t) = cruising_at_300();
+        // Two reports with socket drops, reading 270 Mbit/s: a cut of a tenth (too small to
+        // be restored at once by the next probe).
+        let drops = |f: Feedback| Feedback {
+            socket_drops: 5,
+            ..f
+        };
+        report(&mut c, &mut t, |_| (270e6, Duration::from_millis(1)), drops);
+        let ch = report(&mut c, &mut t, |_| (270e6, Duration::from_millis(1)), drops).unwrap();
+        assert_eq!(ch.reason, Reason::SocketDrops);
+        // Then everything sent is read: every probe is taken.
+        let mut steps: Vec<f64> = Vec::new();
+        let mut last_probe = 0u64;
+        for _ in 0..400 {
+            let model = bottleneck_of(&c);
+            let change = report(&mut c, &mut t, |r| (r, Duration::from_millis(1)), |f| f);
+            if let Some(ch) = change.filter(|ch| ch.reason == Reason::Probe) {
+                if ch.rate_bps != last_probe {
+                    steps.push(ch.rate_bps as f64 / model - 1.0);
+                }
+                last_probe = ch.rate_bps;
+            }
+            if steps.len() > model::DAMPED_PROBES as usize {
+                break;
+            }
+        }
+        let damped = model::DAMPED_PROBES as usize;
+        assert!(steps.len() > damped, "{steps:?}");
+        for (i, step) in steps[..damped].iter().enumerate() {
+            assert!(
+                *step < 1.5 * model::PROBE_STEP,
+                "probe {i} after the cut at step {step}: {steps:?}"
+            );
+        }
+        // The path keeps taking them: the step doubles again.
+        assert!(
+            steps[damped] > 1.5 * model::PROBE_STEP,
+            "{steps:?} {:?}",
+            c.timeline().iter().rev().take(12).collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn an_outage_leaves_the_remembered_rate_for_when_deliveries_resume() {
         let (mut c, mut t) = cruising_at_300();

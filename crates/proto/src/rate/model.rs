@@ -82,7 +82,7 @@
 //! | `Cruise` | 1.0 x bottleneck; [`CRUISE_FILL_GAIN`] (1.03) while the queue is under the reserve, 0.95 while it is over twice the reserve ([`Model::cruise_band`]; on a shallow buffer no reserve, and 0.95 over a third of the target) | [`CRUISE_ROUNDS`] rounds passed, and the receiver has room (its buffers under a quarter full, no drops) | `ProbeUp` |
 //! | `ProbeUp` | (1 + [`PROBE_STEP`] x 2^k) x bottleneck, for one report interval; at low rates at least [`PROBE_DATAGRAMS`] more per sample, for two samples' time | that passed | `ProbeDown` |
 //! | `ProbeDown` | 0.9 x bottleneck, for as long as the probe lasted (its surplus drains) | that passed | `ProbeWait` |
-//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more, and the receiver kept up (its buffers stayed under a quarter full, without drops, from the probe's start; else the probe's samples are taken back: they time the bytes by when they arrived, which a receiver's buffers take faster than it reads): `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step); else `Cruise`, k = 0 |
+//! | `ProbeWait` | as `Cruise` | the probe's data has been reported (a round trip, the probe's length and a sample's span after it began) | if the bottleneck rose by half the probe's step or more, and the receiver kept up (its buffers stayed under a quarter full, without drops, from the probe's start; else the probe's samples are taken back: they time the bytes by when they arrived, which a receiver's buffers take faster than it reads): `Cruise` at the bottleneck from before the latest corrections, if they cut it by more than a fifth within [`BW_WINDOW_ROUNDS`] rounds (the dip was a moment's), else `ProbeUp` with k + 1 (the path got faster: probe again, with a doubled step; but k stays 0 for the first [`DAMPED_PROBES`] probes after the receiver fell behind); else `Cruise`, k = 0 |
 //!
 //! In every state but `Startup`, **congestion** corrects the model: a queue over the target in
 //! two reports in a row or loss beyond the floor sets the bottleneck to the lower of the last
@@ -141,6 +141,13 @@ pub const PROBE_STEP: f64 = 0.08;
 pub const PROBE_DATAGRAMS: u64 = 8;
 /// Most doublings of the probe step (8 x: 64% above the bottleneck).
 const MAX_PROBE_DOUBLINGS: u32 = 3;
+/// After a receiver fell behind (a `Backlog` or `SocketDrops` correction), this many probes
+/// keep the first step ([`PROBE_STEP`]): a receiver that read less than was sent has told
+/// the model its rate, and a doubled step (16%, 32% above it) only fills its buffers again
+/// (on loopback, 1 GiB auto on 2 cores, the probes after each such cut pushed the rate to
+/// 13.5 Gbit/s, over the 11-12 the receiver reads, and it was cut again). A path or a
+/// receiver that got faster is still found, a step at a time, then doubling again.
+pub const DAMPED_PROBES: u32 = 3;
 /// A correction that left the bottleneck below this share of what it was is restored when a
 /// probe soon after shows the path takes more (see the state table).
 const RESTORE_AFTER_CUT: f64 = 0.8;
@@ -368,6 +375,9 @@ pub struct Model {
     probe_len: Duration,
     probe_start: Instant,
     probe_doublings: u32,
+    /// Probes still to keep the first step after the receiver fell behind
+    /// ([`DAMPED_PROBES`]).
+    damped_probes: u32,
     /// The receiver's buffers filled past a quarter (or dropped) since the current probe
     /// began: a probe the receiver took into its buffers without keeping up with it shows the
     /// rate it arrived at, not a path or a receiver that takes more.
@@ -437,6 +447,7 @@ impl Model {
             probe_len: Duration::ZERO,
             probe_start: now,
             probe_doublings: 0,
+            damped_probes: 0,
             probe_buffered: false,
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
@@ -616,6 +627,7 @@ impl Model {
         self.probe_start = now;
         self.probe_buffered = false;
         self.probe = self.probe_gain();
+        self.damped_probes = self.damped_probes.saturating_sub(1);
         self.probe_len = if self.visible_step() > self.probe_step() {
             self.sample_span.max(interval) * 2
         } else {
@@ -1035,6 +1047,7 @@ impl Model {
                         // takes now is the last round's.
                         if behind {
                             self.correct_to_read(self.behind_since);
+                            self.damped_probes = DAMPED_PROBES;
                         } else if why != Reason::Drain {
                             self.correct_to_recent();
                         }
@@ -1131,6 +1144,7 @@ impl Model {
                     // rate it reads, over a quarter of its buffer, and so no more probes).
                     if matches!(why, Reason::Backlog | Reason::SocketDrops) {
                         self.correct_to_read(self.behind_since);
+                        self.damped_probes = DAMPED_PROBES;
                     } else {
                         self.correct_to_recent();
                     }
@@ -1196,8 +1210,13 @@ impl Model {
                             self.enter(Phase::Cruise, now);
                             Some((before, Reason::Probe))
                         } else if took && !queue && !behind {
-                            self.probe_doublings =
-                                (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS);
+                            // (Not past a receiver that fell behind lately: the probes after
+                            // its correction keep the first step, [`DAMPED_PROBES`].)
+                            self.probe_doublings = if self.damped_probes > 0 {
+                                0
+                            } else {
+                                (self.probe_doublings + 1).min(MAX_PROBE_DOUBLINGS)
+                            };
                             Some((self.start_probe(bw, now, fb.interval), Reason::Probe))
                         } else {
                             self.probe_doublings = 0;
