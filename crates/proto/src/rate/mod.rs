@@ -3153,6 +3153,45 @@ mod tests {
         assert!(ch.rate_bps < 200_000_000, "{ch:?}");
     }
 
+    /// A sender that gets only 80% of its rate out (late on a busy machine) is judged by what
+    /// it sent: a receiver whose buffer is over half full but reads all of that is no slow
+    /// receiver; one that reads less than was sent still is.
+    #[test]
+    fn a_receiver_is_judged_against_what_the_sender_got_out() {
+        let (mut c, mut t) = cruising_at_300();
+        // The receiver reads as it arrives: its reports say what the late sender got out.
+        let late = |rate: f64| (rate * 0.8, Duration::from_millis(1));
+        for _ in 0..3 {
+            report(&mut c, &mut t, late, |f| Feedback {
+                queue_fill: 0.1,
+                ..f
+            });
+        }
+        // A scheduling gap's backlog: over half full, and all of what was sent is read.
+        let gap = |f: Feedback| Feedback {
+            queue_fill: 0.7,
+            ..f
+        };
+        for _ in 0..6 {
+            let ch = report(&mut c, &mut t, late, gap);
+            assert!(
+                ch.is_none_or(|ch| !matches!(ch.reason, Reason::Backlog | Reason::SocketDrops)),
+                "{ch:?} {:?}",
+                c.timeline().iter().rev().take(8).collect::<Vec<_>>()
+            );
+        }
+        // Reading less than the sender got out, with its buffer over half full: behind.
+        let slow = |rate: f64| (rate * 0.6, Duration::from_millis(1));
+        let cut = (0..3)
+            .filter_map(|_| report(&mut c, &mut t, slow, gap))
+            .any(|ch| ch.reason == Reason::Backlog);
+        assert!(
+            cut,
+            "{:?}",
+            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
+        );
+    }
+
     /// After the receiver fell behind, the probes that follow keep the first step for
     /// [`model::DAMPED_PROBES`] probes, though the path takes each (the receiver reads
     /// everything again): a doubled step would push past what the receiver just showed it

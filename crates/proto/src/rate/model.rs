@@ -92,10 +92,13 @@
 //! nothing. The receiver is judged in time, not by one report's buffer fill: a report counts
 //! it behind when its buffers dropped, or are over half full while it read less than
 //! [`KEEPS_UP`] of what was sent over the report (a fuller buffer it reads at the rate is one
-//! scheduling gap's backlog, which does not grow). Reports that describe data sent before the
-//! last correction or drain (one round trip and an interval) are not judged, and their loss
-//! does not count in a later round's. Random loss that the floor explains is never
-//! congestion: it costs only the lost bytes. While cruising or draining the floor allows for
+//! scheduling gap's backlog, which does not grow); what was sent is the rate in force times
+//! the share of it that reached the receiver by the latest report timed by its arrivals (at
+//! least [`LEAST_SENT_SHARE`]: a sender late on a busy machine sends less than its rate).
+//! Reports that describe data sent before the last correction or drain (one round trip and an
+//! interval) are not judged, and their loss does not count in a later round's. Random loss
+//! that the floor explains is never congestion: it costs only the lost bytes. While cruising
+//! or draining the floor allows for
 //! loss in bursts ([`super::LossFloor::dispersion`]); in startup and a probe, which send above
 //! the path on purpose, loss is judged against independent counts. A correction remembers the bottleneck it cut
 //! from: after a cut of more than a fifth, a path that takes a probe again within
@@ -227,6 +230,11 @@ pub const STARTUP_CATCHING_UP: f64 = 1.5;
 /// veth 1500 and loopback, auto, twice the socket-drop cuts, and 1.2-1.6% resent against
 /// 0.1-0.7%.
 pub const KEEPS_UP: f64 = 0.99;
+/// The least share of its pacing rate a sender is taken to get out ([`Model::on_report`]'s
+/// judgement of the receiver, against what was sent): a report timed by its arrivals that
+/// shows less (a path slower than the rate, a startup far above it) is no measure of the
+/// sender's shortfall alone, and a receiver judged against too little is never behind.
+pub const LEAST_SENT_SHARE: f64 = 0.75;
 
 /// Train estimates startup keeps (the latest reports'); it goes by their median.
 const TRAIN_HINTS: usize = 5;
@@ -375,6 +383,11 @@ pub struct Model {
     probe_len: Duration,
     probe_start: Instant,
     probe_doublings: u32,
+    /// What share of its pacing rate reached the receiver, by the latest report timed by its
+    /// arrivals (buffers under [`crate::admit::READING_BEHIND_PERMILLE`], no drops), within
+    /// [`LEAST_SENT_SHARE`] and 1: a sender late on a busy machine sends less than its rate,
+    /// and the receiver is judged against what it was sent.
+    sent_share: f64,
     /// Probes still to keep the first step after the receiver fell behind
     /// ([`DAMPED_PROBES`]).
     damped_probes: u32,
@@ -448,6 +461,7 @@ impl Model {
             probe_start: now,
             probe_doublings: 0,
             damped_probes: 0,
+            sent_share: 1.0,
             probe_buffered: false,
             phase_start: now,
             drain_gain: STARTUP_DRAIN_GAIN,
@@ -961,12 +975,28 @@ impl Model {
         // drops, shows a backlog that did not grow, whatever its fill: no sample of a slow
         // receiver. (On loopback, 1 GiB auto on a busy 2-core machine, 5-13 cuts per GiB
         // were such fills.)
-        let kept_up = fb.socket_drops == 0 && fb.datagrams > 0 && {
-            let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
-            let left_until = now.checked_sub(self.rtt).unwrap_or(now);
-            let sent_then = self.rate_between(left_from, left_until, rate);
-            delivered * seen as f64 / fb.datagrams as f64 >= sent_then * KEEPS_UP
-        };
+        // What was sent is the rate in force while the report's data left times the share of
+        // its rate the sender got out lately (`sent_share`): a sender late on a busy machine
+        // (hundreds of ms per GiB on loopback) sends less than its rate, and a receiver that
+        // reads all it was sent is no slow receiver for that.
+        let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
+        let left_until = now.checked_sub(self.rtt).unwrap_or(now);
+        let paced_then = self.rate_between(left_from, left_until, rate);
+        let read = delivered * seen as f64 / fb.datagrams.max(1) as f64;
+        let kept_up = fb.socket_drops == 0
+            && fb.datagrams > 0
+            && read >= paced_then * self.sent_share * KEEPS_UP;
+        // A report timed by its arrivals (buffers under a quarter full: the receiver read as
+        // they came) says what reached the receiver against what was paced.
+        if fb.socket_drops == 0
+            && fb.datagrams >= MIN_SAMPLE_DATAGRAMS
+            && fb.queue_fill * 1000.0 < crate::admit::READING_BEHIND_PERMILLE as f64
+            && !catching_up
+            && paced_then > 0.0
+            && read.is_finite()
+        {
+            self.sent_share = (read / paced_then).clamp(LEAST_SENT_SHARE, 1.0);
+        }
         let behind = (fb.socket_drops > 0 || fb.queue_fill > super::QUEUE_FILL_LIMIT)
             && !catching_up
             && !kept_up;
