@@ -48,15 +48,19 @@ impl Bell {
     /// The waiter woke: clears the rings so far. Call it before taking what the ringers
     /// queued: a ring after this wakes the next wait.
     pub fn answer(&self) {
-        self.rung.store(false, Ordering::SeqCst);
+        // The bytes first, then the flag: a ring whose byte this drains was made before the
+        // flag is cleared, so the next ring sends again. (Cleared first, a ring between the
+        // two would set the flag and have its byte drained, and every later ring would find
+        // the flag set and send nothing: the waiter never woke by the bell again.)
         let mut b = [0u8; 16];
         loop {
             match self.wait.recv(&mut b) {
                 Ok(_) => continue,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return,
+                Err(_) => break,
             }
         }
+        self.rung.store(false, Ordering::SeqCst);
     }
 }
 
@@ -82,6 +86,41 @@ mod tests {
         assert!(!readable(&bell), "two rings before an answer woke twice");
         bell.ring();
         assert!(readable(&bell), "a ring after an answer was lost");
+    }
+
+    /// A ringer on another thread rings as fast as it can while the waiter, as the session
+    /// loop does, answers only when the bell woke it: a ring made while the waiter answers
+    /// must not leave the bell set with no byte pending (then no later ring wakes it, and the
+    /// wait times out though the ringer never stops). Bounded: 300 ms of answers.
+    #[test]
+    fn rings_that_race_an_answer_still_wake_the_next_wait() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let bell = Arc::new(Bell::new().unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, s) = (bell.clone(), stop.clone());
+        let ringer = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                b.ring();
+            }
+        });
+        let end = std::time::Instant::now() + Duration::from_millis(300);
+        let mut woke = 0u32;
+        let mut lost = false;
+        while std::time::Instant::now() < end {
+            if wait_readable([Some(bell.fd())], Duration::from_secs(1)).unwrap() & 1 == 0 {
+                lost = true;
+                break;
+            }
+            bell.answer();
+            woke += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+        ringer.join().unwrap();
+        assert!(
+            !lost,
+            "the bell stopped waking its waiter after {woke} answers"
+        );
     }
 
     #[test]

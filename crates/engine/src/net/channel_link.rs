@@ -246,9 +246,10 @@ const TCP_FRAMES: usize = 16;
 /// A send a local firewall refused (`EPERM`: a netfilter rule dropped it on the way out) is a
 /// datagram lost, as on the path: repairs and probing deal with it, as they do with loss, and a
 /// path where nothing gets through is found blocked by probing, not failed on the first send.
-/// So is an ICMP unreachable that an earlier datagram drew, which a [connected](UdpChannel::connect)
-/// socket reports on its next send (an unconnected one never does): the control connection,
-/// not one datagram's fate, says whether the peer is gone.
+/// So is an unreachable peer or network (`UdpError::PeerUnreachable`): a
+/// [connected](UdpChannel::connect) socket reports the ICMP error an earlier datagram drew on
+/// its next send (an unconnected one never does), and a route missing now may come back; the
+/// control connection and probing, not one datagram's fate, say whether the peer is gone.
 fn lost_locally(sent: Result<(), UdpError>) -> Result<(), LinkError> {
     match sent {
         Err(UdpError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),

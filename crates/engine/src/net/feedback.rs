@@ -13,7 +13,8 @@
 //!   feedback key and passes the messages on, and the loop takes the first copy of each
 //!   ([`hurtle_proto::feedback::Dedup`]). A report is one wake-up of one thread: with a
 //!   reader thread of its own, each was that thread's wake-up and a hand-off to the loop (a
-//!   futex and a context switch more), a tenth of the sender's CPU at 100 Mbit/s.
+//!   futex and a context switch more): that thread was 6% of a paced sender's samples at
+//!   100 Mbit/s, 3% at 1 Gbit/s.
 
 use crate::net::punch::{PunchStep, SocketPunch};
 use crate::net::udp::MAX_WAIT_FDS;
