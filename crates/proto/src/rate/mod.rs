@@ -3192,6 +3192,95 @@ mod tests {
         );
     }
 
+    /// A receiver whose socket overflows in every other report (drops in one, the gaps they
+    /// left counted as lost in the next, its buffer over half full in both, reading 60% of
+    /// what was sent, dropping as much again) is behind in both: the gaps its own drops left are not read, so the
+    /// report between two overflows does not read as keeping up and end the run.
+    #[test]
+    fn a_receiver_that_overflows_every_other_report_is_behind_in_the_reports_between() {
+        let (mut c, mut t) = cruising_at_300();
+        let slow = |rate: f64| (rate * 0.6, Duration::from_millis(1));
+        let mut cut = false;
+        for _ in 0..4 {
+            let drops = report(&mut c, &mut t, slow, |f| Feedback {
+                queue_fill: 0.7,
+                socket_drops: f.datagrams,
+                ..f
+            });
+            let gaps = report(&mut c, &mut t, slow, |f| Feedback {
+                queue_fill: 0.7,
+                lost: f.datagrams,
+                ..f
+            });
+            cut |= [drops, gaps]
+                .iter()
+                .flatten()
+                .any(|ch| matches!(ch.reason, Reason::Backlog | Reason::SocketDrops));
+        }
+        assert!(
+            cut,
+            "{:?}",
+            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
+        );
+    }
+
+    /// What a probe's step up gets through is the path's to say, not the sender's: a report
+    /// then (the path delivering less than the rate, the receiver's buffer nearly empty) is no
+    /// measure of the sender's shortfall, and a receiver that falls behind right after it is
+    /// judged against the whole rate.
+    #[test]
+    fn a_probes_step_up_is_no_measure_of_what_the_sender_gets_out() {
+        let (mut c, mut t) = cruising_at_300();
+        // Into the first probe's step up.
+        let mut probing = false;
+        for _ in 0..400 {
+            report(&mut c, &mut t, bottleneck(300e6), |f| f);
+            if c.model().unwrap().phase() == model::Phase::ProbeUp {
+                probing = true;
+                break;
+            }
+        }
+        assert!(probing, "no probe");
+        // The probe's data reported (a round trip later): a policer holds delivery at the
+        // path's 300 Mbit/s without a queue, the receiver's buffer nearly empty.
+        let probe_reported = std::cell::Cell::new(false);
+        for _ in 0..12 {
+            report(
+                &mut c,
+                &mut t,
+                |r| {
+                    probe_reported.set(r > 315e6);
+                    (r.min(300e6), Duration::from_millis(1))
+                },
+                |f| f,
+            );
+            if probe_reported.get() {
+                break;
+            }
+        }
+        assert!(probe_reported.get(), "the probe's data was not reported");
+        // The receiver reads 92% of what is sent, its buffer over half full: behind.
+        let full = |f: Feedback| Feedback {
+            queue_fill: 0.7,
+            ..f
+        };
+        let cut = (0..6)
+            .filter_map(|_| {
+                report(
+                    &mut c,
+                    &mut t,
+                    |r| (r * 0.92, Duration::from_millis(1)),
+                    full,
+                )
+            })
+            .any(|ch| ch.reason == Reason::Backlog);
+        assert!(
+            cut,
+            "{:?}",
+            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
+        );
+    }
+
     /// After the receiver fell behind, the probes that follow keep the first step for
     /// [`model::DAMPED_PROBES`] probes, though the path takes each (the receiver reads
     /// everything again): a doubled step would push past what the receiver just showed it

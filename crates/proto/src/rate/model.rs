@@ -222,7 +222,9 @@ pub const CATCHING_UP: f64 = 1.05;
 /// ... in startup, whose long trains make reports lumpy.
 pub const STARTUP_CATCHING_UP: f64 = 1.5;
 /// A report whose receiver read at least this share of what was sent over it (the highest
-/// rate in force while its data left; lost datagrams counted as read), without socket drops,
+/// rate in force while its data left, times the share of its rate the sender got out lately;
+/// datagrams lost on the path counted as read, those its own socket dropped not), without
+/// socket drops,
 /// kept up: however full its buffer got, its backlog did not grow over the report
 /// ([`Model::on_report`]: a scheduling gap, not a slow reader). The margin is the
 /// measurement's only. A wider one (0.95, for a sender that falls short of its rate on a busy
@@ -982,13 +984,25 @@ impl Model {
         let left_from = now.checked_sub(self.rtt + fb.interval).unwrap_or(now);
         let left_until = now.checked_sub(self.rtt).unwrap_or(now);
         let paced_then = self.rate_between(left_from, left_until, rate);
-        let read = delivered * seen as f64 / fb.datagrams.max(1) as f64;
+        // (Datagrams the path lost count as read; those the receiver's socket dropped, which
+        // show as gaps in this report or a later one, do not: a receiver that overflows every
+        // other report would otherwise read as keeping up in the reports between.)
+        let read =
+            delivered * fb.datagrams.saturating_add(path_lost) as f64 / fb.datagrams.max(1) as f64;
         let kept_up = fb.socket_drops == 0
             && fb.datagrams > 0
             && read >= paced_then * self.sent_share * KEEPS_UP;
         // A report timed by its arrivals (buffers under a quarter full: the receiver read as
-        // they came) says what reached the receiver against what was paced.
+        // they came) says what reached the receiver against what was paced; only for data
+        // paced at or under what the model says the path takes (with cruising's reserve), and
+        // without a queue: above it (startup, a probe's step up) the path holds back what was
+        // sent, and the shortfall is not the sender's.
+        let within_path = self
+            .bottleneck_bps()
+            .is_some_and(|bw| paced_then <= bw * CRUISE_FILL_GAIN * 1.01);
         if fb.socket_drops == 0
+            && !queue
+            && within_path
             && fb.datagrams >= MIN_SAMPLE_DATAGRAMS
             && fb.queue_fill * 1000.0 < crate::admit::READING_BEHIND_PERMILLE as f64
             && !catching_up
