@@ -1977,6 +1977,11 @@ mod tests {
         assert!((0.9 * bps..=1.1 * bps).contains(&r), "{r} against {bps}");
     }
 
+    /// The controller's latest rate changes, newest first: what a failed assertion shows.
+    fn latest_changes(c: &RateController) -> Vec<RateChange> {
+        c.timeline().iter().rev().take(8).cloned().collect()
+    }
+
     fn bottleneck_of(c: &RateController) -> f64 {
         c.model().unwrap().bottleneck_bps().unwrap()
     }
@@ -3185,17 +3190,14 @@ mod tests {
         let cut = (0..3)
             .filter_map(|_| report(&mut c, &mut t, slow, gap))
             .any(|ch| ch.reason == Reason::Backlog);
-        assert!(
-            cut,
-            "{:?}",
-            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
-        );
+        assert!(cut, "{:?}", latest_changes(&c));
     }
 
     /// A receiver whose socket overflows in every other report (drops in one, the gaps they
     /// left counted as lost in the next, its buffer over half full in both, reading 60% of
-    /// what was sent, dropping as much again) is behind in both: the gaps its own drops left are not read, so the
-    /// report between two overflows does not read as keeping up and end the run.
+    /// what was sent, dropping as much again) is behind in both: the gaps its own drops left
+    /// are not read, so the report between two overflows does not read as keeping up and end
+    /// the run.
     #[test]
     fn a_receiver_that_overflows_every_other_report_is_behind_in_the_reports_between() {
         let (mut c, mut t) = cruising_at_300();
@@ -3217,11 +3219,7 @@ mod tests {
                 .flatten()
                 .any(|ch| matches!(ch.reason, Reason::Backlog | Reason::SocketDrops));
         }
-        assert!(
-            cut,
-            "{:?}",
-            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
-        );
+        assert!(cut, "{:?}", latest_changes(&c));
     }
 
     /// What a probe's step up gets through is the path's to say, not the sender's: a report
@@ -3274,11 +3272,7 @@ mod tests {
                 )
             })
             .any(|ch| ch.reason == Reason::Backlog);
-        assert!(
-            cut,
-            "{:?}",
-            c.timeline().iter().rev().take(8).collect::<Vec<_>>()
-        );
+        assert!(cut, "{:?}", latest_changes(&c));
     }
 
     /// After the receiver fell behind, the probes that follow keep the first step for
