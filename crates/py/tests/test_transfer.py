@@ -21,6 +21,14 @@ import hurtle
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 CODE = "4242-acid-acorn-actor"
 
+# A process a non-interactive shell starts in the background (`cmd &`) inherits SIGINT
+# ignored: Python then installs no KeyboardInterrupt handler, `_thread.interrupt_main` does
+# nothing, and the peers started below (which inherit it too) ignore the Ctrl-C these tests
+# send: the Ctrl-C tests would fail or wait forever. Take Ctrl-C back (a handler, unlike an
+# ignored signal, is reset to the default in the peers by exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 class Peer:
     """A peer.py process and the JSON lines it prints."""
