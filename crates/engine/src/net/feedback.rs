@@ -236,7 +236,7 @@ impl FeedbackReader {
                 let session = self.session;
                 let msg = self
                     .from_ips
-                    .contains(&src.ip().to_canonical())
+                    .contains(&src.ip())
                     .then(|| self.open.open(&mut self.buf[..n]).ok())
                     .flatten()
                     .and_then(|plain| feedback::decode(plain, session).ok());
