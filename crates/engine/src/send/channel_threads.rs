@@ -32,11 +32,13 @@ use std::time::{Duration, Instant};
 /// channels do not mean more, smaller sends.
 ///
 /// The bound on what a channel puts into the bottleneck's queue back to back: one train (at
-/// most 2 ms of the session's rate and 64 KiB) plus its pacer's credit for a late wake-up
-/// ([`PACER_CREDIT`] of the channel's rate, a quarter more while missed time is repaid:
-/// [`hurtle_proto::Pacer`]); all channels at once, at most `channels` trains plus 1.9 ms of the
-/// session's rate (at 100 Mbit/s with 2 channels, 71 KB: 5.7 ms of the rate; at 1 Gbit/s,
-/// 363 KB: 2.9 ms). [`train_cap`] sets the train; the tests below check the bound.
+/// most 2 ms of the session's rate and 64 KiB), or on a path without a queue its share of
+/// [`QUIET_WAKE_BYTES`] where that is more (sent as several trains at one wake-up:
+/// [`wake_ahead`]), plus its pacer's credit for a late wake-up ([`PACER_CREDIT`] of the
+/// channel's rate, a quarter more while missed time is repaid: [`hurtle_proto::Pacer`]); all
+/// channels at once, at most `channels` such plus 1.9 ms of the session's rate (at 100 Mbit/s
+/// with 2 channels and no queue, 286 KB: 23 ms of the rate; behind a queue 1 ms trains; at
+/// 1 Gbit/s, 496 KB: 4 ms). [`train_cap`] sets the train; the tests below check the bound.
 const SEND_TRAIN: Duration = Duration::from_millis(2);
 
 /// The train while the path's bottleneck holds a queue ([`train_span`]): half of
@@ -205,17 +207,22 @@ fn train_span(queue: Duration, rtt: Duration) -> Duration {
 }
 
 /// The fewest bytes one wake-up sends, all channels together, while the receiver reports no
-/// queue on the path ([`train_span`] is [`SEND_TRAIN`]): two GSO sends' worth, what a wake-up
-/// at 1 Gbit/s with 2 channels sends anyway. Below 262 Mbit/s, 2 ms of the rate is less: at
-/// 100 Mbit/s with 2 channels a train was 24 KB and a channel sent every 3.8 ms (46,000 sends
-/// and 55,000 context switches per GiB); with this floor each channel sends one 64 KiB GSO
-/// send every 10.5 ms, the thread wakes about a third as often, and the receiver gathers a
-/// third as many trains. What goes into the bottleneck's queue at once is then at most this
-/// (plus the pacers' credit) at any rate where it exceeds 2 ms of the rate; once the receiver
-/// reports a queue the trains are [`QUEUED_TRAIN`] of the rate again, without the floor, and
-/// so are they on a path that loses more than [`QUIET_MAX_LOSS_PPM`] or whose buffer has shown
-/// itself shallow ([`quiet_train`]).
-const QUIET_WAKE_BYTES: u64 = 128 * 1024;
+/// queue on the path ([`train_span`] is [`SEND_TRAIN`]): four GSO sends' worth. Below
+/// 262 Mbit/s, 2 ms of the rate is less: at 100 Mbit/s with 2 channels a train was 24 KB and a
+/// channel sent every 3.8 ms (46,000 sends and 55,000 context switches per GiB); with a floor
+/// of 128 KiB each channel sent one 64 KiB GSO send every 10.5 ms, and the thread woke about
+/// a third as often. With 256 KiB a channel's share is more than one send holds, and it sends
+/// it in several back to back ([`wake_ahead`]): at 2 channels two 64 KiB GSO sends every 21 ms
+/// at 100 Mbit/s, every 2.1 ms at 1 Gbit/s (where 2 ms trains are one GSO send each), half
+/// the wake-ups of 128 KiB. (A paced sender's wake-up costs more than its context switch: the
+/// thread's caches are cold after each sleep, and at 100 Mbit/s a paced byte cost the sender
+/// twice what it cost at 1 Gbit/s.) What goes into the bottleneck's queue at once is then at
+/// most this (plus the pacers' credit and, channels sharing a thread, half a train each:
+/// [`align_slack`]) at any rate where it exceeds 2 ms of the rate: 21 ms of 100 Mbit/s, 2.1 ms
+/// of 1 Gbit/s; once the receiver reports a queue the trains are [`QUEUED_TRAIN`] of the rate
+/// again, without the floor, and so are they on a path that loses more than
+/// [`QUIET_MAX_LOSS_PPM`] or whose buffer has shown itself shallow ([`quiet_train`]).
+const QUIET_WAKE_BYTES: u64 = 256 * 1024;
 
 /// The random loss (parts per million, the controller's loss floor) above which a path gets
 /// no [`QUIET_WAKE_BYTES`] floor: 1%. On `lossy-wifi-reorder` (200 Mbit/s, 2% loss, a 512 KB
@@ -223,6 +230,18 @@ const QUIET_WAKE_BYTES: u64 = 128 * 1024;
 /// ones (50 KB) cost goodput in each of three pairs of runs (medians 176.9 against
 /// 180.5 Mbit/s), for a small saving at that rate; `satellite` (0.1%) kept its goodput.
 const QUIET_MAX_LOSS_PPM: u32 = 10_000;
+
+/// How far ahead of its pacer a channel sends at a wake-up: the time its trains beyond the first
+/// take at `channel_bps`, where its share of [`QUIET_WAKE_BYTES`] (`quiet`, [`quiet_train`])
+/// exceeds one send (`cap`, [`train_cap`]: one GSO send at most). The pacer charges every
+/// train, so the rate does not change; the channel sends its share (in whole sends, at least
+/// one) at one wake-up and then sleeps the time it took: at 100 Mbit/s with 2 channels two
+/// 64 KiB GSO sends every 21 ms, not one every 10.5 ms. Nothing ahead behind a queue, on a
+/// lossy path or a shallow buffer (`quiet` is then 0).
+fn wake_ahead(quiet: u64, cap: u64, channel_bps: u64) -> Duration {
+    let beyond = quiet.saturating_sub(cap.max(1));
+    Duration::from_secs_f64(beyond as f64 * 8.0 / channel_bps.max(1) as f64)
+}
 
 /// The bytes each of `among` channels sends back to back at least when the train is `span`
 /// ([`train_span`]): its share of [`QUIET_WAKE_BYTES`] on a path without a queue, nothing
@@ -718,19 +737,22 @@ impl ChannelWorker {
             shared.loss_ppm.load(Ordering::Relaxed),
             self.catch_up_seen == 0,
         );
-        let early = if together {
+        let cap = {
             let payload = u64::from(payload16);
             let max_run = self.max_datagrams(payload16) as u64 * payload;
             let train = shared.train_bytes.load(Ordering::Relaxed).max(quiet);
-            align_slack(
-                train_cap(self.rate_seen, payload, train, max_run, span),
-                self.pacer.rate(),
-            )
+            train_cap(self.rate_seen, payload, train, max_run, span)
+        };
+        let early = if together {
+            align_slack(cap, self.pacer.rate())
         } else {
             Duration::ZERO
         };
+        // A quiet path's share of `QUIET_WAKE_BYTES` goes out at one wake-up, in as many sends
+        // as it takes (`wake_ahead`).
+        let ahead = wake_ahead(quiet, cap, self.pacer.rate());
         let mut bursts = 0;
-        while self.pacer.can_send(now + early) && bursts < 16 {
+        while self.pacer.can_send(now + early + ahead) && bursts < 16 {
             // The tail's new data goes in pieces that leave room for a parity descriptor.
             let piece = self.tail_piece(payload16);
             let payload16 = piece.unwrap_or(payload16);
@@ -941,8 +963,9 @@ mod tests {
 
     /// One channel thread serving one channel of `channels`, as [`serve_channels`] and
     /// [`ChannelWorker::step`] do, for `span` of simulated time: each wake-up sends trains of
-    /// [`train_cap`] ([`SEND_TRAIN`], at least the channel's share of [`QUIET_WAKE_BYTES`])
-    /// while the pacer allows (16 at most), then sleeps until
+    /// [`train_cap`] ([`SEND_TRAIN`], at least the channel's share of [`QUIET_WAKE_BYTES`]
+    /// within one GSO send) while the pacer allows ([`wake_ahead`] of it: the rest of that
+    /// share; 16 at most), then sleeps until
     /// the pacer allows the next, at least [`MIN_SLEEP`], and wakes `late(i)` after that.
     /// Returns each send's time (from the start) and bytes, and the wake-ups.
     fn simulate(
@@ -986,9 +1009,10 @@ mod tests {
         while now < t0 + span {
             wakes += 1;
             let mut bursts = 0;
-            while pacer.can_send(now) && bursts < 16 {
-                let quiet = quiet_train(train, channels, u32::MAX, false);
-                let run = train_cap(rate, payload, quiet, max_run, train);
+            let quiet = quiet_train(train, channels, u32::MAX, false);
+            let run = train_cap(rate, payload, quiet, max_run, train);
+            let ahead = wake_ahead(quiet, run, rate / u64::from(channels));
+            while pacer.can_send(now + ahead) && bursts < 16 {
                 sends.push((now - t0, run));
                 pacer.on_sent(now, run);
                 lost.push(pacer.lost());
@@ -1009,12 +1033,20 @@ mod tests {
         train_cap(rate, payload, train, gso_run(payload), SEND_TRAIN)
     }
 
+    /// What one of `channels` channels sends at a wake-up on a path without a queue: one train
+    /// ([`quiet_cap`]), or where its share of [`QUIET_WAKE_BYTES`] is more, that share
+    /// ([`wake_ahead`]).
+    fn wake_cap(rate: u64, channels: u16, payload: u64) -> u64 {
+        let quiet = quiet_train(SEND_TRAIN, channels, u32::MAX, false);
+        quiet_cap(rate, channels, payload).max(quiet)
+    }
+
     /// What one channel may put on the wire back to back (see [`SEND_TRAIN`] and
-    /// [`QUIET_WAKE_BYTES`]): a train and its pacer's credit, a quarter more while missed time
-    /// is repaid.
+    /// [`QUIET_WAKE_BYTES`]): a wake-up's trains ([`wake_cap`]) and its pacer's credit, a
+    /// quarter more while missed time is repaid.
     fn burst_bound(rate: u64, channels: u16, payload: u64) -> u64 {
         let credit = PACER_CREDIT.mul_f64(hurtle_proto::channel_send::CATCH_UP_GAIN);
-        quiet_cap(rate, channels, payload)
+        wake_cap(rate, channels, payload)
             + (rate as f64 / 8.0 / f64::from(channels) * credit.as_secs_f64()) as u64
     }
 
@@ -1032,17 +1064,18 @@ mod tests {
 
     /// Pacing with coarser wake-ups keeps the rate and the burst size within the bounds
     /// [`SEND_TRAIN`] and [`QUIET_WAKE_BYTES`] state: at 100 Mbit/s with 2 channels on a path
-    /// without a queue a channel wakes every 10.5 ms on average (not every 3.8 ms, as with
-    /// 2 ms trains alone; at least 9.5 ms here, where a late wake-up sometimes sends two
-    /// trains), sends one 64 KiB GSO send a wake-up, and keeps its rate to within two trains.
+    /// without a queue a channel wakes every 21 ms on average (not every 3.8 ms, as with
+    /// 2 ms trains alone, nor every 10.5 ms, as with one GSO send a wake-up; at least 19 ms
+    /// here, where a late wake-up sometimes sends a train more), sends two 64 KiB GSO sends a
+    /// wake-up ([`wake_ahead`]), and keeps its rate to within two of them.
     #[test]
     fn coarser_wake_ups_keep_the_rate_and_the_burst_bound() {
         let payload = u64::from(wire::DEFAULT_PAYLOAD);
         for (rate, min_gap_us) in [
-            (100_000_000u64, 9_500u64),
-            (200_000_000, 4_800),
-            (400_000_000, 2_300),
-            (1_000_000_000, 900),
+            (100_000_000u64, 19_000u64),
+            (200_000_000, 9_500),
+            (400_000_000, 4_600),
+            (1_000_000_000, 1_800),
         ] {
             let span = Duration::from_secs(2);
             // A thread that wakes 0-400 µs late, in a fixed pattern.
@@ -1051,7 +1084,7 @@ mod tests {
             });
             let sent: u64 = sends.iter().map(|s| s.1).sum();
             let want = rate as f64 / 8.0 / 2.0 * span.as_secs_f64();
-            let train = quiet_cap(rate, 2, payload);
+            let train = wake_cap(rate, 2, payload);
             assert!(
                 (sent as f64 - want).abs() <= train as f64 * 2.0,
                 "{rate}: sent {sent}, want {want}"
@@ -1068,18 +1101,19 @@ mod tests {
             23_732
         );
         // Without a queue, at least a share of QUIET_WAKE_BYTES: with 2 channels one GSO send
-        // each below 262 Mbit/s; with 8, 16 KiB each, less than 2 ms of 100 Mbit/s (unchanged).
-        // Behind a queue, no floor.
+        // each below 262 Mbit/s (and another at the same wake-up: `wake_cap`); with 8, 32 KiB
+        // each (23 datagrams), more than 2 ms of 100 Mbit/s. Behind a queue, no floor.
         assert_eq!(quiet_cap(100_000_000, 2, payload), gso_run(payload));
         assert_eq!(quiet_cap(100_000_000, 1, payload), gso_run(payload));
-        assert_eq!(quiet_cap(100_000_000, 8, payload), 23_732);
+        assert_eq!(quiet_cap(100_000_000, 8, payload), 32_108);
+        assert_eq!(wake_cap(100_000_000, 2, payload), 128 * 1024);
         assert_eq!(quiet_train(QUEUED_TRAIN, 2, u32::MAX, false), 0);
         // Nor on a lossy path (over 1%), nor a shallow buffer; below 1%, and before the loss
         // is known, the floor.
         assert_eq!(quiet_train(SEND_TRAIN, 2, 20_000, false), 0);
         assert_eq!(quiet_train(SEND_TRAIN, 2, 1_000, true), 0);
-        assert_eq!(quiet_train(SEND_TRAIN, 2, 1_000, false), 64 * 1024);
-        assert_eq!(quiet_train(SEND_TRAIN, 2, u32::MAX, false), 64 * 1024);
+        assert_eq!(quiet_train(SEND_TRAIN, 2, 1_000, false), 128 * 1024);
+        assert_eq!(quiet_train(SEND_TRAIN, 2, u32::MAX, false), 128 * 1024);
         // All channels together send at most QUIET_WAKE_BYTES at a wake-up where 2 ms trains
         // would have been less, and no more than those trains where they are not.
         for channels in 1..=8u16 {
@@ -1091,7 +1125,7 @@ mod tests {
                 1_000_000_000,
             ] {
                 let ch = u64::from(channels);
-                let together = quiet_cap(rate, channels, payload) * ch;
+                let together = wake_cap(rate, channels, payload) * ch;
                 let trains = train_cap(rate, payload, 0, gso_run(payload), SEND_TRAIN) * ch;
                 assert!(
                     together <= trains.max(QUIET_WAKE_BYTES),
@@ -1105,6 +1139,33 @@ mod tests {
         });
         let most = per_wake(&sends).into_iter().max().unwrap_or(0);
         assert!(most <= burst_bound(100_000_000, 2, payload), "{most}");
+    }
+
+    /// A channel's share of [`QUIET_WAKE_BYTES`] beyond one GSO send goes out at the same
+    /// wake-up ([`wake_ahead`]): at 100 Mbit/s with 2 channels, two 64 KiB sends a wake-up,
+    /// within the burst bound; nothing ahead where the share fits one send, or behind a queue.
+    #[test]
+    fn a_wake_up_sends_its_share_in_several_sends() {
+        let payload = u64::from(wire::DEFAULT_PAYLOAD);
+        let span = Duration::from_secs(2);
+        let (sends, wakes) = simulate(100_000_000, 2, payload, span, |_| Duration::ZERO);
+        let per = per_wake(&sends);
+        let mean = per.iter().sum::<u64>() / per.len() as u64;
+        assert!(
+            mean >= 2 * gso_run(payload),
+            "{mean} bytes a wake-up ({wakes} wake-ups)"
+        );
+        let most = per.iter().copied().max().unwrap_or(0);
+        assert!(most <= burst_bound(100_000_000, 2, payload), "{most}");
+        let quiet = quiet_train(SEND_TRAIN, 2, u32::MAX, false);
+        let ahead = wake_ahead(quiet, gso_run(payload), 50_000_000);
+        assert!(ahead > Duration::from_millis(10), "{ahead:?}");
+        assert_eq!(
+            wake_ahead(gso_run(payload), gso_run(payload), 50_000_000),
+            Duration::ZERO
+        );
+        let queued = quiet_train(QUEUED_TRAIN, 2, u32::MAX, false);
+        assert_eq!(wake_ahead(queued, 23_732, 50_000_000), Duration::ZERO);
     }
 
     /// While the receiver reports a queue of half `auto`'s target or more ([`train_span`]), a
@@ -1243,7 +1304,7 @@ mod tests {
 
     proptest::proptest! {
         /// Over any window longer than a wake-up's burst (20 ms and more), a channel sends its
-        /// rate to within the burst bound each side (one train, at least its share of
+        /// rate to within the burst bound each side (a wake-up's trains, at least its share of
         /// [`QUIET_WAKE_BYTES`], and 1.9 ms of its rate, plus the longest sleep's:
         /// [`MIN_SLEEP`] and the lateness), and what its pacer owes: at most
         /// [`hurtle_proto::channel_send::MAX_OWED`] of its rate (late wake-ups beyond the
