@@ -279,6 +279,7 @@ pub(super) fn send_once(
         progress: progress.clone(),
         rate_bps: AtomicU64::new(controller.rate_bps()),
         rate_ceiling_bps: controller.config().ceiling_bps,
+        start_floor_bps: opts.start_rate_bps,
         channels,
         first_data_us: AtomicU64::new(u64::MAX),
         new_data_sent_us: AtomicU64::new(0),
@@ -405,6 +406,9 @@ pub(super) fn send_once(
     if let Some(lower) = probed.and_then(|s| path_rtt.sample(s)) {
         controller.set_rtt(lower);
         shared.lower_rtt(lower);
+        // The first rate is the initial window per round trip: the path's, not the key
+        // agreement's, which both sides' CPU inflates on a short path.
+        let _ = shared.raise_start(&mut controller);
     }
     let (shared, mut state) = if early {
         // The early data counts: the channels go on, without a budget now, and the values

@@ -337,6 +337,18 @@ pub(super) fn session_loop(
                             });
                         }
                         let step = probe_step(p, shared, state.received() > 0, rate_log);
+                        // (A shorter round trip or a larger payload makes a larger initial
+                        // window: before the first report, the first rate.)
+                        if let Some(c) = state.controller_mut() {
+                            if let Some(bps) = shared.raise_start(c) {
+                                rate_log.line(|| {
+                                    format!(
+                                        "first rate {:.1} Mbit/s: the initial window at the path's round trip",
+                                        bps as f64 / 1e6
+                                    )
+                                });
+                            }
+                        }
                         blocked(step, state).map_err(data_error)?;
                     }
                 }

@@ -12,6 +12,7 @@ use crate::net::bell::Bell;
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use hurtle_proto::rate::bottleneck::ReceiverSigns;
+use hurtle_proto::rate::{initial_rate, RateController};
 use hurtle_proto::Layout;
 use std::sync::atomic::{AtomicU16, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -112,6 +113,10 @@ pub(super) struct Shared {
     /// The most `rate_bps` can become (the controller's ceiling): what the channel threads are
     /// counted for ([`super::channel_threads::send_threads`]).
     pub(super) rate_ceiling_bps: u64,
+    /// The least first rate (the user's start rate): with the payload, what the first rate is
+    /// at a round trip found shorter before the first report
+    /// ([`hurtle_proto::rate::initial_rate`], [`hurtle_proto::rate::RateController::raise_start`]).
+    pub(super) start_floor_bps: u64,
     pub(super) channels: u16,
     /// When the first data datagram left, microseconds after `start` (`u64::MAX`: not yet).
     pub(super) first_data_us: AtomicU64,
@@ -174,6 +179,22 @@ impl Shared {
         let us = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1);
         self.rtt_us
             .fetch_min(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Raises `controller`'s first rate to the initial window at its round trip and the
+    /// payload now, if that is more and no report came yet ([`RateController::raise_start`]:
+    /// a round trip found shorter, a payload found larger), and passes it on to the channel
+    /// threads.
+    /// Returns the rate it set, if it did.
+    pub(super) fn raise_start(&self, controller: &mut RateController) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let payload = self.payload.load(Relaxed);
+        let window = initial_rate(self.start_floor_bps, payload, controller.config().rtt);
+        let raised = controller.raise_start(std::time::Instant::now(), window)?;
+        self.rate_bps.store(raised, Relaxed);
+        self.progress.rate_bps.store(raised, Relaxed);
+        self.train_bytes.store(controller.train_bytes(), Relaxed);
+        Some(raised)
     }
 
     /// Queues a channel thread's `event` for the session loop, and wakes the loop if it must
