@@ -126,7 +126,12 @@ pub(super) fn send_threads(channels: u16, tcp: bool, ceiling_bps: u64) -> usize 
 /// train time, not one per channel. (What goes out at once is then every channel's train, the
 /// bound [`SEND_TRAIN`] states for all channels.)
 fn align_slack(train: u64, channel_bps: u64) -> Duration {
-    Duration::from_secs_f64(train as f64 * 8.0 / channel_bps.max(1) as f64 / 2.0)
+    airtime(train, channel_bps) / 2
+}
+
+/// How long `bytes` take at `bps`.
+fn airtime(bytes: u64, bps: u64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 * 8.0 / bps.max(1) as f64)
 }
 
 /// Sends for several channels on one thread until told to stop: each channel sends what its
@@ -239,8 +244,7 @@ const QUIET_MAX_LOSS_PPM: u32 = 10_000;
 /// 64 KiB GSO sends every 21 ms, not one every 10.5 ms. Nothing ahead behind a queue, on a
 /// lossy path or a shallow buffer (`quiet` is then 0).
 fn wake_ahead(quiet: u64, cap: u64, channel_bps: u64) -> Duration {
-    let beyond = quiet.saturating_sub(cap.max(1));
-    Duration::from_secs_f64(beyond as f64 * 8.0 / channel_bps.max(1) as f64)
+    airtime(quiet.saturating_sub(cap.max(1)), channel_bps)
 }
 
 /// The bytes each of `among` channels sends back to back at least when the train is `span`

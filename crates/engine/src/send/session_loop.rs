@@ -301,7 +301,7 @@ pub(super) fn session_loop(
                         .queue_delay_us
                         .store(fb.queue_delay.as_micros() as u64, Ordering::Relaxed);
                     if change.is_some() {
-                        set_rate(shared, controller.rate_bps());
+                        shared.set_rate(controller.rate_bps());
                     }
                     shared.progress.confirmed.store(received, Ordering::Relaxed);
                     if judged_at.elapsed() >= LIMIT_EVERY {
@@ -317,7 +317,7 @@ pub(super) fn session_loop(
                             r as f64 / 1e6
                         )
                     });
-                    set_rate(shared, r);
+                    shared.set_rate(r);
                 }
                 SenderDataEvent::ProbeAck { channel, size } => {
                     if let Some(p) = udp.prober.as_mut() {
@@ -371,12 +371,6 @@ fn blocked(
         // `probe_step` fails for no other reason.
         _ => Ok(()),
     }
-}
-
-/// Paces the channels, and shows on the progress line, `rate_bps`.
-fn set_rate(shared: &Shared, rate_bps: u64) {
-    shared.rate_bps.store(rate_bps, Ordering::Relaxed);
-    shared.progress.rate_bps.store(rate_bps, Ordering::Relaxed);
 }
 
 /// How often the loop looks for an interrupt and sends the probes that are due (at the

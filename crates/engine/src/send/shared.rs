@@ -191,10 +191,16 @@ impl Shared {
         let payload = self.payload.load(Relaxed);
         let window = initial_rate(self.start_floor_bps, payload, controller.config().rtt);
         let raised = controller.raise_start(std::time::Instant::now(), window)?;
-        self.rate_bps.store(raised, Relaxed);
-        self.progress.rate_bps.store(raised, Relaxed);
+        self.set_rate(raised);
         self.train_bytes.store(controller.train_bytes(), Relaxed);
         Some(raised)
+    }
+
+    /// Paces the channels, and shows on the progress line, `rate_bps`.
+    pub(super) fn set_rate(&self, rate_bps: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.rate_bps.store(rate_bps, Relaxed);
+        self.progress.rate_bps.store(rate_bps, Relaxed);
     }
 
     /// Queues a channel thread's `event` for the session loop, and wakes the loop if it must
