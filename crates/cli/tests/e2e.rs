@@ -593,6 +593,31 @@ fn parity_rebuilds_what_the_tail_lost() {
     assert_eq!(num(&r, "rejected_blocks"), 0, "{r}");
 }
 
+/// A path that loses nothing (loopback, without the proxy: it drops what its socket cannot
+/// hold) sends its tail without parity (the sender would build the Reed-Solomon tables for
+/// it: `hurtle_proto::fec`).
+#[test]
+fn a_path_that_loses_nothing_sends_no_parity() {
+    // 1200-byte datagrams: 7,000 of them, thousands reported before the tail.
+    let args = [
+        "--channels",
+        "2",
+        "--rate-fixed",
+        "100M",
+        "--payload",
+        "1200",
+    ];
+    let v = send_one_file(8 * MIB, 13, &args);
+    let lost: u64 = v["rate"]["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[3].as_u64().unwrap())
+        .sum();
+    assert_eq!(lost, 0, "{v}");
+    assert_eq!(num(&v, "parity_sent"), 0, "{v}");
+}
+
 #[test]
 fn without_fec_no_parity_goes_and_the_losses_are_repaired() {
     let cfg = ProxyConfig {

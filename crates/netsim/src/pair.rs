@@ -48,8 +48,9 @@
 //!   [`Scenario::rate_bps`]. With it the sender runs a [`RateController`] the way the engine's
 //!   sender does: the receiver sends a `Control::Report` over the control path every report
 //!   interval ([`hurtle_proto::rate::report_interval`] of the configured RTT, stretched at
-//!   low rates by [`ReportCadence`], as the engine's receiver does it; the first at that
-//!   interval after time zero), built by the engine's
+//!   low rates by [`ReportCadence`], further where the link's propagation both ways is a
+//!   short path's ([`Scenario::report_pace`]), as the engine's receiver does it; the first at
+//!   that interval after time zero), built by the engine's
 //!   [`ReportBuilder`] from the admission counts: the datagram bytes and count admitted in the
 //!   interval, `lost` = packet numbers spanned minus datagrams admitted (per channel, `Data`
 //!   and `Final`, counted only once every check passed), the receiver stage's drops as kernel
@@ -143,7 +144,7 @@ use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::{block_value, BlockValue};
 use hurtle_proto::probe::SilenceWatch;
 use hurtle_proto::rate::dispersion::TrainPool;
-use hurtle_proto::rate::{Outages, PathMemory, Reason, ReportCadence};
+use hurtle_proto::rate::{Outages, PathMemory, Reason, ReportCadence, ReportPace};
 use hurtle_proto::session::data::{
     ChannelCmd, DataError, DataPath, ReceiverData, ReceiverDataEvent, SenderData, SenderDataEvent,
 };
@@ -287,13 +288,31 @@ impl Scenario {
     /// [`Scenario::rate`], resumed from [`Scenario::resume`] (`None` without a `rate`).
     pub fn controller(&self, start: Instant) -> Option<RateController> {
         self.rate.clone().map(|cfg| {
+            let pace = ReportPace::heard_on(cfg.rtt, Some(self.kernel_floor()));
             let mut c = RateController::new(cfg, start);
             c.set_channels(self.channels);
+            c.set_report_pace(pace);
             if let Some((memory, age)) = &self.resume {
                 c.resume(memory, *age);
             }
             c
         })
+    }
+
+    /// The receiver's pace of reports, as the engine's chooses it from the round trip it
+    /// measured and the kernel's floor ([`ReportPace::for_path`]); `None` without
+    /// [`Scenario::rate`].
+    pub fn report_pace(&self) -> Option<ReportPace> {
+        let floor = self.kernel_floor();
+        self.rate
+            .as_ref()
+            .map(|cfg| ReportPace::for_path(cfg.rtt, Some(floor)))
+    }
+
+    /// What the engine's kernel would time the control connection's round trip at, at
+    /// least: the link's propagation both ways.
+    fn kernel_floor(&self) -> Duration {
+        self.link.delay * 2
     }
 }
 
@@ -979,7 +998,7 @@ fn sender_side(
 
 /// The receiving peer's state for a data phase that starts at `start`: `plan`'s layout,
 /// session id, starting copies and held stripes (the sender's bytes are not read). With
-/// `report_every` (and [`Scenario::rate`]) it reports at that interval from `start`.
+/// `report_pace` (and [`Scenario::rate`]) it reports at that pace from `start`.
 /// Datagrams of session `superseded` (early data its outcome did not keep) are dropped apart.
 /// Its machine takes `early_values` (the early data's, that came during the set-up) first.
 fn receiver_side(
@@ -987,7 +1006,7 @@ fn receiver_side(
     plan: &DataPlan,
     (rcv_files, early_values): (Vec<Vec<u8>>, Vec<(u64, BlockValue)>),
     (t0, start): (Instant, Instant),
-    report_every: Option<Duration>,
+    report_pace: Option<ReportPace>,
     superseded: Option<u32>,
 ) -> Result<ReceiverSide, String> {
     let layout = &plan.layout;
@@ -1035,8 +1054,8 @@ fn receiver_side(
             .map(|r| RecvStage::new(r, sc.receiver_queue_bytes, t0, &sc.receiver_stalls)),
         arrivals: vec![ArrivalMark::default(); usize::from(channels)],
         arrivals_reported: vec![ArrivalMark::default(); usize::from(channels)],
-        reporter: sc.rate.as_ref().and(report_every).map(|every| Reporter {
-            cadence: ReportCadence::new(every),
+        reporter: sc.rate.as_ref().and(report_pace).map(|pace| Reporter {
+            cadence: ReportCadence::new(pace),
             builder: ReportBuilder::new(start, Tally::default(), 0),
             copies: TcpCopies::default(),
         }),
@@ -1196,16 +1215,13 @@ impl Pair {
         let rcv_files = std::mem::take(&mut plan.rcv_files);
         let snd = sender_side(&sc, &plan, snd_files, t0, t0)?;
         // As the engine's receiver chooses it, from the round trip.
-        let every = sc
-            .rate
-            .as_ref()
-            .map(|cfg| hurtle_proto::rate::report_interval(cfg.rtt));
+        let pace = sc.report_pace();
         let rcv = receiver_side(
             &sc,
             &plan,
             (rcv_files, Vec::new()),
             (t0, t0),
-            every.filter(|_| running),
+            pace.filter(|_| running),
             None,
         )?;
         let DataPlan {
@@ -1345,14 +1361,14 @@ impl Pair {
     /// `plan` (built from its own `Agreed`; the sender's bytes in it are not read), it reads
     /// its data sockets from now on (datagrams of another session id are dropped: those of
     /// `early`, the provisional outcome's, apart as superseded, when it is not the plan's) and
-    /// reports every `report_every` (with [`Scenario::rate`]). `early_values` are the early
+    /// reports at `report_pace` (with [`Scenario::rate`]). `early_values` are the early
     /// data's block values that came during the set-up, as its set-up machine gives them at
     /// its outcome (`ReceiverSetup::early_values`): the data phase takes them first.
     pub(crate) fn receiver_starts(
         &mut self,
         mut plan: DataPlan,
         now: Instant,
-        (report_every, early): (Duration, u32),
+        (report_pace, early): (ReportPace, u32),
         early_values: Vec<(u64, BlockValue)>,
     ) -> Result<(), String> {
         let files = std::mem::take(&mut plan.rcv_files);
@@ -1361,7 +1377,7 @@ impl Pair {
             &plan,
             (files, early_values),
             (self.t0, now),
-            Some(report_every),
+            Some(report_pace),
             Some(early),
         )?;
         self.layout = plan.layout;
@@ -2185,7 +2201,8 @@ impl Pair {
 
     /// Tells channel `ch`'s sender whether it is in its tail ([`fec::in_tail`]: its repairs
     /// go twice there), as the engine does, and returns the piece size new data is cut at
-    /// there: `None` outside it (or without [`Scenario::fec`]).
+    /// there: `None` outside it (or without [`Scenario::fec`], or where the path lost nothing
+    /// so far: [`hurtle_proto::fec`]).
     fn tail_piece(&mut self, ch: usize) -> Option<u16> {
         let rtt = self
             .sc
@@ -2195,8 +2212,14 @@ impl Pair {
         let left = self.snd.channels[ch].new_remaining();
         let tail = fec::in_tail(left, self.snd.pacers[ch].rate(), rtt);
         self.snd.channels[ch].set_tail(tail);
-        // No parity over TCP, which loses nothing (as the engine's).
-        (self.sc.fec && tail && !self.snd_on_tcp)
+        // No parity over TCP, which loses nothing, nor where the path lost nothing so far (as
+        // the engine's).
+        let lost_nothing = self
+            .snd
+            .data
+            .controller()
+            .is_some_and(RateController::lost_nothing);
+        (self.sc.fec && tail && !self.snd_on_tcp && !lost_nothing)
             .then(|| fec::piece_size(self.sc.payload))
             .filter(|&p| p >= 2)
     }

@@ -57,8 +57,9 @@
 //!    and fails on those of any other session id but its own, and with
 //!    [`Scenario::rate`] it reports every [`hurtle_proto::rate::report_interval`] of the
 //!    scenario's round trip ([`RateConfig::rtt`](hurtle_proto::RateConfig::rtt)), stretched
-//!    at low rates ([`hurtle_proto::rate::ReportCadence`]), as the engine's receiver does of
-//!    the one it measured. Once both sides have their `Agreed`
+//!    at low rates ([`hurtle_proto::rate::ReportCadence`]; further on a short path,
+//!    [`crate::pair::Scenario::report_pace`]), as the engine's receiver does of the one it
+//!    measured. Once both sides have their `Agreed`
 //!    they must be equal ([`SideError::Disagreed`] for the receiver otherwise); the data
 //!    phase is the one [`Pair`] runs.
 //! 4. **End.** When every file is confirmed and every channel done, the sender sends `Done`;
@@ -93,6 +94,7 @@ use crate::pair::{
     Scenario,
 };
 use hurtle_proto::layout::{Layout, MAX_CHANNELS, MIN_BLOCK_SIZE};
+use hurtle_proto::rate::ReportPace;
 use hurtle_proto::session::data::DataError;
 use hurtle_proto::session::{
     check_hello, first_look, Accepted, Agreed, Found, HelloParams, Intake, Look, ReceiverEvent,
@@ -1077,12 +1079,11 @@ impl Session {
         self.compare_agreed()?;
         // The engine's receiver takes the round trip it measured; this one the scenario's
         // (only used with rate control).
-        let rtt = self
+        let pace = self
             .sc
             .data
-            .rate
-            .as_ref()
-            .map_or(Duration::ZERO, |cfg| cfg.rtt);
+            .report_pace()
+            .unwrap_or(ReportPace::new(Duration::ZERO, false));
         // Early data its outcome did not keep (the hello's session id) is told apart.
         let early = self.hello.map_or(0, |h| h.session);
         // The early data's block values that came meanwhile, if its outcome keeps it.
@@ -1093,12 +1094,7 @@ impl Session {
             .map(ReceiverSetup::early_values)
             .unwrap_or_default();
         self.pair
-            .receiver_starts(
-                plan,
-                now,
-                (hurtle_proto::rate::report_interval(rtt), early),
-                values,
-            )
+            .receiver_starts(plan, now, (pace, early), values)
             .map_err(SideError::Data)?;
         self.rcv.data_started = true;
         self.rcv.phase = Phase::Data;

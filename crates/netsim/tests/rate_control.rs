@@ -768,6 +768,63 @@ mod short_path {
         assert!(at <= ms(200), "settled after {at:?}");
         assert!(out.resent_share() < 0.03, "{out}");
     }
+
+    #[test]
+    fn a_short_paths_stretched_reports_still_follow_its_bottleneck_down_and_back_up() {
+        // 0.5 ms, 100 Mbit/s with a 256 KiB drop-tail queue: the receiver's reports stretch
+        // to about 60 ms ([`hurtle_proto::rate::SHORT_REPORT_STRETCH_MAX`]), 120 round trips.
+        // The bottleneck halves at 1.5 s and is back at 2.5 s.
+        let (rtt, payload, c) = (Duration::from_micros(500), 1384, 100_000_000u64);
+        let (down, up) = (ms(1500), ms(2500));
+        let out = run(
+            "0.5 ms, 100 -> 50 Mbit/s at 1.5 s -> 100 at 2.5 s, 256 KiB drop-tail",
+            Scenario {
+                rate_changes: vec![(down, c / 2), (up, c)],
+                ..short(
+                    rtt,
+                    payload,
+                    initial_rate(100_000_000, payload, rtt),
+                    LinkConfig::default().with_rate(c, 256 << 10),
+                    48,
+                )
+            },
+        );
+        assert!(out.steady_until > up + ms(700), "too short\n{out}");
+        let c = c as f64;
+        let spacing = |from: Duration, to: Duration| {
+            let n = out
+                .reports
+                .iter()
+                .filter(|r| r.at >= from && r.at < to)
+                .count();
+            (to - from) / n.max(1) as u32
+        };
+        let steady = spacing(ms(700), down);
+        let before = goodput(&out, ms(700), down);
+        let halved = goodput(&out, down + ms(300), up);
+        let back = windows(&out, out.steady_until)
+            .into_iter()
+            .find(|w| w.0 >= up && w.2 >= 0.9 * c)
+            .map(|w| w.1 - up)
+            .expect("delivery never came back up");
+        let (mean, max) = queue_delays(&out, ms(700), out.steady_until);
+        eprintln!(
+            "  reports every {:.1} ms before the dip; goodput {} before, {} halved; back to \
+             90% {:.0} ms after; queue mean {:.1} ms, max {:.1} ms; resent {:.2}%",
+            steady.as_secs_f64() * 1e3,
+            mbit(before),
+            mbit(halved),
+            back.as_secs_f64() * 1e3,
+            mean.as_secs_f64() * 1e3,
+            max.as_secs_f64() * 1e3,
+            out.resent_share() * 100.0
+        );
+        assert!(steady >= ms(40), "reports every {steady:?}");
+        assert!(before >= 0.9 * c, "{}", mbit(before));
+        assert!(halved >= 0.85 * c / 2.0, "{}", mbit(halved));
+        assert!(back <= ms(500), "back after {back:?}");
+        assert!(out.resent_share() < 0.03, "{out}");
+    }
 }
 
 /// The long fat pipe (the WAN-fill issue): each behaviour of `auto`'s model, with numbers.
@@ -1300,6 +1357,36 @@ mod wan {
             extra(&with) <= 3 && extra(&without) >= 12,
             "{with:?} {without:?}"
         );
+    }
+
+    /// A path that lost nothing before its tail sends the tail without parity
+    /// (`hurtle_proto::fec`); one datagram in a thousand lost and it does; a transfer that is
+    /// all tail, before any report, does too. 32 MiB over 40 ms at 200 Mbit/s.
+    #[test]
+    fn a_path_that_lost_nothing_sends_its_tail_without_parity() {
+        let run = |loss: f64, mib: u64| {
+            let mut sc = scenario_rtt(
+                RateMode::Fixed,
+                LinkConfig::default()
+                    .with_rate(500_000_000, 4 << 20)
+                    .with_loss(loss),
+                mib,
+                ms(40),
+            );
+            sc.rate.as_mut().unwrap().ceiling_bps = 200_000_000;
+            sc.fec = true;
+            sc.run().expect("run")
+        };
+        let clean = run(0.0, 32);
+        let lossy = run(0.001, 32);
+        let small = run(0.0, 1);
+        eprintln!(
+            "  parity sent: clean {}, 0.1% loss {}, 1 MiB clean {}",
+            clean.parity_sent, lossy.parity_sent, small.parity_sent
+        );
+        assert_eq!(clean.parity_sent, 0, "{clean}");
+        assert!(lossy.parity_sent > 0, "{lossy}");
+        assert!(small.parity_sent > 0, "{small}");
     }
 
     /// Parity for the tail (`hurtle_proto::fec`): a datagram lost in the last round trip of

@@ -20,7 +20,7 @@ use hurtle_proto::admit::{Admit, Placed, RejectReason, Tally};
 use hurtle_proto::fec::{self, ParityStore};
 use hurtle_proto::hash::{block_value, BlockHasher};
 use hurtle_proto::punch::Role;
-use hurtle_proto::rate::REPORT_STRETCH_MAX;
+use hurtle_proto::rate::SHORT_REPORT_STRETCH_MAX;
 use hurtle_proto::wire::Control;
 use hurtle_proto::{Admission, ChannelReceiver};
 use std::collections::{HashMap, HashSet};
@@ -141,10 +141,10 @@ const GATHER_MAX: Duration = Duration::from_millis(5);
 const GATHER_MAX_ALIGNED: Duration = Duration::from_millis(10);
 
 /// The longest pause aimed at a report where a short path's reports were stretched
-/// ([`hurtle_proto::rate::report_every`], up to [`REPORT_STRETCH_MAX`] at 100 Mbit/s): a
-/// thread wakes once per report there too. (With 5 ms pauses at 100 Mbit/s on veth it woke
-/// about six times per report.)
-const GATHER_MAX_STRETCHED: Duration = REPORT_STRETCH_MAX;
+/// ([`hurtle_proto::rate::report_every`], up to [`SHORT_REPORT_STRETCH_MAX`] at 100 Mbit/s
+/// on the shortest paths): a thread wakes once per report there too. (With 5 ms pauses at
+/// 100 Mbit/s on veth it woke about six times per report.)
+const GATHER_MAX_STRETCHED: Duration = SHORT_REPORT_STRETCH_MAX;
 
 /// The longest pause aimed at a report, with reports every `every_us` on a path whose own
 /// report interval is `base_us`, when `awaiting_repair` says whether any of the thread's
@@ -1018,16 +1018,18 @@ mod tests {
         // Just read for a report: one pause to just before the next, not six of 5 ms.
         assert_eq!(report_pause(56_000, 57_000, every, longest), ms(29));
         assert_eq!(report_pause(60_000, 57_000, every, longest), ms(25));
+        // A shortest path's reports at 100 Mbit/s: every 57 ms, waited for in one pause too.
+        assert_eq!(aligned_max(us(ms(57)), base, false), ms(57));
         // Stretched further (a late loop): the pause ends before the report if it is within
-        // 30 ms, else the usual one until it is.
-        assert_eq!(aligned_max(us(ms(45)), base, false), GATHER_MAX_STRETCHED);
+        // 60 ms, else the usual one until it is.
+        assert_eq!(aligned_max(us(ms(75)), base, false), GATHER_MAX_STRETCHED);
         assert_eq!(
-            report_pause(0, 40_000, us(ms(45)), GATHER_MAX_STRETCHED),
+            report_pause(0, 70_000, us(ms(75)), GATHER_MAX_STRETCHED),
             GATHER_MAX
         );
         assert_eq!(
-            report_pause(10_000, 40_000, us(ms(45)), GATHER_MAX_STRETCHED),
-            ms(29)
+            report_pause(10_000, 70_000, us(ms(75)), GATHER_MAX_STRETCHED),
+            ms(59)
         );
         // The report just read for came 1.5 ms late (its loop published it after the thread
         // aimed at it): the next is 30.5 ms away, so a pause aimed at it (29.5 ms) is a little

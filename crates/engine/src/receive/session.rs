@@ -331,7 +331,7 @@ impl Receiver {
                 cmds: &cmd_txs,
                 commits,
                 race,
-                report_every: hurtle_proto::rate::report_interval(rtt),
+                report_pace: hurtle_proto::rate::ReportPace::for_path(rtt, floor),
                 idle: self.opts.idle_timeout,
                 sessions: (data_session, session),
                 early_values,

@@ -17,7 +17,7 @@ use hurtle_proto::admit::{arrival_interval, ReportFacts};
 use hurtle_proto::feedback::TcpCopies;
 use hurtle_proto::hash::BlockValue;
 use hurtle_proto::probe::SilenceWatch;
-use hurtle_proto::rate::{Feedback, ReportCadence};
+use hurtle_proto::rate::{Feedback, ReportCadence, ReportPace};
 use hurtle_proto::session::data::{ReceiverData, ReceiverDataEvent};
 use hurtle_proto::wire::{Control, Entry};
 use hurtle_proto::ReportBuilder;
@@ -38,10 +38,11 @@ pub(super) struct Wires<'a> {
     pub(super) commits: Commits,
     /// Where the channels go if the sender moves them to TCP, in a session that allows it.
     pub(super) race: Option<Race<'a>>,
-    /// How often to report to the sender at the start (four times per round trip of the
-    /// receiver's measure, as the sender's controller expects:
-    /// [`hurtle_proto::rate::report_interval`]); stretched at low rates ([`ReportCadence`]).
-    pub(super) report_every: Duration,
+    /// How often to report to the sender: at the start four times per round trip of the
+    /// receiver's measure, as the sender's controller expects
+    /// ([`hurtle_proto::rate::report_interval`]); stretched at low rates ([`ReportCadence`]),
+    /// further on a short path ([`ReportPace::for_path`]).
+    pub(super) report_pace: ReportPace,
     /// How long the sender may be silent on the control connection.
     pub(super) idle: Duration,
     /// The data phase's session id, and the early data's (the hello's) if the data phase
@@ -113,7 +114,7 @@ pub(super) fn session_loop(
         cmds,
         mut commits,
         mut race,
-        report_every,
+        report_pace,
         idle,
         sessions,
         early_values,
@@ -151,7 +152,7 @@ pub(super) fn session_loop(
     );
     let mut lateness = Lateness::new(reports.interval_start());
     // Every 10 ms or more, stretched at low rates ([`hurtle_proto::rate::report_every`]).
-    let mut cadence = ReportCadence::new(report_every);
+    let mut cadence = ReportCadence::new(report_pace);
     let mut tcp_copies = TcpCopies::default();
     // When the timers run next ([`next_wake`]); the loop waits for messages until then.
     let mut wake = Instant::now() + TICK;
@@ -261,7 +262,7 @@ pub(super) fn session_loop(
             shared.report_clock.publish(
                 due.saturating_duration_since(shared.origin).as_micros() as u64,
                 every.as_micros() as u64,
-                report_every.as_micros() as u64,
+                report_pace.base.as_micros() as u64,
             );
             wake = next_wake(now, due, data.poll_timeout());
         }

@@ -590,12 +590,17 @@ impl ChannelWorker {
     /// Tells the channel's sender whether it is in its tail ([`fec::in_tail`]: its repairs go
     /// twice there), and returns the piece size new data is cut at there, from datagrams of
     /// `payload` bytes: `None` outside the tail, over TCP (which loses nothing) and without
-    /// [`super::SendOptions::fec`].
+    /// [`super::SendOptions::fec`], nor where the path has lost nothing so far (see
+    /// [`hurtle_proto::fec`]).
     fn tail_piece(&mut self, payload: u16) -> Option<u16> {
         let left = self.sender.new_remaining();
         let tail = fec::in_tail(left, self.pacer.rate(), self.shared.rtt());
         self.sender.set_tail(tail);
-        if !tail || !self.shared.fec || self.link.is_tcp() {
+        if !tail
+            || !self.shared.fec
+            || self.link.is_tcp()
+            || self.shared.lost_nothing.load(Ordering::Relaxed)
+        {
             return None;
         }
         Some(fec::piece_size(payload)).filter(|&p| p >= wire::MIN_PAYLOAD / 2)

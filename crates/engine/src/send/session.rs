@@ -44,7 +44,7 @@ use hurtle_proto::{ChannelSender, Pacer, RateConfig, RateController, RateMode, S
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -253,6 +253,7 @@ pub(super) fn send_once(
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     let mut controller = controller(opts, transport, receiver_ceiling, payload, rtt);
     controller.set_channels(channels);
+    controller.set_report_pace(rate::ReportPace::heard_on(rtt, path_rtt.floor()));
     let resumed = resume(&mut controller, opts, to, path_rtt.range());
 
     // Early data: the provisional outcome (every file whole) goes out now, while the receiver
@@ -294,6 +295,7 @@ pub(super) fn send_once(
         rtt_us: AtomicU64::new(u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1)),
         fec: opts.fec,
         loss_ppm: AtomicU32::new(u32::MAX),
+        lost_nothing: AtomicBool::new(false),
         catch_up_us: AtomicU64::new(controller.catch_up().as_micros() as u64),
         train_bytes: AtomicU64::new(controller.train_bytes()),
         queue_delay_us: AtomicU64::new(0),

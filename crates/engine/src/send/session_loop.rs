@@ -292,6 +292,9 @@ pub(super) fn session_loop(
                         shared.loss_ppm.store(ppm, Ordering::Relaxed);
                     }
                     shared
+                        .lost_nothing
+                        .store(controller.lost_nothing(), Ordering::Relaxed);
+                    shared
                         .catch_up_us
                         .store(controller.catch_up().as_micros() as u64, Ordering::Relaxed);
                     shared

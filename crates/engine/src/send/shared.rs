@@ -143,6 +143,9 @@ pub(super) struct Shared {
     /// The random loss rate the controller sees, in parts per million (`u32::MAX`: not known
     /// yet): what a group's parity is sized for.
     pub(super) loss_ppm: std::sync::atomic::AtomicU32,
+    /// The path has lost nothing in this transfer so far
+    /// ([`hurtle_proto::rate::RateController::lost_nothing`]): the tails go without parity.
+    pub(super) lost_nothing: std::sync::atomic::AtomicBool,
     /// The most missed time the channels' pacers repay, microseconds: the controller's
     /// [`hurtle_proto::rate::RateController::catch_up`].
     pub(super) catch_up_us: AtomicU64,

@@ -155,15 +155,86 @@ pub fn report_interval(rtt: Duration) -> Duration {
 /// where the interval for that is no longer than [`REPORT_STRETCH_MAX`]: a report wakes both
 /// sides' session loops and the sender's report thread, and at 100 Mbit/s on a short path 100
 /// reports a second came every ~90 datagrams (about a third of a paced sender's CPU went to
-/// receiving and acting on them).
+/// receiving and acting on them). A short path ([`SHORT_PATH_RTT`]) counts
+/// [`SHORT_REPORT_DATAGRAMS`].
 pub const REPORT_DATAGRAMS: u64 = 256;
 
 /// The longest the datagram count ([`REPORT_DATAGRAMS`]) stretches a report interval to (a
 /// longer [`report_interval`] stays as it is). `auto` climbs by a step per report: with
 /// reports up to 100 ms apart its climb back from a trickle (netsim's
 /// `a_path_down_to_a_trickle_is_filled_again_once_it_recovers`) took 119 round trips
-/// instead of 38.
+/// instead of 38. A short path ([`SHORT_PATH_RTT`]) stretches to
+/// [`SHORT_REPORT_STRETCH_MAX`].
 pub const REPORT_STRETCH_MAX: Duration = Duration::from_millis(30);
+
+/// A path whose round trip, as the kernel timed the control connection's (its floor: never
+/// below the path's own), is at most this is short: a LAN, a rack, loopback. Its
+/// [`report_interval`] is the 10 ms floor, dozens of round trips, and `auto`'s steps per
+/// report are as many round trips apart either way; its reports stretch further
+/// ([`ReportPace`]). A 40 ms path, also at the 10 ms floor, does not: there a report
+/// stretched to 60 ms was a round trip and a half late, and netsim's climb back after a
+/// 100 ms dip and its bursts of random loss failed.
+pub const SHORT_PATH_RTT: Duration = Duration::from_millis(4);
+
+/// [`REPORT_DATAGRAMS`] on a short path ([`SHORT_PATH_RTT`]): at 100 Mbit/s with 1428-byte
+/// datagrams a report every 59 ms instead of 29, at 400 Mbit/s every 15 ms instead of 10.
+/// (On veth at 100 Mbit/s: receiver 3.24 -> 2.84 and sender 2.72 -> 2.48 CPU-s/GiB.)
+pub const SHORT_REPORT_DATAGRAMS: u64 = 512;
+
+/// [`REPORT_STRETCH_MAX`] on a short path ([`SHORT_PATH_RTT`]).
+pub const SHORT_REPORT_STRETCH_MAX: Duration = Duration::from_millis(60);
+
+/// A report of fewer datagrams than this keeps the path's [`report_interval`]
+/// ([`report_every`]): a slow path (below about 75 Mbit/s at the 10 ms floor) or one that
+/// fell quiet is heard of at the usual cadence, where `auto`'s steps per report matter most.
+pub const REPORT_STRETCH_FROM: u64 = REPORT_DATAGRAMS / 4;
+
+/// How the receiver spaces its reports on a path: every [`report_interval`] (`base`), or, once
+/// the transfer is under way, as long as `datagrams` take to arrive, up to `stretch_max`
+/// ([`report_every`]). Both sides choose it from their own view of the path: the receiver to
+/// space its reports ([`ReportPace::for_path`]), the sender to know how long a silence is
+/// ([`ReportPace::heard_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportPace {
+    /// The path's [`report_interval`].
+    pub base: Duration,
+    /// The fewest datagrams a stretched report covers.
+    pub datagrams: u64,
+    /// The longest a report is stretched to (unless `base` is longer).
+    pub stretch_max: Duration,
+}
+
+impl ReportPace {
+    /// The pace on a path of round trip `rtt`, short or not ([`SHORT_PATH_RTT`]).
+    pub fn new(rtt: Duration, short: bool) -> Self {
+        let (datagrams, stretch_max) = if short {
+            (SHORT_REPORT_DATAGRAMS, SHORT_REPORT_STRETCH_MAX)
+        } else {
+            (REPORT_DATAGRAMS, REPORT_STRETCH_MAX)
+        };
+        ReportPace {
+            base: report_interval(rtt),
+            datagrams,
+            stretch_max,
+        }
+    }
+
+    /// The receiver's pace on a path of round trip `rtt` whose control connection the kernel
+    /// timed at `floor` or more: short where the floor is at most [`SHORT_PATH_RTT`] (no floor,
+    /// as through a relay, is not short).
+    pub fn for_path(rtt: Duration, floor: Option<Duration>) -> Self {
+        Self::new(rtt, floor.is_some_and(|f| f <= SHORT_PATH_RTT))
+    }
+
+    /// The pace a sender allows for: as [`ReportPace::for_path`], with twice the round trip
+    /// for a short path. Each side's kernel times its own end of the control connection; near
+    /// [`SHORT_PATH_RTT`] the receiver may find the path short where the sender does not, and
+    /// its longer reports must not read as silence there. (The other way round the sender
+    /// only calls a silence later.)
+    pub fn heard_on(rtt: Duration, floor: Option<Duration>) -> Self {
+        Self::new(rtt, floor.is_some_and(|f| f <= SHORT_PATH_RTT * 2))
+    }
+}
 
 /// How many reports the receiver sends at [`report_interval`] before the datagram count may
 /// stretch it ([`ReportCadence`]): `auto`'s startup sees its growth at the usual cadence.
@@ -183,22 +254,21 @@ pub const REPORT_RISING: f64 = 1.05;
 /// times a second instead of 34). A climb tops them all, report after report.
 pub const REPORT_RISING_OVER: usize = 4;
 
-/// How long after report `last` the next one may come, on a path whose [`report_interval`]
-/// is `base`: `base`, or the time the arrival rate `last` shows (its datagrams over its
-/// interval) takes to bring [`REPORT_DATAGRAMS`] datagrams, if longer, but no longer than
-/// [`REPORT_STRETCH_MAX`]. A report of fewer than a quarter of [`REPORT_DATAGRAMS`] keeps
-/// `base`: a slow path (below about 75 Mbit/s on a short path) or one that fell quiet is heard
-/// of at the usual cadence, where `auto`'s steps per report matter most. At 100 Mbit/s on a
-/// short path the interval is about 29 ms; from about 300 Mbit/s on, 10 ms as before. The
-/// receiver's cadence stretches no further ([`ReportCadence`]) and the sender's silence
-/// check allows for it ([`RateController::on_silence`]).
-pub fn report_every(base: Duration, last: &Feedback) -> Duration {
-    if last.datagrams < REPORT_DATAGRAMS / 4 || base >= REPORT_STRETCH_MAX {
+/// How long after report `last` the next one may come, at `pace`: its `base`, or the time the
+/// arrival rate `last` shows (its datagrams over its interval) takes to bring `pace.datagrams`
+/// datagrams, if longer, but no longer than `pace.stretch_max`. A report of fewer than
+/// [`REPORT_STRETCH_FROM`] datagrams keeps `base`. At 100 Mbit/s at the 10 ms floor the
+/// interval is about 29 ms (59 on a short path); from about 300 Mbit/s on, 10 ms as before (on
+/// a short path from about 600). The receiver's cadence stretches no further
+/// ([`ReportCadence`]) and the sender's silence check allows for it
+/// ([`RateController::on_silence`]).
+pub fn report_every(pace: ReportPace, last: &Feedback) -> Duration {
+    let base = pace.base;
+    if last.datagrams < REPORT_STRETCH_FROM || base >= pace.stretch_max {
         return base;
     }
-    let secs = last.interval.as_secs_f64() * REPORT_DATAGRAMS as f64 / last.datagrams as f64;
-    Duration::from_secs_f64(secs.min(REPORT_STRETCH_MAX.as_secs_f64()))
-        .clamp(base, REPORT_STRETCH_MAX)
+    let secs = last.interval.as_secs_f64() * pace.datagrams as f64 / last.datagrams as f64;
+    Duration::from_secs_f64(secs.min(pace.stretch_max.as_secs_f64())).clamp(base, pace.stretch_max)
 }
 
 /// The receiver's report cadence: [`report_interval`] for the first [`REPORTS_AT_START`]
@@ -206,7 +276,7 @@ pub fn report_every(base: Duration, last: &Feedback) -> Duration {
 /// else [`report_every`] of the latest report.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReportCadence {
-    base: Duration,
+    pace: ReportPace,
     reports: u64,
     every: Duration,
     /// The arrival rates of the latest [`REPORT_RISING_OVER`] reports, datagrams per second
@@ -215,12 +285,12 @@ pub struct ReportCadence {
 }
 
 impl ReportCadence {
-    /// The cadence on a path whose [`report_interval`] is `base`, before the first report.
-    pub fn new(base: Duration) -> Self {
+    /// The cadence at `pace`, before the first report.
+    pub fn new(pace: ReportPace) -> Self {
         ReportCadence {
-            base,
+            pace,
             reports: 0,
-            every: base,
+            every: pace.base,
             recent: [0.0; REPORT_RISING_OVER],
         }
     }
@@ -238,9 +308,9 @@ impl ReportCadence {
         self.recent[(self.reports % REPORT_RISING_OVER as u64) as usize] = rate;
         self.reports = self.reports.saturating_add(1);
         self.every = if self.reports < REPORTS_AT_START || rising {
-            self.base
+            self.pace.base
         } else {
-            report_every(self.base, sent)
+            report_every(self.pace, sent)
         };
     }
 }
@@ -597,6 +667,9 @@ pub struct RateController {
     /// (lost, seen) datagrams of every report whose loss the floor explained (not
     /// congestion), for [`RateController::loss_share`].
     random: (u64, u64),
+    /// (lost, seen) datagrams of every report, whatever their cause, for
+    /// [`RateController::lost_nothing`].
+    all_loss: (u64, u64),
     /// Delivery rate the last time congestion was seen: where the path's capacity was.
     capacity: Option<f64>,
     /// Rounds in a row with an empty queue: how many times the probing step has doubled.
@@ -630,10 +703,11 @@ pub struct RateController {
     /// reports lost on the way only delay the stretch here), and how many reports came (the
     /// cadence stretches after [`REPORTS_AT_START`]).
     report_spacing: Duration,
-    /// The receiver's [`report_interval`], from the round trip configured at the start (the
-    /// receiver takes its cadence from its own timing of the key agreement, and
-    /// [`RateController::set_rtt`] does not change it).
-    report_base: Duration,
+    /// The receiver's pace of reports, as far as this side can tell: from the round trip
+    /// configured at the start (the receiver takes its cadence from its own timing of the key
+    /// agreement, and [`RateController::set_rtt`] does not change it), not a short path's
+    /// unless [`RateController::set_report_pace`] says so.
+    report_pace: ReportPace,
     reports_heard: u64,
     silenced: Option<f64>,
     /// The bits the rate paced until `paced.1` (what a silence sent into the path).
@@ -791,7 +865,7 @@ impl RateController {
         };
         let model =
             (cfg.mode == RateMode::Auto).then(|| Model::new(cfg.rtt.min(MAX_REPORTED), now));
-        let report_base = report_interval(cfg.rtt);
+        let report_pace = ReportPace::new(cfg.rtt, false);
         let mut c = RateController {
             cfg,
             model,
@@ -803,6 +877,7 @@ impl RateController {
             hold_until: None,
             recent_loss: VecDeque::new(),
             random: (0, 0),
+            all_loss: (0, 0),
             capacity: None,
             quiet_above: 0,
             last_change: None,
@@ -813,8 +888,8 @@ impl RateController {
             reasons: Vec::new(),
             rate_range: (u64::MAX, 0),
             last_report: None,
-            report_spacing: report_base,
-            report_base,
+            report_spacing: report_pace.base,
+            report_pace,
             reports_heard: 0,
             silenced: None,
             paced: (0.0, now),
@@ -1020,6 +1095,14 @@ impl RateController {
         (seen >= LOSS_SHARE_AFTER).then(|| lost as f64 / seen as f64)
     }
 
+    /// Whether the reports so far counted at least [`LOSS_SHARE_AFTER`] datagrams and not one
+    /// lost, to congestion or otherwise: the tail goes without parity then
+    /// ([`crate::fec`]). In every mode.
+    pub fn lost_nothing(&self) -> bool {
+        let (lost, seen) = self.all_loss;
+        seen >= LOSS_SHARE_AFTER && lost == 0
+    }
+
     /// Takes one report (see [`RateController::on_feedback`]) and keeps it for
     /// [`RateController::reports`].
     pub fn on_report(&mut self, now: Instant, fb: &Feedback) -> Option<RateChange> {
@@ -1134,11 +1217,16 @@ impl RateController {
         };
         self.note_outage(now, fb);
         self.reports_heard = self.reports_heard.saturating_add(1);
-        let base = self.report_base;
+        let (lost, seen) = self.all_loss;
+        self.all_loss = (
+            lost.saturating_add(fb.lost),
+            seen.saturating_add(fb.datagrams).saturating_add(fb.lost),
+        );
+        let pace = self.report_pace;
         self.report_spacing = if self.reports_heard < REPORTS_AT_START {
-            base
+            pace.base
         } else {
-            report_every(base, fb)
+            report_every(pace, fb)
         };
         self.judge(now, fb).or(resumed)
     }
@@ -1429,6 +1517,15 @@ impl RateController {
         (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2)
     }
 
+    /// Sets the receiver's pace of reports that silence is judged by ([`ReportPace::heard_on`]
+    /// the path); before any report.
+    pub fn set_report_pace(&mut self, pace: ReportPace) {
+        self.report_pace = pace;
+        if self.reports_heard == 0 {
+            self.report_spacing = pace.base;
+        }
+    }
+
     /// When the receiver's next report is due after its latest ([`report_every`] of it;
     /// [`report_interval`] before the first): how often silence is worth checking for.
     pub fn report_spacing(&self) -> Duration {
@@ -1700,6 +1797,36 @@ mod tests {
             c.train_bytes(),
             startup_train_bytes(c.rate_bps() / 2, ms(40))
         );
+    }
+
+    #[test]
+    fn a_path_lost_nothing_once_a_thousand_datagrams_came_and_none_went_missing() {
+        for mode in [RateMode::Auto, RateMode::Fixed] {
+            let t0 = Instant::now();
+            let mut c = RateController::new(cfg(mode), t0);
+            assert!(!c.lost_nothing(), "nothing heard yet");
+            // 50 ms of 10 Mbit/s: 44 datagrams a report.
+            let clean = fb(10e6, 0.0, 0);
+            let mut t = t0;
+            let mut n = 0;
+            while !c.lost_nothing() {
+                t += Duration::from_millis(50);
+                c.on_feedback(t, &clean);
+                n += clean.datagrams;
+            }
+            assert!(
+                (LOSS_SHARE_AFTER..LOSS_SHARE_AFTER + 44).contains(&n),
+                "{n}"
+            );
+            // One lost datagram, whatever its cause, and it never again lost nothing.
+            t += Duration::from_millis(50);
+            c.on_feedback(t, &Feedback { lost: 1, ..clean });
+            for _ in 0..100 {
+                t += Duration::from_millis(50);
+                c.on_feedback(t, &clean);
+            }
+            assert!(!c.lost_nothing(), "{mode:?}");
+        }
     }
 
     #[test]
@@ -2525,26 +2652,27 @@ mod tests {
                 ..Feedback::default()
             }
         };
-        let base = report_interval(ms(2));
+        let pace = ReportPace::new(ms(2), false);
+        let base = pace.base;
         assert_eq!(base, ms(10));
         // 10 ms of 100 Mbit/s: 89 datagrams; 256 take 28.8 ms.
         let slow = at(100e6);
         assert_eq!(slow.datagrams, 89);
-        let every = report_every(base, &slow);
+        let every = report_every(pace, &slow);
         assert!((ms(28)..ms(30)).contains(&every), "{every:?}");
         // From about 300 Mbit/s on, every 10 ms as before; no longer than the most.
-        assert_eq!(report_every(base, &at(300e6)), base);
-        assert_eq!(report_every(base, &at(1e9)), base);
-        assert_eq!(report_every(base, &at(80e6)), REPORT_STRETCH_MAX);
+        assert_eq!(report_every(pace, &at(300e6)), base);
+        assert_eq!(report_every(pace, &at(1e9)), base);
+        assert_eq!(report_every(pace, &at(80e6)), REPORT_STRETCH_MAX);
         // A slow or quiet path keeps the usual cadence.
-        assert_eq!(report_every(base, &at(50e6)), base);
-        assert_eq!(report_every(base, &at(0.0)), base);
+        assert_eq!(report_every(pace, &at(50e6)), base);
+        assert_eq!(report_every(pace, &at(0.0)), base);
         // A long path's interval stays as it was, and is never shortened.
-        let long = report_interval(ms(600));
-        assert_eq!(report_every(long, &at(100e6)), long);
-        assert_eq!(report_every(long, &fb(1e6, 0.0, 0)), long);
+        let long = ReportPace::new(ms(600), false);
+        assert_eq!(report_every(long, &at(100e6)), long.base);
+        assert_eq!(report_every(long, &fb(1e6, 0.0, 0)), long.base);
         // The receiver keeps the round trip's cadence for its first reports (startup) ...
-        let mut cadence = ReportCadence::new(base);
+        let mut cadence = ReportCadence::new(pace);
         for _ in 1..REPORTS_AT_START {
             cadence.sent(&slow);
             assert_eq!(cadence.every(), base);
@@ -2555,11 +2683,58 @@ mod tests {
         cadence.sent(&at(110e6));
         assert_eq!(cadence.every(), base);
         cadence.sent(&at(110e6));
-        assert_eq!(cadence.every(), report_every(base, &at(110e6)));
+        assert_eq!(cadence.every(), report_every(pace, &at(110e6)));
         cadence.sent(&at(90e6));
         assert!(cadence.every() > every, "{:?}", cadence.every());
         cadence.sent(&at(1e9));
         assert_eq!(cadence.every(), base);
+    }
+
+    #[test]
+    fn a_short_paths_reports_cover_512_datagrams_up_to_60_ms() {
+        let ms = Duration::from_millis;
+        let at = |bps: f64| {
+            let bytes = (bps / 8.0 * 0.01) as u64;
+            Feedback {
+                interval: ms(10),
+                bytes,
+                datagrams: bytes / 1400,
+                ..Feedback::default()
+            }
+        };
+        // Short: the kernel's floor is at most 4 ms; none (a relay) is not short.
+        let short = ReportPace::for_path(ms(2), Some(Duration::from_micros(50)));
+        assert_eq!(short, ReportPace::new(ms(2), true));
+        assert_eq!(short.base, ms(10));
+        assert_eq!(
+            ReportPace::for_path(ms(2), None),
+            ReportPace::new(ms(2), false)
+        );
+        assert_eq!(
+            ReportPace::for_path(ms(40), Some(ms(39))),
+            ReportPace::new(ms(40), false)
+        );
+        // The sender allows for a short path's reports up to twice the threshold.
+        assert_eq!(
+            ReportPace::heard_on(ms(9), Some(ms(7))),
+            ReportPace::new(ms(9), true)
+        );
+        assert_eq!(
+            ReportPace::for_path(ms(9), Some(ms(7))),
+            ReportPace::new(ms(9), false)
+        );
+        // 100 Mbit/s: 89 datagrams in 10 ms, 512 in 57.5 ms; 400 Mbit/s: 14.4 ms; 1 Gbit/s
+        // and a slow path keep 10 ms; no longer than 60 ms.
+        let every = report_every(short, &at(100e6));
+        assert!((ms(57)..ms(58)).contains(&every), "{every:?}");
+        let every = report_every(short, &at(400e6));
+        assert!((ms(14)..ms(15)).contains(&every), "{every:?}");
+        assert_eq!(report_every(short, &at(1e9)), ms(10));
+        assert_eq!(report_every(short, &at(80e6)), SHORT_REPORT_STRETCH_MAX);
+        assert_eq!(report_every(short, &at(50e6)), ms(10));
+        // Not short: as before.
+        let every = report_every(ReportPace::new(ms(2), false), &at(100e6));
+        assert!((ms(28)..ms(30)).contains(&every), "{every:?}");
     }
 
     /// A fixed rate whose reports hold two trains or three (128 KiB trains at 100 Mbit/s,
@@ -2568,7 +2743,8 @@ mod tests {
     #[test]
     fn a_fixed_rates_train_jitter_keeps_the_stretched_cadence() {
         let ms = Duration::from_millis;
-        let base = report_interval(ms(2));
+        let pace = ReportPace::new(ms(2), false);
+        let base = pace.base;
         // 29 ms reports of two or three 94-datagram trains: 65 or 97 Mbit/s of 1,396 bytes.
         let trains = |n: u64| Feedback {
             interval: ms(29),
@@ -2576,7 +2752,7 @@ mod tests {
             bytes: 94 * n * 1396,
             ..Default::default()
         };
-        let mut cadence = ReportCadence::new(base);
+        let mut cadence = ReportCadence::new(pace);
         for _ in 0..REPORTS_AT_START {
             cadence.sent(&trains(3));
         }
@@ -2630,10 +2806,15 @@ mod tests {
         assert_eq!(c.config().rtt, Duration::from_micros(400));
     }
 
-    #[test]
-    fn a_short_path_at_100_mbits_reporting_at_its_stretched_cadence_is_not_silent() {
-        // 2 ms round trip, a 100 Mbit/s bottleneck: reports 29 ms apart, and one in four lost
-        // (58 ms gaps), longer than the silence limit of the round trip's 10 ms cadence (40 ms).
+    /// A 2 ms round trip, a bottleneck of `bps`: the receiver's reports at its stretched
+    /// cadence (`receiver`), each 2 ms late (the receiver's loop is woken late) and one in
+    /// four lost after the first 100, reach a sender that allows for `sender`. Returns the controller, the reports that were stretched beyond 25 ms and
+    /// beyond 50 ms, and when the last report came.
+    fn stretched_reports(
+        bps: f64,
+        receiver: ReportPace,
+        sender: ReportPace,
+    ) -> (RateController, usize, usize, Instant) {
         let mut t = Instant::now();
         let mut c = RateController::new(
             RateConfig {
@@ -2642,16 +2823,17 @@ mod tests {
             },
             t,
         );
-        let path = bottleneck(100e6);
-        let mut cadence = ReportCadence::new(report_interval(c.config().rtt));
-        let mut stretched = 0;
+        c.set_report_pace(sender);
+        let path = bottleneck(bps);
+        let mut cadence = ReportCadence::new(receiver);
+        let (mut over_25, mut over_50) = (0, 0);
         for n in 0..400 {
             let every = cadence.every();
-            if every > Duration::from_millis(25) {
-                stretched += 1;
-            }
+            over_25 += usize::from(every > Duration::from_millis(25));
+            over_50 += usize::from(every > Duration::from_millis(50));
             // The sender checks for silence every 5 ms (more often than it does).
             let mut at = t;
+            let every = every + Duration::from_millis(2);
             while at + Duration::from_millis(5) < t + every {
                 at += Duration::from_millis(5);
                 c.on_silence(at);
@@ -2663,24 +2845,63 @@ mod tests {
                 c.on_feedback(t, &f);
             }
         }
-        assert!(stretched > 200, "{stretched}");
+        (c, over_25, over_50, t)
+    }
+
+    #[test]
+    fn a_short_path_at_100_mbits_reporting_at_its_stretched_cadence_is_not_silent() {
+        // At 100 Mbit/s reports 29 ms apart (58 ms where one is lost), longer than the
+        // silence limit of the round trip's 10 ms cadence (40 ms); on a short path 57 ms, at
+        // 80 Mbit/s 60 ms (120 ms where one is lost, the limit of a path's usual stretch).
+        let ms = Duration::from_millis;
+        let floor = Some(Duration::from_micros(50));
+        let not_short = ReportPace::new(ms(2), false);
+        let short = (
+            ReportPace::for_path(ms(2), floor),
+            ReportPace::heard_on(ms(2), floor),
+        );
+        for (bps, (pace, sender), stretched) in [
+            (100e6, (not_short, not_short), 0),
+            (100e6, short, 200),
+            (80e6, (not_short, not_short), 0),
+            (80e6, short, 200),
+        ] {
+            let (mut c, over_25, over_50, t) = stretched_reports(bps, pace, sender);
+            assert!(over_25 > 200, "{over_25}");
+            assert!(over_50 >= stretched, "{over_50}");
+            assert!(
+                !c.reasons().iter().any(|r| r.0 == Reason::Silence),
+                "{:?}",
+                c.reasons()
+            );
+            let r = c.rate_bps() as f64;
+            assert!((bps * 0.9..bps * 1.2).contains(&r), "{r}");
+            // Reports that do stop are still silence, four of their intervals on.
+            let (bw, every) = (bottleneck_of(&c), c.report_spacing());
+            assert!(every > Duration::from_millis(25), "{every:?}");
+            assert!(c
+                .on_silence(t + every * 4 - Duration::from_millis(1))
+                .is_none());
+            // (Cruising paces a little over the model's bottleneck: its reserve.)
+            assert!(c.rate_bps() as f64 > bw, "{} against {bw}", c.rate_bps());
+            let cut = c.on_silence(t + every * 4).expect("a cut");
+            assert_eq!(cut.reason, Reason::Silence);
+        }
+    }
+
+    #[test]
+    fn a_sender_that_does_not_allow_for_a_short_paths_reports_calls_them_silence() {
+        // Why the sender is told the pace ([`ReportPace::heard_on`]): the same short path's
+        // reports, heard by a sender that expects a path's usual stretch.
+        let ms = Duration::from_millis;
+        let short = ReportPace::for_path(ms(2), Some(Duration::from_micros(50)));
+        let (c, _, over_50, _) = stretched_reports(80e6, short, ReportPace::new(ms(2), false));
+        assert!(over_50 > 0, "{over_50}");
         assert!(
-            !c.reasons().iter().any(|r| r.0 == Reason::Silence),
+            c.reasons().iter().any(|r| r.0 == Reason::Silence),
             "{:?}",
             c.reasons()
         );
-        let r = c.rate_bps() as f64;
-        assert!((90e6..120e6).contains(&r), "{r}");
-        // Reports that do stop are still silence, four of their intervals on.
-        let (bw, every) = (bottleneck_of(&c), c.report_spacing());
-        assert!(every > Duration::from_millis(25), "{every:?}");
-        assert!(c
-            .on_silence(t + every * 4 - Duration::from_millis(1))
-            .is_none());
-        // (Cruising paces a little over the model's bottleneck: its reserve.)
-        assert!(c.rate_bps() as f64 > bw, "{} against {bw}", c.rate_bps());
-        let cut = c.on_silence(t + every * 4).expect("a cut");
-        assert_eq!(cut.reason, Reason::Silence);
     }
 
     #[test]
