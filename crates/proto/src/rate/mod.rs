@@ -221,7 +221,9 @@ impl ReportPace {
 
     /// The receiver's pace on a path of round trip `rtt` whose control connection the kernel
     /// timed at `floor` or more: short where the floor is at most [`SHORT_PATH_RTT`] (no floor,
-    /// as through a relay, is not short).
+    /// as through a relay, is not short). A TCP proxy near the receiver that answers for the
+    /// sender makes a long path look short: its reports at low rates then come up to 60 ms
+    /// apart, and `auto` there hears of a queue later, as it would at a lower report rate.
     pub fn for_path(rtt: Duration, floor: Option<Duration>) -> Self {
         Self::new(rtt, floor.is_some_and(|f| f <= SHORT_PATH_RTT))
     }
@@ -2639,19 +2641,21 @@ mod tests {
         assert!(c.rate_bps() < 500_000_000, "{}", c.rate_bps());
     }
 
+    /// A report of 10 ms of `bps` in 1400-byte datagrams.
+    fn ten_ms_at(bps: f64) -> Feedback {
+        let bytes = (bps / 8.0 * 0.01) as u64;
+        Feedback {
+            interval: Duration::from_millis(10),
+            bytes,
+            datagrams: bytes / 1400,
+            ..Feedback::default()
+        }
+    }
+
     #[test]
     fn reports_cover_256_datagrams_at_low_rates_after_the_start() {
         let ms = Duration::from_millis;
-        // 10 ms of `bps` in 1400-byte datagrams.
-        let at = |bps: f64| {
-            let bytes = (bps / 8.0 * 0.01) as u64;
-            Feedback {
-                interval: ms(10),
-                bytes,
-                datagrams: bytes / 1400,
-                ..Feedback::default()
-            }
-        };
+        let at = ten_ms_at;
         let pace = ReportPace::new(ms(2), false);
         let base = pace.base;
         assert_eq!(base, ms(10));
@@ -2693,15 +2697,7 @@ mod tests {
     #[test]
     fn a_short_paths_reports_cover_512_datagrams_up_to_60_ms() {
         let ms = Duration::from_millis;
-        let at = |bps: f64| {
-            let bytes = (bps / 8.0 * 0.01) as u64;
-            Feedback {
-                interval: ms(10),
-                bytes,
-                datagrams: bytes / 1400,
-                ..Feedback::default()
-            }
-        };
+        let at = ten_ms_at;
         // Short: the kernel's floor is at most 4 ms; none (a relay) is not short.
         let short = ReportPace::for_path(ms(2), Some(Duration::from_micros(50)));
         assert_eq!(short, ReportPace::new(ms(2), true));
