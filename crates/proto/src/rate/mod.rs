@@ -178,7 +178,8 @@ pub const SHORT_PATH_RTT: Duration = Duration::from_millis(4);
 
 /// [`REPORT_DATAGRAMS`] on a short path ([`SHORT_PATH_RTT`]): at 100 Mbit/s with 1428-byte
 /// datagrams a report every 59 ms instead of 29, at 400 Mbit/s every 15 ms instead of 10.
-/// (On veth at 100 Mbit/s: receiver 3.24 -> 2.84 and sender 2.72 -> 2.48 CPU-s/GiB.)
+/// (On veth at a fixed 100 Mbit/s the receiver went 3.36 -> 2.92 CPU-s/GiB, its context
+/// switches per GiB 19,560 -> 14,576; the sender's cost did not move: BENCHMARKS.md 10.)
 pub const SHORT_REPORT_DATAGRAMS: u64 = 512;
 
 /// [`REPORT_STRETCH_MAX`] on a short path ([`SHORT_PATH_RTT`]).
@@ -1519,8 +1520,8 @@ impl RateController {
         (every * SILENCE_REPORTS).max(self.cfg.rtt + every * 2)
     }
 
-    /// Sets the receiver's pace of reports that silence is judged by ([`ReportPace::heard_on`]
-    /// the path); before any report.
+    /// Sets the pace of the receiver's reports that silence is judged by (the sender's
+    /// [`ReportPace::heard_on`]); before any report.
     pub fn set_report_pace(&mut self, pace: ReportPace) {
         self.report_pace = pace;
         if self.reports_heard == 0 {
