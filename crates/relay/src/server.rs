@@ -185,6 +185,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How often [`bind_pair`] tries another port the kernel picks.
+const BIND_TRIES: usize = 16;
+
+/// The relay's TCP listener on `addr` and its UDP socket on the same port. Where `addr`'s port
+/// is 0, the kernel picks one for TCP that another program may hold for UDP: then another.
+fn bind_pair(addr: SocketAddr) -> io::Result<(TcpListener, hurtle_engine::net::udp::UdpChannel)> {
+    let mut tries = 1;
+    loop {
+        let listener = TcpListener::bind(addr)?;
+        match crate::udp::bind(listener.local_addr()?) {
+            Ok(udp) => return Ok((listener, udp)),
+            Err(e)
+                if addr.port() == 0
+                    && e.kind() == io::ErrorKind::AddrInUse
+                    && tries < BIND_TRIES =>
+            {
+                tries += 1
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A bound relay; [`Server::run`] serves until the process ends.
 pub struct Server {
     listener: TcpListener,
@@ -196,8 +219,7 @@ pub struct Server {
 impl Server {
     /// Binds `addr`, for TCP and, on the same port, UDP.
     pub fn bind(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
-        let listener = TcpListener::bind(addr)?;
-        let udp = crate::udp::bind(listener.local_addr()?)?;
+        let (listener, udp) = bind_pair(addr)?;
         let metrics = cfg.metrics.map(TcpListener::bind).transpose()?;
         let state = Arc::new(State {
             udp: Arc::new(Mutex::new(Forwarder::with_limits(Limits {
@@ -935,6 +957,17 @@ mod tests {
         let addr = server.local_addr().unwrap();
         std::thread::spawn(move || server.run());
         addr
+    }
+
+    #[test]
+    fn a_relay_binds_one_port_for_tcp_and_udp_and_says_when_its_udp_is_taken() {
+        let (tcp, udp) = bind_pair("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        assert_eq!(udp.local_addr().port(), port);
+        drop(tcp);
+        // The UDP port still held: asked for by number, it is not swapped for another.
+        let e = bind_pair(SocketAddr::from(([127, 0, 0, 1], port))).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
     }
 
     pub(super) fn cfg() -> Config {

@@ -488,7 +488,7 @@ pub fn parse_answer(datagram: &[u8]) -> Option<([u8; 8], SocketAddr, Option<Sock
 pub const SOCKET_BUFFER: usize = 16 << 20;
 
 /// The relay's UDP socket on `addr`, with [`SOCKET_BUFFER`] asked for, GRO and GSO where the
-/// kernel has them, and batched receives.
+/// kernel has them, and batched receives. A port taken is [`io::ErrorKind::AddrInUse`].
 pub fn bind(addr: SocketAddr) -> io::Result<UdpChannel> {
     let opts = ChannelOptions {
         recv_buffer: SOCKET_BUFFER,
@@ -496,7 +496,10 @@ pub fn bind(addr: SocketAddr) -> io::Result<UdpChannel> {
         read_timeout: Some(Duration::from_secs(1)),
         gso: true,
     };
-    UdpChannel::bind(addr, &opts).map_err(io::Error::other)
+    UdpChannel::bind(addr, &opts).map_err(|e| match &e {
+        hurtle_engine::net::udp::UdpError::Bind { source, .. } => io::Error::new(source.kind(), e),
+        _ => io::Error::other(e),
+    })
 }
 
 /// Serves `socket` with `forwarder` until the socket fails. Datagrams come in batches (one

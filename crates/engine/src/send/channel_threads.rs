@@ -488,6 +488,11 @@ impl ChannelWorker {
             ChanCmd::Redirect(to) => {
                 if let crate::net::channel_link::OutPath::Udp { dest, .. } = &mut self.link.path {
                     *dest = to;
+                    // Counted as direct from the first send there, not from when the punch
+                    // succeeded: what the channel sent before this went through the relay.
+                    self.shared
+                        .progress
+                        .set_route(self.ch, crate::progress::Route::Direct);
                     self.log
                         .line(|| format!("direct path to {to}: the relay is left"));
                 }

@@ -461,7 +461,6 @@ pub(super) fn send_once(
                 keys.punch,
                 channel_threads.by_channel.clone(),
                 (direct_at.clone(), start),
-                progress.clone(),
             )
         });
         let key = (&keys.feedback, data_session);
@@ -903,13 +902,13 @@ const BIND_WAIT_MAX: Duration = Duration::from_secs(2);
 
 /// Each channel socket's try for a direct path past `relay` (hole punching with `key`): a
 /// punched path moves the channel there (`cmds`) and is noted in `direct_at` as seconds from
-/// `start`.
+/// `start`. (The channel counts its bytes as direct from the moment it sends there: see
+/// `ChanCmd::Redirect`.)
 fn punching(
     relay: &crate::net::dial::UdpRelay,
     key: [u8; 32],
     cmds: Vec<ChannelCmds>,
     (direct_at, start): (Arc<std::sync::Mutex<Vec<Option<f64>>>>, Instant),
-    progress: Arc<Progress>,
 ) -> SenderPunch {
     let now = Instant::now();
     let sockets = relay
@@ -918,7 +917,6 @@ fn punching(
         .map(|b| SocketPunch::new((relay.addr, b.clone(), relay.parse), Role::Sender, key, now))
         .collect();
     let on_direct = Box::new(move |ch: u16, addr: SocketAddr| {
-        progress.set_route(ch, Route::Direct);
         if let Some(c) = cmds.get(usize::from(ch)) {
             let _ = c.send(ThreadCmd::Channel(ch, ChanCmd::Redirect(addr)));
         }
