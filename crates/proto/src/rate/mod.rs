@@ -190,6 +190,19 @@ pub const SHORT_REPORT_STRETCH_MAX: Duration = Duration::from_millis(60);
 /// fell quiet is heard of at the usual cadence, where `auto`'s steps per report matter most.
 pub const REPORT_STRETCH_FROM: u64 = REPORT_DATAGRAMS / 4;
 
+/// The bytes [`report_every`] counts as one datagram at most: a full datagram of a 1500-byte
+/// MTU. Larger datagrams (a 9000-byte MTU, loopback) count as several, so that a report's
+/// stretch follows the rate in bits, as it does at 1500 bytes. (Counted by datagrams alone, a
+/// fixed 100 Mbit/s in 8900-byte datagrams brought 14 a report, under
+/// [`REPORT_STRETCH_FROM`]: reports stayed 10 ms apart, 87 a second on loopback.)
+pub const REPORT_DATAGRAM_BYTES: u64 = 1_472;
+
+/// A report's size in datagrams as [`report_every`] counts them: its datagrams, or its bytes in
+/// [`REPORT_DATAGRAM_BYTES`], whichever is more.
+fn report_size(fb: &Feedback) -> u64 {
+    fb.datagrams.max(fb.bytes / REPORT_DATAGRAM_BYTES)
+}
+
 /// How the receiver spaces its reports on a path: every [`report_interval`] (`base`), or, once
 /// the transfer is under way, as long as `datagrams` take to arrive, up to `stretch_max`
 /// ([`report_every`]). Both sides choose it from their own view of the path: the receiver to
@@ -260,17 +273,19 @@ pub const REPORT_RISING_OVER: usize = 4;
 /// How long after report `last` the next one may come, at `pace`: its `base`, or the time the
 /// arrival rate `last` shows (its datagrams over its interval) takes to bring `pace.datagrams`
 /// datagrams, if longer, but no longer than `pace.stretch_max`. A report of fewer than
-/// [`REPORT_STRETCH_FROM`] datagrams keeps `base`. At 100 Mbit/s at the 10 ms floor the
+/// [`REPORT_STRETCH_FROM`] datagrams keeps `base`. (Datagrams larger than
+/// [`REPORT_DATAGRAM_BYTES`] count as several.) At 100 Mbit/s at the 10 ms floor the
 /// interval is about 29 ms (59 on a short path); from about 300 Mbit/s on, 10 ms as before (on
 /// a short path from about 600). The receiver's cadence stretches no further
 /// ([`ReportCadence`]) and the sender's silence check allows for it
 /// ([`RateController::on_silence`]).
 pub fn report_every(pace: ReportPace, last: &Feedback) -> Duration {
     let base = pace.base;
-    if last.datagrams < REPORT_STRETCH_FROM || base >= pace.stretch_max {
+    let size = report_size(last);
+    if size < REPORT_STRETCH_FROM || base >= pace.stretch_max {
         return base;
     }
-    let secs = last.interval.as_secs_f64() * pace.datagrams as f64 / last.datagrams as f64;
+    let secs = last.interval.as_secs_f64() * pace.datagrams as f64 / size as f64;
     Duration::from_secs_f64(secs.min(pace.stretch_max.as_secs_f64())).clamp(base, pace.stretch_max)
 }
 
@@ -2732,6 +2747,32 @@ mod tests {
         // Not short: as before.
         let every = report_every(ReportPace::new(ms(2), false), &at(100e6));
         assert!((ms(28)..ms(30)).contains(&every), "{every:?}");
+    }
+
+    /// Reports of large datagrams (a 9000-byte MTU, loopback) stretch as those of the same
+    /// rate in 1500-byte ones: by bytes, not by their few datagrams.
+    #[test]
+    fn large_datagrams_stretch_reports_by_their_bytes() {
+        let ms = Duration::from_millis;
+        let jumbo = |bps: f64| {
+            let f = ten_ms_at(bps);
+            Feedback {
+                datagrams: f.bytes / 8_900,
+                ..f
+            }
+        };
+        for pace in [ReportPace::new(ms(2), false), ReportPace::new(ms(2), true)] {
+            // 100 Mbit/s: 14 datagrams of 8,900 bytes a report, 84 of 1,472-byte equivalents.
+            assert_eq!(jumbo(100e6).datagrams, 14);
+            let every = report_every(pace, &jumbo(100e6));
+            assert!(every > pace.base, "{every:?}");
+            let small = report_every(pace, &ten_ms_at(100e6));
+            // (Within what 1400-byte datagrams against 1472-byte equivalents make.)
+            assert!(every.abs_diff(small) < ms(4), "{every:?} {small:?}");
+            // A slow path keeps the usual cadence whatever its datagrams' size.
+            assert_eq!(report_every(pace, &jumbo(50e6)), pace.base);
+            assert_eq!(report_every(pace, &jumbo(1e9)), pace.base);
+        }
     }
 
     /// A fixed rate whose reports hold two trains or three (128 KiB trains at 100 Mbit/s,
