@@ -1027,11 +1027,11 @@ fn two_peers_behind_cone_nats_punch_a_direct_path_and_leave_the_relay() {
 /// receiver got no more through the relay than it forwarded; and each path's counts apart by
 /// no more than what was resent (lost on the way: in the sender's count only), what the
 /// receiver rejected (a direct path's first datagrams may come before the receiver's end of the
-/// punch knows that address) and a batch per channel (the sender counts a batch once it is
-/// sent, and where a channel's batch and its move overlap, the count may go either way).
-/// Where the punch takes a
-/// few milliseconds, what the sender sent through the relay before the receiver's end was
-/// bound there never arrives that way (1 run in 4 here): the receiver's relayed share may be 0.
+/// punch knows that address) and a batch per channel of margin. (The sender counts a batch
+/// for the way its channel sent it, the receiver by where it came from: where nothing was lost
+/// the two agree to the byte.) Where the punch takes a few milliseconds, what the sender sent
+/// through the relay before the receiver's end was bound there never arrives that way (1 run
+/// in 4 here): the receiver's relayed share may be 0.
 fn both_sides_agree(s: &serde_json::Value, r: &serde_json::Value, forwarded: u64) {
     let (share, r_relay, r_tcp) = direct_share(r);
     let n = |v: &serde_json::Value, k: &str| v["bytes_by_path"][k].as_u64().unwrap_or(0);
